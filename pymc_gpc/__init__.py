@@ -1,0 +1,13 @@
+"""pymc-gpc: Gaussian-process classification for PyMC.
+
+The latent function is integrated out by Expectation Propagation or Laplace's method,
+giving an approximate marginal likelihood with an exact gradient.
+"""
+
+from . import likelihoods
+from .ep import EPState, ep
+from .laplace import LaplaceState, laplace
+from .result import ApproximationResult
+
+__all__ = ["likelihoods", "ep", "laplace", "EPState", "LaplaceState", "ApproximationResult"]
+__version__ = "0.1.0"

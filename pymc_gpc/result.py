@@ -1,0 +1,48 @@
+"""What every approximation returns: evidence, its gradient, posterior, diagnostics."""
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .posterior import LatentPosterior
+
+
+@dataclass
+class ApproximationResult:
+    """The result of EP or Laplace at one kernel matrix and likelihood parameter value.
+
+    Attributes
+    ----------
+    method : "ep-parallel", "ep-sequential" or "laplace".
+    log_z : approximate log marginal likelihood log q(y | K, theta).
+    dlog_z_dK : (n, n) symmetric gradient of log_z with respect to K.
+    dlog_z_dparams : (p,) gradient with respect to the likelihood parameters.
+    a : representer weights; the posterior mean of f is K a, and of f* is K*^T a.
+    posterior : the Gaussian q(f) in factored form (predictions, variances).
+    mean, var : posterior mean and marginal variances of f at the training inputs.
+    state : warm-start state; pass it as ``state=`` to the next call.
+    n_iter : EP sweeps or Newton iterations taken.
+    converged : whether the tolerance was met within the iteration limit.
+    max_change : the last convergence measure (scaled site change or Newton step).
+    loo_log_p : EP only, log q(y_i | y_{-i}) = log Z_i at the cavity: the
+        leave-one-out predictive (Opper & Winther 2000), for PSIS-free LOO.
+    """
+
+    method: str
+    log_z: float
+    dlog_z_dK: np.ndarray | None
+    dlog_z_dparams: np.ndarray | None
+    a: np.ndarray
+    posterior: LatentPosterior
+    mean: np.ndarray
+    var: np.ndarray
+    state: object
+    n_iter: int
+    converged: bool
+    max_change: float
+    loo_log_p: np.ndarray | None = None
+    extra: dict = field(default_factory=dict)
+
+    def predict_latent(self, K_cross, k_diag):
+        """Mean and variance of the latent f* given cross-covariances (n, m) and prior variances (m,)."""
+        return self.posterior.predict(self.a, np.asarray(K_cross, float), np.asarray(k_diag, float))

@@ -1,0 +1,54 @@
+"""Input checks: every problem is a ValueError that names it, raised before heavy work."""
+
+import numpy as np
+
+
+def as_signed_labels(y, name="y"):
+    """Return binary labels as a float array of -1.0 / +1.0.
+
+    Accepts {-1, +1}, {0, 1} and booleans (False -> -1). Raises ValueError for
+    anything else: NaN/inf, one class only, more than two values, wrong shape.
+    """
+    arr = np.asarray(y)
+    if arr.ndim != 1:
+        arr = np.squeeze(arr)
+        if arr.ndim != 1:
+            raise ValueError(f"{name} must be one-dimensional, got shape {np.shape(y)}")
+    if arr.size == 0:
+        raise ValueError(f"{name} is empty")
+    if arr.dtype == bool:
+        return np.where(arr, 1.0, -1.0)
+    if not np.issubdtype(arr.dtype, np.number):
+        raise ValueError(
+            f"{name} must be numeric labels in {{-1, +1}}, {{0, 1}} or booleans, "
+            f"got dtype {arr.dtype}"
+        )
+    arr = arr.astype(float)
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} contains NaN or inf at positions {np.flatnonzero(~np.isfinite(arr))[:10].tolist()}")
+    values = set(np.unique(arr).tolist())
+    if values <= {-1.0, 1.0}:
+        out = arr
+    elif values <= {0.0, 1.0}:
+        out = 2.0 * arr - 1.0
+    else:
+        raise ValueError(
+            f"{name} must hold two classes coded as {{-1, +1}}, {{0, 1}} or booleans; "
+            f"found values {sorted(values)[:10]}"
+        )
+    if len(np.unique(out)) != 2:
+        raise ValueError(f"{name} holds only one class ({sorted(values)}); a classifier needs two")
+    return out
+
+
+def check_kernel_matrix(K, n, name="K"):
+    """Check that K is a finite, symmetric n x n matrix; return it as float64."""
+    K = np.asarray(K, dtype=float)
+    if K.shape != (n, n):
+        raise ValueError(f"{name} must have shape ({n}, {n}) to match y, got {K.shape}")
+    if not np.all(np.isfinite(K)):
+        raise ValueError(f"{name} contains NaN or inf")
+    scale = max(np.max(np.abs(K)), 1e-300)
+    if np.max(np.abs(K - K.T)) > 1e-10 * scale:
+        raise ValueError(f"{name} is not symmetric (max |K - K^T| = {np.max(np.abs(K - K.T)):.3g})")
+    return K
