@@ -31,7 +31,7 @@ from .special import inv_mills, log_add_exp, log_ndtr, log_npdf, log_sigmoid, si
 # ---------------------------------------------------------------------------------
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def _probit_family_tilted(y, mu, s2, b, c2):
     """Z = Phi(z), z = y (mu + b) / sqrt(c^2 + s2) (Tan, Appendix A, with b added).
 
@@ -47,7 +47,7 @@ def _probit_family_tilted(y, mu, s2, b, c2):
     return log_ndtr(z), dmu, d2mu, dmu, dc2
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def _probit_family_log_lik(y, f, b, c):
     """log Phi(u), u = y (f + b) / c, its f-derivatives to third order and d/dc of each.
 
@@ -68,39 +68,39 @@ def _probit_family_log_lik(y, f, b, c):
     return lp, d1, d2, d3, lp_c, d1_c, d2_c
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def _probit_tilted(y, mu, s2, th):
     lz, d1, d2, _, _ = _probit_family_tilted(y, mu, s2, 0.0, 1.0)
     return lz, d1, d2, 0.0
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def _probit_log_lik(y, f, th):
     lp, d1, d2, d3, _, _, _ = _probit_family_log_lik(y, f, 0.0, 1.0)
     return lp, d1, d2, d3, 0.0, 0.0, 0.0
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def _probit_bias_tilted(y, mu, s2, th):
     lz, d1, d2, db, _ = _probit_family_tilted(y, mu, s2, th[0], 1.0)
     return lz, d1, d2, db
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def _probit_bias_log_lik(y, f, th):
     lp, d1, d2, d3, _, _, _ = _probit_family_log_lik(y, f, th[0], 1.0)
     # d/db of (lp, d1, d2) equals (d1, d2, d3)
     return lp, d1, d2, d3, d1, d2, d3
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def _probit_noise_tilted(y, mu, s2, th):
     sigma = th[0]
     lz, d1, d2, _, dc2 = _probit_family_tilted(y, mu, s2, 0.0, sigma * sigma)
     return lz, d1, d2, 2.0 * sigma * dc2
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def _probit_noise_log_lik(y, f, th):
     return _probit_family_log_lik(y, f, 0.0, th[0])
 
@@ -111,7 +111,7 @@ def _probit_noise_log_lik(y, f, th):
 # ---------------------------------------------------------------------------------
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def _step_tilted(y, mu, s2, th):
     """Z = eps + (1 - 2 eps) Phi(z), z = y mu / sqrt(s2).
 
@@ -134,7 +134,7 @@ def _step_tilted(y, mu, s2, th):
     return lz, alpha, d2, deps
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def _no_log_lik(y, f, th):
     return math.nan, math.nan, math.nan, math.nan, math.nan, math.nan, math.nan
 
@@ -144,7 +144,7 @@ def _no_log_lik(y, f, th):
 # ---------------------------------------------------------------------------------
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def _logistic_tilted(y, mu, s2, th):
     """Tilted moments of sigma(y f) N(f; mu, s2) by the trapezoidal rule.
 
@@ -191,7 +191,7 @@ def _logistic_tilted(y, mu, s2, th):
     return lz, (mean - mu) / s2, (var - s2) / (s2 * s2), 0.0
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def _logistic_log_lik(y, f, th):
     p = sigmoid(f)
     q = sigmoid(-f)

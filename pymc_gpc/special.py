@@ -9,7 +9,7 @@ the role of ``util/logphi.m`` in GPML).
   ``log Phi(z) = -z^2/2 - log(-z) - log(2 pi)/2 + log(1 - 1/z^2 + 3/z^4 - ...)``
   below, where the series is exact to rounding (1/z^2 < 7.3e-4).
 * ``inv_mills(z) = N(z) / Phi(z)`` is computed without forming either tiny factor;
-  for z -> -inf it tends to -z (Abramowitz & Stegun 26.2.12).
+  below z = -5 by a continued fraction; for z -> -inf it tends to -z.
 """
 
 import math
@@ -21,39 +21,49 @@ _SQRT2 = math.sqrt(2.0)
 _ASYMPTOTIC_BELOW = -37.0
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def _mills_series(z):
     """1 - 1/z^2 + 3/z^4 - 15/z^6 + 105/z^8 - 945/z^10, the asymptotic factor of Phi."""
     w = 1.0 / (z * z)
     return 1.0 - w * (1.0 - w * (3.0 - w * (15.0 - w * (105.0 - w * 945.0))))
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def log_ndtr(z):
     """log Phi(z), accurate for every finite z."""
     if z >= _ASYMPTOTIC_BELOW:
-        if z > 6.0:
+        if z > 0.0:
             # Phi(z) = 1 - Phi(-z): log1p keeps the tiny complement.
             return math.log1p(-0.5 * math.erfc(z / _SQRT2))
         return math.log(0.5 * math.erfc(-z / _SQRT2))
     return -0.5 * z * z - math.log(-z) - 0.5 * LOG_2PI + math.log(_mills_series(z))
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def log_npdf(z):
     """log N(z; 0, 1)."""
     return -0.5 * z * z - 0.5 * LOG_2PI
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def inv_mills(z):
-    """N(z) / Phi(z), the derivative of log Phi(z); finite for every finite z."""
-    if z >= _ASYMPTOTIC_BELOW:
+    """N(z) / Phi(z), the derivative of log Phi(z); finite for every finite z.
+
+    For z < -5 Laplace's continued fraction
+    N(z)/Phi(z) = x + 1/(x + 2/(x + 3/(x + ...))), x = -z (A&S 26.2.14)
+    keeps full relative precision, which ``exp(log N - log Phi)`` would lose to the
+    cancellation of two numbers of size z^2/2.
+    """
+    if z >= -5.0:
         return math.exp(log_npdf(z) - log_ndtr(z))
-    return -z / _mills_series(z)
+    x = -z
+    t = x
+    for k in range(80, 0, -1):
+        t = x + k / t
+    return t
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def log_sigmoid(x):
     """log(1 / (1 + exp(-x))) without overflow."""
     if x >= 0.0:
@@ -61,7 +71,7 @@ def log_sigmoid(x):
     return x - math.log1p(math.exp(x))
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def sigmoid(x):
     """1 / (1 + exp(-x)) without overflow."""
     if x >= 0.0:
@@ -70,7 +80,7 @@ def sigmoid(x):
     return e / (1.0 + e)
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def log_add_exp(a, b):
     """log(exp(a) + exp(b)), with -inf allowed in either argument."""
     if a == -math.inf:
