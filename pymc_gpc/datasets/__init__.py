@@ -1,0 +1,87 @@
+"""Bundled benchmark data sets (from R's MASS package, Venables & Ripley 2002).
+
+* Pima Indians diabetes, Ripley's split: ``Pima.tr`` (200 training) and ``Pima.te``
+  (332 test); 7 inputs, label ``type`` (Yes = +1). Used by Barber & Williams (1997),
+  Kim & Ghahramani (2003) and Csato et al. (2000).
+* Leptograpsus crabs: sex from the five measurements FL, RW, CL, CW, BD; 200 crabs.
+  The split of Barber & Williams: 80 training crabs, the first 20 of each
+  (species, sex) group in file order, so 40 per sex; the other 120 for testing.
+
+Inputs are standardised with the training set's mean and standard deviation.
+"""
+
+from dataclasses import dataclass
+from importlib import resources
+
+import numpy as np
+
+PIMA_FEATURES = ("npreg", "glu", "bp", "skin", "bmi", "ped", "age")
+CRABS_FEATURES = ("FL", "RW", "CL", "CW", "BD")
+
+
+@dataclass
+class Split:
+    """A train/test split with labels in {-1, +1}."""
+
+    name: str
+    X_train: np.ndarray
+    y_train: np.ndarray
+    X_test: np.ndarray
+    y_test: np.ndarray
+    feature_names: tuple
+
+
+def _read_csv(filename):
+    """Read a bundled CSV into (header, list of rows as strings)."""
+    text = resources.files(__package__).joinpath("data", filename).read_text()
+    lines = [line.split(",") for line in text.strip().splitlines()]
+    return lines[0], lines[1:]
+
+
+def _columns(header, rows, names):
+    idx = [header.index(n) for n in names]
+    return np.array([[float(r[i]) for i in idx] for r in rows])
+
+
+def _standardise(X_train, X_test):
+    mean, sd = X_train.mean(axis=0), X_train.std(axis=0)
+    return (X_train - mean) / sd, (X_test - mean) / sd
+
+
+def load_pima(standardise=True):
+    """Ripley's Pima split: 200 training and 332 test women, y = +1 for diabetes."""
+    parts = []
+    for fname in ("pima_tr.csv", "pima_te.csv"):
+        header, rows = _read_csv(fname)
+        X = _columns(header, rows, PIMA_FEATURES)
+        y = np.array([1.0 if r[header.index("type")] == "Yes" else -1.0 for r in rows])
+        parts.append((X, y))
+    (Xtr, ytr), (Xte, yte) = parts
+    if standardise:
+        Xtr, Xte = _standardise(Xtr, Xte)
+    return Split("pima", Xtr, ytr, Xte, yte, PIMA_FEATURES)
+
+
+def load_crabs(standardise=True):
+    """Crabs sex classification (y = +1 for male), 80 training / 120 test."""
+    header, rows = _read_csv("crabs.csv")
+    X = _columns(header, rows, CRABS_FEATURES)
+    y = np.array([1.0 if r[header.index("sex")] == "M" else -1.0 for r in rows])
+    groups = [(r[header.index("sp")], r[header.index("sex")]) for r in rows]
+    seen = {}
+    train = np.zeros(len(rows), dtype=bool)
+    for i, g in enumerate(groups):
+        seen[g] = seen.get(g, 0) + 1
+        train[i] = seen[g] <= 20
+    Xtr, Xte = X[train], X[~train]
+    if standardise:
+        Xtr, Xte = _standardise(Xtr, Xte)
+    return Split("crabs", Xtr, y[train], Xte, y[~train], CRABS_FEATURES)
+
+
+def load(name, standardise=True):
+    """Load a bundled data set by name: "pima" or "crabs"."""
+    loaders = {"pima": load_pima, "crabs": load_crabs}
+    if name not in loaders:
+        raise ValueError(f"unknown data set {name!r}; bundled: {sorted(loaders)}")
+    return loaders[name](standardise=standardise)

@@ -1,0 +1,116 @@
+"""EP schedules, warm starts, reproducibility and diagnostics."""
+
+import numpy as np
+import pytest
+
+from pymc_gpc import EPState, LaplaceState, ep, laplace
+
+from .conftest import LIKELIHOOD_CASES, ard_kernel, lik_id, random_problem
+
+
+@pytest.mark.parametrize("lik", LIKELIHOOD_CASES, ids=lik_id)
+def test_sequential_and_parallel_agree(lik):
+    rng = np.random.default_rng(3)
+    X, y = random_problem(rng, 40, d=3)
+    K, _ = ard_kernel(X, np.log([1.0, 2.0, 0.7]), np.log(3.0))
+    a = ep(K, y, lik, method="parallel", tol=1e-11)
+    b = ep(K, y, lik, method="sequential", tol=1e-11)
+    assert a.converged and b.converged
+    assert a.log_z == pytest.approx(b.log_z, abs=1e-6)
+    np.testing.assert_allclose(a.mean, b.mean, atol=1e-6)
+    np.testing.assert_allclose(a.var, b.var, atol=1e-6)
+    np.testing.assert_allclose(a.dlog_z_dK, b.dlog_z_dK, atol=1e-6)
+
+
+@pytest.mark.parametrize("method", ["parallel", "sequential"])
+def test_warm_start_converges_to_the_same_point_in_fewer_sweeps(method):
+    lik = LIKELIHOOD_CASES[0]
+    rng = np.random.default_rng(4)
+    X, y = random_problem(rng, 60, d=2)
+    K1, _ = ard_kernel(X, np.log([1.0, 1.0]), np.log(2.0))
+    K2, _ = ard_kernel(X, np.log([1.02, 0.99]), np.log(2.05))
+    first = ep(K1, y, lik, method=method)
+    cold = ep(K2, y, lik, method=method)
+    state = first.state.copy()
+    warm = ep(K2, y, lik, method=method, state=state)
+    assert warm.log_z == pytest.approx(cold.log_z, abs=1e-8)
+    assert warm.n_iter < cold.n_iter
+    np.testing.assert_array_equal(state.tau, first.state.tau)  # input state untouched
+
+
+def test_laplace_warm_start():
+    lik = LIKELIHOOD_CASES[4]
+    rng = np.random.default_rng(4)
+    X, y = random_problem(rng, 60, d=2)
+    K1, _ = ard_kernel(X, np.log([1.0, 1.0]), np.log(2.0))
+    K2, _ = ard_kernel(X, np.log([1.02, 0.99]), np.log(2.05))
+    cold = laplace(K2, y, lik)
+    warm = laplace(K2, y, lik, state=laplace(K1, y, lik).state)
+    assert warm.log_z == pytest.approx(cold.log_z, abs=1e-9)
+    assert warm.n_iter < cold.n_iter
+
+
+def test_results_are_reproducible():
+    lik = LIKELIHOOD_CASES[1]
+    rng = np.random.default_rng(5)
+    X, y = random_problem(rng, 30)
+    K, _ = ard_kernel(X, np.log([1.0, 1.0]), np.log(2.0))
+    a, b = ep(K, y, lik), ep(K, y, lik)
+    assert a.log_z == b.log_z
+    np.testing.assert_array_equal(a.dlog_z_dK, b.dlog_z_dK)
+
+
+def test_sweep_limit_reports_non_convergence():
+    lik = LIKELIHOOD_CASES[0]
+    rng = np.random.default_rng(6)
+    X, y = random_problem(rng, 30)
+    K, _ = ard_kernel(X, np.log([0.5, 0.5]), np.log(20.0))
+    res = ep(K, y, lik, max_sweeps=2)
+    assert not res.converged and res.n_iter == 2 and res.max_change > 1e-9
+    assert np.isfinite(res.log_z)
+
+
+def test_bad_state_and_options_are_rejected():
+    lik = LIKELIHOOD_CASES[0]
+    K = np.eye(3)
+    y = np.array([1.0, -1.0, 1.0])
+    with pytest.raises(ValueError, match="3"):
+        ep(K, y, lik, state=EPState(np.zeros(2), np.zeros(2)))
+    with pytest.raises(ValueError, match="weights"):
+        laplace(K, y, lik, state=LaplaceState(np.zeros(4)))
+    with pytest.raises(ValueError, match="method"):
+        ep(K, y, lik, method="fast")
+    with pytest.raises(ValueError, match="damping"):
+        ep(K, y, lik, damping=0.0)
+
+
+def test_loo_predictive_matches_cavity_definition():
+    """EP's LOO log p(y_i | y_-i) equals log Z_i at the cavity (Opper & Winther)."""
+    from scipy import stats
+
+    lik = LIKELIHOOD_CASES[0]
+    rng = np.random.default_rng(8)
+    X, y = random_problem(rng, 25)
+    K, _ = ard_kernel(X, np.log([1.0, 1.0]), np.log(2.0))
+    res = ep(K, y, lik)
+    tau_c = 1.0 / res.var - res.state.tau
+    mu_c = (res.mean / res.var - res.state.nu) / tau_c
+    want = stats.norm.logcdf(y * mu_c / np.sqrt(1.0 + 1.0 / tau_c))
+    np.testing.assert_allclose(res.loo_log_p, want, rtol=1e-10)
+
+
+def test_predictions_match_dense_formula():
+    lik = LIKELIHOOD_CASES[0]
+    rng = np.random.default_rng(9)
+    X, y = random_problem(rng, 30)
+    Xs = rng.normal(size=(7, 2))
+    K_all, _ = ard_kernel(np.vstack([X, Xs]), np.log([1.0, 1.0]), np.log(2.0), jitter=0.0)
+    K = K_all[:30, :30] + 1e-8 * np.eye(30)
+    Ks, kss = K_all[:30, 30:], np.diag(K_all[30:, 30:])
+    for res in (ep(K, y, lik), __import__("pymc_gpc").laplace(K, y, lik)):
+        W = np.diag(res.posterior.w)
+        mean, var = res.predict_latent(Ks, kss)
+        # dense: mean = Ks^T a, var = kss - Ks^T (K + W^-1)^-1 Ks, with W^-1 via W(I + K W)^-1
+        M = np.linalg.solve(np.eye(30) + W @ K, W)
+        np.testing.assert_allclose(mean, Ks.T @ res.a, rtol=1e-10)
+        np.testing.assert_allclose(var, kss - np.einsum("ij,ij->j", Ks, M @ Ks), rtol=1e-7, atol=1e-10)
