@@ -150,7 +150,7 @@ def ep(
     state=None,
     method="parallel",
     damping=1.0,
-    tol=1e-9,
+    tol=1e-8,
     max_sweeps=300,
     with_grad=True,
 ):

@@ -1,0 +1,168 @@
+"""Engine benchmark: log Z + gradient time against the dense linear-algebra floor.
+
+For n = 200 ... 4000 (synthetic 5-d data, probit, ARD squared-exponential kernel):
+  * floor: one Cholesky factorisation plus one inverse from it (LAPACK dpotrf + dpotri);
+  * EP and Laplace, cold (from zero) and warm-started from the solution at hyperparameters
+    2 % away (a NUTS leapfrog step is of that order), value and gradient together;
+and, on Pima at a fixed kernel, the same evidence + gradient by scikit-learn (Laplace)
+and GPy (EP), when they are installed.
+
+Run:  OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/engine.py [--quick]
+Writes benchmarks/results/engine.md. Timings are medians over repeats.
+"""
+
+import os
+
+for _v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_v, "1")
+
+import argparse
+import pathlib
+import time
+import warnings
+
+import numpy as np
+from scipy.linalg import lapack
+
+from pymc_gpc import ep, laplace
+from pymc_gpc import likelihoods as L
+from pymc_gpc.datasets import load_pima
+
+OUT = pathlib.Path(__file__).parent / "results" / "engine.md"
+
+
+def median_time(fn, repeats):
+    times, result = [], None
+    for _ in range(repeats):
+        t = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - t)
+    return float(np.median(times)), result
+
+
+def synthetic(n, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 5))
+    y = np.where(X[:, 0] + X[:, 1] ** 2 - 1.0 + 0.5 * rng.normal(size=n) > 0, 1.0, -1.0)
+    return X, y
+
+
+def rbf(X, ls, amp, Z=None):
+    Z = X if Z is None else Z
+    D = (((X[:, None, :] - Z[None, :, :]) / ls) ** 2).sum(-1)
+    return amp * np.exp(-0.5 * D)
+
+
+def floor(K):
+    c, _ = lapack.dpotrf(K, lower=1)
+    inv, _ = lapack.dpotri(c, lower=1)
+    return inv
+
+
+def scaling_rows(sizes):
+    lik = L.Probit()
+    rows = []
+    for n in sizes:
+        X, y = synthetic(n)
+        ls = np.full(5, 1.5)
+        K1 = rbf(X, ls, 2.0) + 1e-8 * np.eye(n)
+        K2 = rbf(X, ls * 1.02, 2.0 * 1.02) + 1e-8 * np.eye(n)
+        reps = 5 if n <= 500 else (3 if n <= 1000 else 1)
+        t_floor, _ = median_time(lambda: floor(K1), max(reps, 3))
+        base_ep = ep(K1, y, lik)
+        base_la = laplace(K1, y, lik)
+        t_ep_cold, r_ep_cold = median_time(lambda: ep(K2, y, lik), reps)
+        t_ep_warm, r_ep_warm = median_time(lambda: ep(K2, y, lik, state=base_ep.state), reps)
+        t_la_cold, r_la_cold = median_time(lambda: laplace(K2, y, lik), reps)
+        t_la_warm, r_la_warm = median_time(lambda: laplace(K2, y, lik, state=base_la.state), reps)
+        rows.append(
+            (n, t_floor, t_ep_cold, r_ep_cold.n_iter, t_ep_warm, r_ep_warm.n_iter,
+             t_la_cold, r_la_cold.n_iter, t_la_warm, r_la_warm.n_iter)
+        )
+        print(f"n={n}: floor {t_floor*1e3:.1f} ms, EP warm {t_ep_warm*1e3:.1f} ms "
+              f"({t_ep_warm/t_floor:.1f}x), Laplace warm {t_la_warm*1e3:.1f} ms", flush=True)
+    return rows
+
+
+def pima_rows(repeats=7):
+    """Evidence + gradient at one fixed kernel on Pima, this package and its peers."""
+    d = load_pima()
+    X, y = d.X_train, d.y_train
+    ls = np.array([1.5, 2.0, 3.0, 2.5, 1.8, 2.2, 1.7])
+    amp = 2.0
+    K = rbf(X, ls, amp)
+    rows = []
+    t, r = median_time(lambda: ep(K, y, L.Probit()), repeats)
+    rows.append(("pymc-gpc EP (probit), cold", t, r.log_z))
+    t, r = median_time(lambda: laplace(K, y, L.Logistic()), repeats)
+    rows.append(("pymc-gpc Laplace (logistic), cold", t, r.log_z))
+    try:
+        from sklearn.gaussian_process import GaussianProcessClassifier
+        from sklearn.gaussian_process.kernels import RBF, ConstantKernel
+
+        gpc = GaussianProcessClassifier(
+            kernel=ConstantKernel(amp, "fixed") * RBF(ls, "fixed"), optimizer=None
+        ).fit(X, (y > 0).astype(int))
+        kern = ConstantKernel(amp) * RBF(ls)
+        est = gpc.base_estimator_
+        est.kernel_ = kern
+        t, v = median_time(lambda: est.log_marginal_likelihood(kern.theta, eval_gradient=True), repeats)
+        rows.append(("scikit-learn Laplace (logistic)", t, float(v[0])))
+    except ImportError:
+        pass
+    try:
+        import GPy
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+
+            def gpy_ep():
+                m = GPy.core.GP(
+                    X, (y[:, None] > 0).astype(float),
+                    kernel=GPy.kern.RBF(7, variance=amp, lengthscale=ls, ARD=True),
+                    likelihood=GPy.likelihoods.Bernoulli(),
+                    inference_method=GPy.inference.latent_function_inference.EP(ep_mode="nested"),
+                )
+                return float(m.log_likelihood()), m.gradient
+
+            t, v = median_time(gpy_ep, repeats)
+        rows.append(("GPy EP (probit, nested)", t, v[0]))
+    except ImportError:
+        pass
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="n = 200, 500, 1000 only")
+    args = ap.parse_args()
+    sizes = [200, 500, 1000] if args.quick else [200, 500, 1000, 2000, 4000]
+    rows = scaling_rows(sizes)
+    lines = [
+        "## Evidence + gradient time (probit; ms; sweeps or Newton iterations in brackets)",
+        "",
+        "| n | Cholesky + inverse | EP cold | EP warm | EP warm / floor | Laplace cold | Laplace warm | Laplace warm / floor |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for n, tf, tec, nec, tew, new, tlc, nlc, tlw, nlw in rows:
+        lines.append(
+            f"| {n} | {tf*1e3:.1f} | {tec*1e3:.1f} ({nec}) | {tew*1e3:.1f} ({new}) | {tew/tf:.1f}x "
+            f"| {tlc*1e3:.1f} ({nlc}) | {tlw*1e3:.1f} ({nlw}) | {tlw/tf:.1f}x |"
+        )
+    lines += [
+        "",
+        "## Pima (200 x 7), one fixed ARD kernel: evidence + gradient",
+        "",
+        "| method | time (ms) | log evidence |",
+        "|---|---|---|",
+    ]
+    for name, t, v in pima_rows():
+        lines.append(f"| {name} | {t*1e3:.1f} | {v:.3f} |")
+    text = "\n".join(lines) + "\n"
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    OUT.write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
