@@ -274,7 +274,24 @@ class Likelihood:
             cls._maps = _make_maps(*cls._kernels)
 
     def __init__(self, *values):
-        self._params = self.check_params(np.asarray(values, dtype=float))
+        self._values = values
+        if any(_is_symbolic(v) for v in values):
+            self._params = None  # random variables: values arrive at evaluation time
+        else:
+            self._params = self.check_params(np.asarray(values, dtype=float))
+
+    @property
+    def is_symbolic(self):
+        """Whether a parameter is a PyTensor variable (e.g. a PyMC random variable)."""
+        return self._params is None
+
+    def params_tensor(self):
+        """The parameters as a PyTensor vector (of length ``n_params``)."""
+        import pytensor.tensor as pt
+
+        if not self._values:
+            return pt.zeros((0,), dtype="float64")
+        return pt.stack([pt.as_tensor_variable(v).astype("float64") for v in self._values])
 
     @property
     def n_params(self):
@@ -283,6 +300,8 @@ class Likelihood:
     @property
     def params(self):
         """The likelihood's fixed parameter values (length ``n_params``)."""
+        if self._params is None:
+            raise ValueError(f"{type(self).__name__} has symbolic parameters; their values are not fixed")
         return self._params.copy()
 
     def check_params(self, params):
@@ -298,7 +317,9 @@ class Likelihood:
         return params
 
     def _th(self, params):
-        return self._params if params is None else np.asarray(params, dtype=float).reshape(-1)
+        if params is None:
+            return self.params
+        return np.asarray(params, dtype=float).reshape(-1)
 
     def tilted(self, y, mu, s2, params=None):
         """EP tilted moments at cavities N(mu, s2); see the module docstring."""
@@ -319,8 +340,17 @@ class Likelihood:
         return np.exp(self.tilted(np.ones_like(mu), mu, s2, params).log_z)
 
     def __repr__(self):
-        args = ", ".join(f"{k}={v:g}" for k, v in zip(self.param_names, self._params))
+        vals = self._values if self._params is None else [f"{v:g}" for v in self._params]
+        args = ", ".join(f"{k}={v}" for k, v in zip(self.param_names, vals))
         return f"{type(self).__name__}({args})"
+
+
+def _is_symbolic(value):
+    try:
+        from pytensor.graph.basic import Variable
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(value, Variable)
 
 
 def laplace_unsupported_message(lik):

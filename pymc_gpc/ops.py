@@ -1,0 +1,264 @@
+r"""PyTensor Ops: the approximate marginal likelihood and the latent predictive.
+
+``ApproxMarginalOp`` maps (K, theta, y) to
+
+* ``log_z``: log q(y | K, theta) by EP or Laplace,
+* ``dlog_z_dK`` (n, n) and ``dlog_z_dtheta`` (p,): its gradient, computed in the same
+  pass (the solver's fixed point gives both),
+* ``loo`` (n,): EP's leave-one-out log predictive log q(y_i | y_{-i}) (Laplace: the
+  same quantity from its Gaussian, for ``az.loo``),
+* ``n_iter`` and ``status`` diagnostics (0 converged, 1 not converged, 2 failed).
+
+``pullback`` returns cotangent * gradient, so PyTensor's autodiff carries d/dK into
+the hyperparameters of any ``pm.gp.cov`` kernel that built K (one reverse sweep).
+
+Failures never reach the sampler as an exception or a NaN: after a non-converged EP
+run the Op retries damped and sequential; if that fails too, or K is not positive
+definite, it returns log_z = -inf with a zero gradient, so NUTS rejects the point.
+
+Warm starts: the last solution is kept per thread (``threading.local``), so
+process-based chains and nutpie's threads never share state; state does not change
+the fixed point, only how fast it is reached.
+"""
+
+import threading
+import warnings
+
+import numpy as np
+import pytensor.tensor as pt
+from pytensor.gradient import DisconnectedType, disconnected_type, grad_not_implemented
+from pytensor.graph.basic import Apply
+from pytensor.graph.op import Op
+
+from .ep import ep
+from .laplace import laplace
+from .posterior import NotPositiveDefiniteError
+
+STATUS_CONVERGED, STATUS_NOT_CONVERGED, STATUS_FAILED = 0, 1, 2
+
+
+class ApproximationFailedWarning(RuntimeWarning):
+    """EP or Newton did not converge, or K was not positive definite, at some point."""
+
+
+def _solve(approximation, K, y, lik, params, state, options):
+    if approximation == "ep":
+        return ep(K, y, lik, params, state=state, **options)
+    return laplace(K, y, lik, params, state=state, **options)
+
+
+def _retry_options(approximation, options):
+    """The fallback schedule after a non-converged run: damped, then sequential."""
+    if approximation != "ep":
+        return [dict(options, max_iter=4 * options.get("max_iter", 100))]
+    return [
+        dict(options, damping=0.5, max_sweeps=2 * options.get("max_sweeps", 300)),
+        dict(options, method="sequential", damping=0.7, max_sweeps=2 * options.get("max_sweeps", 300)),
+    ]
+
+
+class ApproxMarginalOp(Op):
+    """log q(y | K, theta) with its gradient, for one approximation and likelihood type.
+
+    Parameters
+    ----------
+    approximation : "ep" or "laplace".
+    likelihood_type : a ``pymc_gpc.likelihoods.Likelihood`` subclass; its parameter
+        values are the second input, so they may be random variables.
+    options : tuple of (name, value) pairs passed to ``ep`` / ``laplace``.
+    """
+
+    __props__ = ("approximation", "likelihood_type", "options")
+
+    def __init__(self, approximation, likelihood_type, options=()):
+        if approximation not in ("ep", "laplace"):
+            raise ValueError(f"approximation must be 'ep' or 'laplace', got {approximation!r}")
+        self.approximation = approximation
+        self.likelihood_type = likelihood_type
+        self.options = tuple(options)
+        self._lik = likelihood_type()
+        self._local = threading.local()
+        self.n_failures = 0
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state.pop("_local", None)
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._local = threading.local()
+
+    def make_node(self, K, params, y):
+        K = pt.as_tensor_variable(K).astype("float64")
+        params = pt.as_tensor_variable(params).astype("float64")
+        y = pt.as_tensor_variable(y).astype("float64")
+        outputs = [
+            pt.dscalar(),  # log_z
+            pt.dmatrix(),  # dlog_z / dK
+            pt.dvector(),  # dlog_z / dtheta
+            pt.dvector(),  # loo
+            pt.lscalar(),  # n_iter
+            pt.lscalar(),  # status
+        ]
+        return Apply(self, [K, params, y], outputs)
+
+    def _warm_state(self, y):
+        cache = getattr(self._local, "state", None)
+        if cache is not None and cache[0] == y.shape[0]:
+            return cache[1]
+        return None
+
+    def perform(self, node, inputs, output_storage):
+        K, params, y = inputs
+        n = y.shape[0]
+        options = dict(self.options)
+        result, status = None, STATUS_FAILED
+        try:
+            if not (np.all(np.isfinite(K)) and np.all(np.isfinite(params))):
+                raise FloatingPointError("non-finite kernel matrix or likelihood parameter")
+            self._lik.check_params(params)
+            result = _solve(self.approximation, K, y, self._lik, params, self._warm_state(y), options)
+            for retry in _retry_options(self.approximation, options) if not result.converged else []:
+                result = _solve(self.approximation, K, y, self._lik, params, None, retry)
+                if result.converged:
+                    break
+            ok = np.isfinite(result.log_z) and np.all(np.isfinite(result.dlog_z_dK))
+            status = (STATUS_CONVERGED if result.converged else STATUS_NOT_CONVERGED) if ok else STATUS_FAILED
+        except (NotPositiveDefiniteError, FloatingPointError, ValueError, np.linalg.LinAlgError):
+            status = STATUS_FAILED
+        if status == STATUS_FAILED:
+            self.n_failures += 1
+            output_storage[0][0] = np.asarray(-np.inf)
+            output_storage[1][0] = np.zeros((n, n))
+            output_storage[2][0] = np.zeros(len(params))
+            output_storage[3][0] = np.full(n, -np.inf)
+            output_storage[4][0] = np.asarray(0, dtype="int64")
+            output_storage[5][0] = np.asarray(status, dtype="int64")
+            return
+        if status == STATUS_NOT_CONVERGED:
+            warnings.warn(
+                f"{self.approximation.upper()} did not converge (last change "
+                f"{result.max_change:.2e}); likelihood parameters {np.round(params, 6).tolist()}, "
+                f"kernel diagonal mean {np.mean(np.diag(K)):.3g}. The value is used; the "
+                "per-evaluation status is recorded.",
+                ApproximationFailedWarning,
+                stacklevel=2,
+            )
+        self._local.state = (n, result.state)
+        loo = result.loo_log_p
+        if loo is None:  # Laplace: log E_q[p(y_i | f_i)] under q's marginal, not LOO
+            loo = self._lik.tilted(y, result.mean, result.var, params).log_z
+        output_storage[0][0] = np.asarray(result.log_z)
+        output_storage[1][0] = result.dlog_z_dK
+        output_storage[2][0] = np.asarray(result.dlog_z_dparams, dtype=float).reshape(len(params))
+        output_storage[3][0] = np.asarray(loo, dtype=float)
+        output_storage[4][0] = np.asarray(result.n_iter, dtype="int64")
+        output_storage[5][0] = np.asarray(status, dtype="int64")
+
+    def connection_pattern(self, node):
+        # inputs K, params, y  x  outputs log_z, dK, dth, loo, n_iter, status
+        return [
+            [True, True, True, True, False, False],
+            [True, True, True, True, False, False],
+            [False] * 6,
+        ]
+
+    def pullback(self, inputs, outputs, cotangents):
+        K, params, y = inputs
+        g = cotangents[0]
+        for other in cotangents[1:4]:
+            if not isinstance(other.type, DisconnectedType):
+                return [
+                    grad_not_implemented(self, 0, K, "second derivatives of the evidence"),
+                    grad_not_implemented(self, 1, params, "second derivatives of the evidence"),
+                    disconnected_type(),
+                ]
+        if isinstance(g.type, DisconnectedType):
+            return [disconnected_type(), disconnected_type(), disconnected_type()]
+        return [g * outputs[1], g * outputs[2], disconnected_type()]
+
+
+class LatentPredictiveOp(Op):
+    """Mean and variance (or covariance) of f* under q, given (K, theta, y, K_cross, K_star).
+
+    Inputs: K (n, n), theta (p,), y (n,), K_cross (n, m), K_star (m, m) or its
+    diagonal (m,). Outputs: mean (m,) and the variance (m,) or covariance (m, m).
+    No gradient: used for prediction and ``pm.sample_posterior_predictive``.
+    """
+
+    __props__ = ("approximation", "likelihood_type", "options", "full_cov")
+
+    def __init__(self, approximation, likelihood_type, options=(), full_cov=False):
+        self.approximation = approximation
+        self.likelihood_type = likelihood_type
+        self.options = tuple(options)
+        self.full_cov = full_cov
+        self._lik = likelihood_type()
+
+    def make_node(self, K, params, y, K_cross, K_star):
+        ins = [pt.as_tensor_variable(v).astype("float64") for v in (K, params, y, K_cross, K_star)]
+        out_cov = pt.dmatrix() if self.full_cov else pt.dvector()
+        return Apply(self, ins, [pt.dvector(), out_cov])
+
+    def perform(self, node, inputs, output_storage):
+        K, params, y, K_cross, K_star = inputs
+        m = K_cross.shape[1]
+        try:
+            res = _solve(self.approximation, K, y, self._lik, params, None, dict(self.options, with_grad=False))
+            mean = K_cross.T @ res.a
+            if self.full_cov:
+                V = res.posterior.R() @ K_cross
+                cov = K_star - K_cross.T @ V
+                output_storage[1][0] = 0.5 * (cov + cov.T)
+            else:
+                _, var = res.predict_latent(K_cross, K_star)
+                output_storage[1][0] = var
+            output_storage[0][0] = mean
+        except (NotPositiveDefiniteError, ValueError, np.linalg.LinAlgError):
+            output_storage[0][0] = np.full(m, np.nan)
+            output_storage[1][0] = np.full((m, m) if self.full_cov else m, np.nan)
+
+    def pullback(self, inputs, outputs, cotangents):
+        return [grad_not_implemented(self, i, v, "prediction has no gradient") for i, v in enumerate(inputs)]
+
+
+def _register_numba():
+    """Run the Ops' Python ``perform`` from numba-compiled graphs, without a warning.
+
+    The heavy lifting is LAPACK and ``nogil`` numba kernels already, so the object-mode
+    call costs microseconds; registering it explicitly replaces PyTensor's fallback,
+    which warns at every compilation.
+    """
+    try:
+        import numba
+        from pytensor.link.numba.dispatch.basic import (
+            get_numba_type,
+            numba_njit,
+            register_funcify_and_cache_key,
+        )
+    except ImportError:  # pragma: no cover - numba backend unavailable
+        return
+
+    def funcify(op, node, **kwargs):
+        n_out = len(node.outputs)
+        ret_sig = numba.types.Tuple([get_numba_type(o.type) for o in node.outputs])
+
+        def py_perform(inputs):
+            storage = [[None] for _ in range(n_out)]
+            op.perform(node, inputs, storage)
+            return tuple(s[0] for s in storage)
+
+        @numba_njit
+        def perform(*inputs):
+            with numba.objmode(ret=ret_sig):
+                ret = py_perform(inputs)
+            return ret
+
+        return perform, None  # None: not cacheable across processes (calls Python)
+
+    for op_type in (ApproxMarginalOp, LatentPredictiveOp):
+        register_funcify_and_cache_key(op_type)(funcify)
+
+
+_register_numba()
