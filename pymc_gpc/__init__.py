@@ -6,8 +6,18 @@ giving an approximate marginal likelihood with an exact gradient.
 
 from . import likelihoods
 from .ep import EPState, ep
+from .gp import MarginalEP, MarginalLaplace
 from .laplace import LaplaceState, laplace
 from .result import ApproximationResult
 
-__all__ = ["likelihoods", "ep", "laplace", "EPState", "LaplaceState", "ApproximationResult"]
+__all__ = [
+    "likelihoods",
+    "MarginalEP",
+    "MarginalLaplace",
+    "ep",
+    "laplace",
+    "EPState",
+    "LaplaceState",
+    "ApproximationResult",
+]
 __version__ = "0.1.0"

@@ -6,9 +6,12 @@ import numpy as np
 def as_signed_labels(y, name="y"):
     """Return binary labels as a float array of -1.0 / +1.0.
 
-    Accepts {-1, +1}, {0, 1} and booleans (False -> -1). Raises ValueError for
-    anything else: NaN/inf, one class only, more than two values, wrong shape.
+    Accepts {-1, +1}, {0, 1}, booleans (False -> -1) and two distinct strings (the
+    later in sorted order is +1). Raises ValueError for anything else: NaN/inf, one
+    class only, more than two values, wrong shape.
     """
+    if hasattr(y, "to_numpy"):  # pandas
+        y = y.to_numpy()
     arr = np.asarray(y)
     if arr.ndim != 1:
         arr = np.squeeze(arr)
@@ -17,12 +20,17 @@ def as_signed_labels(y, name="y"):
     if arr.size == 0:
         raise ValueError(f"{name} is empty")
     if arr.dtype == bool:
+        if arr.all() or not arr.any():
+            raise ValueError(f"{name} holds only one class; a classifier needs two")
         return np.where(arr, 1.0, -1.0)
     if not np.issubdtype(arr.dtype, np.number):
-        raise ValueError(
-            f"{name} must be numeric labels in {{-1, +1}}, {{0, 1}} or booleans, "
-            f"got dtype {arr.dtype}"
-        )
+        # two distinct non-numeric labels (e.g. "No"/"Yes"): sorted, the second is +1
+        values = np.unique(arr.astype(str))
+        if len(values) != 2:
+            raise ValueError(
+                f"{name} must hold exactly two classes; found {len(values)}: {values[:10].tolist()}"
+            )
+        return np.where(arr.astype(str) == values[1], 1.0, -1.0)
     arr = arr.astype(float)
     if not np.all(np.isfinite(arr)):
         raise ValueError(f"{name} contains NaN or inf at positions {np.flatnonzero(~np.isfinite(arr))[:10].tolist()}")
@@ -52,3 +60,24 @@ def check_kernel_matrix(K, n, name="K"):
     if np.max(np.abs(K - K.T)) > 1e-10 * scale:
         raise ValueError(f"{name} is not symmetric (max |K - K^T| = {np.max(np.abs(K - K.T)):.3g})")
     return K
+
+
+def check_inputs(X, name="X"):
+    """Return inputs as a finite 2-D float array; a 1-D X is one input dimension."""
+    if hasattr(X, "to_numpy"):  # pandas
+        X = X.to_numpy()
+    try:
+        arr = np.asarray(X, dtype=float)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{name} must be numeric: {err}") from None
+    if arr.ndim == 1:
+        arr = arr[:, None]
+    if arr.ndim != 2:
+        raise ValueError(f"{name} must be 2-D (n, d) or 1-D, got shape {arr.shape}")
+    if arr.shape[0] == 0:
+        raise ValueError(f"{name} is empty")
+    bad = ~np.isfinite(arr)
+    if bad.any():
+        rows = np.flatnonzero(bad.any(axis=1))[:10].tolist()
+        raise ValueError(f"{name} contains NaN or inf (rows {rows})")
+    return arr
