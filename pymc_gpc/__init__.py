@@ -7,6 +7,8 @@ giving an approximate marginal likelihood with an exact gradient.
 from . import likelihoods
 from .ep import EPState, ep
 from .gp import MarginalEP, MarginalLaplace
+from .idata import add_log_likelihood, sample
+from .models import ard_classifier
 from .laplace import LaplaceState, laplace
 from .result import ApproximationResult
 
@@ -14,6 +16,9 @@ __all__ = [
     "likelihoods",
     "MarginalEP",
     "MarginalLaplace",
+    "ard_classifier",
+    "sample",
+    "add_log_likelihood",
     "ep",
     "laplace",
     "EPState",

@@ -21,7 +21,7 @@ Two schedules:
 
 ``parallel``: all sites from the same posterior, then the posterior is recomputed.
   One sweep costs one Cholesky and one triangular inverse (2n^3/3 flops, see
-  ``posterior.py``); damping is reduced automatically when the site change grows.
+  ``posterior.py``); the iteration is Anderson-accelerated (``_Anderson``).
 ``sequential``: sites one at a time with rank-one updates of Sigma (R&W Alg. 3.5),
   compiled with numba; Sigma is recomputed from scratch after every sweep.
 
@@ -43,7 +43,9 @@ from numba import njit
 from .posterior import NotPositiveDefiniteError, latent_posterior
 from .result import ApproximationResult
 
-_MIN_CAVITY_PRECISION = 1e-300
+# Cavity precision floor, relative to the posterior precision 1/Sigma_ii: the exact
+# cavity precision is positive, rounding can make it vanish when a site dominates.
+_MIN_CAVITY_FRACTION = 1e-10
 
 
 @dataclass
@@ -81,7 +83,7 @@ def _cavities(post, tau, nu):
     var = post.var_diag()
     b = post.weights(nu)
     mean = post.K @ b
-    tau_c = np.maximum(1.0 / var - tau, _MIN_CAVITY_PRECISION)
+    tau_c = np.maximum(1.0 / var - tau, _MIN_CAVITY_FRACTION / var)
     nu_c = mean / var - nu
     return var, mean, b, tau_c, nu_c
 
@@ -111,8 +113,8 @@ def _sequential_sweep_for(tilted_kernel):
         n = y.shape[0]
         change = 0.0
         for i in range(n):
-            s_ii = Sigma[i, i]
-            tau_c = max(1.0 / s_ii - tau[i], _MIN_CAVITY_PRECISION)
+            s_ii = max(Sigma[i, i], 1e-300)
+            tau_c = max(1.0 / s_ii - tau[i], _MIN_CAVITY_FRACTION / s_ii)
             nu_c = mu[i] / s_ii - nu[i]
             _, alpha, gamma, _ = tilted_kernel(y[i], nu_c / tau_c, 1.0 / tau_c, th)
             denom = 1.0 + gamma / tau_c
@@ -223,27 +225,76 @@ def _proper_posterior(K, tau_old, nu_old, tau_new, nu_new):
     return latent_posterior(K, tau_new), tau_new, nu_new
 
 
-def _parallel(K, y, likelihood, th, post, tau, nu, damping, tol, max_sweeps):
-    """Parallel EP sweeps with adaptive damping; returns the final posterior and sites."""
-    change, previous = np.inf, np.inf
-    max_damping = damping
+class _Anderson:
+    """Anderson acceleration (type II) of a fixed-point iteration x <- G(x).
+
+    Keeps the last ``memory`` differences of the map values g = G(x) and of the
+    scaled residuals f = W (g - x); the next iterate g - dG gamma uses the
+    least-squares gamma = argmin ||f - dF gamma|| (Walker & Ni 2011, eq. 1.3).
+    """
+
+    def __init__(self, memory):
+        self.memory = memory
+        self.reset()
+
+    def reset(self):
+        self.dF, self.dG, self.f, self.g = [], [], None, None
+
+    def step(self, g, f):
+        if self.memory == 0:
+            return g
+        if self.f is not None:
+            self.dF.append(f - self.f)
+            self.dG.append(g - self.g)
+            if len(self.dF) > self.memory:
+                self.dF.pop(0)
+                self.dG.pop(0)
+        self.f, self.g = f, g
+        if not self.dF:
+            return g
+        gamma = np.linalg.lstsq(np.column_stack(self.dF), f, rcond=None)[0]
+        return g - np.column_stack(self.dG) @ gamma
+
+
+def _parallel(K, y, likelihood, th, post, tau, nu, damping, tol, max_sweeps, memory=5):
+    """Parallel EP sweeps, Anderson-accelerated; returns the final posterior and sites.
+
+    The EP map alone converges linearly, at rates near 1 for large kernel amplitudes
+    (90 sweeps on Crabs at v0 = 220); Anderson acceleration cuts that about fourfold
+    and does not move the fixed point. An extrapolated iterate that makes
+    K^{-1} + S indefinite, or introduces negative sites the plain map does not have,
+    or follows a 1000-fold growth of the residual, restarts the acceleration.
+    """
+    n = tau.shape[0]
+    aa = _Anderson(memory)
+    change, best = np.inf, np.inf
     sweeps = 0
     while sweeps < max_sweeps:
         var, _, _, tau_c, nu_c = _cavities(post, tau, nu)
         tilted = likelihood.tilted(y, nu_c / tau_c, 1.0 / tau_c, th)
-        tau_new, nu_new = _site_update(tilted, tau_c, nu_c)
-        tau_new = damping * tau_new + (1.0 - damping) * tau
-        nu_new = damping * nu_new + (1.0 - damping) * nu
-        change = _site_change(tau, nu, tau_new, nu_new, var)
+        tau_g, nu_g = _site_update(tilted, tau_c, nu_c)
+        tau_g = damping * tau_g + (1.0 - damping) * tau
+        nu_g = damping * nu_g + (1.0 - damping) * nu
+        change = _site_change(tau, nu, tau_g, nu_g, var)
         sweeps += 1
-        if change > previous:
-            damping = max(0.7 * damping, 0.05)  # oscillating: slow down
-        else:
-            damping = min(damping / 0.9, max_damping)  # recover speed
-        previous = change
-        post, tau, nu = _proper_posterior(K, tau, nu, tau_new, nu_new)
-        if change < tol:
+        if change < tol or not np.isfinite(change):
+            post, tau, nu = _proper_posterior(K, tau, nu, tau_g, nu_g)
             break
+        if change > 1e3 * best:
+            aa.reset()
+        best = min(best, change)
+        scale = np.concatenate([var, np.sqrt(var)])
+        g = np.concatenate([tau_g, nu_g])
+        x_next = aa.step(g, scale * (g - np.concatenate([tau, nu])))
+        tau_x, nu_x = x_next[:n], x_next[n:]
+        if np.min(tau_x) < 0.0 <= np.min(tau_g):
+            aa.reset()
+            tau_x, nu_x = tau_g, nu_g
+        try:
+            post, tau, nu = latent_posterior(K, tau_x), tau_x, nu_x
+        except NotPositiveDefiniteError:
+            aa.reset()
+            post, tau, nu = _proper_posterior(K, tau, nu, tau_g, nu_g)
     return post, tau, nu, sweeps, change
 
 

@@ -5,8 +5,9 @@ r"""PyTensor Ops: the approximate marginal likelihood and the latent predictive.
 * ``log_z``: log q(y | K, theta) by EP or Laplace,
 * ``dlog_z_dK`` (n, n) and ``dlog_z_dtheta`` (p,): its gradient, computed in the same
   pass (the solver's fixed point gives both),
-* ``loo`` (n,): EP's leave-one-out log predictive log q(y_i | y_{-i}) (Laplace: the
-  same quantity from its Gaussian, for ``az.loo``),
+* ``loo`` (n,): the leave-one-out log predictive log q(y_i | y_{-i}, theta) from the
+  cavity of EP or of Laplace's Gaussian, the pointwise term of PSIS-LOO for a
+  non-factorising likelihood (Buerkner, Gabry & Vehtari 2021),
 * ``n_iter`` and ``status`` diagnostics (0 converged, 1 not converged, 2 failed).
 
 ``pullback`` returns cotangent * gradient, so PyTensor's autodiff carries d/dK into
@@ -147,8 +148,6 @@ class ApproxMarginalOp(Op):
             )
         self._local.state = (n, result.state)
         loo = result.loo_log_p
-        if loo is None:  # Laplace: log E_q[p(y_i | f_i)] under q's marginal, not LOO
-            loo = self._lik.tilted(y, result.mean, result.var, params).log_z
         output_storage[0][0] = np.asarray(result.log_z)
         output_storage[1][0] = result.dlog_z_dK
         output_storage[2][0] = np.asarray(result.dlog_z_dparams, dtype=float).reshape(len(params))

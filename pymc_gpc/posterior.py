@@ -29,6 +29,8 @@ from scipy.linalg import blas, lapack
 
 # Below this value of w_i K_ii the identity above loses more than ~1e-12 relative.
 _IDENTITY_MIN = 1e-4
+# Floor on Sigma_ii / K_ii against rounding (the exact value is positive).
+_MIN_RELATIVE_VAR = 1e-14
 
 
 class NotPositiveDefiniteError(np.linalg.LinAlgError):
@@ -108,7 +110,8 @@ class LatentPosterior:
         if direct.size:
             V = blas.dtrmm(1.0, self.Li, self.sw[:, None] * self.K[:, direct], lower=1)
             out[direct] = Kd[direct] - np.einsum("ij,ij->j", V, V)
-        return out
+        # Sigma_ii > 0 exactly; rounding can make a tiny one negative at extreme scales
+        return np.maximum(out, _MIN_RELATIVE_VAR * np.maximum(Kd, 1e-300))
 
     def full_cov(self):
         """Sigma = K - K W^{1/2} B^{-1} W^{1/2} K as a dense matrix (sequential EP)."""
@@ -175,7 +178,8 @@ class IndefiniteSitePosterior:
         return v - self.w * self._sigma_times(v)
 
     def var_diag(self):
-        return np.einsum("ij,ij->i", self.M, self.M)
+        var = np.einsum("ij,ij->i", self.M, self.M)
+        return np.maximum(var, _MIN_RELATIVE_VAR * np.maximum(np.diag(self.K), 1e-300))
 
     def full_cov(self):
         return self.M @ self.M.T

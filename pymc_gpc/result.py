@@ -24,8 +24,8 @@ class ApproximationResult:
     n_iter : EP sweeps or Newton iterations taken.
     converged : whether the tolerance was met within the iteration limit.
     max_change : the last convergence measure (scaled site change or Newton step).
-    loo_log_p : EP only, log q(y_i | y_{-i}) = log Z_i at the cavity: the
-        leave-one-out predictive (Opper & Winther 2000), for PSIS-free LOO.
+    loo_log_p : log q(y_i | y_{-i}): the likelihood averaged over the cavity
+        distribution (EP: log Z_i, Opper & Winther 2000; Laplace: LA-LOO).
     """
 
     method: str

@@ -4,8 +4,12 @@
   (332 test); 7 inputs, label ``type`` (Yes = +1). Used by Barber & Williams (1997),
   Kim & Ghahramani (2003) and Csato et al. (2000).
 * Leptograpsus crabs: sex from the five measurements FL, RW, CL, CW, BD; 200 crabs.
-  The split of Barber & Williams: 80 training crabs, the first 20 of each
-  (species, sex) group in file order, so 40 per sex; the other 120 for testing.
+  80 training crabs as in Barber & Williams, 20 of each (species, sex) group, so 40
+  per sex; within a group the file is sorted by size (column ``index``, 1-50), so
+  the training crabs are those with index 1, 2, 6, 7, 11, 12, ... (two of every
+  five), spanning the size range; the other 120 are for testing. (Barber & Williams
+  do not list their split; taking the first 20 of each group would train on the
+  smallest crabs only.)
 
 Inputs are standardised with the training set's mean and standard deviation.
 """
@@ -67,12 +71,8 @@ def load_crabs(standardise=True):
     header, rows = _read_csv("crabs.csv")
     X = _columns(header, rows, CRABS_FEATURES)
     y = np.array([1.0 if r[header.index("sex")] == "M" else -1.0 for r in rows])
-    groups = [(r[header.index("sp")], r[header.index("sex")]) for r in rows]
-    seen = {}
-    train = np.zeros(len(rows), dtype=bool)
-    for i, g in enumerate(groups):
-        seen[g] = seen.get(g, 0) + 1
-        train[i] = seen[g] <= 20
+    index = np.array([int(r[header.index("index")]) for r in rows])
+    train = (index - 1) % 5 < 2  # 20 of the 50 crabs of every (species, sex) group
     Xtr, Xte = X[train], X[~train]
     if standardise:
         Xtr, Xte = _standardise(Xtr, Xte)

@@ -1,0 +1,69 @@
+"""Ready-made classifiers: the ARD model of Barber & Williams (1997) in one call.
+
+.. math::
+
+    k(x, x') = v_0 \\exp\\Big(-\\tfrac12 \\sum_m w_m (x_m - x'_m)^2\\Big) + v_1,
+    \\qquad \\log w_m, \\log v_0, \\log v_1 \\sim N(-3, 3^2)
+
+(Barber & Williams, eq. 2 and sec. 5; the same kernel as Kim & Ghahramani's eq. 10
+without the jitter term v2, which ``jitter`` plays). ``w_m`` are inverse squared
+lengthscales, so ``log_w`` near -inf switches input m off (ARD).
+"""
+
+import numpy as np
+import pymc as pm
+import pytensor.tensor as pt
+
+from .gp import MarginalEP, MarginalLaplace
+from .likelihoods import Probit
+from .validation import check_inputs
+
+APPROXIMATIONS = {"ep": MarginalEP, "laplace": MarginalLaplace}
+
+
+def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.0),
+                   feature_names=None, bias=True, name="y", **solver_options):
+    """Build ``pm.Model`` + GP for binary classification with an ARD squared-exponential kernel.
+
+    Parameters
+    ----------
+    X, y : training inputs (n, d) and binary labels.
+    approximation : "ep" or "laplace".
+    likelihood : a ``pymc_gpc.likelihoods`` instance (default ``Probit()``).
+    prior : (mean, sd) of the Normal prior on every log-hyperparameter.
+    feature_names : names for the ``feature`` coordinate of ``log_w``.
+    bias : include the constant term v1.
+
+    Returns
+    -------
+    (model, gp)
+    """
+    if approximation not in APPROXIMATIONS:
+        raise ValueError(f"approximation must be one of {sorted(APPROXIMATIONS)}, got {approximation!r}")
+    X = check_inputs(X)
+    d = X.shape[1]
+    names = list(feature_names) if feature_names is not None else [f"x{m}" for m in range(d)]
+    if len(names) != d:
+        raise ValueError(f"feature_names has {len(names)} names for {d} input columns")
+    mu, sd = prior
+    likelihood = Probit() if likelihood is None else likelihood
+    with pm.Model(coords={"feature": names}) as model:
+        log_w = pm.Normal("log_w", mu, sd, dims="feature")
+        log_v0 = pm.Normal("log_v0", mu, sd)
+        cov = pt.exp(log_v0) * pm.gp.cov.ExpQuad(d, ls=pt.exp(-0.5 * log_w))
+        if bias:
+            log_v1 = pm.Normal("log_v1", mu, sd)
+            cov = cov + pm.gp.cov.Constant(pt.exp(log_v1))
+        gp = APPROXIMATIONS[approximation](cov_func=cov, likelihood=likelihood, **solver_options)
+        gp.marginal_likelihood(name, X=X, y=y)
+    return model, gp
+
+
+def classification_metrics(p, y):
+    """Test errors (threshold 1/2) and mean log predictive probability of labels y."""
+    y = np.asarray(y)
+    p = np.clip(np.asarray(p, dtype=float), 1e-300, 1 - 1e-16)
+    positive = y > 0
+    errors = int(np.sum((p > 0.5) != positive))
+    mlp = float(np.mean(np.log(np.where(positive, p, 1.0 - p))))
+    return {"errors": errors, "n": int(len(y)), "error_rate": errors / len(y), "mean_log_pred": mlp}
