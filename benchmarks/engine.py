@@ -8,7 +8,8 @@ and, on Pima at a fixed kernel, the same evidence + gradient by scikit-learn (La
 and GPy (EP), when they are installed.
 
 Run:  OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/engine.py [--quick]
-Writes benchmarks/results/engine.md. Timings are medians over repeats.
+Writes benchmarks/results/engine.md and, unless --quick, the two tables in README.md
+(between the engine-table and pima-table markers). Timings are medians over repeats.
 """
 
 import os
@@ -18,6 +19,7 @@ for _v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import argparse
 import pathlib
+import re
 import time
 import warnings
 
@@ -29,6 +31,17 @@ from pymc_gpc import likelihoods as L
 from pymc_gpc.datasets import load_pima
 
 OUT = pathlib.Path(__file__).parent / "results" / "engine.md"
+README = pathlib.Path(__file__).parent.parent / "README.md"
+
+
+def update_readme(marker, table_lines):
+    """Replace the block between <!-- marker --> and <!-- /marker --> in README.md."""
+    text = README.read_text()
+    block = f"<!-- {marker} -->\n" + "\n".join(table_lines) + f"\n<!-- /{marker} -->"
+    new, count = re.subn(rf"<!-- {marker} -->.*?<!-- /{marker} -->", block, text, flags=re.S)
+    if count != 1:
+        raise RuntimeError(f"README.md has no <!-- {marker} --> block")
+    README.write_text(new)
 
 
 def median_time(fn, repeats):
@@ -138,27 +151,28 @@ def main():
     args = ap.parse_args()
     sizes = [200, 500, 1000] if args.quick else [200, 500, 1000, 2000, 4000]
     rows = scaling_rows(sizes)
-    lines = [
-        "## Evidence + gradient time (probit; ms; sweeps or Newton iterations in brackets)",
-        "",
+    engine_table = [
         "| n | Cholesky + inverse | EP cold | EP warm | EP warm / floor | Laplace cold | Laplace warm | Laplace warm / floor |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for n, tf, tec, nec, tew, new, tlc, nlc, tlw, nlw in rows:
-        lines.append(
+        engine_table.append(
             f"| {n} | {tf*1e3:.1f} | {tec*1e3:.1f} ({nec}) | {tew*1e3:.1f} ({new}) | {tew/tf:.1f}x "
             f"| {tlc*1e3:.1f} ({nlc}) | {tlw*1e3:.1f} ({nlw}) | {tlw/tf:.1f}x |"
         )
-    lines += [
-        "",
-        "## Pima (200 x 7), one fixed ARD kernel: evidence + gradient",
-        "",
-        "| method | time (ms) | log evidence |",
-        "|---|---|---|",
-    ]
+    pima_table = ["| method | time (ms) | log evidence |", "|---|---|---|"]
     for name, t, v in pima_rows():
-        lines.append(f"| {name} | {t*1e3:.1f} | {v:.3f} |")
+        pima_table.append(f"| {name} | {t*1e3:.1f} | {v:.3f} |")
+    lines = (
+        ["## Evidence + gradient time (probit; ms; sweeps or Newton iterations in brackets)", ""]
+        + engine_table
+        + ["", "## Pima (200 x 7), one fixed ARD kernel: evidence + gradient", ""]
+        + pima_table
+    )
     text = "\n".join(lines) + "\n"
+    if not args.quick:
+        update_readme("engine-table", engine_table)
+        update_readme("pima-table", pima_table)
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(text)
     print(text)
