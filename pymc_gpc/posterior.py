@@ -25,7 +25,8 @@ Sigma_ii = K_ii - ||L^{-1} W^{1/2} K_{:,i}||^2.
 """
 
 import numpy as np
-from scipy.linalg import blas, lapack
+
+from . import lapack
 
 # Below this value of w_i K_ii the identity above loses more than ~1e-12 relative.
 _IDENTITY_MIN = 1e-4
@@ -37,17 +38,23 @@ class NotPositiveDefiniteError(np.linalg.LinAlgError):
     """B = I + W^1/2 K W^1/2 has no Cholesky factor (K not positive semi-definite)."""
 
 
-def chol_lower(a):
-    """Lower Cholesky factor of a symmetric positive-definite matrix (LAPACK dpotrf)."""
-    c, info = lapack.dpotrf(a, lower=1, clean=1, overwrite_a=0)
+def chol_lower(a, overwrite=False):
+    """Lower Cholesky factor (Fortran-ordered) of a symmetric positive-definite matrix.
+
+    With ``overwrite`` and a Fortran-ordered (or, being symmetric, C-ordered and then
+    transposed) ``a``, the factor is computed in place.
+    """
+    L = a if (overwrite and a.flags.f_contiguous) else np.array(a, dtype=float, order="F")
+    info = lapack.potrf_lower(L)
     if info != 0:
         raise NotPositiveDefiniteError(f"Cholesky factorisation failed (LAPACK info={info})")
-    return c
+    return L
 
 
 def inv_lower(L):
-    """Inverse of a lower-triangular matrix (LAPACK dtrtri)."""
-    Li, info = lapack.dtrtri(L, lower=1)
+    """Inverse of a lower-triangular matrix (LAPACK dtrtri), Fortran-ordered."""
+    Li = np.array(L, dtype=float, order="F")
+    info = lapack.trtri_lower(Li)
     if info != 0:
         raise NotPositiveDefiniteError(f"singular triangular factor (LAPACK info={info})")
     return Li
@@ -55,10 +62,18 @@ def inv_lower(L):
 
 def chol_solve(L, b):
     """Solve (L L^T) x = b given the lower Cholesky factor L (LAPACK dpotrs)."""
-    x, info = lapack.dpotrs(L, b, lower=1)
+    x = np.array(b, dtype=float, order="F")
+    info = lapack.potrs_lower(L, x)
     if info != 0:
         raise ValueError(f"dpotrs failed (LAPACK info={info})")
     return x
+
+
+def lower_times(Li, X):
+    """Li @ X for lower-triangular Li (BLAS dtrmm), as a new Fortran-ordered array."""
+    out = np.array(X, dtype=float, order="F")
+    lapack.trmm_lower_left(Li, out)
+    return out
 
 
 class LatentPosterior:
@@ -76,7 +91,7 @@ class LatentPosterior:
         self.sw = np.sqrt(self.w)
         B = self.sw[:, None] * K * self.sw[None, :]
         B[np.diag_indices_from(B)] += 1.0
-        self.L = chol_lower(B)
+        self.L = chol_lower(B.T, overwrite=True)  # B is symmetric: B.T is its Fortran view
         self._Li = None
 
     @property
@@ -108,23 +123,22 @@ class LatentPosterior:
         out[use_identity] = ((1.0 - binv_diag) / safe_w)[use_identity]
         direct = np.flatnonzero(~use_identity)
         if direct.size:
-            V = blas.dtrmm(1.0, self.Li, self.sw[:, None] * self.K[:, direct], lower=1)
+            V = lower_times(self.Li, self.sw[:, None] * self.K[:, direct])
             out[direct] = Kd[direct] - np.einsum("ij,ij->j", V, V)
         # Sigma_ii > 0 exactly; rounding can make a tiny one negative at extreme scales
         return np.maximum(out, _MIN_RELATIVE_VAR * np.maximum(Kd, 1e-300))
 
     def full_cov(self):
         """Sigma = K - K W^{1/2} B^{-1} W^{1/2} K as a dense matrix (sequential EP)."""
-        V = blas.dtrmm(1.0, self.Li, self.sw[:, None] * self.K, lower=1)
+        V = lower_times(self.Li, self.sw[:, None] * self.K)
         return self.K - V.T @ V
 
     def R(self):
         r"""R = W^{1/2} B^{-1} W^{1/2} = (K + W^{-1})^{-1}, symmetric, dense."""
-        Binv, info = lapack.dlauum(self.Li, lower=1)
+        Binv = np.array(self.Li, order="F")
+        info = lapack.lauum_lower(Binv)  # B^{-1} = L^{-T} L^{-1}
         if info != 0:
             raise ValueError(f"dlauum failed (LAPACK info={info})")
-        Binv = np.tril(Binv)
-        Binv = Binv + np.tril(Binv, -1).T
         return self.sw[:, None] * Binv * self.sw[None, :]
 
     def predict(self, a, K_cross, k_diag):
@@ -134,7 +148,7 @@ class LatentPosterior:
         k_diag : (m,) prior variances at the new points.
         """
         mean = K_cross.T @ a
-        V = blas.dtrmm(1.0, self.Li, self.sw[:, None] * K_cross, lower=1)
+        V = lower_times(self.Li, self.sw[:, None] * K_cross)
         var = k_diag - np.einsum("ij,ij->j", V, V)
         return mean, np.maximum(var, 0.0)
 
@@ -165,7 +179,7 @@ class IndefiniteSitePosterior:
         C[np.diag_indices_from(C)] += 1.0
         self.L = chol_lower(C)  # fails exactly when K^{-1} + S is not positive definite
         # M M^T = Sigma with M = L_K L_C^{-T}
-        self.M = blas.dtrmm(1.0, inv_lower(self.L), self.LK.T, lower=1).T
+        self.M = lower_times(inv_lower(self.L), self.LK.T).T
 
     def half_logdet_B(self):
         return float(np.sum(np.log(np.diag(self.L))))

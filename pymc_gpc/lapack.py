@@ -1,0 +1,99 @@
+"""The five LAPACK/BLAS routines the package uses, called with the GIL released.
+
+scipy's ``scipy.linalg.lapack`` wrappers hold the GIL, so two sampler threads (nutpie
+runs chains as threads) would take turns. These functions call the same Fortran
+routines through ``scipy.linalg.cython_lapack`` / ``cython_blas`` from numba with
+``nogil=True``. Arrays are Fortran-ordered and overwritten in place; the lower
+triangle is used throughout. Each returns LAPACK's ``info`` (0 = success) where it has one.
+"""
+
+import ctypes
+
+import numpy as np
+from numba import njit
+from numba.extending import get_cython_function_address
+
+_VP = ctypes.c_void_p
+
+
+def _routine(module, name, n_args):
+    address = get_cython_function_address(f"scipy.linalg.cython_{module}", name)
+    return ctypes.CFUNCTYPE(None, *([_VP] * n_args))(address)
+
+
+_dpotrf = _routine("lapack", "dpotrf", 5)
+_dtrtri = _routine("lapack", "dtrtri", 6)
+_dlauum = _routine("lapack", "dlauum", 5)
+_dpotrs = _routine("lapack", "dpotrs", 8)
+_dtrmm = _routine("blas", "dtrmm", 11)
+
+_L = 76  # ord("L")
+_N = 78  # ord("N")
+
+
+@njit(nogil=True)
+def potrf_lower(a):
+    """a <- L with a = L L^T (LAPACK dpotrf); the strict upper triangle is zeroed."""
+    n = a.shape[0]
+    uplo = np.array([_L], np.uint8)
+    nn = np.array([n], np.int32)
+    info = np.zeros(1, np.int32)
+    _dpotrf(uplo.ctypes, nn.ctypes, a.ctypes, nn.ctypes, info.ctypes)
+    for j in range(n):
+        for i in range(j):
+            a[i, j] = 0.0
+    return info[0]
+
+
+@njit(nogil=True)
+def trtri_lower(a):
+    """a <- a^{-1} for lower-triangular a (LAPACK dtrtri)."""
+    n = a.shape[0]
+    uplo = np.array([_L], np.uint8)
+    diag = np.array([_N], np.uint8)
+    nn = np.array([n], np.int32)
+    info = np.zeros(1, np.int32)
+    _dtrtri(uplo.ctypes, diag.ctypes, nn.ctypes, a.ctypes, nn.ctypes, info.ctypes)
+    return info[0]
+
+
+@njit(nogil=True)
+def lauum_lower(a):
+    """a <- a^T a for lower-triangular a, returned as a full symmetric matrix (dlauum)."""
+    n = a.shape[0]
+    uplo = np.array([_L], np.uint8)
+    nn = np.array([n], np.int32)
+    info = np.zeros(1, np.int32)
+    _dlauum(uplo.ctypes, nn.ctypes, a.ctypes, nn.ctypes, info.ctypes)
+    for j in range(n):
+        for i in range(j):
+            a[i, j] = a[j, i]
+    return info[0]
+
+
+@njit(nogil=True)
+def potrs_lower(L, b):
+    """b <- (L L^T)^{-1} b for a vector or Fortran-ordered matrix b (dpotrs)."""
+    n = L.shape[0]
+    nrhs = 1 if b.ndim == 1 else b.shape[1]
+    uplo = np.array([_L], np.uint8)
+    nn = np.array([n], np.int32)
+    nr = np.array([nrhs], np.int32)
+    info = np.zeros(1, np.int32)
+    _dpotrs(uplo.ctypes, nn.ctypes, nr.ctypes, L.ctypes, nn.ctypes, b.ctypes, nn.ctypes, info.ctypes)
+    return info[0]
+
+
+@njit(nogil=True)
+def trmm_lower_left(A, B):
+    """B <- A B for lower-triangular A (n, n) and Fortran-ordered B (n, m) (BLAS dtrmm)."""
+    n, m = B.shape
+    side = np.array([_L], np.uint8)
+    uplo = np.array([_L], np.uint8)
+    trans = np.array([_N], np.uint8)
+    diag = np.array([_N], np.uint8)
+    nn = np.array([n], np.int32)
+    mm = np.array([m], np.int32)
+    alpha = np.ones(1)
+    _dtrmm(side.ctypes, uplo.ctypes, trans.ctypes, diag.ctypes, nn.ctypes, mm.ctypes,
+           alpha.ctypes, A.ctypes, nn.ctypes, B.ctypes, nn.ctypes)
