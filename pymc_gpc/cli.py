@@ -143,7 +143,10 @@ def run(args):
             )
             add_log_likelihood(idata, model)
         else:
-            point = pm.find_MAP(progressbar=not args.no_progress, seed=args.seed)
+            point = pm.find_MAP(
+                progressbar=not args.no_progress, random_seed=args.seed, jitter=False,
+                return_inferencedata=False,
+            )
     fit_time = time.perf_counter() - t0
     hyper = ["log_w", "log_v0", "log_v1"]
     if args.method == "nuts":

@@ -43,9 +43,20 @@ from numba import njit
 from .posterior import NotPositiveDefiniteError, latent_posterior
 from .result import ApproximationResult
 
-# Cavity precision floor, relative to the posterior precision 1/Sigma_ii: the exact
-# cavity precision is positive, rounding can make it vanish when a site dominates.
+# Cavity precision floor, relative to the posterior precision 1/Sigma_ii, for sites
+# of mixed sign (see ``cavity_precision``).
 _MIN_CAVITY_FRACTION = 1e-10
+
+
+def cavity_precision(var, tau, prior_var):
+    """1/Sigma_ii - tau_i, kept away from zero where rounding would make it vanish.
+
+    With all site precisions >= 0 the cavity is the prior times non-negative
+    Gaussian factors, so its variance cannot exceed the prior variance K_ii: that
+    bound is the floor. With negative sites only positivity is known.
+    """
+    floor = 1.0 / prior_var if np.min(tau) >= 0.0 else _MIN_CAVITY_FRACTION / var
+    return np.maximum(1.0 / var - tau, floor)
 
 
 @dataclass
@@ -83,7 +94,7 @@ def _cavities(post, tau, nu):
     var = post.var_diag()
     b = post.weights(nu)
     mean = post.K @ b
-    tau_c = np.maximum(1.0 / var - tau, _MIN_CAVITY_FRACTION / var)
+    tau_c = cavity_precision(var, tau, np.diag(post.K))
     nu_c = mean / var - nu
     return var, mean, b, tau_c, nu_c
 
@@ -109,12 +120,13 @@ def _sequential_sweep_for(tilted_kernel):
         return _sequential_sweeps[tilted_kernel]
 
     @njit(nogil=True)
-    def sweep(Sigma, mu, tau, nu, y, th, damping):
+    def sweep(Sigma, mu, tau, nu, y, th, damping, prior_var):
         n = y.shape[0]
         change = 0.0
         for i in range(n):
             s_ii = max(Sigma[i, i], 1e-300)
-            tau_c = max(1.0 / s_ii - tau[i], _MIN_CAVITY_FRACTION / s_ii)
+            floor = 1.0 / prior_var[i] if tau.min() >= 0.0 else _MIN_CAVITY_FRACTION / s_ii
+            tau_c = max(1.0 / s_ii - tau[i], floor)
             nu_c = mu[i] / s_ii - nu[i]
             _, alpha, gamma, _ = tilted_kernel(y[i], nu_c / tau_c, 1.0 / tau_c, th)
             denom = 1.0 + gamma / tau_c
@@ -307,7 +319,7 @@ def _sequential(K, y, likelihood, th, post, tau, nu, damping, tol, max_sweeps):
         Sigma = np.ascontiguousarray(post.full_cov())
         mu = Sigma @ nu
         tau_old, nu_old = tau.copy(), nu.copy()
-        change = sweep(Sigma, mu, tau, nu, y, th, damping)
+        change = sweep(Sigma, mu, tau, nu, y, th, damping, np.diag(K).copy())
         sweeps += 1
         post, tau, nu = _proper_posterior(K, tau_old, nu_old, tau, nu)
         if change < tol:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .ep import cavity_precision
 from .likelihoods import laplace_unsupported_message
 from .posterior import LatentPosterior
 from .result import ApproximationResult
@@ -118,7 +119,7 @@ def _loo_log_p(y, likelihood, th, post, f, var, w, d1):
     the cavity, and the likelihood is averaged over it, exactly as for EP.
     """
     nu = w * f + d1
-    tau_c = np.maximum(1.0 / var - w, 1e-10 / var)
+    tau_c = cavity_precision(var, w, np.diag(post.K))
     mu_c = (f / var - nu) / tau_c
     return likelihood.tilted(y, mu_c, 1.0 / tau_c, th).log_z
 

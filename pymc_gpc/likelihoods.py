@@ -144,6 +144,9 @@ def _no_log_lik(y, f, th):
 # ---------------------------------------------------------------------------------
 
 
+_MAX_HALF_NODES = 18000
+
+
 @njit(nogil=True)
 def _logistic_tilted(y, mu, s2, th):
     """Tilted moments of sigma(y f) N(f; mu, s2) by the trapezoidal rule.
@@ -167,7 +170,9 @@ def _logistic_tilted(y, mu, s2, th):
         m += step
         if abs(step) <= 1e-12 * (1.0 + abs(m)):
             break
-    h = min(0.25 * s, 0.5)
+    # At most 2 * _MAX_HALF_NODES + 1 nodes: beyond s = 1000 the step grows past 1/2 and
+    # accuracy degrades gracefully (cavities that wide do not arise: see ep.cavity_precision).
+    h = max(min(0.25 * s, 0.5), 9.0 * s / _MAX_HALF_NODES)
     half = int(math.ceil(9.0 * s / h))
     g_m = log_sigmoid(y * m) - 0.5 * (m - mu) ** 2 / s2
     w_sum = 0.0

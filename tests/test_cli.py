@@ -1,0 +1,48 @@
+"""The main job, run the way a user runs it (MAP-II keeps it quick)."""
+
+import csv
+
+import numpy as np
+
+from pymc_gpc.cli import main
+from pymc_gpc.datasets import load_crabs
+
+
+def test_bundled_crabs_map(tmp_path, capsys):
+    assert main(["--data", "crabs", "--method", "map", "--no-progress", "--out", str(tmp_path)]) == 0
+    report = (tmp_path / "report.md").read_text()
+    assert "MAP-II point" in report and "test errors" in report
+    errors = int(report.split("test errors: ")[1].split(" /")[0])
+    assert errors <= 12  # Barber & Williams: 3/120 with HMC; MAP-II is a little worse
+    rows = list(csv.DictReader(open(tmp_path / "predictions.csv")))
+    assert len(rows) == 120 and all(0.0 <= float(r["p_positive"]) <= 1.0 for r in rows)
+
+
+def write_csv(path, X, labels, names):
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(list(names) + ["sex"])
+        for x, lab in zip(X, labels):
+            w.writerow(list(x) + [lab])
+
+
+def test_user_csv_with_string_labels(tmp_path):
+    d = load_crabs(standardise=False)
+    lab = lambda y: np.where(y > 0, "M", "F")
+    write_csv(tmp_path / "train.csv", d.X_train, lab(d.y_train), d.feature_names)
+    write_csv(tmp_path / "test.csv", d.X_test, lab(d.y_test), d.feature_names)
+    code = main([str(tmp_path / "train.csv"), "--target", "sex", "--test", str(tmp_path / "test.csv"),
+                 "--method", "map", "--approximation", "laplace", "--likelihood", "logistic",
+                 "--no-progress", "--out", str(tmp_path / "out")])
+    assert code == 0
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert int(report.split("test errors: ")[1].split(" /")[0]) <= 12
+
+
+def test_bad_csv_is_a_clear_error(tmp_path, capsys):
+    path = tmp_path / "bad.csv"
+    path.write_text("a,b,label\n1,2,x\n3,4,y\n5,6,z\n")
+    assert main([str(path), "--target", "label", "--method", "map", "--out", str(tmp_path)]) == 2
+    assert "exactly two classes" in capsys.readouterr().err
+    assert main([str(path), "--target", "nope", "--out", str(tmp_path)]) == 2
+    assert "no column 'nope'" in capsys.readouterr().err

@@ -1,0 +1,152 @@
+"""MarginalEP / MarginalLaplace inside pm.Model: logp, MAP, prediction, sampling, errors."""
+
+import arviz as az
+import numpy as np
+import pandas as pd
+import pymc as pm
+import pytensor.tensor as pt
+import pytest
+from scipy import stats
+
+import pymc_gpc
+from pymc_gpc import ep, laplace
+from pymc_gpc import likelihoods as L
+
+from .conftest import random_problem
+
+
+def build(X, y, cls=pymc_gpc.MarginalEP, likelihood=None, sigma_prior=False):
+    with pm.Model() as model:
+        log_ls = pm.Normal("log_ls", 0, 1, shape=X.shape[1])
+        log_amp = pm.Normal("log_amp", 0, 1)
+        cov = pt.exp(log_amp) * pm.gp.cov.ExpQuad(X.shape[1], ls=pt.exp(log_ls))
+        if sigma_prior:
+            likelihood = L.ProbitNoise(pm.HalfNormal("sigma", 1.0))
+        gp = cls(cov_func=cov, likelihood=likelihood or L.Probit())
+        gp.marginal_likelihood("y", X=X, y=y)
+    return model, gp
+
+
+def rbf(X, Z, ls, amp):
+    return amp * np.exp(-0.5 * (((X[:, None, :] - Z[None, :, :]) / ls) ** 2).sum(-1))
+
+
+@pytest.mark.parametrize("cls, approx", [(pymc_gpc.MarginalEP, ep), (pymc_gpc.MarginalLaplace, laplace)])
+def test_model_logp_is_prior_plus_evidence(cls, approx):
+    rng = np.random.default_rng(0)
+    X, y = random_problem(rng, 30)
+    model, _ = build(X, y, cls)
+    point = {"log_ls": np.array([0.2, -0.1]), "log_amp": np.array(0.5)}
+    got = model.compile_logp()(point)
+    K = rbf(X, X, np.exp(point["log_ls"]), np.exp(0.5)) + 1e-6 * np.eye(30)
+    prior = stats.norm.logpdf(point["log_ls"]).sum() + stats.norm.logpdf(0.5)
+    assert got == pytest.approx(prior + approx(K, y, L.Probit()).log_z, abs=1e-7)
+
+
+def test_likelihood_parameter_as_random_variable_and_find_map():
+    rng = np.random.default_rng(1)
+    X, y = random_problem(rng, 40)
+    model, gp = build(X, y, sigma_prior=True)
+    with model:
+        point = pm.find_MAP(progressbar=False, jitter=False, return_inferencedata=False)
+    # at the MAP the gradient of the log posterior vanishes (checked in the free space)
+    dlogp = model.compile_dlogp(jacobian=False)  # find_MAP maximises without the Jacobian
+    ip = {k: v for k, v in point.items() if k in {v.name for v in model.value_vars}}
+    assert np.max(np.abs(dlogp(ip))) < 1e-3
+    p = gp.predict(X[:5], point=point, model=model)
+    assert p.shape == (5,) and np.all((p > 0) & (p < 1))
+
+
+def test_predict_matches_the_engine_at_a_point():
+    rng = np.random.default_rng(2)
+    X, y = random_problem(rng, 30)
+    Xs = rng.normal(size=(6, 2))
+    model, gp = build(X, y)
+    point = {"log_ls": np.array([0.1, 0.3]), "log_amp": np.array(0.2)}
+    p, mean, var = gp.predict(Xs, point=point, model=model, return_latent=True)
+    ls, amp = np.exp(point["log_ls"]), np.exp(0.2)
+    res = ep(rbf(X, X, ls, amp) + 1e-6 * np.eye(30), y, L.Probit())
+    m, v = res.predict_latent(rbf(X, Xs, ls, amp), np.full(6, amp))
+    np.testing.assert_allclose(mean, m, atol=1e-8)
+    np.testing.assert_allclose(var, v, atol=1e-8)
+    np.testing.assert_allclose(p, stats.norm.cdf(m / np.sqrt(1 + v)), atol=1e-8)
+
+
+def test_short_sampling_run_gives_arviz_results_with_loo():
+    rng = np.random.default_rng(3)
+    X, y = random_problem(rng, 40)
+    model, gp = build(X, y)
+    with model:
+        idata = pymc_gpc.sample(draws=60, tune=60, chains=1, random_seed=4, progressbar=False,
+                                nuts_sampler="pymc", compute_convergence_checks=False)
+    assert "log_likelihood" in idata.children
+    assert idata["log_likelihood"]["y"].shape == (1, 60, 40)
+    assert np.all(np.asarray(idata["posterior"]["y_status"]) == 0)
+    loo = az.loo(idata)
+    assert np.isfinite(float(loo.elpd))
+    p = gp.predict(X, idata=idata, model=model, max_draws=10)
+    assert np.mean((p > 0.5) == (y > 0)) > 0.6  # better than chance on its own training data
+    with model:
+        f_star = gp.conditional("f_star", X[:4])
+        pp = pm.sample_posterior_predictive(idata, var_names=["f_star"], progressbar=False, random_seed=5)
+    assert pp["posterior_predictive"]["f_star"].shape == (1, 60, 4)
+
+
+def test_pandas_inputs_and_string_labels_work():
+    rng = np.random.default_rng(6)
+    X, y = random_problem(rng, 20)
+    df = pd.DataFrame(X, columns=["a", "b"])
+    labels = pd.Series(np.where(y > 0, "yes", "no"))
+    model, _ = build(df, labels)
+    assert np.isfinite(model.compile_logp()({"log_ls": np.zeros(2), "log_amp": np.array(0.0)}))
+
+
+X0 = np.random.default_rng(7).normal(size=(10, 2))
+Y0 = np.array([1, -1] * 5)
+
+
+@pytest.mark.parametrize(
+    "X, y, match",
+    [
+        (np.where(np.eye(10, 2) == 1, np.nan, X0), Y0, "NaN or inf"),
+        (np.where(np.eye(10, 2) == 1, np.inf, X0), Y0, "NaN or inf"),
+        (X0, np.ones(10), "only one class"),
+        (X0, np.arange(10) % 3, "two classes"),
+        (X0, Y0[:9], "10 rows but y has 9"),
+        (X0[:0], Y0[:0], "empty"),
+        (X0, np.where(np.arange(10) == 3, np.nan, Y0), "NaN"),
+        (np.ones((10, 2, 2)), Y0, "2-D"),
+    ],
+    ids=["nan-X", "inf-X", "one-class", "three-classes", "length-mismatch", "empty", "nan-y", "3-D-X"],
+)
+def test_bad_input_is_a_clear_value_error(X, y, match):
+    with pytest.raises(ValueError, match=match):
+        build(X, y)
+
+
+def test_prediction_input_errors():
+    rng = np.random.default_rng(8)
+    X, y = random_problem(rng, 12)
+    model, gp = build(X, y)
+    point = {"log_ls": np.zeros(2), "log_amp": np.array(0.0)}
+    with pytest.raises(ValueError, match="3 columns but the training inputs X have 2"):
+        gp.predict(np.zeros((4, 3)), point=point, model=model)
+    with pytest.raises(ValueError, match="exactly one of point= or idata="):
+        gp.predict(X, model=model)
+    with pytest.raises(ValueError, match="missing values"):
+        gp.predict(X, point={"log_amp": 0.0}, model=model)
+
+
+def test_step_likelihood_refuses_laplace_at_construction():
+    with pytest.raises(ValueError, match="no Laplace approximation"):
+        pymc_gpc.MarginalLaplace(cov_func=pm.gp.cov.ExpQuad(1, ls=1.0), likelihood=L.StepLabelNoise(0.1))
+
+
+def test_one_dimensional_inputs_are_one_column():
+    rng = np.random.default_rng(9)
+    x = rng.normal(size=15)
+    y = np.where(x > 0, 1, 0)
+    with pm.Model() as model:
+        gp = pymc_gpc.MarginalEP(cov_func=pm.gp.cov.ExpQuad(1, ls=1.0), likelihood=L.Probit())
+        gp.marginal_likelihood("y", X=x, y=y)
+    assert np.isfinite(model.compile_logp()({}))

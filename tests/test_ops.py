@@ -1,0 +1,129 @@
+"""The PyTensor Op: value, gradients through pm.gp.cov kernels, failures, pickling."""
+
+import warnings
+
+import cloudpickle
+import numpy as np
+import pymc as pm
+import pytensor
+import pytensor.tensor as pt
+import pytest
+
+from pymc_gpc import ep, laplace
+from pymc_gpc import likelihoods as L
+from pymc_gpc.ops import STATUS_FAILED, ApproxMarginalOp
+
+from .conftest import random_problem
+
+CASES = [("ep", L.ProbitNoise, 0.7), ("laplace", L.ProbitNoise, 0.7), ("ep", L.StepLabelNoise, 0.1),
+         ("ep", L.ProbitBias, -0.3), ("laplace", L.Logistic, None)]
+
+
+def compiled(approx, lik_type, X, y):
+    """log Z and its gradient in (log ls, log amp, theta) through a sum-of-kernels graph."""
+    log_ls, log_amp = pt.dvector("log_ls"), pt.dscalar("log_amp")
+    theta = pt.dvector("theta")
+    d = X.shape[1]
+    cov = pt.exp(log_amp) * pm.gp.cov.ExpQuad(d, ls=pt.exp(log_ls)) + 0.3 * pm.gp.cov.Matern52(d, ls=2.0)
+    K = cov(X) + 1e-6 * pt.eye(X.shape[0])
+    out = ApproxMarginalOp(approx, lik_type)(K, theta, y)
+    grads = pytensor.grad(out[0], [log_ls, log_amp, theta])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no object-mode (or any) warning at compile time
+        fn = pytensor.function([log_ls, log_amp, theta], [out[0], *grads, out[5]])
+    return fn, pytensor.function([log_ls, log_amp], K)
+
+
+@pytest.mark.parametrize("approx, lik_type, value", CASES)
+def test_op_gradients_through_a_pymc_kernel_match_finite_differences(approx, lik_type, value):
+    rng = np.random.default_rng(11)
+    X, y = random_problem(rng, 25, d=2)
+    fn, kernel = compiled(approx, lik_type, X, y)
+    theta = np.array([] if value is None else [value])
+    p = [np.log([0.8, 1.3]), np.log(2.0), theta]
+    val, g_ls, g_amp, g_th, status = fn(*p)
+    assert status == 0
+    # value equals the engine on the same kernel matrix
+    K = kernel(p[0], p[1])
+    engine = (ep if approx == "ep" else laplace)(K, y, lik_type(*theta))
+    assert val == pytest.approx(engine.log_z, abs=1e-8)
+    h = 1e-5
+    for k in range(2):
+        e = np.zeros(2)
+        e[k] = h
+        fd = (fn(p[0] + e, p[1], theta)[0] - fn(p[0] - e, p[1], theta)[0]) / (2 * h)
+        assert g_ls[k] == pytest.approx(fd, rel=1e-5, abs=1e-7)
+    fd = (fn(p[0], p[1] + h, theta)[0] - fn(p[0], p[1] - h, theta)[0]) / (2 * h)
+    assert g_amp == pytest.approx(fd, rel=1e-5, abs=1e-7)
+    if theta.size:
+        fd = (fn(p[0], p[1], theta + h)[0] - fn(p[0], p[1], theta - h)[0]) / (2 * h)
+        assert g_th[0] == pytest.approx(fd, rel=1e-5, abs=1e-7)
+
+
+@pytest.mark.parametrize(
+    "log_amp, theta, fails",
+    [
+        (200.0, [0.5], False),  # K ~ 1e87: EP still converges to a finite evidence
+        (-200.0, [0.5], False),  # K ~ 1e-87: the prior is a point mass at 0
+        (0.0, [-1.0], True),  # sigma <= 0
+        (0.0, [np.nan], True),  # NaN parameter
+    ],
+)
+def test_extremes_give_finite_values_or_minus_inf_never_nan(log_amp, theta, fails):
+    rng = np.random.default_rng(12)
+    X, y = random_problem(rng, 15, d=2)
+    fn, _ = compiled("ep", L.ProbitNoise, X, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        val, g_ls, g_amp, g_th, status = fn(np.zeros(2), log_amp, np.array(theta))
+    if fails:
+        assert val == -np.inf and status == STATUS_FAILED
+    else:
+        assert np.isfinite(val) and status == 0
+    assert np.all(np.isfinite(g_ls)) and np.isfinite(g_amp) and np.all(np.isfinite(g_th))
+
+
+def test_indefinite_kernel_fails_cleanly():
+    rng = np.random.default_rng(15)
+    X, y = random_problem(rng, 15, d=2)
+    K = pt.dmatrix("K")
+    out = ApproxMarginalOp("ep", L.Probit)(K, pt.zeros(0), y)
+    f = pytensor.function([K], [out[0], pytensor.grad(out[0], K), out[5]])
+    bad = -np.eye(15) + 0.1  # negative definite
+    val, g, status = f(bad)
+    assert val == -np.inf and status == STATUS_FAILED and np.all(g == 0)
+
+
+def test_compiled_function_pickles_and_runs_after_unpickling():
+    rng = np.random.default_rng(13)
+    X, y = random_problem(rng, 15, d=2)
+    fn, _ = compiled("ep", L.ProbitNoise, X, y)
+    args = (np.zeros(2), 0.2, np.array([0.9]))
+    before = fn(*args)[0]
+    fn2 = cloudpickle.loads(cloudpickle.dumps(fn))
+    assert fn2(*args)[0] == pytest.approx(before, abs=1e-10)
+
+
+def test_warm_start_state_is_per_thread():
+    """Two threads evaluating the same Op never read each other's sites."""
+    import threading
+
+    rng = np.random.default_rng(14)
+    X, y = random_problem(rng, 30, d=2)
+    op = ApproxMarginalOp("ep", L.Probit)
+    K = pt.dmatrix("K")
+    f = pytensor.function([K], op(K, pt.zeros(0), y)[0])
+    D = ((X[:, None] - X[None]) ** 2).sum(-1)
+    mats = [a * np.exp(-0.5 * D / l) + 1e-6 * np.eye(30) for a, l in [(1.0, 1.0), (50.0, 0.2)]]
+    want = [ep(Kk, y, L.Probit()).log_z for Kk in mats]
+    got = {}
+
+    def work(i):
+        got[i] = [f(mats[i]) for _ in range(20)]
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    for i in range(2):
+        np.testing.assert_allclose(got[i], want[i], atol=1e-7)
+    assert op._local is not None
