@@ -4,7 +4,7 @@ The latent function is integrated out by Expectation Propagation or Laplace's me
 giving an approximate marginal likelihood with an exact gradient.
 """
 
-from . import likelihoods
+from . import kernels, likelihoods
 from .ep import EPState, ep
 from .gp import MarginalEP, MarginalLaplace
 from .idata import add_log_likelihood, sample
@@ -14,6 +14,7 @@ from .result import ApproximationResult
 
 __all__ = [
     "likelihoods",
+    "kernels",
     "MarginalEP",
     "MarginalLaplace",
     "ard_classifier",

@@ -1,0 +1,150 @@
+"""EP-NUTS against the exact hyperparameter posterior on a problem small enough to solve.
+
+Two training points, probit likelihood: the evidence is a bivariate orthant
+probability, P(y1 (f1 + e1) > 0, y2 (f2 + e2) > 0) = 1/4 + asin(rho)/(2 pi), and the
+predictive p(y* = 1 | D, theta) is a ratio of a trivariate to that bivariate orthant
+probability (P = 1/8 + sum asin(rho_ij) / (4 pi)). The exact posterior over
+theta = (log amplitude, log lengthscale), N(0, 1) priors, is tabulated on a grid.
+
+Documented tolerance: posterior means of the log-hyperparameters within
+4 Monte Carlo standard errors + 0.05 (EP's approximation error, measured ~0.01 on this
+grid); posterior-averaged predictive probabilities within 0.02.
+
+Two labels barely move a N(0, 1) prior, so a second test uses 30 points, where the
+reference is a deterministic 2-D quadrature of the EP posterior itself (EP's own
+accuracy is tested against brute force in test_accuracy.py): there NUTS must agree
+to Monte Carlo error alone, and the data move the posterior by several prior sds.
+"""
+
+import numpy as np
+import pymc as pm
+import pytensor.tensor as pt
+import pytest
+from scipy import stats
+
+import pymc_gpc
+from pymc_gpc import likelihoods as L
+
+X = np.array([[-0.8], [0.6]])
+Y = np.array([-1.0, 1.0])
+XS = np.array([[-1.5], [0.0], [0.3], [2.0]])
+
+
+def kernel(A, B, amp, ls):
+    return amp * np.exp(-0.5 * ((A[:, None, 0] - B[None, :, 0]) / ls) ** 2)
+
+
+def corr(C):
+    d = np.sqrt(np.diag(C))
+    return C / np.outer(d, d)
+
+
+def exact_evidence(amp, ls):
+    C = np.diag(Y) @ (kernel(X, X, amp, ls) + np.eye(2)) @ np.diag(Y)
+    return 0.25 + np.arcsin(corr(C)[0, 1]) / (2 * np.pi)
+
+
+def exact_predictive(amp, ls, xs):
+    Z = np.vstack([X, xs[None, :]])
+    yy = np.append(Y, 1.0)
+    R = corr(np.diag(yy) @ (kernel(Z, Z, amp, ls) + np.eye(3)) @ np.diag(yy))
+    p3 = 0.125 + (np.arcsin(R[0, 1]) + np.arcsin(R[0, 2]) + np.arcsin(R[1, 2])) / (4 * np.pi)
+    return p3 / exact_evidence(amp, ls)
+
+
+def exact_posterior_grid():
+    g = np.linspace(-4.5, 4.5, 121)
+    A, S = np.meshgrid(g, g, indexing="ij")
+    logpost = stats.norm.logpdf(A) + stats.norm.logpdf(S)
+    logpost += np.log(np.vectorize(exact_evidence)(np.exp(A), np.exp(S)))
+    w = np.exp(logpost - logpost.max())
+    return A, S, w / w.sum()
+
+
+@pytest.fixture(scope="module")
+def ep_nuts():
+    with pm.Model() as model:
+        log_amp = pm.Normal("log_amp", 0, 1)
+        log_ls = pm.Normal("log_ls", 0, 1)
+        cov = pt.exp(log_amp) * pm.gp.cov.ExpQuad(1, ls=pt.exp(log_ls))
+        gp = pymc_gpc.MarginalEP(cov_func=cov, likelihood=L.Probit(), jitter=1e-9)
+        gp.marginal_likelihood("y", X=X, y=Y)
+        idata = pm.sample(draws=1500, tune=500, chains=2, cores=1, random_seed=7, progressbar=False,
+                          nuts_sampler="pymc", compute_convergence_checks=False)
+    return model, gp, idata
+
+
+def test_hyperparameter_posterior_matches_the_exact_one(ep_nuts):
+    import arviz as az
+
+    _, _, idata = ep_nuts
+    A, S, w = exact_posterior_grid()
+    summary = az.summary(idata, var_names=["log_amp", "log_ls"])
+    for name, grid in (("log_amp", A), ("log_ls", S)):
+        exact_mean = np.sum(w * grid)
+        exact_sd = np.sqrt(np.sum(w * (grid - exact_mean) ** 2))
+        got = float(summary.loc[name, "mean"])
+        mcse = float(summary.loc[name, "mcse_mean"])
+        assert abs(got - exact_mean) < 4 * mcse + 0.05, (name, got, exact_mean, mcse)
+        assert float(summary.loc[name, "sd"]) == pytest.approx(exact_sd, rel=0.1)
+    # (two labels move the posterior little: test_sampler_matches_quadrature_of_the_ep_posterior
+    # below is the one that would notice a wrong potential)
+
+
+def test_posterior_averaged_predictions_match_brute_force(ep_nuts):
+    model, gp, idata = ep_nuts
+    A, S, w = exact_posterior_grid()
+    keep = w > 1e-8 * w.max()
+    exact = [
+        np.sum(w[keep] * np.array([exact_predictive(np.exp(a), np.exp(s), xs) for a, s in zip(A[keep], S[keep])]))
+        / np.sum(w[keep])
+        for xs in XS
+    ]
+    got = gp.predict(XS, idata=idata, model=model, max_draws=600)
+    np.testing.assert_allclose(got, exact, atol=0.02)
+
+
+def test_ep_predictive_at_fixed_hyperparameters_is_close_to_exact(ep_nuts):
+    model, gp, _ = ep_nuts
+    for amp, ls in [(0.5, 0.7), (3.0, 1.5), (10.0, 0.3)]:
+        p = gp.predict(XS, point={"log_amp": np.log(amp), "log_ls": np.log(ls)}, model=model)
+        exact = [exact_predictive(amp, ls, xs) for xs in XS]
+        np.testing.assert_allclose(p, exact, atol=0.01)
+
+
+def test_sampler_matches_quadrature_of_the_ep_posterior():
+    import arviz as az
+
+    from pymc_gpc import ep
+
+    rng = np.random.default_rng(3)
+    X30 = rng.uniform(-3, 3, size=(30, 1))
+    y30 = np.where(np.sin(2.0 * X30[:, 0]) + 0.3 * rng.normal(size=30) > 0, 1.0, -1.0)
+    g = np.linspace(-3.0, 4.0, 71)
+    A, S = np.meshgrid(g, g, indexing="ij")
+    logpost = stats.norm.logpdf(A) + stats.norm.logpdf(S)
+    state = None
+    for idx in np.ndindex(A.shape):
+        K = kernel(X30, X30, np.exp(A[idx]), np.exp(S[idx])) + 1e-9 * np.eye(30)
+        res = ep(K, y30, L.Probit(), state=state, with_grad=False)
+        state = res.state
+        logpost[idx] += res.log_z
+    w = np.exp(logpost - logpost.max())
+    w /= w.sum()
+    with pm.Model():
+        log_amp = pm.Normal("log_amp", 0, 1)
+        log_ls = pm.Normal("log_ls", 0, 1)
+        cov = pt.exp(log_amp) * pm.gp.cov.ExpQuad(1, ls=pt.exp(log_ls))
+        gp = pymc_gpc.MarginalEP(cov_func=cov, likelihood=L.Probit(), jitter=1e-9)
+        gp.marginal_likelihood("y", X=X30, y=y30)
+        idata = pm.sample(draws=1000, tune=500, chains=2, cores=1, random_seed=8, progressbar=False,
+                          nuts_sampler="pymc", compute_convergence_checks=False)
+    summary = az.summary(idata, var_names=["log_amp", "log_ls"])
+    for name, grid in (("log_amp", A), ("log_ls", S)):
+        mean = np.sum(w * grid)
+        sd = np.sqrt(np.sum(w * (grid - mean) ** 2))
+        got, mcse = float(summary.loc[name, "mean"]), float(summary.loc[name, "mcse_mean"])
+        assert abs(got - mean) < 4 * mcse + 0.01, (name, got, mean, mcse)
+        assert float(summary.loc[name, "sd"]) == pytest.approx(sd, rel=0.15)
+    # informative data: the lengthscale posterior sits well away from the N(0, 1) prior
+    assert abs(np.sum(w * S)) > 0.4 and np.sqrt(np.sum(w * (S - np.sum(w * S)) ** 2)) < 0.6
