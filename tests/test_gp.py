@@ -150,3 +150,16 @@ def test_one_dimensional_inputs_are_one_column():
         gp = pymc_gpc.MarginalEP(cov_func=pm.gp.cov.ExpQuad(1, ls=1.0), likelihood=L.Probit())
         gp.marginal_likelihood("y", X=x, y=y)
     assert np.isfinite(model.compile_logp()({}))
+
+
+def test_nutpie_samples_the_same_model():
+    """nutpie (numba backend, chains as threads) runs the Op with per-thread warm starts."""
+    rng = np.random.default_rng(10)
+    X, y = random_problem(rng, 30)
+    model, _ = build(X, y)
+    with model:
+        idata = pm.sample(draws=50, tune=50, chains=2, random_seed=11, progressbar=False,
+                          nuts_sampler="nutpie", compute_convergence_checks=False)
+    assert np.asarray(idata["posterior"]["log_amp"]).shape == (2, 50)
+    assert np.all(np.asarray(idata["posterior"]["y_status"]) == 0)
+    assert np.all(np.isfinite(np.asarray(idata["posterior"]["y_loo"])))

@@ -61,17 +61,22 @@ def exact_posterior_grid():
     return A, S, w / w.sum()
 
 
-@pytest.fixture(scope="module")
-def ep_nuts():
+def sample_ep_model(X_, y_, draws, seed):
+    """N(0, 1) priors on log amplitude and log lengthscale, EP + probit, PyMC NUTS."""
     with pm.Model() as model:
         log_amp = pm.Normal("log_amp", 0, 1)
         log_ls = pm.Normal("log_ls", 0, 1)
         cov = pt.exp(log_amp) * pm.gp.cov.ExpQuad(1, ls=pt.exp(log_ls))
         gp = pymc_gpc.MarginalEP(cov_func=cov, likelihood=L.Probit(), jitter=1e-9)
-        gp.marginal_likelihood("y", X=X, y=Y)
-        idata = pm.sample(draws=1500, tune=500, chains=2, cores=1, random_seed=7, progressbar=False,
+        gp.marginal_likelihood("y", X=X_, y=y_)
+        idata = pm.sample(draws=draws, tune=500, chains=2, cores=1, random_seed=seed, progressbar=False,
                           nuts_sampler="pymc", compute_convergence_checks=False)
     return model, gp, idata
+
+
+@pytest.fixture(scope="module")
+def ep_nuts():
+    return sample_ep_model(X, Y, draws=1500, seed=7)
 
 
 def test_hyperparameter_posterior_matches_the_exact_one(ep_nuts):
@@ -131,14 +136,7 @@ def test_sampler_matches_quadrature_of_the_ep_posterior():
         logpost[idx] += res.log_z
     w = np.exp(logpost - logpost.max())
     w /= w.sum()
-    with pm.Model():
-        log_amp = pm.Normal("log_amp", 0, 1)
-        log_ls = pm.Normal("log_ls", 0, 1)
-        cov = pt.exp(log_amp) * pm.gp.cov.ExpQuad(1, ls=pt.exp(log_ls))
-        gp = pymc_gpc.MarginalEP(cov_func=cov, likelihood=L.Probit(), jitter=1e-9)
-        gp.marginal_likelihood("y", X=X30, y=y30)
-        idata = pm.sample(draws=1000, tune=500, chains=2, cores=1, random_seed=8, progressbar=False,
-                          nuts_sampler="pymc", compute_convergence_checks=False)
+    _, _, idata = sample_ep_model(X30, y30, draws=1000, seed=8)
     summary = az.summary(idata, var_names=["log_amp", "log_ls"])
     for name, grid in (("log_amp", A), ("log_ls", S)):
         mean = np.sum(w * grid)

@@ -1,0 +1,134 @@
+"""Hyperparameter sampling: EP-NUTS (this package) against pm.gp.Latent + NUTS, one run.
+
+Pima (Pima.tr / Pima.te) and Crabs (80 / 120), ARD squared-exponential kernel with a
+bias term, log-hyperparameters ~ N(-3, 3^2) (Barber & Williams), probit likelihood.
+Both models use PyMC's NUTS with 2 chains in 2 processes and the same draws; this
+package is also run with nutpie (threads). Reported: wall time (compilation
+included), min bulk ESS over the hyperparameters and ESS/s, divergences, max r_hat,
+test errors and mean test log predictive (probabilities averaged over draws).
+
+Run:  OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/sampling.py [--draws 500 --tune 500]
+Writes benchmarks/results/sampling.md and the README table between the sampling-table markers.
+"""
+
+import os
+
+for _v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_v, "1")
+
+import argparse
+import pathlib
+import sys
+import time
+import warnings
+
+import arviz as az
+import numpy as np
+import pymc as pm
+import pytensor.tensor as pt
+
+import pymc_gpc
+from pymc_gpc.datasets import load
+from pymc_gpc.models import classification_metrics
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from engine import update_readme  # noqa: E402
+
+OUT = pathlib.Path(__file__).parent / "results" / "sampling.md"
+HYPER = ["log_w", "log_v0", "log_v1"]
+
+
+def latent_model(X, y):
+    d = X.shape[1]
+    with pm.Model() as model:
+        log_w = pm.Normal("log_w", -3, 3, shape=d)
+        log_v0 = pm.Normal("log_v0", -3, 3)
+        log_v1 = pm.Normal("log_v1", -3, 3)
+        cov = pt.exp(log_v0) * pm.gp.cov.ExpQuad(d, ls=pt.exp(-0.5 * log_w)) + pm.gp.cov.Constant(pt.exp(log_v1))
+        gp = pm.gp.Latent(cov_func=cov)
+        f = gp.prior("f", X=X, jitter=1e-6)
+        pm.Bernoulli("y", p=pm.math.invprobit(f), observed=(y > 0).astype(int))
+    return model, gp
+
+
+def run_latent(data, draws, tune, seed):
+    model, gp = latent_model(data.X_train, data.y_train)
+    with model:
+        t = time.perf_counter()
+        idata = pm.sample(draws=draws, tune=tune, chains=2, cores=2, random_seed=seed,
+                          nuts_sampler="pymc", progressbar=False, compute_convergence_checks=False)
+        wall = time.perf_counter() - t
+        gp.conditional("f_star", data.X_test, jitter=1e-6)
+        pp = pm.sample_posterior_predictive(idata, var_names=["f_star"], random_seed=seed, progressbar=False)
+    f_star = np.asarray(pp["posterior_predictive"]["f_star"]).reshape(-1, len(data.y_test))
+    from scipy.special import ndtr
+
+    return idata, wall, ndtr(f_star).mean(axis=0)
+
+
+def run_ep(data, draws, tune, seed, sampler):
+    model, gp = pymc_gpc.ard_classifier(data.X_train, data.y_train, feature_names=data.feature_names)
+    with model:
+        t = time.perf_counter()
+        idata = pm.sample(draws=draws, tune=tune, chains=2, cores=2, random_seed=seed,
+                          nuts_sampler=sampler, progressbar=False, compute_convergence_checks=False)
+        wall = time.perf_counter() - t
+    p = gp.predict(data.X_test, idata=idata, model=model, max_draws=400)
+    return idata, wall, p
+
+
+def row(method, data, idata, wall, p):
+    summary = az.summary(idata, var_names=HYPER)
+    ess = float(summary["ess_bulk"].min())
+    div = int(np.asarray(idata["sample_stats"]["diverging"]).sum())
+    n_draws = int(np.asarray(idata["sample_stats"]["diverging"]).size)
+    m = classification_metrics(p, data.y_test)
+    return {
+        "data": data.name, "method": method, "wall": wall, "ess": ess, "ess_s": ess / wall,
+        "div": div, "div_pct": 100.0 * div / n_draws, "rhat": float(summary["r_hat"].max()),
+        "errors": m["errors"], "n_test": m["n"], "mlp": m["mean_log_pred"],
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--draws", type=int, default=500)
+    ap.add_argument("--tune", type=int, default=500)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--data", nargs="+", default=["pima", "crabs"])
+    args = ap.parse_args()
+    warnings.filterwarnings("ignore")
+    rows = []
+    for name in args.data:
+        data = load(name)
+        for label, fn in [
+            ("pymc-gpc EP, PyMC NUTS", lambda: run_ep(data, args.draws, args.tune, args.seed, "pymc")),
+            ("pymc-gpc EP, nutpie", lambda: run_ep(data, args.draws, args.tune, args.seed, "nutpie")),
+            ("pm.gp.Latent, PyMC NUTS", lambda: run_latent(data, args.draws, args.tune, args.seed)),
+        ]:
+            idata, wall, p = fn()
+            rows.append(row(label, data, idata, wall, p))
+            r = rows[-1]
+            print(f"{name} {label}: {r['wall']:.0f} s, min ESS {r['ess']:.0f} ({r['ess_s']:.2f}/s), "
+                  f"div {r['div']}, rhat {r['rhat']:.3f}, errors {r['errors']}/{r['n_test']}, mlp {r['mlp']:.4f}",
+                  flush=True)
+    table = [
+        "| data | method | wall (s) | min bulk ESS | ESS/s | ESS/s vs Latent | divergent | max r_hat | test errors | mean test log p |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        ref = next(x for x in rows if x["data"] == r["data"] and x["method"].startswith("pm.gp.Latent"))
+        table.append(
+            f"| {r['data']} | {r['method']} | {r['wall']:.0f} | {r['ess']:.0f} | {r['ess_s']:.2f} | "
+            f"{r['ess_s'] / ref['ess_s']:.1f}x | {r['div']} ({r['div_pct']:.1f} %) | {r['rhat']:.3f} | "
+            f"{r['errors']}/{r['n_test']} | {r['mlp']:.4f} |"
+        )
+    header = f"2 chains x ({args.tune} tune + {args.draws} draws), seed {args.seed}\n\n"
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    OUT.write_text(header + "\n".join(table) + "\n")
+    update_readme("sampling-table", table)
+    print("\n".join(table))
+
+
+if __name__ == "__main__":
+    main()
