@@ -40,6 +40,10 @@ def _parser():
     p.add_argument("--method", default="nuts", choices=["nuts", "map"], help="NUTS over hyperparameters, or MAP-II")
     p.add_argument("--approximation", default="ep", choices=["ep", "laplace"])
     p.add_argument("--likelihood", default="probit", choices=sorted(LIKELIHOODS))
+    p.add_argument(
+        "--sampler", default="pymc", choices=["pymc", "nutpie"],
+        help="NUTS implementation (pymc runs chains as processes: faster here than nutpie's threads)",
+    )
     p.add_argument("--draws", type=int, default=500)
     p.add_argument("--tune", type=int, default=500)
     p.add_argument("--chains", type=int, default=2)
@@ -107,11 +111,10 @@ def _label_values(y):
 
 
 def _align_labels(y_train, y_test):
-    """Code test labels like the training labels (the later sorted class is +1)."""
-    classes = np.unique(_label_values(y_train).astype(str) if y_train.dtype.kind in "US" else y_train)
-    train_signed = as_signed_labels(_label_values(y_train))
-    positive = np.asarray(y_train)[train_signed > 0][0]
-    return np.where(np.asarray(y_test) == positive, 1.0, -1.0) if len(classes) == 2 else None
+    """Code test labels as the training labels were coded (+1 for the same class)."""
+    train, test = _label_values(y_train), _label_values(y_test)
+    positive = np.asarray(train)[as_signed_labels(train) > 0][0]
+    return np.where(np.asarray(test) == positive, 1.0, -1.0)
 
 
 def run(args):
@@ -139,7 +142,7 @@ def run(args):
         if args.method == "nuts":
             idata = pm.sample(
                 draws=args.draws, tune=args.tune, chains=args.chains, random_seed=args.seed,
-                progressbar=not args.no_progress,
+                progressbar=not args.no_progress, nuts_sampler=args.sampler,
             )
             add_log_likelihood(idata, model)
         else:
@@ -152,11 +155,12 @@ def run(args):
     if args.method == "nuts":
         summary = az.summary(idata, var_names=hyper)
         summary.to_csv(out / "summary.csv")
+        summary = summary.astype(float).round(3)
         min_ess = float(summary["ess_bulk"].min())
         divergences = int(np.asarray(idata["sample_stats"]["diverging"]).sum())
         status = np.asarray(idata["posterior"]["y_status"])
         report += [
-            f"- sampling time: {fit_time:.1f} s ({args.chains} chains x ({args.tune} tune + {args.draws} draws))",
+            f"- sampling time: {fit_time:.1f} s ({args.chains} chains x ({args.tune} tune + {args.draws} draws), {args.sampler})",
             f"- min bulk ESS over hyperparameters: {min_ess:.0f} ({min_ess / fit_time:.2f} ESS/s)",
             f"- max r_hat: {float(summary['r_hat'].max()):.3f}; divergences: {divergences}",
             f"- approximation status over draws: {int((status == 0).sum())} converged, "
