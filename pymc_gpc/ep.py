@@ -42,6 +42,7 @@ from numba import njit
 
 from .posterior import NotPositiveDefiniteError, latent_posterior
 from .result import ApproximationResult
+from .validation import as_signed_labels, check_kernel_matrix
 
 # Cavity precision floor, relative to the posterior precision 1/Sigma_ii, for sites
 # of mixed sign (see ``cavity_precision``).
@@ -173,7 +174,7 @@ def ep(
     Parameters
     ----------
     K : (n, n) symmetric positive semi-definite prior covariance of f.
-    y : (n,) labels in {-1, +1} (use ``validation.as_signed_labels`` for others).
+    y : (n,) labels: {-1, +1}, {0, 1}, booleans or two strings (checked).
     likelihood : a ``pymc_gpc.likelihoods.Likelihood``.
     params : likelihood parameters overriding ``likelihood.params``.
     state : an ``EPState`` to warm-start from (e.g. the previous result's ``state``);
@@ -188,8 +189,10 @@ def ep(
         raise ValueError(f"method must be 'parallel' or 'sequential', got {method!r}")
     if not 0.0 < damping <= 1.0:
         raise ValueError(f"damping must be in (0, 1], got {damping}")
+    y = as_signed_labels(y, require_both=False)
     n = y.shape[0]
-    th = likelihood._th(params)
+    K = check_kernel_matrix(K, n)
+    th = likelihood.check_params(likelihood._th(params))
     if state is None:
         tau, nu = np.zeros(n), np.zeros(n)
     else:

@@ -23,6 +23,7 @@ from .ep import cavity_precision
 from .likelihoods import laplace_unsupported_message
 from .posterior import LatentPosterior
 from .result import ApproximationResult
+from .validation import as_signed_labels, check_kernel_matrix
 
 
 @dataclass
@@ -57,8 +58,10 @@ def laplace(
     """
     if not likelihood.supports_laplace:
         raise ValueError(laplace_unsupported_message(likelihood))
+    y = as_signed_labels(y, require_both=False)
     n = y.shape[0]
-    th = likelihood._th(params)
+    K = check_kernel_matrix(K, n)
+    th = likelihood.check_params(likelihood._th(params))
     a = np.zeros(n) if state is None else np.array(state.a, dtype=float)
     if a.shape != (n,):
         raise ValueError(f"warm-start state has {a.shape[0]} weights, data has {n}")

@@ -79,7 +79,6 @@ class ApproxMarginalOp(Op):
         self.options = tuple(options)
         self._lik = likelihood_type()
         self._local = threading.local()
-        self.n_failures = 0
 
     def __getstate__(self):
         state = self.__dict__.copy()
@@ -135,7 +134,6 @@ class ApproxMarginalOp(Op):
         except (NotPositiveDefiniteError, FloatingPointError, ValueError, np.linalg.LinAlgError):
             status = STATUS_FAILED
         if status == STATUS_FAILED:
-            self.n_failures += 1
             output_storage[0][0] = np.asarray(-np.inf)
             output_storage[1][0] = np.zeros((n, n))
             output_storage[2][0] = np.zeros(len(params))

@@ -1,6 +1,6 @@
 """What every approximation returns: evidence, its gradient, posterior, diagnostics."""
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -41,7 +41,6 @@ class ApproximationResult:
     converged: bool
     max_change: float
     loo_log_p: np.ndarray | None = None
-    extra: dict = field(default_factory=dict)
 
     def predict_latent(self, K_cross, k_diag):
         """Mean and variance of the latent f* given cross-covariances (n, m) and prior variances (m,)."""

@@ -3,12 +3,13 @@
 import numpy as np
 
 
-def as_signed_labels(y, name="y"):
+def as_signed_labels(y, name="y", require_both=True):
     """Return binary labels as a float array of -1.0 / +1.0.
 
     Accepts {-1, +1}, {0, 1}, booleans (False -> -1) and two distinct strings (the
     later in sorted order is +1). Raises ValueError for anything else: NaN/inf, one
-    class only, more than two values, wrong shape.
+    class only (unless ``require_both`` is False: the evidence of one-class labels is
+    well defined, a classifier trained on them is not), more than two values, wrong shape.
     """
     if hasattr(y, "to_numpy"):  # pandas
         y = y.to_numpy()
@@ -20,7 +21,7 @@ def as_signed_labels(y, name="y"):
     if arr.size == 0:
         raise ValueError(f"{name} is empty")
     if arr.dtype == bool:
-        if arr.all() or not arr.any():
+        if require_both and (arr.all() or not arr.any()):
             raise ValueError(f"{name} holds only one class; a classifier needs two")
         return np.where(arr, 1.0, -1.0)
     if not np.issubdtype(arr.dtype, np.number):
@@ -44,7 +45,7 @@ def as_signed_labels(y, name="y"):
             f"{name} must hold two classes coded as {{-1, +1}}, {{0, 1}} or booleans; "
             f"found values {sorted(values)[:10]}"
         )
-    if len(np.unique(out)) != 2:
+    if require_both and len(np.unique(out)) != 2:
         raise ValueError(f"{name} holds only one class ({sorted(values)}); a classifier needs two")
     return out
 
@@ -57,7 +58,7 @@ def check_kernel_matrix(K, n, name="K"):
     if not np.all(np.isfinite(K)):
         raise ValueError(f"{name} contains NaN or inf")
     scale = max(np.max(np.abs(K)), 1e-300)
-    if np.max(np.abs(K - K.T)) > 1e-10 * scale:
+    if np.max(np.abs(K - K.T)) > 1e-8 * scale:
         raise ValueError(f"{name} is not symmetric (max |K - K^T| = {np.max(np.abs(K - K.T)):.3g})")
     return K
 

@@ -114,3 +114,23 @@ def test_predictions_match_dense_formula():
         M = np.linalg.solve(np.eye(30) + W @ K, W)
         np.testing.assert_allclose(mean, Ks.T @ res.a, rtol=1e-10)
         np.testing.assert_allclose(var, kss - np.einsum("ij,ij->j", Ks, M @ Ks), rtol=1e-7, atol=1e-10)
+
+
+@pytest.mark.parametrize(
+    "K, y, match",
+    [
+        (np.eye(3), [1, 2, 3], "two classes"),
+        (np.eye(2), [1, -1, 1], r"shape \(3, 3\)"),
+        (np.array([[1.0, 0.5, 0], [0.0, 1, 0], [0, 0, 1]]), [1, -1, 1], "not symmetric"),
+        (np.full((3, 3), np.nan), [1, -1, 1], "NaN or inf"),
+    ],
+)
+def test_engine_rejects_bad_input_before_work(K, y, match):
+    for run in (ep, laplace):
+        with pytest.raises(ValueError, match=match):
+            run(K, np.asarray(y), LIKELIHOOD_CASES[0])
+
+
+def test_engine_rejects_invalid_likelihood_parameters():
+    with pytest.raises(ValueError, match="epsilon"):
+        ep(np.eye(2), np.array([1, -1]), LIKELIHOOD_CASES[3], params=[0.7])
