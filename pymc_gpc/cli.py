@@ -12,6 +12,7 @@ and ``relevance.png`` (posterior of each input's log inverse squared lengthscale
 
 import argparse
 import csv
+import os
 import pathlib
 import sys
 import time
@@ -142,6 +143,7 @@ def run(args):
         if args.method == "nuts":
             idata = pm.sample(
                 draws=args.draws, tune=args.tune, chains=args.chains, random_seed=args.seed,
+                cores=min(args.chains, os.cpu_count() or 1),
                 progressbar=not args.no_progress, nuts_sampler=args.sampler,
             )
             add_log_likelihood(idata, model)
@@ -229,7 +231,7 @@ def _plots(idata, out, report):
         return
     pc = az.plot_trace_dist(idata, var_names=["log_w", "log_v0", "log_v1"], backend="matplotlib")
     pc.savefig(out / "trace.png")
-    pc = az.plot_forest(idata, var_names=["log_w"], backend="matplotlib")
+    pc = az.plot_forest(idata, var_names=["log_w"], combined=True, backend="matplotlib")
     pc.savefig(out / "relevance.png")
     plt.close("all")
     report += ["", "Plots: trace.png (hyperparameter traces), relevance.png (ARD: log inverse squared lengthscale per input)."]
