@@ -33,7 +33,6 @@ from pytensor.graph.op import Op
 
 from .ep import ep
 from .laplace import laplace
-from .posterior import NotPositiveDefiniteError
 
 STATUS_CONVERGED, STATUS_NOT_CONVERGED, STATUS_FAILED = 0, 1, 2
 
@@ -120,10 +119,7 @@ class ApproxMarginalOp(Op):
         n = y.shape[0]
         options = dict(self.options)
         result, status = None, STATUS_FAILED
-        try:
-            if not (np.all(np.isfinite(K)) and np.all(np.isfinite(params))):
-                raise FloatingPointError("non-finite kernel matrix or likelihood parameter")
-            self._lik.check_params(params)
+        try:  # ep() / laplace() reject non-finite or invalid inputs with ValueError
             result = _solve(self.approximation, K, y, self._lik, params, self._warm_state(y), options)
             for retry in _retry_options(self.approximation, options) if not result.converged else []:
                 result = _solve(self.approximation, K, y, self._lik, params, None, retry)
@@ -131,7 +127,7 @@ class ApproxMarginalOp(Op):
                     break
             ok = np.isfinite(result.log_z) and np.all(np.isfinite(result.dlog_z_dK))
             status = (STATUS_CONVERGED if result.converged else STATUS_NOT_CONVERGED) if ok else STATUS_FAILED
-        except (NotPositiveDefiniteError, FloatingPointError, ValueError, np.linalg.LinAlgError):
+        except (ValueError, np.linalg.LinAlgError):  # NotPositiveDefiniteError is a LinAlgError
             status = STATUS_FAILED
         if status == STATUS_FAILED:
             output_storage[0][0] = np.asarray(-np.inf)
@@ -218,7 +214,7 @@ class LatentPredictiveOp(Op):
                 _, var = res.predict_latent(K_cross, K_star)
                 output_storage[1][0] = var
             output_storage[0][0] = mean
-        except (NotPositiveDefiniteError, ValueError, np.linalg.LinAlgError):
+        except (ValueError, np.linalg.LinAlgError):  # NotPositiveDefiniteError is a LinAlgError
             output_storage[0][0] = np.full(m, np.nan)
             output_storage[1][0] = np.full((m, m) if self.full_cov else m, np.nan)
 
