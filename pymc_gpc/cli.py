@@ -175,8 +175,7 @@ def run(args):
             report.append(f"- PSIS-LOO unavailable: {err}")
         report += ["", "## Hyperparameters", "", _markdown_table(summary)]
     else:
-        names = ["log_w", "log_v0", "log_v1"]
-        values = {n: np.round(np.asarray(point[n]), 3).tolist() for n in names}
+        values = {n: np.round(np.asarray(point[n]), 3).tolist() for n in hyper}
         report += [f"- MAP-II time: {fit_time:.1f} s", f"- MAP-II point: {values}"]
     if data.X_test is not None:
         t1 = time.perf_counter()

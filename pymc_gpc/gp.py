@@ -72,6 +72,7 @@ class _ApproximateMarginal:
             raise ValueError("call marginal_likelihood(name, X, y) before predicting")
 
     def _check_new_inputs(self, Xnew):
+        self._check_fitted()
         Xnew = check_inputs(Xnew, name="Xnew")
         if Xnew.shape[1] != self.X.shape[1]:
             raise ValueError(
@@ -128,7 +129,6 @@ class _ApproximateMarginal:
         probabilities follow as ``likelihood.predict`` of the draws' mean and variance,
         or directly from ``predict``.
         """
-        self._check_fitted()
         Xnew = self._check_new_inputs(Xnew)
         mean, cov = self._build_predictive(Xnew, full_cov=True)
         cov = cov + jitter * pt.eye(Xnew.shape[0])
@@ -149,7 +149,6 @@ class _ApproximateMarginal:
         -------
         p, or (p, mean, var) with ``return_latent``.
         """
-        self._check_fitted()
         if (point is None) == (idata is None):
             raise ValueError("give exactly one of point= or idata=")
         Xnew = self._check_new_inputs(Xnew)
@@ -176,9 +175,12 @@ class _ApproximateMarginal:
 
 
 def _posterior_points(idata, names, max_draws):
-    post = idata["posterior"] if not hasattr(idata, "posterior") else idata.posterior
-    stacked = {n: np.asarray(post[n]).reshape(-1, *np.asarray(post[n]).shape[2:]) for n in names}
-    total = len(next(iter(stacked.values()))) if stacked else 1
+    post = idata["posterior"]
+    total = post.sizes["chain"] * post.sizes["draw"]
+    stacked = {}
+    for n in names:
+        values = np.asarray(post[n])
+        stacked[n] = values.reshape(total, *values.shape[2:])
     idx = np.arange(total)
     if max_draws is not None and total > max_draws:
         idx = np.linspace(0, total - 1, max_draws).round().astype(int)

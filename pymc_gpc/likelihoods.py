@@ -285,11 +285,6 @@ class Likelihood:
         else:
             self._params = self.check_params(np.asarray(values, dtype=float))
 
-    @property
-    def is_symbolic(self):
-        """Whether a parameter is a PyTensor variable (e.g. a PyMC random variable)."""
-        return self._params is None
-
     def params_tensor(self):
         """The parameters as a PyTensor vector (of length ``n_params``)."""
         import pytensor.tensor as pt

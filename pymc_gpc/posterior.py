@@ -76,6 +76,11 @@ def lower_times(Li, X):
     return out
 
 
+def _floor_var(var, prior_var):
+    """Sigma_ii > 0 exactly; rounding can make a tiny one negative at extreme scales."""
+    return np.maximum(var, _MIN_RELATIVE_VAR * np.maximum(prior_var, 1e-300))
+
+
 class LatentPosterior:
     r"""q(f) = N(K a, (K^{-1} + diag(w))^{-1}) represented through B = L L^T.
 
@@ -125,8 +130,7 @@ class LatentPosterior:
         if direct.size:
             V = lower_times(self.Li, self.sw[:, None] * self.K[:, direct])
             out[direct] = Kd[direct] - np.einsum("ij,ij->j", V, V)
-        # Sigma_ii > 0 exactly; rounding can make a tiny one negative at extreme scales
-        return np.maximum(out, _MIN_RELATIVE_VAR * np.maximum(Kd, 1e-300))
+        return _floor_var(out, Kd)
 
     def full_cov(self):
         """Sigma = K - K W^{1/2} B^{-1} W^{1/2} K as a dense matrix (sequential EP)."""
@@ -192,8 +196,7 @@ class IndefiniteSitePosterior:
         return v - self.w * self._sigma_times(v)
 
     def var_diag(self):
-        var = np.einsum("ij,ij->i", self.M, self.M)
-        return np.maximum(var, _MIN_RELATIVE_VAR * np.maximum(np.diag(self.K), 1e-300))
+        return _floor_var(np.einsum("ij,ij->i", self.M, self.M), np.diag(self.K))
 
     def full_cov(self):
         return self.M @ self.M.T
