@@ -6,6 +6,7 @@ giving an approximate marginal likelihood with an exact gradient.
 
 from . import kernels, likelihoods
 from .ep import EPState, ep
+from .point_estimates import FitResult, fit
 from .gp import MarginalEP, MarginalLaplace
 from .idata import add_log_likelihood, sample
 from .models import ard_classifier
@@ -19,6 +20,8 @@ __all__ = [
     "MarginalLaplace",
     "ard_classifier",
     "sample",
+    "fit",
+    "FitResult",
     "add_log_likelihood",
     "ep",
     "laplace",

@@ -14,6 +14,8 @@ the role of ``util/logphi.m`` in GPML).
 
 import math
 
+import numpy as np
+
 from numba import njit
 
 LOG_2PI = math.log(2.0 * math.pi)
@@ -89,3 +91,12 @@ def log_add_exp(a, b):
         return a
     m = max(a, b)
     return m + math.log1p(math.exp(-abs(a - b)))
+
+
+@njit(nogil=True)
+def log_ndtr_array(z):
+    """``log_ndtr`` elementwise over a 1-D array."""
+    out = np.empty(z.shape[0])
+    for i in range(z.shape[0]):
+        out[i] = log_ndtr(z[i])
+    return out

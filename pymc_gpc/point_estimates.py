@@ -1,0 +1,508 @@
+r"""Point estimates of the hyperparameters, on the same ``pm.Model`` that ``pm.sample`` uses.
+
+``fit(model, method=...)``:
+
+``"type2"``
+    type-II maximum likelihood: maximise the approximate log evidence
+    log q(y | theta) (the ``MarginalEP`` / ``MarginalLaplace`` potentials, plus any
+    observed variables) over the model's continuous free variables in their
+    unconstrained space; hyperpriors are ignored.
+``"map"``
+    MAP-II: the same objective plus the hyperpriors (``model.logp(jacobian=False)``,
+    as ``pm.find_MAP`` uses).
+``"em-ep"``
+    the EM-EP algorithm of Kim & Ghahramani (2003). E-step: the model's approximation
+    (EP for ``MarginalEP``) at the current hyperparameters gives q(f) = N(h, A).
+    M-step: with q fixed, maximise the variational lower bound (eq. 13, 15)
+
+    .. math::
+
+        F(\theta) = \sum_i E_q[\log p(y_i \mid f_i, \theta_{lik})]
+                    - \tfrac12 \log|K_\theta| - \tfrac12 h^T K_\theta^{-1} h
+                    - \tfrac12 \operatorname{tr}(K_\theta^{-1} A) + H(q) + \text{const}
+
+    over the covariance hyperparameters (eq. 16-17; Tan eq. 17-18) and any smooth
+    likelihood parameter, by L-BFGS; the step likelihood's label-noise rate epsilon,
+    when it is a free variable, is set in closed form by one of two rules:
+    ``"errors"``: epsilon* = r / n, r the training errors of sign(E f) (eq. 18 and
+    appendix); ``"omega"``: epsilon* = mean(1 - omega_i), omega_i = Phi(y_i h_i /
+    sqrt(A_ii)), the exact maximiser of the epsilon-part of F (outlier-robust paper,
+    sec. 4; the paper writes the cavity variance lambda_i where the derivation of
+    F_eps gives the marginal variance A_ii of q, which is what is used here).
+    E- and M-steps alternate until the log evidence changes by less than ``tol``.
+
+Every method returns a ``FitResult``: the point (named like ``pm.find_MAP``'s, so
+``gp.predict(Xnew, point=result.point)`` works), the approximate log evidence there,
+the per-iteration history, and convergence flags; ``to_inference_data()`` gives an
+ArviZ ``DataTree`` for ``az.summary`` and plots.
+"""
+
+import weakref
+from dataclasses import dataclass, field
+
+import numpy as np
+import pymc as pm
+import pytensor.tensor as pt
+import scipy.optimize
+import xarray as xr
+from pymc.blocking import DictToArrayBijection, RaveledVars
+from pymc.initial_point import make_initial_point_fn
+from pymc.progress_bar import create_simple_progress
+from pymc.pytensorf import compile as compile_fn
+from pytensor.graph.traversal import ancestors
+
+from .likelihoods import StepLabelNoise
+from .ops import ApproxMarginalOp, _retry_options, _solve
+from .posterior import NotPositiveDefiniteError, chol_lower, inv_lower
+
+__all__ = ["fit", "FitResult", "METHODS", "EPSILON_RULES"]
+
+METHODS = ("type2", "map", "em-ep")
+EPSILON_RULES = ("omega", "errors")
+_MAX_LABEL_NOISE = 0.5 - 1e-9
+
+
+@dataclass
+class FitResult:
+    """What ``fit`` returns.
+
+    Attributes
+    ----------
+    method : "type2", "map" or "em-ep".
+    point : every free variable (constrained and transformed) and deterministic at the
+        optimum, as ``pm.find_MAP`` returns it.
+    log_evidence : the approximate log evidence log q(y | theta) at ``point``.
+    history : arrays with one entry per iteration: ``log_evidence`` and ``objective``
+        (type2 / map), or ``log_evidence``, ``bound`` (F after the M-step) and
+        ``epsilon`` (em-ep, NaN where epsilon is not adapted).
+    converged : whether the optimiser (or the EM loop) met its tolerance.
+    n_iter : optimiser iterations, or EM iterations.
+    message : the optimiser's message, or why the EM loop stopped.
+    """
+
+    method: str
+    point: dict
+    log_evidence: float
+    history: dict
+    converged: bool
+    n_iter: int
+    message: str
+    model: pm.Model = field(repr=False)
+
+    def to_inference_data(self):
+        """An ArviZ ``DataTree``: the point as a one-draw ``posterior`` plus ``fit_history``."""
+        import arviz as az
+
+        model = self.model
+        names = [v.name for v in model.free_RVs + model.deterministics]
+        posterior = {n: np.asarray(self.point[n])[None, None] for n in names if n in self.point}
+        dims = {n: list(model.named_vars_to_dims.get(n, ())) for n in posterior}
+        coords = {k: list(v) for k, v in model.coords.items() if v is not None}
+        tree = az.from_dict({"posterior": posterior}, coords=coords, dims=dims)
+        history = xr.Dataset({k: ("iteration", np.asarray(v, float)) for k, v in self.history.items()})
+        history.attrs.update(
+            method=self.method, log_evidence=self.log_evidence, converged=int(self.converged),
+            n_iter=self.n_iter, message=self.message,
+        )
+        tree["fit_history"] = history
+        return tree
+
+
+def fit(model=None, method="type2", *, start=None, epsilon_rule="omega", prior=False,
+        maxiter=None, tol=None, progressbar=True):
+    """Point estimates of the hyperparameters of a model built with ``MarginalEP`` / ``MarginalLaplace``.
+
+    Parameters
+    ----------
+    model : the ``pm.Model`` (default: the model on the context stack).
+    method : "type2" (type-II ML), "map" (MAP-II) or "em-ep" (module docstring).
+    start : starting values by variable name, in the constrained space (as
+        ``pm.sample(initvals=...)``); the model's initial point otherwise.
+    epsilon_rule : em-ep only: "omega" (exact maximiser of the bound) or "errors"
+        (r / n, Kim & Ghahramani eq. 18).
+    prior : em-ep only: add the hyperpriors to the M-step (MAP-EM).
+    maxiter : optimiser iterations (type2 / map, default 500) or EM iterations
+        (em-ep, default 100).
+    tol : convergence tolerance: relative objective change for L-BFGS-B (default
+        1e-9), or absolute change of the log evidence between EM iterations
+        (default 1e-4).
+    progressbar : show a progress bar as PyMC does.
+
+    Returns
+    -------
+    FitResult
+    """
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    if epsilon_rule not in EPSILON_RULES:
+        raise ValueError(f"epsilon_rule must be one of {EPSILON_RULES}, got {epsilon_rule!r}")
+    model = pm.modelcontext(model)
+    point = _start_point(model, start)
+    if method == "em-ep":
+        return _em_ep(model, point, epsilon_rule, prior,
+                      100 if maxiter is None else maxiter, 1e-4 if tol is None else tol, progressbar)
+    return _maximise(model, point, method,
+                     500 if maxiter is None else maxiter, 1e-9 if tol is None else tol, progressbar)
+
+
+# -- the model's pieces ------------------------------------------------------------
+
+
+class _Objective:
+    """The model split into its GP classification terms and everything else.
+
+    ``objective = rest(values) + sum_j log q(y_j | K_j, theta_j)``, where the
+    approximations run in NumPy here (so ``fit`` keeps its own warm starts) and PyTensor
+    only computes the kernels, ``rest`` and the pullback of the solvers' gradients
+    dlog q/dK, dlog q/dtheta to the free variables in ``targets``. Compiled with the
+    default (numba) backend, whose on-disk cache makes later compilations fast.
+    """
+
+    def __init__(self, model, rest_terms, targets):
+        self.model = model
+        self.free = list(model.continuous_value_vars)
+        if not self.free:
+            raise ValueError("the model has no continuous free variables to fit")
+        self.nodes = _marginal_nodes(model)
+        self.targets = list(targets)
+        self.labels = [np.asarray(node.inputs[2].eval(), dtype=float) for node in self.nodes]
+        rest = model.logp(vars=rest_terms, jacobian=False) if rest_terms else pt.constant(0.0)
+        kernels = [v for node in self.nodes for v in node.inputs[:2]]
+        self.forward = compile_fn(self.free, [*kernels, rest], on_unused_input="ignore")
+        cotangents = [pt.dmatrix(f"g_K{j}") if i % 2 == 0 else pt.dvector(f"g_theta{j}")
+                      for j in range(len(self.nodes)) for i in range(2)]
+        pulled = rest + sum((g * v).sum() for g, v in zip(cotangents, kernels))
+        grads = pt.grad(pulled, self.targets) if self.targets else []
+        self.backward = compile_fn(self.free + cotangents, grads, on_unused_input="ignore")
+        self.states = [None] * len(self.nodes)
+
+    def _inputs(self, point):
+        return [point[v.name] for v in self.free]
+
+    def kernels(self, point):
+        """[(K_j, theta_j)] and the value of ``rest`` at ``point``."""
+        out = self.forward(*self._inputs(point))
+        return [(out[2 * j], out[2 * j + 1]) for j in range(len(self.nodes))], float(out[-1])
+
+    def solve(self, j, K, theta, with_grad=True):
+        """The approximation of term j (the model's EP / Laplace), warm-started from its last call."""
+        node = self.nodes[j]
+        options = dict(node.op.options, with_grad=with_grad)
+        attempts = [(self.states[j], options)] if self.states[j] is not None else []
+        attempts += [(None, options)] + [(None, o) for o in _retry_options(node.op.approximation, options)]
+        result = None
+        for state, opts in attempts:  # warm start, cold start, then the Op's retry schedule
+            try:
+                with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+                    result = _solve(node.op.approximation, K, self.labels[j], node.op._lik, theta, state, opts)
+            except (ValueError, np.linalg.LinAlgError):
+                continue
+            if result.converged and np.isfinite(result.log_z):
+                self.states[j] = result.state
+                return result
+        if result is None:
+            raise ValueError("the approximation failed at these hyperparameters")
+        return result
+
+    def pullback(self, point, cotangents):
+        """Gradient of rest + sum <cotangent, (K_j, theta_j)> in the target variables, raveled."""
+        args = [c for pair in cotangents for c in pair]
+        grads = self.backward(*self._inputs(point), *args)
+        return np.concatenate([np.ravel(g) for g in grads]) if grads else np.zeros(0)
+
+    def evidence_and_grad(self, point):
+        """objective, log evidence and the objective's gradient in the targets (None if it failed)."""
+        pairs, rest = self.kernels(point)
+        log_z, cotangents = 0.0, []
+        for j, (K, theta) in enumerate(pairs):
+            try:
+                result = self.solve(j, K, theta)
+            except (ValueError, np.linalg.LinAlgError):
+                return -np.inf, -np.inf, None
+            if not (np.isfinite(result.log_z) and np.all(np.isfinite(result.dlog_z_dK))):
+                return -np.inf, -np.inf, None
+            log_z += result.log_z
+            cotangents.append((result.dlog_z_dK, np.asarray(result.dlog_z_dparams, float).reshape(theta.shape)))
+        return rest + log_z, log_z, self.pullback(point, cotangents)
+
+
+_compiled = weakref.WeakKeyDictionary()
+
+
+def _objective_for(model, rest_terms, targets):
+    """A compiled ``_Objective``, reused while the model's variables are unchanged."""
+    key = (tuple(v.name for v in rest_terms), tuple(v.name for v in targets),
+           tuple(v.name for v in model.value_vars), tuple(v.name for v in model.potentials))
+    cache = _compiled.setdefault(model, {})
+    if key not in cache:
+        cache[key] = _Objective(model, rest_terms, targets)
+    objective = cache[key]
+    objective.states = [None] * len(objective.nodes)
+    return objective
+
+
+def _marginal_nodes(model):
+    """The ApproxMarginalOp applications behind the model's potentials (value-variable graphs)."""
+    nodes = []
+    for var in ancestors(model.replace_rvs_by_values(model.potentials)):
+        if var.owner is not None and isinstance(var.owner.op, ApproxMarginalOp) and var.owner not in nodes:
+            nodes.append(var.owner)
+    if not nodes:
+        raise ValueError(
+            "the model has no GP classification term: call MarginalEP(...).marginal_likelihood "
+            "or MarginalLaplace(...).marginal_likelihood inside it first"
+        )
+    return nodes
+
+
+def _other_terms(model, include_priors):
+    """Model terms besides the GP potentials: observed variables, other potentials, priors."""
+    ours = []
+    for pot, value in zip(model.potentials, model.replace_rvs_by_values(model.potentials)):
+        depends = any(isinstance(v.owner.op, ApproxMarginalOp) for v in ancestors([value]) if v.owner)
+        if not depends:
+            continue
+        if not (value.owner is not None and isinstance(value.owner.op, ApproxMarginalOp)
+                and value is value.owner.outputs[0]):
+            raise ValueError(
+                f"potential {pot.name!r} transforms a GP classification evidence; fit supports the "
+                "potentials added by marginal_likelihood"
+            )
+        ours.append(pot)
+    others = [p for p in model.potentials if p not in ours] + list(model.observed_RVs)
+    return others + (list(model.free_RVs) if include_priors else [])
+
+
+def _start_point(model, start):
+    fn = make_initial_point_fn(model=model, overrides=start or None, jitter_rvs=set(), return_transformed=True)
+    return fn(0)
+
+
+def _ravel(point, variables):
+    return DictToArrayBijection.map({v.name: point[v.name] for v in variables})
+
+
+def _unravel(x, info, point):
+    return DictToArrayBijection.rmap(RaveledVars(np.asarray(x, float), info), point)
+
+
+def _all_values(model, point):
+    """Free, transformed and deterministic values at ``point`` (as ``pm.find_MAP`` returns)."""
+    outs = model.unobserved_value_vars
+    fn = model.compile_fn(outs, inputs=model.value_vars, point_fn=False,
+                          on_unused_input="ignore", mode="FAST_COMPILE")
+    return dict(zip([v.name for v in outs], fn(**{v.name: point[v.name] for v in model.value_vars})))
+
+
+class _Progress:
+    """PyMC's progress bar over iterations, showing the current log evidence."""
+
+    def __init__(self, label, total, progressbar):
+        self.label = label
+        self.bar = create_simple_progress(progressbar)
+        self.total = total
+
+    def __enter__(self):
+        self.bar.__enter__()
+        self.task = self.bar.add_task(self.label, completed=0, total=self.total)
+        return self
+
+    def __exit__(self, *exc):
+        self.bar.__exit__(*exc)
+
+    def update(self, iteration, log_evidence):
+        self.bar.update(self.task, refresh=True, completed=iteration,
+                        description=f"{self.label}: log evidence {log_evidence:.4f}")
+
+
+# -- type-II ML and MAP-II ------------------------------------------------------------
+
+
+def _maximise(model, point, method, maxiter, tol, progressbar):
+    """L-BFGS-B on the objective of ``method`` over the unconstrained free variables."""
+    objective = _objective_for(model, _other_terms(model, include_priors=method == "map"), model.continuous_value_vars)
+    free = objective.free
+    x0 = _ravel(point, free)
+    history = {"objective": [], "log_evidence": []}
+    last = {}
+
+    def negative(x):
+        trial = dict(point, **dict(zip([v.name for v in free], _split(x, x0))))
+        value, log_z, grad = objective.evidence_and_grad(trial)
+        if grad is None or not np.isfinite(value) or not np.all(np.isfinite(grad)):
+            return 1e300, np.zeros_like(x)  # outside the evidence's domain: L-BFGS-B backtracks
+        last.update(objective=value, log_evidence=log_z)
+        return -value, -grad
+
+    label = "type-II ML" if method == "type2" else "MAP-II"
+    with _Progress(label, maxiter, progressbar) as bar:
+        def callback(intermediate_result):
+            for key in history:
+                history[key].append(last.get(key, np.nan))
+            bar.update(len(history["objective"]), last.get("log_evidence", np.nan))
+
+        res = scipy.optimize.minimize(negative, x0.data, jac=True, method="L-BFGS-B", callback=callback,
+                                      options=dict(maxiter=maxiter, ftol=tol, gtol=1e-6))
+    best = dict(point, **dict(zip([v.name for v in free], _split(res.x, x0))))
+    _, log_z, _ = objective.evidence_and_grad(best)
+    return FitResult(
+        method=method, point=_all_values(model, best), log_evidence=float(log_z),
+        history={k: np.asarray(v, float) for k, v in history.items()}, converged=bool(res.success),
+        n_iter=int(res.nit), message=str(res.message), model=model,
+    )
+
+
+def _split(x, x0):
+    """Values of ``free`` from the raveled vector ``x`` (the layout of ``x0``)."""
+    out, start = [], 0
+    for _, shape, size, dtype in x0.point_map_info:
+        out.append(np.asarray(x[start:start + size], dtype=dtype).reshape(shape))
+        start += size
+    return out
+
+
+# -- EM-EP ---------------------------------------------------------------------------
+
+
+def covariance_bound(K, h, A):
+    r"""The K-dependent part of the bound and its gradient in K (Kim & Ghahramani eq. 16-17).
+
+    .. math::
+
+        F_K = -\tfrac12 \log|K| - \tfrac12 h^T K^{-1} h - \tfrac12 \operatorname{tr}(K^{-1} A),
+        \qquad
+        \frac{\partial F_K}{\partial K} = \tfrac12 \big(K^{-1} (h h^T + A) K^{-1} - K^{-1}\big).
+
+    Raises ``NotPositiveDefiniteError`` if K has no Cholesky factor.
+    """
+    L = chol_lower(K)
+    Li = np.tril(inv_lower(np.tril(L)))
+    K_inv = Li.T @ Li
+    b = K_inv @ h
+    P = K_inv @ A
+    value = -np.sum(np.log(np.diag(L))) - 0.5 * h @ b - 0.5 * np.trace(P)
+    grad = 0.5 * (np.outer(b, b) + P @ K_inv - K_inv)
+    return float(value), 0.5 * (grad + grad.T)
+
+
+def epsilon_update(rule, y, h, a_diag):
+    """The closed-form M-step for the step likelihood's label-noise rate (module docstring)."""
+    if rule == "errors":
+        eps = np.mean(np.sign(h) != y)
+    else:
+        eps = 1.0 - np.mean(np.exp(StepLabelNoise.log_prob_correct(y, h, a_diag)))
+    return float(min(eps, _MAX_LABEL_NOISE))
+
+
+def _epsilon_variable(model, node):
+    """The value variable of a free label-noise rate of the step likelihood, or None if fixed."""
+    if not isinstance(node.op._lik, StepLabelNoise):
+        return None
+    sources = [v for v in ancestors([node.inputs[1]]) if v in model.value_vars]
+    if not sources:
+        return None
+    if len(sources) != 1 or model.values_to_rvs[sources[0]].ndim != 0:
+        raise ValueError(
+            "em-ep updates StepLabelNoise's epsilon in closed form, so epsilon must be one scalar "
+            f"free variable (e.g. pm.Uniform('epsilon', 0, 0.5)); it depends on {[v.name for v in sources]}"
+        )
+    return sources[0]
+
+
+def _set_value(model, point, value_var, value):
+    """``point`` with the free variable of ``value_var`` set to the constrained ``value``."""
+    rv = model.values_to_rvs[value_var]
+    transform = model.rvs_to_transforms.get(rv)
+    value = np.asarray(value, float)
+    if transform is not None:
+        value = transform.forward(pt.as_tensor(value), *rv.owner.inputs).eval()
+    return dict(point, **{value_var.name: np.asarray(value, dtype=value_var.dtype)})
+
+
+def _em_ep(model, point, epsilon_rule, prior, max_iter, tol, progressbar):
+    nodes = _marginal_nodes(model)
+    if len(nodes) != 1:
+        raise ValueError(f"em-ep needs exactly one GP classification term, the model has {len(nodes)}")
+    epsilon_var = _epsilon_variable(model, nodes[0])
+    dependent = set(ancestors(nodes[0].inputs[:2]))
+    targets = [v for v in model.continuous_value_vars if v in dependent and v is not epsilon_var]
+    objective = _objective_for(model, list(model.free_RVs) if prior else [], targets)
+    objective.theta_free = any(v in set(ancestors([nodes[0].inputs[1]])) for v in targets)
+    y = objective.labels[0]
+    history = {"log_evidence": [], "bound": [], "epsilon": []}
+    converged, message = False, f"reached {max_iter} EM iterations"
+    with _Progress("EM-EP", max_iter, progressbar) as bar:
+        for iteration in range(1, max_iter + 1):
+            [(K, theta)], _ = objective.kernels(point)
+            q = _e_step(objective, K, theta)
+            if history["log_evidence"] and abs(q.log_z - history["log_evidence"][-1]) < tol:
+                converged, message = True, f"log evidence changed by less than {tol:g}"
+                break
+            history["log_evidence"].append(q.log_z)
+            bar.update(iteration, q.log_z)
+            h, A = q.mean, q.posterior.full_cov()
+            eps = np.nan
+            if epsilon_var is not None:
+                eps = epsilon_update(epsilon_rule, y, h, np.diag(A))
+                point = _set_value(model, point, epsilon_var, eps)
+            point, value = _m_step(objective, point, h, A)
+            history["bound"].append(value + _entropy_constant(K, q))
+            history["epsilon"].append(eps)
+    [(K, theta)], _ = objective.kernels(point)
+    final = _e_step(objective, K, theta)
+    return FitResult(
+        method="em-ep", point=_all_values(model, point), log_evidence=float(final.log_z),
+        history={k: np.asarray(v, float) for k, v in history.items()}, converged=converged,
+        n_iter=len(history["bound"]), message=message, model=model,
+    )
+
+
+def _e_step(objective, K, theta):
+    """q(f) = N(h, A) from the model's approximation (EP for MarginalEP) at the current hyperparameters."""
+    result = objective.solve(0, K, theta, with_grad=False)
+    if not np.isfinite(result.log_z):
+        raise FloatingPointError("the E-step's approximation failed (non-finite log evidence)")
+    return result
+
+
+def _entropy_constant(K, q):
+    """F minus the M-step objective: H(q) - (n/2) log 2 pi = n/2 + log|A| / 2, log|A| = log|K| - log|B|."""
+    log_det_A = 2.0 * np.sum(np.log(np.diag(chol_lower(K)))) - 2.0 * q.posterior.half_logdet_B()
+    return 0.5 * len(q.mean) + 0.5 * log_det_A
+
+
+def m_step_objective(objective, point, h, A):
+    """The M-step objective and its gradient in the targets (None outside K's domain).
+
+    F_K (``covariance_bound``) + sum_i E_q[log p(y_i | f_i, theta)] (+ log prior):
+    the bound F with q fixed, less its entropy term. The data term is left out when
+    no target moves theta (it is then constant; the recorded bound omits it too).
+    """
+    [(K, theta)], rest = objective.kernels(point)
+    try:
+        f_K, d_K = covariance_bound(K, h, A)
+    except NotPositiveDefiniteError:
+        return -np.inf, None
+    ell, d_theta = np.zeros(1), np.zeros((1, theta.size))
+    if objective.theta_free:  # otherwise the data term is a constant of the M-step (and -inf at eps = 0)
+        ell, d_theta = objective.nodes[0].op._lik.expected_log_lik(objective.labels[0], h, np.diag(A), theta)
+    grad = objective.pullback(point, [(d_K, np.asarray(d_theta.sum(axis=0), float).reshape(theta.shape))])
+    return f_K + float(np.sum(ell)) + rest, grad
+
+
+def _m_step(objective, point, h, A, maxiter=200):
+    """Maximise the bound over the target variables with q(f) fixed (L-BFGS-B)."""
+    if not objective.targets:
+        return point, m_step_objective(objective, point, h, A)[0]
+    x0 = _ravel(point, objective.targets)
+    names = [v.name for v in objective.targets]
+
+    def negative(x):
+        value, grad = m_step_objective(objective, dict(point, **dict(zip(names, _split(x, x0)))), h, A)
+        if grad is None or not np.isfinite(value) or not np.all(np.isfinite(grad)):
+            return 1e300, np.zeros_like(x)
+        return -value, -grad
+
+    res = scipy.optimize.minimize(negative, x0.data, jac=True, method="L-BFGS-B",
+                                  options=dict(maxiter=maxiter, ftol=1e-12, gtol=1e-8))
+    return dict(point, **dict(zip(names, _split(res.x, x0)))), -float(res.fun)
