@@ -2,12 +2,14 @@
 
     pymc-gpc                                  # bundled Pima, EP + NUTS
     pymc-gpc train.csv --target label --test test.csv --approximation laplace
-    pymc-gpc --data crabs --method map
+    pymc-gpc --data crabs --method map       # or type2 / em-ep: point estimates
 
 Writes to ``--out`` (default ``pymc-gpc-output/``): ``report.md`` (metrics and
 diagnostics), ``summary.csv`` (ArviZ summary of the hyperparameters),
 ``predictions.csv`` (p(y = +1) for each test row) and, with matplotlib, ``trace.png``
-and ``relevance.png`` (posterior of each input's log inverse squared lengthscale).
+and ``relevance.png`` (posterior of each input's log inverse squared lengthscale; for
+point estimates, the estimate) and, for point estimates, ``history.png`` (log evidence
+per iteration).
 """
 
 import argparse
@@ -38,7 +40,10 @@ def _parser():
     p.add_argument("--target", help="name of the label column (two classes)")
     p.add_argument("--test", help="test CSV with the same columns (the label column is optional)")
     p.add_argument("--data", default="pima", choices=["pima", "crabs"], help="bundled data set when no CSV is given")
-    p.add_argument("--method", default="nuts", choices=["nuts", "map"], help="NUTS over hyperparameters, or MAP-II")
+    p.add_argument(
+        "--method", default="nuts", choices=["nuts", "map", "type2", "em-ep"],
+        help="NUTS over the hyperparameters, or a point estimate: MAP-II, type-II ML or EM-EP",
+    )
     p.add_argument("--approximation", default="ep", choices=["ep", "laplace"])
     p.add_argument("--likelihood", default="probit", choices=sorted(LIKELIHOODS))
     p.add_argument(
@@ -123,6 +128,7 @@ def run(args):
     import pymc as pm
 
     from .idata import add_log_likelihood
+    from .point_estimates import fit
     from .models import ard_classifier, classification_metrics
 
     data = load_split(args)
@@ -148,10 +154,8 @@ def run(args):
             )
             add_log_likelihood(idata, model)
         else:
-            point = pm.find_MAP(
-                progressbar=not args.no_progress, random_seed=args.seed, jitter=False,
-                return_inferencedata=False,
-            )
+            result = fit(model, method=args.method, progressbar=not args.no_progress)
+            point = result.point
     fit_time = time.perf_counter() - t0
     hyper = ["log_w", "log_v0", "log_v1"]
     if args.method == "nuts":
@@ -175,8 +179,16 @@ def run(args):
             report.append(f"- PSIS-LOO unavailable: {err}")
         report += ["", "## Hyperparameters", "", _markdown_table(summary)]
     else:
+        label = {"map": "MAP-II", "type2": "type-II ML", "em-ep": "EM-EP"}[args.method]
         values = {n: np.round(np.asarray(point[n]), 3).tolist() for n in hyper}
-        report += [f"- MAP-II time: {fit_time:.1f} s", f"- MAP-II point: {values}"]
+        summary = az.summary(result.to_inference_data(), var_names=hyper, kind="stats")
+        summary[["mean"]].rename(columns={"mean": "estimate"}).to_csv(out / "summary.csv")
+        report += [
+            f"- {label} time: {fit_time:.1f} s, {result.n_iter} iterations, "
+            f"{'converged' if result.converged else 'NOT converged'} ({result.message})",
+            f"- approximate log evidence at the estimate: {result.log_evidence:.3f}",
+            f"- {label} point: {values}",
+        ]
     if data.X_test is not None:
         t1 = time.perf_counter()
         if args.method == "nuts":
@@ -192,8 +204,7 @@ def run(args):
                 f"- test errors: {m['errors']} / {m['n']} ({100 * m['error_rate']:.1f} %)",
                 f"- mean test log predictive: {m['mean_log_pred']:.4f}",
             ]
-    if args.method == "nuts":
-        _plots(idata, out, report)
+    _plots(idata if args.method == "nuts" else result, out, report)
     text = "\n".join(report) + "\n"
     (out / "report.md").write_text(text)
     print(text)
@@ -218,7 +229,8 @@ def _write_predictions(path, p, y):
             w.writerow(row + ([int(y[i])] if y is not None else []))
 
 
-def _plots(idata, out, report):
+def _plots(result, out, report):
+    """Trace and relevance plots of a sampling result, or relevance and history plots of a fit."""
     try:
         import arviz as az
         import matplotlib
@@ -228,12 +240,18 @@ def _plots(idata, out, report):
     except ImportError:
         report.append("- plots skipped: install the 'plot' extra (matplotlib)")
         return
-    pc = az.plot_trace_dist(idata, var_names=["log_w", "log_v0", "log_v1"], backend="matplotlib")
-    pc.savefig(out / "trace.png")
-    pc = az.plot_forest(idata, var_names=["log_w"], combined=True, backend="matplotlib")
-    pc.savefig(out / "relevance.png")
-    plt.close("all")
-    report += ["", "Plots: trace.png (hyperparameter traces), relevance.png (ARD: log inverse squared lengthscale per input)."]
+    if not hasattr(result, "history"):
+        pc = az.plot_trace_dist(result, var_names=["log_w", "log_v0", "log_v1"], backend="matplotlib")
+        pc.savefig(out / "trace.png")
+        pc = az.plot_forest(result, var_names=["log_w"], combined=True, backend="matplotlib")
+        pc.savefig(out / "relevance.png")
+        plt.close("all")
+        report += ["", "Plots: trace.png (hyperparameter traces), relevance.png (ARD: log inverse squared lengthscale per input)."]
+        return
+    from .plots import plot_fit
+
+    plot_fit(result, out / "relevance.png", out / "history.png")
+    report += ["", "Plots: relevance.png (ARD: log inverse squared lengthscale per input), history.png (log evidence per iteration)."]
 
 
 def main(argv=None):

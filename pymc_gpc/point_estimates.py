@@ -446,6 +446,9 @@ def _em_ep(model, point, epsilon_rule, prior, max_iter, tol, progressbar):
                 eps = epsilon_update(epsilon_rule, y, h, np.diag(A))
                 point = _set_value(model, point, epsilon_var, eps)
             point, value = _m_step(objective, point, h, A)
+            if not objective.theta_free:  # the data term, constant during the M-step
+                [(_, theta)], _ = objective.kernels(point)
+                value += float(np.sum(objective.nodes[0].op._lik.expected_log_lik(y, h, np.diag(A), theta)[0]))
             history["bound"].append(value + _entropy_constant(K, q))
             history["epsilon"].append(eps)
     [(K, theta)], _ = objective.kernels(point)
@@ -476,7 +479,8 @@ def m_step_objective(objective, point, h, A):
 
     F_K (``covariance_bound``) + sum_i E_q[log p(y_i | f_i, theta)] (+ log prior):
     the bound F with q fixed, less its entropy term. The data term is left out when
-    no target moves theta (it is then constant; the recorded bound omits it too).
+    no target moves theta (it is then constant, and -inf for the step likelihood at
+    eps = 0); ``_em_ep`` adds it back for the recorded bound.
     """
     [(K, theta)], rest = objective.kernels(point)
     try:

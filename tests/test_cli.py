@@ -11,7 +11,8 @@ from pymc_gpc.datasets import load_crabs
 def test_bundled_crabs_map(tmp_path, capsys):
     assert main(["--data", "crabs", "--method", "map", "--no-progress", "--out", str(tmp_path)]) == 0
     report = (tmp_path / "report.md").read_text()
-    assert "MAP-II point" in report and "test errors" in report
+    assert "MAP-II point" in report and "test errors" in report and "log evidence" in report
+    assert (tmp_path / "history.png").exists() and (tmp_path / "relevance.png").exists()
     errors = int(report.split("test errors: ")[1].split(" /")[0])
     assert errors <= 12  # Barber & Williams: 3/120 with HMC; MAP-II is a little worse
     rows = list(csv.DictReader(open(tmp_path / "predictions.csv")))
