@@ -108,8 +108,8 @@ class FitResult:
         return tree
 
 
-def fit(model=None, method="type2", *, start=None, epsilon_rule="omega", prior=False,
-        maxiter=None, tol=None, progressbar=True):
+def fit(model=None, method="type2", *, start=None, epsilon_rule="errors", prior=False,
+        accelerate=True, maxiter=None, tol=None, progressbar=True):
     """Point estimates of the hyperparameters of a model built with ``MarginalEP`` / ``MarginalLaplace``.
 
     Parameters
@@ -118,11 +118,12 @@ def fit(model=None, method="type2", *, start=None, epsilon_rule="omega", prior=F
     method : "type2" (type-II ML), "map" (MAP-II) or "em-ep" (module docstring).
     start : starting values by variable name, in the constrained space (as
         ``pm.sample(initvals=...)``); the model's initial point otherwise.
-    epsilon_rule : em-ep only: "omega" (exact maximiser of the bound) or "errors"
-        (r / n, Kim & Ghahramani eq. 18).
+    epsilon_rule : em-ep only: "errors" (r / n, Kim & Ghahramani eq. 18; default) or
+        "omega" (the exact maximiser of the bound's epsilon term).
     prior : em-ep only: add the hyperpriors to the M-step (MAP-EM).
+    accelerate : em-ep only: SQUAREM extrapolation of the EM iterations (``_em_ep``).
     maxiter : optimiser iterations (type2 / map, default 500) or EM iterations
-        (em-ep, default 100).
+        (em-ep, default 300).
     tol : convergence tolerance: relative objective change for L-BFGS-B (default
         1e-9), or absolute change of the log evidence between EM iterations
         (default 1e-4).
@@ -139,8 +140,8 @@ def fit(model=None, method="type2", *, start=None, epsilon_rule="omega", prior=F
     model = pm.modelcontext(model)
     point = _start_point(model, start)
     if method == "em-ep":
-        return _em_ep(model, point, epsilon_rule, prior,
-                      100 if maxiter is None else maxiter, 1e-4 if tol is None else tol, progressbar)
+        return _em_ep(model, point, epsilon_rule, prior, 300 if maxiter is None else maxiter,
+                      1e-4 if tol is None else tol, progressbar, accelerate)
     return _maximise(model, point, method,
                      500 if maxiter is None else maxiter, 1e-9 if tol is None else tol, progressbar)
 
@@ -419,45 +420,108 @@ def _set_value(model, point, value_var, value):
     return dict(point, **{value_var.name: np.asarray(value, dtype=value_var.dtype)})
 
 
-def _em_ep(model, point, epsilon_rule, prior, max_iter, tol, progressbar):
-    nodes = _marginal_nodes(model)
-    if len(nodes) != 1:
-        raise ValueError(f"em-ep needs exactly one GP classification term, the model has {len(nodes)}")
-    epsilon_var = _epsilon_variable(model, nodes[0])
-    dependent = set(ancestors(nodes[0].inputs[:2]))
-    targets = [v for v in model.continuous_value_vars if v in dependent and v is not epsilon_var]
-    objective = _objective_for(model, list(model.free_RVs) if prior else [], targets)
-    objective.theta_free = any(v in set(ancestors([nodes[0].inputs[1]])) for v in targets)
-    y = objective.labels[0]
+class _EMEP:
+    """One EM-EP iteration as a map of the free variables: E-step, epsilon, M-step."""
+
+    def __init__(self, model, epsilon_rule, prior):
+        nodes = _marginal_nodes(model)
+        if len(nodes) != 1:
+            raise ValueError(f"em-ep needs exactly one GP classification term, the model has {len(nodes)}")
+        self.model, self.rule = model, epsilon_rule
+        self.epsilon_var = _epsilon_variable(model, nodes[0])
+        dependent = set(ancestors(nodes[0].inputs[:2]))
+        targets = [v for v in model.continuous_value_vars if v in dependent and v is not self.epsilon_var]
+        self.objective = _objective_for(model, list(model.free_RVs) if prior else [], targets)
+        self.objective.theta_free = any(v in set(ancestors([nodes[0].inputs[1]])) for v in targets)
+        self.moving = targets + ([self.epsilon_var] if self.epsilon_var is not None else [])
+        self.y = self.objective.labels[0]
+
+    def __call__(self, point):
+        """(next point, log evidence at ``point``, bound F after the M-step, epsilon)."""
+        objective = self.objective
+        [(K, theta)], _ = objective.kernels(point)
+        q = _e_step(objective, K, theta)
+        h, A = q.mean, q.posterior.full_cov()
+        eps = np.nan
+        if self.epsilon_var is not None:
+            eps = epsilon_update(self.rule, self.y, h, np.diag(A))
+            point = _set_value(self.model, point, self.epsilon_var, eps)
+        point, value = _m_step(objective, point, h, A)
+        if not objective.theta_free:  # the data term, constant during the M-step
+            [(_, theta)], _ = objective.kernels(point)
+            value += float(np.sum(objective.nodes[0].op._lik.expected_log_lik(self.y, h, np.diag(A), theta)[0]))
+        return point, q.log_z, value + _entropy_constant(K, q), eps
+
+    def log_evidence(self, point):
+        [(K, theta)], _ = self.objective.kernels(point)
+        return _e_step(self.objective, K, theta).log_z
+
+
+def _em_ep(model, point, epsilon_rule, prior, max_iter, tol, progressbar, accelerate=True):
+    """EM-EP iterations, SQUAREM-accelerated unless ``accelerate=False``.
+
+    SQUAREM (Varadhan & Roland 2008, scheme S3) extrapolates two EM steps
+    x1 = G(x0), x2 = G(x1) to x0 - 2 a r + a^2 v (r = x1 - x0, v = x2 - 2 x1 + x0,
+    a = -|r| / |v| <= -1) and continues with an EM step from there; an extrapolation
+    that lowers the EP evidence, or where EP fails, is dropped for x2. EM alone
+    converges linearly and slowly for GP hyperparameters (thousands of iterations on
+    Pima); every point visited is still an EM iterate or a safeguarded extrapolation.
+    """
+    em = _EMEP(model, epsilon_rule, prior)
     history = {"log_evidence": [], "bound": [], "epsilon": []}
-    converged, message = False, f"reached {max_iter} EM iterations"
+    state = {"converged": False}
+
+    def step(x_point):
+        new, log_z, bound, eps = em(x_point)
+        done = bool(history["log_evidence"]) and abs(log_z - history["log_evidence"][-1]) < tol
+        for key, value in zip(("log_evidence", "bound", "epsilon"), (log_z, bound, eps)):
+            history[key].append(value)
+        bar.update(len(history["bound"]), log_z)
+        state["converged"] = state["converged"] or done
+        return new, log_z
+
+    def stop():
+        return state["converged"] or len(history["bound"]) >= max_iter
+
     with _Progress("EM-EP", max_iter, progressbar) as bar:
-        for iteration in range(1, max_iter + 1):
-            [(K, theta)], _ = objective.kernels(point)
-            q = _e_step(objective, K, theta)
-            if history["log_evidence"] and abs(q.log_z - history["log_evidence"][-1]) < tol:
-                converged, message = True, f"log evidence changed by less than {tol:g}"
+        x0 = point
+        while not stop():
+            x1, _ = step(x0)
+            if not accelerate or stop():
+                x0 = x1
+                continue
+            x2, ev1 = step(x1)
+            if stop():
+                x0 = x2
                 break
-            history["log_evidence"].append(q.log_z)
-            bar.update(iteration, q.log_z)
-            h, A = q.mean, q.posterior.full_cov()
-            eps = np.nan
-            if epsilon_var is not None:
-                eps = epsilon_update(epsilon_rule, y, h, np.diag(A))
-                point = _set_value(model, point, epsilon_var, eps)
-            point, value = _m_step(objective, point, h, A)
-            if not objective.theta_free:  # the data term, constant during the M-step
-                [(_, theta)], _ = objective.kernels(point)
-                value += float(np.sum(objective.nodes[0].op._lik.expected_log_lik(y, h, np.diag(A), theta)[0]))
-            history["bound"].append(value + _entropy_constant(K, q))
-            history["epsilon"].append(eps)
-    [(K, theta)], _ = objective.kernels(point)
-    final = _e_step(objective, K, theta)
+            x0 = _squarem_step(em, x0, x1, x2, ev1, step)
+        point = x0
+    message = (f"log evidence changed by less than {tol:g}" if state["converged"]
+               else f"reached {max_iter} EM iterations")
+    final = em.log_evidence(point)
     return FitResult(
-        method="em-ep", point=_all_values(model, point), log_evidence=float(final.log_z),
-        history={k: np.asarray(v, float) for k, v in history.items()}, converged=converged,
+        method="em-ep", point=_all_values(model, point), log_evidence=float(final),
+        history={k: np.asarray(v, float) for k, v in history.items()}, converged=state["converged"],
         n_iter=len(history["bound"]), message=message, model=model,
     )
+
+
+def _squarem_step(em, x0, x1, x2, ev1, step):
+    """The next point of SQUAREM from two EM steps (``_em_ep``), safeguarded by the EP evidence."""
+    names = [v.name for v in em.moving]
+    v0, v1, v2 = (_ravel(x, em.moving) for x in (x0, x1, x2))
+    r = v1.data - v0.data
+    v = v2.data - 2.0 * v1.data + v0.data
+    if not np.any(v) or not np.all(np.isfinite(v)):
+        return x2
+    alpha = min(-np.linalg.norm(r) / np.linalg.norm(v), -1.0)
+    extrapolated = dict(x2, **dict(zip(names, _split(v0.data - 2 * alpha * r + alpha**2 * v, v0))))
+    try:
+        if em.log_evidence(extrapolated) < ev1:
+            return x2
+        return step(extrapolated)[0]
+    except (ValueError, FloatingPointError, np.linalg.LinAlgError):
+        return x2
 
 
 def _e_step(objective, K, theta):

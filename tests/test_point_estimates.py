@@ -187,11 +187,12 @@ def test_em_ep_m_step_maximises_the_bound():
 
 
 def test_em_ep_reproduces_the_circle_experiment():
-    """Kim & Ghahramani sec. 5.1: 40 points, 2 labels flipped; adapted epsilon near 0.05.
+    """Kim & Ghahramani sec. 5.1: 40 points, 2 labels flipped (true rate 0.05).
 
-    On this draw (seed 0) EM-EP with the paper's rule (eps* = r / n) finds eps = 2/40 and
-    a lower test error than with eps fixed at 0 (paper: 0.0281 vs 0.0740; here about
-    0.072 vs 0.075; over other draws the gain is not systematic: see the benchmark).
+    On this draw (seed 0), EM-EP with the paper's rule (eps* = r / n) settles at
+    eps = 1/40 with test error 0.072, while with eps fixed at 0 the evidence is highest
+    for a boundary that wraps the flipped points (test error 0.31; paper, its own draw:
+    0.0281 adapted vs 0.0740 fixed). Other draws: see benchmarks/point_estimates.py.
     """
     d = synthetic.circle(seed=0)
     fixed_model, fixed_gp = _circle_model(d, 0.0)
@@ -200,13 +201,13 @@ def test_em_ep_reproduces_the_circle_experiment():
     adapted = pymc_gpc.fit(adapted_model, method="em-ep", start=dict(CIRCLE_START, epsilon=0.01),
                            epsilon_rule="errors", progressbar=False, maxiter=300)
     assert fixed.converged and adapted.converged
-    assert float(adapted.point["epsilon"]) == pytest.approx(0.05, abs=1e-9)
+    assert 0.0 < float(adapted.point["epsilon"]) <= 0.1
     err = {
         name: classification_metrics(gp.predict(d.X_test, point=r.point, model=m), d.y_test)["error_rate"]
         for name, (r, m, gp) in {"fixed": (fixed, fixed_model, fixed_gp),
                                  "adapted": (adapted, adapted_model, adapted_gp)}.items()
     }
-    assert err["adapted"] < err["fixed"]
+    assert err["adapted"] < 0.1 < 0.2 < err["fixed"]
     assert np.all(np.isnan(fixed.history["epsilon"]))
     assert np.all(np.abs(np.diff(adapted.history["log_evidence"][-5:])) < 0.05)
     tree = adapted.to_inference_data()
@@ -237,6 +238,20 @@ def test_type2_switches_off_irrelevant_inputs():
     assert np.sum(log_l[3:] < np.min(log_l[:3]) - 10.0) >= 2
     assert np.mean(log_l[3:]) < np.mean(log_l[:3]) - 5.0
     assert ard.log_evidence > single.log_evidence
+
+
+def test_em_ep_accelerated_reaches_the_evidence_maximum(small_problem):
+    """SQUAREM-accelerated EM-EP converges where plain EM crawls (3000 iterations not enough here)."""
+    X, y = small_problem
+    model, _ = _rbf_model(X, y)
+    em = pymc_gpc.fit(model, method="em-ep", tol=1e-7, maxiter=400, progressbar=False)
+    type2 = pymc_gpc.fit(model, method="type2", progressbar=False)
+    assert em.converged and em.n_iter < 200
+    assert em.log_evidence == pytest.approx(type2.log_evidence, abs=1e-3)
+    np.testing.assert_allclose(em.point["log_ls"], type2.point["log_ls"], atol=0.02)
+    plain = pymc_gpc.fit(model, method="em-ep", accelerate=False, maxiter=30, progressbar=False)
+    assert np.all(np.diff(plain.history["log_evidence"]) > -1e-8)  # EM steps never lower it here
+    assert plain.log_evidence < em.log_evidence - 0.01
 
 
 # -- bad input ------------------------------------------------------------------------------
