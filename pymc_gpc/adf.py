@@ -56,6 +56,22 @@ from .validation import as_signed_labels, check_kernel_matrix
 _steps = {}
 
 
+@njit(nogil=True, fastmath=True)
+def _c_times_k(C, K, i, m, s):
+    """s[:m] = C[:m, :m] K[i, :m] (K symmetric, read by rows); returns k^T C k.
+
+    Pure arithmetic on finite numbers, so fastmath (vectorised sums) is safe here.
+    """
+    quad = 0.0
+    for j in range(m):
+        acc = 0.0
+        for l in range(m):
+            acc += C[j, l] * K[i, l]
+        s[j] = acc
+        quad += K[i, j] * acc
+    return quad
+
+
 def _steps_for(tilted_kernel):
     """Compile (once per likelihood) the online updates of sites start..stop-1."""
     if tilted_kernel in _steps:
@@ -73,15 +89,10 @@ def _steps_for(tilted_kernel):
         s = np.empty(n)
         for i in range(start, stop):
             m = i + 1 if first else n
-            s2 = K[i, i]
+            s2 = K[i, i] + _c_times_k(C, K, i, m, s)
             mu = 0.0
             for j in range(m):
-                acc = 0.0
-                for l in range(m):
-                    acc += C[j, l] * K[l, i]
-                s[j] = acc
-                s2 += K[j, i] * acc
-                mu += K[j, i] * alpha[j]
+                mu += K[i, j] * alpha[j]
             s[i] += 1.0
             s2 = max(s2, 1e-300)
             floor = 1.0 / K[i, i] if tau.min() >= 0.0 else _MIN_CAVITY_FRACTION / s2
