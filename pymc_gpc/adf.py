@@ -39,10 +39,15 @@ which for a first inclusion (tau_i = nu_i = 0) reduces to eq. 12 (c = -gamma, th
 bracket = g). After more than one sweep the reported evidence is EP's log Z at
 the current sites (``ep.ep_log_z``), not the online sum.
 
-No gradient: the online evidence is not stationary in anything, so its gradient
-would need a reverse pass through all n rank-one updates, which is not
-implemented. ``adf(..., with_grad=True)`` therefore returns ``dlog_z_dK = None``;
-the PyTensor Op raises a clear error if a gradient is requested.
+Support: all five likelihoods (only ``Likelihood.tilted`` is used), evidence and
+predictions. **No gradient.** The online evidence is not stationary in anything, so
+an exact gradient needs a reverse (adjoint) pass through all n rank-one updates,
+which in turn needs the third and fourth derivatives of log Z_t in the cavity mean
+and the parameter-derivatives of g and gamma; the likelihood contract provides
+neither, and this is not implemented. ``adf`` returns ``dlog_z_dK = None`` and
+``dlog_z_dparams = None``; ``ApproxMarginalOp`` outputs NaN for them and its
+``pullback`` raises an error naming ADF, so NUTS / ``find_MAP`` fail loudly instead
+of using a wrong gradient.
 """
 
 import numpy as np
