@@ -46,8 +46,9 @@ which in turn needs the third and fourth derivatives of log Z_t in the cavity me
 and the parameter-derivatives of g and gamma; the likelihood contract provides
 neither, and this is not implemented. ``adf`` returns ``dlog_z_dK = None`` and
 ``dlog_z_dparams = None``; ``ApproxMarginalOp`` outputs NaN for them and its
-``pullback`` raises an error naming ADF, so NUTS / ``find_MAP`` fail loudly instead
-of using a wrong gradient.
+``pullback`` returns pytensor's "not implemented" gradient with a message naming
+ADF, so any use of the gradient raises instead of using a wrong one (``pm.sample``
+then assigns Slice by itself; ``pm.find_MAP`` falls back to Powell with a warning).
 """
 
 import numpy as np

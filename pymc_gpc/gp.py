@@ -243,8 +243,10 @@ class MarginalADF(_ApproximateMarginal):
 
     The potential is sum_t log <p(y_t | a)>_{t-1} from one pass in data order
     (``sweeps=1``), or EP's log Z after revisits (``sweeps > 1``). It has **no
-    gradient**: use it with gradient-free step methods or to evaluate and compare
-    evidences; NUTS and ``find_MAP`` raise an error naming the reason.
+    gradient**: asking for one (``pytensor.grad``, an explicit ``pm.NUTS``) raises
+    ``NullTypeGradError`` naming ADF, so ``pm.sample`` assigns a gradient-free step
+    (Slice) by itself and ``pm.find_MAP`` falls back to Powell with a warning. Use it
+    to evaluate and compare evidences, or with gradient-free samplers.
 
     Parameters
     ----------
