@@ -67,7 +67,8 @@ def main():
         ["## Evidence + gradient time by approximation (probit; ms; iterations in brackets)", "",
          "EP: parallel sweeps; Laplace: Newton steps; MF-I / MF-II: Newton steps on alpha; "
          "ADF: passes. Synthetic 5-d data, ARD SE kernel (ls 1.5, amplitude 2, jitter 1e-8), "
-         "1 BLAS thread, medians.", ""] + table
+         f"1 BLAS thread, medians. Load average at the end of the run: {os.getloadavg()[0]:.1f} "
+         f"on {os.cpu_count()} cores (timings from a shared machine are noisy).", ""] + table
     ) + "\n"
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(text)
