@@ -147,7 +147,7 @@ def test_one_sweep_is_adf_and_many_sweeps_are_ep(lik):
     np.testing.assert_allclose(a_last, one.a, atol=1e-13)
 
 
-def test_adf_sweeps_approach_ep_monotonically_in_the_limit():
+def test_adf_revisits_approach_ep():
     rng = np.random.default_rng(1)
     X, y = random_problem(rng, 30)
     K, _ = ard_kernel(X, np.log([0.9, 1.4]), np.log(4.0))
