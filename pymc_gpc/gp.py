@@ -1,4 +1,4 @@
-r"""GP classifiers for PyMC whose latent function is integrated out (EP or Laplace).
+r"""GP classifiers for PyMC whose latent function is integrated out (EP, Laplace, mean field, ADF).
 
 Shaped like ``pm.gp.Marginal``: construct with a covariance function and a
 likelihood, then ``marginal_likelihood(name, X, y)`` adds
@@ -35,7 +35,7 @@ from .likelihoods import Likelihood, laplace_unsupported_message
 from .ops import ApproxMarginalOp, LatentPredictiveOp
 from .validation import as_signed_labels, check_inputs
 
-__all__ = ["MarginalEP", "MarginalLaplace"]
+__all__ = ["MarginalEP", "MarginalLaplace", "MarginalMeanField", "MarginalADF"]
 
 
 class _ApproximateMarginal:
@@ -214,3 +214,48 @@ class MarginalLaplace(_ApproximateMarginal):
         if isinstance(likelihood, Likelihood) and not likelihood.supports_laplace:
             raise ValueError(laplace_unsupported_message(likelihood))
         super().__init__(cov_func=cov_func, likelihood=likelihood, jitter=jitter, **solver_options)
+
+
+class MarginalMeanField(_ApproximateMarginal):
+    """GP classifier whose latent function is integrated out by a mean-field method.
+
+    Csato, Fokoue, Opper, Schottky & Winther (2000), sec. 3-4 (``pymc_gpc.meanfield``).
+
+    Parameters
+    ----------
+    cov_func, likelihood, jitter : as for ``MarginalEP``; every likelihood is supported.
+    variant : "ensemble" (mean field I: the potential is -F of eq. 7, a lower bound on
+        the log evidence) or "naive" (mean field II: -F of eq. 10, not a bound).
+    **solver_options : passed to ``pymc_gpc.meanfield`` (damping, tol, max_sweeps).
+    """
+
+    approximation = "meanfield"
+
+    def __init__(self, *, cov_func, likelihood, variant="ensemble", jitter=JITTER_DEFAULT, **solver_options):
+        if variant not in ("ensemble", "naive"):
+            raise ValueError(f"variant must be 'ensemble' or 'naive', got {variant!r}")
+        super().__init__(cov_func=cov_func, likelihood=likelihood, jitter=jitter, variant=variant,
+                         **solver_options)
+
+
+class MarginalADF(_ApproximateMarginal):
+    """GP classifier with the sequential online (ADF) approximation (Csato et al. 2000, sec. 5).
+
+    The potential is sum_t log <p(y_t | a)>_{t-1} from one pass in data order
+    (``sweeps=1``), or EP's log Z after revisits (``sweeps > 1``). It has **no
+    gradient**: asking for one (``pytensor.grad``, an explicit ``pm.NUTS``) raises
+    ``NullTypeGradError`` naming ADF, so ``pm.sample`` assigns a gradient-free step
+    (Slice) by itself and ``pm.find_MAP`` falls back to Powell with a warning. Use it
+    to evaluate and compare evidences, or with gradient-free samplers.
+
+    Parameters
+    ----------
+    cov_func, likelihood, jitter : as for ``MarginalEP``; every likelihood is supported.
+    sweeps : passes through the data (``pymc_gpc.adf``).
+    """
+
+    approximation = "adf"
+
+    def __init__(self, *, cov_func, likelihood, sweeps=1, jitter=JITTER_DEFAULT, **solver_options):
+        super().__init__(cov_func=cov_func, likelihood=likelihood, jitter=jitter, sweeps=sweeps,
+                         **solver_options)

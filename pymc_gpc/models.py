@@ -14,11 +14,16 @@ import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
 
-from .gp import MarginalEP, MarginalLaplace
+from .gp import MarginalADF, MarginalEP, MarginalLaplace, MarginalMeanField
 from .likelihoods import Probit
 from .validation import check_inputs
 
-APPROXIMATIONS = {"ep": MarginalEP, "laplace": MarginalLaplace}
+APPROXIMATIONS = {
+    "ep": MarginalEP,
+    "laplace": MarginalLaplace,
+    "meanfield": MarginalMeanField,
+    "adf": MarginalADF,
+}
 
 
 def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.0),
@@ -28,7 +33,8 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
     Parameters
     ----------
     X, y : training inputs (n, d) and binary labels.
-    approximation : "ep" or "laplace".
+    approximation : "ep", "laplace", "meanfield" (with ``variant="ensemble"`` or
+        ``"naive"`` among the solver options) or "adf" (no gradient: not for NUTS).
     likelihood : a ``pymc_gpc.likelihoods`` instance (default ``Probit()``).
     prior : (mean, sd) of the Normal prior on every log-hyperparameter.
     feature_names : names for the ``feature`` coordinate of ``log_w``.

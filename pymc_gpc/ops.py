@@ -2,9 +2,11 @@ r"""PyTensor Ops: the approximate marginal likelihood and the latent predictive.
 
 ``ApproxMarginalOp`` maps (K, theta, y) to
 
-* ``log_z``: log q(y | K, theta) by EP or Laplace,
+* ``log_z``: log q(y | K, theta) by EP, Laplace, mean field (I or II) or online ADF
+  (``SOLVERS``),
 * ``dlog_z_dK`` (n, n) and ``dlog_z_dtheta`` (p,): its gradient, computed in the same
-  pass (the solver's fixed point gives both),
+  pass (the solver's fixed point gives both); ADF has none (NaN, and ``pullback``
+  raises a clear error),
 * ``loo`` (n,): the leave-one-out log predictive log q(y_i | y_{-i}, theta) from the
   cavity of EP or of Laplace's Gaussian, the pointwise term of PSIS-LOO for a
   non-factorising likelihood (Buerkner, Gabry & Vehtari 2021),
@@ -31,8 +33,10 @@ from pytensor.gradient import DisconnectedType, disconnected_type, grad_not_impl
 from pytensor.graph.basic import Apply
 from pytensor.graph.op import Op
 
+from .adf import adf
 from .ep import ep
 from .laplace import laplace
+from .meanfield import meanfield
 
 STATUS_CONVERGED, STATUS_NOT_CONVERGED, STATUS_FAILED = 0, 1, 2
 
@@ -41,14 +45,18 @@ class ApproximationFailedWarning(RuntimeWarning):
     """EP or Newton did not converge, or K was not positive definite, at some point."""
 
 
+SOLVERS = {"ep": ep, "laplace": laplace, "meanfield": meanfield, "adf": adf}
+NO_GRADIENT = ("adf",)  # the online evidence has no gradient (adf.py)
+
+
 def _solve(approximation, K, y, lik, params, state, options):
-    if approximation == "ep":
-        return ep(K, y, lik, params, state=state, **options)
-    return laplace(K, y, lik, params, state=state, **options)
+    return SOLVERS[approximation](K, y, lik, params, state=state, **options)
 
 
 def _retry_options(approximation, options):
     """The fallback schedule after a non-converged run: damped, then sequential."""
+    if approximation == "adf":
+        return []
     if approximation != "ep":
         return [dict(options, max_iter=4 * options.get("max_iter", 100))]
     return [
@@ -62,7 +70,7 @@ class ApproxMarginalOp(Op):
 
     Parameters
     ----------
-    approximation : "ep" or "laplace".
+    approximation : a key of ``SOLVERS``: "ep", "laplace", "meanfield" or "adf".
     likelihood_type : a ``pymc_gpc.likelihoods.Likelihood`` subclass; its parameter
         values are the second input, so they may be random variables.
     options : tuple of (name, value) pairs passed to ``ep`` / ``laplace``.
@@ -71,8 +79,8 @@ class ApproxMarginalOp(Op):
     __props__ = ("approximation", "likelihood_type", "options")
 
     def __init__(self, approximation, likelihood_type, options=()):
-        if approximation not in ("ep", "laplace"):
-            raise ValueError(f"approximation must be 'ep' or 'laplace', got {approximation!r}")
+        if approximation not in SOLVERS:
+            raise ValueError(f"approximation must be one of {sorted(SOLVERS)}, got {approximation!r}")
         self.approximation = approximation
         self.likelihood_type = likelihood_type
         self.options = tuple(options)
@@ -125,7 +133,8 @@ class ApproxMarginalOp(Op):
                 result = _solve(self.approximation, K, y, self._lik, params, None, retry)
                 if result.converged:
                     break
-            ok = np.isfinite(result.log_z) and np.all(np.isfinite(result.dlog_z_dK))
+            ok = np.isfinite(result.log_z) and (
+                result.dlog_z_dK is None or np.all(np.isfinite(result.dlog_z_dK)))
             status = (STATUS_CONVERGED if result.converged else STATUS_NOT_CONVERGED) if ok else STATUS_FAILED
         except (ValueError, np.linalg.LinAlgError):  # NotPositiveDefiniteError is a LinAlgError
             status = STATUS_FAILED
@@ -149,8 +158,10 @@ class ApproxMarginalOp(Op):
         self._local.state = (n, result.state)
         loo = result.loo_log_p
         output_storage[0][0] = np.asarray(result.log_z)
-        output_storage[1][0] = result.dlog_z_dK
-        output_storage[2][0] = np.asarray(result.dlog_z_dparams, dtype=float).reshape(len(params))
+        no_grad = result.dlog_z_dK is None  # ADF: NaN, and pullback refuses (below)
+        output_storage[1][0] = np.full((n, n), np.nan) if no_grad else result.dlog_z_dK
+        output_storage[2][0] = (np.full(len(params), np.nan) if no_grad else
+                                np.asarray(result.dlog_z_dparams, dtype=float).reshape(len(params)))
         output_storage[3][0] = np.asarray(loo, dtype=float)
         output_storage[4][0] = np.asarray(result.n_iter, dtype="int64")
         output_storage[5][0] = np.asarray(status, dtype="int64")
@@ -175,6 +186,11 @@ class ApproxMarginalOp(Op):
                 ]
         if isinstance(g.type, DisconnectedType):
             return [disconnected_type(), disconnected_type(), disconnected_type()]
+        if self.approximation in NO_GRADIENT:
+            msg = ("the online (ADF) evidence has no gradient in pymc-gpc; use a gradient-free "
+                   "step method, or MarginalEP / MarginalMeanField")
+            return [grad_not_implemented(self, 0, K, msg), grad_not_implemented(self, 1, params, msg),
+                    disconnected_type()]
         return [g * outputs[1], g * outputs[2], disconnected_type()]
 
 

@@ -52,7 +52,7 @@ from pymc.pytensorf import compile as compile_fn
 from pytensor.graph.traversal import ancestors
 
 from .likelihoods import StepLabelNoise
-from .ops import ApproxMarginalOp, _retry_options, _solve
+from .ops import NO_GRADIENT, ApproxMarginalOp, _retry_options, _solve
 from .posterior import NotPositiveDefiniteError, chol_lower, inv_lower
 
 __all__ = ["fit", "FitResult", "METHODS", "EPSILON_RULES"]
@@ -321,6 +321,10 @@ class _Progress:
 
 def _maximise(model, point, method, maxiter, tol, progressbar):
     """L-BFGS-B on the objective of ``method`` over the unconstrained free variables."""
+    gradient_free = [n.op.approximation for n in _marginal_nodes(model) if n.op.approximation in NO_GRADIENT]
+    if gradient_free:
+        raise ValueError(f"{method} needs the evidence's gradient, which {gradient_free[0].upper()} does not "
+                         "provide; use method='em-ep' or another approximation")
     objective = _objective_for(model, _other_terms(model, include_priors=method == "map"), model.continuous_value_vars)
     free = objective.free
     x0 = _ravel(point, free)

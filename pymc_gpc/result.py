@@ -9,13 +9,14 @@ from .posterior import LatentPosterior
 
 @dataclass
 class ApproximationResult:
-    """The result of EP or Laplace at one kernel matrix and likelihood parameter value.
+    """The result of one approximation at one kernel matrix and likelihood parameter value.
 
     Attributes
     ----------
-    method : "ep-parallel", "ep-sequential" or "laplace".
+    method : "ep-parallel", "ep-sequential", "laplace", "meanfield-ensemble",
+        "meanfield-naive", "adf" (one online pass) or "adf-ep" (passes with revisits).
     log_z : approximate log marginal likelihood log q(y | K, theta).
-    dlog_z_dK : (n, n) symmetric gradient of log_z with respect to K.
+    dlog_z_dK : (n, n) symmetric gradient of log_z with respect to K (None for ADF).
     dlog_z_dparams : (p,) gradient with respect to the likelihood parameters.
     a : representer weights; the posterior mean of f is K a, and of f* is K*^T a.
     posterior : the Gaussian q(f) in factored form (predictions, variances).
@@ -25,7 +26,8 @@ class ApproximationResult:
     converged : whether the tolerance was met within the iteration limit.
     max_change : the last convergence measure (scaled site change or Newton step).
     loo_log_p : log q(y_i | y_{-i}): the likelihood averaged over the cavity
-        distribution (EP: log Z_i, Opper & Winther 2000; Laplace: LA-LOO).
+        distribution (EP: log Z_i, Opper & Winther 2000; Laplace: LA-LOO; mean field:
+        log Z_i at the mean-field cavity; ADF: EP-style cavities of the final sites).
     """
 
     method: str

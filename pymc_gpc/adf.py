@@ -1,0 +1,221 @@
+r"""The sequential online approximation, ADF (Csato et al. 2000, sec. 5, eq. 10-12).
+
+The posterior process after t examples is approximated by a Gaussian process with
+
+.. math::
+
+    \langle a(x) \rangle_t = \sum_j K(x, x_j)\, \alpha_j, \qquad
+    K_t(x, x') = K(x, x') + \sum_{ij} K(x, x_i)\, C_{ij}\, K(x_j, x'),
+
+starting from alpha = 0, C = 0. Including example t+1 with k = K[:, t+1],
+cavity N(mu, s^2), mu = k^T alpha, s^2 = K_{t+1,t+1} + k^T C k, and
+Z = <p(y_{t+1} | a)>_t, g = d log Z / d mu, gamma = d^2 log Z / d mu^2 (eq. 11-12,
+the printed q^(2) garbled; it is the second derivative, as moment matching requires):
+
+.. math::
+
+    s = C k + e_{t+1}, \qquad \alpha \leftarrow \alpha + g\, s, \qquad
+    C \leftarrow C + \gamma\, s s^T.
+
+During the first pass C has t x t non-zero entries, so the pass costs about
+(2/3) n^3 flops and no matrix inversion. The evidence is accumulated as
+log p(D) ~ sum_t log Z_t (the paper's "further approximation"), each factor
+being a one-step-ahead predictive probability.
+
+**Repeated sweeps.** Re-including an example that is already in the posterior
+would count it twice; here a revisit first removes the example's Gaussian site
+(tau_i, nu_i) -- the precision and location that its inclusion added -- and then
+re-includes it from the resulting cavity. That is sequential EP (Minka 2001), so
+with repeated sweeps the sites converge to EP's fixed point. The update of a site
+by (d tau, d nu) in the (alpha, C) form, with sigma^2 = K_ii + k^T C k, the
+marginal mean mu_i and c = d tau / (1 + d tau sigma^2), is
+
+.. math::
+
+    \alpha \leftarrow \alpha + s\,[d\nu (1 - c \sigma^2) - c \mu_i], \qquad
+    C \leftarrow C - c\, s s^T,
+
+which for a first inclusion (tau_i = nu_i = 0) reduces to eq. 12 (c = -gamma, the
+bracket = g). After more than one sweep the reported evidence is EP's log Z at
+the current sites (``ep.ep_log_z``), not the online sum.
+
+Support: all five likelihoods (only ``Likelihood.tilted`` is used), evidence and
+predictions. **No gradient.** The online evidence is not stationary in anything, so
+an exact gradient needs a reverse (adjoint) pass through all n rank-one updates,
+which in turn needs the third and fourth derivatives of log Z_t in the cavity mean
+and the parameter-derivatives of g and gamma; the likelihood contract provides
+neither, and this is not implemented. ``adf`` returns ``dlog_z_dK = None`` and
+``dlog_z_dparams = None``; ``ApproxMarginalOp`` outputs NaN for them and its
+``pullback`` returns pytensor's "not implemented" gradient with a message naming
+ADF, so any use of the gradient raises instead of using a wrong one (``pm.sample``
+then assigns Slice by itself; ``pm.find_MAP`` falls back to Powell with a warning).
+"""
+
+import numpy as np
+from numba import njit
+
+from .ep import _MIN_CAVITY_FRACTION, EPState, _cavities, ep_log_z
+from .posterior import latent_posterior
+from .result import ApproximationResult
+from .validation import as_signed_labels, check_kernel_matrix
+
+_steps = {}
+
+
+@njit(nogil=True, fastmath=True)
+def _c_times_k(C, K, i, m, s):
+    """s[:m] = C[:m, :m] K[i, :m] (K symmetric, read by rows); returns k^T C k.
+
+    Pure arithmetic on finite numbers, so fastmath (vectorised sums) is safe here.
+    """
+    quad = 0.0
+    for j in range(m):
+        acc = 0.0
+        for l in range(m):
+            acc += C[j, l] * K[i, l]
+        s[j] = acc
+        quad += K[i, j] * acc
+    return quad
+
+
+def _steps_for(tilted_kernel):
+    """Compile (once per likelihood) the online updates of sites start..stop-1."""
+    if tilted_kernel in _steps:
+        return _steps[tilted_kernel]
+
+    @njit(nogil=True)
+    def steps(K, y, th, alpha, C, tau, nu, log_z, start, stop, first):
+        """Include (first pass) or revisit sites start..stop-1; returns the site change.
+
+        In the first pass sites >= i have never been included, so C and alpha are zero
+        outside the leading i x i block and only that block is touched.
+        """
+        n = y.shape[0]
+        change = 0.0
+        s = np.empty(n)
+        for i in range(start, stop):
+            m = i + 1 if first else n
+            s2 = K[i, i] + _c_times_k(C, K, i, m, s)
+            mu = 0.0
+            for j in range(m):
+                mu += K[i, j] * alpha[j]
+            s[i] += 1.0
+            s2 = max(s2, 1e-300)
+            floor = 1.0 / K[i, i] if tau.min() >= 0.0 else _MIN_CAVITY_FRACTION / s2
+            tau_c = max(1.0 / s2 - tau[i], floor)  # as ep.cavity_precision
+            nu_c = mu / s2 - nu[i]
+            lz, g, gam, _ = tilted_kernel(y[i], nu_c / tau_c, 1.0 / tau_c, th)
+            log_z[i] = lz
+            denom = 1.0 + gam / tau_c
+            tau_new = -gam / denom
+            nu_new = (g - gam * nu_c / tau_c) / denom
+            d_tau = tau_new - tau[i]
+            d_nu = nu_new - nu[i]
+            change = max(change, abs(d_tau) * s2, abs(d_nu) * np.sqrt(s2))
+            c = d_tau / (1.0 + d_tau * s2)
+            shift = d_nu * (1.0 - c * s2) - c * mu
+            for j in range(m):
+                alpha[j] += shift * s[j]
+                cj = c * s[j]
+                for l in range(m):
+                    C[j, l] -= cj * s[l]
+            tau[i] = tau_new
+            nu[i] = nu_new
+        return change
+
+    _steps[tilted_kernel] = steps
+    return steps
+
+
+class OnlineState:
+    """The online posterior (alpha, C) and the sites (tau, nu) it is made of."""
+
+    def __init__(self, n):
+        self.alpha = np.zeros(n)
+        self.C = np.zeros((n, n))
+        self.tau = np.zeros(n)
+        self.nu = np.zeros(n)
+        self.log_z = np.zeros(n)
+
+
+def _prepare(K, y, likelihood, params):
+    y = as_signed_labels(y, require_both=False)
+    n = y.shape[0]
+    K = np.ascontiguousarray(check_kernel_matrix(K, n))
+    th = likelihood.check_params(likelihood._th(params))
+    return K, y, th, _steps_for(likelihood._kernels[0])
+
+
+def adf(
+    K,
+    y,
+    likelihood,
+    params=None,
+    *,
+    sweeps=1,
+    tol=1e-8,
+    state=None,
+    with_grad=False,
+):
+    """One online pass through the data (ADF), optionally followed by EP revisits.
+
+    Parameters
+    ----------
+    K, y, likelihood, params : as for ``pymc_gpc.ep``; examples are taken in order.
+    sweeps : number of passes. 1 is the paper's online algorithm and its evidence
+        sum_t log Z_t; with more, revisits remove the old site first (EP), they stop
+        early once the site change is below ``tol``, and log_z is EP's log Z.
+    state : ignored (accepted for the common interface): the online pass always
+        starts from the prior, because its result depends on where it starts.
+    with_grad : ignored; the result never carries a gradient (module docstring).
+    """
+    if int(sweeps) != sweeps or sweeps < 1:
+        raise ValueError(f"sweeps must be a positive integer, got {sweeps}")
+    K, y, th, steps = _prepare(K, y, likelihood, params)
+    n = y.shape[0]
+    st = OnlineState(n)
+    steps(K, y, th, st.alpha, st.C, st.tau, st.nu, st.log_z, 0, n, True)
+    online_log_z = float(np.sum(st.log_z))
+    done, change = 1, np.inf
+    while done < sweeps:
+        change = steps(K, y, th, st.alpha, st.C, st.tau, st.nu, st.log_z, 0, n, False)
+        done += 1
+        if change < tol:
+            break
+    post = latent_posterior(K, st.tau)
+    var, mean, _, tau_c, nu_c = _cavities(post, st.tau, st.nu)
+    tilted = likelihood.tilted(y, nu_c / tau_c, 1.0 / tau_c, th)
+    if done == 1:
+        log_z, method = online_log_z, "adf"
+    else:
+        log_z, method = ep_log_z(post, st.tau, st.nu, mean, tau_c, nu_c, tilted.log_z), "adf-ep"
+    return ApproximationResult(
+        method=method,
+        log_z=log_z,
+        dlog_z_dK=None,
+        dlog_z_dparams=None,
+        a=st.alpha,
+        posterior=post,
+        mean=K @ st.alpha,
+        var=var,
+        state=EPState(st.tau, st.nu),
+        n_iter=done,
+        converged=True if sweeps == 1 else bool(change < tol),
+        max_change=float(change) if done > 1 else 0.0,
+        loo_log_p=tilted.log_z,
+    )
+
+
+def adf_path(K, y, likelihood, params=None, *, sweeps=1):
+    """Yield (sweep, i, alpha) after every single update, for online learning curves.
+
+    ``alpha`` is a copy of the representer weights after example i was included
+    (sweep 0) or revisited (later sweeps); the predictive mean is K(x, X) alpha.
+    """
+    K, y, th, steps = _prepare(K, y, likelihood, params)
+    n = y.shape[0]
+    st = OnlineState(n)
+    for sweep in range(sweeps):
+        for i in range(n):
+            steps(K, y, th, st.alpha, st.C, st.tau, st.nu, st.log_z, i, i + 1, sweep == 0)
+            yield sweep, i, st.alpha.copy()
