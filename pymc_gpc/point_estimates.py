@@ -12,7 +12,7 @@ r"""Point estimates of the hyperparameters, on the same ``pm.Model`` that ``pm.s
     as ``pm.find_MAP`` uses).
 ``"em-ep"``
     the EM-EP algorithm of Kim & Ghahramani (2003). E-step: the model's approximation
-    (EP for ``MarginalEP``) at the current hyperparameters gives q(f) = N(h, A).
+    at the current hyperparameters gives q(f) = N(h, A).
     M-step: with q fixed, maximise the variational lower bound (eq. 13, 15)
 
     .. math::
@@ -29,7 +29,10 @@ r"""Point estimates of the hyperparameters, on the same ``pm.Model`` that ``pm.s
     sqrt(A_ii)), the exact maximiser of the epsilon-part of F (outlier-robust paper,
     sec. 4; the paper writes the cavity variance lambda_i where the derivation of
     F_eps gives the marginal variance A_ii of q, which is what is used here).
-    E- and M-steps alternate until the log evidence changes by less than ``tol``.
+    E- and M-steps alternate until the log evidence changes by less than ``tol``;
+    SQUAREM extrapolation (Varadhan & Roland 2008) makes that tens of iterations
+    instead of thousands. Any approximation with a Gaussian q serves as the E-step
+    (EP for ``MarginalEP``; Laplace, mean field or ADF for the other classes).
 
 Every method returns a ``FitResult``: the point (named like ``pm.find_MAP``'s, so
 ``gp.predict(Xnew, point=result.point)`` works), the approximate log evidence there,
