@@ -94,7 +94,7 @@ def ep_nuts(X, y, Xt, seed):
     model, gp = ard_classifier(X, y)
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        idata = pm.sample(draws=300, tune=300, chains=2, cores=2, random_seed=seed, progressbar=False,
+        idata = pm.sample(draws=300, tune=300, chains=2, cores=2, random_seed=seed, progressbar=False, nuts_sampler="pymc",
                           compute_convergence_checks=False)
     return gp.predict(Xt, idata=idata, model=model, max_draws=200)
 
