@@ -19,7 +19,7 @@ Methods, each the mean test error over folds with the standard error of the mean
 * EP-NUTS: this project's Barber & Williams model (EP + probit, ARD, N(-3, 3^2)
   priors), predictions averaged over 2 chains x 300 draws (``--no-nuts`` skips it).
 
-Writes benchmarks/results/cross_validation.md.
+Writes benchmarks/results/cross_validation.md and the table in README.md (cv-table marker).
 """
 
 import argparse
@@ -30,6 +30,8 @@ import warnings
 import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
+
+from engine import update_readme
 
 import pymc_gpc
 from pymc_gpc import likelihoods as L
@@ -136,6 +138,7 @@ def main():
                          f"| {PAPER[name].get(label, '-')} |")
         lines.append("")
     text = "\n".join(lines)
+    update_readme("cv-table", lines)
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(text)
     print(text)
