@@ -44,7 +44,10 @@ def _parser():
         "--method", default="nuts", choices=["nuts", "map", "type2", "em-ep"],
         help="NUTS over the hyperparameters, or a point estimate: MAP-II, type-II ML or EM-EP",
     )
-    p.add_argument("--approximation", default="ep", choices=["ep", "laplace"])
+    p.add_argument(
+        "--approximation", default="ep", choices=["ep", "laplace", "meanfield-ensemble", "meanfield-naive", "adf"],
+        help="how the latent function is integrated out (adf has no gradient: use --method em-ep)",
+    )
     p.add_argument("--likelihood", default="probit", choices=sorted(LIKELIHOODS))
     p.add_argument(
         "--sampler", default="pymc", choices=["pymc", "nutpie"],
@@ -135,9 +138,10 @@ def run(args):
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     likelihood = LIKELIHOODS[args.likelihood]()
+    approximation, _, variant = args.approximation.partition("-")
     model, gp = ard_classifier(
-        data.X_train, data.y_train, approximation=args.approximation, likelihood=likelihood,
-        feature_names=data.feature_names,
+        data.X_train, data.y_train, approximation=approximation, likelihood=likelihood,
+        feature_names=data.feature_names, **({"variant": variant} if variant else {}),
     )
     report = [
         f"# pymc-gpc: {data.name}, {args.approximation.upper()} + {args.likelihood}, {args.method}",
