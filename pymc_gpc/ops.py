@@ -68,15 +68,33 @@ def _retry_options(approximation, options):
 
 
 def _solve_with_retries(approximation, K, y, lik, params, state, options):
-    """Solve; after a non-converged run go through ``_retry_options`` (cold starts).
+    """Solve, falling back on a cold start and then on ``_retry_options``.
 
-    Returns (result, number of retries taken). Exceptions propagate to the caller.
+    A warm start fitted to another K can be invalid at this one (negative EP sites of
+    the step likelihood can make K^-1 + S indefinite): if the warm-started run raises a
+    LinAlgError or gives a non-finite value, the solve is repeated from scratch. After a
+    non-converged run the retry schedule is tried (cold starts); a retry that raises is
+    skipped. Returns (result, number of retries taken); other exceptions, and a cold
+    start's, propagate.
     """
-    result = _solve(approximation, K, y, lik, params, state, options)
     retries = 0
+    result = None
+    try:
+        result = _solve(approximation, K, y, lik, params, state, options)
+    except np.linalg.LinAlgError:
+        if state is None:
+            raise
+    if state is not None and (result is None or not np.isfinite(result.log_z)):
+        retries += 1
+        result = _solve(approximation, K, y, lik, params, None, options)
     for retry in _retry_options(approximation, options) if not result.converged else []:
         retries += 1
-        result = _solve(approximation, K, y, lik, params, None, retry)
+        try:
+            attempt = _solve(approximation, K, y, lik, params, None, retry)
+        except np.linalg.LinAlgError:
+            continue
+        if np.isfinite(attempt.log_z) or not np.isfinite(result.log_z):
+            result = attempt
         if result.converged:
             break
     return result, retries
