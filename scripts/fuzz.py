@@ -5,7 +5,8 @@ Laplace) and three data sets, the script builds the Barber & Williams ARD model 
 way ``pymc_gpc.ard_classifier`` does (written out here so that likelihood parameters
 can be random variables: ProbitBias ``bias ~ N(0, 3)``, ProbitNoise
 ``sigma ~ HalfNormal(3)``, StepLabelNoise ``epsilon ~ Uniform(0, 0.5)``), compiles
-``model.compile_logp()`` and ``model.compile_dlogp()`` and evaluates them at points
+``model.logp()`` and ``model.dlogp()`` into one function (``model.compile_fn``, so one
+Op evaluation gives both, as in NUTS) and evaluates it at points
 where every unconstrained (log / logit / interval-transformed) value is drawn from
 N(0, 3^2): kernel lengthscales and amplitudes from about 1e-4 to 1e4.
 
@@ -92,8 +93,8 @@ def build(X, y, approx, lik_name):
 
 def fuzz_one(X, y, approx, lik_name, draws, rng):
     model = build(X, y, approx, lik_name)
-    logp = model.compile_logp()
-    dlogp = model.compile_dlogp()
+    # value and gradient in one function, as NUTS evaluates them (one Op call per draw)
+    logp_dlogp = model.compile_fn([model.logp(), model.dlogp()], point_fn=True)
     op = _find_op(model)
     shapes = {k: np.shape(v) for k, v in model.initial_point().items()}
     c = dict.fromkeys(COUNT_KEYS, 0)
@@ -106,8 +107,8 @@ def fuzz_one(X, y, approx, lik_name, draws, rng):
             warnings.simplefilter("always")
             warnings.simplefilter("ignore", ApproximationFailedWarning)
             try:
-                v = float(logp(point))
-                g = np.asarray(dlogp(point))
+                v, g = logp_dlogp(point)
+                v, g = float(v), np.asarray(g)
             except Exception as err:  # noqa: BLE001 - counting them is the point
                 c["exceptions"] += 1
                 if len(examples) < 3:
@@ -129,7 +130,6 @@ def fuzz_one(X, y, approx, lik_name, draws, rng):
         else:
             c["nan_value"] += 1  # +inf: as bad as NaN for a sampler
             examples.append(f"value {v} at {point}")
-    # the Op is evaluated twice per draw (logp and dlogp); report per evaluation
     c["not_converged"] = op.counts["not_converged"] - before["not_converged"]
     c["failed"] = op.counts["failed"] - before["failed"]
     c["retries"] = op.counts["retries"] - before["retries"]
@@ -179,8 +179,8 @@ def main(argv=None):
         "",
         "Every unconstrained parameter ~ N(0, 3^2) (lengthscales, amplitudes and bias from about",
         "1e-4 to 1e4; sigma and epsilon on their log / interval-logit scale). One draw = one",
-        "`compile_logp()` and one `compile_dlogp()` call (two Op evaluations, counted in",
-        "`evals`). `-inf` = value -inf with a finite gradient (status 2, NUTS rejects);",
+        "call of `model.compile_fn([model.logp(), model.dlogp()])` (one Op evaluation; Op",
+        "evaluations are counted in `evals`). `-inf` = value -inf with a finite gradient (status 2, NUTS rejects);",
         "`not conv.` / `failed` / `retries` are per Op evaluation.",
         "",
         "| approx | likelihood | data | draws | finite | -inf | NaN value | non-finite grad | exceptions | evals | not conv. | failed | retries | other warnings | s |",
