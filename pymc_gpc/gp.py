@@ -196,6 +196,9 @@ class _ApproximateMarginal:
 
 def _posterior_points(idata, names, max_draws):
     post = idata["posterior"]
+    missing = [n for n in names if n not in post]
+    if missing:
+        raise ValueError(f"idata's posterior has no variables {missing}; was it sampled from this model?")
     total = post.sizes["chain"] * post.sizes["draw"]
     stacked = {}
     for n in names:
