@@ -187,19 +187,20 @@ def test_op_counts_retries():
 # Chains as processes and as threads; pickling
 # ----------------------------------------------------------------------------------
 
-SEEDS = [101, 202, 303, 404]
-DRAWS, TUNE = 150, 150
+SEED, CHAINS = 101, 4
+DRAWS, TUNE = 60, 60
+FAST = {"mode": "FAST_COMPILE"}  # compile in a second; the pickled function goes to the workers
 
 
 @functools.cache
 def chain_problem():
-    return random_problem(np.random.default_rng(5), 30)
+    return random_problem(np.random.default_rng(5), 20)
 
 
-def posterior_table(idata):
-    post = idata["posterior"]
-    return {name: np.asarray(post[name]).reshape(post.sizes["chain"], post.sizes["draw"], -1)
-            for name in ("log_w", "log_v0")}
+def draws_of(idata, name):
+    """(chain, draw, k) array of a variable."""
+    a = np.asarray(idata["posterior"][name])
+    return a.reshape(a.shape[0], a.shape[1], -1)
 
 
 def assert_same_posterior(a, b, z=4.0):
@@ -207,43 +208,59 @@ def assert_same_posterior(a, b, z=4.0):
     import arviz as az
 
     for name in ("log_w", "log_v0"):
-        sa = az.mcse(a, var_names=[name])
-        sb = az.mcse(b, var_names=[name])
-        ma = np.asarray(a["posterior"][name]).mean(axis=(0, 1))
-        mb = np.asarray(b["posterior"][name]).mean(axis=(0, 1))
-        se = np.sqrt(np.asarray(sa[name]) ** 2 + np.asarray(sb[name]) ** 2)
-        assert np.all(np.abs(ma - mb) <= z * se), (name, ma, mb, se)
+        xa, xb = draws_of(a, name), draws_of(b, name)
+        for k in range(xa.shape[2]):
+            se = np.hypot(az.mcse(xa[:, :, k]), az.mcse(xb[:, :, k]))
+            diff = abs(xa[:, :, k].mean() - xb[:, :, k].mean())
+            assert diff <= z * se, (name, k, diff, se)
+
+
+def chain_seed(i):
+    """The seed that gives a one-chain run chain i's random stream of a run seeded SEED.
+
+    ``pm.sample`` spawns one generator per chain from the seed's SeedSequence
+    (``get_random_generator(seed).spawn(chains)``); a SeedSequence that has already
+    spawned i children spawns chain i's as its first.
+    """
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence(SEED, n_children_spawned=i)))
 
 
 @functools.cache
 def one_chain_runs():
-    """Four separate one-chain runs with the per-chain seeds of the four-chain run."""
-    import arviz as az
-
+    """Four separate one-chain runs (PyMC's sampler) with the seeds of the four-chain run."""
     X, y = chain_problem()
     runs = []
-    for seed in SEEDS:
+    for i in range(CHAINS):
         model, _ = small_model(X, y)
         with model:
-            runs.append(pm.sample(draws=DRAWS, tune=TUNE, chains=1, cores=1, random_seed=[seed],
-                                  progressbar=False, compute_convergence_checks=False))
-    return az.concat(runs, dim="chain")
+            runs.append(pm.sample(draws=DRAWS, tune=TUNE, chains=1, cores=1, random_seed=chain_seed(i),
+                                  nuts_sampler="pymc", progressbar=False,
+                                  compute_convergence_checks=False, compile_kwargs=FAST))
+    return runs
+
+
+def stacked(runs):
+    """The runs' posteriors with chains stacked, as a {'posterior': {name: array}}."""
+    return {"posterior": {name: np.concatenate([np.asarray(r["posterior"][name]) for r in runs])
+                          for name in ("log_w", "log_v0", "y_status")}}
 
 
 def test_process_chains_match_separate_single_chain_runs():
     X, y = chain_problem()
     model, _ = small_model(X, y)
     with model:
-        multi = pm.sample(draws=DRAWS, tune=TUNE, chains=4, cores=2, random_seed=SEEDS,
-                          progressbar=False, compute_convergence_checks=False)
-    single = one_chain_runs()
+        multi = pm.sample(draws=DRAWS, tune=TUNE, chains=CHAINS, cores=2, random_seed=SEED,
+                          nuts_sampler="pymc", progressbar=False, compute_convergence_checks=False,
+                          compile_kwargs=FAST)
+    single = stacked(one_chain_runs())
     assert np.all(np.asarray(multi["posterior"]["y_status"]) == 0)
-    # same seeds: same initial points; EP's fixed point is reached to 1e-8 from any warm
-    # start, so trajectories agree until rounding differences grow; compare within MCSE
-    first = {k: v[:, 0] for k, v in posterior_table(multi).items()}
-    first_single = {k: v[:, 0] for k, v in posterior_table(single).items()}
-    for k in first:
-        np.testing.assert_allclose(first[k], first_single[k], rtol=1e-6, atol=1e-8)
+    # Each chain runs in its own process with the random stream of its one-chain twin.
+    # The warm starts differ (the twin's main process has evaluated the model at the
+    # initial point before sampling; a worker starts from a fresh, unpickled Op), and
+    # they move EP's result only within its tolerance (1e-8 on the sites): measured,
+    # the chains agree draw for draw to about 5e-6, far below the posterior spread.
+    for name in ("log_w", "log_v0"):
+        np.testing.assert_allclose(draws_of(multi, name), draws_of(single, name), rtol=0, atol=1e-3)
     assert_same_posterior(multi, single)
 
 
@@ -252,10 +269,11 @@ def test_nutpie_thread_chains_match_separate_single_chain_runs():
     X, y = chain_problem()
     model, _ = small_model(X, y)
     with model:
-        threads = pm.sample(draws=DRAWS, tune=TUNE, chains=4, random_seed=SEEDS[0], progressbar=False,
+        threads = pm.sample(draws=DRAWS, tune=TUNE, chains=CHAINS, random_seed=SEED, progressbar=False,
                             nuts_sampler="nutpie", compute_convergence_checks=False)
     assert np.all(np.asarray(threads["posterior"]["y_status"]) == 0)
-    assert_same_posterior(threads, one_chain_runs())
+    # nutpie derives each chain's stream from one seed: compare distributions (MCSE)
+    assert_same_posterior(threads, stacked(one_chain_runs()))
 
 
 def test_model_and_compiled_logp_survive_cloudpickle():
