@@ -114,7 +114,9 @@ class _ApproximateMarginal:
         Parameters
         ----------
         name : name of the potential; diagnostics are added as deterministics
-            ``{name}_n_iter`` and ``{name}_status`` (0 converged, 1 not, 2 failed), and
+            ``{name}_n_iter`` and ``{name}_status`` (0 converged, 1 not converged after
+            the retries: the value is used and an ``ApproximationFailedWarning`` names
+            the hyperparameter values; 2 failed: log q = -inf, the sampler rejects), and
             the per-observation log predictive as ``{name}_loo`` (used by
             ``pymc_gpc.add_log_likelihood`` for ``az.loo``).
         X : (n, d) inputs (array, DataFrame, or 1-D for one input dimension).
