@@ -38,7 +38,7 @@ COMBOS = [
 ]
 COMBO_IDS = [f"{a}-{lik.__name__}" for a, lik in COMBOS]
 
-EXAMPLES = 30  # per combination and test: 9 x 30 x 2 = 540 examples, about 20 s in all
+EXAMPLES = 50  # per combination and test: 9 x 50 x 2 = 900 examples, about 15 s in all
 HYPOTHESIS = settings(
     max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
