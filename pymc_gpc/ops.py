@@ -48,7 +48,11 @@ def _new_counts():
 
 
 class ApproximationFailedWarning(RuntimeWarning):
-    """EP or Newton did not converge, or K was not positive definite, at some point."""
+    """EP or Newton did not converge at some point, even after the retries.
+
+    The value is used and the evaluation's status output is 1. (Failures, status 2,
+    are not warned about: their value is -inf and the sampler rejects the point.)
+    """
 
 
 def _solve(approximation, K, y, lik, params, state, options):
@@ -114,7 +118,8 @@ class ApproxMarginalOp(Op):
         only to name the point in the non-convergence warning.
 
     ``counts`` (not a prop, not pickled) tallies, per Op instance, the evaluations,
-    retries taken, non-converged and failed results since construction.
+    retries taken, non-converged and failed results since construction (diagnostics:
+    increments from concurrent threads are not locked).
     """
 
     __props__ = ("approximation", "likelihood_type", "options", "hyper_names")
