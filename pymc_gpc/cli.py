@@ -65,11 +65,17 @@ def _parser():
 
 def _read_csv(path, target, require_target=True):
     """Read numeric feature columns and the target column from a CSV file."""
-    with open(path, newline="") as fh:
-        rows = list(csv.reader(fh))
+    try:
+        with open(path, newline="") as fh:
+            rows = [r for r in csv.reader(fh) if r]
+    except (OSError, UnicodeDecodeError) as err:
+        raise ValueError(f"cannot read {path}: {err}") from None
     if len(rows) < 2:
         raise ValueError(f"{path}: no data rows")
     header, body = rows[0], rows[1:]
+    for k, r in enumerate(body, start=2):
+        if len(r) != len(header):
+            raise ValueError(f"{path}: line {k} has {len(r)} fields, the header has {len(header)}")
     if target not in header:
         if require_target:
             raise ValueError(f"{path}: no column {target!r}; columns are {header}")
@@ -82,9 +88,18 @@ def _read_csv(path, target, require_target=True):
         j = header.index(c)
         try:
             columns.append([float(r[j]) for r in body])
-        except ValueError:
-            raise ValueError(f"{path}: column {c!r} is not numeric; remove it or encode it") from None
+        except ValueError as err:
+            raise ValueError(
+                f"{path}: column {c!r} is not numeric ({err}); remove it, encode it or fill missing values"
+            ) from None
     return np.array(columns).T, y, tuple(features)
+
+
+def _check_args(args):
+    """Counts that PyMC would reject only after the data are read and the model built."""
+    for name, low in (("draws", 1), ("tune", 0), ("chains", 1)):
+        if getattr(args, name) < low:
+            raise ValueError(f"--{name} must be >= {low}, got {getattr(args, name)}")
 
 
 def load_split(args):
@@ -134,6 +149,7 @@ def run(args):
     from .point_estimates import fit
     from .models import ard_classifier, classification_metrics
 
+    _check_args(args)
     data = load_split(args)
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

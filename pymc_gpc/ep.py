@@ -178,7 +178,8 @@ def ep(
     likelihood : a ``pymc_gpc.likelihoods.Likelihood``.
     params : likelihood parameters overriding ``likelihood.params``.
     state : an ``EPState`` to warm-start from (e.g. the previous result's ``state``);
-        it is not modified.
+        it is not modified. A state whose sites make K^-1 + S indefinite at this K is
+        ignored (cold start).
     method : "parallel" (default, fastest for n >~ 100) or "sequential".
     damping : initial damping in (0, 1]; 1 is undamped.
     tol : convergence threshold on the scale-free site change.
@@ -200,7 +201,15 @@ def ep(
         if tau.shape != (n,):
             raise ValueError(f"warm-start state has {tau.shape[0]} sites, data has {n}")
 
-    post = latent_posterior(K, tau)
+    try:
+        post = latent_posterior(K, tau)
+    except NotPositiveDefiniteError:
+        if state is None:
+            raise
+        # sites fitted to another K (negative ones, from the step likelihood) can make
+        # K^-1 + S indefinite here: the warm start is of no use, start from zero sites
+        tau, nu = np.zeros(n), np.zeros(n)
+        post = latent_posterior(K, tau)
     run = _parallel if method == "parallel" else _sequential
     post, tau, nu, sweeps, change = run(K, y, likelihood, th, post, tau, nu, damping, tol, max_sweeps)
 

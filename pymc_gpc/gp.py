@@ -64,8 +64,28 @@ class _ApproximateMarginal:
         n = X.shape[0]
         return self.cov_func(X) + self.jitter * pt.eye(n)
 
-    def _op(self):
-        return ApproxMarginalOp(self.approximation, type(self.likelihood), self.solver_options)
+    def _op(self, hyper_names=()):
+        return ApproxMarginalOp(self.approximation, type(self.likelihood), self.solver_options, hyper_names)
+
+    @staticmethod
+    def _hyperparameters(model, outputs):
+        """The model's free random variables that ``outputs`` depend on, as one flat
+        vector with their (name, size): passed to the Op, gradient-disconnected, so its
+        non-convergence warning can name the point."""
+        graph = set(ancestors(outputs))
+        rvs = [rv for rv in model.free_RVs if rv in graph]
+        if not rvs:
+            return (), None
+        sizes = []
+        for rv in rvs:
+            shape = rv.type.shape
+            if None in shape:  # e.g. dims from model coordinates: fold the shape graph
+                try:
+                    shape = tuple(rv.shape.eval())
+                except Exception:  # a shape that needs data: name the point by likelihood only
+                    return (), None
+            sizes.append((rv.name, int(np.prod(shape, dtype=int))))
+        return tuple(sizes), pt.concatenate([pt.flatten(rv).astype("float64") for rv in rvs])
 
     def _check_fitted(self):
         if self.X is None:
@@ -94,7 +114,9 @@ class _ApproximateMarginal:
         Parameters
         ----------
         name : name of the potential; diagnostics are added as deterministics
-            ``{name}_n_iter`` and ``{name}_status`` (0 converged, 1 not, 2 failed), and
+            ``{name}_n_iter`` and ``{name}_status`` (0 converged, 1 not converged after
+            the retries: the value is used and an ``ApproximationFailedWarning`` names
+            the hyperparameter values; 2 failed: log q = -inf, the sampler rejects), and
             the per-observation log predictive as ``{name}_loo`` (used by
             ``pymc_gpc.add_log_likelihood`` for ``az.loo``).
         X : (n, d) inputs (array, DataFrame, or 1-D for one input dimension).
@@ -108,11 +130,11 @@ class _ApproximateMarginal:
         y = as_signed_labels(y)
         if X.shape[0] != y.shape[0]:
             raise ValueError(f"X has {X.shape[0]} rows but y has {y.shape[0]} labels")
-        self.X, self.y, self.name = X, y, name
-        log_z, _, _, loo, n_iter, status = self._op()(
-            self._kernel(X), self.likelihood.params_tensor(), y
-        )
         model = pm.modelcontext(None)
+        self.X, self.y, self.name = X, y, name
+        K, params = self._kernel(X), self.likelihood.params_tensor()
+        hyper_names, hyper = self._hyperparameters(model, [K, params])
+        log_z, _, _, loo, n_iter, status = self._op(hyper_names)(K, params, y, hyper)
         obs_dim = f"{name}_obs"
         if obs_dim not in model.coords:
             model.add_coord(obs_dim, np.arange(y.shape[0]))
@@ -176,6 +198,9 @@ class _ApproximateMarginal:
 
 def _posterior_points(idata, names, max_draws):
     post = idata["posterior"]
+    missing = [n for n in names if n not in post]
+    if missing:
+        raise ValueError(f"idata's posterior has no variables {missing}; was it sampled from this model?")
     total = post.sizes["chain"] * post.sizes["draw"]
     stacked = {}
     for n in names:

@@ -286,7 +286,7 @@ class Likelihood:
         if any(_is_symbolic(v) for v in values):
             self._params = None  # random variables: values arrive at evaluation time
         else:
-            self._params = self.check_params(np.asarray(values, dtype=float))
+            self._params = self.check_params(values)
 
     def params_tensor(self):
         """The parameters as a PyTensor vector (of length ``n_params``)."""
@@ -309,7 +309,13 @@ class Likelihood:
 
     def check_params(self, params):
         """Return ``params`` as a float array, or raise ValueError naming the problem."""
-        params = np.asarray(params, dtype=float).reshape(-1)
+        try:
+            params = np.asarray(params, dtype=float).reshape(-1)
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"{type(self).__name__} parameters {self.param_names} must be numbers or "
+                f"PyTensor/PyMC variables, got {params!r}"
+            ) from None
         if params.shape != (self.n_params,):
             raise ValueError(
                 f"{type(self).__name__} takes {self.n_params} parameter(s) "

@@ -46,12 +46,17 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
     """
     if approximation not in APPROXIMATIONS:
         raise ValueError(f"approximation must be one of {sorted(APPROXIMATIONS)}, got {approximation!r}")
+    try:
+        mu, sd = (float(v) for v in prior)
+    except (TypeError, ValueError):
+        raise ValueError(f"prior must be a pair (mean, sd) of numbers, got {prior!r}") from None
+    if not (np.isfinite(mu) and np.isfinite(sd) and sd > 0):
+        raise ValueError(f"prior needs a finite mean and a finite sd > 0, got (mean, sd) = ({mu}, {sd})")
     X = check_inputs(X)
     d = X.shape[1]
     names = list(feature_names) if feature_names is not None else [f"x{m}" for m in range(d)]
     if len(names) != d:
         raise ValueError(f"feature_names has {len(names)} names for {d} input columns")
-    mu, sd = prior
     likelihood = Probit() if likelihood is None else likelihood
     with pm.Model(coords={"feature": names}) as model:
         log_w = pm.Normal("log_w", mu, sd, dims="feature")

@@ -16,8 +16,13 @@ r"""PyTensor Ops: the approximate marginal likelihood and the latent predictive.
 the hyperparameters of any ``pm.gp.cov`` kernel that built K (one reverse sweep).
 
 Failures never reach the sampler as an exception or a NaN: after a non-converged EP
-run the Op retries damped and sequential; if that fails too, or K is not positive
-definite, it returns log_z = -inf with a zero gradient, so NUTS rejects the point.
+run the Op retries damped and sequential (``_solve_with_retries``); if the last run
+is still not converged the value is used, status is 1 and an
+``ApproximationFailedWarning`` names the hyperparameter values (from the optional,
+gradient-disconnected fourth input); if the solver raises (K not positive definite,
+an invalid likelihood parameter such as epsilon >= 0.5 drawn by the sampler) or any
+output is not finite, it returns log_z = -inf with a zero gradient and status 2, so
+NUTS rejects the point.
 
 Warm starts: the last solution is kept per thread (``threading.local``), so
 process-based chains and nutpie's threads never share state; state does not change
@@ -37,12 +42,21 @@ from .adf import adf
 from .ep import ep
 from .laplace import laplace
 from .meanfield import meanfield
+from .validation import trusted_kernel
 
 STATUS_CONVERGED, STATUS_NOT_CONVERGED, STATUS_FAILED = 0, 1, 2
 
 
+def _new_counts():
+    return {"evaluations": 0, "retries": 0, "not_converged": 0, "failed": 0}
+
+
 class ApproximationFailedWarning(RuntimeWarning):
-    """EP or Newton did not converge, or K was not positive definite, at some point."""
+    """EP or Newton did not converge at some point, even after the retries.
+
+    The value is used and the evaluation's status output is 1. (Failures, status 2,
+    are not warned about: their value is -inf and the sampler rejects the point.)
+    """
 
 
 SOLVERS = {"ep": ep, "laplace": laplace, "meanfield": meanfield, "adf": adf}
@@ -65,6 +79,39 @@ def _retry_options(approximation, options):
     ]
 
 
+def _solve_with_retries(approximation, K, y, lik, params, state, options):
+    """Solve, falling back on a cold start and then on ``_retry_options``.
+
+    A warm start fitted to another K can be invalid at this one (negative EP sites of
+    the step likelihood can make K^-1 + S indefinite): if the warm-started run raises a
+    LinAlgError or gives a non-finite value, the solve is repeated from scratch. After a
+    non-converged run the retry schedule is tried (cold starts); a retry that raises is
+    skipped. Returns (result, number of retries taken); other exceptions, and a cold
+    start's, propagate.
+    """
+    retries = 0
+    result = None
+    try:
+        result = _solve(approximation, K, y, lik, params, state, options)
+    except np.linalg.LinAlgError:
+        if state is None:
+            raise
+    if state is not None and (result is None or not np.isfinite(result.log_z)):
+        retries += 1
+        result = _solve(approximation, K, y, lik, params, None, options)
+    for retry in _retry_options(approximation, options) if not result.converged else []:
+        retries += 1
+        try:
+            attempt = _solve(approximation, K, y, lik, params, None, retry)
+        except np.linalg.LinAlgError:
+            continue
+        if np.isfinite(attempt.log_z) or not np.isfinite(result.log_z):
+            result = attempt
+        if result.converged:
+            break
+    return result, retries
+
+
 class ApproxMarginalOp(Op):
     """log q(y | K, theta) with its gradient, for one approximation and likelihood type.
 
@@ -74,32 +121,46 @@ class ApproxMarginalOp(Op):
     likelihood_type : a ``pymc_gpc.likelihoods.Likelihood`` subclass; its parameter
         values are the second input, so they may be random variables.
     options : tuple of (name, value) pairs passed to ``ep`` / ``laplace``.
+    hyper_names : tuple of (name, size) pairs naming the optional fourth input, a
+        vector of the model's hyperparameter values (gradient-disconnected). It is used
+        only to name the point in the non-convergence warning.
+
+    ``counts`` (not a prop, not pickled) tallies, per Op instance, the evaluations,
+    retries taken, non-converged and failed results since construction (diagnostics:
+    increments from concurrent threads are not locked).
     """
 
-    __props__ = ("approximation", "likelihood_type", "options")
+    __props__ = ("approximation", "likelihood_type", "options", "hyper_names")
 
-    def __init__(self, approximation, likelihood_type, options=()):
+    def __init__(self, approximation, likelihood_type, options=(), hyper_names=()):
         if approximation not in SOLVERS:
             raise ValueError(f"approximation must be one of {sorted(SOLVERS)}, got {approximation!r}")
         self.approximation = approximation
         self.likelihood_type = likelihood_type
         self.options = tuple(options)
+        self.hyper_names = tuple((str(n), int(k)) for n, k in hyper_names)
         self._lik = likelihood_type()
         self._local = threading.local()
+        self.counts = _new_counts()
 
     def __getstate__(self):
         state = self.__dict__.copy()
         state.pop("_local", None)
+        state.pop("counts", None)
         return state
 
     def __setstate__(self, state):
         self.__dict__.update(state)
         self._local = threading.local()
+        self.counts = _new_counts()
 
-    def make_node(self, K, params, y):
+    def make_node(self, K, params, y, hyper=None):
         K = pt.as_tensor_variable(K).astype("float64")
         params = pt.as_tensor_variable(params).astype("float64")
         y = pt.as_tensor_variable(y).astype("float64")
+        if hyper is None:
+            hyper = pt.zeros((0,), dtype="float64")
+        hyper = pt.as_tensor_variable(hyper).astype("float64")
         outputs = [
             pt.dscalar(),  # log_z
             pt.dmatrix(),  # dlog_z / dK
@@ -108,7 +169,7 @@ class ApproxMarginalOp(Op):
             pt.lscalar(),  # n_iter
             pt.lscalar(),  # status
         ]
-        return Apply(self, [K, params, y], outputs)
+        return Apply(self, [K, params, y, hyper], outputs)
 
     def _warm_state(self, y):
         cache = getattr(self._local, "state", None)
@@ -122,23 +183,40 @@ class ApproxMarginalOp(Op):
         with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
             self._perform(inputs, output_storage)
 
+    def _describe_point(self, params, hyper):
+        """'log_w=[...], log_v0=...' from the hyperparameter input, else the likelihood values."""
+        parts, i = [], 0
+        if hyper.size == sum(k for _, k in self.hyper_names):
+            for name, k in self.hyper_names:
+                vals = np.round(hyper[i : i + k], 4).tolist()
+                parts.append(f"{name}={vals if k != 1 else vals[0]}")
+                i += k
+        if not parts:  # no hyperparameter input: name the likelihood parameters at least
+            parts = [f"{n}={v:.4g}" for n, v in zip(self._lik.param_names, params)]
+        return ", ".join(parts)
+
     def _perform(self, inputs, output_storage):
-        K, params, y = inputs
+        K, params, y = inputs[:3]
+        hyper = inputs[3] if len(inputs) > 3 else np.zeros(0)
         n = y.shape[0]
         options = dict(self.options)
-        result, status = None, STATUS_FAILED
+        result, status, retries = None, STATUS_FAILED, 0
+        self.counts["evaluations"] += 1
         try:  # ep() / laplace() reject non-finite or invalid inputs with ValueError
-            result = _solve(self.approximation, K, y, self._lik, params, self._warm_state(y), options)
-            for retry in _retry_options(self.approximation, options) if not result.converged else []:
-                result = _solve(self.approximation, K, y, self._lik, params, None, retry)
-                if result.converged:
-                    break
+            with trusted_kernel():  # K comes from a covariance function: no extra PSD check
+                result, retries = _solve_with_retries(
+                    self.approximation, K, y, self._lik, params, self._warm_state(y), options
+                )
             ok = np.isfinite(result.log_z) and (
-                result.dlog_z_dK is None or np.all(np.isfinite(result.dlog_z_dK)))
+                result.dlog_z_dK is None  # ADF: no gradient (pullback refuses it)
+                or (np.all(np.isfinite(result.dlog_z_dK)) and np.all(np.isfinite(result.dlog_z_dparams)))
+            )
             status = (STATUS_CONVERGED if result.converged else STATUS_NOT_CONVERGED) if ok else STATUS_FAILED
         except (ValueError, np.linalg.LinAlgError):  # NotPositiveDefiniteError is a LinAlgError
             status = STATUS_FAILED
+        self.counts["retries"] += retries
         if status == STATUS_FAILED:
+            self.counts["failed"] += 1
             output_storage[0][0] = np.asarray(-np.inf)
             output_storage[1][0] = np.zeros((n, n))
             output_storage[2][0] = np.zeros(len(params))
@@ -147,11 +225,13 @@ class ApproxMarginalOp(Op):
             output_storage[5][0] = np.asarray(status, dtype="int64")
             return
         if status == STATUS_NOT_CONVERGED:
+            self.counts["not_converged"] += 1
+            point = self._describe_point(params, hyper)
             warnings.warn(
-                f"{self.approximation.upper()} did not converge (last change "
-                f"{result.max_change:.2e}); likelihood parameters {np.round(params, 6).tolist()}, "
-                f"kernel diagonal mean {np.mean(np.diag(K)):.3g}. The value is used; the "
-                "per-evaluation status is recorded.",
+                f"{self.approximation.upper()} did not converge at {point or 'this point'} "
+                f"(mean diag(K) {np.mean(np.diag(K)):.3g}; last change {result.max_change:.2e} "
+                f"after {retries} retr{'y' if retries == 1 else 'ies'} with damped/sequential "
+                "updates). The value is used; the evaluation's status output is 1.",
                 ApproximationFailedWarning,
                 stacklevel=2,
             )
@@ -167,15 +247,16 @@ class ApproxMarginalOp(Op):
         output_storage[5][0] = np.asarray(status, dtype="int64")
 
     def connection_pattern(self, node):
-        # inputs K, params, y  x  outputs log_z, dK, dth, loo, n_iter, status
+        # inputs K, params, y, hyper  x  outputs log_z, dK, dth, loo, n_iter, status
         return [
             [True, True, True, True, False, False],
             [True, True, True, True, False, False],
             [False] * 6,
+            [False] * 6,
         ]
 
     def pullback(self, inputs, outputs, cotangents):
-        K, params, y = inputs
+        K, params = inputs[:2]
         g = cotangents[0]
         for other in cotangents[1:4]:
             if not isinstance(other.type, DisconnectedType):
@@ -183,15 +264,16 @@ class ApproxMarginalOp(Op):
                     grad_not_implemented(self, 0, K, "second derivatives of the evidence"),
                     grad_not_implemented(self, 1, params, "second derivatives of the evidence"),
                     disconnected_type(),
+                    disconnected_type(),
                 ]
         if isinstance(g.type, DisconnectedType):
-            return [disconnected_type(), disconnected_type(), disconnected_type()]
+            return [disconnected_type()] * 4
         if self.approximation in NO_GRADIENT:
             msg = ("the online (ADF) evidence has no gradient in pymc-gpc; use a gradient-free "
                    "step method, or MarginalEP / MarginalMeanField")
             return [grad_not_implemented(self, 0, K, msg), grad_not_implemented(self, 1, params, msg),
-                    disconnected_type()]
-        return [g * outputs[1], g * outputs[2], disconnected_type()]
+                    disconnected_type(), disconnected_type()]
+        return [g * outputs[1], g * outputs[2], disconnected_type(), disconnected_type()]
 
 
 class LatentPredictiveOp(Op):

@@ -55,7 +55,7 @@ from pymc.pytensorf import compile as compile_fn
 from pytensor.graph.traversal import ancestors
 
 from .likelihoods import StepLabelNoise
-from .ops import NO_GRADIENT, ApproxMarginalOp, _retry_options, _solve
+from .ops import NO_GRADIENT, ApproxMarginalOp, _solve_with_retries
 from .posterior import NotPositiveDefiniteError, chol_lower, inv_lower
 
 __all__ = ["fit", "FitResult", "METHODS", "EPSILON_RULES"]
@@ -189,23 +189,14 @@ class _Objective:
         return [(out[2 * j], out[2 * j + 1]) for j in range(len(self.nodes))], float(out[-1])
 
     def solve(self, j, K, theta, with_grad=True):
-        """The approximation of term j (the model's EP / Laplace), warm-started from its last call."""
+        """The approximation of term j, warm-started from its last call, with the Op's retry schedule."""
         node = self.nodes[j]
         options = dict(node.op.options, with_grad=with_grad)
-        attempts = [(self.states[j], options)] if self.states[j] is not None else []
-        attempts += [(None, options)] + [(None, o) for o in _retry_options(node.op.approximation, options)]
-        result = None
-        for state, opts in attempts:  # warm start, cold start, then the Op's retry schedule
-            try:
-                with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
-                    result = _solve(node.op.approximation, K, self.labels[j], node.op._lik, theta, state, opts)
-            except (ValueError, np.linalg.LinAlgError):
-                continue
-            if result.converged and np.isfinite(result.log_z):
-                self.states[j] = result.state
-                return result
-        if result is None:
-            raise ValueError("the approximation failed at these hyperparameters")
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+            result, _ = _solve_with_retries(node.op.approximation, K, self.labels[j], node.op._lik, theta,
+                                            self.states[j], options)
+        if np.isfinite(result.log_z):
+            self.states[j] = result.state
         return result
 
     def pullback(self, point, cotangents):

@@ -1,6 +1,45 @@
 """Input checks: every problem is a ValueError that names it, raised before heavy work."""
 
+import contextlib
+import threading
+
 import numpy as np
+
+# Relative tolerance of the positive semi-definiteness check: K is accepted when
+# K + PSD_TOLERANCE * max(diag K) I has a Cholesky factor, i.e. its smallest
+# eigenvalue is above -PSD_TOLERANCE * max(diag K) ("PSD up to jitter").
+PSD_TOLERANCE = 1e-8
+
+_trust = threading.local()
+
+
+@contextlib.contextmanager
+def trusted_kernel():
+    """Within this block ``check_kernel_matrix`` skips its O(n^3) PSD check.
+
+    Used by the Op, whose K comes from a covariance function at every evaluation: there
+    an indefinite K makes the solver fail and the point is rejected (-inf), and the
+    extra factorisation would cost a sweep's worth of time at every evaluation.
+    """
+    previous = getattr(_trust, "on", False)
+    _trust.on = True
+    try:
+        yield
+    finally:
+        _trust.on = previous
+
+
+def _reject_symbolic(x, name):
+    try:
+        from pytensor.graph.basic import Variable
+    except ImportError:  # pragma: no cover
+        return
+    if isinstance(x, Variable):
+        raise ValueError(
+            f"{name} must be data (a NumPy array or pandas object), not a PyTensor variable "
+            f"or pm.Data container ({x!r}): the EP/Laplace Op needs the values when the model "
+            "is built"
+        )
 
 
 def as_signed_labels(y, name="y", require_both=True):
@@ -11,6 +50,7 @@ def as_signed_labels(y, name="y", require_both=True):
     class only (unless ``require_both`` is False: the evidence of one-class labels is
     well defined, a classifier trained on them is not), more than two values, wrong shape.
     """
+    _reject_symbolic(y, name)
     if hasattr(y, "to_numpy"):  # pandas
         y = y.to_numpy()
     arr = np.asarray(y)
@@ -51,8 +91,16 @@ def as_signed_labels(y, name="y", require_both=True):
 
 
 def check_kernel_matrix(K, n, name="K"):
-    """Check that K is a finite, symmetric n x n matrix; return it as float64."""
-    K = np.asarray(K, dtype=float)
+    """Check that K is a finite, symmetric, PSD (up to jitter) n x n matrix; return it as float64.
+
+    The PSD check (one Cholesky factorisation, see ``PSD_TOLERANCE``) is skipped inside
+    ``trusted_kernel()``.
+    """
+    _reject_symbolic(K, name)
+    try:
+        K = np.asarray(K, dtype=float)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{name} must be a numeric matrix: {err}") from None
     if K.shape != (n, n):
         raise ValueError(f"{name} must have shape ({n}, {n}) to match y, got {K.shape}")
     if not np.all(np.isfinite(K)):
@@ -60,11 +108,28 @@ def check_kernel_matrix(K, n, name="K"):
     scale = max(np.max(np.abs(K)), 1e-300)
     if np.max(np.abs(K - K.T)) > 1e-8 * scale:
         raise ValueError(f"{name} is not symmetric (max |K - K^T| = {np.max(np.abs(K - K.T)):.3g})")
+    if not getattr(_trust, "on", False):
+        _check_psd(K, name)
     return K
+
+
+def _check_psd(K, name):
+    n = K.shape[0]
+    delta = PSD_TOLERANCE * max(float(np.max(np.diag(K))), 1e-300)
+    shifted = K + delta * np.eye(n) if n else K
+    try:
+        np.linalg.cholesky(shifted)
+    except np.linalg.LinAlgError:
+        lam = float(np.linalg.eigvalsh(K)[0])
+        raise ValueError(
+            f"{name} is not positive semi-definite: smallest eigenvalue {lam:.3g}, below "
+            f"-{delta:.3g} (= -{PSD_TOLERANCE:g} max diag); check the covariance or add jitter"
+        ) from None
 
 
 def check_inputs(X, name="X"):
     """Return inputs as a finite 2-D float array; a 1-D X is one input dimension."""
+    _reject_symbolic(X, name)
     if hasattr(X, "to_numpy"):  # pandas
         X = X.to_numpy()
     try:

@@ -92,66 +92,6 @@ def test_short_sampling_run_gives_arviz_results_with_loo():
     assert pp["posterior_predictive"]["f_star"].shape == (1, 60, 4)
 
 
-def test_pandas_inputs_and_string_labels_work():
-    rng = np.random.default_rng(6)
-    X, y = random_problem(rng, 20)
-    df = pd.DataFrame(X, columns=["a", "b"])
-    labels = pd.Series(np.where(y > 0, "yes", "no"))
-    model, _ = build(df, labels)
-    assert np.isfinite(model.compile_logp()({"log_ls": np.zeros(2), "log_amp": np.array(0.0)}))
-
-
-X0 = np.random.default_rng(7).normal(size=(10, 2))
-Y0 = np.array([1, -1] * 5)
-
-
-@pytest.mark.parametrize(
-    "X, y, match",
-    [
-        (np.where(np.eye(10, 2) == 1, np.nan, X0), Y0, "NaN or inf"),
-        (np.where(np.eye(10, 2) == 1, np.inf, X0), Y0, "NaN or inf"),
-        (X0, np.ones(10), "only one class"),
-        (X0, np.arange(10) % 3, "two classes"),
-        (X0, Y0[:9], "10 rows but y has 9"),
-        (X0[:0], Y0[:0], "empty"),
-        (X0, np.where(np.arange(10) == 3, np.nan, Y0), "NaN"),
-        (np.ones((10, 2, 2)), Y0, "2-D"),
-    ],
-    ids=["nan-X", "inf-X", "one-class", "three-classes", "length-mismatch", "empty", "nan-y", "3-D-X"],
-)
-def test_bad_input_is_a_clear_value_error(X, y, match):
-    with pytest.raises(ValueError, match=match):
-        build(X, y)
-
-
-def test_prediction_input_errors():
-    rng = np.random.default_rng(8)
-    X, y = random_problem(rng, 12)
-    model, gp = build(X, y)
-    point = {"log_ls": np.zeros(2), "log_amp": np.array(0.0)}
-    with pytest.raises(ValueError, match="3 columns but the training inputs X have 2"):
-        gp.predict(np.zeros((4, 3)), point=point, model=model)
-    with pytest.raises(ValueError, match="exactly one of point= or idata="):
-        gp.predict(X, model=model)
-    with pytest.raises(ValueError, match="missing values"):
-        gp.predict(X, point={"log_amp": 0.0}, model=model)
-
-
-def test_step_likelihood_refuses_laplace_at_construction():
-    with pytest.raises(ValueError, match="no Laplace approximation"):
-        pymc_gpc.MarginalLaplace(cov_func=pm.gp.cov.ExpQuad(1, ls=1.0), likelihood=L.StepLabelNoise(0.1))
-
-
-def test_one_dimensional_inputs_are_one_column():
-    rng = np.random.default_rng(9)
-    x = rng.normal(size=15)
-    y = np.where(x > 0, 1, 0)
-    with pm.Model() as model:
-        gp = pymc_gpc.MarginalEP(cov_func=pm.gp.cov.ExpQuad(1, ls=1.0), likelihood=L.Probit())
-        gp.marginal_likelihood("y", X=x, y=y)
-    assert np.isfinite(model.compile_logp()({}))
-
-
 def test_nutpie_samples_the_same_model():
     """nutpie (numba backend, chains as threads) runs the Op with per-thread warm starts."""
     rng = np.random.default_rng(10)

@@ -102,39 +102,3 @@ def test_step_has_no_laplace_and_says_so():
     with pytest.raises(ValueError, match="no Laplace approximation"):
         L.StepLabelNoise(0.1).log_lik(np.ones(2), np.zeros(2))
 
-
-@pytest.mark.parametrize(
-    "make, match",
-    [
-        (lambda: L.StepLabelNoise(0.5), "0 <= epsilon < 0.5"),
-        (lambda: L.StepLabelNoise(-0.1), "0 <= epsilon < 0.5"),
-        (lambda: L.ProbitNoise(0.0), "sigma > 0"),
-        (lambda: L.ProbitNoise(-1.0), "sigma > 0"),
-        (lambda: L.ProbitBias(np.nan), "finite"),
-    ],
-)
-def test_invalid_parameters_are_rejected(make, match):
-    with pytest.raises(ValueError, match=match):
-        make()
-
-
-@pytest.mark.parametrize(
-    "labels, expected",
-    [
-        ([-1, 1, 1], [-1, 1, 1]),
-        ([0, 1, 0], [-1, 1, -1]),
-        ([True, False, True], [1, -1, 1]),
-        (np.array([0.0, 1.0]), [-1, 1]),
-    ],
-)
-def test_label_codings(labels, expected):
-    np.testing.assert_array_equal(as_signed_labels(labels), expected)
-
-
-@pytest.mark.parametrize(
-    "labels, match",
-    [([1, 1, 1], "only one class"), ([0, 1, 2], "two classes"), ([0, np.nan], "NaN"), ([], "empty")],
-)
-def test_bad_labels(labels, match):
-    with pytest.raises(ValueError, match=match):
-        as_signed_labels(labels)

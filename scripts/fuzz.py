@@ -1,0 +1,216 @@
+"""Fuzz the user path at extreme hyperparameters: never a NaN, never an exception.
+
+For every likelihood x approximation (9 combinations: the step likelihood has no
+Laplace) and three data sets, the script builds the Barber & Williams ARD model the
+way ``pymc_gpc.ard_classifier`` does (written out here so that likelihood parameters
+can be random variables: ProbitBias ``bias ~ N(0, 3)``, ProbitNoise
+``sigma ~ HalfNormal(3)``, StepLabelNoise ``epsilon ~ Uniform(0, 0.5)``), compiles
+``model.logp()`` and ``model.dlogp()`` into one function (``model.compile_fn``, so one
+Op evaluation gives both, as in NUTS) and evaluates it at points
+where every unconstrained (log / logit / interval-transformed) value is drawn from
+N(0, 3^2): kernel lengthscales and amplitudes from about 1e-4 to 1e4.
+
+Data sets: Crabs training set (80, separable), a random 100-point subset of Pima's
+training set (noisy), and the same subset with 10 % of its labels flipped (mislabelled).
+
+Each draw is classified as: finite value and gradient; value -inf with a finite
+gradient (the Op's "failed" status 2, rejected by NUTS); NaN value; non-finite
+gradient; exception. The Op's own counters give the non-converged (status 1) and
+failed (status 2) evaluations and the retries taken (``ApproxMarginalOp.counts``).
+
+    nice -n 10 python scripts/fuzz.py --draws 1200 --out benchmarks/results/fuzz.md
+"""
+
+import argparse
+import os
+import sys
+import time
+import warnings
+
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import numpy as np
+import pymc as pm
+import pytensor.tensor as pt
+
+import pymc_gpc
+from pymc_gpc import likelihoods as L
+from pymc_gpc.datasets import load_crabs, load_pima
+from pymc_gpc.ops import ApproxMarginalOp, ApproximationFailedWarning
+
+LIKELIHOODS = ("Probit", "ProbitBias", "ProbitNoise", "StepLabelNoise", "Logistic")
+APPROXIMATIONS = ("ep", "laplace")
+COUNT_KEYS = ("draws", "finite", "neg_inf", "nan_value", "bad_grad", "exceptions",
+              "not_converged", "failed", "retries", "other_warnings")
+
+
+def combinations():
+    for approx in APPROXIMATIONS:
+        for lik in LIKELIHOODS:
+            if approx == "laplace" and lik == "StepLabelNoise":
+                continue
+            yield approx, lik
+
+
+def datasets(seed):
+    rng = np.random.default_rng(seed)
+    crabs = load_crabs()
+    pima = load_pima()
+    idx = rng.choice(len(pima.y_train), size=100, replace=False)
+    Xp, yp = pima.X_train[idx], pima.y_train[idx]
+    flip = rng.random(100) < 0.10
+    y_flip = np.where(flip, -yp, yp)
+    return {
+        "crabs (separable, n=80)": (crabs.X_train, crabs.y_train),
+        "pima (noisy, n=100)": (Xp, yp),
+        f"pima, {int(flip.sum())} labels flipped (n=100)": (Xp, y_flip),
+    }
+
+
+def build(X, y, approx, lik_name):
+    """The ard_classifier model, with the likelihood parameter as a random variable."""
+    d = X.shape[1]
+    with pm.Model() as model:
+        log_w = pm.Normal("log_w", -3.0, 3.0, shape=d)
+        log_v0 = pm.Normal("log_v0", -3.0, 3.0)
+        log_v1 = pm.Normal("log_v1", -3.0, 3.0)
+        cov = pt.exp(log_v0) * pm.gp.cov.ExpQuad(d, ls=pt.exp(-0.5 * log_w))
+        cov = cov + pm.gp.cov.Constant(pt.exp(log_v1))
+        if lik_name == "ProbitBias":
+            lik = L.ProbitBias(pm.Normal("bias", 0.0, 3.0))
+        elif lik_name == "ProbitNoise":
+            lik = L.ProbitNoise(pm.HalfNormal("sigma", 3.0))
+        elif lik_name == "StepLabelNoise":
+            lik = L.StepLabelNoise(pm.Uniform("epsilon", 0.0, 0.5))
+        else:
+            lik = getattr(L, lik_name)()
+        cls = pymc_gpc.MarginalEP if approx == "ep" else pymc_gpc.MarginalLaplace
+        gp = cls(cov_func=cov, likelihood=lik)
+        gp.marginal_likelihood("y", X=X, y=y)
+    return model
+
+
+def fuzz_one(X, y, approx, lik_name, draws, rng):
+    model = build(X, y, approx, lik_name)
+    # value and gradient in one function, as NUTS evaluates them (one Op call per draw)
+    logp_dlogp = model.compile_fn([model.logp(), model.dlogp()], point_fn=True)
+    op = _find_op(model)
+    shapes = {k: np.shape(v) for k, v in model.initial_point().items()}
+    c = dict.fromkeys(COUNT_KEYS, 0)
+    before = dict(op.counts)
+    examples = []
+    for _ in range(draws):
+        point = {k: rng.normal(0.0, 3.0, size=s) for k, s in shapes.items()}
+        c["draws"] += 1
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            warnings.simplefilter("ignore", ApproximationFailedWarning)
+            try:
+                v, g = logp_dlogp(point)
+                v, g = float(v), np.asarray(g)
+            except Exception as err:  # noqa: BLE001 - counting them is the point
+                c["exceptions"] += 1
+                if len(examples) < 3:
+                    examples.append(f"exception {type(err).__name__}: {err} at {point}")
+                continue
+        c["other_warnings"] += len(caught)
+        if np.isnan(v):
+            c["nan_value"] += 1
+            if len(examples) < 3:
+                examples.append(f"NaN value at {point}")
+        elif not np.all(np.isfinite(g)):
+            c["bad_grad"] += 1
+            if len(examples) < 3:
+                examples.append(f"non-finite gradient {g} (value {v}) at {point}")
+        elif v == -np.inf:
+            c["neg_inf"] += 1
+        elif np.isfinite(v):
+            c["finite"] += 1
+        else:
+            c["nan_value"] += 1  # +inf: as bad as NaN for a sampler
+            examples.append(f"value {v} at {point}")
+    c["not_converged"] = op.counts["not_converged"] - before["not_converged"]
+    c["failed"] = op.counts["failed"] - before["failed"]
+    c["retries"] = op.counts["retries"] - before["retries"]
+    c["evaluations"] = op.counts["evaluations"] - before["evaluations"]
+    return c, examples
+
+
+def _find_op(model):
+    """The ApproxMarginalOp shared by the model's compiled functions."""
+    from pytensor.graph.traversal import ancestors
+
+    for var in ancestors(model.potentials):
+        if var.owner is not None and isinstance(var.owner.op, ApproxMarginalOp):
+            return var.owner.op
+    raise RuntimeError("no ApproxMarginalOp in the model")
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--draws", type=int, default=1200, help="draws per (combination, data set)")
+    p.add_argument("--seed", type=int, default=20261122)
+    p.add_argument("--out", default=None, help="markdown file for the table")
+    p.add_argument("--only", default=None, help="run only combinations whose 'approx/lik' contains this")
+    args = p.parse_args(argv)
+    data = datasets(args.seed)
+    rows, all_examples = [], []
+    t_start = time.time()
+    for j, (approx, lik_name) in enumerate(combinations()):
+        if args.only and args.only not in f"{approx}/{lik_name}":
+            continue
+        for k, (dname, (X, y)) in enumerate(data.items()):
+            rng = np.random.default_rng([args.seed, j, k])
+            t0 = time.time()
+            c, ex = fuzz_one(X, y, approx, lik_name, args.draws, rng)
+            c["seconds"] = time.time() - t0
+            rows.append((approx, lik_name, dname, c))
+            all_examples += [f"{approx}/{lik_name}/{dname}: {e}" for e in ex]
+            print(f"{approx:8s} {lik_name:15s} {dname:32s} " + " ".join(f"{key}={c[key]}" for key in
+                  (*COUNT_KEYS, "evaluations")) + f" {c['seconds']:.0f}s", flush=True)
+    total = time.time() - t_start
+    lines = [
+        "# Fuzz: log-probability and gradient at extreme hyperparameters",
+        "",
+        f"`python scripts/fuzz.py --draws {args.draws} --seed {args.seed}`"
+        + (f" `--only {args.only}`" if args.only else "")
+        + f"; wall time {total / 60:.1f} min (nice -n 10, 1 BLAS thread, machine shared).",
+        "",
+        "Every unconstrained parameter ~ N(0, 3^2) (lengthscales, amplitudes and bias from about",
+        "1e-4 to 1e4; sigma and epsilon on their log / interval-logit scale). One draw = one",
+        "call of `model.compile_fn([model.logp(), model.dlogp()])` (one Op evaluation; Op",
+        "evaluations are counted in `evals`). `-inf` = value -inf with a finite gradient (status 2, NUTS rejects);",
+        "`not conv.` / `failed` / `retries` are per Op evaluation.",
+        "",
+        "| approx | likelihood | data | draws | finite | -inf | NaN value | non-finite grad | exceptions | evals | not conv. | failed | retries | other warnings | s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    totals = dict.fromkeys((*COUNT_KEYS, "evaluations"), 0)
+    for approx, lik_name, dname, c in rows:
+        for key in totals:
+            totals[key] += c[key]
+        lines.append(
+            f"| {approx} | {lik_name} | {dname} | {c['draws']} | {c['finite']} | {c['neg_inf']} | "
+            f"{c['nan_value']} | {c['bad_grad']} | {c['exceptions']} | {c['evaluations']} | "
+            f"{c['not_converged']} | {c['failed']} | {c['retries']} | {c['other_warnings']} | {c['seconds']:.0f} |"
+        )
+    t = totals
+    lines.append(
+        f"| **all** | | | {t['draws']} | {t['finite']} | {t['neg_inf']} | {t['nan_value']} | "
+        f"{t['bad_grad']} | {t['exceptions']} | {t['evaluations']} | {t['not_converged']} | "
+        f"{t['failed']} | {t['retries']} | {t['other_warnings']} | {total:.0f} |"
+    )
+    if all_examples:
+        lines += ["", "## Examples of bad draws", ""] + [f"- {e}" for e in all_examples[:30]]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out:
+        with open(args.out, "w") as fh:
+            fh.write(text)
+    bad = t["nan_value"] + t["bad_grad"] + t["exceptions"]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
