@@ -1,7 +1,8 @@
 """Fuzz the user path at extreme hyperparameters: never a NaN, never an exception.
 
-For every likelihood x approximation (9 combinations: the step likelihood has no
-Laplace) and three data sets, the script builds the Barber & Williams ARD model the
+For every likelihood x approximation (EP, Laplace and both mean fields: 19
+combinations, the step likelihood has no Laplace; ADF has no gradient to fuzz) and three
+data sets, the script builds the Barber & Williams ARD model the
 way ``pymc_gpc.ard_classifier`` does (written out here so that likelihood parameters
 can be random variables: ProbitBias ``bias ~ N(0, 3)``, ProbitNoise
 ``sigma ~ HalfNormal(3)``, StepLabelNoise ``epsilon ~ Uniform(0, 0.5)``), compiles
@@ -40,7 +41,7 @@ from pymc_gpc.datasets import load_crabs, load_pima
 from pymc_gpc.ops import ApproxMarginalOp, ApproximationFailedWarning
 
 LIKELIHOODS = ("Probit", "ProbitBias", "ProbitNoise", "StepLabelNoise", "Logistic")
-APPROXIMATIONS = ("ep", "laplace")
+APPROXIMATIONS = ("ep", "laplace", "meanfield-ensemble", "meanfield-naive")  # ADF: no gradient
 COUNT_KEYS = ("draws", "finite", "neg_inf", "nan_value", "bad_grad", "exceptions",
               "not_converged", "failed", "retries", "other_warnings")
 
@@ -85,8 +86,11 @@ def build(X, y, approx, lik_name):
             lik = L.StepLabelNoise(pm.Uniform("epsilon", 0.0, 0.5))
         else:
             lik = getattr(L, lik_name)()
-        cls = pymc_gpc.MarginalEP if approx == "ep" else pymc_gpc.MarginalLaplace
-        gp = cls(cov_func=cov, likelihood=lik)
+        if approx.startswith("meanfield"):
+            gp = pymc_gpc.MarginalMeanField(cov_func=cov, likelihood=lik, variant=approx.split("-")[1])
+        else:
+            cls = pymc_gpc.MarginalEP if approx == "ep" else pymc_gpc.MarginalLaplace
+            gp = cls(cov_func=cov, likelihood=lik)
         gp.marginal_likelihood("y", X=X, y=y)
     return model
 
