@@ -277,8 +277,9 @@ def _ravel(point, variables):
     return DictToArrayBijection.map({v.name: point[v.name] for v in variables})
 
 
-def _unravel(x, info, point):
-    return DictToArrayBijection.rmap(RaveledVars(np.asarray(x, float), info), point)
+def _unravel(x, layout, point):
+    """``point`` with the variables raveled in ``layout`` (a ``_ravel`` result) set from ``x``."""
+    return DictToArrayBijection.rmap(RaveledVars(np.asarray(x, float), layout.point_map_info), point)
 
 
 def _all_values(model, point):
@@ -320,14 +321,12 @@ def _maximise(model, point, method, maxiter, tol, progressbar):
         raise ValueError(f"{method} needs the evidence's gradient, which {gradient_free[0].upper()} does not "
                          "provide; use method='em-ep' or another approximation")
     objective = _objective_for(model, _other_terms(model, include_priors=method == "map"), model.continuous_value_vars)
-    free = objective.free
-    x0 = _ravel(point, free)
+    x0 = _ravel(point, objective.free)
     history = {"objective": [], "log_evidence": []}
     last = {}
 
     def negative(x):
-        trial = dict(point, **dict(zip([v.name for v in free], _split(x, x0))))
-        value, log_z, grad = objective.evidence_and_grad(trial)
+        value, log_z, grad = objective.evidence_and_grad(_unravel(x, x0, point))
         if grad is None or not np.isfinite(value) or not np.all(np.isfinite(grad)):
             return 1e300, np.zeros_like(x)  # outside the evidence's domain: L-BFGS-B backtracks
         last.update(objective=value, log_evidence=log_z)
@@ -342,7 +341,7 @@ def _maximise(model, point, method, maxiter, tol, progressbar):
 
         res = scipy.optimize.minimize(negative, x0.data, jac=True, method="L-BFGS-B", callback=callback,
                                       options=dict(maxiter=maxiter, ftol=tol, gtol=1e-6))
-    best = dict(point, **dict(zip([v.name for v in free], _split(res.x, x0))))
+    best = _unravel(res.x, x0, point)
     _, log_z, _ = objective.evidence_and_grad(best)
     return FitResult(
         method=method, point=_all_values(model, best), log_evidence=float(log_z),
@@ -350,14 +349,6 @@ def _maximise(model, point, method, maxiter, tol, progressbar):
         n_iter=int(res.nit), message=str(res.message), model=model,
     )
 
-
-def _split(x, x0):
-    """Values of ``free`` from the raveled vector ``x`` (the layout of ``x0``)."""
-    out, start = [], 0
-    for _, shape, size, dtype in x0.point_map_info:
-        out.append(np.asarray(x[start:start + size], dtype=dtype).reshape(shape))
-        start += size
-    return out
 
 
 # -- EM-EP ---------------------------------------------------------------------------
@@ -506,14 +497,13 @@ def _em_ep(model, point, epsilon_rule, prior, max_iter, tol, progressbar, accele
 
 def _squarem_step(em, x0, x1, x2, ev1, step):
     """The next point of SQUAREM from two EM steps (``_em_ep``), safeguarded by the EP evidence."""
-    names = [v.name for v in em.moving]
     v0, v1, v2 = (_ravel(x, em.moving) for x in (x0, x1, x2))
     r = v1.data - v0.data
     v = v2.data - 2.0 * v1.data + v0.data
     if not np.any(v) or not np.all(np.isfinite(v)):
         return x2
     alpha = min(-np.linalg.norm(r) / np.linalg.norm(v), -1.0)
-    extrapolated = dict(x2, **dict(zip(names, _split(v0.data - 2 * alpha * r + alpha**2 * v, v0))))
+    extrapolated = _unravel(v0.data - 2 * alpha * r + alpha**2 * v, v0, x2)
     try:
         if em.log_evidence(extrapolated) < ev1:
             return x2
@@ -561,14 +551,13 @@ def _m_step(objective, point, h, A, maxiter=200):
     if not objective.targets:
         return point, m_step_objective(objective, point, h, A)[0]
     x0 = _ravel(point, objective.targets)
-    names = [v.name for v in objective.targets]
 
     def negative(x):
-        value, grad = m_step_objective(objective, dict(point, **dict(zip(names, _split(x, x0)))), h, A)
+        value, grad = m_step_objective(objective, _unravel(x, x0, point), h, A)
         if grad is None or not np.isfinite(value) or not np.all(np.isfinite(grad)):
             return 1e300, np.zeros_like(x)
         return -value, -grad
 
     res = scipy.optimize.minimize(negative, x0.data, jac=True, method="L-BFGS-B",
                                   options=dict(maxiter=maxiter, ftol=1e-12, gtol=1e-8))
-    return dict(point, **dict(zip(names, _split(res.x, x0)))), -float(res.fun)
+    return _unravel(res.x, x0, point), -float(res.fun)

@@ -174,11 +174,10 @@ def test_em_ep_m_step_maximises_the_bound():
     before, grad = PE.m_step_objective(objective, point, h, A)
     # gradient of the M-step objective against central differences
     x0 = PE._ravel(point, objective.targets)
-    names = [v.name for v in objective.targets]
     for k in range(len(x0.data)):
         e = np.zeros_like(x0.data)
         e[k] = 1e-5
-        f = [PE.m_step_objective(objective, dict(point, **dict(zip(names, PE._split(x0.data + s * e, x0)))), h, A)[0]
+        f = [PE.m_step_objective(objective, PE._unravel(x0.data + s * e, x0, point), h, A)[0]
              for s in (1, -1)]
         assert grad[k] == pytest.approx((f[0] - f[1]) / 2e-5, rel=1e-4, abs=1e-6)
     new_point, after = PE._m_step(objective, point, h, A)
