@@ -29,15 +29,12 @@ import warnings
 
 import numpy as np
 import pymc as pm
-import pytensor.tensor as pt
 
 from engine import update_readme
 
 import pymc_gpc
-from pymc_gpc import likelihoods as L
 from pymc_gpc.datasets import _columns, _read_csv, load_pima
-from pymc_gpc.kernels import MixedARD
-from pymc_gpc.models import ard_classifier, classification_metrics
+from pymc_gpc.models import ard_classifier, classification_metrics, label_noise_classifier
 
 OUT = pathlib.Path(__file__).parent / "results" / "cross_validation.md"
 PAPER = {  # Kim & Ghahramani Table 2 (error rate, sd of the mean)
@@ -67,17 +64,10 @@ def standardise(X_train, X_test, discrete):
 
 
 def gpc_ep(X, y, Xt, discrete, multiple, soft, method, em_iter):
-    d = X.shape[1]
-    with pm.Model() as model:
-        log_v0 = pm.Normal("log_v0", 0, 3)
-        log_v1 = pm.Normal("log_v1", -4, 3)
-        log_v2 = pm.Normal("log_v2", -3, 3) if soft else None
-        log_l = pm.Normal("log_l", -2, 3, shape=d if multiple else ())
-        epsilon = pm.Uniform("epsilon", 0, 0.5)
-        cov = MixedARD(d, v0=pt.exp(log_v0), v1=pt.exp(log_v1), v2=pt.exp(log_v2) if soft else 1e-6,
-                       l=pt.exp(log_l), discrete=discrete)
-        gp = pymc_gpc.MarginalEP(cov_func=cov, likelihood=L.StepLabelNoise(epsilon))
-        gp.marginal_likelihood("y", X=X, y=y)
+    model, gp = label_noise_classifier(
+        X, y, lengthscales="multiple" if multiple else "single", latent_noise=True if soft else 1e-6,
+        discrete=discrete, prior={"log_v1": (-4.0, 3.0), "log_v2": (-3.0, 3.0), "log_l": (-2.0, 3.0)},
+    )
     kwargs = dict(maxiter=em_iter, epsilon_rule="errors") if method == "em-ep" else {}
     result = pymc_gpc.fit(model, method=method, start={"epsilon": 0.01}, progressbar=False, **kwargs)
     return gp.predict(Xt, point=result.point, model=model)

@@ -20,19 +20,16 @@ import time
 import warnings
 
 import numpy as np
-import pymc as pm
-import pytensor.tensor as pt
 
 from engine import update_readme
 
 import pymc_gpc
-from pymc_gpc import likelihoods as L
 from pymc_gpc.datasets.synthetic import flip_labels
-from pymc_gpc.kernels import MixedARD
-from pymc_gpc.models import classification_metrics
+from pymc_gpc.models import classification_metrics, label_noise_classifier
 
 OUT = pathlib.Path(__file__).parent / "results" / "label_noise.md"
 RATES = (0.0, 0.01, 0.02, 0.03, 0.04, 0.05)
+PRIOR = {"log_v1": (-4.0, 3.0), "log_v2": (-3.0, 3.0), "log_l": (-2.0, 3.0)}
 START = dict(log_v0=0.0, log_v1=np.log(1e-4), log_v2=np.log(1e-3), log_l=np.log(0.05))
 
 
@@ -48,16 +45,7 @@ def breast_cancer(n_train=200, seed=0):
 
 
 def fit_one(X, y, Xt, yt, epsilon, rule):
-    d = X.shape[1]
-    with pm.Model() as model:
-        log_v0 = pm.Normal("log_v0", 0, 3)
-        log_v1 = pm.Normal("log_v1", -4, 3)
-        log_v2 = pm.Normal("log_v2", -3, 3)
-        log_l = pm.Normal("log_l", -2, 3)
-        eps = pm.Uniform("epsilon", 0, 0.5) if epsilon is None else epsilon
-        cov = MixedARD(d, v0=pt.exp(log_v0), v1=pt.exp(log_v1), v2=pt.exp(log_v2), l=pt.exp(log_l))
-        gp = pymc_gpc.MarginalEP(cov_func=cov, likelihood=L.StepLabelNoise(eps))
-        gp.marginal_likelihood("y", X=X, y=y)
+    model, gp = label_noise_classifier(X, y, epsilon=epsilon, lengthscales="single", prior=PRIOR)
     start = dict(START, epsilon=0.01) if epsilon is None else START
     t0 = time.perf_counter()
     with warnings.catch_warnings():

@@ -34,7 +34,7 @@ import pymc_gpc
 from pymc_gpc import likelihoods as L
 from pymc_gpc.datasets import load_pima, synthetic
 from pymc_gpc.kernels import MixedARD
-from pymc_gpc.models import classification_metrics
+from pymc_gpc.models import classification_metrics, label_noise_classifier
 
 OUT = pathlib.Path(__file__).parent / "results" / "point_estimates.md"
 
@@ -108,19 +108,6 @@ def type2_rows(repeats):
     return rows
 
 
-def circle_model(d, epsilon):
-    with pm.Model() as model:
-        log_v0 = pm.Normal("log_v0", 0, 3)
-        log_v1 = pm.Normal("log_v1", 0, 3)
-        log_v2 = pm.Normal("log_v2", 0, 3)
-        log_l = pm.Normal("log_l", 0, 3, shape=2)
-        eps = pm.Uniform("epsilon", 0, 0.5) if epsilon is None else epsilon
-        cov = MixedARD(2, v0=pt.exp(log_v0), v1=pt.exp(log_v1), v2=pt.exp(log_v2), l=pt.exp(log_l))
-        gp = pymc_gpc.MarginalEP(cov_func=cov, likelihood=L.StepLabelNoise(eps))
-        gp.marginal_likelihood("y", X=d.X_train, y=d.y_train)
-    return model, gp
-
-
 def circle_rows(seeds):
     """EM-EP on the circle data: epsilon fixed at 0, adapted by r/n, adapted by omega."""
     start = dict(log_v0=0.0, log_v1=np.log(1e-8), log_v2=np.log(1e-6), log_l=np.log([0.1, 0.1]))
@@ -129,7 +116,7 @@ def circle_rows(seeds):
         d = synthetic.circle(seed=seed)
         for name, eps, rule in [("fixed eps = 0", 0.0, "errors"), ("adapted, eps* = r/n", None, "errors"),
                                 ("adapted, eps* = mean(1 - omega)", None, "omega")]:
-            model, gp = circle_model(d, eps)
+            model, gp = label_noise_classifier(d.X_train, d.y_train, epsilon=eps)
             st = dict(start, epsilon=0.01) if eps is None else start
             t0 = time.perf_counter()
             r = pymc_gpc.fit(model, method="em-ep", start=st, epsilon_rule=rule, progressbar=False, maxiter=300)

@@ -20,7 +20,7 @@ from pymc_gpc import likelihoods as L
 from pymc_gpc import point_estimates as PE
 from pymc_gpc.datasets import synthetic
 from pymc_gpc.kernels import MixedARD
-from pymc_gpc.models import classification_metrics
+from pymc_gpc.models import classification_metrics, label_noise_classifier
 
 from .conftest import LIKELIHOOD_CASES, lik_id, reference_log_lik
 
@@ -146,16 +146,7 @@ def test_map_matches_find_map(small_problem):
 
 
 def _circle_model(d, epsilon):
-    with pm.Model() as model:
-        log_v0 = pm.Normal("log_v0", 0, 3)
-        log_v1 = pm.Normal("log_v1", 0, 3)
-        log_v2 = pm.Normal("log_v2", 0, 3)
-        log_l = pm.Normal("log_l", 0, 3, shape=2)
-        eps = pm.Uniform("epsilon", 0, 0.5) if epsilon is None else epsilon
-        cov = MixedARD(2, v0=pt.exp(log_v0), v1=pt.exp(log_v1), v2=pt.exp(log_v2), l=pt.exp(log_l))
-        gp = pymc_gpc.MarginalEP(cov_func=cov, likelihood=L.StepLabelNoise(eps))
-        gp.marginal_likelihood("y", X=d.X_train, y=d.y_train)
-    return model, gp
+    return label_noise_classifier(d.X_train, d.y_train, epsilon=epsilon)
 
 
 # Kim & Ghahramani's initial values (footnote 3)
@@ -279,6 +270,8 @@ def test_fit_rejects_bad_requests(small_problem):
         pymc_gpc.fit(model, method="newton")
     with pytest.raises(ValueError, match="epsilon_rule"):
         pymc_gpc.fit(model, method="em-ep", epsilon_rule="median")
+    with pytest.raises(ValueError, match="lengthscales must be"):
+        label_noise_classifier(X, y, lengthscales="two")
     with pm.Model() as empty:
         pm.Normal("a")
     with pytest.raises(ValueError, match="no GP classification term"):
