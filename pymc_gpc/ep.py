@@ -301,7 +301,11 @@ def _parallel(K, y, likelihood, th, post, tau, nu, damping, tol, max_sweeps, mem
         nu_g = damping * nu_g + (1.0 - damping) * nu
         change = _site_change(tau, nu, tau_g, nu_g, var)
         sweeps += 1
-        if change < tol or not np.isfinite(change):
+        if change < tol:
+            # converged: the sites already factorised are within tol of the map's
+            # value, so keep them rather than pay one more Cholesky and inverse
+            break
+        if not np.isfinite(change):
             post, tau, nu = _proper_posterior(K, tau, nu, tau_g, nu_g)
             break
         if change > 1e3 * best:

@@ -1,4 +1,4 @@
-"""The five LAPACK/BLAS routines the package uses, called with the GIL released.
+"""The LAPACK/BLAS routines the package uses, called with the GIL released.
 
 scipy's ``scipy.linalg.lapack`` wrappers hold the GIL, so two sampler threads (nutpie
 runs chains as threads) would take turns. These functions call the same Fortran
@@ -26,9 +26,13 @@ _dtrtri = _routine("lapack", "dtrtri", 6)
 _dlauum = _routine("lapack", "dlauum", 5)
 _dpotrs = _routine("lapack", "dpotrs", 8)
 _dtrmm = _routine("blas", "dtrmm", 11)
+_dtrsm = _routine("blas", "dtrsm", 11)
 
 _L = 76  # ord("L")
 _N = 78  # ord("N")
+_R = 82  # ord("R")
+# Block size of ``inv_lower``: below it dtrtri is called directly.
+_INV_BLOCK = 32
 
 
 @njit(nogil=True)
@@ -97,3 +101,54 @@ def trmm_lower_left(A, B):
     alpha = np.ones(1)
     _dtrmm(side.ctypes, uplo.ctypes, trans.ctypes, diag.ctypes, nn.ctypes, mm.ctypes,
            alpha.ctypes, A.ctypes, nn.ctypes, B.ctypes, nn.ctypes)
+
+
+@njit(nogil=True)
+def _tri_times(side, m, n, alpha, A, B, ld, solve):
+    """B <- alpha op(A) B (side "L") or alpha B op(A) (side "R"), op(A) = A or A^{-1},
+    for lower-triangular A; A and B are views into one Fortran-ordered array with
+    leading dimension ``ld`` (BLAS dtrmm / dtrsm)."""
+    sd = np.array([side], np.uint8)
+    uplo = np.array([_L], np.uint8)
+    trans = np.array([_N], np.uint8)
+    diag = np.array([_N], np.uint8)
+    mm = np.array([m], np.int32)
+    nn = np.array([n], np.int32)
+    ll = np.array([ld], np.int32)
+    a = np.array([alpha])
+    if solve:
+        _dtrsm(sd.ctypes, uplo.ctypes, trans.ctypes, diag.ctypes, mm.ctypes, nn.ctypes,
+               a.ctypes, A.ctypes, ll.ctypes, B.ctypes, ll.ctypes)
+    else:
+        _dtrmm(sd.ctypes, uplo.ctypes, trans.ctypes, diag.ctypes, mm.ctypes, nn.ctypes,
+               a.ctypes, A.ctypes, ll.ctypes, B.ctypes, ll.ctypes)
+
+
+@njit(nogil=True)
+def inv_lower(a):
+    """a <- a^{-1} for a Fortran-ordered lower-triangular a; returns LAPACK's info.
+
+    The blocked right-looking algorithm of LAPACK's dtrtri (lower case), block column
+    by block column from the last: A21 <- -(A22^{-1} A21) A11^{-1} by one dtrmm and one
+    dtrsm, then the diagonal block by dtrtri. The same n^3/3 flops as a single dtrtri
+    call, mostly at BLAS-3 speed: OpenBLAS's own dtrtri runs at half the rate of its
+    Cholesky here (n = 200, one thread: dtrtri 290 us, dpotrf 150 us, this 175 us;
+    n = 1000: 12.0 ms against 10.2 ms).
+    """
+    n = a.shape[0]
+    if n <= _INV_BLOCK:
+        return trtri_lower(a)
+    start = ((n - 1) // _INV_BLOCK) * _INV_BLOCK
+    for j in range(start, -1, -_INV_BLOCK):
+        jb = min(_INV_BLOCK, n - j)
+        if j + jb < n:
+            rest = n - j - jb
+            below = a[j + jb :, j : j + jb]
+            _tri_times(_L, rest, jb, 1.0, a[j + jb :, j + jb :], below, n, False)
+            _tri_times(_R, rest, jb, -1.0, a[j : j + jb, j : j + jb], below, n, True)
+        block = np.asfortranarray(a[j : j + jb, j : j + jb])
+        info = trtri_lower(block)
+        if info != 0:
+            return info + j
+        a[j : j + jb, j : j + jb] = block
+    return 0

@@ -25,6 +25,7 @@ Sigma_ii = K_ii - ||L^{-1} W^{1/2} K_{:,i}||^2.
 """
 
 import numpy as np
+from numba import njit
 
 from . import lapack
 
@@ -52,9 +53,9 @@ def chol_lower(a, overwrite=False):
 
 
 def inv_lower(L):
-    """Inverse of a lower-triangular matrix (LAPACK dtrtri), Fortran-ordered."""
+    """Inverse of a lower-triangular matrix (blocked, ``lapack.inv_lower``), Fortran-ordered."""
     Li = np.array(L, dtype=float, order="F")
-    info = lapack.trtri_lower(Li)
+    info = lapack.inv_lower(Li)
     if info != 0:
         raise NotPositiveDefiniteError(f"singular triangular factor (LAPACK info={info})")
     return Li
@@ -76,6 +77,19 @@ def lower_times(Li, X):
     return out
 
 
+@njit(nogil=True)
+def _scaled_plus_identity(K, s):
+    """B = I + diag(s) K diag(s), Fortran-ordered, in one pass (lower triangle and
+    diagonal only: dpotrf reads no more)."""
+    n = K.shape[0]
+    Bt = np.empty((n, n))  # C-ordered B^T is the Fortran-ordered B
+    for j in range(n):
+        Bt[j, j] = 1.0 + s[j] * K[j, j] * s[j]
+        for i in range(j + 1, n):
+            Bt[j, i] = s[i] * K[i, j] * s[j]
+    return Bt.T
+
+
 def _floor_var(var, prior_var):
     """Sigma_ii > 0 exactly; rounding can make a tiny one negative at extreme scales."""
     return np.maximum(var, _MIN_RELATIVE_VAR * np.maximum(prior_var, 1e-300))
@@ -94,9 +108,7 @@ class LatentPosterior:
         self.K = K
         self.w = np.asarray(w, dtype=float)
         self.sw = np.sqrt(self.w)
-        B = self.sw[:, None] * K * self.sw[None, :]
-        B[np.diag_indices_from(B)] += 1.0
-        self.L = chol_lower(B.T, overwrite=True)  # B is symmetric: B.T is its Fortran view
+        self.L = chol_lower(_scaled_plus_identity(K, self.sw), overwrite=True)
         self._Li = None
 
     @property
@@ -116,7 +128,10 @@ class LatentPosterior:
         With v = nu~ (EP) this is b of R&W Alg. 3.6 and the posterior mean is K b;
         with v = W f + grad log p (Laplace) it is the Newton update of a (R&W Alg. 3.1).
         """
-        return v - self.sw * chol_solve(self.L, self.sw * (self.K @ v))
+        u = self.sw * (self.K @ v)
+        if self._Li is not None:  # B^{-1} u = L^{-T} (L^{-1} u): two mat-vecs, |L^{-1}| <= 1
+            return v - self.sw * (self._Li.T @ (self._Li @ u))
+        return v - self.sw * chol_solve(self.L, u)
 
     def var_diag(self):
         """diag((K^{-1} + W)^{-1}) (module docstring)."""

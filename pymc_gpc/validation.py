@@ -15,7 +15,7 @@ _trust = threading.local()
 
 @contextlib.contextmanager
 def trusted_kernel():
-    """Within this block ``check_kernel_matrix`` skips its O(n^3) PSD check.
+    """Within this block ``check_kernel_matrix`` skips its symmetry and PSD checks.
 
     Used by the Op, whose K comes from a covariance function at every evaluation: there
     an indefinite K makes the solver fail and the point is rejected (-inf), and the
@@ -93,8 +93,10 @@ def as_signed_labels(y, name="y", require_both=True):
 def check_kernel_matrix(K, n, name="K"):
     """Check that K is a finite, symmetric, PSD (up to jitter) n x n matrix; return it as float64.
 
-    The PSD check (one Cholesky factorisation, see ``PSD_TOLERANCE``) is skipped inside
-    ``trusted_kernel()``.
+    Inside ``trusted_kernel()`` (K built by a covariance function, once per sampler
+    step) the O(n^2) symmetry check and the PSD check (one Cholesky factorisation, see
+    ``PSD_TOLERANCE``) are skipped; a negative diagonal, which the solvers' variance
+    floors would otherwise hide, is still an error.
     """
     _reject_symbolic(K, name)
     try:
@@ -105,11 +107,15 @@ def check_kernel_matrix(K, n, name="K"):
         raise ValueError(f"{name} must have shape ({n}, {n}) to match y, got {K.shape}")
     if not np.all(np.isfinite(K)):
         raise ValueError(f"{name} contains NaN or inf")
+    if getattr(_trust, "on", False):
+        if n and np.min(np.diag(K)) < 0.0:
+            raise ValueError(f"{name} has a negative diagonal entry ({np.min(np.diag(K)):.3g}): "
+                             "not a covariance matrix")
+        return K
     scale = max(np.max(np.abs(K)), 1e-300)
     if np.max(np.abs(K - K.T)) > 1e-8 * scale:
         raise ValueError(f"{name} is not symmetric (max |K - K^T| = {np.max(np.abs(K - K.T)):.3g})")
-    if not getattr(_trust, "on", False):
-        _check_psd(K, name)
+    _check_psd(K, name)
     return K
 
 

@@ -19,14 +19,17 @@ CASES = [("ep", L.ProbitNoise, 0.7), ("laplace", L.ProbitNoise, 0.7), ("ep", L.S
          ("ep", L.ProbitBias, -0.3), ("laplace", L.Logistic, None)]
 
 
-def compiled(approx, lik_type, X, y):
-    """log Z and its gradient in (log ls, log amp, theta) through a sum-of-kernels graph."""
+def compiled(approx, lik_type, X, y, options=(("tol", 1e-10),)):
+    """log Z and its gradient in (log ls, log amp, theta) through a sum-of-kernels graph.
+
+    EP is converged tightly (the sampler's default tol 1e-4 would leave finite
+    differences at the 1e-5 level: see ``test_sampling_tolerance_*``)."""
     log_ls, log_amp = pt.dvector("log_ls"), pt.dscalar("log_amp")
     theta = pt.dvector("theta")
     d = X.shape[1]
     cov = pt.exp(log_amp) * pm.gp.cov.ExpQuad(d, ls=pt.exp(log_ls)) + 0.3 * pm.gp.cov.Matern52(d, ls=2.0)
     K = cov(X) + 1e-6 * pt.eye(X.shape[0])
-    out = ApproxMarginalOp(approx, lik_type)(K, theta, y)
+    out = ApproxMarginalOp(approx, lik_type, options if approx == "ep" else ())(K, theta, y)
     grads = pytensor.grad(out[0], [log_ls, log_amp, theta])
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no object-mode (or any) warning at compile time
@@ -127,3 +130,30 @@ def test_warm_start_state_is_per_thread():
     for i in range(2):
         np.testing.assert_allclose(got[i], want[i], atol=1e-7)
     assert op._local is not None
+
+
+def test_sampling_tolerance_keeps_value_and_gradient_at_the_fixed_point():
+    """The Op's default EP tolerance (ops.SAMPLING_DEFAULTS, 1e-4) along a warm-started
+    path of nearby kernels, as NUTS evaluates them: the evidence stays within 1e-6 and
+    dlogZ/dK within 1e-3 (relative) of a tight solve, while the sweeps drop."""
+    from pymc_gpc.ops import SAMPLING_DEFAULTS
+
+    assert SAMPLING_DEFAULTS["ep"]["tol"] == 1e-4
+    rng = np.random.default_rng(21)
+    X, y = random_problem(rng, 60, d=3)
+    K = pt.dmatrix("K")
+    loose = ApproxMarginalOp("ep", L.Probit)(K, pt.zeros(0), y)
+    tight = ApproxMarginalOp("ep", L.Probit, (("tol", 1e-12),))(K, pt.zeros(0), y)
+    f = pytensor.function([K], [loose[0], loose[1], loose[4], tight[0], tight[1], tight[4]])
+    log_ls = np.log([1.0, 2.0, 0.7])
+    sweeps = []
+    for _ in range(30):
+        log_ls = log_ls + 0.05 * rng.normal(size=3)
+        d2 = (((X[:, None, :] - X[None, :, :]) / np.exp(log_ls)) ** 2).sum(-1)
+        Kv = 3.0 * np.exp(-0.5 * d2) + 1e-6 * np.eye(60)
+        z, dK, n_iter, z_ref, dK_ref, n_ref = f(Kv)
+        assert abs(z - z_ref) < 1e-6
+        assert np.max(np.abs(dK - dK_ref)) < 1e-3 * np.max(np.abs(dK_ref))
+        sweeps.append((n_iter, n_ref))
+    loose_sweeps, tight_sweeps = np.mean(sweeps[1:], axis=0)
+    assert loose_sweeps < 0.7 * tight_sweeps

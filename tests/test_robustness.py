@@ -215,6 +215,9 @@ def assert_same_posterior(a, b, z=4.0):
             assert diff <= z * se, (name, k, diff, se)
 
 
+TIGHT = 1e-8  # EP tolerance for the draw-for-draw comparison
+
+
 def chain_seed(i):
     """The seed that gives a one-chain run chain i's random stream of a run seeded SEED.
 
@@ -230,7 +233,7 @@ def one_chain_runs():
     X, y = chain_problem()
     runs = []
     for i in range(CHAINS):
-        model, _ = small_model(X, y)
+        model, _ = small_model(X, y, tol=TIGHT)
         with model:
             runs.append(pm.sample(draws=DRAWS, tune=TUNE, chains=1, cores=1, random_seed=chain_seed(i),
                                   nuts_sampler="pymc", progressbar=False,
@@ -248,7 +251,7 @@ def test_process_and_nutpie_chains_match_separate_single_chain_runs():
     """One test, so that the four reference runs are computed once (also under xdist)."""
     X, y = chain_problem()
     single = stacked(one_chain_runs())
-    model, _ = small_model(X, y)
+    model, _ = small_model(X, y, tol=TIGHT)
     with model:
         multi = pm.sample(draws=DRAWS, tune=TUNE, chains=CHAINS, cores=2, random_seed=SEED,
                           nuts_sampler="pymc", progressbar=False, compute_convergence_checks=False,
@@ -257,8 +260,10 @@ def test_process_and_nutpie_chains_match_separate_single_chain_runs():
     # Each chain runs in its own process with the random stream of its one-chain twin.
     # The warm starts differ (the twin's main process has evaluated the model at the
     # initial point before sampling; a worker starts from a fresh, unpickled Op), and
-    # they move EP's result only within its tolerance (1e-8 on the sites): measured,
-    # the chains agree draw for draw to about 5e-6, far below the posterior spread.
+    # they move EP's result only within its tolerance (TIGHT on the sites; at the
+    # sampler's default 1e-4 the trajectories part after a few hundred draws):
+    # measured, the chains agree draw for draw to about 5e-6, far below the posterior
+    # spread.
     for name in ("log_w", "log_v0"):
         np.testing.assert_allclose(draws_of(multi, name), draws_of(single, name), rtol=0, atol=1e-3)
     assert_same_posterior(multi, single)
