@@ -157,3 +157,34 @@ def test_sampling_tolerance_keeps_value_and_gradient_at_the_fixed_point():
         sweeps.append((n_iter, n_ref))
     loose_sweeps, tight_sweeps = np.mean(sweeps[1:], axis=0)
     assert loose_sweeps < 0.7 * tight_sweeps
+
+
+def test_warm_starts_extrapolate_along_the_trajectory():
+    from pymc_gpc.ep import EPState
+    from pymc_gpc.ops import WarmStarts
+
+    rng = np.random.default_rng(2)
+    M, c = rng.normal(size=(8, 3)), np.abs(rng.normal(size=8)) + 5.0
+
+    def state(x):  # linear in x: extrapolation along a line is exact
+        return EPState(c + M @ x, -(c + M @ x))
+
+    ws = WarmStarts(size=4)
+    assert ws.guess(np.zeros(3)) is None
+    x0, h = rng.normal(size=3), 0.1 * rng.normal(size=3)
+    for k in range(3):
+        ws.add(x0 + k * h, state(x0 + k * h))
+    guess = ws.guess(x0 + 3 * h)  # one leapfrog step on
+    np.testing.assert_allclose(guess.tau, state(x0 + 3 * h).tau, rtol=1e-12)
+    np.testing.assert_allclose(guess.nu, state(x0 + 3 * h).nu, rtol=1e-12)
+    # back at a stored point: that solution itself; behind the start: the nearest one
+    assert ws.guess(x0 + h) is ws.states[1]
+    assert ws.guess(x0 - 5 * h) is ws.states[0]
+    # an extrapolation that would make non-negative site precisions negative is not used
+    ws = WarmStarts()
+    ws.add(np.zeros(1), EPState(np.array([1.0, 0.1]), np.zeros(2)))
+    ws.add(np.ones(1), EPState(np.array([1.0, 0.05]), np.zeros(2)))
+    assert ws.guess(np.array([2.5])) is ws.states[1]
+    assert ws.guess(np.array([1.5])).tau[1] == pytest.approx(0.025)
+    # no hyperparameter vector: the last solution
+    assert ws.guess(np.zeros(0)) is ws.states[1]
