@@ -153,7 +153,7 @@ def _newton(K, s2, y, likelihood, th, alpha, tol, max_iter):
 
 
 def _inverse_and_logdet(K):
-    """K^{-1} (dpotrf, dtrtri, dlauum) and log|K|."""
+    """K^{-1} (dpotrf, the blocked triangular inverse, dlauum) and log|K|."""
     L = chol_lower(K)
     Kinv = inv_lower(L)
     info = lapack.lauum_lower(Kinv)  # K^{-1} = L^{-T} L^{-1}
