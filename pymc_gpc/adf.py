@@ -55,14 +55,12 @@ import numpy as np
 from numba import njit
 
 from .ep import _MIN_CAVITY_FRACTION, EPState, _cavities, ep_log_z
+from .likelihoods import tilted_site
 from .posterior import latent_posterior
 from .result import ApproximationResult
 from .validation import as_signed_labels, check_kernel_matrix
 
-_steps = {}
-
-
-@njit(nogil=True, fastmath=True)
+@njit(nogil=True, fastmath=True, cache=True)
 def _c_times_k(C, K, i, m, s):
     """s[:m] = C[:m, :m] K[i, :m] (K symmetric, read by rows); returns k^T C k.
 
@@ -78,53 +76,45 @@ def _c_times_k(C, K, i, m, s):
     return quad
 
 
-def _steps_for(tilted_kernel):
-    """Compile (once per likelihood) the online updates of sites start..stop-1."""
-    if tilted_kernel in _steps:
-        return _steps[tilted_kernel]
+@njit(nogil=True, cache=True)
+def _steps(kind, K, y, th, alpha, C, tau, nu, log_z, start, stop, first):
+    """Include (first pass) or revisit sites start..stop-1 (likelihood ``kind``); returns the site change.
 
-    @njit(nogil=True)
-    def steps(K, y, th, alpha, C, tau, nu, log_z, start, stop, first):
-        """Include (first pass) or revisit sites start..stop-1; returns the site change.
-
-        In the first pass sites >= i have never been included, so C and alpha are zero
-        outside the leading i x i block and only that block is touched.
-        """
-        n = y.shape[0]
-        change = 0.0
-        s = np.empty(n)
-        for i in range(start, stop):
-            m = i + 1 if first else n
-            s2 = K[i, i] + _c_times_k(C, K, i, m, s)
-            mu = 0.0
-            for j in range(m):
-                mu += K[i, j] * alpha[j]
-            s[i] += 1.0
-            s2 = max(s2, 1e-300)
-            floor = 1.0 / K[i, i] if tau.min() >= 0.0 else _MIN_CAVITY_FRACTION / s2
-            tau_c = max(1.0 / s2 - tau[i], floor)  # as ep.cavity_precision
-            nu_c = mu / s2 - nu[i]
-            lz, g, gam, _ = tilted_kernel(y[i], nu_c / tau_c, 1.0 / tau_c, th)
-            log_z[i] = lz
-            denom = 1.0 + gam / tau_c
-            tau_new = -gam / denom
-            nu_new = (g - gam * nu_c / tau_c) / denom
-            d_tau = tau_new - tau[i]
-            d_nu = nu_new - nu[i]
-            change = max(change, abs(d_tau) * s2, abs(d_nu) * np.sqrt(s2))
-            c = d_tau / (1.0 + d_tau * s2)
-            shift = d_nu * (1.0 - c * s2) - c * mu
-            for j in range(m):
-                alpha[j] += shift * s[j]
-                cj = c * s[j]
-                for l in range(m):
-                    C[j, l] -= cj * s[l]
-            tau[i] = tau_new
-            nu[i] = nu_new
-        return change
-
-    _steps[tilted_kernel] = steps
-    return steps
+    In the first pass sites >= i have never been included, so C and alpha are zero
+    outside the leading i x i block and only that block is touched.
+    """
+    n = y.shape[0]
+    change = 0.0
+    s = np.empty(n)
+    for i in range(start, stop):
+        m = i + 1 if first else n
+        s2 = K[i, i] + _c_times_k(C, K, i, m, s)
+        mu = 0.0
+        for j in range(m):
+            mu += K[i, j] * alpha[j]
+        s[i] += 1.0
+        s2 = max(s2, 1e-300)
+        floor = 1.0 / K[i, i] if tau.min() >= 0.0 else _MIN_CAVITY_FRACTION / s2
+        tau_c = max(1.0 / s2 - tau[i], floor)  # as ep.cavity_precision
+        nu_c = mu / s2 - nu[i]
+        lz, g, gam, _ = tilted_site(kind, y[i], nu_c / tau_c, 1.0 / tau_c, th)
+        log_z[i] = lz
+        denom = 1.0 + gam / tau_c
+        tau_new = -gam / denom
+        nu_new = (g - gam * nu_c / tau_c) / denom
+        d_tau = tau_new - tau[i]
+        d_nu = nu_new - nu[i]
+        change = max(change, abs(d_tau) * s2, abs(d_nu) * np.sqrt(s2))
+        c = d_tau / (1.0 + d_tau * s2)
+        shift = d_nu * (1.0 - c * s2) - c * mu
+        for j in range(m):
+            alpha[j] += shift * s[j]
+            cj = c * s[j]
+            for l in range(m):
+                C[j, l] -= cj * s[l]
+        tau[i] = tau_new
+        nu[i] = nu_new
+    return change
 
 
 class OnlineState:
@@ -143,7 +133,7 @@ def _prepare(K, y, likelihood, params):
     n = y.shape[0]
     K = np.ascontiguousarray(check_kernel_matrix(K, n))
     th = likelihood.check_params(likelihood._th(params))
-    return K, y, th, _steps_for(likelihood._kernels[0])
+    return K, y, th, likelihood.kind
 
 
 def adf(
@@ -171,14 +161,14 @@ def adf(
     """
     if int(sweeps) != sweeps or sweeps < 1:
         raise ValueError(f"sweeps must be a positive integer, got {sweeps}")
-    K, y, th, steps = _prepare(K, y, likelihood, params)
+    K, y, th, kind = _prepare(K, y, likelihood, params)
     n = y.shape[0]
     st = OnlineState(n)
-    steps(K, y, th, st.alpha, st.C, st.tau, st.nu, st.log_z, 0, n, True)
+    _steps(kind, K, y, th, st.alpha, st.C, st.tau, st.nu, st.log_z, 0, n, True)
     online_log_z = float(np.sum(st.log_z))
     done, change = 1, np.inf
     while done < sweeps:
-        change = steps(K, y, th, st.alpha, st.C, st.tau, st.nu, st.log_z, 0, n, False)
+        change = _steps(kind, K, y, th, st.alpha, st.C, st.tau, st.nu, st.log_z, 0, n, False)
         done += 1
         if change < tol:
             break
@@ -212,10 +202,10 @@ def adf_path(K, y, likelihood, params=None, *, sweeps=1):
     ``alpha`` is a copy of the representer weights after example i was included
     (sweep 0) or revisited (later sweeps); the predictive mean is K(x, X) alpha.
     """
-    K, y, th, steps = _prepare(K, y, likelihood, params)
+    K, y, th, kind = _prepare(K, y, likelihood, params)
     n = y.shape[0]
     st = OnlineState(n)
     for sweep in range(sweeps):
         for i in range(n):
-            steps(K, y, th, st.alpha, st.C, st.tau, st.nu, st.log_z, i, i + 1, sweep == 0)
+            _steps(kind, K, y, th, st.alpha, st.C, st.tau, st.nu, st.log_z, i, i + 1, sweep == 0)
             yield sweep, i, st.alpha.copy()

@@ -40,10 +40,21 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from .posterior import NotPositiveDefiniteError, latent_posterior
+from .likelihoods import TiltedMoments, tilted_site
+from .posterior import (
+    LatentPosterior,
+    NotPositiveDefiniteError,
+    factor_B,
+    inverse_factor,
+    latent_posterior,
+    marginal_variances,
+    weights_from_inverse,
+)
 from .result import ApproximationResult
 from .validation import as_signed_labels, check_kernel_matrix
 
+# Columns kept by the Anderson acceleration of parallel EP.
+_ANDERSON_MEMORY = 5
 # Cavity precision floor, relative to the posterior precision 1/Sigma_ii, for sites
 # of mixed sign (see ``cavity_precision``).
 _MIN_CAVITY_FRACTION = 1e-10
@@ -112,48 +123,38 @@ def ep_log_z(post, tau, nu, mean, tau_c, nu_c, log_z_sites):
     )
 
 
-_sequential_sweeps = {}
-
-
-def _sequential_sweep_for(tilted_kernel):
-    """Compile (once per likelihood) a sequential EP sweep around its tilted kernel."""
-    if tilted_kernel in _sequential_sweeps:
-        return _sequential_sweeps[tilted_kernel]
-
-    @njit(nogil=True)
-    def sweep(Sigma, mu, tau, nu, y, th, damping, prior_var):
-        n = y.shape[0]
-        change = 0.0
-        for i in range(n):
-            s_ii = max(Sigma[i, i], 1e-300)
-            floor = 1.0 / prior_var[i] if tau.min() >= 0.0 else _MIN_CAVITY_FRACTION / s_ii
-            tau_c = max(1.0 / s_ii - tau[i], floor)
-            nu_c = mu[i] / s_ii - nu[i]
-            _, alpha, gamma, _ = tilted_kernel(y[i], nu_c / tau_c, 1.0 / tau_c, th)
-            denom = 1.0 + gamma / tau_c
-            tau_new = -gamma / denom
-            nu_new = (alpha - gamma * nu_c / tau_c) / denom
-            tau_new = damping * tau_new + (1.0 - damping) * tau[i]
-            nu_new = damping * nu_new + (1.0 - damping) * nu[i]
-            d_tau = tau_new - tau[i]
-            d_nu = nu_new - nu[i]
-            change = max(change, abs(d_tau) * s_ii, abs(d_nu) * np.sqrt(s_ii))
-            # rank-one update Sigma <- Sigma - c s s^T, s = Sigma[:, i]; then mu = Sigma nu
-            c = d_tau / (1.0 + d_tau * s_ii)
-            s = Sigma[:, i].copy()
-            mu_i = mu[i]
-            shift = d_nu * (1.0 - c * s_ii) - c * mu_i
-            for j in range(n):
-                mu[j] += s[j] * shift
-                cj = c * s[j]
-                for k in range(n):
-                    Sigma[j, k] -= cj * s[k]
-            tau[i] = tau_new
-            nu[i] = nu_new
-        return change
-
-    _sequential_sweeps[tilted_kernel] = sweep
-    return sweep
+@njit(nogil=True, cache=True)
+def _sequential_sweep(kind, Sigma, mu, tau, nu, y, th, damping, prior_var):
+    """One sequential EP sweep over the sites of likelihood ``kind``, in place; returns the site change."""
+    n = y.shape[0]
+    change = 0.0
+    for i in range(n):
+        s_ii = max(Sigma[i, i], 1e-300)
+        floor = 1.0 / prior_var[i] if tau.min() >= 0.0 else _MIN_CAVITY_FRACTION / s_ii
+        tau_c = max(1.0 / s_ii - tau[i], floor)
+        nu_c = mu[i] / s_ii - nu[i]
+        _, alpha, gamma, _ = tilted_site(kind, y[i], nu_c / tau_c, 1.0 / tau_c, th)
+        denom = 1.0 + gamma / tau_c
+        tau_new = -gamma / denom
+        nu_new = (alpha - gamma * nu_c / tau_c) / denom
+        tau_new = damping * tau_new + (1.0 - damping) * tau[i]
+        nu_new = damping * nu_new + (1.0 - damping) * nu[i]
+        d_tau = tau_new - tau[i]
+        d_nu = nu_new - nu[i]
+        change = max(change, abs(d_tau) * s_ii, abs(d_nu) * np.sqrt(s_ii))
+        # rank-one update Sigma <- Sigma - c s s^T, s = Sigma[:, i]; then mu = Sigma nu
+        c = d_tau / (1.0 + d_tau * s_ii)
+        s = Sigma[:, i].copy()
+        mu_i = mu[i]
+        shift = d_nu * (1.0 - c * s_ii) - c * mu_i
+        for j in range(n):
+            mu[j] += s[j] * shift
+            cj = c * s[j]
+            for k in range(n):
+                Sigma[j, k] -= cj * s[k]
+        tau[i] = tau_new
+        nu[i] = nu_new
+    return change
 
 
 def ep(
@@ -201,24 +202,38 @@ def ep(
         if tau.shape != (n,):
             raise ValueError(f"warm-start state has {tau.shape[0]} sites, data has {n}")
 
-    try:
-        post = latent_posterior(K, tau)
-    except NotPositiveDefiniteError:
-        if state is None:
-            raise
-        # sites fitted to another K (negative ones, from the step likelihood) can make
-        # K^-1 + S indefinite here: the warm start is of no use, start from zero sites
-        tau, nu = np.zeros(n), np.zeros(n)
-        post = latent_posterior(K, tau)
-    run = _parallel if method == "parallel" else _sequential
-    post, tau, nu, sweeps, change = run(K, y, likelihood, th, post, tau, nu, damping, tol, max_sweeps)
-
-    var, mean, b, tau_c, nu_c = _cavities(post, tau, nu)
-    tilted = likelihood.tilted(y, nu_c / tau_c, 1.0 / tau_c, th)
+    done, fixed = 0, None
+    if method == "parallel" and np.min(tau, initial=0.0) >= 0.0:
+        # the compiled loop; it hands back to _parallel only at steps it does not take
+        status, done, change, tau, nu, L, Li, *fixed = _parallel_compiled(
+            likelihood.kind, _contiguous(K), y, th, tau, nu, damping, tol, max_sweeps, _ANDERSON_MEMORY
+        )
+        if status == _HANDED_BACK:
+            fixed = None
+        else:
+            post, sweeps = LatentPosterior(K, tau, L, Li), done
+    if fixed is None:
+        try:
+            post = latent_posterior(K, tau)
+        except NotPositiveDefiniteError:
+            if state is None:
+                raise
+            # sites fitted to another K (negative ones, from the step likelihood) can make
+            # K^-1 + S indefinite here: the warm start is of no use, start from zero sites
+            tau, nu = np.zeros(n), np.zeros(n)
+            post = latent_posterior(K, tau)
+        run = _parallel if method == "parallel" else _sequential
+        post, tau, nu, sweeps, change = run(K, y, likelihood, th, post, tau, nu, damping, tol, max_sweeps - done)
+        sweeps += done
+        var, mean, b, tau_c, nu_c = _cavities(post, tau, nu)
+        tilted = likelihood.tilted(y, nu_c / tau_c, 1.0 / tau_c, th)
+    else:  # the cavities of the last sweep are those of the returned sites
+        var, b, mean, tau_c, nu_c, tilted_out = fixed
+        tilted = TiltedMoments(tilted_out, likelihood.n_params)
     log_z = ep_log_z(post, tau, nu, mean, tau_c, nu_c, tilted.log_z)
     dK = dth = None
     if with_grad:
-        dK = 0.5 * (np.outer(b, b) - post.R())
+        dK = post.ep_gradient(b)
         dth = tilted.dlog_z_dparams.sum(axis=0)
     return ApproximationResult(
         method=f"ep-{method}",
@@ -280,7 +295,11 @@ class _Anderson:
         return g - np.column_stack(self.dG) @ gamma
 
 
-def _parallel(K, y, likelihood, th, post, tau, nu, damping, tol, max_sweeps, memory=5):
+def _contiguous(K):
+    return K if (K.flags.c_contiguous or K.flags.f_contiguous) else np.ascontiguousarray(K)
+
+
+def _parallel(K, y, likelihood, th, post, tau, nu, damping, tol, max_sweeps, memory=_ANDERSON_MEMORY):
     """Parallel EP sweeps, Anderson-accelerated; returns the final posterior and sites.
 
     The EP map alone converges linearly, at rates near 1 for large kernel amplitudes
@@ -326,16 +345,113 @@ def _parallel(K, y, likelihood, th, post, tau, nu, damping, tol, max_sweeps, mem
     return post, tau, nu, sweeps, change
 
 
+# Outcomes of ``_parallel_compiled`` other than convergence or the sweep limit.
+_HANDED_BACK = 1  # a step the compiled loop does not take; _parallel continues from the last state
+
+
+@njit(nogil=True, cache=True)
+def _anderson_mix(dF, dG, count, f, g):
+    """g - dG gamma with gamma = argmin ||f - dF gamma|| over the ``count`` stored columns (``_Anderson``)."""
+    if count == 0:
+        return g.copy()
+    gamma = np.linalg.lstsq(dF[:, :count], f, rcond=-1.0)[0]
+    return g - dG[:, :count] @ gamma
+
+
+@njit(nogil=True, cache=True)
+def _parallel_compiled(kind, K, y, th, tau, nu, damping, tol, max_sweeps, memory):
+    """``_parallel`` for non-negative sites, compiled: whole sweeps without Python.
+
+    Every sweep factorises B at the current sites (``posterior.factor_B``), forms the
+    cavities, the tilted moments of likelihood ``kind`` and the new sites, and takes
+    the Anderson step of ``_Anderson`` with the same restarts as ``_parallel``. A step
+    ``_parallel`` would handle in Python (an iterate with negative sites, a failed
+    factorisation, a non-finite change) ends the loop with status ``_HANDED_BACK`` at
+    the last factorised sites, for ``_parallel`` to continue from.
+
+    Returns (status, sweeps, change, tau, nu, L, Li, var, b, mean, tau_c, nu_c,
+    tilted), where status 0 means converged or out of sweeps, and the last seven are
+    at the returned sites (the fixed-point quantities of ``ep``).
+    """
+    n = y.shape[0]
+    prior_var = np.diag(K).copy()
+    dF = np.zeros((2 * n, memory))
+    dG = np.zeros((2 * n, memory))
+    f_prev = np.zeros(2 * n)
+    g_prev = np.zeros(2 * n)
+    have_prev, count = False, 0
+    change, best, sweeps, status = np.inf, np.inf, 0, 0
+    sw = np.sqrt(tau)
+    L, info = factor_B(K, sw)
+    Li, info_inv = inverse_factor(L)
+    tilted = np.empty((4, n))
+    tau_c, nu_c = np.empty(n), np.empty(n)
+    tau_g, nu_g = np.empty(n), np.empty(n)
+    var, b, mean = prior_var.copy(), np.zeros(n), np.zeros(n)
+    if info != 0 or info_inv != 0:
+        return _HANDED_BACK, sweeps, change, tau, nu, L, Li, var, b, mean, tau_c, nu_c, tilted
+    while sweeps < max_sweeps:
+        var = marginal_variances(K, tau, sw, Li)
+        b = weights_from_inverse(K, sw, Li, nu)
+        mean = K @ b
+        change = 0.0
+        for i in range(n):
+            tau_c[i] = max(1.0 / var[i] - tau[i], 1.0 / prior_var[i])  # cavity_precision
+            nu_c[i] = mean[i] / var[i] - nu[i]
+            lz, alpha, gamma, dth = tilted_site(kind, y[i], nu_c[i] / tau_c[i], 1.0 / tau_c[i], th)
+            tilted[0, i], tilted[1, i], tilted[2, i], tilted[3, i] = lz, alpha, gamma, dth
+            denom = 1.0 + gamma / tau_c[i]  # _site_update
+            tau_g[i] = damping * (-gamma / denom) + (1.0 - damping) * tau[i]
+            nu_g[i] = damping * ((alpha - gamma * nu_c[i] / tau_c[i]) / denom) + (1.0 - damping) * nu[i]
+            change = max(change, abs(tau_g[i] - tau[i]) * var[i], abs(nu_g[i] - nu[i]) * np.sqrt(var[i]))
+        sweeps += 1
+        if change < tol:
+            break
+        if not np.isfinite(change):
+            status = _HANDED_BACK
+            break
+        if change > 1e3 * best:
+            have_prev, count = False, 0
+        best = min(best, change)
+        g = np.concatenate((tau_g, nu_g))
+        f = np.concatenate((var, np.sqrt(var))) * (g - np.concatenate((tau, nu)))
+        if memory > 0 and have_prev:
+            if count == memory:  # drop the oldest column
+                dF[:, :-1] = dF[:, 1:].copy()
+                dG[:, :-1] = dG[:, 1:].copy()
+                count -= 1
+            dF[:, count] = f - f_prev
+            dG[:, count] = g - g_prev
+            count += 1
+        f_prev, g_prev, have_prev = f, g, True
+        x = _anderson_mix(dF, dG, count, f, g) if memory > 0 else g
+        tau_x, nu_x = x[:n], x[n:]
+        if np.min(tau_x) < 0.0:  # Anderson introduced negative sites (tau_g >= 0 here)
+            have_prev, count = False, 0
+            tau_x, nu_x = tau_g.copy(), nu_g.copy()
+            if np.min(tau_x) < 0.0:
+                status = _HANDED_BACK
+                break
+        sw_x = np.sqrt(tau_x)
+        L_x, info = factor_B(K, sw_x)
+        if info == 0:
+            Li_x, info = inverse_factor(L_x)
+        if info != 0:
+            status = _HANDED_BACK
+            break
+        tau, nu, sw, L, Li = tau_x.copy(), nu_x.copy(), sw_x, L_x, Li_x
+    return status, sweeps, change, tau, nu, L, Li, var, b, mean, tau_c, nu_c, tilted
+
+
 def _sequential(K, y, likelihood, th, post, tau, nu, damping, tol, max_sweeps):
     """Sequential EP sweeps in site order (reproducible), Sigma recomputed after each."""
-    sweep = _sequential_sweep_for(likelihood._kernels[0])
     change = np.inf
     sweeps = 0
     while sweeps < max_sweeps:
         Sigma = np.ascontiguousarray(post.full_cov())
         mu = Sigma @ nu
         tau_old, nu_old = tau.copy(), nu.copy()
-        change = sweep(Sigma, mu, tau, nu, y, th, damping, np.diag(K).copy())
+        change = _sequential_sweep(likelihood.kind, Sigma, mu, tau, nu, y, th, damping, np.diag(K).copy())
         sweeps += 1
         post, tau, nu = _proper_posterior(K, tau_old, nu_old, tau, nu)
         if change < tol:

@@ -3,41 +3,39 @@
 scipy's ``scipy.linalg.lapack`` wrappers hold the GIL, so two sampler threads (nutpie
 runs chains as threads) would take turns. These functions call the same Fortran
 routines through ``scipy.linalg.cython_lapack`` / ``cython_blas`` from numba with
-``nogil=True``. Arrays are Fortran-ordered and overwritten in place; the lower
-triangle is used throughout. Each returns LAPACK's ``info`` (0 = success) where it has one.
+``nogil=True``, and are cached on disk (``_routine``). Arrays are Fortran-ordered and
+overwritten in place; the lower triangle is used throughout. Each returns LAPACK's
+``info`` (0 = success) where it has one.
 """
 
-import ctypes
-
+import llvmlite.binding as llvm
 import numpy as np
-from numba import njit
+from numba import njit, types
 from numba.extending import get_cython_function_address
 
-_VP = ctypes.c_void_p
 
+def _routine(module, name, n_args, addresses=()):
+    """scipy's Fortran routine ``name`` as a numba external function.
 
-def _routine(module, name, n_args):
-    address = get_cython_function_address(f"scipy.linalg.cython_{module}", name)
-    return ctypes.CFUNCTYPE(None, *([_VP] * n_args))(address)
+    Its address is registered with LLVM under a fixed symbol name, and compiled code
+    refers to that name (resolved when the code is loaded), so the functions below
+    can be cached on disk by numba, unlike calls through ctypes pointers. Arguments are
+    pointers (``arr.ctypes``), except at the positions ``addresses``: integer
+    addresses (same calling convention), so that a block of a larger array can be
+    passed as its address plus an offset.
+    """
+    symbol = f"pymc_gpc_{name}"
+    llvm.add_symbol(symbol, get_cython_function_address(f"scipy.linalg.cython_{module}", name))
+    args = [types.intp if i in addresses else types.voidptr for i in range(n_args)]
+    return types.ExternalFunction(symbol, types.void(*args))
 
 
 _dpotrf = _routine("lapack", "dpotrf", 5)
 _dlauum = _routine("lapack", "dlauum", 5)
 _dpotrs = _routine("lapack", "dpotrs", 8)
-
-
-def _routine_at(module, name, n_args, matrices):
-    """As ``_routine``, with the arguments at positions ``matrices`` taken as integer
-    addresses (same calling convention as pointers), so that numba code can pass a
-    block of a larger array as its address plus an offset."""
-    address = get_cython_function_address(f"scipy.linalg.cython_{module}", name)
-    args = [ctypes.c_size_t if i in matrices else _VP for i in range(n_args)]
-    return ctypes.CFUNCTYPE(None, *args)(address)
-
-
-_dtrmm_at = _routine_at("blas", "dtrmm", 11, (7, 9))
-_dtrsm_at = _routine_at("blas", "dtrsm", 11, (7, 9))
-_dtrtri_at = _routine_at("lapack", "dtrtri", 6, (3,))
+_dtrmm_at = _routine("blas", "dtrmm", 11, (7, 9))
+_dtrsm_at = _routine("blas", "dtrsm", 11, (7, 9))
+_dtrtri_at = _routine("lapack", "dtrtri", 6, (3,))
 
 _L = 76  # ord("L")
 _N = 78  # ord("N")
@@ -46,7 +44,7 @@ _R = 82  # ord("R")
 _INV_BLOCK = 32
 
 
-@njit(nogil=True)
+@njit(nogil=True, cache=True)
 def potrf_lower(a):
     """a <- L with a = L L^T (LAPACK dpotrf); the strict upper triangle is zeroed."""
     n = a.shape[0]
@@ -60,7 +58,7 @@ def potrf_lower(a):
     return info[0]
 
 
-@njit(nogil=True)
+@njit(nogil=True, cache=True)
 def lauum_lower(a):
     """a <- a^T a for lower-triangular a, returned as a full symmetric matrix (dlauum)."""
     n = a.shape[0]
@@ -74,7 +72,7 @@ def lauum_lower(a):
     return info[0]
 
 
-@njit(nogil=True)
+@njit(nogil=True, cache=True)
 def potrs_lower(L, b):
     """b <- (L L^T)^{-1} b for a vector or Fortran-ordered matrix b (dpotrs)."""
     n = L.shape[0]
@@ -87,7 +85,7 @@ def potrs_lower(L, b):
     return info[0]
 
 
-@njit(nogil=True)
+@njit(nogil=True, cache=True)
 def _triangular_times(side, solve, alpha, t, it, jt, b, ib, jb, rows, cols):
     """The block B = b[ib:ib+rows, jb:jb+cols] <- alpha op(T) B (side "L") or
     alpha B op(T) (side "R"), with T the lower-triangular block of t at (it, jt) and
@@ -112,14 +110,14 @@ def _triangular_times(side, solve, alpha, t, it, jt, b, ib, jb, rows, cols):
                   al.ctypes, t_at, lt.ctypes, b_at, lb.ctypes)
 
 
-@njit(nogil=True)
+@njit(nogil=True, cache=True)
 def trmm_lower_left(A, B):
     """B <- A B for lower-triangular A (n, n) and Fortran-ordered B (n, m) (BLAS dtrmm)."""
     n, m = B.shape
     _triangular_times(_L, False, 1.0, A, 0, 0, B, 0, 0, n, m)
 
 
-@njit(nogil=True)
+@njit(nogil=True, cache=True)
 def inv_lower(a):
     """a <- a^{-1} for a Fortran-ordered lower-triangular a; returns LAPACK's info.
 

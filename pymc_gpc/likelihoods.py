@@ -14,7 +14,7 @@ any likelihood works with any approximation:
 ``predict(mu, s2, params)``
     p(y* = +1) = \int p(+1 | f) N(f; mu, s2) df (Tan, eq. 13).
 
-The compiled kernels work on one site; ``_Kernels`` maps them over arrays.
+The compiled kernels work on one site; ``tilted_map`` / ``log_lik_map`` map them over arrays.
 Each likelihood has at most one parameter, carried as a length-0 or length-1 array.
 """
 
@@ -34,7 +34,7 @@ _GH_NODES, _GH_WEIGHTS = np.polynomial.hermite.hermgauss(128)
 # ---------------------------------------------------------------------------------
 
 
-@njit(nogil=True)
+@njit(nogil=True, cache=True)
 def _probit_family_tilted(y, mu, s2, b, c2):
     """Z = Phi(z), z = y (mu + b) / sqrt(c^2 + s2) (Tan, Appendix A, with b added).
 
@@ -50,7 +50,7 @@ def _probit_family_tilted(y, mu, s2, b, c2):
     return log_ndtr(z), dmu, d2mu, dmu, dc2
 
 
-@njit(nogil=True)
+@njit(nogil=True, cache=True)
 def _probit_family_log_lik(y, f, b, c):
     """log Phi(u), u = y (f + b) / c, its f-derivatives to third order and d/dc of each.
 
@@ -71,39 +71,39 @@ def _probit_family_log_lik(y, f, b, c):
     return lp, d1, d2, d3, lp_c, d1_c, d2_c
 
 
-@njit(nogil=True)
+@njit(nogil=True, cache=True)
 def _probit_tilted(y, mu, s2, th):
     lz, d1, d2, _, _ = _probit_family_tilted(y, mu, s2, 0.0, 1.0)
     return lz, d1, d2, 0.0
 
 
-@njit(nogil=True)
+@njit(nogil=True, cache=True)
 def _probit_log_lik(y, f, th):
     lp, d1, d2, d3, _, _, _ = _probit_family_log_lik(y, f, 0.0, 1.0)
     return lp, d1, d2, d3, 0.0, 0.0, 0.0
 
 
-@njit(nogil=True)
+@njit(nogil=True, cache=True)
 def _probit_bias_tilted(y, mu, s2, th):
     lz, d1, d2, db, _ = _probit_family_tilted(y, mu, s2, th[0], 1.0)
     return lz, d1, d2, db
 
 
-@njit(nogil=True)
+@njit(nogil=True, cache=True)
 def _probit_bias_log_lik(y, f, th):
     lp, d1, d2, d3, _, _, _ = _probit_family_log_lik(y, f, th[0], 1.0)
     # d/db of (lp, d1, d2) equals (d1, d2, d3)
     return lp, d1, d2, d3, d1, d2, d3
 
 
-@njit(nogil=True)
+@njit(nogil=True, cache=True)
 def _probit_noise_tilted(y, mu, s2, th):
     sigma = th[0]
     lz, d1, d2, _, dc2 = _probit_family_tilted(y, mu, s2, 0.0, sigma * sigma)
     return lz, d1, d2, 2.0 * sigma * dc2
 
 
-@njit(nogil=True)
+@njit(nogil=True, cache=True)
 def _probit_noise_log_lik(y, f, th):
     return _probit_family_log_lik(y, f, 0.0, th[0])
 
@@ -114,7 +114,7 @@ def _probit_noise_log_lik(y, f, th):
 # ---------------------------------------------------------------------------------
 
 
-@njit(nogil=True)
+@njit(nogil=True, cache=True)
 def _step_tilted(y, mu, s2, th):
     """Z = eps + (1 - 2 eps) Phi(z), z = y mu / sqrt(s2).
 
@@ -137,7 +137,7 @@ def _step_tilted(y, mu, s2, th):
     return lz, alpha, d2, deps
 
 
-@njit(nogil=True)
+@njit(nogil=True, cache=True)
 def _no_log_lik(y, f, th):
     return math.nan, math.nan, math.nan, math.nan, math.nan, math.nan, math.nan
 
@@ -150,7 +150,7 @@ def _no_log_lik(y, f, th):
 _MAX_HALF_NODES = 18000
 
 
-@njit(nogil=True)
+@njit(nogil=True, cache=True)
 def _logistic_tilted(y, mu, s2, th):
     """Tilted moments of sigma(y f) N(f; mu, s2) by the trapezoidal rule.
 
@@ -199,7 +199,7 @@ def _logistic_tilted(y, mu, s2, th):
     return lz, (mean - mu) / s2, (var - s2) / (s2 * s2), 0.0
 
 
-@njit(nogil=True)
+@njit(nogil=True, cache=True)
 def _logistic_log_lik(y, f, th):
     p = sigmoid(f)
     q = sigmoid(-f)
@@ -214,32 +214,65 @@ def _logistic_log_lik(y, f, th):
 # ---------------------------------------------------------------------------------
 
 
-def _make_maps(tilted_kernel, log_lik_kernel):
-    """Compile array versions of one likelihood's per-site kernels."""
+# Index of each likelihood in the dispatch below (``Likelihood.kind``). One compiled
+# function serves every likelihood, so that numba can cache it on disk (closures over
+# per-likelihood kernels cannot be cached) and compiled loops elsewhere (sequential EP,
+# ADF, parallel EP) take the likelihood as an integer argument.
+PROBIT, PROBIT_BIAS, PROBIT_NOISE, STEP_LABEL_NOISE, LOGISTIC = range(5)
 
-    @njit(nogil=True)
-    def tilted_map(y, mu, s2, th):
-        n = y.shape[0]
-        out = np.empty((4, n))
-        for i in range(n):
-            a, b, c, d = tilted_kernel(y[i], mu[i], s2[i], th)
-            out[0, i] = a
-            out[1, i] = b
-            out[2, i] = c
-            out[3, i] = d
-        return out
 
-    @njit(nogil=True)
-    def log_lik_map(y, f, th):
-        n = y.shape[0]
-        out = np.empty((7, n))
-        for i in range(n):
-            r = log_lik_kernel(y[i], f[i], th)
-            for k in range(7):
-                out[k, i] = r[k]
-        return out
+@njit(nogil=True, cache=True)
+def tilted_site(kind, y, mu, s2, th):
+    """The tilted kernel of likelihood ``kind`` at one site: log Z, d/dmu, d^2/dmu^2, d/dtheta."""
+    if kind == PROBIT:
+        return _probit_tilted(y, mu, s2, th)
+    if kind == PROBIT_BIAS:
+        return _probit_bias_tilted(y, mu, s2, th)
+    if kind == PROBIT_NOISE:
+        return _probit_noise_tilted(y, mu, s2, th)
+    if kind == STEP_LABEL_NOISE:
+        return _step_tilted(y, mu, s2, th)
+    return _logistic_tilted(y, mu, s2, th)
 
-    return tilted_map, log_lik_map
+
+@njit(nogil=True, cache=True)
+def log_lik_site(kind, y, f, th):
+    """The log-likelihood kernel of likelihood ``kind`` at one site (7 values, see below)."""
+    if kind == PROBIT:
+        return _probit_log_lik(y, f, th)
+    if kind == PROBIT_BIAS:
+        return _probit_bias_log_lik(y, f, th)
+    if kind == PROBIT_NOISE:
+        return _probit_noise_log_lik(y, f, th)
+    if kind == STEP_LABEL_NOISE:
+        return _no_log_lik(y, f, th)
+    return _logistic_log_lik(y, f, th)
+
+
+@njit(nogil=True, cache=True)
+def tilted_map(kind, y, mu, s2, th):
+    """``tilted_site`` over all sites: rows log Z, d/dmu, d^2/dmu^2, d/dtheta."""
+    n = y.shape[0]
+    out = np.empty((4, n))
+    for i in range(n):
+        a, b, c, d = tilted_site(kind, y[i], mu[i], s2[i], th)
+        out[0, i] = a
+        out[1, i] = b
+        out[2, i] = c
+        out[3, i] = d
+    return out
+
+
+@njit(nogil=True, cache=True)
+def log_lik_map(kind, y, f, th):
+    """``log_lik_site`` over all sites (7 rows)."""
+    n = y.shape[0]
+    out = np.empty((7, n))
+    for i in range(n):
+        r = log_lik_site(kind, y[i], f[i], th)
+        for k in range(7):
+            out[k, i] = r[k]
+    return out
 
 
 class TiltedMoments:
@@ -267,19 +300,13 @@ class LogLikDerivatives:
 class Likelihood:
     """Base class: a binary observation model with at most one parameter.
 
-    Subclasses set ``param_names``, ``_kernels`` (compiled per-site functions) and
-    extend ``check_params``.
+    Subclasses set ``param_names``, ``kind`` (their index in the compiled dispatch
+    ``tilted_site`` / ``log_lik_site``) and extend ``check_params``.
     """
 
     param_names: tuple = ()
     supports_laplace = True
-    _kernels = None  # (per-site tilted kernel, per-site log-likelihood kernel)
-    _maps = None  # their array versions, compiled by __init_subclass__
-
-    def __init_subclass__(cls, **kwargs):
-        super().__init_subclass__(**kwargs)
-        if "_kernels" in cls.__dict__:
-            cls._maps = _make_maps(*cls._kernels)
+    kind = None  # PROBIT, ..., LOGISTIC
 
     def __init__(self, *values):
         self._values = values
@@ -332,14 +359,14 @@ class Likelihood:
 
     def tilted(self, y, mu, s2, params=None):
         """EP tilted moments at cavities N(mu, s2); see the module docstring."""
-        out = self._maps[0](y, np.asarray(mu, float), np.asarray(s2, float), self._th(params))
+        out = tilted_map(self.kind, y, np.asarray(mu, float), np.asarray(s2, float), self._th(params))
         return TiltedMoments(out, self.n_params)
 
     def log_lik(self, y, f, params=None):
         """log p(y|f) with f-derivatives to third order (Laplace)."""
         if not self.supports_laplace:
             raise ValueError(laplace_unsupported_message(self))
-        out = self._maps[1](y, np.asarray(f, float), self._th(params))
+        out = log_lik_map(self.kind, y, np.asarray(f, float), self._th(params))
         return LogLikDerivatives(out, self.n_params)
 
     def expected_log_lik(self, y, mu, s2, params=None):
@@ -390,7 +417,7 @@ def laplace_unsupported_message(lik):
 class Probit(Likelihood):
     r"""p(y | f) = \Phi(y f)  (Tan eq. 5)."""
 
-    _kernels = (_probit_tilted, _probit_log_lik)
+    kind = PROBIT
 
     def __init__(self):
         super().__init__()
@@ -400,7 +427,7 @@ class ProbitBias(Likelihood):
     r"""p(y | f) = \Phi(y (f + b))  (Tan eq. 6), with a bias ``b``."""
 
     param_names = ("bias",)
-    _kernels = (_probit_bias_tilted, _probit_bias_log_lik)
+    kind = PROBIT_BIAS
 
     def __init__(self, bias=0.0):
         super().__init__(bias)
@@ -410,7 +437,7 @@ class ProbitNoise(Likelihood):
     r"""p(y | f) = \Phi(y f / \sigma)  (Tan eq. 7): latent Gaussian noise of sd ``sigma``."""
 
     param_names = ("sigma",)
-    _kernels = (_probit_noise_tilted, _probit_noise_log_lik)
+    kind = PROBIT_NOISE
 
     def __init__(self, sigma=1.0):
         super().__init__(sigma)
@@ -430,7 +457,7 @@ class StepLabelNoise(Likelihood):
 
     param_names = ("epsilon",)
     supports_laplace = False
-    _kernels = (_step_tilted, _no_log_lik)
+    kind = STEP_LABEL_NOISE
 
     def __init__(self, epsilon=0.0):
         super().__init__(epsilon)
@@ -470,7 +497,7 @@ class Logistic(Likelihood):
     about 1e-13 relative (see ``_logistic_tilted``).
     """
 
-    _kernels = (_logistic_tilted, _logistic_log_lik)
+    kind = LOGISTIC
 
     def __init__(self):
         super().__init__()

@@ -54,8 +54,7 @@ def chol_lower(a, overwrite=False):
 
 def inv_lower(L):
     """Inverse of a lower-triangular matrix (blocked, ``lapack.inv_lower``), Fortran-ordered."""
-    Li = np.array(L, dtype=float, order="F")
-    info = lapack.inv_lower(Li)
+    Li, info = inverse_factor(np.asarray(L, dtype=float))
     if info != 0:
         raise NotPositiveDefiniteError(f"singular triangular factor (LAPACK info={info})")
     return Li
@@ -77,7 +76,7 @@ def lower_times(Li, X):
     return out
 
 
-@njit(nogil=True)
+@njit(nogil=True, cache=True)
 def _scaled_plus_identity(K, s):
     """B = I + diag(s) K diag(s), Fortran-ordered, in one pass (lower triangle and
     diagonal only: dpotrf reads no more)."""
@@ -95,6 +94,79 @@ def _floor_var(var, prior_var):
     return np.maximum(var, _MIN_RELATIVE_VAR * np.maximum(prior_var, 1e-300))
 
 
+# The computations of ``LatentPosterior``, compiled so that compiled solvers (parallel
+# EP, ``ep._parallel_compiled``) can run whole iterations without returning to Python.
+
+
+@njit(nogil=True, cache=True)
+def factor_B(K, sw):
+    """(L, info): the lower Cholesky factor of B = I + W^1/2 K W^1/2 (info != 0: failed)."""
+    L = _scaled_plus_identity(K, sw)
+    return L, lapack.potrf_lower(L)
+
+
+@njit(nogil=True, cache=True)
+def inverse_factor(L):
+    """(L^{-1}, info), Fortran-ordered."""
+    Li = L.T.copy().T  # a Fortran-ordered copy whatever the layout of L
+    return Li, lapack.inv_lower(Li)
+
+
+@njit(nogil=True, cache=True)
+def weights_from_inverse(K, sw, Li, v):
+    """v - W^{1/2} B^{-1} W^{1/2} K v with B^{-1} u = L^{-T} (L^{-1} u) (``LatentPosterior.weights``)."""
+    u = sw * (K @ v)
+    return v - sw * (Li.T @ (Li @ u))
+
+
+@njit(nogil=True, cache=True)
+def marginal_variances(K, w, sw, Li):
+    """diag((K^{-1} + W)^{-1}) from L^{-1} (module docstring), floored at a tiny positive value."""
+    n = K.shape[0]
+    out = np.empty(n)
+    direct = np.empty(n, np.int64)
+    n_direct = 0
+    for j in range(n):
+        if w[j] * K[j, j] >= _IDENTITY_MIN:
+            binv = 0.0
+            for i in range(j, n):  # column j of the lower-triangular L^{-1}
+                binv += Li[i, j] * Li[i, j]
+            out[j] = (1.0 - binv) / w[j]
+        else:
+            direct[n_direct] = j
+            n_direct += 1
+    if n_direct:
+        V = np.empty((n_direct, n)).T  # Fortran-ordered (n, n_direct)
+        for c in range(n_direct):
+            j = direct[c]
+            for i in range(n):
+                V[i, c] = sw[i] * K[i, j]
+        lapack.trmm_lower_left(Li, V)
+        for c in range(n_direct):
+            j = direct[c]
+            acc = 0.0
+            for i in range(n):
+                acc += V[i, c] * V[i, c]
+            out[j] = K[j, j] - acc
+    for j in range(n):
+        out[j] = max(out[j], _MIN_RELATIVE_VAR * max(K[j, j], 1e-300))
+    return out
+
+
+@njit(nogil=True, cache=True)
+def outer_minus_R(b, Li, sw, scale):
+    """scale (b b^T - R), R = W^{1/2} L^{-T} L^{-1} W^{1/2}, in one pass after dlauum."""
+    n = b.shape[0]
+    out = Li.T.copy().T  # Fortran-ordered copy of L^{-1}
+    info = lapack.lauum_lower(out)  # B^{-1} = L^{-T} L^{-1}; cannot fail for a triangular factor
+    if info != 0:
+        out[:, :] = np.nan
+    for j in range(n):
+        for i in range(n):
+            out[i, j] = scale * (b[i] * b[j] - sw[i] * out[i, j] * sw[j])
+    return out
+
+
 class LatentPosterior:
     r"""q(f) = N(K a, (K^{-1} + diag(w))^{-1}) represented through B = L L^T.
 
@@ -102,14 +174,20 @@ class LatentPosterior:
     ----------
     K : (n, n) prior covariance.
     w : (n,) non-negative precisions of the Gaussian factors (EP sites or Laplace W).
+    L, Li : optionally, the Cholesky factor of B and its inverse, already computed at
+        these w (by a compiled solver).
     """
 
-    def __init__(self, K, w):
+    def __init__(self, K, w, L=None, Li=None):
         self.K = K
         self.w = np.asarray(w, dtype=float)
         self.sw = np.sqrt(self.w)
-        self.L = chol_lower(_scaled_plus_identity(K, self.sw), overwrite=True)
-        self._Li = None
+        if L is None:
+            L, info = factor_B(K, self.sw)
+            if info != 0:
+                raise NotPositiveDefiniteError(f"Cholesky factorisation failed (LAPACK info={info})")
+        self.L = L
+        self._Li = Li
 
     @property
     def Li(self):
@@ -128,24 +206,13 @@ class LatentPosterior:
         With v = nu~ (EP) this is b of R&W Alg. 3.6 and the posterior mean is K b;
         with v = W f + grad log p (Laplace) it is the Newton update of a (R&W Alg. 3.1).
         """
-        u = self.sw * (self.K @ v)
         if self._Li is not None:  # B^{-1} u = L^{-T} (L^{-1} u): two mat-vecs, |L^{-1}| <= 1
-            return v - self.sw * (self._Li.T @ (self._Li @ u))
-        return v - self.sw * chol_solve(self.L, u)
+            return weights_from_inverse(self.K, self.sw, self._Li, np.asarray(v, dtype=float))
+        return v - self.sw * chol_solve(self.L, self.sw * (self.K @ v))
 
     def var_diag(self):
         """diag((K^{-1} + W)^{-1}) (module docstring)."""
-        Kd = np.diag(self.K)
-        binv_diag = np.einsum("ij,ij->j", self.Li, self.Li)
-        use_identity = self.w * Kd >= _IDENTITY_MIN
-        out = np.empty_like(Kd)
-        safe_w = np.where(use_identity, self.w, 1.0)
-        out[use_identity] = ((1.0 - binv_diag) / safe_w)[use_identity]
-        direct = np.flatnonzero(~use_identity)
-        if direct.size:
-            V = lower_times(self.Li, self.sw[:, None] * self.K[:, direct])
-            out[direct] = Kd[direct] - np.einsum("ij,ij->j", V, V)
-        return _floor_var(out, Kd)
+        return marginal_variances(self.K, self.w, self.sw, self.Li)
 
     def full_cov(self):
         """Sigma = K - K W^{1/2} B^{-1} W^{1/2} K as a dense matrix (sequential EP)."""
@@ -154,11 +221,11 @@ class LatentPosterior:
 
     def R(self):
         r"""R = W^{1/2} B^{-1} W^{1/2} = (K + W^{-1})^{-1}, symmetric, dense."""
-        Binv = np.array(self.Li, order="F")
-        info = lapack.lauum_lower(Binv)  # B^{-1} = L^{-T} L^{-1}
-        if info != 0:
-            raise ValueError(f"dlauum failed (LAPACK info={info})")
-        return self.sw[:, None] * Binv * self.sw[None, :]
+        return outer_minus_R(np.zeros(self.w.shape[0]), self.Li, self.sw, -1.0)
+
+    def ep_gradient(self, b):
+        r"""dlog Z_EP / dK = (b b^T - R) / 2 at EP's fixed point (``ep`` module docstring)."""
+        return outer_minus_R(np.asarray(b, dtype=float), self.Li, self.sw, 0.5)
 
     def predict(self, a, K_cross, k_diag):
         """Latent predictive mean and variance at new points (R&W Alg. 3.2 / 3.6).
@@ -219,6 +286,9 @@ class IndefiniteSitePosterior:
     def R(self):
         """(K + S^{-1})^{-1} = S - S Sigma S."""
         return np.diag(self.w) - self.w[:, None] * self.full_cov() * self.w[None, :]
+
+    def ep_gradient(self, b):
+        return 0.5 * (np.outer(b, b) - self.R())
 
     def predict(self, a, K_cross, k_diag):
         mean = K_cross.T @ a

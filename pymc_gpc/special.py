@@ -23,14 +23,14 @@ _SQRT2 = math.sqrt(2.0)
 _ASYMPTOTIC_BELOW = -37.0
 
 
-@njit(nogil=True)
+@njit(nogil=True, cache=True)
 def _mills_series(z):
     """1 - 1/z^2 + 3/z^4 - 15/z^6 + 105/z^8 - 945/z^10, the asymptotic factor of Phi."""
     w = 1.0 / (z * z)
     return 1.0 - w * (1.0 - w * (3.0 - w * (15.0 - w * (105.0 - w * 945.0))))
 
 
-@njit(nogil=True)
+@njit(nogil=True, cache=True)
 def log_ndtr(z):
     """log Phi(z), accurate for every finite z."""
     if z >= _ASYMPTOTIC_BELOW:
@@ -41,13 +41,13 @@ def log_ndtr(z):
     return -0.5 * z * z - math.log(-z) - 0.5 * LOG_2PI + math.log(_mills_series(z))
 
 
-@njit(nogil=True)
+@njit(nogil=True, cache=True)
 def log_npdf(z):
     """log N(z; 0, 1)."""
     return -0.5 * z * z - 0.5 * LOG_2PI
 
 
-@njit(nogil=True)
+@njit(nogil=True, cache=True)
 def inv_mills(z):
     """N(z) / Phi(z), the derivative of log Phi(z); finite for every finite z.
 
@@ -65,7 +65,7 @@ def inv_mills(z):
     return t
 
 
-@njit(nogil=True)
+@njit(nogil=True, cache=True)
 def log_sigmoid(x):
     """log(1 / (1 + exp(-x))) without overflow."""
     if x >= 0.0:
@@ -73,7 +73,7 @@ def log_sigmoid(x):
     return x - math.log1p(math.exp(x))
 
 
-@njit(nogil=True)
+@njit(nogil=True, cache=True)
 def sigmoid(x):
     """1 / (1 + exp(-x)) without overflow."""
     if x >= 0.0:
@@ -82,7 +82,7 @@ def sigmoid(x):
     return e / (1.0 + e)
 
 
-@njit(nogil=True)
+@njit(nogil=True, cache=True)
 def log_add_exp(a, b):
     """log(exp(a) + exp(b)), with -inf allowed in either argument."""
     if a == -math.inf:
@@ -93,7 +93,7 @@ def log_add_exp(a, b):
     return m + math.log1p(math.exp(-abs(a - b)))
 
 
-@njit(nogil=True)
+@njit(nogil=True, cache=True)
 def log_ndtr_array(z):
     """``log_ndtr`` elementwise over a 1-D array."""
     out = np.empty(z.shape[0])
