@@ -73,6 +73,8 @@ def as_signed_labels(y, name="y", require_both=True):
             )
         return np.where(arr.astype(str) == values[1], 1.0, -1.0)
     arr = arr.astype(float)
+    if not require_both and np.all(np.abs(arr) == 1.0):  # already signed (the solvers' hot path)
+        return arr
     if not np.all(np.isfinite(arr)):
         raise ValueError(f"{name} contains NaN or inf at positions {np.flatnonzero(~np.isfinite(arr))[:10].tolist()}")
     values = set(np.unique(arr).tolist())

@@ -188,3 +188,46 @@ def test_warm_starts_extrapolate_along_the_trajectory():
     assert ws.guess(np.array([1.5])).tau[1] == pytest.approx(0.025)
     # no hyperparameter vector: the last solution
     assert ws.guess(np.zeros(0)) is ws.states[1]
+
+
+def test_recent_results_answer_repeated_points_exactly_and_only_those():
+    from pymc_gpc.ops import RecentResults
+
+    rng = np.random.default_rng(3)
+    K, params, hyper = rng.normal(size=(4, 4)), np.array([0.3]), np.array([0.1, -0.2])
+    outputs = (np.asarray(-1.5), rng.normal(size=(4, 4)), np.array([0.2]), rng.normal(size=4),
+               np.asarray(3), np.asarray(0))
+    recent = RecentResults(size=2)
+    recent.add(K, params, hyper, outputs)
+    hit = recent.get(K.copy(), params.copy(), hyper.copy())
+    for a, b in zip(hit, outputs):
+        np.testing.assert_array_equal(a, b)
+    hit[1][:] = 0.0  # PyTensor may overwrite outputs in place: the stored copy is unaffected
+    np.testing.assert_array_equal(recent.get(K, params, hyper)[1], outputs[1])
+    outputs[1][:] = 7.0  # nor does the caller's array alias the stored one
+    assert not np.any(recent.get(K, params, hyper)[1] == 7.0)
+    K2 = K.copy()
+    K2[0, 1] += 1e-15
+    assert recent.get(K2, params, hyper) is None  # same hyperparameters, other K: no answer
+    assert recent.get(K, params + 1e-12, hyper) is None
+    assert recent.get(K, params, np.zeros(0)) is None  # no hyperparameter input: never kept
+    recent.add(K, params, hyper + 1, outputs)
+    recent.add(K, params, hyper + 2, outputs)
+    assert recent.get(K, params, hyper) is None  # the oldest entry was dropped
+
+
+def test_op_evaluates_a_repeated_point_once():
+    X, y = random_problem(np.random.default_rng(4), 20)
+    K = pt.dmatrix("K")
+    hyper = pt.dvector("hyper")
+    op = ApproxMarginalOp("ep", L.Probit, hyper_names=(("h", 1),))
+    out = op(K, pt.zeros(0), y, hyper)
+    fn = pytensor.function([K, hyper], [out[0], out[1], out[4]])
+    Kv = np.exp(-0.5 * ((X[:, None] - X[None]) ** 2).sum(-1)) + 1e-6 * np.eye(20)
+    first = fn(Kv, np.array([0.5]))
+    again = fn(Kv, np.array([0.5]))
+    assert op.counts["evaluations"] == 1
+    assert float(again[0]) == float(first[0]) == pytest.approx(ep(Kv, y, L.Probit()).log_z, abs=1e-6)
+    np.testing.assert_array_equal(again[1], first[1])
+    fn(2.0 * Kv, np.array([0.5]))  # a different K at the same hyperparameter values is solved
+    assert op.counts["evaluations"] == 2
