@@ -5,16 +5,20 @@ mean-field methods or the online ADF approximation (Csato et al. 2000),
 giving an approximate marginal likelihood with an exact gradient (ADF: no gradient).
 """
 
-from . import kernels, likelihoods
-from .ep import EPState, ep
-from .adf import adf
-from .gp import MarginalADF, MarginalEP, MarginalLaplace, MarginalMeanField
-from .point_estimates import FitResult, fit
-from .idata import add_log_likelihood, sample
-from .models import ard_classifier
-from .laplace import LaplaceState, laplace
-from .meanfield import MeanFieldState, meanfield
-from .result import ApproximationResult
+from . import _numba_cache
+
+_numba_cache.install()  # before any cached numba function is defined
+
+from . import kernels, likelihoods  # noqa: E402
+from .ep import EPState, ep  # noqa: E402
+from .adf import adf  # noqa: E402
+from .gp import MarginalADF, MarginalEP, MarginalLaplace, MarginalMeanField  # noqa: E402
+from .point_estimates import FitResult, fit  # noqa: E402
+from .idata import add_log_likelihood, sample  # noqa: E402
+from .models import ard_classifier  # noqa: E402
+from .laplace import LaplaceState, laplace  # noqa: E402
+from .meanfield import MeanFieldState, meanfield  # noqa: E402
+from .result import ApproximationResult  # noqa: E402
 
 __all__ = [
     "likelihoods",

@@ -202,17 +202,17 @@ def ep(
         if tau.shape != (n,):
             raise ValueError(f"warm-start state has {tau.shape[0]} sites, data has {n}")
 
-    done, fixed = 0, None
+    done, status, fixed = 0, _HANDED_BACK, None
     if method == "parallel" and np.min(tau, initial=0.0) >= 0.0:
         # the compiled loop; it hands back to _parallel only at steps it does not take
         status, done, change, tau, nu, L, Li, *fixed = _parallel_compiled(
             likelihood.kind, _contiguous(K), y, th, tau, nu, damping, tol, max_sweeps, _ANDERSON_MEMORY
         )
-        if status == _HANDED_BACK:
-            fixed = None
-        else:
+        if status != _HANDED_BACK:
             post, sweeps = LatentPosterior(K, tau, L, Li), done
-    if fixed is None:
+        if status != _DONE:
+            fixed = None
+    if status == _HANDED_BACK:
         try:
             post = latent_posterior(K, tau)
         except NotPositiveDefiniteError:
@@ -225,10 +225,11 @@ def ep(
         run = _parallel if method == "parallel" else _sequential
         post, tau, nu, sweeps, change = run(K, y, likelihood, th, post, tau, nu, damping, tol, max_sweeps - done)
         sweeps += done
+    if fixed is None:
         var, mean, b, tau_c, nu_c = _cavities(post, tau, nu)
         tilted = likelihood.tilted(y, nu_c / tau_c, 1.0 / tau_c, th)
     else:  # the cavities of the last sweep are those of the returned sites
-        var, b, mean, tau_c, nu_c, tilted_out = fixed
+        var, mean, b, tau_c, nu_c, tilted_out = fixed
         tilted = TiltedMoments(tilted_out, likelihood.n_params)
     log_z = ep_log_z(post, tau, nu, mean, tau_c, nu_c, tilted.log_z)
     dK = dth = None
@@ -345,8 +346,10 @@ def _parallel(K, y, likelihood, th, post, tau, nu, damping, tol, max_sweeps, mem
     return post, tau, nu, sweeps, change
 
 
-# Outcomes of ``_parallel_compiled`` other than convergence or the sweep limit.
-_HANDED_BACK = 1  # a step the compiled loop does not take; _parallel continues from the last state
+# Outcomes of ``_parallel_compiled``.
+_DONE = 0  # converged; the fixed-point quantities returned are at the returned sites
+_HANDED_BACK = 1  # a step the compiled loop does not take; _parallel continues from the returned sites
+_SWEEP_LIMIT = 2  # max_sweeps reached; the returned cavities are not at the returned sites
 
 
 @njit(nogil=True, cache=True)
@@ -354,7 +357,8 @@ def _anderson_mix(dF, dG, count, f, g):
     """g - dG gamma with gamma = argmin ||f - dF gamma|| over the ``count`` stored columns (``_Anderson``)."""
     if count == 0:
         return g.copy()
-    gamma = np.linalg.lstsq(dF[:, :count], f, rcond=-1.0)[0]
+    rcond = np.finfo(np.float64).eps * dF.shape[0]  # NumPy's default cutoff, as in _Anderson
+    gamma = np.linalg.lstsq(dF[:, :count], f, rcond=rcond)[0]
     return g - dG[:, :count] @ gamma
 
 
@@ -366,12 +370,13 @@ def _parallel_compiled(kind, K, y, th, tau, nu, damping, tol, max_sweeps, memory
     cavities, the tilted moments of likelihood ``kind`` and the new sites, and takes
     the Anderson step of ``_Anderson`` with the same restarts as ``_parallel``. A step
     ``_parallel`` would handle in Python (an iterate with negative sites, a failed
-    factorisation, a non-finite change) ends the loop with status ``_HANDED_BACK`` at
-    the last factorised sites, for ``_parallel`` to continue from.
+    factorisation, a non-finite site change or iterate) ends the loop with status
+    ``_HANDED_BACK`` at the last factorised sites, for ``_parallel`` to continue from;
+    the sweep that found it is not counted, since ``_parallel`` repeats it.
 
-    Returns (status, sweeps, change, tau, nu, L, Li, var, b, mean, tau_c, nu_c,
-    tilted), where status 0 means converged or out of sweeps, and the last seven are
-    at the returned sites (the fixed-point quantities of ``ep``).
+    Returns (status, sweeps, change, tau, nu, L, Li, var, mean, b, tau_c, nu_c,
+    tilted); with status ``_DONE`` the last six are at the returned sites (the
+    fixed-point quantities of ``ep``).
     """
     n = y.shape[0]
     prior_var = np.diag(K).copy()
@@ -380,7 +385,7 @@ def _parallel_compiled(kind, K, y, th, tau, nu, damping, tol, max_sweeps, memory
     f_prev = np.zeros(2 * n)
     g_prev = np.zeros(2 * n)
     have_prev, count = False, 0
-    change, best, sweeps, status = np.inf, np.inf, 0, 0
+    change, best, sweeps, status = np.inf, np.inf, 0, _SWEEP_LIMIT
     sw = np.sqrt(tau)
     L, info = factor_B(K, sw)
     Li, info_inv = inverse_factor(L)
@@ -389,12 +394,12 @@ def _parallel_compiled(kind, K, y, th, tau, nu, damping, tol, max_sweeps, memory
     tau_g, nu_g = np.empty(n), np.empty(n)
     var, b, mean = prior_var.copy(), np.zeros(n), np.zeros(n)
     if info != 0 or info_inv != 0:
-        return _HANDED_BACK, sweeps, change, tau, nu, L, Li, var, b, mean, tau_c, nu_c, tilted
+        return _HANDED_BACK, sweeps, change, tau, nu, L, Li, var, mean, b, tau_c, nu_c, tilted
     while sweeps < max_sweeps:
         var = marginal_variances(K, tau, sw, Li)
         b = weights_from_inverse(K, sw, Li, nu)
         mean = K @ b
-        change = 0.0
+        change, finite = 0.0, True
         for i in range(n):
             tau_c[i] = max(1.0 / var[i] - tau[i], 1.0 / prior_var[i])  # cavity_precision
             nu_c[i] = mean[i] / var[i] - nu[i]
@@ -403,12 +408,15 @@ def _parallel_compiled(kind, K, y, th, tau, nu, damping, tol, max_sweeps, memory
             denom = 1.0 + gamma / tau_c[i]  # _site_update
             tau_g[i] = damping * (-gamma / denom) + (1.0 - damping) * tau[i]
             nu_g[i] = damping * ((alpha - gamma * nu_c[i] / tau_c[i]) / denom) + (1.0 - damping) * nu[i]
-            change = max(change, abs(tau_g[i] - tau[i]) * var[i], abs(nu_g[i] - nu[i]) * np.sqrt(var[i]))
+            d = max(abs(tau_g[i] - tau[i]) * var[i], abs(nu_g[i] - nu[i]) * np.sqrt(var[i]))
+            finite = finite and np.isfinite(d)  # (max() skips NaN, np.max in _site_change does not)
+            change = max(change, d)
         sweeps += 1
-        if change < tol:
+        if not finite:
+            status, sweeps, change = _HANDED_BACK, sweeps - 1, np.nan
             break
-        if not np.isfinite(change):
-            status = _HANDED_BACK
+        if change < tol:
+            status = _DONE
             break
         if change > 1e3 * best:
             have_prev, count = False, 0
@@ -426,21 +434,21 @@ def _parallel_compiled(kind, K, y, th, tau, nu, damping, tol, max_sweeps, memory
         f_prev, g_prev, have_prev = f, g, True
         x = _anderson_mix(dF, dG, count, f, g) if memory > 0 else g
         tau_x, nu_x = x[:n], x[n:]
-        if np.min(tau_x) < 0.0:  # Anderson introduced negative sites (tau_g >= 0 here)
+        if np.min(tau_x) < 0.0 or not np.all(np.isfinite(x)):  # Anderson went astray
             have_prev, count = False, 0
             tau_x, nu_x = tau_g.copy(), nu_g.copy()
-            if np.min(tau_x) < 0.0:
-                status = _HANDED_BACK
+            if np.min(tau_x) < 0.0:  # negative sites of the map itself: _parallel's business
+                status, sweeps = _HANDED_BACK, sweeps - 1
                 break
         sw_x = np.sqrt(tau_x)
         L_x, info = factor_B(K, sw_x)
         if info == 0:
             Li_x, info = inverse_factor(L_x)
         if info != 0:
-            status = _HANDED_BACK
+            status, sweeps = _HANDED_BACK, sweeps - 1
             break
         tau, nu, sw, L, Li = tau_x.copy(), nu_x.copy(), sw_x, L_x, Li_x
-    return status, sweeps, change, tau, nu, L, Li, var, b, mean, tau_c, nu_c, tilted
+    return status, sweeps, change, tau, nu, L, Li, var, mean, b, tau_c, nu_c, tilted
 
 
 def _sequential(K, y, likelihood, th, post, tau, nu, damping, tol, max_sweeps):

@@ -232,7 +232,9 @@ def tilted_site(kind, y, mu, s2, th):
         return _probit_noise_tilted(y, mu, s2, th)
     if kind == STEP_LABEL_NOISE:
         return _step_tilted(y, mu, s2, th)
-    return _logistic_tilted(y, mu, s2, th)
+    if kind == LOGISTIC:
+        return _logistic_tilted(y, mu, s2, th)
+    return np.nan, np.nan, np.nan, np.nan  # unreachable: Likelihood.__init_subclass__ checks kind
 
 
 @njit(nogil=True, cache=True)
@@ -246,7 +248,9 @@ def log_lik_site(kind, y, f, th):
         return _probit_noise_log_lik(y, f, th)
     if kind == STEP_LABEL_NOISE:
         return _no_log_lik(y, f, th)
-    return _logistic_log_lik(y, f, th)
+    if kind == LOGISTIC:
+        return _logistic_log_lik(y, f, th)
+    return np.nan, np.nan, np.nan, np.nan, np.nan, np.nan, np.nan  # unreachable (kind checked)
 
 
 @njit(nogil=True, cache=True)
@@ -307,6 +311,11 @@ class Likelihood:
     param_names: tuple = ()
     supports_laplace = True
     kind = None  # PROBIT, ..., LOGISTIC
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if cls.kind not in range(LOGISTIC + 1):
+            raise TypeError(f"{cls.__name__}.kind must name a compiled kernel (PROBIT ... LOGISTIC), got {cls.kind!r}")
 
     def __init__(self, *values):
         self._values = values

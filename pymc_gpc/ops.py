@@ -33,6 +33,7 @@ not change the fixed point, only how fast it is reached.
 import dataclasses
 import threading
 import warnings
+import weakref
 
 import numpy as np
 import pytensor.tensor as pt
@@ -190,31 +191,39 @@ class RecentResults:
     PyMC evaluates the model once more at every draw it keeps, to record the Op's
     diagnostics (``y_loo``, ``y_n_iter``, ``y_status``), at a point NUTS has just
     evaluated inside its trajectory; those evaluations (about 10 % of all on Pima) are
-    answered from here. A result is looked up by the hyperparameter vector (exact
-    bytes) and the likelihood parameters, and returned only if K is also equal
-    (a hit costs one comparison of K). Without a hyperparameter input nothing is kept.
-    Arrays are copied in and out: PyTensor may overwrite an Op's outputs in place
-    downstream (e.g. the cotangent times dlog_z/dK).
+    answered from here. A result is looked up by the hyperparameter vector, the
+    likelihood parameters and the labels (exact bytes), and returned only if K is also
+    equal (a hit costs one comparison of K). Without a hyperparameter input nothing is
+    kept. Arrays are copied in and out: PyTensor may overwrite an Op's outputs in place
+    downstream (e.g. the cotangent times dlog_z/dK). Each entry holds two n x n arrays,
+    so the number kept shrinks with n (16 up to n = 350, within ``MEMORY`` bytes).
     """
+
+    MEMORY = 32e6
 
     def __init__(self, size=16):
         self.size = size
         self.entries = {}
 
-    def get(self, K, params, hyper):
+    @staticmethod
+    def _key(params, y, hyper):
+        return hyper.tobytes(), params.tobytes(), y.tobytes()
+
+    def get(self, K, params, y, hyper):
         if hyper.size == 0:
             return None
-        entry = self.entries.get((hyper.tobytes(), params.tobytes()))
+        entry = self.entries.get(self._key(params, y, hyper))
         if entry is None or entry[0].shape != K.shape or not np.array_equal(entry[0], K):
             return None
         return tuple(np.array(v) for v in entry[1])
 
-    def add(self, K, params, hyper, outputs):
+    def add(self, K, params, y, hyper, outputs):
         if hyper.size == 0:
             return
-        if len(self.entries) >= self.size:
+        size = max(1, min(self.size, int(self.MEMORY // (16 * max(K.size, 1)))))
+        while len(self.entries) >= size:
             self.entries.pop(next(iter(self.entries)))  # the oldest (dicts keep order)
-        self.entries[(hyper.tobytes(), params.tobytes())] = (np.array(K), tuple(np.array(v) for v in outputs))
+        self.entries[self._key(params, y, hyper)] = (np.array(K), tuple(np.array(v) for v in outputs))
 
 
 class ApproxMarginalOp(Op):
@@ -292,15 +301,15 @@ class ApproxMarginalOp(Op):
         return recent
 
     def perform(self, node, inputs, output_storage):
-        K, params, _, hyper = (*inputs, np.zeros(0))[:4]
-        outputs = self._recent().get(K, params, hyper)
+        K, params, y, hyper = (*inputs, np.zeros(0))[:4]
+        outputs = self._recent().get(K, params, y, hyper)
         if outputs is None:
             # Overflow at extreme hyperparameters is expected and handled: the result is
             # checked below and becomes -inf with status "failed", not a NumPy warning.
             with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
                 self._perform(inputs, output_storage)
             outputs = tuple(s[0] for s in output_storage)
-            self._recent().add(K, params, hyper, outputs)
+            self._recent().add(K, params, y, hyper, outputs)
         for storage, value in zip(output_storage, outputs):
             storage[0] = value
 
@@ -442,7 +451,9 @@ class LatentPredictiveOp(Op):
 
 
 # Ops whose numba implementation has been built in this process, by cache key
-# (``_numba_key``); the compiled graph names its Op by that key.
+# (``_numba_key``), held weakly; the compiled graph names its Op by that key. Equal Ops
+# on equal data share one key: the first one still alive answers (results are the
+# same; its warm starts and ``counts`` are shared).
 _NUMBA_OPS = {}
 # Bump when the compiled wrapper below changes, so cached graphs are not reused.
 _NUMBA_WRAPPER_VERSION = 1
@@ -464,7 +475,7 @@ def _numba_key(op, node):
 
 def _perform_registered(key, inputs):
     """Run the ``perform`` of the Op registered under ``key`` (called from compiled graphs)."""
-    op, n_outputs = _NUMBA_OPS[key]
+    op, n_outputs = next((ref(), k) for ref, k in _NUMBA_OPS[key] if ref() is not None)
     storage = [[None] for _ in range(n_outputs)]
     op.perform(None, list(inputs), storage)  # neither Op's perform reads the node
     return tuple(s[0] for s in storage)
@@ -493,7 +504,10 @@ def _register_numba():
 
     def funcify(op, node, **kwargs):
         key = _numba_key(op, node)
-        _NUMBA_OPS[key] = (op, len(node.outputs))
+        refs = _NUMBA_OPS.setdefault(key, [])
+        refs[:] = [r for r in refs if r[0]() is not None]
+        if not any(r[0]() is op for r in refs):
+            refs.append((weakref.ref(op), len(node.outputs)))
         ret_sig = numba.types.Tuple([get_numba_type(o.type) for o in node.outputs])
 
         @numba_njit

@@ -221,7 +221,8 @@ class LatentPosterior:
 
     def R(self):
         r"""R = W^{1/2} B^{-1} W^{1/2} = (K + W^{-1})^{-1}, symmetric, dense."""
-        return outer_minus_R(np.zeros(self.w.shape[0]), self.Li, self.sw, -1.0)
+        no_outer = np.zeros(self.w.shape[0])
+        return outer_minus_R(no_outer, self.Li, self.sw, -1.0)  # -(0 0^T - R)
 
     def ep_gradient(self, b):
         r"""dlog Z_EP / dK = (b b^T - R) / 2 at EP's fixed point (``ep`` module docstring)."""

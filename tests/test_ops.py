@@ -197,23 +197,25 @@ def test_recent_results_answer_repeated_points_exactly_and_only_those():
     K, params, hyper = rng.normal(size=(4, 4)), np.array([0.3]), np.array([0.1, -0.2])
     outputs = (np.asarray(-1.5), rng.normal(size=(4, 4)), np.array([0.2]), rng.normal(size=4),
                np.asarray(3), np.asarray(0))
+    y = np.array([1.0, -1.0, 1.0, 1.0])
     recent = RecentResults(size=2)
-    recent.add(K, params, hyper, outputs)
-    hit = recent.get(K.copy(), params.copy(), hyper.copy())
+    recent.add(K, params, y, hyper, outputs)
+    hit = recent.get(K.copy(), params.copy(), y.copy(), hyper.copy())
     for a, b in zip(hit, outputs):
         np.testing.assert_array_equal(a, b)
     hit[1][:] = 0.0  # PyTensor may overwrite outputs in place: the stored copy is unaffected
-    np.testing.assert_array_equal(recent.get(K, params, hyper)[1], outputs[1])
+    np.testing.assert_array_equal(recent.get(K, params, y, hyper)[1], outputs[1])
     outputs[1][:] = 7.0  # nor does the caller's array alias the stored one
-    assert not np.any(recent.get(K, params, hyper)[1] == 7.0)
+    assert not np.any(recent.get(K, params, y, hyper)[1] == 7.0)
     K2 = K.copy()
     K2[0, 1] += 1e-15
-    assert recent.get(K2, params, hyper) is None  # same hyperparameters, other K: no answer
-    assert recent.get(K, params + 1e-12, hyper) is None
-    assert recent.get(K, params, np.zeros(0)) is None  # no hyperparameter input: never kept
-    recent.add(K, params, hyper + 1, outputs)
-    recent.add(K, params, hyper + 2, outputs)
-    assert recent.get(K, params, hyper) is None  # the oldest entry was dropped
+    assert recent.get(K2, params, y, hyper) is None  # same hyperparameters, other K: no answer
+    assert recent.get(K, params + 1e-12, y, hyper) is None
+    assert recent.get(K, params, -y, hyper) is None  # other labels
+    assert recent.get(K, params, y, np.zeros(0)) is None  # no hyperparameter input: never kept
+    recent.add(K, params, y, hyper + 1, outputs)
+    recent.add(K, params, y, hyper + 2, outputs)
+    assert recent.get(K, params, y, hyper) is None  # the oldest entry was dropped
 
 
 def test_op_evaluates_a_repeated_point_once():

@@ -1,0 +1,55 @@
+"""numba's on-disk cache, invalidated whenever any module of the package changes.
+
+numba checks only the source file of a cached function, but a compiled function
+contains the machine code of the functions it calls (``ep._parallel_compiled`` holds
+that of ``posterior``, ``likelihoods``, ``special`` and ``lapack``): an edit or an
+upgrade of one module must invalidate the caches of the others. For functions defined
+in this package, the source stamp numba compares is that of all the package's modules.
+(PyTensor does the same for its generated code: ``NumbaPyTensorCacheLocator``.)
+"""
+
+import os
+
+from numba.core import caching
+
+_PACKAGE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _package_stamp():
+    stamp = []
+    for root, _, files in os.walk(_PACKAGE):
+        for name in sorted(files):
+            if name.endswith(".py"):
+                st = os.stat(os.path.join(root, name))
+                stamp.append((os.path.relpath(os.path.join(root, name), _PACKAGE), st.st_mtime, st.st_size))
+    return tuple(sorted(stamp))
+
+
+_STAMP = _package_stamp()
+
+
+def _package_locator(base):
+    """``base`` (a numba cache locator), restricted to this package, with the package stamp."""
+
+    class Locator(base):
+        pymc_gpc = True
+
+        @classmethod
+        def from_function(cls, py_func, py_file):
+            if not os.path.abspath(py_file).startswith(_PACKAGE + os.sep):
+                return None
+            return super().from_function(py_func, py_file)
+
+        def get_source_stamp(self):
+            return _STAMP
+
+    Locator.__name__ = Locator.__qualname__ = f"PackageStamped{base.__name__}"
+    return Locator
+
+
+def install():
+    """Put the package-stamped locators first in numba's list (once)."""
+    classes = caching._CacheImpl._locator_classes
+    if not any(getattr(c, "pymc_gpc", False) for c in classes):
+        bases = (caching.UserProvidedCacheLocator, caching.InTreeCacheLocator, caching.UserWideCacheLocator)
+        classes[:0] = [_package_locator(b) for b in bases]
