@@ -49,7 +49,7 @@ def _package_locator(base):
 
 def install():
     """Put the package-stamped locators first in numba's list (once)."""
-    classes = caching._CacheImpl._locator_classes
+    classes = caching.CacheImpl._locator_classes
     if not any(getattr(c, "pymc_gpc", False) for c in classes):
         bases = (caching.UserProvidedCacheLocator, caching.InTreeCacheLocator, caching.UserWideCacheLocator)
         classes[:0] = [_package_locator(b) for b in bases]

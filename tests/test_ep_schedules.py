@@ -133,7 +133,7 @@ def test_compiled_parallel_loop_matches_the_python_loop(lik, monkeypatch):
             results[mode] += [ep(K, y, lik, max_sweeps=2), ep(K, y, lik, max_sweeps=0)]
     for a, b in zip(results["compiled"], results["python"]):
         assert a.converged == b.converged
-        assert a.max_change == pytest.approx(b.max_change, rel=1e-9) or np.isinf(b.max_change)
+        assert a.max_change == pytest.approx(b.max_change, rel=1e-6, abs=1e-9) or np.isinf(b.max_change)
         if lik.kind != STEP:  # negative sites hand back mid-run, the count may differ
             assert a.n_iter == b.n_iter
         assert a.log_z == pytest.approx(b.log_z, abs=1e-9)
