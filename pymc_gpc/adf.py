@@ -54,8 +54,7 @@ then assigns Slice by itself; ``pm.find_MAP`` falls back to Powell with a warnin
 import numpy as np
 from numba import njit
 
-from .ep import _MIN_CAVITY_FRACTION, EPState, _cavities, ep_log_z
-from .likelihoods import tilted_site
+from .ep import EPState, _cavities, _cavity_floor, _update_site, ep_log_z
 from .posterior import latent_posterior
 from .result import ApproximationResult
 from .validation import as_signed_labels, check_kernel_matrix
@@ -94,17 +93,11 @@ def _steps(kind, K, y, th, alpha, C, tau, nu, log_z, start, stop, first):
             mu += K[i, j] * alpha[j]
         s[i] += 1.0
         s2 = max(s2, 1e-300)
-        floor = 1.0 / K[i, i] if tau.min() >= 0.0 else _MIN_CAVITY_FRACTION / s2
-        tau_c = max(1.0 / s2 - tau[i], floor)  # as ep.cavity_precision
-        nu_c = mu / s2 - nu[i]
-        lz, g, gam, _ = tilted_site(kind, y[i], nu_c / tau_c, 1.0 / tau_c, th)
-        log_z[i] = lz
-        denom = 1.0 + gam / tau_c
-        tau_new = -gam / denom
-        nu_new = (g - gam * nu_c / tau_c) / denom
+        floor = _cavity_floor(tau.min(), K[i, i], s2)
+        tau_new, nu_new, d, _, _, log_z[i], _, _, _ = _update_site(kind, y[i], mu, s2, tau[i], nu[i], floor, th, 1.0)
         d_tau = tau_new - tau[i]
         d_nu = nu_new - nu[i]
-        change = max(change, abs(d_tau) * s2, abs(d_nu) * np.sqrt(s2))
+        change = max(change, d)
         c = d_tau / (1.0 + d_tau * s2)
         shift = d_nu * (1.0 - c * s2) - c * mu
         for j in range(m):

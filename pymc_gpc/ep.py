@@ -82,23 +82,49 @@ class EPState:
         return EPState(self.tau.copy(), self.nu.copy())
 
 
-def _site_update(lik_out, tau_c, nu_c):
-    """New site parameters from the tilted derivatives (module docstring)."""
-    alpha, gamma = lik_out.dlog_z, lik_out.d2log_z
+@njit(nogil=True, cache=True)
+def _cavity_floor(tau_min, prior_var_i, var_i):
+    """The floor of ``cavity_precision`` at one site (tau_min: the smallest site precision)."""
+    return 1.0 / prior_var_i if tau_min >= 0.0 else _MIN_CAVITY_FRACTION / var_i
+
+
+@njit(nogil=True, cache=True)
+def _update_site(kind, y_i, mean_i, var_i, tau_i, nu_i, floor, th, damping):
+    """One site's cavity, tilted moments and damped new site (module docstring).
+
+    Returns (tau_new, nu_new, change, tau_c, nu_c, log Z_i, d/dmu, d^2/dmu^2, d/dtheta),
+    with the scale-free change max(|d tau| Sigma_ii, |d nu| sqrt(Sigma_ii)).
+    """
+    tau_c = max(1.0 / var_i - tau_i, floor)
+    nu_c = mean_i / var_i - nu_i
+    lz, alpha, gamma, dth = tilted_site(kind, y_i, nu_c / tau_c, 1.0 / tau_c, th)
     denom = 1.0 + gamma / tau_c
-    tau_new = -gamma / denom
-    nu_new = (alpha - gamma * nu_c / tau_c) / denom
-    return tau_new, nu_new
+    tau_new = damping * (-gamma / denom) + (1.0 - damping) * tau_i
+    nu_new = damping * ((alpha - gamma * nu_c / tau_c) / denom) + (1.0 - damping) * nu_i
+    change = max(abs(tau_new - tau_i) * var_i, abs(nu_new - nu_i) * np.sqrt(var_i))
+    return tau_new, nu_new, change, tau_c, nu_c, lz, alpha, gamma, dth
 
 
-def _site_change(tau_old, nu_old, tau_new, nu_new, var):
-    """Scale-free site change: |d tau| Sigma_ii and |d nu| sqrt(Sigma_ii), maximised."""
-    return float(
-        max(
-            np.max(np.abs(tau_new - tau_old) * var),
-            np.max(np.abs(nu_new - nu_old) * np.sqrt(var)),
-        )
-    )
+@njit(nogil=True, cache=True)
+def _parallel_update(kind, y, th, var, mean, tau, nu, prior_var, damping):
+    """All sites updated from the same marginals (one parallel EP step).
+
+    Returns (tau_g, nu_g, change, tau_c, nu_c, tilted), tilted with rows log Z,
+    d/dmu, d^2/dmu^2, d/dtheta; change is NaN if any site's is not finite.
+    """
+    n = y.shape[0]
+    tau_g, nu_g, tau_c, nu_c = np.empty(n), np.empty(n), np.empty(n), np.empty(n)
+    tilted = np.empty((4, n))
+    tau_min = tau.min()
+    change, finite = 0.0, True
+    for i in range(n):
+        floor = _cavity_floor(tau_min, prior_var[i], var[i])
+        (tau_g[i], nu_g[i], d, tau_c[i], nu_c[i],
+         tilted[0, i], tilted[1, i], tilted[2, i], tilted[3, i]) = _update_site(
+            kind, y[i], mean[i], var[i], tau[i], nu[i], floor, th, damping)
+        finite = finite and np.isfinite(d)  # max() skips NaN
+        change = max(change, d)
+    return tau_g, nu_g, change if finite else np.nan, tau_c, nu_c, tilted
 
 
 def _cavities(post, tau, nu):
@@ -130,18 +156,12 @@ def _sequential_sweep(kind, Sigma, mu, tau, nu, y, th, damping, prior_var):
     change = 0.0
     for i in range(n):
         s_ii = max(Sigma[i, i], 1e-300)
-        floor = 1.0 / prior_var[i] if tau.min() >= 0.0 else _MIN_CAVITY_FRACTION / s_ii
-        tau_c = max(1.0 / s_ii - tau[i], floor)
-        nu_c = mu[i] / s_ii - nu[i]
-        _, alpha, gamma, _ = tilted_site(kind, y[i], nu_c / tau_c, 1.0 / tau_c, th)
-        denom = 1.0 + gamma / tau_c
-        tau_new = -gamma / denom
-        nu_new = (alpha - gamma * nu_c / tau_c) / denom
-        tau_new = damping * tau_new + (1.0 - damping) * tau[i]
-        nu_new = damping * nu_new + (1.0 - damping) * nu[i]
+        floor = _cavity_floor(tau.min(), prior_var[i], s_ii)
+        tau_new, nu_new, d, _, _, _, _, _, _ = _update_site(
+            kind, y[i], mu[i], s_ii, tau[i], nu[i], floor, th, damping)
         d_tau = tau_new - tau[i]
         d_nu = nu_new - nu[i]
-        change = max(change, abs(d_tau) * s_ii, abs(d_nu) * np.sqrt(s_ii))
+        change = max(change, d)
         # rank-one update Sigma <- Sigma - c s s^T, s = Sigma[:, i]; then mu = Sigma nu
         c = d_tau / (1.0 + d_tau * s_ii)
         s = Sigma[:, i].copy()
@@ -314,12 +334,9 @@ def _parallel(K, y, likelihood, th, post, tau, nu, damping, tol, max_sweeps, mem
     change, best = np.inf, np.inf
     sweeps = 0
     while sweeps < max_sweeps:
-        var, _, _, tau_c, nu_c = _cavities(post, tau, nu)
-        tilted = likelihood.tilted(y, nu_c / tau_c, 1.0 / tau_c, th)
-        tau_g, nu_g = _site_update(tilted, tau_c, nu_c)
-        tau_g = damping * tau_g + (1.0 - damping) * tau
-        nu_g = damping * nu_g + (1.0 - damping) * nu
-        change = _site_change(tau, nu, tau_g, nu_g, var)
+        var = post.var_diag()
+        mean = K @ post.weights(nu)
+        tau_g, nu_g, change, *_ = _parallel_update(likelihood.kind, y, th, var, mean, tau, nu, np.diag(K), damping)
         sweeps += 1
         if change < tol:
             # converged: the sites already factorised are within tol of the map's
@@ -391,7 +408,6 @@ def _parallel_compiled(kind, K, y, th, tau, nu, damping, tol, max_sweeps, memory
     Li, info_inv = inverse_factor(L)
     tilted = np.empty((4, n))
     tau_c, nu_c = np.empty(n), np.empty(n)
-    tau_g, nu_g = np.empty(n), np.empty(n)
     var, b, mean = prior_var.copy(), np.zeros(n), np.zeros(n)
     if info != 0 or info_inv != 0:
         return _HANDED_BACK, sweeps, change, tau, nu, L, Li, var, mean, b, tau_c, nu_c, tilted
@@ -399,20 +415,9 @@ def _parallel_compiled(kind, K, y, th, tau, nu, damping, tol, max_sweeps, memory
         var = marginal_variances(K, tau, sw, Li)
         b = weights_from_inverse(K, sw, Li, nu)
         mean = K @ b
-        change, finite = 0.0, True
-        for i in range(n):
-            tau_c[i] = max(1.0 / var[i] - tau[i], 1.0 / prior_var[i])  # cavity_precision
-            nu_c[i] = mean[i] / var[i] - nu[i]
-            lz, alpha, gamma, dth = tilted_site(kind, y[i], nu_c[i] / tau_c[i], 1.0 / tau_c[i], th)
-            tilted[0, i], tilted[1, i], tilted[2, i], tilted[3, i] = lz, alpha, gamma, dth
-            denom = 1.0 + gamma / tau_c[i]  # _site_update
-            tau_g[i] = damping * (-gamma / denom) + (1.0 - damping) * tau[i]
-            nu_g[i] = damping * ((alpha - gamma * nu_c[i] / tau_c[i]) / denom) + (1.0 - damping) * nu[i]
-            d = max(abs(tau_g[i] - tau[i]) * var[i], abs(nu_g[i] - nu[i]) * np.sqrt(var[i]))
-            finite = finite and np.isfinite(d)  # (max() skips NaN, np.max in _site_change does not)
-            change = max(change, d)
+        tau_g, nu_g, change, tau_c, nu_c, tilted = _parallel_update(kind, y, th, var, mean, tau, nu, prior_var, damping)
         sweeps += 1
-        if not finite:
+        if not np.isfinite(change):
             status, sweeps, change = _HANDED_BACK, sweeps - 1, np.nan
             break
         if change < tol:
