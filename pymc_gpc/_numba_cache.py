@@ -6,8 +6,12 @@ that of ``posterior``, ``likelihoods``, ``special`` and ``lapack``): an edit or 
 upgrade of one module must invalidate the caches of the others. For functions defined
 in this package, the source stamp numba compares is that of all the package's modules.
 (PyTensor does the same for its generated code: ``NumbaPyTensorCacheLocator``.)
+The stamp is a hash of the modules' contents, and ``STAMP`` is also part of the keys
+under which PyTensor caches graphs containing the package's Ops (their compiled
+implementations call package functions whose code PyTensor cannot see).
 """
 
+import hashlib
 import os
 
 from numba.core import caching
@@ -16,16 +20,20 @@ _PACKAGE = os.path.dirname(os.path.abspath(__file__))
 
 
 def _package_stamp():
-    stamp = []
-    for root, _, files in os.walk(_PACKAGE):
+    """A hash of the contents of every module of the package."""
+    digest = hashlib.sha256()
+    for root, dirs, files in os.walk(_PACKAGE):
+        dirs.sort()
         for name in sorted(files):
             if name.endswith(".py"):
-                st = os.stat(os.path.join(root, name))
-                stamp.append((os.path.relpath(os.path.join(root, name), _PACKAGE), st.st_mtime, st.st_size))
-    return tuple(sorted(stamp))
+                path = os.path.join(root, name)
+                digest.update(os.path.relpath(path, _PACKAGE).encode())
+                with open(path, "rb") as f:
+                    digest.update(f.read())
+    return digest.hexdigest()
 
 
-_STAMP = _package_stamp()
+STAMP = _package_stamp()
 
 
 def _package_locator(base):
@@ -41,7 +49,7 @@ def _package_locator(base):
             return super().from_function(py_func, py_file)
 
         def get_source_stamp(self):
-            return _STAMP
+            return STAMP
 
     Locator.__name__ = Locator.__qualname__ = f"PackageStamped{base.__name__}"
     return Locator

@@ -371,12 +371,13 @@ _SWEEP_LIMIT = 2  # max_sweeps reached; the returned cavities are not at the ret
 
 @njit(nogil=True, cache=True)
 def _anderson_mix(dF, dG, count, f, g):
-    """g - dG gamma with gamma = argmin ||f - dF gamma|| over the ``count`` stored columns (``_Anderson``)."""
+    """g - dG gamma with gamma = argmin ||f - dF gamma|| over the ``count`` stored differences
+    (``_Anderson``), which are the rows of dF and dG."""
     if count == 0:
         return g.copy()
-    rcond = np.finfo(np.float64).eps * dF.shape[0]  # NumPy's default cutoff, as in _Anderson
-    gamma = np.linalg.lstsq(dF[:, :count], f, rcond=rcond)[0]
-    return g - dG[:, :count] @ gamma
+    rcond = np.finfo(np.float64).eps * dF.shape[1]  # NumPy's default cutoff, as in _Anderson
+    gamma = np.linalg.lstsq(dF[:count].T, f, rcond=rcond)[0]
+    return g - gamma @ dG[:count]
 
 
 @njit(nogil=True, cache=True)
@@ -397,8 +398,8 @@ def _parallel_compiled(kind, K, y, th, tau, nu, damping, tol, max_sweeps, memory
     """
     n = y.shape[0]
     prior_var = np.diag(K).copy()
-    dF = np.zeros((2 * n, memory))
-    dG = np.zeros((2 * n, memory))
+    dF = np.zeros((memory, 2 * n))
+    dG = np.zeros((memory, 2 * n))
     f_prev = np.zeros(2 * n)
     g_prev = np.zeros(2 * n)
     have_prev, count = False, 0
@@ -430,11 +431,11 @@ def _parallel_compiled(kind, K, y, th, tau, nu, damping, tol, max_sweeps, memory
         f = np.concatenate((var, np.sqrt(var))) * (g - np.concatenate((tau, nu)))
         if memory > 0 and have_prev:
             if count == memory:  # drop the oldest column
-                dF[:, :-1] = dF[:, 1:].copy()
-                dG[:, :-1] = dG[:, 1:].copy()
+                dF[:-1] = dF[1:].copy()
+                dG[:-1] = dG[1:].copy()
                 count -= 1
-            dF[:, count] = f - f_prev
-            dG[:, count] = g - g_prev
+            dF[count] = f - f_prev
+            dG[count] = g - g_prev
             count += 1
         f_prev, g_prev, have_prev = f, g, True
         x = _anderson_mix(dF, dG, count, f, g) if memory > 0 else g

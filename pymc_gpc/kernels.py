@@ -9,11 +9,208 @@ Kim & Ghahramani (2003), eq. 10 (Tan, eq. 1):
 with d_m = (x_i^m - x_j^m)^2 on a continuous column and d_m = 1 - delta(x_i^m, x_j^m)
 (Hamming) on a discrete one; l_m is an inverse squared lengthscale, v_1 a bias
 variance and v_2 a latent noise variance ("soft" boundary; v_2 -> 0 is "hard").
+With no discrete column it is Barber & Williams' ARD kernel (their eq. 2), i.e.
+``v0 * pm.gp.cov.ExpQuad(d, ls=l**-0.5) + pm.gp.cov.Constant(v1)``.
+
+The kernel is one PyTensor Op (``ARDKernelOp``) and so is its pullback
+(``ARDKernelPullbackOp``): with E = exp(-D/2), D = sum_m l_m d_m, and a cotangent G of K,
+
+.. math::
+
+    \bar v_0 = \langle G, E\rangle, \quad \bar v_1 = \textstyle\sum_{ij} G_{ij}, \quad
+    \bar v_2 = \operatorname{tr} G, \quad
+    \bar l_m = -\tfrac12 v_0 \langle G \circ E, d_m\rangle,
+
+each an O(n^2 d) pass without n x n x d temporaries. Sampling evaluates K and its
+pullback once per leapfrog step, and composed from PyTensor's elementwise graph (the
+exponential runs as numba's scalar loop, 6x slower than NumPy's vectorised one at n =
+200) they cost about as much as a sweep of EP.
 """
 
+import numba
 import numpy as np
 import pytensor.tensor as pt
+from numba import njit
 from pymc.gp.cov import Covariance
+from pytensor.gradient import DisconnectedType, grad_not_implemented
+from pytensor.graph.basic import Apply
+from pytensor.graph.op import Op
+
+from ._numba_cache import STAMP
+
+
+@njit(nogil=True, cache=True)
+def weighted_distance(X, Xs, l, discrete):
+    """D_ij = sum_m l_m d_m(X_i^m, Xs_j^m) (module docstring); exactly symmetric when Xs is X."""
+    n, m, d = X.shape[0], Xs.shape[0], X.shape[1]
+    if Xs.shape[1] != d or l.shape[0] != d or discrete.shape[0] != d:
+        raise ValueError("ARD kernel: X, Xs, l and the discrete mask must agree on the number of columns")
+    XsT = np.ascontiguousarray(Xs.T)
+    D = np.zeros((n, m))
+    for i in range(n):
+        row = D[i]
+        for c in range(d):
+            xi, lc, col = X[i, c], l[c], XsT[c]
+            if discrete[c]:
+                for j in range(m):
+                    if col[j] != xi:
+                        row[j] += lc
+            else:
+                for j in range(m):
+                    t = col[j] - xi
+                    row[j] += lc * t * t
+    return D
+
+
+@njit(nogil=True, cache=True)
+def distance_pullback(G, E, X, Xs, discrete):
+    """(s, <G, E>, sum G, tr G) with s_m = <G o E, d_m> (module docstring).
+
+    The sums run over i in per-column accumulators (vectorised over j), summed at the end.
+    """
+    n, m, d = X.shape[0], Xs.shape[0], X.shape[1]
+    if G.shape != (n, m) or E.shape != (n, m) or Xs.shape[1] != d or discrete.shape[0] != d:
+        raise ValueError("ARD kernel pullback: G, E, X and Xs do not match")
+    XsT = np.ascontiguousarray(Xs.T)
+    acc = np.zeros((d, m))
+    a = np.empty(m)
+    acc_ge, acc_g = np.zeros(m), np.zeros(m)
+    tr_g = 0.0
+    for i in range(n):
+        for j in range(m):
+            a[j] = G[i, j] * E[i, j]
+            acc_ge[j] += a[j]
+            acc_g[j] += G[i, j]
+        if i < m:
+            tr_g += G[i, i]
+        for c in range(d):
+            xi, col, out = X[i, c], XsT[c], acc[c]
+            if discrete[c]:
+                for j in range(m):
+                    if col[j] != xi:
+                        out[j] += a[j]
+            else:
+                for j in range(m):
+                    t = col[j] - xi
+                    out[j] += a[j] * t * t
+    s = np.empty(d)
+    for c in range(d):
+        s[c] = acc[c].sum()
+    return s, acc_ge.sum(), acc_g.sum(), tr_g
+
+
+def exp_inplace(A):
+    """A <- exp(A) with NumPy's vectorised exp (numba's scalar loop is 6x slower)."""
+    np.exp(A, out=A)
+
+
+@njit(nogil=True, cache=True)
+def _assemble(E, v0, v1, v2, symmetric):
+    """K = v0 E + v1 (+ v2 I when symmetric)."""
+    K = v0 * E + v1
+    if symmetric:
+        for i in range(K.shape[0]):
+            K[i, i] += v2
+    return K
+
+
+class ARDKernelOp(Op):
+    """(K, E) from (X, Xs, l, v0, v1, v2): Kim & Ghahramani's eq. 10 and E = exp(-D/2).
+
+    ``symmetric``: Xs is X and v2 delta(i, j) is added; ``discrete``: a tuple of bools,
+    one per column. E is an output so that the pullback need not recompute it.
+    """
+
+    __props__ = ("discrete", "symmetric")
+
+    def __init__(self, discrete, symmetric):
+        self.discrete = tuple(bool(v) for v in discrete)
+        self.symmetric = bool(symmetric)
+
+    def make_node(self, X, Xs, l, v0, v1, v2):
+        ins = [pt.as_tensor_variable(v).astype("float64") for v in (X, Xs, l, v0, v1, v2)]
+        return Apply(self, ins, [pt.dmatrix(), pt.dmatrix()])
+
+    def perform(self, node, inputs, output_storage):
+        X, Xs, l, v0, v1, v2 = inputs
+        E = weighted_distance(X, Xs, -0.5 * l, np.array(self.discrete))  # -D/2
+        exp_inplace(E)
+        output_storage[0][0] = _assemble(E, float(v0), float(v1), float(v2), self.symmetric)
+        output_storage[1][0] = E
+
+    def pullback(self, inputs, outputs, cotangents):
+        X, Xs, l, v0, v1, v2 = inputs
+        E = outputs[1]
+        g_K, g_E = cotangents
+        pull = ARDKernelPullbackOp(self.discrete)
+        d_l, d_v0, d_v1, d_v2 = pt.zeros_like(l), pt.zeros_like(v0), pt.zeros_like(v1), pt.zeros_like(v2)
+        if not isinstance(g_K.type, DisconnectedType):
+            s, d_v0, d_v1, trace = pull(g_K, E, X, Xs)
+            d_l = -0.5 * v0 * s
+            if self.symmetric:
+                d_v2 = trace
+        if not isinstance(g_E.type, DisconnectedType):  # E = exp(-D/2) depends on l only
+            d_l = d_l - 0.5 * pull(g_E, E, X, Xs)[0]
+        no_x = "the kernel has no gradient with respect to its inputs X"
+        return [grad_not_implemented(self, 0, X, no_x), grad_not_implemented(self, 1, Xs, no_x),
+                d_l, d_v0, d_v1, d_v2]
+
+
+class ARDKernelPullbackOp(Op):
+    """(s, <G, E>, sum G, tr G) from (G, E, X, Xs): ``distance_pullback``. No gradient."""
+
+    __props__ = ("discrete",)
+
+    def __init__(self, discrete):
+        self.discrete = tuple(bool(v) for v in discrete)
+
+    def make_node(self, G, E, X, Xs):
+        ins = [pt.as_tensor_variable(v).astype("float64") for v in (G, E, X, Xs)]
+        return Apply(self, ins, [pt.dvector(), pt.dscalar(), pt.dscalar(), pt.dscalar()])
+
+    def perform(self, node, inputs, output_storage):
+        s, s_ge, s_g, tr_g = distance_pullback(*inputs, np.array(self.discrete))
+        output_storage[0][0] = s
+        for k, v in enumerate((s_ge, s_g, tr_g), start=1):
+            output_storage[k][0] = np.asarray(v)
+
+    def pullback(self, inputs, outputs, cotangents):
+        return [grad_not_implemented(self, i, v, "second derivatives of the kernel") for i, v in enumerate(inputs)]
+
+
+def _register_numba():
+    """Compiled versions of the two Ops: nopython, except NumPy's exp in ``ARDKernelOp``."""
+    try:
+        from pytensor.link.numba.dispatch.basic import numba_njit, register_funcify_and_cache_key
+    except ImportError:  # pragma: no cover - numba backend unavailable
+        return
+
+    @register_funcify_and_cache_key(ARDKernelOp)
+    def funcify_kernel(op, node, **kwargs):
+        discrete, symmetric = np.array(op.discrete), op.symmetric
+
+        @numba_njit
+        def ard_kernel(X, Xs, l, v0, v1, v2):
+            E = weighted_distance(X, Xs, -0.5 * l, discrete)  # -D/2
+            with numba.objmode():
+                exp_inplace(E)
+            return _assemble(E, v0[()], v1[()], v2[()], symmetric), E
+
+        return ard_kernel, f"pymc_gpc.ARDKernelOp{op.discrete}{op.symmetric}{STAMP}"
+
+    @register_funcify_and_cache_key(ARDKernelPullbackOp)
+    def funcify_pullback(op, node, **kwargs):
+        discrete = np.array(op.discrete)
+
+        @numba_njit
+        def ard_kernel_pullback(G, E, X, Xs):
+            s, s_ge, s_g, tr_g = distance_pullback(G, E, X, Xs, discrete)
+            return s, np.asarray(s_ge), np.asarray(s_g), np.asarray(tr_g)
+
+        return ard_kernel_pullback, f"pymc_gpc.ARDKernelPullbackOp{op.discrete}{STAMP}"
+
+
+_register_numba()
 
 
 class MixedARD(Covariance):
@@ -45,27 +242,12 @@ class MixedARD(Covariance):
         self.v0, self.v1, self.v2 = v0, v1, v2
         self.l = pt.as_tensor_variable(l)
 
-    def _weighted_distance(self, X, Xs):
-        cont = np.flatnonzero(~self.discrete)
-        disc = np.flatnonzero(self.discrete)
-        l = pt.broadcast_to(self.l, (self.n_dims,)) if self.l.ndim == 0 else self.l
-        total = pt.zeros((X.shape[0], Xs.shape[0]))
-        if cont.size:
-            A, B, w = X[:, cont], Xs[:, cont], l[cont]
-            total = total + pt.sum(w * (A[:, None, :] - B[None, :, :]) ** 2, axis=-1)
-        if disc.size:
-            A, B, w = X[:, disc], Xs[:, disc], l[disc]
-            total = total + pt.sum(w * pt.neq(A[:, None, :], B[None, :, :]), axis=-1)
-        return total
-
     def full(self, X, Xs=None):
         X, Xs_ = self._slice(X, Xs)
         same = Xs_ is None
-        Xs_ = X if same else Xs_
-        K = self.v0 * pt.exp(-0.5 * self._weighted_distance(X, Xs_)) + self.v1
-        if same:
-            K = K + self.v2 * pt.eye(X.shape[0])
-        return K
+        l = pt.broadcast_to(self.l, (self.n_dims,)) if self.l.ndim == 0 else self.l
+        op = ARDKernelOp(self.discrete, symmetric=same)
+        return op(X, X if same else Xs_, l, self.v0, self.v1, self.v2)[0]
 
     def diag(self, X):
         X, _ = self._slice(X, None)

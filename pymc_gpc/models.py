@@ -16,6 +16,7 @@ import pymc as pm
 import pytensor.tensor as pt
 
 from .gp import MarginalADF, MarginalEP, MarginalLaplace, MarginalMeanField
+from .kernels import MixedARD
 from .likelihoods import Probit
 from .validation import check_inputs
 
@@ -62,10 +63,8 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
     with pm.Model(coords={"feature": names}) as model:
         log_w = pm.Normal("log_w", mu, sd, dims="feature")
         log_v0 = pm.Normal("log_v0", mu, sd)
-        cov = pt.exp(log_v0) * pm.gp.cov.ExpQuad(d, ls=pt.exp(-0.5 * log_w))
-        if bias:
-            log_v1 = pm.Normal("log_v1", mu, sd)
-            cov = cov + pm.gp.cov.Constant(pt.exp(log_v1))
+        v1 = pt.exp(pm.Normal("log_v1", mu, sd)) if bias else 0.0
+        cov = MixedARD(d, v0=pt.exp(log_v0), l=pt.exp(log_w), v1=v1)  # = v0 ExpQuad(ls=w^-1/2) + v1
         gp = APPROXIMATIONS[approximation](cov_func=cov, likelihood=likelihood, **solver_options)
         gp.marginal_likelihood(name, X=X, y=y)
     return model, gp
@@ -104,7 +103,6 @@ def label_noise_classifier(X, y, *, epsilon=None, lengthscales="multiple", laten
     -------
     (model, gp)
     """
-    from .kernels import MixedARD
     from .likelihoods import StepLabelNoise
 
     if lengthscales not in ("multiple", "single"):

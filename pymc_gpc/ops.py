@@ -41,6 +41,7 @@ from pytensor.gradient import DisconnectedType, disconnected_type, grad_not_impl
 from pytensor.graph.basic import Apply
 from pytensor.graph.op import Op
 
+from ._numba_cache import STAMP
 from .adf import adf
 from .ep import ep
 from .laplace import laplace
@@ -455,8 +456,6 @@ class LatentPredictiveOp(Op):
 # on equal data share one key: the first one still alive answers (results are the
 # same; its warm starts and ``counts`` are shared).
 _NUMBA_OPS = {}
-# Bump when the compiled wrapper below changes, so cached graphs are not reused.
-_NUMBA_WRAPPER_VERSION = 1
 
 
 def _numba_key(op, node):
@@ -464,7 +463,7 @@ def _numba_key(op, node):
     and the data of its constant inputs (the labels, usually), hashed."""
     import hashlib
 
-    parts = [_NUMBA_WRAPPER_VERSION, type(op).__qualname__,
+    parts = [STAMP, type(op).__qualname__,
              [(k, repr(v)) for k, v in op._props_dict().items()]]
     for v in node.inputs:
         data = getattr(v, "data", None)

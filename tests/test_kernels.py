@@ -55,3 +55,57 @@ def test_mixed_kernel_gradients_drive_the_classifier():
 def test_bad_discrete_columns():
     with pytest.raises(ValueError, match="discrete column indices"):
         MixedARD(2, v0=1.0, l=[1.0, 1.0], discrete=[2])
+
+
+def _mixed_data(rng, n):
+    return np.column_stack([rng.normal(size=n), rng.integers(0, 3, n), rng.normal(size=n)])
+
+
+@pytest.mark.parametrize("same", [True, False])
+@pytest.mark.parametrize("linker", ["numba", "py"])
+def test_kernel_pullback_matches_finite_differences(same, linker):
+    """d/d(log l, log v0, log v1, log v2) of <W, K> + <V, E> against central differences,
+    through both the compiled and the Python implementations of the two Ops."""
+    from pytensor.compile.mode import Mode
+
+    from pymc_gpc.kernels import ARDKernelOp
+
+    rng = np.random.default_rng(3)
+    X, Z = _mixed_data(rng, 9), _mixed_data(rng, 6)
+    Xs = X if same else Z
+    W, V = rng.normal(size=(9, len(Xs))), rng.normal(size=(9, len(Xs)))
+    p = pt.dvector("p")  # log l (3), log v0, log v1, log v2
+    K, E = ARDKernelOp((False, True, False), symmetric=same)(X, Xs, pt.exp(p[:3]), *(pt.exp(p[k]) for k in (3, 4, 5)))
+    target = pt.sum(W * K) + pt.sum(V * E)
+    mode = Mode(linker=linker, optimizer="fast_run")
+    f = pytensor.function([p], target, mode=mode)
+    g = pytensor.function([p], pytensor.grad(target, p), mode=mode)
+    x = np.array([0.3, -0.5, 1.1, 0.2, -1.0, -2.0])
+    h = 1e-6
+    fd = np.array([(f(x + h * e) - f(x - h * e)) / (2 * h) for e in np.eye(6)])
+    np.testing.assert_allclose(g(x), fd, rtol=1e-6, atol=1e-8)
+    if not same:
+        assert g(x)[5] == 0.0  # v2 delta(i, j) is only on the training covariance
+
+
+def test_ard_kernel_is_scaled_expquad_plus_constant():
+    """With no discrete column the kernel is v0 ExpQuad(ls = l^-1/2) + v1, value and gradient."""
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(12, 3))
+    p = pt.dvector("p")
+    ours = MixedARD(3, v0=pt.exp(p[3]), l=pt.exp(p[:3]), v1=pt.exp(p[4]))(X)
+    pymc = pt.exp(p[3]) * pm.gp.cov.ExpQuad(3, ls=pt.exp(-0.5 * p[:3]))(X) + pt.exp(p[4])
+    W = rng.normal(size=(12, 12))
+    f = pytensor.function([p], [ours, pymc, pytensor.grad(pt.sum(W * ours), p), pytensor.grad(pt.sum(W * pymc), p)])
+    out = f(np.array([0.1, -1.0, 0.7, 0.3, -2.0]))
+    np.testing.assert_allclose(out[0], out[1], rtol=1e-13)
+    np.testing.assert_allclose(out[2], out[3], rtol=1e-10)
+
+
+def test_kernel_rejects_mismatched_columns():
+    from pymc_gpc.kernels import ARDKernelOp
+
+    X = np.zeros((4, 2))
+    K = ARDKernelOp((False, False), symmetric=True)(X, X, np.ones(3), 1.0, 0.0, 0.0)[0]
+    with pytest.raises(ValueError, match="agree on the number of columns"):
+        K.eval()
