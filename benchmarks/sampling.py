@@ -31,6 +31,7 @@ import pytensor.tensor as pt
 
 import pymc_gpc
 from pymc_gpc.datasets import load
+from pymc_gpc.kernels import MixedARD
 from pymc_gpc.models import classification_metrics
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
@@ -46,7 +47,8 @@ def latent_model(X, y):
         log_w = pm.Normal("log_w", -3, 3, shape=d)
         log_v0 = pm.Normal("log_v0", -3, 3)
         log_v1 = pm.Normal("log_v1", -3, 3)
-        cov = pt.exp(log_v0) * pm.gp.cov.ExpQuad(d, ls=pt.exp(-0.5 * log_w)) + pm.gp.cov.Constant(pt.exp(log_v1))
+        # the kernel of ard_classifier (= v0 ExpQuad(ls=w^-1/2) + v1, as one fused Op)
+        cov = MixedARD(d, v0=pt.exp(log_v0), l=pt.exp(log_w), v1=pt.exp(log_v1))
         gp = pm.gp.Latent(cov_func=cov)
         f = gp.prior("f", X=X, jitter=1e-6)
         pm.Bernoulli("y", p=pm.math.invprobit(f), observed=(y > 0).astype(int))

@@ -133,12 +133,12 @@ def test_warm_start_state_is_per_thread():
 
 
 def test_sampling_tolerance_keeps_value_and_gradient_at_the_fixed_point():
-    """The Op's default EP tolerance (ops.SAMPLING_DEFAULTS, 1e-4) along a warm-started
-    path of nearby kernels, as NUTS evaluates them: the evidence stays within 1e-6 and
-    dlogZ/dK within 1e-3 (relative) of a tight solve, while the sweeps drop."""
+    """The Op's default EP tolerance (ops.SAMPLING_DEFAULTS, 1e-3) along a warm-started
+    path of nearby kernels, as NUTS evaluates them: the evidence stays within 5e-5 and
+    dlogZ/dK within 1e-2 (relative) of a tight solve, while the sweeps drop."""
     from pymc_gpc.ops import SAMPLING_DEFAULTS
 
-    assert SAMPLING_DEFAULTS["ep"]["tol"] == 1e-4
+    assert SAMPLING_DEFAULTS["ep"]["tol"] == 1e-3
     rng = np.random.default_rng(21)
     X, y = random_problem(rng, 60, d=3)
     K = pt.dmatrix("K")
@@ -152,8 +152,8 @@ def test_sampling_tolerance_keeps_value_and_gradient_at_the_fixed_point():
         d2 = (((X[:, None, :] - X[None, :, :]) / np.exp(log_ls)) ** 2).sum(-1)
         Kv = 3.0 * np.exp(-0.5 * d2) + 1e-6 * np.eye(60)
         z, dK, n_iter, z_ref, dK_ref, n_ref = f(Kv)
-        assert abs(z - z_ref) < 1e-6
-        assert np.max(np.abs(dK - dK_ref)) < 1e-3 * np.max(np.abs(dK_ref))
+        assert abs(z - z_ref) < 5e-5
+        assert np.max(np.abs(dK - dK_ref)) < 1e-2 * np.max(np.abs(dK_ref))
         sweeps.append((n_iter, n_ref))
     loose_sweeps, tight_sweeps = np.mean(sweeps[1:], axis=0)
     assert loose_sweeps < 0.7 * tight_sweeps
