@@ -36,6 +36,13 @@ def _package_stamp():
 STAMP = _package_stamp()
 
 
+def cache_key(*parts):
+    """A key for PyTensor's cache of a compiled graph holding a package Op: a fixed-length
+    hash of ``parts`` (reprs that are the same in every process) and of ``STAMP``. PyTensor
+    puts it in file names, hence hashed."""
+    return "pymc_gpc_" + hashlib.sha256(repr((STAMP, parts)).encode()).hexdigest()
+
+
 def _package_locator(base):
     """``base`` (a numba cache locator), restricted to this package, with the package stamp."""
 

@@ -371,8 +371,8 @@ _SWEEP_LIMIT = 2  # max_sweeps reached; the returned cavities are not at the ret
 
 @njit(nogil=True, cache=True)
 def _anderson_mix(dF, dG, count, f, g):
-    """g - dG gamma with gamma = argmin ||f - dF gamma|| over the ``count`` stored differences
-    (``_Anderson``), which are the rows of dF and dG."""
+    """g - gamma dG with gamma = argmin ||f - dF^T gamma|| over the first ``count`` rows of
+    dF and dG, the stored differences (``_Anderson``)."""
     if count == 0:
         return g.copy()
     rcond = np.finfo(np.float64).eps * dF.shape[1]  # NumPy's default cutoff, as in _Anderson
@@ -430,7 +430,7 @@ def _parallel_compiled(kind, K, y, th, tau, nu, damping, tol, max_sweeps, memory
         g = np.concatenate((tau_g, nu_g))
         f = np.concatenate((var, np.sqrt(var))) * (g - np.concatenate((tau, nu)))
         if memory > 0 and have_prev:
-            if count == memory:  # drop the oldest column
+            if count == memory:  # drop the oldest row
                 dF[:-1] = dF[1:].copy()
                 dG[:-1] = dG[1:].copy()
                 count -= 1

@@ -20,16 +20,24 @@ def reference(X, Z, v0, l, v1, v2, discrete, same):
     return K
 
 
-def test_mixed_kernel_matches_the_definition():
+@pytest.mark.parametrize("linker", ["numba", "py"])
+def test_mixed_kernel_matches_the_definition(linker):
+    """Values against the definition, with symbolic hyperparameters (so the Op runs
+    compiled, not constant-folded) under both the numba and the Python linker."""
+    from pytensor.compile.mode import Mode
+
     rng = np.random.default_rng(0)
     X = np.column_stack([rng.normal(size=8), rng.integers(0, 3, 8), rng.normal(size=8), rng.integers(0, 2, 8)])
     Z = np.column_stack([rng.normal(size=5), rng.integers(0, 3, 5), rng.normal(size=5), rng.integers(0, 2, 5)])
     l = np.array([0.7, 1.5, 0.2, 3.0])
     disc = np.array([False, True, False, True])
-    k = MixedARD(4, v0=2.0, l=l, v1=0.3, v2=0.05, discrete=[1, 3])
-    np.testing.assert_allclose(k(X).eval(), reference(X, X, 2.0, l, 0.3, 0.05, disc, True), rtol=1e-12)
-    np.testing.assert_allclose(k(X, Z).eval(), reference(X, Z, 2.0, l, 0.3, 0.05, disc, False), rtol=1e-12)
-    np.testing.assert_allclose(k(X, diag=True).eval(), np.full(8, 2.35), rtol=1e-12)
+    lv, v0, v1, v2 = pt.dvector("l"), pt.dscalar("v0"), pt.dscalar("v1"), pt.dscalar("v2")
+    k = MixedARD(4, v0=v0, l=lv, v1=v1, v2=v2, discrete=[1, 3])
+    f = pytensor.function([lv, v0, v1, v2], [k(X), k(X, Z), k(X, diag=True)], mode=Mode(linker=linker))
+    full, cross, diag = f(l, 2.0, 0.3, 0.05)
+    np.testing.assert_allclose(full, reference(X, X, 2.0, l, 0.3, 0.05, disc, True), rtol=1e-12)
+    np.testing.assert_allclose(cross, reference(X, Z, 2.0, l, 0.3, 0.05, disc, False), rtol=1e-12)
+    np.testing.assert_allclose(diag, np.full(8, 2.35), rtol=1e-12)
 
 
 def test_mixed_kernel_gradients_drive_the_classifier():
@@ -109,3 +117,61 @@ def test_kernel_rejects_mismatched_columns():
     K = ARDKernelOp((False, False), symmetric=True)(X, X, np.ones(3), 1.0, 0.0, 0.0)[0]
     with pytest.raises(ValueError, match="agree on the number of columns"):
         K.eval()
+
+
+@pytest.mark.parametrize("same", [True, False])
+def test_kernel_gradient_with_respect_to_inputs(same):
+    """d<W, K>/dX (and dXs) against central differences; zero on the Hamming column."""
+    rng = np.random.default_rng(5)
+    X0, Z0 = _mixed_data(rng, 7), _mixed_data(rng, 4)
+    W = rng.normal(size=(7, 7 if same else 4))
+    X, Z = pt.dmatrix("X"), pt.dmatrix("Z")
+    k = MixedARD(3, v0=1.7, l=[0.8, 1.2, 0.4], v1=0.2, v2=0.1, discrete=[1])
+    target = pt.sum(W * (k(X) if same else k(X, Z)))
+    f = pytensor.function([X, Z], target, on_unused_input="ignore")
+    g = pytensor.function([X, Z], pytensor.grad(target, [X, Z], disconnected_inputs="ignore"),
+                          on_unused_input="ignore")
+    gX, gZ = g(X0, Z0)
+    h = 1e-6
+    for A, gA, which in ((X0, gX, 0), (Z0, gZ, 1)):
+        if same and which == 1:
+            continue
+        fd = np.zeros_like(A)
+        for idx in np.ndindex(A.shape):
+            E = np.zeros_like(A)
+            E[idx] = h
+            args = [X0, Z0]
+            args[which] = A + E
+            up = f(*args)
+            args[which] = A - E
+            fd[idx] = (up - f(*args)) / (2 * h)
+        fd[:, 1] = 0.0  # the Hamming column: piecewise constant
+        np.testing.assert_allclose(gA, fd, rtol=1e-6, atol=1e-8)
+
+
+def test_single_shared_lengthscale_gradient():
+    """A scalar l (``lengthscales="single"``) broadcast over the columns."""
+    rng = np.random.default_rng(6)
+    X = _mixed_data(rng, 8)
+    W = rng.normal(size=(8, 8))
+    log_l = pt.dscalar("log_l")
+    target = pt.sum(W * MixedARD(3, v0=1.3, l=pt.exp(log_l), discrete=[1])(X))
+    f = pytensor.function([log_l], [target, pytensor.grad(target, log_l)])
+    h = 1e-6
+    assert f(0.3)[1] == pytest.approx((f(0.3 + h)[0] - f(0.3 - h)[0]) / (2 * h), rel=1e-6)
+
+
+def test_many_columns_compile_under_numba():
+    """PyTensor names cache files after the Ops' keys: they must not grow with the columns."""
+    rng = np.random.default_rng(7)
+    X = rng.normal(size=(15, 40))
+    log_l = pt.dvector("log_l")
+    K = MixedARD(40, v0=1.0, l=pt.exp(log_l), v1=0.1, discrete=list(range(0, 40, 3)))(X)
+    f = pytensor.function([log_l], [K, pytensor.grad(pt.sum(K), log_l)], mode="NUMBA")
+    K_val, g = f(np.full(40, -3.0))
+    assert K_val.shape == (15, 15) and np.all(np.isfinite(g))
+
+
+def test_kernel_rejects_non_scalar_variances():
+    with pytest.raises(ValueError, match="v0 must have 0 dimension"):
+        MixedARD(2, v0=pt.ones(1), l=[1.0, 1.0])(np.zeros((3, 2)))
