@@ -8,9 +8,10 @@ package is also run with nutpie (threads). Both use the same kernel (``MixedARD`
 from the compile caches: each model is first run for 5+5 draws, as any earlier run of
 it on the machine would have done), min bulk ESS over the hyperparameters and ESS/s,
 divergences, max r_hat, test errors and mean test log predictive (probabilities
-averaged over draws). A single run's min ESS varies by +-30 % with the seed (Latent's
-on Pima: 153-223 in two runs), so every method runs with several seeds and the table
-gives medians; the ratio to Latent is the median of the per-seed ratios.
+averaged over draws). A single run's min ESS moves with the seed (EP on Pima 578-726,
+Latent 133-182 over three seeds), so every method runs with several seeds and the table
+gives each column's median (a row is not one run); the ratio to Latent is the median of
+the per-seed ratios.
 
 Run:  OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/sampling.py [--draws 500 --tune 500 --seeds 1 2 3]
 Writes benchmarks/results/sampling.md and the README table between the sampling-table markers.
@@ -154,7 +155,8 @@ def main():
     runs = ["| data | seed | method | wall (s) | min bulk ESS | ESS/s | divergent |", "|---|---|---|---|---|---|---|"]
     runs += [f"| {r['data']} | {r['seed']} | {r['method']} | {r['wall']:.0f} | {r['ess']:.0f} | {r['ess_s']:.2f} | {r['div']} |"
              for r in rows]
-    header = (f"2 chains x ({args.tune} tune + {args.draws} draws), seeds {args.seeds}; medians over seeds\n\n")
+    header = (f"2 chains x ({args.tune} tune + {args.draws} draws), seeds {args.seeds}; each column is its "
+              "median over the seeds (a row is not one run)\n\n")
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(header + "\n".join(table) + "\n\nEvery run:\n\n" + "\n".join(runs) + "\n")
     update_readme("sampling-table", table)

@@ -31,6 +31,8 @@ not change the fixed point, only how fast it is reached.
 """
 
 import dataclasses
+import itertools
+import os
 import threading
 import warnings
 import weakref
@@ -235,23 +237,30 @@ class PerThread:
     Not ``threading.local``: nutpie's chains are Rust threads that enter Python through
     numba's object-mode blocks, and each entry creates and then destroys a Python thread
     state, taking ``threading.local`` data with it (every evaluation then started cold:
-    6.0 instead of 2.9 EP sweeps on Pima). The states of the ``size`` most recently
-    started threads are kept (a finished thread's id may be reused, which at worst gives
-    a new thread a warm start from another chain: results stay within tolerance).
+    6.0 instead of 2.9 EP sweeps on Pima). The states of the ``size`` most recently used
+    threads are kept (default: twice the CPU count, at least 32); a finished thread's id
+    may be reused, which at worst gives a new thread a warm start from another chain
+    (results stay within tolerance). The dict is only changed under the lock; a hit
+    only stamps its entry's last use.
     """
 
-    def __init__(self, factory, size=16):
-        self.factory, self.size = factory, size
-        self.items = {}
+    def __init__(self, factory, size=None):
+        self.factory = factory
+        self.size = size or max(32, 2 * (os.cpu_count() or 1))
+        self.items = {}  # thread id -> [last use, state]
+        self._clock = itertools.count()
+        self._lock = threading.Lock()
 
     def get(self):
         key = threading.get_ident()
-        item = self.items.get(key)
-        if item is None:
-            while len(self.items) >= self.size:
-                self.items.pop(next(iter(self.items)), None)  # the oldest thread's
-            item = self.items.setdefault(key, self.factory())
-        return item
+        entry = self.items.get(key)
+        if entry is None:
+            with self._lock:
+                while len(self.items) >= self.size:  # drop the least recently used
+                    del self.items[min(self.items, key=lambda k: self.items[k][0])]
+                entry = self.items.setdefault(key, [0, self.factory()])
+        entry[0] = next(self._clock)
+        return entry[1]
 
 
 def _thread_state():

@@ -172,6 +172,14 @@ def test_many_columns_compile_under_numba():
     assert K_val.shape == (15, 15) and np.all(np.isfinite(g))
 
 
+def test_symmetric_kernel_needs_xs_equal_to_x():
+    from pymc_gpc.kernels import ARDKernelOp
+
+    K = ARDKernelOp((False,), symmetric=True)(np.zeros((4, 1)), np.zeros((3, 1)), np.ones(1), 1.0, 0.0, 0.1)[0]
+    with pytest.raises(ValueError, match="symmetric kernel needs Xs = X"):
+        K.eval()
+
+
 def test_kernel_rejects_non_scalar_variances():
     with pytest.raises(ValueError, match="v0 must have 0 dimension"):
         MixedARD(2, v0=pt.ones(1), l=[1.0, 1.0])(np.zeros((3, 2)))

@@ -120,8 +120,10 @@ def test_warm_start_state_is_per_thread():
     mats = [a * np.exp(-0.5 * D / l) + 1e-6 * np.eye(30) for a, l in [(1.0, 1.0), (50.0, 0.2)]]
     want = [ep(Kk, y, L.Probit()).log_z for Kk in mats]
     got = {}
+    both_started = threading.Barrier(2)  # both threads alive at once: distinct thread ids
 
     def work(i):
+        both_started.wait()
         got[i] = [f(mats[i]) for _ in range(20)]
 
     threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
@@ -233,3 +235,34 @@ def test_op_evaluates_a_repeated_point_once():
     np.testing.assert_array_equal(again[1], first[1])
     fn(2.0 * Kv, np.array([0.5]))  # a different K at the same hyperparameter values is solved
     assert op.counts["evaluations"] == 2
+
+
+def test_per_thread_state_is_kept_per_thread_and_bounded():
+    """Concurrent threads get their own states; beyond ``size`` threads the least
+    recently used state is dropped, without errors from concurrent first calls."""
+    import threading
+
+    from pymc_gpc.ops import PerThread
+
+    store = PerThread(dict, size=3)
+    mine = store.get()
+    assert store.get() is mine  # the same thread gets its own state back
+    all_started = threading.Barrier(6)
+    seen, errors = [], []
+
+    def work():
+        try:
+            all_started.wait()
+            state = store.get()
+            seen.append(state)
+            all_started.wait()  # everyone has its state before anyone leaves
+        except Exception as e:  # pragma: no cover - the failure being tested for
+            errors.append(e)
+
+    threads = [threading.Thread(target=work) for _ in range(6)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert not errors
+    assert len({id(s) for s in seen}) == 6 and all(s is not mine for s in seen)
+    assert len(store.items) == 3  # the least recently used states were dropped
+    assert threading.get_ident() not in store.items  # the main thread's was the oldest
