@@ -54,7 +54,7 @@ then assigns Slice by itself; ``pm.find_MAP`` falls back to Powell with a warnin
 import numpy as np
 from numba import njit
 
-from .ep import EPState, _cavities, _cavity_floor, _update_site, ep_log_z
+from .ep import EPState, _cavities, _cavity_floor, _rank_one_site_update, _update_site, ep_log_z
 from .posterior import latent_posterior
 from .result import ApproximationResult
 from .validation import as_signed_labels, check_kernel_matrix
@@ -95,16 +95,8 @@ def _steps(kind, K, y, th, alpha, C, tau, nu, log_z, start, stop, first):
         s2 = max(s2, 1e-300)
         floor = _cavity_floor(tau.min(), K[i, i], s2)
         tau_new, nu_new, d, _, _, log_z[i], _, _, _ = _update_site(kind, y[i], mu, s2, tau[i], nu[i], floor, th, 1.0)
-        d_tau = tau_new - tau[i]
-        d_nu = nu_new - nu[i]
         change = max(change, d)
-        c = d_tau / (1.0 + d_tau * s2)
-        shift = d_nu * (1.0 - c * s2) - c * mu
-        for j in range(m):
-            alpha[j] += shift * s[j]
-            cj = c * s[j]
-            for l in range(m):
-                C[j, l] -= cj * s[l]
+        _rank_one_site_update(tau_new - tau[i], nu_new - nu[i], s2, mu, s, alpha, C, m)
         tau[i] = tau_new
         nu[i] = nu_new
     return change

@@ -159,22 +159,29 @@ def _sequential_sweep(kind, Sigma, mu, tau, nu, y, th, damping, prior_var):
         floor = _cavity_floor(tau.min(), prior_var[i], s_ii)
         tau_new, nu_new, d, _, _, _, _, _, _ = _update_site(
             kind, y[i], mu[i], s_ii, tau[i], nu[i], floor, th, damping)
-        d_tau = tau_new - tau[i]
-        d_nu = nu_new - nu[i]
         change = max(change, d)
-        # rank-one update Sigma <- Sigma - c s s^T, s = Sigma[:, i]; then mu = Sigma nu
-        c = d_tau / (1.0 + d_tau * s_ii)
-        s = Sigma[:, i].copy()
-        mu_i = mu[i]
-        shift = d_nu * (1.0 - c * s_ii) - c * mu_i
-        for j in range(n):
-            mu[j] += s[j] * shift
-            cj = c * s[j]
-            for k in range(n):
-                Sigma[j, k] -= cj * s[k]
+        # s = Sigma[:, i]: the posterior moves along it (mu = Sigma nu)
+        _rank_one_site_update(tau_new - tau[i], nu_new - nu[i], s_ii, mu[i], Sigma[:, i].copy(), mu, Sigma, n)
         tau[i] = tau_new
         nu[i] = nu_new
     return change
+
+
+@njit(nogil=True, cache=True)
+def _rank_one_site_update(d_tau, d_nu, var_i, mean_i, s, v, M, m):
+    """The Gaussian after one site changes by (d tau, d nu), along s (``adf`` module docstring):
+
+    v <- v + s [d nu (1 - c var_i) - c mean_i],  M <- M - c s s^T,  c = d tau / (1 + d tau var_i),
+
+    over the leading m entries; (v, M) is (mu, Sigma) in sequential EP, (alpha, C) in ADF.
+    """
+    c = d_tau / (1.0 + d_tau * var_i)
+    shift = d_nu * (1.0 - c * var_i) - c * mean_i
+    for j in range(m):
+        v[j] += s[j] * shift
+        cj = c * s[j]
+        for k in range(m):
+            M[j, k] -= cj * s[k]
 
 
 def ep(
