@@ -113,7 +113,7 @@ def test_warm_start_state_is_per_thread():
 
     rng = np.random.default_rng(14)
     X, y = random_problem(rng, 30, d=2)
-    op = ApproxMarginalOp("ep", L.Probit)
+    op = ApproxMarginalOp("ep", L.Probit, (("tol", 1e-6),))  # tight: compared with ep() below
     K = pt.dmatrix("K")
     f = pytensor.function([K], op(K, pt.zeros(0), y)[0])
     D = ((X[:, None] - X[None]) ** 2).sum(-1)
@@ -135,12 +135,12 @@ def test_warm_start_state_is_per_thread():
 
 
 def test_sampling_tolerance_keeps_value_and_gradient_at_the_fixed_point():
-    """The Op's default EP tolerance (ops.SAMPLING_DEFAULTS, 1e-3) along a warm-started
-    path of nearby kernels, as NUTS evaluates them: the evidence stays within 5e-5 and
-    dlogZ/dK within 1e-2 (relative) of a tight solve, while the sweeps drop."""
+    """The Op's default EP tolerance (ops.SAMPLING_DEFAULTS, 1e-2) along a warm-started
+    path of nearby kernels, as NUTS evaluates them: the evidence stays within 1e-3 and
+    dlogZ/dK within 5e-2 (relative) of a tight solve, while the sweeps drop."""
     from pymc_gpc.ops import SAMPLING_DEFAULTS
 
-    assert SAMPLING_DEFAULTS["ep"]["tol"] == 1e-3
+    assert SAMPLING_DEFAULTS["ep"]["tol"] == 1e-2
     rng = np.random.default_rng(21)
     X, y = random_problem(rng, 60, d=3)
     K = pt.dmatrix("K")
@@ -148,15 +148,16 @@ def test_sampling_tolerance_keeps_value_and_gradient_at_the_fixed_point():
     tight = ApproxMarginalOp("ep", L.Probit, (("tol", 1e-12),))(K, pt.zeros(0), y)
     f = pytensor.function([K], [loose[0], loose[1], loose[4], tight[0], tight[1], tight[4]])
     log_ls = np.log([1.0, 2.0, 0.7])
-    sweeps = []
+    sweeps, errs = [], []
     for _ in range(30):
         log_ls = log_ls + 0.05 * rng.normal(size=3)
         d2 = (((X[:, None, :] - X[None, :, :]) / np.exp(log_ls)) ** 2).sum(-1)
         Kv = 3.0 * np.exp(-0.5 * d2) + 1e-6 * np.eye(60)
         z, dK, n_iter, z_ref, dK_ref, n_ref = f(Kv)
-        assert abs(z - z_ref) < 5e-5
-        assert np.max(np.abs(dK - dK_ref)) < 1e-2 * np.max(np.abs(dK_ref))
+        errs.append((abs(z - z_ref), np.max(np.abs(dK - dK_ref)) / np.max(np.abs(dK_ref))))
         sweeps.append((n_iter, n_ref))
+    assert np.max(errs, axis=0)[0] < 1e-3
+    assert np.max(errs, axis=0)[1] < 5e-2
     loose_sweeps, tight_sweeps = np.mean(sweeps[1:], axis=0)
     assert loose_sweeps < 0.7 * tight_sweeps
 
@@ -224,7 +225,7 @@ def test_op_evaluates_a_repeated_point_once():
     X, y = random_problem(np.random.default_rng(4), 20)
     K = pt.dmatrix("K")
     hyper = pt.dvector("hyper")
-    op = ApproxMarginalOp("ep", L.Probit, hyper_names=(("h", 1),))
+    op = ApproxMarginalOp("ep", L.Probit, (("tol", 1e-6),), hyper_names=(("h", 1),))  # tight: vs ep()
     out = op(K, pt.zeros(0), y, hyper)
     fn = pytensor.function([K, hyper], [out[0], out[1], out[4]])
     Kv = np.exp(-0.5 * ((X[:, None] - X[None]) ** 2).sum(-1)) + 1e-6 * np.eye(20)
