@@ -139,14 +139,19 @@ def _cavities(post, tau, nu):
 
 def ep_log_z(post, tau, nu, mean, tau_c, nu_c, log_z_sites):
     """log Z_EP in the stable form of GPML infEP (R&W eq. 3.65 with B = L L^T)."""
-    return float(
-        -post.half_logdet_B()
-        + np.sum(log_z_sites)
-        + 0.5 * nu @ mean
-        + 0.5 * np.sum(nu_c * (tau / tau_c * nu_c - 2.0 * nu) / (tau + tau_c))
-        - 0.5 * np.sum(nu**2 / (tau_c + tau))
-        + 0.5 * np.sum(np.log1p(tau / tau_c))
-    )
+    return float(_log_z(post.half_logdet_B(), tau, nu, mean, tau_c, nu_c, log_z_sites))
+
+
+@njit(nogil=True, cache=True)
+def _log_z(half_logdet_B, tau, nu, mean, tau_c, nu_c, log_z_sites):
+    """``ep_log_z`` given (1/2) log|B|: one compiled pass over the sites."""
+    total = -half_logdet_B
+    for i in range(tau.shape[0]):
+        s = tau[i] + tau_c[i]
+        total += (log_z_sites[i] + 0.5 * nu[i] * mean[i]
+                  + 0.5 * nu_c[i] * (tau[i] / tau_c[i] * nu_c[i] - 2.0 * nu[i]) / s
+                  - 0.5 * nu[i] ** 2 / s + 0.5 * np.log1p(tau[i] / tau_c[i]))
+    return total
 
 
 @njit(nogil=True, cache=True)
