@@ -24,6 +24,11 @@ an invalid likelihood parameter such as epsilon >= 0.5 drawn by the sampler) or 
 output is not finite, it returns log_z = -inf with a zero gradient and status 2, so
 NUTS rejects the point.
 
+The common case inside a sampler (EP with the default schedule, labels -1/+1, valid
+likelihood parameters, non-negative warm-start sites) runs through ``ep.ep_warm``, the
+compiled loop and its converged outputs without ``ep``'s checks and result object; all
+else, and every run it declines, goes through ``ep`` and the retries below.
+
 Warm starts: the last few solutions are kept per thread (``PerThread``), so
 process-based chains and nutpie's threads never share state, and the next start is
 extrapolated from them along the sampler's trajectory (``WarmStarts``); state does
@@ -45,7 +50,7 @@ from pytensor.graph.op import Op
 
 from ._numba_cache import cache_key
 from .adf import adf
-from .ep import ep
+from .ep import ep, ep_warm
 from .laplace import laplace
 from .meanfield import meanfield
 from .validation import trusted_kernel
@@ -276,6 +281,16 @@ def _thread_state():
     return {"warm": (None, None), "recent": RecentResults()}
 
 
+def _write_outputs(output_storage, log_z, dK, dth, loo, n_iter, status):
+    """The Op's six outputs, with the dtypes ``make_node`` declares."""
+    output_storage[0][0] = np.asarray(log_z, dtype=float)
+    output_storage[1][0] = dK
+    output_storage[2][0] = np.asarray(dth, dtype=float).reshape(-1)
+    output_storage[3][0] = np.asarray(loo, dtype=float)
+    output_storage[4][0] = np.asarray(n_iter, dtype="int64")
+    output_storage[5][0] = np.asarray(status, dtype="int64")
+
+
 class ApproxMarginalOp(Op):
     """log q(y | K, theta) with its gradient, for one approximation and likelihood type.
 
@@ -349,14 +364,15 @@ class ApproxMarginalOp(Op):
 
     def perform(self, node, inputs, output_storage):
         K, params, y, hyper = (*inputs, np.zeros(0))[:4]
-        outputs = self._recent().get(K, params, y, hyper)
+        recent = self._recent()
+        outputs = recent.get(K, params, y, hyper)
         if outputs is None:
             # Overflow at extreme hyperparameters is expected and handled: the result is
             # checked below and becomes -inf with status "failed", not a NumPy warning.
             with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
                 self._perform(inputs, output_storage)
-            outputs = tuple(s[0] for s in output_storage)
-            self._recent().add(K, params, y, hyper, outputs)
+            recent.add(K, params, y, hyper, tuple(s[0] for s in output_storage))
+            return
         for storage, value in zip(output_storage, outputs):
             storage[0] = value
 
@@ -377,13 +393,19 @@ class ApproxMarginalOp(Op):
         hyper = inputs[3] if len(inputs) > 3 else np.zeros(0)
         n = y.shape[0]
         options = {**SAMPLING_DEFAULTS.get(self.approximation, {}), **dict(self.options)}
-        result, status, retries = None, STATUS_FAILED, 0
         self.counts["evaluations"] += 1
+        warm = self._warm_starts(n)
+        guess = warm.guess(hyper)
+        fast = self._fast_ep(K, params, y, guess, options)
+        if fast is not None:
+            log_z, dK, dth, loo, sweeps, state = fast
+            warm.add(hyper, state)
+            _write_outputs(output_storage, log_z, dK, dth, loo, sweeps, STATUS_CONVERGED)
+            return
+        result, status, retries = None, STATUS_FAILED, 0
         try:  # ep() / laplace() reject non-finite or invalid inputs with ValueError
             with trusted_kernel():  # K comes from a covariance function: no extra PSD check
-                result, retries = _solve_with_retries(
-                    self.approximation, K, y, self._lik, params, self._warm_starts(n).guess(hyper), options
-                )
+                result, retries = _solve_with_retries(self.approximation, K, y, self._lik, params, guess, options)
             ok = np.isfinite(result.log_z) and (
                 result.dlog_z_dK is None  # ADF: no gradient (pullback refuses it)
                 or (np.all(np.isfinite(result.dlog_z_dK)) and np.all(np.isfinite(result.dlog_z_dparams)))
@@ -394,12 +416,8 @@ class ApproxMarginalOp(Op):
         self.counts["retries"] += retries
         if status == STATUS_FAILED:
             self.counts["failed"] += 1
-            output_storage[0][0] = np.asarray(-np.inf)
-            output_storage[1][0] = np.zeros((n, n))
-            output_storage[2][0] = np.zeros(len(params))
-            output_storage[3][0] = np.full(n, -np.inf)
-            output_storage[4][0] = np.asarray(0, dtype="int64")
-            output_storage[5][0] = np.asarray(status, dtype="int64")
+            _write_outputs(output_storage, -np.inf, np.zeros((n, n)), np.zeros(len(params)),
+                           np.full(n, -np.inf), 0, status)
             return
         if status == STATUS_NOT_CONVERGED:
             self.counts["not_converged"] += 1
@@ -412,16 +430,34 @@ class ApproxMarginalOp(Op):
                 ApproximationFailedWarning,
                 stacklevel=2,
             )
-        self._warm_starts(n).add(hyper, result.state)
-        loo = result.loo_log_p
-        output_storage[0][0] = np.asarray(result.log_z)
+        warm.add(hyper, result.state)
         no_grad = result.dlog_z_dK is None  # ADF: NaN, and pullback refuses (below)
-        output_storage[1][0] = np.full((n, n), np.nan) if no_grad else result.dlog_z_dK
-        output_storage[2][0] = (np.full(len(params), np.nan) if no_grad else
-                                np.asarray(result.dlog_z_dparams, dtype=float).reshape(len(params)))
-        output_storage[3][0] = np.asarray(loo, dtype=float)
-        output_storage[4][0] = np.asarray(result.n_iter, dtype="int64")
-        output_storage[5][0] = np.asarray(status, dtype="int64")
+        _write_outputs(
+            output_storage,
+            result.log_z,
+            np.full((n, n), np.nan) if no_grad else result.dlog_z_dK,
+            np.full(len(params), np.nan) if no_grad else result.dlog_z_dparams,
+            result.loo_log_p,
+            result.n_iter,
+            status,
+        )
+
+    def _fast_ep(self, K, params, y, state, options):
+        """``ep.ep_warm`` where it applies, else None: EP with the default schedule (only
+        tol / max_sweeps set), labels already -1/+1, valid likelihood parameters, a
+        non-negative diagonal of K and non-negative warm-start sites. Anything else, and
+        any run ``ep_warm`` declines, goes through ``ep`` with its checks and retries."""
+        if self.approximation != "ep" or not options.keys() <= {"tol", "max_sweeps"}:
+            return None
+        if (state is not None and state.tau.min() < 0.0) or K.diagonal().min() < 0.0:
+            return None
+        if y.dtype != np.float64 or not np.all(np.abs(y) == 1.0):
+            return None
+        try:
+            th = self._lik.check_params(self._lik._th(params))
+        except ValueError:
+            return None
+        return ep_warm(K, y, self._lik, th, state, **options)
 
     def connection_pattern(self, node):
         # inputs K, params, y, hyper  x  outputs log_z, dK, dth, loo, n_iter, status

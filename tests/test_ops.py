@@ -86,6 +86,55 @@ def test_extremes_give_finite_values_or_minus_inf_never_nan(log_amp, theta, fail
     assert np.all(np.isfinite(g_ls)) and np.isfinite(g_amp) and np.all(np.isfinite(g_th))
 
 
+@pytest.mark.parametrize("lik", [L.Probit(), L.ProbitNoise(0.7), L.ProbitBias(-0.3)])
+def test_warm_fast_path_returns_what_ep_returns(lik):
+    """``ep.ep_warm``, the Op's hot path, against ``ep`` from the same starts."""
+    from pymc_gpc.ep import ep_warm
+    from pymc_gpc.validation import as_signed_labels
+
+    X, y = random_problem(np.random.default_rng(8), 40, d=2)
+    D = ((X[:, None] - X[None]) ** 2).sum(-1)
+    K = 2.0 * np.exp(-0.5 * D) + 1e-6 * np.eye(40)
+    th = lik.check_params(lik._th(None))
+    for state in (None, ep(1.3 * K, y, lik).state):
+        want = ep(K, y, lik, state=state, tol=1e-6)
+        log_z, dK, dth, loo, sweeps, st = ep_warm(K, as_signed_labels(y), lik, th, state, tol=1e-6)
+        assert log_z == pytest.approx(want.log_z, rel=1e-13)
+        np.testing.assert_allclose(dK, want.dlog_z_dK, rtol=1e-12, atol=1e-15)
+        np.testing.assert_allclose(dth, want.dlog_z_dparams, rtol=1e-12, atol=1e-15)
+        np.testing.assert_allclose(loo, want.loo_log_p, rtol=1e-13)
+        np.testing.assert_array_equal(st.tau, want.state.tau)
+        assert sweeps == want.n_iter and dth.shape == (lik.n_params,)
+    # declined (None) where ep() would not converge within the sweep limit
+    assert ep_warm(K, as_signed_labels(y), lik, th, None, tol=1e-14, max_sweeps=2) is None
+
+
+def test_op_takes_the_fast_path_only_where_it_applies(monkeypatch):
+    """Signed labels and the default schedule: no call of ep(); 0/1 labels, a damping
+    option or an invalid likelihood parameter: through ep(), with its checks."""
+    from pymc_gpc import ops
+
+    calls = []
+    solver = ops.SOLVERS["ep"]
+    monkeypatch.setitem(ops.SOLVERS, "ep", lambda *a, **k: calls.append(1) or solver(*a, **k))
+    X, y = random_problem(np.random.default_rng(9), 25, d=2)
+    D = ((X[:, None] - X[None]) ** 2).sum(-1)
+    Kv = np.exp(-0.5 * D) + 1e-6 * np.eye(25)
+    K, theta = pt.dmatrix("K"), pt.dvector("theta")
+
+    def evaluate(labels, options=(), lik=L.Probit, th=()):
+        out = ApproxMarginalOp("ep", lik, options)(K, theta, labels)
+        return pytensor.function([K, theta], [out[0], out[5]])(Kv, np.asarray(th, dtype=float))
+
+    want = ep(Kv, y, L.Probit(), tol=1e-2).log_z
+    assert float(evaluate(y)[0]) == pytest.approx(want, rel=1e-12) and not calls
+    assert float(evaluate((y > 0).astype(float))[0]) == pytest.approx(want, rel=1e-12) and len(calls) == 1
+    evaluate(y, options=(("damping", 0.8),))
+    assert len(calls) == 2
+    z, status = evaluate(y, lik=L.StepLabelNoise, th=[0.7])  # epsilon >= 0.5: invalid
+    assert len(calls) == 3 and float(z) == -np.inf and int(status) == STATUS_FAILED
+
+
 def test_indefinite_kernel_fails_cleanly():
     rng = np.random.default_rng(15)
     X, y = random_problem(rng, 15, d=2)
