@@ -270,10 +270,11 @@ def ep(
     if fixed is None:
         var, mean, b, tau_c, nu_c = _cavities(post, tau, nu)
         tilted = likelihood.tilted(y, nu_c / tau_c, 1.0 / tau_c, th)
+        log_z = ep_log_z(post, tau, nu, mean, tau_c, nu_c, tilted.log_z)
     else:  # the cavities of the last sweep are those of the returned sites
         var, mean, b, tau_c, nu_c, tilted_out = fixed
         tilted = TiltedMoments(tilted_out, likelihood.n_params)
-    log_z = ep_log_z(post, tau, nu, mean, tau_c, nu_c, tilted.log_z)
+        log_z = float(_factored_log_z(L, tau, nu, mean, tau_c, nu_c, tilted.log_z))  # as ep_warm
     dK = dth = None
     if with_grad:
         dK = post.ep_gradient(b)

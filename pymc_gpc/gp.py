@@ -221,7 +221,7 @@ class MarginalEP(_ApproximateMarginal):
     likelihood : a ``pymc_gpc.likelihoods`` instance; its parameters may be random variables.
     jitter : added to the diagonal of K.
     **solver_options : passed to ``pymc_gpc.ep`` (method, damping, tol, max_sweeps);
-        while sampling, tol defaults to 1e-3 (``pymc_gpc.ops.SAMPLING_DEFAULTS``),
+        while sampling, tol defaults to 1e-2 (``pymc_gpc.ops.SAMPLING_DEFAULTS``),
         while ``pymc_gpc.fit`` and prediction use the engine's 1e-8.
     """
 

@@ -22,7 +22,7 @@ CASES = [("ep", L.ProbitNoise, 0.7), ("laplace", L.ProbitNoise, 0.7), ("ep", L.S
 def compiled(approx, lik_type, X, y, options=(("tol", 1e-10),)):
     """log Z and its gradient in (log ls, log amp, theta) through a sum-of-kernels graph.
 
-    EP is converged tightly (the sampler's default tol 1e-3 would leave finite
+    EP is converged tightly (the sampler's default tol 1e-2 would leave finite
     differences at the 1e-5 level: see ``test_sampling_tolerance_*``)."""
     log_ls, log_amp = pt.dvector("log_ls"), pt.dscalar("log_amp")
     theta = pt.dvector("theta")
@@ -104,7 +104,10 @@ def test_warm_fast_path_returns_what_ep_returns(lik):
         np.testing.assert_allclose(dth, want.dlog_z_dparams, rtol=1e-12, atol=1e-15)
         np.testing.assert_allclose(loo, want.loo_log_p, rtol=1e-13)
         np.testing.assert_array_equal(st.tau, want.state.tau)
+        np.testing.assert_array_equal(st.nu, want.state.nu)
         assert sweeps == want.n_iter and dth.shape == (lik.n_params,)
+        if state is not None:  # the warm start is read, not changed
+            np.testing.assert_array_equal(state.tau, ep(1.3 * K, y, lik).state.tau)
     # declined (None) where ep() would not converge within the sweep limit
     assert ep_warm(K, as_signed_labels(y), lik, th, None, tol=1e-14, max_sweeps=2) is None
 
@@ -133,6 +136,31 @@ def test_op_takes_the_fast_path_only_where_it_applies(monkeypatch):
     assert len(calls) == 2
     z, status = evaluate(y, lik=L.StepLabelNoise, th=[0.7])  # epsilon >= 0.5: invalid
     assert len(calls) == 3 and float(z) == -np.inf and int(status) == STATUS_FAILED
+
+
+@pytest.mark.parametrize("bad", ["inf diagonal", "nan entry", "zero diagonal", "wrong shape"])
+def test_op_rejects_a_bad_kernel_after_warm_evaluations(bad):
+    """After warm-started evaluations (the fast path), a K with an infinite or zero
+    variance, a NaN or the wrong shape gives -inf and status 2, never an exception
+    (an infinite variance with a warm start once reached a division by zero)."""
+    X, y = random_problem(np.random.default_rng(10), 25, d=2)
+    Kv = np.exp(-0.5 * ((X[:, None] - X[None]) ** 2).sum(-1)) + 1e-6 * np.eye(25)
+    K = pt.dmatrix("K")
+    out = ApproxMarginalOp("ep", L.Probit)(K, pt.zeros(0), y)
+    fn = pytensor.function([K], [out[0], out[5]])
+    for scale in (1.0, 1.1, 1.2):
+        assert int(fn(scale * Kv)[1]) == 0
+    Kb = Kv.copy()
+    if bad == "inf diagonal":
+        Kb[3, 3] = np.inf
+    elif bad == "nan entry":
+        Kb[3, 5] = Kb[5, 3] = np.nan
+    elif bad == "zero diagonal":
+        Kb[3, :] = Kb[:, 3] = 0.0
+    else:
+        Kb = Kv[:, :24]
+    z, status = fn(Kb)
+    assert float(z) == -np.inf and int(status) == STATUS_FAILED
 
 
 def test_indefinite_kernel_fails_cleanly():
