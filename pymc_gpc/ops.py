@@ -164,8 +164,9 @@ class WarmStarts:
     log-hyperparameters) and the gain is slight: replaying 1,500 evaluations at tol
     1e-2 took 2.12 sweeps each against 2.14 from the nearest stored solution, 2.19 from
     the last one and about 6 cold (the first sweep's site change stays near 0.07 with
-    any of these starts, also when extrapolating in K instead of the hyperparameters). A state array that is non-negative at s_a (EP's site precisions for
-    log-concave likelihoods) but not after extrapolation falls back to s_a. With no
+    any of these starts, also when extrapolating in K instead of the hyperparameters).
+    A state array that is non-negative at s_a (EP's site precisions for log-concave
+    likelihoods) but not after extrapolation falls back to s_a. With no
     hyperparameter vector (an Op built without the fourth input), the last solution.
     """
 
