@@ -28,7 +28,6 @@ import time
 import warnings
 
 import numpy as np
-import pymc as pm
 
 from engine import update_readme
 
@@ -86,8 +85,8 @@ def ep_nuts(X, y, Xt, seed):
     model, gp = ard_classifier(X, y)
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        idata = pm.sample(draws=300, tune=300, chains=2, cores=2, random_seed=seed, progressbar=False, nuts_sampler="pymc",
-                          compute_convergence_checks=False)
+        idata = pymc_gpc.sample(draws=300, tune=300, chains=2, cores=2, random_seed=seed, progressbar=False,
+                                compute_convergence_checks=False)
     return gp.predict(Xt, idata=idata, model=model, max_draws=200)
 
 

@@ -143,9 +143,8 @@ def _align_labels(y_train, y_test):
 
 def run(args):
     import arviz as az
-    import pymc as pm
 
-    from .idata import add_log_likelihood
+    from .idata import sample
     from .point_estimates import fit
     from .models import ard_classifier, classification_metrics
 
@@ -167,12 +166,11 @@ def run(args):
     t0 = time.perf_counter()
     with model:
         if args.method == "nuts":
-            idata = pm.sample(
+            idata = sample(  # pm.sample with the package's defaults, + the log_likelihood group
                 draws=args.draws, tune=args.tune, chains=args.chains, random_seed=args.seed,
                 cores=min(args.chains, os.cpu_count() or 1),
                 progressbar=not args.no_progress, nuts_sampler=args.sampler,
             )
-            add_log_likelihood(idata, model)
         else:
             result = fit(model, method=args.method, progressbar=not args.no_progress)
             point = result.point

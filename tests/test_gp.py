@@ -93,6 +93,53 @@ def test_short_sampling_run_gives_arviz_results_with_loo():
     assert pp["posterior_predictive"]["f_star"].shape == (1, 60, 4)
 
 
+def test_sample_defaults_to_a_dense_mass_matrix_for_few_hyperparameters(monkeypatch):
+    """pymc_gpc.sample: PyMC's NUTS with adapt_full up to DENSE_MASS_MAX values, PyMC's
+    default above; an explicit init / step or another sampler is left alone."""
+    from pymc_gpc import idata as idata_mod
+
+    rng = np.random.default_rng(3)
+    X, y = random_problem(rng, 20)
+    model, _ = build(X, y)
+    assert idata_mod.default_init(model) == "jitter+adapt_full"
+    with pm.Model() as big:
+        pm.Normal("z", shape=idata_mod.DENSE_MASS_MAX + 1)
+    assert idata_mod.default_init(big) == "jitter+adapt_diag"
+    with pm.Model() as edge:
+        pm.Normal("z", shape=idata_mod.DENSE_MASS_MAX)
+    assert idata_mod.default_init(edge) == "jitter+adapt_full"
+
+    seen = []
+
+    def fake_sample(*args, **kwargs):
+        seen.append(kwargs)
+        raise RuntimeError("stop")
+
+    monkeypatch.setattr(idata_mod.pm, "sample", fake_sample)
+    for kwargs, init in [({}, "jitter+adapt_full"), ({"init": "adapt_diag"}, "adapt_diag"),
+                         ({"nuts_sampler": "nutpie"}, None), ({"step": object()}, None)]:
+        with pytest.raises(RuntimeError, match="stop"):
+            pymc_gpc.sample(model=model, **kwargs)
+        assert seen[-1].get("init") == init
+        assert seen[-1]["nuts_sampler"] == kwargs.get("nuts_sampler", "pymc")
+
+
+def test_sample_hides_only_the_dense_adaptation_warning():
+    import warnings
+
+    rng = np.random.default_rng(3)
+    X, y = random_problem(rng, 20)
+    model, _ = build(X, y)
+    with model, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        pymc_gpc.sample(draws=5, tune=5, chains=1, random_seed=1, progressbar=False,
+                        compute_convergence_checks=False)
+        warnings.warn("another warning", UserWarning)
+    messages = [str(w.message) for w in caught]
+    assert not any("experimental" in m for m in messages)
+    assert "another warning" in messages
+
+
 def test_nutpie_samples_the_same_model():
     """nutpie (numba backend, chains as threads) runs the Op with per-thread warm starts."""
     rng = np.random.default_rng(10)
