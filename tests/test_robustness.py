@@ -261,7 +261,7 @@ def test_process_and_nutpie_chains_match_separate_single_chain_runs():
     # The warm starts differ (the twin's main process has evaluated the model at the
     # initial point before sampling; a worker starts from a fresh, unpickled Op), and
     # they move EP's result only within its tolerance (TIGHT on the sites; at the
-    # sampler's default 1e-2 the trajectories part after a few hundred draws):
+    # sampler's default 1e-2 the trajectories part by the third tuning draw):
     # measured, the chains agree draw for draw to about 5e-6, far below the posterior
     # spread.
     for name in ("log_w", "log_v0"):
