@@ -46,37 +46,39 @@ DENSE_MASS_MAX = 50
 
 def default_init(model=None):
     """PyMC's NUTS initialisation that ``sample`` uses: a dense mass matrix
-    (``"jitter+adapt_full"``) for a model of at most ``DENSE_MASS_MAX`` sampled values,
-    PyMC's own default (``"jitter+adapt_diag"``) above that.
+    (``"jitter+adapt_full"``) for a model of at most ``DENSE_MASS_MAX`` continuous sampled
+    values, PyMC's own default (``"jitter+adapt_diag"``) above that. (With discrete
+    variables PyMC builds a compound step and ignores ``init``.)
 
     A GP classifier's free variables are its few hyperparameters (d + 2 for the ARD
-    kernel), and they are correlated: on Pima the amplitude log v0 and the relevant
-    lengthscale log w_2 have posterior correlation -0.62. A dense metric estimated from
-    the tuning draws removes that; with a diagonal one the min bulk ESS per gradient
-    evaluation is lower and more seed-dependent (5 seeds x 2 chains x (500 + 500),
-    ``benchmarks/sampling.py``'s set-up: 28.6-44.8 per 1000 evaluations, median 40.5,
-    against 42.4-50.3, median 43.1, with the dense one). With many values (a latent
-    function sampled alongside) the dense estimate from a few hundred tuning draws
-    would be poor, so there the diagonal default stays.
+    kernel), and they are correlated: on Pima the amplitude log v0 and the glucose
+    lengthscale log w_2 have posterior correlation -0.62. With a dense metric estimated
+    from the tuning draws the min bulk ESS per gradient evaluation is a little higher and
+    less seed-dependent (``benchmarks/mass_matrix.py``, Pima, 5 seeds x 2 chains x
+    (500 + 500)). With many values (a latent function sampled alongside) the dense
+    estimate from a few hundred tuning draws is poor, so there the diagonal default stays.
     """
     model = pm.modelcontext(model)
-    size = sum(int(np.size(v)) for v in model.initial_point().values())
+    point = model.initial_point()
+    size = sum(int(np.size(point[v.name])) for v in model.continuous_value_vars)
     return "jitter+adapt_full" if size <= DENSE_MASS_MAX else "jitter+adapt_diag"
 
 
 def sample(*args, model=None, **kwargs):
-    """``pm.sample`` followed by ``add_log_likelihood``: the result is ready for ``az.loo``.
+    """``pm.sample`` with this package's defaults, then ``add_log_likelihood``: the result
+    is ready for ``az.loo``.
 
-    Unlike ``pm.sample``, which prefers nutpie when it is installed, this defaults to
-    PyMC's own NUTS (``nuts_sampler="pymc"``): its chains run in processes, while
-    nutpie's threads share the GIL with the Python parts of the Ops. With PyMC's NUTS
-    and no ``init`` or ``step`` given, the initialisation is ``default_init(model)``
-    (a dense mass matrix for the usual few hyperparameters); PyMC's warning that the
-    dense adaptation is experimental is not shown.
+    Defaults: PyMC's own NUTS (``nuts_sampler="pymc"``, chains in processes; plain
+    ``pm.sample`` prefers nutpie when it is installed, whose threads share the GIL with
+    the Python parts of the Ops) and, with PyMC's NUTS and no ``init`` or ``step`` given,
+    ``init=default_init(model)``, a dense mass matrix for the usual few hyperparameters.
+    PyMC's warning that its dense adaptation is experimental is not shown (a
+    ``warnings.catch_warnings`` block, which is not thread-safe: concurrent calls from
+    several threads may leave the warning filters of one of them in place).
     """
     model = pm.modelcontext(model)
-    kwargs.setdefault("nuts_sampler", "pymc")
-    if kwargs["nuts_sampler"] == "pymc" and "init" not in kwargs and "step" not in kwargs:
+    kwargs["nuts_sampler"] = kwargs.get("nuts_sampler") or "pymc"
+    if kwargs["nuts_sampler"] == "pymc" and kwargs.get("init") is None and kwargs.get("step") is None:
         kwargs["init"] = default_init(model)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="QuadPotentialFullAdapt is an experimental feature")

@@ -108,6 +108,11 @@ def test_sample_defaults_to_a_dense_mass_matrix_for_few_hyperparameters(monkeypa
     with pm.Model() as edge:
         pm.Normal("z", shape=idata_mod.DENSE_MASS_MAX)
     assert idata_mod.default_init(edge) == "jitter+adapt_full"
+    with pm.Model() as mixed:  # discrete values do not count (PyMC's NUTS never sees them)
+        pm.Normal("z", shape=3)
+        pm.Poisson("k", 3.0, shape=idata_mod.DENSE_MASS_MAX + 10)
+    assert idata_mod.default_init(mixed) == "jitter+adapt_full"
+    assert idata_mod.DENSE_MASS_MAX == 50  # the README states it
 
     seen = []
 
@@ -117,27 +122,32 @@ def test_sample_defaults_to_a_dense_mass_matrix_for_few_hyperparameters(monkeypa
 
     monkeypatch.setattr(idata_mod.pm, "sample", fake_sample)
     for kwargs, init in [({}, "jitter+adapt_full"), ({"init": "adapt_diag"}, "adapt_diag"),
-                         ({"nuts_sampler": "nutpie"}, None), ({"step": object()}, None)]:
+                         ({"nuts_sampler": "nutpie"}, None), ({"step": object()}, None),
+                         ({"init": None, "step": None, "nuts_sampler": None}, "jitter+adapt_full")]:
         with pytest.raises(RuntimeError, match="stop"):
             pymc_gpc.sample(model=model, **kwargs)
         assert seen[-1].get("init") == init
-        assert seen[-1]["nuts_sampler"] == kwargs.get("nuts_sampler", "pymc")
+        assert seen[-1]["nuts_sampler"] == (kwargs.get("nuts_sampler") or "pymc")
 
 
-def test_sample_hides_only_the_dense_adaptation_warning():
+def test_sample_hides_only_the_dense_adaptation_warning(monkeypatch):
     import warnings
 
-    rng = np.random.default_rng(3)
-    X, y = random_problem(rng, 20)
-    model, _ = build(X, y)
-    with model, warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        pymc_gpc.sample(draws=5, tune=5, chains=1, random_seed=1, progressbar=False,
-                        compute_convergence_checks=False)
+    from pymc_gpc import idata as idata_mod
+
+    def fake_sample(*args, **kwargs):  # what pm.sample emits with init="jitter+adapt_full", and another
+        warnings.warn("QuadPotentialFullAdapt is an experimental feature", UserWarning)
         warnings.warn("another warning", UserWarning)
-    messages = [str(w.message) for w in caught]
-    assert not any("experimental" in m for m in messages)
-    assert "another warning" in messages
+        raise RuntimeError("stop")
+
+    monkeypatch.setattr(idata_mod.pm, "sample", fake_sample)
+    rng = np.random.default_rng(3)
+    model, _ = build(*random_problem(rng, 20))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(RuntimeError, match="stop"):
+            pymc_gpc.sample(model=model)
+    assert [str(w.message) for w in caught] == ["another warning"]
 
 
 def test_nutpie_samples_the_same_model():
