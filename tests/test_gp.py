@@ -184,3 +184,14 @@ def test_nutpie_threads_keep_their_warm_starts(monkeypatch):
                   nuts_sampler="nutpie", compute_convergence_checks=False)
     assert len(starts) > 100
     assert np.mean(starts) < 0.05  # cold starts: the first evaluation of each function only
+
+
+def test_ard_classifier_starts_the_amplitude_at_unit_scale():
+    """log v0 starts at 0 (an informative latent scale), the other log-hyperparameters at the prior mean."""
+    rng = np.random.default_rng(3)
+    X, y = random_problem(rng, 20)
+    model, _ = pymc_gpc.ard_classifier(X, y, prior=(-2.0, 3.0))
+    point = model.initial_point()
+    assert point["log_v0"] == 0.0
+    np.testing.assert_array_equal(point["log_w"], [-2.0, -2.0])
+    assert point["log_v1"] == -2.0
