@@ -12,8 +12,8 @@ the README); this package is also run with nutpie (threads). Both use the same k
 from the compile caches: each model is first run for 5+5 draws, as any earlier run of
 it on the machine would have done), min bulk ESS over the hyperparameters and ESS/s,
 divergences, max r_hat, test errors and mean test log predictive (probabilities
-averaged over draws). A single run's min ESS moves with the seed (EP on Pima 489-874,
-Latent 28-182 over five seeds), so every method runs with several seeds and the table
+averaged over draws). A single run's min ESS moves with the seed (EP on Pima 645-990,
+Latent 178-244 over five seeds), so every method runs with several seeds and the table
 gives medians (divergences summed and r_hat the maximum over the seeds; a row is not
 one run); the ratio to Latent is the median of the per-seed ratios.
 

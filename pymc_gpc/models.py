@@ -46,8 +46,9 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
     the prior mean for every log-hyperparameter except the amplitude: log v0 starts at
     0, the latent scale at which a probit or logistic likelihood is informative. At the
     prior mean e^-3 the latent function is nearly flat and NUTS's first tuning
-    iterations travel far. Starting at 0 saves 5-13 % of the gradient evaluations of
-    2 x (500 + 500) iterations on Pima and Crabs (``benchmarks/mass_matrix.py``).
+    iterations travel far. Starting at 0 saves 4.5-10 % of the gradient evaluations of
+    2 x (500 + 500) iterations on Pima and Crabs (``benchmarks/mass_matrix.py``, three
+    seeds each).
 
     Returns
     -------
