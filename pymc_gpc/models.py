@@ -42,13 +42,15 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
     feature_names : names for the ``feature`` coordinate of ``log_w``.
     bias : include the constant term v1.
 
-    The model's initial point (where ``pm.sample`` starts its chains, before jitter) is
-    the prior mean for every log-hyperparameter except the amplitude: log v0 starts at
-    0, the latent scale at which a probit or logistic likelihood is informative. At the
-    prior mean e^-3 the latent function is nearly flat and NUTS's first tuning
-    iterations travel far. Starting at 0 saves 4.5-10 % of the gradient evaluations of
+    The model's initial point (where ``pm.sample`` starts its chains before jitter, and
+    ``pm.find_MAP`` / ``pymc_gpc.fit`` their optimisers) is the prior mean for every
+    log-hyperparameter except the amplitude: log v0 starts at 0, the latent scale at
+    which a probit or logistic likelihood is informative (clipped to within one prior sd
+    of the prior mean). At the prior mean e^-3 the latent function is nearly flat and
+    NUTS's first tuning iterations travel far. With ``pymc_gpc.sample``'s dense mass
+    matrix, starting at 0 saved about 4.5-10 % of the gradient evaluations of
     2 x (500 + 500) iterations on Pima and Crabs (``benchmarks/mass_matrix.py``, three
-    seeds each).
+    seeds each; runs of the same seed vary by about 3 %).
 
     Returns
     -------
@@ -70,7 +72,7 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
     likelihood = Probit() if likelihood is None else likelihood
     with pm.Model(coords={"feature": names}) as model:
         log_w = pm.Normal("log_w", mu, sd, dims="feature")
-        log_v0 = pm.Normal("log_v0", mu, sd, initval=0.0)  # see the docstring
+        log_v0 = pm.Normal("log_v0", mu, sd, initval=float(np.clip(0.0, mu - sd, mu + sd)))  # see the docstring
         v1 = pt.exp(pm.Normal("log_v1", mu, sd)) if bias else 0.0
         cov = MixedARD(d, v0=pt.exp(log_v0), l=pt.exp(log_w), v1=v1)  # = v0 ExpQuad(ls=w^-1/2) + v1
         gp = APPROXIMATIONS[approximation](cov_func=cov, likelihood=likelihood, **solver_options)

@@ -195,3 +195,5 @@ def test_ard_classifier_starts_the_amplitude_at_unit_scale():
     assert point["log_v0"] == 0.0
     np.testing.assert_array_equal(point["log_w"], [-2.0, -2.0])
     assert point["log_v1"] == -2.0
+    model, _ = pymc_gpc.ard_classifier(X, y, prior=(5.0, 0.1))  # 0 is 50 sds away: clipped
+    assert model.initial_point()["log_v0"] == pytest.approx(4.9)
