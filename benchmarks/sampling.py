@@ -40,7 +40,7 @@ import pytensor.tensor as pt
 import pymc_gpc
 from pymc_gpc.datasets import load
 from pymc_gpc.kernels import MixedARD
-from pymc_gpc.models import classification_metrics
+from pymc_gpc.models import LOG_V0_START, classification_metrics
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from engine import update_readme  # noqa: E402
@@ -53,7 +53,7 @@ def latent_model(X, y):
     d = X.shape[1]
     with pm.Model() as model:
         log_w = pm.Normal("log_w", -3, 3, shape=d)
-        log_v0 = pm.Normal("log_v0", -3, 3, initval=0.0)  # ard_classifier's initial point
+        log_v0 = pm.Normal("log_v0", -3, 3, initval=LOG_V0_START)  # ard_classifier's initial point
         log_v1 = pm.Normal("log_v1", -3, 3)
         # the kernel of ard_classifier (= v0 ExpQuad(ls=w^-1/2) + v1, as one fused Op)
         cov = MixedARD(d, v0=pt.exp(log_v0), l=pt.exp(log_w), v1=pt.exp(log_v1))
