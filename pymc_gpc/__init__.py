@@ -15,6 +15,7 @@ from .adf import adf  # noqa: E402
 from .gp import MarginalADF, MarginalEP, MarginalLaplace, MarginalMeanField  # noqa: E402
 from .point_estimates import FitResult, fit  # noqa: E402
 from .idata import add_log_likelihood, sample  # noqa: E402
+from .ops import reset_warm_starts  # noqa: E402
 from .models import ard_classifier  # noqa: E402
 from .laplace import LaplaceState, laplace  # noqa: E402
 from .meanfield import MeanFieldState, meanfield  # noqa: E402
@@ -32,6 +33,7 @@ __all__ = [
     "fit",
     "FitResult",
     "add_log_likelihood",
+    "reset_warm_starts",
     "ep",
     "laplace",
     "meanfield",

@@ -31,8 +31,11 @@ else, and every run it declines, goes through ``ep`` and the retries below.
 
 Warm starts: the last few solutions are kept per thread (``PerThread``), so
 process-based chains and nutpie's threads never share state, and the next start is
-extrapolated from them along the sampler's trajectory (``WarmStarts``); state does
-not change the fixed point, only how fast it is reached.
+extrapolated from them along the sampler's trajectory (``WarmStarts``). The state does
+not change the fixed point, only how fast it is reached, but it moves the returned
+solution within the solver's tolerance; compiling a graph with the Op clears it
+(``reset_warm_starts``), so that every sampling run starts alike and a seeded run
+repeats itself.
 """
 
 import dataclasses
@@ -298,6 +301,22 @@ def _write_outputs(output_storage, log_z, dK, dth, loo, n_iter, status):
     output_storage[5][0] = np.asarray(status, dtype="int64")
 
 
+# Every ApproxMarginalOp alive in this process, by id, for ``reset_warm_starts`` (not a
+# WeakSet: Ops with equal props are equal and hash alike, and a set would keep one of them).
+_LIVE_OPS = weakref.WeakValueDictionary()
+
+
+def reset_warm_starts():
+    """Clear the warm starts and recent results of every ``ApproxMarginalOp`` in this process.
+
+    Compiling a graph with the Op does this already (``ApproxMarginalOp.reset_warm_starts``);
+    call it to repeat a seeded run with a function compiled once, e.g. a
+    ``nutpie.compile_pymc_model`` result passed to ``nutpie.sample`` twice.
+    """
+    for op in list(_LIVE_OPS.values()):
+        op.reset_warm_starts()
+
+
 class ApproxMarginalOp(Op):
     """log q(y | K, theta) with its gradient, for one approximation and likelihood type.
 
@@ -329,6 +348,7 @@ class ApproxMarginalOp(Op):
         self._lik = likelihood_type()
         self._threads = PerThread(_thread_state)
         self.counts = _new_counts()
+        _LIVE_OPS[id(self)] = self
 
     def __getstate__(self):
         state = self.__dict__.copy()
@@ -340,6 +360,7 @@ class ApproxMarginalOp(Op):
         self.__dict__.update(state)
         self._threads = PerThread(_thread_state)
         self.counts = _new_counts()
+        _LIVE_OPS[id(self)] = self
 
     def make_node(self, K, params, y, hyper=None):
         K = pt.as_tensor_variable(K).astype("float64")
@@ -357,6 +378,23 @@ class ApproxMarginalOp(Op):
             pt.lscalar(),  # status
         ]
         return Apply(self, [K, params, y, hyper], outputs)
+
+    def reset_warm_starts(self):
+        """Forget the warm starts and recent results of every thread: the next evaluation
+        starts cold.
+
+        Called whenever a graph holding this Op is compiled (``prepare_node`` for PyTensor's
+        Python and C linkers, the numba ``funcify`` below), so every ``pm.sample`` starts
+        from the same state and a run with a given ``random_seed`` repeats its draws exactly
+        (its process-based chains fork after the compilation; README, "Warm starts", lists
+        what still depends on history within the tolerance). Without it, a run's warm
+        starts came from whatever the process evaluated before, and since warm starts move
+        the solution within the solver's tolerance, the same seed gave different draws.
+        """
+        self._threads = PerThread(_thread_state)
+
+    def prepare_node(self, node, storage_map, compute_map, impl):
+        self.reset_warm_starts()
 
     def _warm_starts(self, n):
         """This thread's ``WarmStarts`` for data of size n."""
@@ -599,6 +637,10 @@ def _register_numba():
         refs[:] = [r for r in refs if r[0]() is not None]
         if not any(r[0]() is op for r in refs):
             refs.append((weakref.ref(op), len(node.outputs)))
+        for ref, _ in refs:  # any of them may answer the compiled graph (``_perform_registered``)
+            alive = ref()
+            if alive is not None and hasattr(alive, "reset_warm_starts"):
+                alive.reset_warm_starts()
         ret_sig = numba.types.Tuple([get_numba_type(o.type) for o in node.outputs])
 
         @numba_njit

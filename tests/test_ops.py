@@ -211,6 +211,51 @@ def test_warm_start_state_is_per_thread():
     assert len(op._threads.items) == 2  # one state per worker thread
 
 
+@pytest.mark.parametrize("linker", ["numba", "py"])
+def test_compiling_a_graph_clears_the_warm_starts(linker):
+    """Warm starts move a solution within the solver's tolerance, so a compiled function
+    (a new sampling run) must not inherit those of earlier evaluations: compiling any
+    graph that holds the Op clears them, under the numba linker (funcify) and the
+    Python/C ones (prepare_node)."""
+    rng = np.random.default_rng(15)
+    X, y = random_problem(rng, 25, d=2)
+    op = ApproxMarginalOp("ep", L.Probit)
+    K = pt.dmatrix("K")
+    out = op(K, pt.zeros(0), y, pt.dvector("hyper"))[0]
+    mode = pytensor.compile.mode.Mode(linker=linker)
+    f = pytensor.function(list(out.owner.inputs[i] for i in (0, 3)), out, mode=mode)
+    D = ((X[:, None] - X[None]) ** 2).sum(-1)
+    Kv = np.exp(-0.5 * D) + 1e-6 * np.eye(25)
+    first = f(Kv, np.array([0.0]))
+    f(2.0 * Kv, np.array([0.7]))  # leaves a stored solution near the next start
+    assert op._warm_starts(25).states  # this thread has warm starts now
+    again = f(Kv, np.array([0.0]))  # answered from the recent results: the same bits
+    assert again == first
+    pytensor.function(list(out.owner.inputs[i] for i in (0, 3)), out, mode=mode)
+    assert not op._threads.items  # every thread's state is gone
+    assert not op._warm_starts(25).states
+
+
+def test_reset_warm_starts_clears_every_op_also_equal_ones():
+    """``pymc_gpc.reset_warm_starts`` reaches every live Op, also two with equal props
+    (equal and hashing alike), without compiling anything."""
+    import pymc_gpc
+
+    rng = np.random.default_rng(17)
+    X, y = random_problem(rng, 20, d=2)
+    ops_ = [ApproxMarginalOp("ep", L.Probit) for _ in range(2)]
+    assert ops_[0] == ops_[1] and ops_[0] is not ops_[1]
+    K = pt.dmatrix("K")
+    py = pytensor.compile.mode.Mode(linker="py")  # each Op answers its own graph (numba: the first)
+    fns = [pytensor.function([K], op(K, pt.zeros(0), y)[0], mode=py) for op in ops_]
+    Kv = np.exp(-0.5 * ((X[:, None] - X[None]) ** 2).sum(-1)) + 1e-6 * np.eye(20)
+    for f in fns:
+        f(Kv)
+    assert all(op._warm_starts(20).states for op in ops_)
+    pymc_gpc.reset_warm_starts()
+    assert not any(op._threads.items for op in ops_)
+
+
 def test_sampling_tolerance_keeps_value_and_gradient_at_the_fixed_point():
     """The Op's default EP tolerance (ops.SAMPLING_DEFAULTS, 1e-2) along a warm-started
     path of nearby kernels, as NUTS evaluates them: the evidence stays within 1e-3 and
