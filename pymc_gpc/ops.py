@@ -346,7 +346,11 @@ class ApproxMarginalOp(Op):
         self.options = tuple(options)
         self.hyper_names = tuple((str(n), int(k)) for n, k in hyper_names)
         self._lik = likelihood_type()
-        self._threads = PerThread(_thread_state)
+        self._start_fresh()
+
+    def _start_fresh(self):
+        """No warm starts, zero counts, listed for ``reset_warm_starts`` (new or unpickled)."""
+        self.reset_warm_starts()
         self.counts = _new_counts()
         _LIVE_OPS[id(self)] = self
 
@@ -358,9 +362,7 @@ class ApproxMarginalOp(Op):
 
     def __setstate__(self, state):
         self.__dict__.update(state)
-        self._threads = PerThread(_thread_state)
-        self.counts = _new_counts()
-        _LIVE_OPS[id(self)] = self
+        self._start_fresh()
 
     def make_node(self, K, params, y, hyper=None):
         K = pt.as_tensor_variable(K).astype("float64")
