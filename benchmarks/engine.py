@@ -30,7 +30,7 @@ from scipy.linalg import lapack
 from pymc_gpc import ep, laplace
 from pymc_gpc import likelihoods as L
 from pymc_gpc.datasets import load_pima
-from pymc_gpc.ops import SAMPLING_DEFAULTS
+from pymc_gpc.ops.marginal import SAMPLING_DEFAULTS
 
 OUT = pathlib.Path(__file__).parent / "results" / "engine.md"
 README = pathlib.Path(__file__).parent.parent / "README.md"

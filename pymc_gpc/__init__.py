@@ -10,16 +10,16 @@ from . import _numba_cache
 _numba_cache.install()  # before any cached numba function is defined
 
 from . import kernels, likelihoods  # noqa: E402
-from .ep import EPState, ep  # noqa: E402
-from .adf import adf  # noqa: E402
+from .approximations.ep import EPState, ep  # noqa: E402
+from .approximations.adf import adf  # noqa: E402
 from .gp import MarginalADF, MarginalEP, MarginalLaplace, MarginalMeanField  # noqa: E402
 from .point_estimates import FitResult, fit  # noqa: E402
 from .idata import add_log_likelihood, sample  # noqa: E402
 from .ops import reset_warm_starts  # noqa: E402
 from .models import ard_classifier  # noqa: E402
-from .laplace import LaplaceState, laplace  # noqa: E402
-from .meanfield import MeanFieldState, meanfield  # noqa: E402
-from .result import ApproximationResult  # noqa: E402
+from .approximations.laplace import LaplaceState, laplace  # noqa: E402
+from .approximations.meanfield import MeanFieldState, meanfield  # noqa: E402
+from .approximations.result import ApproximationResult  # noqa: E402
 
 __all__ = [
     "likelihoods",

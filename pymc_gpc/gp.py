@@ -31,8 +31,8 @@ import pytensor.tensor as pt
 from pymc.gp.util import JITTER_DEFAULT
 from pytensor.graph.traversal import ancestors
 
-from .likelihoods import Likelihood, laplace_unsupported_message
-from .ops import ApproxMarginalOp, LatentPredictiveOp
+from .likelihoods.binary import Likelihood, laplace_unsupported_message
+from .ops.marginal import ApproxMarginalOp, LatentPredictiveOp
 from .validation import as_signed_labels, check_inputs
 
 __all__ = ["MarginalEP", "MarginalLaplace", "MarginalMeanField", "MarginalADF"]
@@ -221,7 +221,7 @@ class MarginalEP(_ApproximateMarginal):
     likelihood : a ``pymc_gpc.likelihoods`` instance; its parameters may be random variables.
     jitter : added to the diagonal of K.
     **solver_options : passed to ``pymc_gpc.ep`` (method, damping, tol, max_sweeps);
-        while sampling, tol defaults to 1e-2 (``pymc_gpc.ops.SAMPLING_DEFAULTS``),
+        while sampling, tol defaults to 1e-2 (``pymc_gpc.ops.marginal.SAMPLING_DEFAULTS``),
         while ``pymc_gpc.fit`` and prediction use the engine's 1e-8.
     """
 

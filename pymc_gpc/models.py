@@ -17,7 +17,7 @@ import pytensor.tensor as pt
 
 from .gp import MarginalADF, MarginalEP, MarginalLaplace, MarginalMeanField
 from .kernels import MixedARD
-from .likelihoods import Probit
+from .likelihoods.binary import Probit
 from .validation import check_inputs
 
 # Where the chains start log v0 (``ard_classifier``'s docstring); comparisons that
@@ -118,7 +118,7 @@ def label_noise_classifier(X, y, *, epsilon=None, lengthscales="multiple", laten
     -------
     (model, gp)
     """
-    from .likelihoods import StepLabelNoise
+    from .likelihoods.binary import StepLabelNoise
 
     if lengthscales not in ("multiple", "single"):
         raise ValueError(f"lengthscales must be 'multiple' or 'single', got {lengthscales!r}")

@@ -54,9 +54,9 @@ from pymc.progress_bar import create_simple_progress
 from pymc.pytensorf import compile as compile_fn
 from pytensor.graph.traversal import ancestors
 
-from .likelihoods import StepLabelNoise
-from .ops import NO_GRADIENT, ApproxMarginalOp, _solve_with_retries
-from .posterior import NotPositiveDefiniteError, chol_lower, inv_lower
+from .likelihoods.binary import StepLabelNoise
+from .ops.marginal import NO_GRADIENT, ApproxMarginalOp, _solve_with_retries
+from .structures.dense import NotPositiveDefiniteError, chol_lower, inv_lower
 
 __all__ = ["fit", "FitResult", "METHODS", "EPSILON_RULES"]
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from pymc_gpc import EPState, LaplaceState, ep, laplace
-from pymc_gpc.likelihoods import STEP_LABEL_NOISE as STEP
+from pymc_gpc.likelihoods.binary import STEP_LABEL_NOISE as STEP
 
 from .conftest import LIKELIHOOD_CASES, ard_kernel, lik_id, random_problem
 
@@ -106,9 +106,7 @@ def test_predictions_match_dense_formula():
 
 def _python_only(monkeypatch):
     """Make ep() skip the compiled parallel loop, as if it handed back at once."""
-    import sys
-
-    ep_module = sys.modules["pymc_gpc.ep"]  # the attribute pymc_gpc.ep is the function
+    import pymc_gpc.approximations.ep as ep_module
 
     def handed_back(kind, K, y, th, tau, nu, *rest):
         return (ep_module._HANDED_BACK, 0, np.inf, tau, nu) + (None,) * 8
@@ -147,7 +145,7 @@ def test_compiled_loop_hands_back_negative_sites():
     # A warm start with negative sites never enters the compiled loop, and a step
     # likelihood run that produces them continues in Python (IndefiniteSitePosterior).
     from pymc_gpc.likelihoods import StepLabelNoise
-    from pymc_gpc.posterior import IndefiniteSitePosterior
+    from pymc_gpc.structures.dense import IndefiniteSitePosterior
 
     rng = np.random.default_rng(2)
     X, y = random_problem(rng, 50, d=2)

@@ -167,7 +167,7 @@ def test_nutpie_samples_the_same_model():
 def test_nutpie_threads_keep_their_warm_starts(monkeypatch):
     """nutpie's Rust threads enter Python afresh at every evaluation (a new Python thread
     state each time): the warm starts must survive that (they did not with threading.local)."""
-    from pymc_gpc import ops
+    from pymc_gpc.ops import marginal as ops
 
     rng = np.random.default_rng(12)
     X, y = random_problem(rng, 30)

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from pymc_gpc import lapack
-from pymc_gpc.posterior import LatentPosterior, chol_lower, inv_lower
+from pymc_gpc.numerics import lapack
+from pymc_gpc.structures.dense import LatentPosterior, chol_lower, inv_lower
 
 
 @pytest.mark.parametrize("n", [0, 1, 31, 32, 33, 97, 200])

@@ -18,7 +18,7 @@ import pytest
 
 from pymc_gpc import adf, ep, meanfield
 from pymc_gpc import likelihoods as L
-from pymc_gpc.adf import adf_path
+from pymc_gpc.approximations.adf import adf_path
 
 from .conftest import LIKELIHOOD_CASES, ard_kernel, brute_force_log_z, lik_id, random_problem
 from .test_accuracy import BRUTE_FORCE_CASES, tiny_problem

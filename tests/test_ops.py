@@ -89,7 +89,7 @@ def test_extremes_give_finite_values_or_minus_inf_never_nan(log_amp, theta, fail
 @pytest.mark.parametrize("lik", [L.Probit(), L.ProbitNoise(0.7), L.ProbitBias(-0.3)])
 def test_warm_fast_path_returns_what_ep_returns(lik):
     """``ep.ep_warm``, the Op's hot path, against ``ep`` from the same starts."""
-    from pymc_gpc.ep import ep_warm
+    from pymc_gpc.approximations.ep import ep_warm
     from pymc_gpc.validation import as_signed_labels
 
     X, y = random_problem(np.random.default_rng(8), 40, d=2)
@@ -260,7 +260,7 @@ def test_sampling_tolerance_keeps_value_and_gradient_at_the_fixed_point():
     """The Op's default EP tolerance (ops.SAMPLING_DEFAULTS, 1e-2) along a warm-started
     path of nearby kernels, as NUTS evaluates them: the evidence stays within 1e-3 and
     dlogZ/dK within 5e-2 (relative) of a tight solve, while the sweeps drop."""
-    from pymc_gpc.ops import SAMPLING_DEFAULTS
+    from pymc_gpc.ops.marginal import SAMPLING_DEFAULTS
 
     assert SAMPLING_DEFAULTS["ep"]["tol"] == 1e-2
     rng = np.random.default_rng(21)
@@ -285,8 +285,8 @@ def test_sampling_tolerance_keeps_value_and_gradient_at_the_fixed_point():
 
 
 def test_warm_starts_extrapolate_along_the_trajectory():
-    from pymc_gpc.ep import EPState
-    from pymc_gpc.ops import WarmStarts
+    from pymc_gpc.approximations.ep import EPState
+    from pymc_gpc.ops.marginal import WarmStarts
 
     rng = np.random.default_rng(2)
     M, c = rng.normal(size=(8, 3)), np.abs(rng.normal(size=8)) + 5.0
@@ -316,7 +316,7 @@ def test_warm_starts_extrapolate_along_the_trajectory():
 
 
 def test_recent_results_answer_repeated_points_exactly_and_only_those():
-    from pymc_gpc.ops import RecentResults
+    from pymc_gpc.ops.marginal import RecentResults
 
     rng = np.random.default_rng(3)
     K, params, hyper = rng.normal(size=(4, 4)), np.array([0.3]), np.array([0.1, -0.2])
@@ -365,7 +365,7 @@ def test_per_thread_state_is_kept_per_thread_and_bounded():
     recently used state is dropped, without errors from concurrent first calls."""
     import threading
 
-    from pymc_gpc.ops import PerThread
+    from pymc_gpc.ops.marginal import PerThread
 
     store = PerThread(dict, size=3)
     mine = store.get()

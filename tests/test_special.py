@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 from scipy import special
 
-from pymc_gpc.special import inv_mills, log_ndtr, log_sigmoid, sigmoid
+from pymc_gpc.numerics.special import inv_mills, log_ndtr, log_sigmoid, sigmoid
 
 Z = np.concatenate([-np.logspace(-3, 3.5, 200), [0.0], np.logspace(-3, 1.6, 100)])
 

@@ -51,12 +51,12 @@ from pytensor.gradient import DisconnectedType, disconnected_type, grad_not_impl
 from pytensor.graph.basic import Apply
 from pytensor.graph.op import Op
 
-from ._numba_cache import cache_key
-from .adf import adf
-from .ep import ep, ep_warm
-from .laplace import laplace
-from .meanfield import meanfield
-from .validation import trusted_kernel
+from .._numba_cache import cache_key
+from ..approximations.adf import adf
+from ..approximations.ep import ep, ep_warm
+from ..approximations.laplace import laplace
+from ..approximations.meanfield import meanfield
+from ..validation import trusted_kernel
 
 STATUS_CONVERGED, STATUS_NOT_CONVERGED, STATUS_FAILED = 0, 1, 2
 

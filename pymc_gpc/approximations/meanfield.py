@@ -81,10 +81,10 @@ non-log-concave likelihoods. This is a heuristic of this package, not of the pap
 from dataclasses import dataclass
 
 import numpy as np
-from . import lapack
-from .posterior import chol_lower, inv_lower, latent_posterior
+from ..numerics import lapack
+from ..structures.dense import chol_lower, inv_lower, latent_posterior
 from .result import ApproximationResult
-from .validation import as_signed_labels, check_kernel_matrix
+from ..validation import as_signed_labels, check_kernel_matrix
 
 VARIANTS = ("ensemble", "naive")
 

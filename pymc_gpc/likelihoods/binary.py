@@ -23,7 +23,7 @@ import math
 import numpy as np
 from numba import njit
 
-from .special import inv_mills, log_add_exp, log_ndtr, log_ndtr_array, log_npdf, log_sigmoid, sigmoid
+from ..numerics.special import inv_mills, log_add_exp, log_ndtr, log_ndtr_array, log_npdf, log_sigmoid, sigmoid
 
 # Gauss-Hermite rule for expectations of log p(y | f) under a Gaussian (``expected_log_lik``).
 _GH_NODES, _GH_WEIGHTS = np.polynomial.hermite.hermgauss(128)

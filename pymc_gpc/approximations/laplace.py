@@ -20,10 +20,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from .ep import cavity_precision
-from .likelihoods import laplace_unsupported_message
-from .posterior import LatentPosterior
+from ..likelihoods.binary import laplace_unsupported_message
+from ..structures.dense import LatentPosterior
 from .result import ApproximationResult
-from .validation import as_signed_labels, check_kernel_matrix
+from ..validation import as_signed_labels, check_kernel_matrix
 
 
 @dataclass

@@ -27,7 +27,7 @@ Sigma_ii = K_ii - ||L^{-1} W^{1/2} K_{:,i}||^2.
 import numpy as np
 from numba import njit
 
-from . import lapack
+from ..numerics import lapack
 
 # Below this value of w_i K_ii the identity above loses more than ~1e-12 relative.
 _IDENTITY_MIN = 1e-4

@@ -55,9 +55,9 @@ import numpy as np
 from numba import njit
 
 from .ep import EPState, _cavities, _cavity_floor, _rank_one_site_update, _update_site, ep_log_z
-from .posterior import latent_posterior
+from ..structures.dense import latent_posterior
 from .result import ApproximationResult
-from .validation import as_signed_labels, check_kernel_matrix
+from ..validation import as_signed_labels, check_kernel_matrix
 
 @njit(nogil=True, fastmath=True, cache=True)
 def _c_times_k(C, K, i, m, s):

@@ -13,7 +13,7 @@ is q(f) ∝ N(f; 0, K) prod_i exp(-tau_i f_i^2 / 2 + nu_i f_i). One update of si
 Negative site precisions (possible only for likelihoods that are not log-concave,
 here the step likelihood with label noise) are kept, so the fixed point and the
 gradient below stay exact; q(f) is then represented through chol(K)
-(``posterior.IndefiniteSitePosterior``). If an update would make K^{-1} + S
+(``structures.dense.IndefiniteSitePosterior``). If an update would make K^{-1} + S
 indefinite, it is halved towards the previous sites, and after 20 halvings the
 negative precisions are clipped to zero as in GPML.
 
@@ -21,7 +21,7 @@ Two schedules:
 
 ``parallel``: all sites from the same posterior, then the posterior is recomputed.
   One sweep costs one Cholesky and one triangular inverse (2n^3/3 flops, see
-  ``posterior.py``); the iteration is Anderson-accelerated (``_Anderson``).
+  ``structures/dense.py``); the iteration is Anderson-accelerated (``_Anderson``).
 ``sequential``: sites one at a time with rank-one updates of Sigma (R&W Alg. 3.5),
   compiled with numba; Sigma is recomputed from scratch after every sweep.
 
@@ -40,8 +40,8 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from .likelihoods import TiltedMoments, tilted_site
-from .posterior import (
+from ..likelihoods.binary import TiltedMoments, tilted_site
+from ..structures.dense import (
     LatentPosterior,
     NotPositiveDefiniteError,
     factor_B,
@@ -52,7 +52,7 @@ from .posterior import (
     weights_from_inverse,
 )
 from .result import ApproximationResult
-from .validation import as_signed_labels, check_kernel_matrix
+from ..validation import as_signed_labels, check_kernel_matrix
 
 # Columns kept by the Anderson acceleration of parallel EP.
 _ANDERSON_MEMORY = 5
@@ -433,7 +433,7 @@ def _anderson_mix(dF, dG, count, f, g):
 def _parallel_compiled(kind, K, y, th, tau, nu, damping, tol, max_sweeps, memory):
     """``_parallel`` for non-negative sites, compiled: whole sweeps without Python.
 
-    Every sweep factorises B at the current sites (``posterior.factor_B``), forms the
+    Every sweep factorises B at the current sites (``structures.dense.factor_B``), forms the
     cavities, the tilted moments of likelihood ``kind`` and the new sites, and takes
     the Anderson step of ``_Anderson`` with the same restarts as ``_parallel``. A step
     ``_parallel`` would handle in Python (an iterate with negative sites, a failed

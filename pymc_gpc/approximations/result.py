@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .posterior import LatentPosterior
+from ..structures.dense import LatentPosterior
 
 
 @dataclass

@@ -1,0 +1,13 @@
+"""PyTensor Ops over (K, likelihood parameters, y): the approximate log marginal
+likelihood with its exact pullback, and the latent predictive (``marginal``: numba
+registration, warm starts, recent results, failure handling)."""
+
+from .marginal import (
+    STATUS_FAILED,
+    ApproximationFailedWarning,
+    ApproxMarginalOp,
+    LatentPredictiveOp,
+    reset_warm_starts,
+)
+
+__all__ = ["ApproxMarginalOp", "LatentPredictiveOp", "ApproximationFailedWarning", "STATUS_FAILED", "reset_warm_starts"]
