@@ -115,7 +115,7 @@ def test_warm_fast_path_returns_what_ep_returns(lik):
 def test_op_takes_the_fast_path_only_where_it_applies(monkeypatch):
     """Signed labels and the default schedule: no call of ep(); 0/1 labels, a damping
     option or an invalid likelihood parameter: through ep(), with its checks."""
-    from pymc_gpc import ops
+    from pymc_gpc.ops import marginal as ops
 
     calls = []
     solver = ops.SOLVERS["ep"]
