@@ -129,8 +129,10 @@ def _parallel_update(kind, y, th, var, mean, tau, nu, prior_var, damping):
     return tau_g, nu_g, change if finite else np.nan, tau_c, nu_c, tilted
 
 
-def _cavities(prior, post, tau, nu):
-    """Posterior marginals and cavity natural parameters at every site."""
+def _cavities(post, tau, nu, prior=None):
+    """Posterior marginals and cavity natural parameters at every site (prior: the
+    structure of ``post``; a dense ``post.K`` if not given)."""
+    prior = DensePrior(post.K) if prior is None else prior
     var = post.var_diag()
     b = post.weights(nu)
     mean = prior.matvec(b)
@@ -276,7 +278,7 @@ def ep(
         post, tau, nu, sweeps, change = run(prior, y, likelihood, th, post, tau, nu, damping, tol, max_sweeps - done)
         sweeps += done
     if fixed is None:
-        var, mean, b, tau_c, nu_c = _cavities(prior, post, tau, nu)
+        var, mean, b, tau_c, nu_c = _cavities(post, tau, nu, prior)
         tilted = likelihood.tilted(y, nu_c / tau_c, 1.0 / tau_c, th)
         log_z = ep_log_z(post, tau, nu, mean, tau_c, nu_c, tilted.log_z)
     else:  # the cavities of the last sweep are those of the returned sites

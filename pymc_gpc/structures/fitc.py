@@ -55,6 +55,7 @@ from collections import namedtuple
 
 import numpy as np
 from scipy.linalg import cho_solve, solve_triangular
+from scipy.linalg.blas import dsyrk
 
 from .dense import NotPositiveDefiniteError, chol_lower
 
@@ -78,6 +79,16 @@ def _chol_with_jitter(Kuu):
     raise NotPositiveDefiniteError(
         f"K_uu has no Cholesky factor even with a jitter of {_JITTER_FALLBACK[-1]:g} x mean diag: "
         "check the inducing inputs (duplicates?) and the covariance function")
+
+
+def _inducing_precision(V, d):
+    """A = I + V diag(d) V^T (lower triangle, Fortran-ordered; one dsyrk when d >= 0)."""
+    if np.min(d, initial=0.0) >= 0.0:
+        A = dsyrk(1.0, V * np.sqrt(d), lower=1)
+    else:
+        A = np.asfortranarray((V * d) @ V.T)
+    A[np.diag_indices_from(A)] += 1.0
+    return A
 
 
 class FITCPrior:
@@ -151,10 +162,8 @@ class FITCPosterior:
         self.g = 1.0 / denom
         self.d = self.w * self.g
         self._log_denom = np.log(denom)
-        V = prior.V
-        A = (V * self.d) @ V.T
-        A[np.diag_indices_from(A)] += 1.0
-        self.L_A = chol_lower(A)  # NotPositiveDefiniteError exactly when K~^-1 + W is indefinite
+        self.L_A = chol_lower(_inducing_precision(prior.V, self.d), overwrite=True)
+        # (NotPositiveDefiniteError exactly when K~^-1 + W is indefinite)
         self._C = None
 
     @property
@@ -210,9 +219,9 @@ class FITCPosterior:
         prior = self.prior
         V, d = prior.V, self.d
         Bu = prior.inducing_weights(V)  # K_uu^{-1} K_uf
-        # Bu R = Bu diag(d) - (Bu diag(d) V^T) A^{-1} V diag(d)
-        Bud = Bu * d
-        BuG = scale_R * (Bud - self._A_solve((Bud @ V.T).T).T @ (V * d))
+        # Bu R = L_uu^{-T} (I - (A - I) A^{-1}) V diag(d) = L_uu^{-T} A^{-1} V diag(d), as V d V^T = A - I
+        M = prior.inducing_weights(self._A_solve(np.eye(prior.m)))
+        BuG = scale_R * (M @ (V * d))
         diag_G = scale_R * self.R_diag()
         for x, y, c in outer:
             BuG += 0.5 * c * (np.outer(Bu @ x, y) + np.outer(Bu @ y, x))
