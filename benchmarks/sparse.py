@@ -20,6 +20,8 @@ on a machine without them.
 
 Run:  OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/sparse.py [--quick]
 Writes benchmarks/results/sparse.md (README.md is not touched).
+      python benchmarks/sparse.py --warm N M [N M ...]: only the warm time at tol 1e-2 for
+      these (n, m), printed (5 repeats at n <= 10^4, else 3).
 """
 
 import os
@@ -145,7 +147,20 @@ def accuracy_rows(ms, n=2000, n_test=1000):
     return rows
 
 
+def warm_only(pairs):
+    for n, m in pairs:
+        X, y = synthetic(n)
+        Xu = X[np.random.default_rng(1).choice(n, m, replace=False)]
+        base = evaluate(fitc_inputs(X, Xu), y, None, 1e-2)
+        near = fitc_inputs(X, Xu, 1.02)
+        t, r = median_time(lambda: evaluate(near, y, base.state, 1e-2), 5 if n <= 10_000 else 3)
+        print(f"n={n} m={m} warm median {t * 1e3:.0f} ms ({r.n_iter} sweeps)", flush=True)
+
+
 def main():
+    if "--warm" in sys.argv:
+        args = [int(a) for a in sys.argv[sys.argv.index("--warm") + 1:]]
+        return warm_only(zip(args[::2], args[1::2]))
     quick = "--quick" in sys.argv
     sizes = (1000, 10_000) if quick else (1000, 4000, 10_000, 100_000)
     started = time.time()
