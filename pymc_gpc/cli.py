@@ -39,7 +39,7 @@ def _parser():
     p.add_argument("train", nargs="?", help="training CSV (default: the bundled data set)")
     p.add_argument("--target", help="name of the label column (two classes)")
     p.add_argument("--test", help="test CSV with the same columns (the label column is optional)")
-    p.add_argument("--data", default="pima", choices=["pima", "crabs"], help="bundled data set when no CSV is given")
+    p.add_argument("--data", default="pima", choices=["pima", "crabs", "default"], help="bundled data set when no CSV is given")
     p.add_argument(
         "--method", default="nuts", choices=["nuts", "map", "type2", "em-ep"],
         help="NUTS over the hyperparameters, or a point estimate: MAP-II, type-II ML or EM-EP",
@@ -49,6 +49,10 @@ def _parser():
         help="how the latent function is integrated out (adf has no gradient: use --method em-ep)",
     )
     p.add_argument("--likelihood", default="probit", choices=sorted(LIKELIHOODS))
+    p.add_argument(
+        "--inducing", type=int, default=None, metavar="M",
+        help="FITC prior with M inducing inputs placed by k-means (ep or laplace): O(n M^2) per evaluation",
+    )
     p.add_argument(
         "--sampler", default="pymc", choices=["pymc", "nutpie"],
         help="NUTS implementation (pymc: chains as processes, dense mass matrix; about as fast as nutpie on Pima, faster on Crabs)",
@@ -149,6 +153,8 @@ def run(args):
     from .models import ard_classifier, classification_metrics
 
     _check_args(args)
+    if args.inducing is not None and args.approximation not in ("ep", "laplace"):
+        raise ValueError(f"--inducing works with --approximation ep or laplace, not {args.approximation}")
     data = load_split(args)
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -157,6 +163,7 @@ def run(args):
     model, gp = ard_classifier(
         data.X_train, data.y_train, approximation=approximation, likelihood=likelihood,
         feature_names=data.feature_names, **({"variant": variant} if variant else {}),
+        **({"inducing": args.inducing} if args.inducing is not None else {}),
     )
     report = [
         f"# pymc-gpc: {data.name}, {args.approximation.upper()} + {args.likelihood}, {args.method}",

@@ -33,6 +33,7 @@ from pytensor.graph.traversal import ancestors
 
 from .likelihoods.binary import Likelihood, laplace_unsupported_message
 from .ops.marginal import ApproxMarginalOp, LatentPredictiveOp
+from .ops.sparse import SPARSE_APPROXIMATIONS, SparseMarginalOp, SparsePredictiveOp
 from .validation import as_signed_labels, check_inputs
 
 __all__ = ["MarginalEP", "MarginalLaplace", "MarginalMeanField", "MarginalADF"]
@@ -43,7 +44,8 @@ class _ApproximateMarginal:
 
     approximation = None
 
-    def __init__(self, *, cov_func, likelihood, jitter=JITTER_DEFAULT, **solver_options):
+    def __init__(self, *, cov_func, likelihood, jitter=JITTER_DEFAULT, approx=None, **solver_options):
+        self.approx = _check_approx(approx, self.approximation)
         if not isinstance(likelihood, Likelihood):
             raise ValueError(
                 f"likelihood must be a pymc_gpc.likelihoods.Likelihood instance, got {likelihood!r}"
@@ -56,7 +58,7 @@ class _ApproximateMarginal:
         self.likelihood = likelihood
         self.jitter = float(jitter)
         self.solver_options = tuple(sorted(solver_options.items()))
-        self.X = self.y = self.name = None
+        self.X = self.y = self.name = self.Xu = None
 
     # -- building blocks -------------------------------------------------------------
 
@@ -100,7 +102,17 @@ class _ApproximateMarginal:
             )
         return Xnew
 
+    def _fitc_inputs(self, X, Xu):
+        """K_uu (jittered), K_uf and diag K_ff (jittered, as the dense K's diagonal)."""
+        Kuu = self.cov_func(Xu) + self.jitter * pt.eye(Xu.shape[0])
+        return Kuu, self.cov_func(Xu, X), self.cov_func(X, diag=True) + self.jitter
+
     def _build_predictive(self, Xnew, full_cov):
+        if self.approx == "FITC":
+            op = SparsePredictiveOp(self.approximation, type(self.likelihood), self.solver_options, full_cov)
+            K_star = self.cov_func(Xnew) if full_cov else self.cov_func(Xnew, diag=True)
+            return op(*self._fitc_inputs(self.X, self.Xu), self.likelihood.params_tensor(), self.y,
+                      self.cov_func(self.Xu, Xnew), K_star)
         op = LatentPredictiveOp(self.approximation, type(self.likelihood), self.solver_options, full_cov)
         K_cross = self.cov_func(self.X, Xnew)
         K_star = self.cov_func(Xnew) if full_cov else self.cov_func(Xnew, diag=True)
@@ -108,7 +120,7 @@ class _ApproximateMarginal:
 
     # -- public verbs ----------------------------------------------------------------
 
-    def marginal_likelihood(self, name, X, y):
+    def marginal_likelihood(self, name, X, y, Xu=None):
         """Add log q(y | X, theta) to the model as a potential named ``name``.
 
         Parameters
@@ -121,6 +133,9 @@ class _ApproximateMarginal:
             ``pymc_gpc.add_log_likelihood`` for ``az.loo``).
         X : (n, d) inputs (array, DataFrame, or 1-D for one input dimension).
         y : (n,) binary labels: {-1, +1}, {0, 1}, booleans, or two distinct strings.
+        Xu : (m, d) inducing inputs, with ``approx="FITC"`` only (required there): an
+            array (e.g. ``pm.gp.util.kmeans_inducing_points(m, X)``) or a tensor of random
+            variables, which then get gradients too. m <= n.
 
         Returns
         -------
@@ -130,11 +145,52 @@ class _ApproximateMarginal:
         y = as_signed_labels(y)
         if X.shape[0] != y.shape[0]:
             raise ValueError(f"X has {X.shape[0]} rows but y has {y.shape[0]} labels")
+        Xu = self._check_inducing(Xu, X)
         model = pm.modelcontext(None)
-        self.X, self.y, self.name = X, y, name
+        self.X, self.y, self.name, self.Xu = X, y, name, Xu
+        if self.approx == "FITC":
+            return self._fitc_marginal_likelihood(model, name, X, y, Xu)
         K, params = self._kernel(X), self.likelihood.params_tensor()
         hyper_names, hyper = self._hyperparameters(model, [K, params])
         log_z, _, _, loo, n_iter, status = self._op(hyper_names)(K, params, y, hyper)
+        obs_dim = f"{name}_obs"
+        if obs_dim not in model.coords:
+            model.add_coord(obs_dim, np.arange(y.shape[0]))
+        pm.Potential(name, log_z)
+        pm.Deterministic(f"{name}_loo", loo, dims=obs_dim)
+        pm.Deterministic(f"{name}_n_iter", n_iter)
+        pm.Deterministic(f"{name}_status", status)
+        return log_z
+
+    def _check_inducing(self, Xu, X):
+        """Xu as a constant array or a tensor, checked against X (before any heavy work)."""
+        if self.approx != "FITC":
+            if Xu is not None:
+                raise ValueError("Xu (inducing inputs) is for approx='FITC'; this GP uses the dense kernel")
+            return None
+        if Xu is None:
+            raise ValueError("approx='FITC' needs inducing inputs: marginal_likelihood(name, X, y, Xu=Xu), "
+                             "e.g. Xu = pm.gp.util.kmeans_inducing_points(m, X)")
+        n, d = X.shape
+        if isinstance(Xu, pytensor.graph.basic.Variable):
+            if Xu.ndim != 2:
+                raise ValueError(f"Xu must be a 2-D (m, {d}) tensor, got {Xu.ndim} dimensions")
+            m, cols = Xu.type.shape
+        else:
+            Xu = check_inputs(Xu, name="Xu")
+            m, cols = Xu.shape
+        if cols is not None and cols != d:
+            raise ValueError(f"Xu has {cols} columns but the training inputs X have {d}")
+        if m is not None and m > n:
+            raise ValueError(f"Xu has m = {m} inducing inputs, more than the n = {n} data points")
+        return Xu
+
+    def _fitc_marginal_likelihood(self, model, name, X, y, Xu):
+        """``marginal_likelihood`` with the FITC prior (``ops.sparse.SparseMarginalOp``)."""
+        kernels, params = self._fitc_inputs(X, Xu), self.likelihood.params_tensor()
+        hyper_names, hyper = self._hyperparameters(model, [*kernels, params])
+        op = SparseMarginalOp(self.approximation, type(self.likelihood), self.solver_options, hyper_names)
+        log_z, *_, loo, n_iter, status = op(*kernels, params, y, hyper)
         obs_dim = f"{name}_obs"
         if obs_dim not in model.coords:
             model.add_coord(obs_dim, np.arange(y.shape[0]))
@@ -196,6 +252,17 @@ class _ApproximateMarginal:
         return p
 
 
+def _check_approx(approx, approximation):
+    """None (the dense kernel) or "FITC" (inducing points, EP and Laplace only)."""
+    if approx is None:
+        return None
+    if not isinstance(approx, str) or approx.upper() != "FITC":
+        raise ValueError(f"approx must be None (dense) or 'FITC', got {approx!r}")
+    if approximation not in SPARSE_APPROXIMATIONS:
+        raise ValueError(f"approx='FITC' is available for MarginalEP and MarginalLaplace, not {approximation!r}")
+    return "FITC"
+
+
 def _posterior_points(idata, names, max_draws):
     post = idata["posterior"]
     missing = [n for n in names if n not in post]
@@ -219,7 +286,11 @@ class MarginalEP(_ApproximateMarginal):
     ----------
     cov_func : any ``pm.gp.cov`` covariance (sums and products included).
     likelihood : a ``pymc_gpc.likelihoods`` instance; its parameters may be random variables.
-    jitter : added to the diagonal of K.
+    jitter : added to the diagonal of K (with FITC: of K_uu and diag K_ff).
+    approx : None (the dense n x n kernel) or "FITC": the inducing-point prior
+        K ~ Q + Lambda (Snelson & Ghahramani 2006; Naish-Guzman & Holden 2008) in
+        O(n m^2) time and O(n m) memory, as ``pm.gp.MarginalApprox(approx="FITC")``;
+        ``marginal_likelihood`` then takes the inducing inputs ``Xu``.
     **solver_options : passed to ``pymc_gpc.ep`` (method, damping, tol, max_sweeps);
         while sampling, tol defaults to 1e-2 (``pymc_gpc.ops.marginal.SAMPLING_DEFAULTS``),
         while ``pymc_gpc.fit`` and prediction use the engine's 1e-8.

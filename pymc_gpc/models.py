@@ -33,7 +33,7 @@ APPROXIMATIONS = {
 
 
 def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.0),
-                   feature_names=None, bias=True, name="y", **solver_options):
+                   feature_names=None, bias=True, name="y", inducing=None, **solver_options):
     """Build ``pm.Model`` + GP for binary classification with an ARD squared-exponential kernel.
 
     Parameters
@@ -45,6 +45,9 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
     prior : (mean, sd) of the Normal prior on every log-hyperparameter.
     feature_names : names for the ``feature`` coordinate of ``log_w``.
     bias : include the constant term v1.
+    inducing : None (the dense kernel), a number m of inducing inputs placed by k-means
+        (``pm.gp.util.kmeans_inducing_points``, seeded), or an (m, d) array of them: the
+        FITC prior (``approx="FITC"``, EP and Laplace only), O(n m^2) per evaluation.
 
     The model's initial point (where ``pm.sample`` starts its chains before jitter, and
     ``pm.find_MAP`` / ``pymc_gpc.fit`` their optimisers) is the prior mean for every
@@ -80,9 +83,23 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
         log_v0 = pm.Normal("log_v0", mu, sd, initval=float(np.clip(LOG_V0_START, mu - sd, mu + sd)))  # see the docstring
         v1 = pt.exp(pm.Normal("log_v1", mu, sd)) if bias else 0.0
         cov = MixedARD(d, v0=pt.exp(log_v0), l=pt.exp(log_w), v1=v1)  # = v0 ExpQuad(ls=w^-1/2) + v1
-        gp = APPROXIMATIONS[approximation](cov_func=cov, likelihood=likelihood, **solver_options)
-        gp.marginal_likelihood(name, X=X, y=y)
+        if inducing is None:
+            gp = APPROXIMATIONS[approximation](cov_func=cov, likelihood=likelihood, **solver_options)
+            gp.marginal_likelihood(name, X=X, y=y)
+        else:
+            gp = APPROXIMATIONS[approximation](cov_func=cov, likelihood=likelihood, approx="FITC", **solver_options)
+            gp.marginal_likelihood(name, X=X, y=y, Xu=_inducing_inputs(inducing, X))
     return model, gp
+
+
+def _inducing_inputs(inducing, X):
+    """Xu from a count m (k-means on X, seeded) or an array (checked by ``marginal_likelihood``)."""
+    if np.ndim(inducing) != 0:
+        return inducing
+    if isinstance(inducing, bool) or not float(inducing).is_integer() or not 1 <= int(inducing) <= X.shape[0]:
+        raise ValueError(f"inducing must be a number of inducing inputs in [1, n = {X.shape[0]}] "
+                         f"or an (m, d) array, got {inducing!r}")
+    return pm.gp.util.kmeans_inducing_points(int(inducing), X, seed=0)
 
 
 def classification_metrics(p, y):

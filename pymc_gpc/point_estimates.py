@@ -172,12 +172,13 @@ class _Objective:
             raise ValueError("the model has no continuous free variables to fit")
         self.nodes = _marginal_nodes(model)
         self.targets = list(targets)
-        self.labels = [np.asarray(node.inputs[2].eval(), dtype=float) for node in self.nodes]
+        # a node's inputs: the prior's (K; or K_uu, K_uf, diag K_ff for FITC), theta, y, ...
+        self.sizes = [node.op.n_kernel_inputs + 1 for node in self.nodes]
+        self.labels = [np.asarray(node.inputs[k].eval(), dtype=float) for node, k in zip(self.nodes, self.sizes)]
         rest = model.logp(vars=rest_terms, jacobian=False) if rest_terms else pt.constant(0.0)
-        kernels = [v for node in self.nodes for v in node.inputs[:2]]
+        kernels = [v for node, k in zip(self.nodes, self.sizes) for v in node.inputs[:k]]
         self.forward = compile_fn(self.free, [*kernels, rest], on_unused_input="ignore")
-        cotangents = [pt.dmatrix(f"g_K{j}") if i % 2 == 0 else pt.dvector(f"g_theta{j}")
-                      for j in range(len(self.nodes)) for i in range(2)]
+        cotangents = [v.type(f"g_{j}") for j, v in enumerate(kernels)]
         pulled = rest + sum((g * v).sum() for g, v in zip(cotangents, kernels))
         grads = pt.grad(pulled, self.targets) if self.targets else []
         self.backward = compile_fn(self.free + cotangents, grads, on_unused_input="ignore")
@@ -187,9 +188,14 @@ class _Objective:
         return [point[v.name] for v in self.free]
 
     def kernels(self, point):
-        """[(K_j, theta_j)] and the value of ``rest`` at ``point``."""
+        """[(K_j, theta_j)] and the value of ``rest`` at ``point``; K_j is what the solver takes
+        as the prior (the matrix K, or a ``FITCPrior``: ``ApproxMarginalOp.prior_from``)."""
         out = self.forward(*self._inputs(point))
-        return [(out[2 * j], out[2 * j + 1]) for j in range(len(self.nodes))], float(out[-1])
+        pairs, i = [], 0
+        for node, k in zip(self.nodes, self.sizes):
+            pairs.append((node.op.prior_from(*out[i:i + k - 1]), out[i + k - 1]))
+            i += k
+        return pairs, float(out[-1])
 
     def solve(self, j, K, theta, with_grad=True):
         """The approximation of term j, warm-started from its last call, with the Op's retry schedule."""
@@ -217,10 +223,11 @@ class _Objective:
                 result = self.solve(j, K, theta)
             except (ValueError, np.linalg.LinAlgError):
                 return -np.inf, -np.inf, None
-            if not (np.isfinite(result.log_z) and np.all(np.isfinite(result.dlog_z_dK))):
+            d_prior = self.nodes[j].op.kernel_cotangents(result)
+            if not (np.isfinite(result.log_z) and all(np.all(np.isfinite(c)) for c in d_prior)):
                 return -np.inf, -np.inf, None
             log_z += result.log_z
-            cotangents.append((result.dlog_z_dK, np.asarray(result.dlog_z_dparams, float).reshape(theta.shape)))
+            cotangents.append((*d_prior, np.asarray(result.dlog_z_dparams, float).reshape(theta.shape)))
         return rest + log_z, log_z, self.pullback(point, cotangents)
 
 
@@ -391,7 +398,7 @@ def _epsilon_variable(model, node):
     """The value variable of a free label-noise rate of the step likelihood, or None if fixed."""
     if not isinstance(node.op._lik, StepLabelNoise):
         return None
-    sources = [v for v in ancestors([node.inputs[1]]) if v in model.value_vars]
+    sources = [v for v in ancestors([node.inputs[node.op.n_kernel_inputs]]) if v in model.value_vars]
     if not sources:
         return None
     if len(sources) != 1 or model.values_to_rvs[sources[0]].ndim != 0:
@@ -419,6 +426,9 @@ class _EMEP:
         nodes = _marginal_nodes(model)
         if len(nodes) != 1:
             raise ValueError(f"em-ep needs exactly one GP classification term, the model has {len(nodes)}")
+        if nodes[0].op.n_kernel_inputs != 1:
+            raise ValueError("em-ep's M-step bound is implemented for the dense kernel only, not approx='FITC'; "
+                             "use method='type2' or 'map'")
         self.model, self.rule = model, epsilon_rule
         self.epsilon_var = _epsilon_variable(model, nodes[0])
         dependent = set(ancestors(nodes[0].inputs[:2]))

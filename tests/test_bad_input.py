@@ -197,10 +197,13 @@ def tripwires(monkeypatch):
         raise HeavyWork("heavy work started before the input was rejected")
 
     import pymc_gpc.approximations.ep as ep_mod
-    import pymc_gpc.approximations.laplace as laplace_mod
 
     monkeypatch.setattr(ep_mod, "latent_posterior", trip)
-    monkeypatch.setattr(laplace_mod, "LatentPosterior", trip)
+    from pymc_gpc.structures import DensePrior, FITCPrior
+
+    monkeypatch.setattr(DensePrior, "posterior", trip)  # the Python EP loop and Newton
+    monkeypatch.setattr(FITCPrior, "posterior", trip)
+    monkeypatch.setattr(ep_mod, "_parallel_compiled", trip)  # the compiled EP loop
     monkeypatch.setattr(pm, "sample", trip)
     monkeypatch.setattr(pm, "find_MAP", trip)
 

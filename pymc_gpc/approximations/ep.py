@@ -41,6 +41,7 @@ import numpy as np
 from numba import njit
 
 from ..likelihoods.binary import TiltedMoments, tilted_site
+from ..structures import DensePrior, is_structure
 from ..structures.dense import (
     LatentPosterior,
     NotPositiveDefiniteError,
@@ -128,12 +129,14 @@ def _parallel_update(kind, y, th, var, mean, tau, nu, prior_var, damping):
     return tau_g, nu_g, change if finite else np.nan, tau_c, nu_c, tilted
 
 
-def _cavities(post, tau, nu):
-    """Posterior marginals and cavity natural parameters at every site."""
+def _cavities(post, tau, nu, prior=None):
+    """Posterior marginals and cavity natural parameters at every site (prior: the
+    structure of ``post``; a dense ``post.K`` if not given)."""
+    prior = DensePrior(post.K) if prior is None else prior
     var = post.var_diag()
     b = post.weights(nu)
-    mean = post.K @ b
-    tau_c = cavity_precision(var, tau, np.diag(post.K))
+    mean = prior.matvec(b)
+    tau_c = cavity_precision(var, tau, prior.diag())
     nu_c = mean / var - nu
     return var, mean, b, tau_c, nu_c
 
@@ -216,14 +219,17 @@ def ep(
 
     Parameters
     ----------
-    K : (n, n) symmetric positive semi-definite prior covariance of f.
+    K : (n, n) symmetric positive semi-definite prior covariance of f, or a prior
+        structure (``pymc_gpc.structures``, e.g. ``FITCPrior``): the same parallel EP
+        then runs on it, and ``dlog_z_dK`` is the structure's gradient (for FITC a
+        ``FITCGradient``, the derivatives in K_uu, K_uf and diag K_ff).
     y : (n,) labels: {-1, +1}, {0, 1}, booleans or two strings (checked).
     likelihood : a ``pymc_gpc.likelihoods.Likelihood``.
     params : likelihood parameters overriding ``likelihood.params``.
     state : an ``EPState`` to warm-start from (e.g. the previous result's ``state``);
         it is not modified. A state whose sites make K^-1 + S indefinite at this K is
         ignored (cold start).
-    method : "parallel" (default, fastest for n >~ 100) or "sequential".
+    method : "parallel" (default, fastest for n >~ 100) or "sequential" (dense K only).
     damping : initial damping in (0, 1]; 1 is undamped.
     tol : convergence threshold on the scale-free site change.
     max_sweeps : sweep limit; if reached, the result has ``converged=False``.
@@ -235,7 +241,9 @@ def ep(
         raise ValueError(f"damping must be in (0, 1], got {damping}")
     y = as_signed_labels(y, require_both=False)
     n = y.shape[0]
-    K = check_kernel_matrix(K, n)
+    prior = _prior_structure(K, n)
+    if method == "sequential" and not prior.sequential:
+        raise ValueError(f"sequential EP needs a dense K; {type(prior).__name__} runs method='parallel'")
     th = likelihood.check_params(likelihood._th(params))
     if state is None:
         tau, nu = np.zeros(n), np.zeros(n)
@@ -245,7 +253,9 @@ def ep(
             raise ValueError(f"warm-start state has {tau.shape[0]} sites, data has {n}")
 
     done, status, fixed = 0, _HANDED_BACK, None
-    if method == "parallel" and np.min(tau, initial=0.0) >= 0.0:
+    dense = isinstance(prior, DensePrior)
+    K = prior.K if dense else None
+    if dense and method == "parallel" and np.min(tau, initial=0.0) >= 0.0:
         # the compiled loop; it hands back to _parallel only at steps it does not take
         status, done, change, tau, nu, L, Li, *fixed = _parallel_compiled(
             likelihood.kind, _contiguous(K), y, th, tau, nu, damping, tol, max_sweeps, _ANDERSON_MEMORY
@@ -256,19 +266,19 @@ def ep(
             fixed = None
     if status == _HANDED_BACK:
         try:
-            post = latent_posterior(K, tau)
+            post = prior.posterior(tau)
         except NotPositiveDefiniteError:
             if state is None:
                 raise
             # sites fitted to another K (negative ones, from the step likelihood) can make
             # K^-1 + S indefinite here: the warm start is of no use, start from zero sites
             tau, nu = np.zeros(n), np.zeros(n)
-            post = latent_posterior(K, tau)
+            post = prior.posterior(tau)
         run = _parallel if method == "parallel" else _sequential
-        post, tau, nu, sweeps, change = run(K, y, likelihood, th, post, tau, nu, damping, tol, max_sweeps - done)
+        post, tau, nu, sweeps, change = run(prior, y, likelihood, th, post, tau, nu, damping, tol, max_sweeps - done)
         sweeps += done
     if fixed is None:
-        var, mean, b, tau_c, nu_c = _cavities(post, tau, nu)
+        var, mean, b, tau_c, nu_c = _cavities(post, tau, nu, prior)
         tilted = likelihood.tilted(y, nu_c / tau_c, 1.0 / tau_c, th)
         log_z = ep_log_z(post, tau, nu, mean, tau_c, nu_c, tilted.log_z)
     else:  # the cavities of the last sweep are those of the returned sites
@@ -322,16 +332,25 @@ def ep_warm(K, y, likelihood, th, state, tol, max_sweeps=300):
     return log_z, dK, dth, tilted[0].copy(), sweeps, EPState(tau, nu)
 
 
-def _proper_posterior(K, tau_old, nu_old, tau_new, nu_new):
+def _prior_structure(K, n):
+    """A prior structure for K: K itself if it is one (checked against n), else a checked dense K."""
+    if is_structure(K):
+        if K.n != n:
+            raise ValueError(f"the prior structure has {K.n} points, y has {n} labels")
+        return K
+    return DensePrior(check_kernel_matrix(K, n))
+
+
+def _proper_posterior(prior, tau_old, nu_old, tau_new, nu_new):
     """Posterior at the new sites, halving the step while K^{-1} + S is indefinite."""
     for _ in range(20):
         try:
-            return latent_posterior(K, tau_new), tau_new, nu_new
+            return prior.posterior(tau_new), tau_new, nu_new
         except NotPositiveDefiniteError:
             tau_new = 0.5 * (tau_old + tau_new)
             nu_new = 0.5 * (nu_old + nu_new)
     tau_new = np.maximum(tau_new, 0.0)
-    return latent_posterior(K, tau_new), tau_new, nu_new
+    return prior.posterior(tau_new), tau_new, nu_new
 
 
 class _Anderson:
@@ -369,8 +388,10 @@ def _contiguous(K):
     return K if (K.flags.c_contiguous or K.flags.f_contiguous) else np.ascontiguousarray(K)
 
 
-def _parallel(K, y, likelihood, th, post, tau, nu, damping, tol, max_sweeps, memory=_ANDERSON_MEMORY):
+def _parallel(prior, y, likelihood, th, post, tau, nu, damping, tol, max_sweeps, memory=_ANDERSON_MEMORY):
     """Parallel EP sweeps, Anderson-accelerated; returns the final posterior and sites.
+
+    Written against a prior structure (``pymc_gpc.structures``): dense or FITC alike.
 
     The EP map alone converges linearly, at rates near 1 for large kernel amplitudes
     (90 sweeps on Crabs at v0 = 220); Anderson acceleration cuts that about fourfold
@@ -384,15 +405,15 @@ def _parallel(K, y, likelihood, th, post, tau, nu, damping, tol, max_sweeps, mem
     sweeps = 0
     while sweeps < max_sweeps:
         var = post.var_diag()
-        mean = K @ post.weights(nu)
-        tau_g, nu_g, change, *_ = _parallel_update(likelihood.kind, y, th, var, mean, tau, nu, np.diag(K), damping)
+        mean = prior.matvec(post.weights(nu))
+        tau_g, nu_g, change, *_ = _parallel_update(likelihood.kind, y, th, var, mean, tau, nu, prior.diag(), damping)
         sweeps += 1
         if change < tol:
             # converged: the sites already factorised are within tol of the map's
             # value, so keep them rather than pay one more Cholesky and inverse
             break
         if not np.isfinite(change):
-            post, tau, nu = _proper_posterior(K, tau, nu, tau_g, nu_g)
+            post, tau, nu = _proper_posterior(prior, tau, nu, tau_g, nu_g)
             break
         if change > 1e3 * best:
             aa.reset()
@@ -405,10 +426,10 @@ def _parallel(K, y, likelihood, th, post, tau, nu, damping, tol, max_sweeps, mem
             aa.reset()
             tau_x, nu_x = tau_g, nu_g
         try:
-            post, tau, nu = latent_posterior(K, tau_x), tau_x, nu_x
+            post, tau, nu = prior.posterior(tau_x), tau_x, nu_x
         except NotPositiveDefiniteError:
             aa.reset()
-            post, tau, nu = _proper_posterior(K, tau, nu, tau_g, nu_g)
+            post, tau, nu = _proper_posterior(prior, tau, nu, tau_g, nu_g)
     return post, tau, nu, sweeps, change
 
 
@@ -506,8 +527,9 @@ def _parallel_compiled(kind, K, y, th, tau, nu, damping, tol, max_sweeps, memory
     return status, sweeps, change, tau, nu, L, Li, var, mean, b, tau_c, nu_c, tilted
 
 
-def _sequential(K, y, likelihood, th, post, tau, nu, damping, tol, max_sweeps):
-    """Sequential EP sweeps in site order (reproducible), Sigma recomputed after each."""
+def _sequential(prior, y, likelihood, th, post, tau, nu, damping, tol, max_sweeps):
+    """Sequential EP sweeps in site order (reproducible), Sigma recomputed after each (dense prior)."""
+    K = prior.K
     change = np.inf
     sweeps = 0
     while sweeps < max_sweeps:
@@ -516,7 +538,7 @@ def _sequential(K, y, likelihood, th, post, tau, nu, damping, tol, max_sweeps):
         tau_old, nu_old = tau.copy(), nu.copy()
         change = _sequential_sweep(likelihood.kind, Sigma, mu, tau, nu, y, th, damping, np.diag(K).copy())
         sweeps += 1
-        post, tau, nu = _proper_posterior(K, tau_old, nu_old, tau, nu)
+        post, tau, nu = _proper_posterior(prior, tau_old, nu_old, tau, nu)
         if change < tol:
             break
     return post, tau, nu, sweeps, change

@@ -13,17 +13,21 @@ Gradient (derived in the docstring of ``_gradient``): the mode moves with K and 
 theta, and that implicit term is included, in the adjoint form (one vector u), so the
 cost is O(n^3) once, whatever the number of kernel hyperparameters; autodiff then
 carries d log q / dK into them (Margossian et al. 2020).
+
+The iteration talks to the prior only through a prior structure
+(``pymc_gpc.structures``): K~ v products, the posterior at W, and the structure's
+gradient pieces, so the same Newton loop and gradient serve a dense K (O(n^3)) and the
+FITC prior (O(n m^2)).
 """
 
 from dataclasses import dataclass
 
 import numpy as np
 
-from .ep import cavity_precision
+from .ep import _prior_structure, cavity_precision
 from ..likelihoods.binary import laplace_unsupported_message
-from ..structures.dense import LatentPosterior
 from .result import ApproximationResult
-from ..validation import as_signed_labels, check_kernel_matrix
+from ..validation import as_signed_labels
 
 
 @dataclass
@@ -53,32 +57,33 @@ def laplace(
 ):
     """Find the posterior mode and return Laplace's evidence, gradient and posterior.
 
-    Parameters are as for ``pymc_gpc.ep.ep``; ``state`` is a ``LaplaceState``.
+    Parameters are as for ``pymc_gpc.ep.ep`` (K a dense matrix or a prior structure such
+    as ``FITCPrior``); ``state`` is a ``LaplaceState``.
     Convergence: the largest Newton change in f is below ``tol * (1 + max|f|)``.
     """
     if not likelihood.supports_laplace:
         raise ValueError(laplace_unsupported_message(likelihood))
     y = as_signed_labels(y, require_both=False)
     n = y.shape[0]
-    K = check_kernel_matrix(K, n)
+    prior = _prior_structure(K, n)
     th = likelihood.check_params(likelihood._th(params))
     a = np.zeros(n) if state is None else np.array(state.a, dtype=float)
     if a.shape != (n,):
         raise ValueError(f"warm-start state has {a.shape[0]} weights, data has {n}")
-    f = K @ a
+    f = prior.matvec(a)
     out = likelihood.log_lik(y, f, th)
     psi = _psi(a, f, out)
     change, it = np.inf, 0
     while it < max_iter:
         it += 1
         w = np.maximum(-out.d2, 0.0)
-        post = LatentPosterior(K, w)
+        post = prior.posterior(w)
         a_newton = post.weights(w * f + out.d1)
         da = a_newton - a
         step = 1.0
         for _ in range(40):  # backtracking: Psi must not decrease
             a_try = a + step * da
-            f_try = K @ a_try
+            f_try = prior.matvec(a_try)
             out_try = likelihood.log_lik(y, f_try, th)
             psi_try = _psi(a_try, f_try, out_try)
             if psi_try >= psi - 1e-12 * abs(psi):
@@ -90,13 +95,13 @@ def laplace(
             break
 
     w = np.maximum(-out.d2, 0.0)
-    post = LatentPosterior(K, w)
+    post = prior.posterior(w)
     log_z = psi - post.half_logdet_B()
     var = post.var_diag()
     dK = dth = None
     if with_grad:
-        dK, dth = _gradient(K, post, a, var, out)
-    loo = _loo_log_p(y, likelihood, th, post, f, var, w, out.d1)
+        dK, dth = _gradient(prior, post, a, var, out)
+    loo = _loo_log_p(y, likelihood, th, prior, f, var, w, out.d1)
     return ApproximationResult(
         method="laplace",
         log_z=log_z,
@@ -114,7 +119,7 @@ def laplace(
     )
 
 
-def _loo_log_p(y, likelihood, th, post, f, var, w, d1):
+def _loo_log_p(y, likelihood, th, prior, f, var, w, d1):
     """Laplace leave-one-out predictive log q(y_i | y_-i) (Vehtari et al. 2016, LA-LOO).
 
     The Laplace posterior is the prior times Gaussian sites with precision W_i and
@@ -122,12 +127,12 @@ def _loo_log_p(y, likelihood, th, post, f, var, w, d1):
     the cavity, and the likelihood is averaged over it, exactly as for EP.
     """
     nu = w * f + d1
-    tau_c = cavity_precision(var, w, np.diag(post.K))
+    tau_c = cavity_precision(var, w, prior.diag())
     mu_c = (f / var - nu) / tau_c
     return likelihood.tilted(y, mu_c, 1.0 / tau_c, th).log_z
 
 
-def _gradient(K, post, a, var, out):
+def _gradient(prior, post, a, var, out):
     r"""Total derivative of log q(y) in K and theta, the mode's movement included.
 
     With Sigma = (K^{-1} + W)^{-1}, R = (K + W^{-1})^{-1}, g = d log p/df = a at the mode:
@@ -143,13 +148,15 @@ def _gradient(K, post, a, var, out):
     Result (symmetrised in K):
     d/dK = a a^T / 2 - R / 2 + (u a^T + a u^T) / 2,
     d/dtheta = sum_i [dlp_i + Sigma_ii d(d2_i)/2] + s2^T Sigma d(d1)/dtheta.
+
+    K is the prior structure's covariance K~ throughout (the derivation never uses its
+    form); ``kernel_gradient`` carries d/dK~ to the structure's own inputs (FITC: K_uu,
+    K_uf, diag K_ff, ``structures.fitc``).
     """
-    R = post.R()
     s2 = 0.5 * var * out.d3
-    u = s2 - R @ (K @ s2)
-    dK = 0.5 * np.outer(a, a) - 0.5 * R + 0.5 * (np.outer(u, a) + np.outer(a, u))
-    Ks2 = K @ s2
-    sigma_s2 = Ks2 - K @ (R @ Ks2)  # Sigma s2 (Sigma is symmetric)
+    u = s2 - post.R_times(prior.matvec(s2))
+    dK = post.kernel_gradient([(a, a, 0.5), (u, a, 1.0)], -0.5)
+    sigma_s2 = post.sigma_times(s2)  # Sigma s2 (Sigma is symmetric)
     dth = (
         out.lp_dparams.sum(axis=0)
         + 0.5 * var @ out.d2_dparams

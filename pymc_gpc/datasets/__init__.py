@@ -11,6 +11,11 @@
   do not list their split; taking the first 20 of each group would train on the
   smallest crabs only.)
 
+* Credit-card default (``Default`` from R's ISLR package, James, Witten, Hastie &
+  Tibshirani 2013, GPL-2; a simulated data set of 10,000 customers): ``default`` (Yes =
+  +1, 333 of 10,000) from ``student`` (Yes = 1), ``balance`` and ``income``. Split by a
+  seeded permutation; balance and income rounded to cents in the bundled file.
+
 Inputs are standardised with the training set's mean and standard deviation.
 """
 
@@ -21,6 +26,7 @@ import numpy as np
 
 PIMA_FEATURES = ("npreg", "glu", "bp", "skin", "bmi", "ped", "age")
 CRABS_FEATURES = ("FL", "RW", "CL", "CW", "BD")
+DEFAULT_FEATURES = ("student", "balance", "income")
 
 
 @dataclass
@@ -79,9 +85,24 @@ def load_crabs(standardise=True):
     return Split("crabs", Xtr, y[train], Xte, y[~train], CRABS_FEATURES)
 
 
+def load_default(standardise=True, n_test=2000, seed=0):
+    """ISLR's Default: 10,000 customers, y = +1 for default; ``n_test`` of them (a seeded
+    random choice) held out, the rest for training (``n_test=0``: all 10,000)."""
+    header, rows = _read_csv("default.csv")
+    X = np.array([[1.0 if r[1] == "Yes" else 0.0, float(r[2]), float(r[3])] for r in rows])
+    y = np.array([1.0 if r[header.index("default")] == "Yes" else -1.0 for r in rows])
+    order = np.random.default_rng(seed).permutation(len(y))
+    test, train = order[:n_test], order[n_test:]
+    Xtr, Xte = X[train], X[test]
+    if standardise:
+        mean, sd = Xtr.mean(axis=0), Xtr.std(axis=0)
+        Xtr, Xte = (Xtr - mean) / sd, (Xte - mean) / sd
+    return Split("default", Xtr, y[train], Xte, y[test], DEFAULT_FEATURES)
+
+
 def load(name, standardise=True):
-    """Load a bundled data set by name: "pima" or "crabs"."""
-    loaders = {"pima": load_pima, "crabs": load_crabs}
+    """Load a bundled data set by name: "pima", "crabs" or "default"."""
+    loaders = {"pima": load_pima, "crabs": load_crabs, "default": load_default}
     if name not in loaders:
         raise ValueError(f"unknown data set {name!r}; bundled: {sorted(loaders)}")
     return loaders[name](standardise=standardise)

@@ -115,7 +115,7 @@ def _retry_options(approximation, options):
     ]
 
 
-def _solve_with_retries(approximation, K, y, lik, params, state, options):
+def _solve_with_retries(approximation, K, y, lik, params, state, options, retry_options=None):
     """Solve, falling back on a cold start and then on ``_retry_options``.
 
     A warm start fitted to another K can be invalid at this one (negative EP sites of
@@ -123,8 +123,10 @@ def _solve_with_retries(approximation, K, y, lik, params, state, options):
     LinAlgError or gives a non-finite value, the solve is repeated from scratch. After a
     non-converged run the retry schedule is tried (cold starts); a retry that raises is
     skipped. Returns (result, number of retries taken); other exceptions, and a cold
-    start's, propagate.
+    start's, propagate. ``retry_options``: a schedule replacing ``_retry_options`` (a prior
+    structure without sequential EP, ``ops.sparse``).
     """
+    schedule = _retry_options(approximation, options) if retry_options is None else retry_options
     retries = 0
     result = None
     try:
@@ -135,7 +137,7 @@ def _solve_with_retries(approximation, K, y, lik, params, state, options):
     if state is not None and (result is None or not np.isfinite(result.log_z)):
         retries += 1
         result = _solve(approximation, K, y, lik, params, None, options)
-    for retry in _retry_options(approximation, options) if not result.converged else []:
+    for retry in schedule if not result.converged else []:
         retries += 1
         try:
             attempt = _solve(approximation, K, y, lik, params, None, retry)
@@ -347,6 +349,18 @@ class ApproxMarginalOp(Op):
         self.hyper_names = tuple((str(n), int(k)) for n, k in hyper_names)
         self._lik = likelihood_type()
         self._start_fresh()
+
+    # The prior's inputs come first (here K alone), then theta, y and the hyperparameters;
+    # ``pymc_gpc.fit`` reads a node through these three (``ops.sparse`` has three inputs).
+    n_kernel_inputs = 1
+
+    def prior_from(self, K):
+        """What the solvers take as the prior, from the values of the first inputs."""
+        return K
+
+    def kernel_cotangents(self, result):
+        """The solver's gradient in each of the first inputs."""
+        return (result.dlog_z_dK,)
 
     def _start_fresh(self):
         """No warm starts, zero counts, listed for ``reset_warm_starts`` (new or unpickled)."""

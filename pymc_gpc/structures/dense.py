@@ -167,7 +167,32 @@ def outer_minus_R(b, Li, sw, scale):
     return out
 
 
-class LatentPosterior:
+class _KernelGradient:
+    """The structure-generic questions (``structures`` package docstring), answered densely."""
+
+    def _R_cached(self):
+        if getattr(self, "_R", None) is None:
+            self._R = self.R()
+        return self._R
+
+    def R_times(self, v):
+        """(K + W^{-1})^{-1} v."""
+        return self._R_cached() @ v
+
+    def sigma_times(self, v):
+        """(K^{-1} + W)^{-1} v = K v - K R K v."""
+        Kv = self.K @ v
+        return Kv - self.K @ (self._R_cached() @ Kv)
+
+    def kernel_gradient(self, outer, scale_R):
+        """G = sum_k c_k (x_k y_k^T + y_k x_k^T)/2 + scale_R R, the gradient in K itself."""
+        G = scale_R * self._R_cached()
+        for x, y, c in outer:
+            G = G + 0.5 * c * (np.outer(x, y) + np.outer(y, x))
+        return G
+
+
+class LatentPosterior(_KernelGradient):
     r"""q(f) = N(K a, (K^{-1} + diag(w))^{-1}) represented through B = L L^T.
 
     Parameters
@@ -240,7 +265,7 @@ class LatentPosterior:
         return mean, np.maximum(var, 0.0)
 
 
-class IndefiniteSitePosterior:
+class IndefiniteSitePosterior(_KernelGradient):
     r"""q(f) = N(K a, (K^{-1} + S)^{-1}) when some site precisions are negative.
 
     EP sites of a likelihood that is not log-concave (the step likelihood with label
@@ -302,3 +327,30 @@ def latent_posterior(K, w):
     if np.min(w) >= 0.0:
         return LatentPosterior(K, w)
     return IndefiniteSitePosterior(K, w)
+
+
+class DensePrior:
+    """The dense prior structure: a kernel matrix K (n, n), already checked.
+
+    The approximations ask a prior structure for its diagonal, products K v and the
+    posterior at given site precisions (``structures`` package docstring).
+    """
+
+    sequential = True  # sequential EP's rank-one sweeps work on the dense Sigma
+
+    def __init__(self, K):
+        self.K = K
+        self.n = K.shape[0]
+        self._diag = np.diag(K).copy()
+
+    def diag(self):
+        return self._diag
+
+    def matvec(self, v):
+        return self.K @ v
+
+    def posterior(self, w):
+        return latent_posterior(self.K, w)
+
+    def dense(self):
+        return self.K

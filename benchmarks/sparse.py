@@ -1,0 +1,202 @@
+"""Inducing-point (FITC) benchmark: evidence + gradient time and memory, and accuracy against dense EP.
+
+Part 1, scaling: synthetic 5-d data (as ``engine.synthetic``), the ARD squared-exponential
+kernel (lengthscales 1.5, amplitude 2), probit likelihood, inducing inputs a random subset
+of the data, EP with the sampler's tolerance (1e-2) and the engine's (1e-8). Timed: one
+evaluation as the Op does it, FITC structure (chol K_uu, V = L_uu^{-1} K_uf) + EP +
+gradient in (K_uu, K_uf, diag K_ff), given the kernel matrices; warm = started from the
+sites at hyperparameters 2 % away (as inside NUTS), cold = from zero sites. Medians over
+repeats (a single cold run from n = 10^4). Peak memory: tracemalloc's peak of NumPy
+allocations during the cold evaluation (kernel inputs excluded). The dense floor: dense EP +
+gradient (the compiled loop) up to n = 4000. At n = 10^5 only the sampler's tolerance.
+
+Part 2, accuracy at n = 2000 (1000 test points) as m grows, at fixed hyperparameters
+(those above): the evidence gap to dense EP, test errors and mean test log predictive
+probability, inducing inputs by k-means (scipy's, on whitened inputs, as
+``pm.gp.util.kmeans_inducing_points``).
+
+Only NumPy, SciPy, numba and the engine are used (no PyMC/PyTensor), so that it can run
+on a machine without them.
+
+Run:  OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/sparse.py [--quick]
+Writes benchmarks/results/sparse.md (README.md is not touched).
+      python benchmarks/sparse.py --warm N M [N M ...]: only the warm time at tol 1e-2 for
+      these (n, m), printed (5 repeats at n <= 10^4, else 3).
+"""
+
+import os
+
+for _v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_v, "1")
+
+import pathlib
+import sys
+import time
+import tracemalloc
+
+import numpy as np
+from scipy.cluster.vq import kmeans
+
+from pymc_gpc import likelihoods as L
+from pymc_gpc.approximations.ep import ep
+from pymc_gpc.structures import FITCPrior
+
+OUT = pathlib.Path(__file__).parent / "results" / "sparse.md"
+LS, AMP, JITTER = 1.5, 2.0, 1e-6
+
+
+def synthetic(n, seed=0):
+    """``engine.synthetic`` (engine.py imports PyTensor)."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 5))
+    y = np.where(X[:, 0] + X[:, 1] ** 2 - 1.0 + 0.5 * rng.normal(size=n) > 0, 1.0, -1.0)
+    return X, y
+
+
+def median_time(fn, repeats):
+    times, result = [], None
+    for _ in range(repeats):
+        t = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - t)
+    return float(np.median(times)), result
+
+
+def timed_peak(fn):
+    """(seconds, result, peak MB of traced allocations) of one call."""
+    tracemalloc.start()
+    t = time.perf_counter()
+    result = fn()
+    elapsed = time.perf_counter() - t
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return elapsed, result, peak / 2**20
+
+
+def cross(A, B, scale=1.0):
+    """k(A, B) in blocks of rows (no (n, m, d) temporary)."""
+    out = np.empty((A.shape[0], B.shape[0]))
+    ls = LS * scale
+    for i in range(0, A.shape[0], 2000):
+        a = A[i:i + 2000] / ls
+        d2 = (a**2).sum(1)[:, None] + ((B / ls) ** 2).sum(1)[None, :] - 2 * a @ (B / ls).T
+        out[i:i + 2000] = AMP * scale * np.exp(-0.5 * np.maximum(d2, 0.0))
+    return out
+
+
+def fitc_inputs(X, Xu, scale=1.0):
+    Kuu = cross(Xu, Xu, scale) + JITTER * np.eye(len(Xu))
+    return Kuu, cross(Xu, X, scale), np.full(len(X), AMP * scale + JITTER)
+
+
+def evaluate(inputs, y, state, tol):
+    return ep(FITCPrior(*inputs), y, L.Probit(), state=state, tol=tol)
+
+
+def scaling_rows(sizes, ms, dense_max):
+    rows = []
+    for n in sizes:
+        X, y = synthetic(n)
+        rng = np.random.default_rng(1)
+        for m in ms:
+            Xu = X[rng.choice(n, m, replace=False)]
+            base_in, near_in = fitc_inputs(X, Xu), fitc_inputs(X, Xu, 1.02)
+            reps = 5 if n <= 10_000 else 2
+            for tol in (1e-2, 1e-8) if n < 100_000 else (1e-2,):
+                base = evaluate(base_in, y, None, tol)
+                t_warm, r_warm = median_time(lambda: evaluate(near_in, y, base.state, tol), reps)
+                t_cold, r_cold, mem = timed_peak(lambda: evaluate(near_in, y, None, tol))
+                rows.append((n, f"FITC m={m}", tol, t_warm, r_warm.n_iter, t_cold, r_cold.n_iter, mem))
+                print(rows[-1], flush=True)
+        if n <= dense_max:
+            K1 = cross(X, X) + JITTER * np.eye(n)
+            K2 = cross(X, X, 1.02) + JITTER * np.eye(n)
+            for tol in (1e-2, 1e-8):
+                base = ep(K1, y, L.Probit(), tol=tol)
+                t_warm, r_warm = median_time(lambda: ep(K2, y, L.Probit(), state=base.state, tol=tol), 3)
+                t_cold, r_cold = median_time(lambda: ep(K2, y, L.Probit(), tol=tol), 1)
+                rows.append((n, "dense", tol, t_warm, r_warm.n_iter, t_cold, r_cold.n_iter, 8 * 3 * n * n / 2**20))
+                print(rows[-1], flush=True)
+    return rows
+
+
+def kmeans_inputs(m, X):
+    scale = X.std(axis=0)
+    return kmeans(X / scale, m, seed=0)[0] * scale
+
+
+def accuracy_rows(ms, n=2000, n_test=1000):
+    X_all, y_all = synthetic(n + n_test, seed=3)
+    X, y, Xs, ys = X_all[:n], y_all[:n], X_all[n:], y_all[n:]
+    lik = L.Probit()
+
+    def scores(mean, var):
+        p = lik.predict(mean, var, lik.params)
+        p = np.clip(p, 1e-300, 1 - 1e-16)
+        errors = int(np.sum(np.where(p > 0.5, 1.0, -1.0) != ys))
+        return errors, float(np.mean(np.where(ys > 0, np.log(p), np.log1p(-p))))
+
+    dense = ep(cross(X, X) + JITTER * np.eye(n), y, lik)
+    rows = [("dense", dense.log_z, 0.0, *scores(*dense.predict_latent(cross(X, Xs), np.full(n_test, AMP))))]
+    for m in ms:
+        Xu = kmeans_inputs(m, X)
+        res = ep(FITCPrior(*fitc_inputs(X, Xu)), y, lik)
+        rows.append((f"FITC m={m}", res.log_z, res.log_z - dense.log_z,
+                     *scores(*res.predict_latent(cross(Xu, Xs), np.full(n_test, AMP)))))
+        print(rows[-1], flush=True)
+    return rows
+
+
+def warm_only(pairs):
+    for n, m in pairs:
+        X, y = synthetic(n)
+        Xu = X[np.random.default_rng(1).choice(n, m, replace=False)]
+        base = evaluate(fitc_inputs(X, Xu), y, None, 1e-2)
+        near = fitc_inputs(X, Xu, 1.02)
+        t, r = median_time(lambda: evaluate(near, y, base.state, 1e-2), 5 if n <= 10_000 else 3)
+        print(f"n={n} m={m} warm median {t * 1e3:.0f} ms ({r.n_iter} sweeps)", flush=True)
+
+
+def main():
+    if "--warm" in sys.argv:
+        args = [int(a) for a in sys.argv[sys.argv.index("--warm") + 1:]]
+        return warm_only(zip(args[::2], args[1::2]))
+    quick = "--quick" in sys.argv
+    sizes = (1000, 10_000) if quick else (1000, 4000, 10_000, 100_000)
+    started = time.time()
+    acc = accuracy_rows((25, 50, 100, 200, 400))
+    scale = []
+    for n in sizes:  # the table is rewritten after every size (a long run can be stopped)
+        scale += scaling_rows((n,), (100, 200, 500), dense_max=2000 if quick else 4000)
+        write(scale, acc, started)
+
+
+def write(scale, acc, started):
+    lines = [
+        "# FITC (inducing points): EP evidence + gradient",
+        "",
+        "Generated by `OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/sparse.py`"
+        f" (one BLAS thread; {os.environ.get('BENCH_MACHINE', 'this machine')}).",
+        "",
+        "## Time and memory per evaluation (structure + EP + gradient, kernel matrices given)",
+        "",
+        "| n | prior | EP tol | warm (ms) | sweeps | cold (ms) | sweeps | peak MB (cold) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for n, name, tol, tw, sw, tc, sc, mem in scale:
+        lines.append(f"| {n} | {name} | {tol:g} | {tw * 1e3:.0f} | {sw} | {tc * 1e3:.0f} | {sc} | "
+                     + ("-" if np.isnan(mem) else f"{mem:.0f}") + " |")
+    lines += ["", "Dense rows: peak MB is that of the dense path's three n x n matrices (K, L, L^-1), "
+              "computed, not measured.", "",
+              "## Accuracy against dense EP at n = 2000 (1000 test points, fixed hyperparameters)", "",
+              "| prior | log evidence | gap to dense | test errors / 1000 | mean test log p |",
+              "|---|---|---|---|---|"]
+    for name, lz, gap, err, lp in acc:
+        lines.append(f"| {name} | {lz:.2f} | {gap:+.2f} | {err} | {lp:.4f} |")
+    lines += ["", f"Total run time {time.time() - started:.0f} s."]
+    OUT.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,195 @@
+"""approx="FITC" in a pm.Model: logp, gradients through autodiff (hyperparameters and Xu as
+random variables), predictions, point estimates, sampling, and bad input."""
+
+import numpy as np
+import pymc as pm
+import pytensor
+import pytensor.tensor as pt
+import pytest
+from scipy import stats
+
+import pymc_gpc
+from pymc_gpc import ep, laplace
+from pymc_gpc import likelihoods as L
+from pymc_gpc.structures import FITCPrior
+
+from .conftest import random_problem
+
+JITTER = 1e-6
+
+
+def rbf(A, B, ls, amp):
+    return amp * np.exp(-0.5 * (((A[:, None, :] - B[None, :, :]) / ls) ** 2).sum(-1))
+
+
+def fitc_prior(X, Xu, ls, amp):
+    """The FITC structure of the model below, built in numpy."""
+    Kuu = rbf(Xu, Xu, ls, amp) + JITTER * np.eye(len(Xu))
+    return FITCPrior(Kuu, rbf(Xu, X, ls, amp), np.full(len(X), amp + JITTER))
+
+
+def build(X, y, Xu, cls=pymc_gpc.MarginalEP, free_xu=False, likelihood=None, **options):
+    with pm.Model() as model:
+        log_ls = pm.Normal("log_ls", 0, 1, shape=X.shape[1])
+        log_amp = pm.Normal("log_amp", 0, 1)
+        if free_xu:
+            Xu = pm.Normal("Xu", mu=Xu, sigma=1.0, shape=Xu.shape)
+        cov = pt.exp(log_amp) * pm.gp.cov.ExpQuad(X.shape[1], ls=pt.exp(log_ls))
+        gp = cls(cov_func=cov, likelihood=likelihood or L.Probit(), approx="FITC", **options)
+        gp.marginal_likelihood("y", X=X, y=y, Xu=Xu)
+    return model, gp
+
+
+def data(seed=0, n=50, m=8):
+    rng = np.random.default_rng(seed)
+    X, y = random_problem(rng, n)
+    return X, y, X[:m] + 0.3 * rng.normal(size=(m, 2))
+
+
+@pytest.mark.parametrize("cls, run", [(pymc_gpc.MarginalEP, ep), (pymc_gpc.MarginalLaplace, laplace)])
+def test_model_logp_is_prior_plus_fitc_evidence(cls, run):
+    X, y, Xu = data()
+    model, _ = build(X, y, Xu, cls, **({"tol": 1e-10} if cls is pymc_gpc.MarginalEP else {}))
+    point = {"log_ls": np.array([0.2, -0.1]), "log_amp": np.array(0.5)}
+    got = model.compile_logp()(point)
+    prior = stats.norm.logpdf(point["log_ls"]).sum() + stats.norm.logpdf(0.5)
+    expect = run(fitc_prior(X, Xu, np.exp(point["log_ls"]), np.exp(0.5)), y, L.Probit()).log_z
+    assert got == pytest.approx(prior + expect, abs=1e-7)
+
+
+@pytest.mark.parametrize("cls", [pymc_gpc.MarginalEP, pymc_gpc.MarginalLaplace])
+def test_autodiff_gradient_through_hyperparameters_and_inducing_inputs(cls):
+    """model.dlogp (the Op's pullback carried by PyTensor into the kernel and Xu) against
+    central differences of model.logp, with Xu a random variable."""
+    X, y, Xu = data(1, n=40, m=6)
+    model, _ = build(X, y, Xu, cls, free_xu=True, likelihood=L.Logistic() if cls is pymc_gpc.MarginalLaplace
+                     else L.Probit(), **({"tol": 1e-12} if cls is pymc_gpc.MarginalEP else {"tol": 1e-13}))
+    logp, dlogp = model.compile_logp(), model.compile_dlogp()
+    point = {"log_ls": np.array([0.1, -0.2]), "log_amp": np.array(0.3), "Xu": Xu + 0.05}
+    grad = dlogp(point)
+    names = [v.name for v in model.value_vars]
+    sizes = [np.size(point[n]) for n in names]
+    flat = np.concatenate([np.ravel(point[n]) for n in names])
+
+    def f(x):
+        parts = np.split(x, np.cumsum(sizes)[:-1])
+        return logp({n: p.reshape(np.shape(point[n])) for n, p in zip(names, parts)})
+
+    h = 1e-5
+    fd = np.array([(f(flat + h * e) - f(flat - h * e)) / (2 * h) for e in np.eye(flat.size)])
+    np.testing.assert_allclose(grad, fd, rtol=1e-5, atol=1e-6)
+
+
+def test_predict_and_conditional_match_the_engine():
+    X, y, Xu = data(2)
+    Xs = np.random.default_rng(3).normal(size=(7, 2))
+    model, gp = build(X, y, Xu)
+    point = {"log_ls": np.array([0.1, 0.3]), "log_amp": np.array(0.2)}
+    ls, amp = np.exp(point["log_ls"]), np.exp(0.2)
+    p, mean, var = gp.predict(Xs, point=point, model=model, return_latent=True)
+    res = ep(fitc_prior(X, Xu, ls, amp), y, L.Probit())
+    m, v = res.predict_latent(rbf(Xu, Xs, ls, amp), np.full(7, amp))
+    np.testing.assert_allclose(mean, m, atol=1e-8)
+    np.testing.assert_allclose(var, v, atol=1e-8)
+    np.testing.assert_allclose(p, stats.norm.cdf(m / np.sqrt(1 + v)), atol=1e-8)
+    with model:
+        f_star = gp.conditional("f_star", Xs)
+    mu, cov = f_star.owner.inputs[-2:]
+    fn = model.compile_fn([mu, cov], inputs=[model["log_ls"], model["log_amp"]], point_fn=False)
+    mu_v, cov_v = fn(point["log_ls"], point["log_amp"])
+    np.testing.assert_allclose(mu_v, m, atol=1e-8)
+    np.testing.assert_allclose(np.diag(cov_v), v + 1e-6, atol=1e-8)
+
+
+def test_type2_fit_reaches_a_stationary_point():
+    X, y, Xu = data(4, n=60, m=10)
+    model, gp = build(X, y, Xu, tol=1e-10)
+    result = pymc_gpc.fit(model, method="type2", progressbar=False)
+    assert result.converged
+    point = {k: result.point[k] for k in ("log_ls", "log_amp")}
+    dlogp = model.compile_dlogp(jacobian=False)
+    # type-II: the evidence alone; its gradient = dlogp minus the N(0, 1) priors' -x
+    grad = dlogp(point) + np.concatenate([point["log_ls"], [point["log_amp"]]])
+    assert np.max(np.abs(grad)) < 1e-3
+    with pytest.raises(ValueError, match="dense kernel only"):
+        pymc_gpc.fit(model, method="em-ep", progressbar=False)
+
+
+def test_short_sampling_run():
+    X, y, Xu = data(5, n=60, m=8)
+    model, gp = build(X, y, Xu)
+    with model:
+        idata = pymc_gpc.sample(draws=40, tune=40, chains=1, random_seed=4, progressbar=False,
+                                compute_convergence_checks=False)
+    assert int(idata.sample_stats["diverging"].sum()) == 0
+    assert np.all(idata.posterior["y_status"].values == 0)
+    p = gp.predict(X[:5], idata=idata, model=model, max_draws=10)
+    assert p.shape == (5,) and np.all((p > 0) & (p < 1))
+
+
+X0, Y0, XU0 = data(6, n=20, m=4)
+COV = pm.gp.cov.ExpQuad(2, ls=1.0)
+BAD = [
+    ("xu-columns", lambda: pymc_gpc.MarginalEP(cov_func=COV, likelihood=L.Probit(), approx="FITC")
+     .marginal_likelihood("y", X0, Y0, Xu=XU0[:, :1]), "Xu has 1 columns but the training inputs X have 2"),
+    ("xu-too-many", lambda: pymc_gpc.MarginalEP(cov_func=COV, likelihood=L.Probit(), approx="FITC")
+     .marginal_likelihood("y", X0, Y0, Xu=np.vstack([X0, X0[:1]])), "m = 21 inducing inputs, more than the n = 20"),
+    ("xu-nan", lambda: pymc_gpc.MarginalEP(cov_func=COV, likelihood=L.Probit(), approx="FITC")
+     .marginal_likelihood("y", X0, Y0, Xu=np.where(XU0 > 1, np.nan, XU0)), "Xu contains NaN or inf"),
+    ("xu-missing", lambda: pymc_gpc.MarginalLaplace(cov_func=COV, likelihood=L.Probit(), approx="FITC")
+     .marginal_likelihood("y", X0, Y0), "approx='FITC' needs inducing inputs"),
+    ("xu-without-fitc", lambda: pymc_gpc.MarginalEP(cov_func=COV, likelihood=L.Probit())
+     .marginal_likelihood("y", X0, Y0, Xu=XU0), "Xu \\(inducing inputs\\) is for approx='FITC'"),
+    ("approx-unknown", lambda: pymc_gpc.MarginalEP(cov_func=COV, likelihood=L.Probit(), approx="VFE"),
+     "approx must be None \\(dense\\) or 'FITC'"),
+    ("approx-meanfield", lambda: pymc_gpc.MarginalMeanField(cov_func=COV, likelihood=L.Probit(), approx="FITC"),
+     "available for MarginalEP and MarginalLaplace"),
+]
+
+
+@pytest.mark.parametrize("case, call, match", BAD, ids=[row[0] for row in BAD])
+def test_bad_input_is_a_clear_value_error(case, call, match, monkeypatch):
+    monkeypatch.setattr(FITCPrior, "__init__", lambda *a, **k: pytest.fail("heavy work before the check"))
+    with pm.Model(), pytest.raises(ValueError, match=match):
+        call()
+
+
+def test_symbolic_inducing_inputs_are_checked_by_shape():
+    with pm.Model():
+        Xu = pm.Normal("Xu", 0, 1, shape=(4, 3))
+        gp = pymc_gpc.MarginalEP(cov_func=COV, likelihood=L.Probit(), approx="FITC")
+        with pytest.raises(ValueError, match="Xu has 3 columns"):
+            gp.marginal_likelihood("y", X0, Y0, Xu=Xu)
+
+
+def test_failure_is_minus_inf_with_status_not_an_exception():
+    """A non-finite kernel value (here an amplitude overflow) gives -inf and status 2."""
+    X, y, Xu = data(7, n=30, m=5)
+    model, _ = build(X, y, Xu)
+    outs = model.replace_rvs_by_values([model["y"], model["y_status"]])
+    fn = pytensor.function(model.value_vars, outs)
+    value, status = fn(np.array([0.0, 0.0]), np.array(800.0))
+    assert value == -np.inf and status == 2
+
+
+def test_cli_inducing(tmp_path, capsys):
+    from pymc_gpc.cli import main
+
+    assert main(["--data", "crabs", "--method", "type2", "--inducing", "15", "--no-progress",
+                 "--out", str(tmp_path)]) == 0
+    report = (tmp_path / "report.md").read_text()
+    assert "converged" in report and "test errors" in report
+    assert main(["--data", "crabs", "--inducing", "0", "--out", str(tmp_path)]) == 2
+    assert "inducing must be a number of inducing inputs in [1, n = 80]" in capsys.readouterr().err
+    assert main(["--data", "crabs", "--inducing", "10", "--approximation", "adf", "--out", str(tmp_path)]) == 2
+
+
+def test_bundled_default_data_set():
+    from pymc_gpc.datasets import load, load_default
+
+    split = load("default")
+    assert split.X_train.shape == (8000, 3) and split.X_test.shape == (2000, 3)
+    assert int((split.y_train > 0).sum() + (split.y_test > 0).sum()) == 333
+    np.testing.assert_allclose(split.X_train.mean(axis=0), 0.0, atol=1e-12)
+    full = load_default(n_test=0)
+    assert full.X_train.shape == (10_000, 3) and set(np.unique(full.X_train[:, 0] * 0 + 1)) == {1.0}

@@ -1,0 +1,52 @@
+"""FITC at n = 20,000, m = 100: evidence + gradient (EP and Laplace) within 1 GB.
+
+Run in a fresh Python process whose peak resident memory (``ru_maxrss``, imports
+included) is read at the end: a single dense 20,000 x 20,000 matrix would take 3.2 GB.
+"""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+SCRIPT = r"""
+import json, resource
+import numpy as np
+from pymc_gpc import ep, laplace, likelihoods as L
+from pymc_gpc.structures import FITCPrior
+
+rng = np.random.default_rng(0)
+n, m, d = 20_000, 100, 3
+X = rng.normal(size=(n, d))
+y = np.where(X[:, 0] + 0.5 * X[:, 1] ** 2 - 0.5 + 0.3 * rng.normal(size=n) > 0, 1.0, -1.0)
+Xu = X[rng.choice(n, m, replace=False)]
+
+def k(A, B):
+    return 2.0 * np.exp(-0.5 * ((A[:, None, :] - B[None, :, :]) ** 2).sum(-1) / 1.5**2)
+
+prior = FITCPrior(k(Xu, Xu) + 1e-6 * np.eye(m), k(Xu, X), np.full(n, 2.0 + 1e-6))
+out = {}
+for name, run in (("ep", ep), ("laplace", laplace)):
+    res = run(prior, y, L.Probit())
+    g = res.dlog_z_dK
+    out[name] = [float(res.log_z), bool(res.converged), [list(a.shape) for a in g],
+                 bool(all(np.all(np.isfinite(a)) for a in g))]
+out["peak_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps(out))
+"""
+
+
+def test_evidence_and_gradient_at_n_20000_stay_under_1_gb():
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env,
+                          cwd=ROOT, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    for name in ("ep", "laplace"):
+        log_z, converged, shapes, finite = out[name]
+        assert converged and finite and log_z < 0
+        assert shapes == [[100, 100], [100, 20_000], [20_000]]
+    assert out["peak_mb"] < 1024, out
