@@ -205,11 +205,10 @@ class _ApproximateMarginal:
             missing = [n for n in names if n not in pt_]
             if missing:
                 raise ValueError(f"point is missing values for {missing}")
-        kernels = (fn(*[np.asarray(pt_[n]) for n in names]) for pt_ in points)
+        draws = [tuple(np.asarray(pt_[n]) for n in names) for pt_ in points]
         defaults = PREDICTION_DEFAULTS.get(self.approximation, {}) if idata is not None else {}
         means, vars_, thetas = latent_predictions(
-            self.approximation, self.likelihood, {**defaults, **dict(self.solver_options)}, self.y, kernels,
-            len(points),
+            self.approximation, self.likelihood, {**defaults, **dict(self.solver_options)}, self.y, fn, draws,
             progressbar=progressbar and idata is not None,
         )
         probs = [self.likelihood.predict(m, v, th) for m, v, th in zip(means, vars_, thetas)]

@@ -225,3 +225,20 @@ def test_pyproject_license_is_an_spdx_string():
     requires = project["build-system"]["requires"]
     assert any(r.replace(" ", "").startswith("setuptools>=") and int(r.split(">=")[1].split(".")[0]) >= 77
                for r in requires)  # PEP 639 license strings need setuptools >= 77
+
+
+# -- 4. first-fit compilation ---------------------------------------------------------
+
+
+def test_fit_and_predict_compile_their_graphs_without_numba():
+    """numba compiled a new model's kernel and pullback graphs for 8-12 s at their first
+    call; FAST_COMPILE takes a fraction of a second (benchmarks/first_fit.py)."""
+    from pymc_gpc import point_estimates as pe
+
+    rng = np.random.default_rng(6)
+    X, y = random_problem(rng, 15)
+    model, gp = small_model(X, y)
+    objective = pe._objective_for(model, pe._other_terms(model, include_priors=False), model.continuous_value_vars)
+    fn, _ = gp._compile_kernels(X[:2], model)
+    for f in (objective.forward, objective.backward, fn):
+        assert "numba" not in type(f.maker.linker).__name__.lower()
