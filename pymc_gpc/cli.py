@@ -217,7 +217,8 @@ def run(args):
     if data.X_test is not None:
         t1 = time.perf_counter()
         if args.method == "nuts":
-            p = gp.predict(data.X_test, idata=idata, model=model, max_draws=200)
+            p = gp.predict(data.X_test, idata=idata, model=model, max_draws=200,
+                           progressbar=not args.no_progress)
         else:
             p = gp.predict(data.X_test, point=point, model=model)
         predict_time = time.perf_counter() - t1
