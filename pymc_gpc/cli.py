@@ -141,6 +141,13 @@ def _label_values(y):
 def _align_labels(y_train, y_test):
     """Code test labels as the training labels were coded (+1 for the same class)."""
     train, test = _label_values(y_train), _label_values(y_test)
+    unseen = sorted(set(np.asarray(test).tolist()) - set(np.asarray(train).tolist()), key=str)
+    if unseen:
+        raise ValueError(
+            f"the test file's label column has classes {unseen} that are not in the training file "
+            f"(classes {sorted(set(np.asarray(train).tolist()), key=str)}); this job is binary: remove "
+            "those rows or train on data with every class"
+        )
     positive = np.asarray(train)[as_signed_labels(train) > 0][0]
     return np.where(np.asarray(test) == positive, 1.0, -1.0)
 
@@ -217,7 +224,8 @@ def run(args):
     if data.X_test is not None:
         t1 = time.perf_counter()
         if args.method == "nuts":
-            p = gp.predict(data.X_test, idata=idata, model=model, max_draws=200)
+            p = gp.predict(data.X_test, idata=idata, model=model, max_draws=200,
+                           progressbar=not args.no_progress)
         else:
             p = gp.predict(data.X_test, point=point, model=model)
         predict_time = time.perf_counter() - t1

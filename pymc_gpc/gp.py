@@ -24,16 +24,21 @@ Example
 >>> p = gp.predict(Xnew, idata=idata)
 """
 
+from functools import partial
+
 import numpy as np
 import pymc as pm
 import pytensor
 import pytensor.tensor as pt
 from pymc.gp.util import JITTER_DEFAULT
 from pytensor.graph.traversal import ancestors
+from pytensor.tensor.random.op import RandomVariable
 
 from .likelihoods.binary import Likelihood, laplace_unsupported_message
 from .ops.marginal import ApproxMarginalOp, LatentPredictiveOp
-from .ops.sparse import SPARSE_APPROXIMATIONS, SparseMarginalOp, SparsePredictiveOp
+from .ops.sparse import SPARSE_APPROXIMATIONS, SparseMarginalOp, SparsePredictiveOp, sparse_retry_options
+from .prediction import KERNEL_MODE, PREDICTION_DEFAULTS, latent_predictions
+from .structures.fitc import FITCPrior
 from .validation import as_signed_labels, check_inputs
 
 __all__ = ["MarginalEP", "MarginalLaplace", "MarginalMeanField", "MarginalADF"]
@@ -58,7 +63,7 @@ class _ApproximateMarginal:
         self.likelihood = likelihood
         self.jitter = float(jitter)
         self.solver_options = tuple(sorted(solver_options.items()))
-        self.X = self.y = self.name = self.Xu = None
+        self.X = self.y = self.name = self.Xu = self.model = None
 
     # -- building blocks -------------------------------------------------------------
 
@@ -92,6 +97,13 @@ class _ApproximateMarginal:
     def _check_fitted(self):
         if self.X is None:
             raise ValueError("call marginal_likelihood(name, X, y) before predicting")
+
+    def _model(self, model=None):
+        """``model`` if given, else the model ``marginal_likelihood`` added the potential to,
+        else the one on the context stack."""
+        if model is not None:
+            return pm.modelcontext(model)
+        return self.model if self.model is not None else pm.modelcontext(None)
 
     def _check_new_inputs(self, Xnew):
         self._check_fitted()
@@ -147,7 +159,7 @@ class _ApproximateMarginal:
             raise ValueError(f"X has {X.shape[0]} rows but y has {y.shape[0]} labels")
         Xu = self._check_inducing(Xu, X)
         model = pm.modelcontext(None)
-        self.X, self.y, self.name, self.Xu = X, y, name, Xu
+        self.X, self.y, self.name, self.Xu, self.model = X, y, name, Xu, model
         if self.approx == "FITC":
             return self._fitc_marginal_likelihood(model, name, X, y, Xu)
         K, params = self._kernel(X), self.likelihood.params_tensor()
@@ -205,14 +217,18 @@ class _ApproximateMarginal:
 
         Use with ``pm.sample_posterior_predictive(idata, var_names=[name])``; class
         probabilities follow as ``likelihood.predict`` of the draws' mean and variance,
-        or directly from ``predict``.
+        or directly from ``predict``. The variable is added to ``model=`` if given, else
+        to the model that ``marginal_likelihood`` added the potential to (so it may be
+        called after the ``with pm.Model()`` block).
         """
         Xnew = self._check_new_inputs(Xnew)
         mean, cov = self._build_predictive(Xnew, full_cov=True)
         cov = cov + jitter * pt.eye(Xnew.shape[0])
-        return pm.MvNormal(name, mu=mean, cov=cov, **kwargs)
+        with self._model(kwargs.pop("model", None)):
+            return pm.MvNormal(name, mu=mean, cov=cov, **kwargs)
 
-    def predict(self, Xnew, *, point=None, idata=None, model=None, return_latent=False, max_draws=None):
+    def predict(self, Xnew, *, point=None, idata=None, model=None, return_latent=False, max_draws=None,
+                progressbar=True):
         """Class probabilities p(y* = +1) at ``Xnew``.
 
         Parameters
@@ -220,36 +236,77 @@ class _ApproximateMarginal:
         point : dict of variable values (e.g. from ``pm.find_MAP`` or ``pymc_gpc.fit``).
         idata : a sampling result: p is averaged over its posterior draws
             (Barber & Williams eq. 9).
+        model : the model to read the variables from (default: the model
+            ``marginal_likelihood`` added the potential to, so ``predict`` works after the
+            ``with pm.Model()`` block).
         max_draws : with ``idata``, use at most this many draws, evenly thinned.
         return_latent : also return the latent mean and variance (per draw with idata).
+        progressbar : with ``idata``, show PyMC's progress bar over the draws.
 
         Returns
         -------
         p, or (p, mean, var) with ``return_latent``.
+
+        Notes
+        -----
+        The kernels of every draw come from one compiled function and each draw's
+        approximation is warm-started from the previous draw's. Over draws EP stops at
+        a site change of 1e-4, at one point at the engine's 1e-8, unless ``tol`` was
+        given to the constructor (``pymc_gpc.prediction``).
         """
         if (point is None) == (idata is None):
             raise ValueError("give exactly one of point= or idata=")
         Xnew = self._check_new_inputs(Xnew)
-        model = pm.modelcontext(model)
-        mean, var = self._build_predictive(Xnew, full_cov=False)
-        theta = self.likelihood.params_tensor()
-        inputs = [v for v in ancestors([mean, var, theta]) if v in model.named_vars.values()]
-        fn = pytensor.function(inputs, [mean, var, theta], on_unused_input="ignore")
-        names = [v.name for v in inputs]
+        model = self._model(model)
+        fn, names = self._compile_kernels(Xnew, model)
         points = [point] if point is not None else _posterior_points(idata, names, max_draws)
-        means, vars_, probs = [], [], []
-        for pt_ in points:
+        for pt_ in points[:1]:
             missing = [n for n in names if n not in pt_]
             if missing:
                 raise ValueError(f"point is missing values for {missing}")
-            m, v, th = fn(*[np.asarray(pt_[n]) for n in names])
-            means.append(m)
-            vars_.append(v)
-            probs.append(self.likelihood.predict(m, v, th))
+        draws = [tuple(np.asarray(pt_[n]) for n in names) for pt_ in points]
+        defaults = PREDICTION_DEFAULTS.get(self.approximation, {}) if idata is not None else {}
+        means, vars_, thetas = latent_predictions(
+            self.approximation, self.likelihood, {**defaults, **dict(self.solver_options)}, self.y, fn, draws,
+            progressbar=progressbar and idata is not None, retry_options=self._retry_options(),
+        )
+        probs = [self.likelihood.predict(m, v, th) for m, v, th in zip(means, vars_, thetas)]
         p = np.mean(probs, axis=0)
         if return_latent:
-            return p, np.squeeze(np.array(means)), np.squeeze(np.array(vars_))
+            return p, np.squeeze(means), np.squeeze(vars_)
         return p
+
+    def _compile_kernels(self, Xnew, model):
+        """One function from the model variables to (prior, theta, K_cross, k_diag).
+
+        The prior is the (n, n) kernel K, or with FITC a ``structures.fitc.FITCPrior``
+        built from K_uu, K_uf and diag K_ff (K_cross is then K_u*, (m, n*)).
+        """
+        if self.approx == "FITC":
+            priors = list(self._fitc_inputs(self.X, self.Xu))
+            crosses = self.cov_func(self.Xu, Xnew)
+        else:
+            priors, crosses = [self._kernel(self.X)], self.cov_func(self.X, Xnew)
+        outputs = [*priors, self.likelihood.params_tensor(), crosses, self.cov_func(Xnew, diag=True)]
+        outputs = [pt.as_tensor_variable(o).astype("float64") for o in outputs]
+        graph = list(ancestors(outputs))
+        inputs = [v for v in graph if v in model.named_vars.values()]
+        foreign = [v.name or str(v) for v in graph if v.owner is not None and isinstance(v.owner.op, RandomVariable)
+                   and v not in model.named_vars.values()]
+        if foreign:
+            raise ValueError(f"the covariance or likelihood depends on {foreign}, which are not variables of "
+                             "the model given (model=); give the model the GP was added to")
+        fn = pytensor.function(inputs, outputs, on_unused_input="ignore", mode=KERNEL_MODE)
+        if self.approx == "FITC":
+            def kernels(*args):
+                Kuu, Kuf, k_diag, *rest = fn(*args)
+                return (FITCPrior(Kuu, Kuf, k_diag), *rest)
+            return kernels, [v.name for v in inputs]
+        return fn, [v.name for v in inputs]
+
+    def _retry_options(self):
+        """The retry schedule of the evidence Op (None: the dense Op's)."""
+        return partial(sparse_retry_options, self.approximation) if self.approx == "FITC" else None
 
 
 def _check_approx(approx, approximation):
@@ -293,7 +350,8 @@ class MarginalEP(_ApproximateMarginal):
         ``marginal_likelihood`` then takes the inducing inputs ``Xu``.
     **solver_options : passed to ``pymc_gpc.ep`` (method, damping, tol, max_sweeps);
         while sampling, tol defaults to 1e-2 (``pymc_gpc.ops.marginal.SAMPLING_DEFAULTS``),
-        while ``pymc_gpc.fit`` and prediction use the engine's 1e-8.
+        while ``pymc_gpc.fit`` and ``predict`` at a point use the engine's 1e-8 (``predict``
+        over posterior draws 1e-4: ``pymc_gpc.prediction``).
     """
 
     approximation = "ep"

@@ -253,9 +253,12 @@ def test_process_and_nutpie_chains_match_separate_single_chain_runs():
     single = stacked(one_chain_runs())
     model, _ = small_model(X, y, tol=TIGHT)
     with model:
+        # forkserver: a fork of this process, multi-threaded since arviz imported pyarrow
+        # (jemalloc's background thread), may deadlock (Python's DeprecationWarning, an
+        # error in this suite's filterwarnings)
         multi = pm.sample(draws=DRAWS, tune=TUNE, chains=CHAINS, cores=2, random_seed=SEED,
                           nuts_sampler="pymc", progressbar=False, compute_convergence_checks=False,
-                          compile_kwargs=FAST)
+                          compile_kwargs=FAST, mp_ctx="forkserver")
     assert np.all(np.asarray(multi["posterior"]["y_status"]) == 0)
     # Each chain runs in its own process with the random stream of its one-chain twin.
     # The warm starts differ (the twin's main process has evaluated the model at the

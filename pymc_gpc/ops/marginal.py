@@ -358,6 +358,10 @@ class ApproxMarginalOp(Op):
         """What the solvers take as the prior, from the values of the first inputs."""
         return K
 
+    def retry_schedule(self, options):
+        """The option sets tried after a non-converged run (``_solve_with_retries``)."""
+        return _retry_options(self.approximation, options)
+
     def kernel_cotangents(self, result):
         """The solver's gradient in each of the first inputs."""
         return (result.dlog_z_dK,)

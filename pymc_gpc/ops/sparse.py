@@ -40,7 +40,7 @@ from .marginal import (
 SPARSE_APPROXIMATIONS = ("ep", "laplace")
 
 
-def _sparse_retry_options(approximation, options):
+def sparse_retry_options(approximation, options):
     """Damped EP (no sequential schedule for FITC), or more Newton iterations."""
     if approximation == "laplace":
         return [dict(options, max_iter=4 * options.get("max_iter", 100))]
@@ -63,6 +63,9 @@ class SparseMarginalOp(ApproxMarginalOp):
 
     def prior_from(self, Kuu, Kuf, k_diag):
         return FITCPrior(Kuu, Kuf, k_diag)
+
+    def retry_schedule(self, options):
+        return sparse_retry_options(self.approximation, options)
 
     def kernel_cotangents(self, result):
         return tuple(result.dlog_z_dK)
@@ -101,7 +104,7 @@ class SparseMarginalOp(ApproxMarginalOp):
             with trusted_kernel():
                 result, retries = _solve_with_retries(
                     self.approximation, prior, y, self._lik, params, warm.guess(hyper), options,
-                    _sparse_retry_options(self.approximation, options))
+                    self.retry_schedule(options))
             ok = np.isfinite(result.log_z) and all(np.all(np.isfinite(g)) for g in result.dlog_z_dK) \
                 and np.all(np.isfinite(result.dlog_z_dparams))
             status = (STATUS_CONVERGED if result.converged else STATUS_NOT_CONVERGED) if ok else STATUS_FAILED

@@ -1,0 +1,60 @@
+"""A new model's first ``fit``: kernel/pullback graphs compiled by numba against
+``point_estimates.FIT_MODE`` (PyTensor's FAST_COMPILE), each in a fresh process.
+
+Each run fits a model numba has not seen (Pima.tr rows subsampled with a fresh seed, so
+no on-disk cache holds its graphs; the engine's own numba code is cached), twice: the
+first fit includes compilation, the second is the fit on a built model.
+
+    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/first_fit.py
+"""
+
+import json
+import subprocess
+import sys
+import time
+
+CHILD = r"""
+import json, sys, time
+import numpy as np
+import pymc_gpc
+from pymc_gpc import point_estimates
+from pymc_gpc.datasets import load_pima
+
+mode, seed, approximation = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+point_estimates.FIT_MODE = None if mode == "numba" else mode
+d = load_pima()
+rows = np.random.default_rng(seed).choice(len(d.y_train), 190, replace=False)
+lik = pymc_gpc.likelihoods.Logistic() if approximation == "laplace" else None
+model, _ = pymc_gpc.ard_classifier(d.X_train[rows], d.y_train[rows], approximation=approximation,
+                                   likelihood=lik, bias=False)
+out = {}
+for key in ("first", "second"):
+    t = time.perf_counter()
+    r = pymc_gpc.fit(model, method="type2", progressbar=False)
+    out[key] = time.perf_counter() - t
+out.update(log_evidence=r.log_evidence, n_iter=r.n_iter)
+print("RESULT", json.dumps(out))
+"""
+
+
+def run(mode, seed, approximation):
+    proc = subprocess.run([sys.executable, "-c", CHILD, mode, str(seed), approximation],
+                          capture_output=True, text=True, check=True)
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT"))
+    return json.loads(line[len("RESULT "):])
+
+
+def main():
+    seed = int(time.time())
+    print("| approximation | compiled with | first fit (s) | second fit (s) | log evidence | iterations |")
+    print("|---|---|---|---|---|---|")
+    for approximation in ("laplace", "ep"):
+        for mode in ("numba", "FAST_COMPILE"):  # the same new model for both
+            r = run(mode, seed, approximation)
+            print(f"| {approximation} | {mode} | {r['first']:.2f} | {r['second']:.2f} | "
+                  f"{r['log_evidence']:.6f} | {r['n_iter']} |", flush=True)
+        seed += 1
+
+
+if __name__ == "__main__":
+    main()
