@@ -224,12 +224,9 @@ def ep_solve(K, th, y, *, kind, tol=1e-8, max_sweeps=300, damping=1.0, memory=_A
     zeros = jnp.zeros(n, K.dtype)
     F0 = S.factor(zeros)
 
-    def start(d):
-        return {"tau": zeros, "nu": zeros, "F": F0, "u": _ep_update(kind, y, th, S, F0, zeros, zeros, d),
-                "hist": _empty_history(n, memory, K.dtype), "best": jnp.array(jnp.inf, K.dtype)}
-
-    state = {**start(damping), "sweeps": jnp.array(1, jnp.int64), "phase": jnp.array(0, jnp.int64),
-             "phase_sweeps": jnp.array(1, jnp.int64), "damping": jnp.array(damping, K.dtype),
+    state = {"tau": zeros, "nu": zeros, "F": F0, "u": _ep_update(kind, y, th, S, F0, zeros, zeros, damping),
+             "hist": _empty_history(n, memory, K.dtype), "best": jnp.array(jnp.inf, K.dtype),
+             "sweeps": jnp.array(1, jnp.int64), "phase": jnp.array(0, jnp.int64), "phase_sweeps": jnp.array(1, jnp.int64), "damping": jnp.array(damping, K.dtype),
              "failed": ~_factor_ok(F0)}
 
     def keep_going(s):
@@ -237,17 +234,20 @@ def ep_solve(K, th, y, *, kind, tol=1e-8, max_sweeps=300, damping=1.0, memory=_A
         more = (s["phase"] == 0) | (s["phase_sweeps"] < limit)
         return ~(s["u"]["change"] < tol) & ~s["failed"] & more
 
-    def advance(s):
+    def body(s):
+        """One sweep: the next sites (Anderson; zero sites when phase 0 is exhausted or gave a
+        non-finite change: phase 1, damped), their posterior, and the EP map there."""
         u, tau, nu = s["u"], s["tau"], s["nu"]
-        grew = u["change"] > 1e3 * s["best"]  # the residual grew 1000-fold: restart Anderson
+        restart = (s["phase"] == 0) & ((s["phase_sweeps"] >= max_sweeps) | ~jnp.isfinite(u["change"]))
+        grew = restart | (u["change"] > 1e3 * s["best"])  # residual grew 1000-fold: restart Anderson
         h = jax.lax.cond(grew, _reset, lambda x: x, s["hist"])
         g = jnp.concatenate([u["tau_g"], u["nu_g"]])
         f = jnp.concatenate([u["var"], jnp.sqrt(u["var"])]) * (g - jnp.concatenate([tau, nu]))
         h = _push(h, f, g, memory)
         x = _anderson(h, f, g, memory) if memory > 0 else g
         astray = ~jnp.all(jnp.isfinite(x)) | ((jnp.min(x[:n]) < 0.0) & (jnp.min(u["tau_g"]) >= 0.0))
-        h = jax.lax.cond(astray, _reset, lambda x: x, h)
-        x = jnp.where(astray, g, x)
+        h = jax.lax.cond(astray | restart, _reset, lambda x: x, h)
+        x = jnp.where(restart, 0.0, jnp.where(astray, g, x))
         tau_x, nu_x = x[:n], x[n:]
         if isinstance(S, _Dense):
             tau_x = jnp.maximum(tau_x, 0.0)
@@ -258,25 +258,16 @@ def ep_solve(K, th, y, *, kind, tol=1e-8, max_sweeps=300, damping=1.0, memory=_A
             tx, nx = 0.5 * (tau + tx), 0.5 * (nu + nx)
             return tx, nx, S.factor(tx), k + 1
 
-        tau_x, nu_x, F, k = jax.lax.while_loop(lambda c: ~_factor_ok(c[2]) & (c[3] < 20), halve, (tau_x, nu_x, F, jnp.array(0, jnp.int64)))
-        u_new = _ep_update(kind, y, th, S, F, tau_x, nu_x, s["damping"])
-        return {**s, "tau": tau_x, "nu": nu_x, "F": F, "u": u_new, "hist": h,
-                "best": jnp.minimum(s["best"], u["change"]), "sweeps": s["sweeps"] + 1,
-                "phase_sweeps": s["phase_sweeps"] + 1, "failed": ~_factor_ok(F)}
-
-    def body(s):
-        # phase 0 exhausted (or a non-finite change in phase 0): restart cold, damped
-        restart = (s["phase"] == 0) & ((s["phase_sweeps"] >= max_sweeps) | ~jnp.isfinite(s["u"]["change"]))
-
-        def to_phase1(s):
-            d = jnp.asarray(0.5, K.dtype)
-            fresh = start(d)
-            return {**s, **fresh, "phase": jnp.array(1, jnp.int64), "phase_sweeps": jnp.array(1, jnp.int64),
-                    "damping": d, "sweeps": s["sweeps"] + 1}
-
-        s = jax.lax.cond(restart, to_phase1, advance, s)
-        s["failed"] = s["failed"] | ((s["phase"] == 1) & ~jnp.isfinite(s["u"]["change"]))
-        return s
+        tau_x, nu_x, F, _ = jax.lax.while_loop(lambda c: ~_factor_ok(c[2]) & (c[3] < 20), halve,
+                                               (tau_x, nu_x, F, jnp.array(0, jnp.int64)))
+        damping_x = jnp.where(restart, jnp.asarray(0.5, K.dtype), s["damping"])
+        u_new = _ep_update(kind, y, th, S, F, tau_x, nu_x, damping_x)
+        phase = jnp.where(restart, 1, s["phase"])
+        return {"tau": tau_x, "nu": nu_x, "F": F, "u": u_new, "hist": h,
+                "best": jnp.where(restart, jnp.inf, jnp.minimum(s["best"], u["change"])),
+                "sweeps": s["sweeps"] + 1, "phase": phase,
+                "phase_sweeps": jnp.where(restart, 1, s["phase_sweeps"] + 1), "damping": damping_x,
+                "failed": ~_factor_ok(F) | ((phase == 1) & ~jnp.isfinite(u_new["change"]))}
 
     s = jax.lax.while_loop(keep_going, body, state)
     u, F = s["u"], s["F"]
