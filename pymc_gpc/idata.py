@@ -13,6 +13,8 @@ import numpy as np
 import pymc as pm
 import xarray as xr
 
+from .ops.jax_registration import JAX_SAMPLERS, jax_available, missing_jax_message
+
 
 def gp_names(model=None):
     """Names of the GP classifier potentials in a model (those with a ``{name}_loo``)."""
@@ -69,6 +71,9 @@ def sample(*args, model=None, **kwargs):
     """``pm.sample`` with this package's defaults, then ``add_log_likelihood``: the result
     is ready for ``az.loo``.
 
+    ``nuts_sampler="numpyro"`` or ``"blackjax"`` runs PyMC's JAX samplers on the Ops' JAX
+    implementation (``ops/jax.py``; needs ``pip install pymc-gpc[jax]``).
+
     Defaults: PyMC's own NUTS (``nuts_sampler="pymc"``, chains in processes; plain
     ``pm.sample`` prefers nutpie when it is installed, whose threads share the GIL with
     the Python parts of the Ops) and, with PyMC's NUTS and no ``init`` or ``step`` given,
@@ -79,6 +84,8 @@ def sample(*args, model=None, **kwargs):
     """
     model = pm.modelcontext(model)
     kwargs["nuts_sampler"] = kwargs.get("nuts_sampler") or "pymc"
+    if kwargs["nuts_sampler"] in JAX_SAMPLERS and not jax_available():
+        raise ImportError(missing_jax_message(f"nuts_sampler={kwargs['nuts_sampler']!r}"))
     if kwargs["nuts_sampler"] == "pymc" and kwargs.get("init") is None and kwargs.get("step") is None:
         kwargs["init"] = default_init(model)
     with warnings.catch_warnings():

@@ -9,5 +9,8 @@ from .marginal import (
     LatentPredictiveOp,
     reset_warm_starts,
 )
+from . import jax_registration
+
+jax_registration.install()  # the JAX implementations, once PyTensor's JAX backend is imported
 
 __all__ = ["ApproxMarginalOp", "LatentPredictiveOp", "ApproximationFailedWarning", "STATUS_FAILED", "reset_warm_starts"]

@@ -1,0 +1,185 @@
+r"""The binary likelihoods' numeric contract in JAX (``binary.py``, vectorised over sites).
+
+The same formulas as the numba kernels of ``binary.py``, in the same order, for the JAX
+backend (``approximations/jax_engine.py``): every function maps arrays of sites at once
+and is traceable by ``jax.jit`` and ``jax.vmap``. Imports only jax and numpy, so the
+engine runs where PyMC is not installed (an accelerator machine).
+
+``tilted(kind, y, mu, s2, th)``
+    EP: rows log Z_i, d/dmu, d^2/dmu^2, d/dtheta at the cavities N(mu_i, s2_i).
+``log_lik(kind, y, f, th)``
+    Laplace: log p(y_i | f_i), d1, d2, d3 in f, and d/dtheta of (log p, d1, d2).
+``params_valid(kind, th)``
+    Whether the likelihood parameter is in range (ProbitNoise: sigma > 0; StepLabelNoise:
+    0 <= epsilon < 0.5); out of range, the engine returns -inf with status "failed".
+
+``kind`` is the integer of ``binary.py`` (PROBIT ... LOGISTIC), a static Python value.
+The logistic tilted moments use the trapezoidal rule of ``binary._logistic_tilted`` with a
+fixed number of nodes (JAX needs static shapes): ``_LOGISTIC_HALF_NODES`` on each side of
+the mode over +-9 cavity sd, i.e. a step h = 0.045 s, at most the numba kernel's
+min(s/4, 1/2) for s <= 11 (cavity variances up to 121), where both are accurate to
+about 1e-13; wider cavities get a coarser step (error exp(-2 pi^2 / h), 5e-9 at s = 22).
+"""
+
+import math
+
+import jax
+import jax.numpy as jnp
+from jax.scipy.special import log_ndtr
+
+PROBIT, PROBIT_BIAS, PROBIT_NOISE, STEP_LABEL_NOISE, LOGISTIC = range(5)  # as binary.py
+SUPPORTS_LAPLACE = {PROBIT: True, PROBIT_BIAS: True, PROBIT_NOISE: True, STEP_LABEL_NOISE: False, LOGISTIC: True}
+
+_LOG_2PI = math.log(2.0 * math.pi)
+_LOGISTIC_HALF_NODES = 200
+
+
+def log_npdf(z):
+    """log N(z; 0, 1)."""
+    return -0.5 * z * z - 0.5 * _LOG_2PI
+
+
+def inv_mills(z):
+    """N(z) / Phi(z) for every finite z (``numerics.special.inv_mills``): exp(log N - log Phi)
+    for z >= -5, Laplace's continued fraction (A&S 26.2.14, 80 terms) below."""
+    direct = jnp.exp(log_npdf(z) - log_ndtr(jnp.maximum(z, -5.0)))
+    x = jnp.maximum(-z, 5.0)
+    t = x
+    for k in range(80, 0, -1):
+        t = x + k / t
+    return jnp.where(z >= -5.0, direct, t)
+
+
+def _probit_family_tilted(y, mu, s2, b, c2):
+    """``binary._probit_family_tilted``: log Z, d/dmu, d^2/dmu^2, d/db, d/dc^2."""
+    v = c2 + s2
+    sv = jnp.sqrt(v)
+    z = y * (mu + b) / sv
+    r = inv_mills(z)
+    dmu = y * r / sv
+    return log_ndtr(z), dmu, -r * (z + r) / v, dmu, -0.5 * r * z / v
+
+
+def _probit_family_log_lik(y, f, b, c):
+    """``binary._probit_family_log_lik``: log Phi(u), u = y (f + b) / c, d1..d3 and d/dc of (lp, d1, d2)."""
+    u = y * (f + b) / c
+    r = inv_mills(u)
+    q = u + r
+    d1 = y * r / c
+    d2 = -r * q / (c * c)
+    d3 = y * r * (q * (u + 2.0 * r) - 1.0) / (c * c * c)
+    lp_c = -r * u / c
+    d1_c = y * r * (u * q - 1.0) / (c * c)
+    d2_c = (-u * r * (q * (u + 2.0 * r) - 1.0) + 2.0 * r * q) / (c * c * c)
+    return log_ndtr(u), d1, d2, d3, lp_c, d1_c, d2_c
+
+
+def _step_tilted(y, mu, s2, eps):
+    """``binary._step_tilted``: Z = eps + (1 - 2 eps) Phi(y mu / s)."""
+    s = jnp.sqrt(s2)
+    z = y * mu / s
+    log_phi = log_ndtr(z)
+    log_eps = jnp.where(eps > 0.0, jnp.log(jnp.maximum(eps, 1e-300)), -jnp.inf)
+    lz = jnp.logaddexp(log_eps, jnp.log1p(-2.0 * eps) + log_phi)
+    alpha = y * jnp.exp(jnp.log1p(-2.0 * eps) + log_npdf(z) - lz) / s
+    d2 = -alpha * (alpha + y * z / s)
+    deps = (jnp.exp(log_ndtr(-z)) - jnp.exp(log_phi)) * jnp.exp(-lz)
+    return lz, alpha, d2, deps
+
+
+def _logistic_mode(y, mu, s2):
+    """The mode of g(f) = log sigma(y f) - (f - mu)^2 / (2 s2), strictly concave.
+
+    g' is decreasing, positive times y at mu and negative times y at mu + y s2, so the mode
+    lies between them: 60 bisections (a bracket of s2 2^-60), then two Newton steps. (Plain
+    Newton from mu, as in ``binary._logistic_tilted``, can stall far from the mode when
+    s2 is large and mu is deep in a tail: mu = -91, s2 = 100.)
+    """
+
+    def slope(m):
+        return y * jax.nn.sigmoid(-y * m) - (m - mu) / s2
+
+    def bisect(_, bracket):
+        lo, hi = bracket
+        mid = 0.5 * (lo + hi)
+        right = slope(mid) * y > 0.0  # the mode is beyond mid, in the direction of y
+        return jnp.where(right, mid, lo), jnp.where(right, hi, mid)
+
+    lo, hi = jax.lax.fori_loop(0, 60, bisect, (mu, mu + y * s2))
+    m = 0.5 * (lo + hi)
+    for _ in range(2):
+        p = jax.nn.sigmoid(-y * m)
+        m = m - slope(m) / (-p * (1.0 - p) - 1.0 / s2)
+    return m
+
+
+def _logistic_tilted(y, mu, s2):
+    """``binary._logistic_tilted`` with 2 * _LOGISTIC_HALF_NODES + 1 trapezoidal nodes over mode +- 9 s."""
+    s = jnp.sqrt(s2)
+    m = _logistic_mode(y, mu, s2)
+    h = 9.0 * s / _LOGISTIC_HALF_NODES
+    t = jnp.arange(-_LOGISTIC_HALF_NODES, _LOGISTIC_HALF_NODES + 1, dtype=mu.dtype)[:, None] * h[None, :]
+    f = m[None, :] + t
+
+    def g(f):
+        return jax.nn.log_sigmoid(y * f) - 0.5 * (f - mu) ** 2 / s2
+
+    g_m = g(m)
+    w = jnp.exp(g(f) - g_m[None, :])
+    w_sum = w.sum(axis=0)
+    mean_t = (w * t).sum(axis=0) / w_sum
+    var = (w * (t - mean_t[None, :]) ** 2).sum(axis=0) / w_sum
+    lz = g_m + jnp.log(h * w_sum) - 0.5 * jnp.log(2.0 * jnp.pi * s2)
+    mean = m + mean_t
+    return lz, (mean - mu) / s2, (var - s2) / (s2 * s2), jnp.zeros_like(mu)
+
+
+def tilted(kind, y, mu, s2, th):
+    """EP tilted moments of likelihood ``kind`` at all sites: a (4, n) array (``binary.tilted_map``)."""
+    zero = jnp.zeros_like(mu)
+    if kind == PROBIT:
+        lz, d1, d2, _, _ = _probit_family_tilted(y, mu, s2, 0.0, 1.0)
+        rows = (lz, d1, d2, zero)
+    elif kind == PROBIT_BIAS:
+        lz, d1, d2, db, _ = _probit_family_tilted(y, mu, s2, th[0], 1.0)
+        rows = (lz, d1, d2, db)
+    elif kind == PROBIT_NOISE:
+        lz, d1, d2, _, dc2 = _probit_family_tilted(y, mu, s2, 0.0, th[0] * th[0])
+        rows = (lz, d1, d2, 2.0 * th[0] * dc2)
+    elif kind == STEP_LABEL_NOISE:
+        rows = _step_tilted(y, mu, s2, th[0])
+    elif kind == LOGISTIC:
+        rows = _logistic_tilted(y, mu, s2)
+    else:
+        raise ValueError(f"unknown likelihood kind {kind!r}")
+    return jnp.stack(rows)
+
+
+def log_lik(kind, y, f, th):
+    """log p(y|f), its f-derivatives to third order and theta-derivatives: a (7, n) array
+    (``binary.log_lik_map``)."""
+    zero = jnp.zeros_like(f)
+    if kind == PROBIT:
+        lp, d1, d2, d3, _, _, _ = _probit_family_log_lik(y, f, 0.0, 1.0)
+        rows = (lp, d1, d2, d3, zero, zero, zero)
+    elif kind == PROBIT_BIAS:
+        lp, d1, d2, d3, _, _, _ = _probit_family_log_lik(y, f, th[0], 1.0)
+        rows = (lp, d1, d2, d3, d1, d2, d3)
+    elif kind == PROBIT_NOISE:
+        rows = _probit_family_log_lik(y, f, 0.0, th[0])
+    elif kind == LOGISTIC:
+        p, q = jax.nn.sigmoid(f), jax.nn.sigmoid(-f)
+        rows = (jax.nn.log_sigmoid(y * f), y * jax.nn.sigmoid(-y * f), -p * q, -p * q * (q - p), zero, zero, zero)
+    else:
+        raise ValueError(f"likelihood kind {kind!r} has no Laplace approximation (piecewise constant)")
+    return jnp.stack(rows)
+
+
+def params_valid(kind, th):
+    """Whether the parameter vector ``th`` is in the likelihood's range (a traced bool)."""
+    ok = jnp.all(jnp.isfinite(th))
+    if kind == PROBIT_NOISE:
+        ok = ok & (th[0] > 0.0)
+    elif kind == STEP_LABEL_NOISE:
+        ok = ok & (th[0] >= 0.0) & (th[0] < 0.5)
+    return ok

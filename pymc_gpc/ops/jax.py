@@ -1,0 +1,110 @@
+r"""JAX implementations of the package's PyTensor Ops (``jax_funcify``).
+
+PyMC's JAX samplers (``pm.sample(nuts_sampler="numpyro" | "blackjax")``) turn the model's
+log density into a JAX function (``pymc.sampling.jax.get_jaxified_logp``) and
+differentiate it with JAX itself, so the Ops' ``pullback`` is not used there: the
+gradient lives in the JAX function, as the ``jax.custom_vjp`` of
+``approximations.jax_engine.marginal_fn`` (the exact fixed-point / implicit gradient,
+never automatic differentiation through the EP or Newton loop).
+
+Registered here:
+
+* ``ApproxMarginalOp`` (EP and Laplace; mean field and ADF raise ``NotImplementedError``
+  naming what works), with the options of the numba path (``SAMPLING_DEFAULTS``: EP's
+  tol is 1e-2 while sampling). The fourth input (hyperparameter values, used by the numba
+  path for warm starts and warnings) is ignored: each evaluation starts cold.
+* ``LatentPredictiveOp`` (prediction, ``conditional``).
+* Not their subclasses: FITC (``ops.sparse``) and multi-class Ops raise
+  ``NotImplementedError`` saying that they run on the numba backend.
+* ``ARDKernelOp`` and ``ARDKernelPullbackOp`` of ``kernels.py`` (``ard_classifier``): the
+  kernel as jnp code, which JAX differentiates exactly.
+
+Importing this module imports jax and PyTensor's JAX dispatch; ``jax_registration``
+(installed when ``pymc_gpc`` is imported) imports it right after PyTensor's JAX dispatch
+is first imported (by PyMC's JAX samplers, ``mode="JAX"``), so that ``import pymc_gpc``
+does not pay for importing jax (0.5-0.9 s here).
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from pytensor.link.jax.dispatch import jax_funcify
+
+from ..approximations import jax_engine
+from ..kernels import ARDKernelOp, ARDKernelPullbackOp
+from .marginal import SAMPLING_DEFAULTS, ApproxMarginalOp, LatentPredictiveOp
+
+
+def _options(op, sampling):
+    options = dict(op.options)
+    if sampling:
+        options = {**SAMPLING_DEFAULTS.get(op.approximation, {}), **options}
+    options.pop("with_grad", None)
+    return options
+
+
+def _dense_binary_only(op, base):
+    """Subclasses (FITC's ``ops.sparse``, multi-class Ops) have no JAX implementation yet."""
+    if type(op) is not base:
+        raise NotImplementedError(
+            f"{type(op).__name__} has no JAX implementation: the JAX backend covers the dense binary "
+            "EP and Laplace Ops (FITC and multi-class models run on the default numba backend, "
+            "pymc_gpc.sample() / pm.sample() with nuts_sampler='pymc' or 'nutpie')"
+        )
+
+
+@jax_funcify.register(ApproxMarginalOp)
+def jax_funcify_ApproxMarginalOp(op, node=None, **kwargs):
+    _dense_binary_only(op, ApproxMarginalOp)
+    marginal = jax_engine.marginal_fn(op.approximation, op._lik.kind, **_options(op, sampling=True))
+
+    def approx_marginal(K, params, y, hyper=None):
+        return marginal(K, params, y)
+
+    return approx_marginal
+
+
+@jax_funcify.register(LatentPredictiveOp)
+def jax_funcify_LatentPredictiveOp(op, node=None, **kwargs):
+    _dense_binary_only(op, LatentPredictiveOp)
+    predict = jax_engine.predictive_fn(op.approximation, op._lik.kind, op.full_cov, **_options(op, sampling=False))
+
+    def latent_predictive(K, params, y, K_cross, K_star):
+        return predict(K, params, y, K_cross, K_star)
+
+    return latent_predictive
+
+
+def _distance_terms(X, Xs, discrete):
+    """d_m(X_i, Xs_j) for every column m: (d, n, m); Hamming on discrete columns."""
+    diff = X.T[:, :, None] - Xs.T[:, None, :]
+    disc = jnp.asarray(discrete)[:, None, None]
+    return jnp.where(disc, (diff != 0.0).astype(X.dtype), diff * diff)
+
+
+@jax_funcify.register(ARDKernelOp)
+def jax_funcify_ARDKernelOp(op, node=None, **kwargs):
+    discrete, symmetric = np.array(op.discrete, dtype=bool), op.symmetric
+
+    def ard_kernel(X, Xs, l, v0, v1, v2):
+        D = jnp.einsum("m,mij->ij", l, _distance_terms(X, Xs, discrete))
+        E = jnp.exp(-0.5 * D)
+        K = v0 * E + v1
+        if symmetric:
+            K = K + v2 * jnp.eye(X.shape[0], dtype=K.dtype)
+        return K, E
+
+    return ard_kernel
+
+
+@jax_funcify.register(ARDKernelPullbackOp)
+def jax_funcify_ARDKernelPullbackOp(op, node=None, **kwargs):
+    discrete = np.array(op.discrete, dtype=bool)
+
+    def ard_kernel_pullback(G, E, X, Xs):
+        A = G * E
+        s = jnp.einsum("ij,mij->m", A, _distance_terms(X, Xs, discrete))
+        k = min(G.shape[0], G.shape[1])
+        return s, jnp.sum(A), jnp.sum(G), jnp.trace(G[:k, :k])
+
+    return ard_kernel_pullback

@@ -1,0 +1,58 @@
+"""Register the Ops' JAX implementations (``ops/jax.py``) once PyTensor's JAX backend is loaded.
+
+``install()`` runs when ``pymc_gpc`` is imported. It imports nothing from jax: if
+``pytensor.link.jax.dispatch`` is already imported, ``ops/jax.py`` is imported at once;
+otherwise an import hook imports it right after PyTensor's JAX dispatch is first imported
+(``pm.sample(nuts_sampler="numpyro")``, ``pytensor.function(..., mode="JAX")``). Without
+jax installed nothing happens, and PyTensor / PyMC raise their own ImportError; the
+message of ``missing_jax_message`` says what to install.
+"""
+
+import importlib
+import importlib.abc
+import importlib.util
+import sys
+
+_TARGET = "pytensor.link.jax.dispatch"
+_MODULE = "pymc_gpc.ops.jax"
+
+JAX_SAMPLERS = ("numpyro", "blackjax")
+
+
+def missing_jax_message(what):
+    return (f"{what} needs JAX: install the optional extra with `pip install pymc-gpc[jax]` "
+            "(jax, numpyro and blackjax)")
+
+
+def jax_available():
+    """Whether jax can be imported (without importing it)."""
+    return importlib.util.find_spec("jax") is not None
+
+
+class _RegisterAfterImport(importlib.abc.MetaPathFinder):
+    """Imports ``ops/jax.py`` right after ``pytensor.link.jax.dispatch`` has executed."""
+
+    def find_spec(self, name, path, target=None):
+        if name != _TARGET:
+            return None
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)  # once; and let the ordinary finders find the module
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        loader_exec = spec.loader.exec_module
+
+        def exec_module(module):
+            loader_exec(module)
+            importlib.import_module(_MODULE)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def install():
+    """Register now if PyTensor's JAX dispatch is loaded, else when it is (see module docstring)."""
+    if _TARGET in sys.modules:
+        importlib.import_module(_MODULE)
+    elif jax_available() and not any(isinstance(f, _RegisterAfterImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _RegisterAfterImport())
