@@ -8,8 +8,10 @@ finite differences for every gradient.
 import numpy as np
 import pytest
 
+from pymc_gpc.approximations.ep import ep
+from pymc_gpc.approximations.multinomial_probit_ep import multinomial_probit_ep
 from pymc_gpc.approximations.softmax_laplace import softmax_laplace
-from pymc_gpc.likelihoods import MultinomialProbit, Softmax
+from pymc_gpc.likelihoods import MultinomialProbit, Probit, Softmax
 from pymc_gpc.validation import as_class_codes
 
 from .multiclass_reference import (
@@ -167,3 +169,92 @@ def test_softmax_laplace_bad_input():
         softmax_laplace(K, np.array([0.5, 1]))
     with pytest.raises(ValueError, match="multi-class likelihood"):
         softmax_laplace(K, np.array([0, 1]), likelihood=MultinomialProbit())
+
+
+# Nested EP's evidence lies within EP_BOUND nats of the truth on these problems.
+EP_BOUND = 0.03
+
+
+def _exact(case, log_prob):
+    X, y, hyp = SMALL[case]
+    return brute_force_log_evidence(_K(X, hyp), y, log_prob, nodes=10 if len(X) == 2 else 40)
+
+
+def test_multinomial_probit_ep_evidence_brute_force():
+    ep_err, la_err = [], []
+    for case, (X, y, hyp) in enumerate(SMALL):
+        K = _K(X, hyp)
+        res = multinomial_probit_ep(K, y, tol=1e-12)
+        assert res.converged
+        ep_err.append(abs(res.log_z - _exact(case, _mp_log_prob)))
+        la_err.append(abs(softmax_laplace(K, y, tol=1e-12).log_z - _exact(case, softmax_log_prob)))
+    assert max(ep_err) < EP_BOUND
+    assert np.mean(ep_err) <= np.mean(la_err)  # EP at least as close as Laplace on average
+
+
+def test_multinomial_probit_two_classes_is_binary_probit_ep():
+    """c = 2: p(y = 0 | f) = E_u Phi(u + f_0 - f_1) = Phi((f_0 - f_1) / sqrt 2), so with
+    g = (f_0 - f_1) / sqrt 2 ~ N(0, (K_0 + K_1) / 2) the model is binary probit on g with
+    y = +1 for class 0; nested EP must give binary EP's evidence and LOO terms."""
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-2, 2, 9)
+    y = rng.integers(0, 2, 9)
+    K = np.array([rbf(X, 1.0, 2.0), rbf(X, 0.6, 1.0)])
+    res = multinomial_probit_ep(K, y, tol=1e-13)
+    binary = ep(0.5 * (K[0] + K[1]), np.where(y == 0, 1.0, -1.0), Probit(), tol=1e-13)
+    assert abs(res.log_z - binary.log_z) < 1e-8
+    assert np.allclose(res.loo_log_p, binary.loo_log_p, atol=1e-8, rtol=0)
+    g_mean = (res.mean[0] - res.mean[1]) / np.sqrt(2)
+    assert np.allclose(g_mean, binary.mean, atol=1e-8)
+
+
+def _ep_log_z(X, y, hyp):
+    return multinomial_probit_ep(_K(X, hyp), y, tol=1e-14).log_z
+
+
+def test_multinomial_probit_ep_gradient_separate_kernels():
+    rng = np.random.default_rng(5)
+    X = rng.uniform(-2, 2, 8)
+    y = rng.integers(0, 3, 8)
+    hyp = [(0.8, 2.0), (1.3, 0.7), (0.5, 3.0)]
+    res = multinomial_probit_ep(_K(X, hyp), y, tol=1e-14)
+    for k in range(3):
+        for j, dKk in enumerate(rbf_dK(X, *hyp[k])):
+            analytic = float(np.sum(res.dlog_z_dK[k] * dKk))
+            h = 1e-5
+            up = [list(p) for p in hyp]
+            dn = [list(p) for p in hyp]
+            up[k][j] *= np.exp(h)
+            dn[k][j] *= np.exp(-h)
+            fd = (_ep_log_z(X, y, up) - _ep_log_z(X, y, dn)) / (2 * h)
+            assert abs(analytic - fd) <= 1e-5 * max(abs(fd), 1e-2), (k, j, analytic, fd)
+
+
+def test_multinomial_probit_ep_gradient_shared_kernel_and_warm_start():
+    rng = np.random.default_rng(6)
+    X = rng.uniform(-2, 2, 10)
+    y = rng.integers(0, 4, 10)
+    ls, v = 0.9, 1.7
+    res = multinomial_probit_ep(rbf(X, ls, v), y, tol=1e-14)
+    assert res.dlog_z_dK.shape == (4, 10, 10)
+    for j, dK in enumerate(rbf_dK(X, ls, v)):
+        analytic = float(np.sum(res.dlog_z_dK.sum(axis=0) * dK))
+        h = 1e-5
+        p_up, p_dn = [ls, v], [ls, v]
+        p_up[j] *= np.exp(h)
+        p_dn[j] *= np.exp(-h)
+        fd = (multinomial_probit_ep(rbf(X, *p_up), y, tol=1e-14).log_z
+              - multinomial_probit_ep(rbf(X, *p_dn), y, tol=1e-14).log_z) / (2 * h)
+        assert abs(analytic - fd) <= 1e-5 * max(abs(fd), 1e-2), (j, analytic, fd)
+    warm = multinomial_probit_ep(rbf(X, ls * 1.02, v), y, state=res.state, tol=1e-10)
+    cold = multinomial_probit_ep(rbf(X, ls * 1.02, v), y, tol=1e-10)
+    assert warm.n_iter < cold.n_iter and abs(warm.log_z - cold.log_z) < 1e-8
+
+
+def test_multinomial_probit_likelihood_two_classes_closed_form():
+    F = np.array([[0.3, -1.2, 2.0], [0.0, 0.5, -1.0]])
+    p = np.exp(MultinomialProbit().log_prob_all(F))
+    from scipy.stats import norm
+
+    assert np.allclose(p[0], norm.cdf((F[0] - F[1]) / np.sqrt(2)), atol=1e-12)
+    assert np.allclose(p.sum(axis=0), 1.0, atol=1e-12)

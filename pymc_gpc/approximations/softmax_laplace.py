@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..likelihoods.multiclass import MulticlassLikelihood, Softmax
-from ..structures.multiclass import SoftmaxBlockPosterior
+from ..structures.multiclass import CoupledBlockPosterior
 from ..validation import check_kernel_matrix
 from .result import ApproximationResult
 
@@ -108,7 +108,7 @@ def softmax_laplace(K, y, likelihood=None, params=None, *, state=None, tol=1e-10
     change, it = np.inf, 0
     while it < max_iter:
         it += 1
-        post = SoftmaxBlockPosterior(K, pi)
+        post = CoupledBlockPosterior(K, pi)
         da = post.weights(post.W_times(f) + Y - pi) - a
         step = 1.0
         for _ in range(40):  # backtracking: Psi must not decrease
@@ -123,7 +123,7 @@ def softmax_laplace(K, y, likelihood=None, params=None, *, state=None, tol=1e-10
         a, f, lp, pi, psi = a_try, f_try, lp_try, pi_try, psi_try
         if change <= tol * (1.0 + np.max(np.abs(f))):
             break
-    post = SoftmaxBlockPosterior(K, pi)
+    post = CoupledBlockPosterior(K, pi)
     log_z = psi - post.half_logdet_B()
     S = post.site_covariances()
     dK = _gradient(post, a, S) if with_grad else None
@@ -170,7 +170,7 @@ def _gradient(post, a, S):
 
     d/dK_k = a_k a_k^T / 2 - R_kk / 2 + (u_k a_k^T + a_k u_k^T) / 2.
     """
-    s = _mode_sensitivity(post.pi, S)
+    s = _mode_sensitivity(post.d, S)
     u = s - post.R_times(post.K_times(s))
     Rkk = post.R_diag_blocks()
     outer = np.einsum("ki,kj->kij", a, a)

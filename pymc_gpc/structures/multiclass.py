@@ -9,6 +9,12 @@ couples the classes of one observation:
     W = D - \Pi \Pi^T, \quad D = \mathrm{diag}(\pi), \quad
     \Pi = [\mathrm{diag}(\pi_1); \dots; \mathrm{diag}(\pi_c)], \quad \sum_k \pi_k = 1.
 
+More generally, per observation W_i = diag(d_i) - d_i d_i^T / s_i with d_i >= 0 and
+s_i = \sum_k d_{ki}: the softmax has d = pi (s = 1); the sites of nested EP for the
+multinomial probit have exactly this form (``approximations.multinomial_probit_ep``).
+With \Pi = D R S^{-1/2} the derivation below goes through unchanged except for the
+log-determinant's extra -\tfrac12 \sum_i \log s_i.
+
 Rasmussen & Williams (2006), sec. 3.5 and Alg. 3.3-3.4: with
 E_k = D_k^{1/2} (I + D_k^{1/2} K_k D_k^{1/2})^{-1} D_k^{1/2} (= ``LatentPosterior(K_k,
 pi_k).R()``) and M = \sum_k E_k = L_M L_M^T,
@@ -22,7 +28,8 @@ D (K^{-1} + D)^{-1} D = D - E, so the second factor is |I - \sum_k (D_k - E_k)| 
 
 .. math::
 
-    \tfrac12 \log |I + K W| = \sum_k \tfrac12 \log |B_k| + \log |L_M|.
+    \tfrac12 \log |I + K W| = \sum_k \tfrac12 \log |B_k| + \log |L_M|
+        - \tfrac12 \sum_i \log s_i.
 
 (Alg. 3.3 as printed omits log|L_M| and has the sign of the log-sum-exp wrong; the
 tests check the evidence against quadrature.) Everything costs (c + 1) Cholesky
@@ -34,30 +41,33 @@ import numpy as np
 from .dense import LatentPosterior, chol_lower, chol_solve, inv_lower, lower_times
 
 
-class SoftmaxBlockPosterior:
+class CoupledBlockPosterior:
     """q(f) = N(K a, (K^{-1} + W)^{-1}) with the block structure above.
 
     Parameters
     ----------
     K : (c, n, n) prior covariances, one per class.
-    pi : (c, n) class probabilities at the current f (columns sum to 1).
+    d : (c, n) non-negative weights, every column with a positive sum (the softmax's
+        class probabilities pi at the current f).
     """
 
-    def __init__(self, K, pi):
+    def __init__(self, K, d):
         self.K = K
-        self.pi = pi
-        self.blocks = [LatentPosterior(K[k], pi[k]) for k in range(K.shape[0])]
+        self.d = d
+        self.s = d.sum(axis=0)
+        self.blocks = [LatentPosterior(K[k], d[k]) for k in range(K.shape[0])]
         self.E = np.array([b.R() for b in self.blocks])  # (c, n, n)
         self.LM = chol_lower(self.E.sum(axis=0))
         self._H = None
 
     def half_logdet_B(self):
         r"""\tfrac12 \log|I + K W| (module docstring)."""
-        return sum(b.half_logdet_B() for b in self.blocks) + float(np.sum(np.log(np.diag(self.LM))))
+        return (sum(b.half_logdet_B() for b in self.blocks) + float(np.sum(np.log(np.diag(self.LM))))
+                - 0.5 * float(np.sum(np.log(self.s))))
 
     def W_times(self, f):
-        """W f = pi * f - pi (sum_k pi_k f_k), per observation."""
-        return self.pi * f - self.pi * np.sum(self.pi * f, axis=0)
+        """W f = d * f - d (sum_k d_k f_k) / s, per observation."""
+        return self.d * f - self.d * (np.sum(self.d * f, axis=0) / self.s)
 
     def K_times(self, v):
         return np.einsum("kij,kj->ki", self.K, v)
@@ -91,7 +101,7 @@ class SoftmaxBlockPosterior:
         Sigma = K - K (K + W^{-1})^{-1} K: block (k, l) has diagonal
         delta_kl diag(K_k - K_k E_k K_k) + diag(K_k E_k M^{-1} E_l K_l).
         """
-        c, n = self.pi.shape
+        c, n = self.d.shape
         A = np.einsum("kij,kjl->kil", self.K, self.E)  # K_k E_k
         own = np.einsum("kii->ki", self.K) - np.einsum("kij,kij->ki", A, self.K)
         LMi = inv_lower(self.LM)
