@@ -40,6 +40,20 @@ def softmax_log_prob(y, F):
     return log_softmax(F, axis=0)[np.asarray(y, int), np.arange(F.shape[1])]
 
 
+def multinomial_probit_log_prob(y, F, u_nodes=20):
+    """log E_u prod_{j != y} Phi(u + f_y - f_j), u ~ N(0, 1), by its own Gauss-Hermite rule."""
+    from scipy.special import log_ndtr
+
+    u, w = np.polynomial.hermite_e.hermegauss(u_nodes)
+    y = np.asarray(y, int)
+    cols = np.arange(F.shape[1])
+    diff = F[y, cols][None] - F  # (c, s); the j = y row is 0 and is left out below
+    mask = np.arange(F.shape[0])[:, None] != y[None]
+    s = np.sum(np.where(mask[None], log_ndtr(u[:, None, None] + diff[None]), 0.0), axis=1)
+    with np.errstate(divide="ignore"):  # far tails: probability 0, weight 0 in the sum
+        return np.log(np.exp(s).T @ (w / np.sqrt(2 * np.pi)))
+
+
 def dense_softmax_laplace(K, y, iters=60):
     """Laplace's evidence by plain Newton in f on the full cn x cn matrices (f class-major)."""
     c, n, _ = K.shape
