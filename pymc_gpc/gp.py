@@ -43,6 +43,19 @@ class _ApproximateMarginal:
 
     approximation = None
 
+    def __new__(cls, *args, **kwargs):
+        """A multi-class likelihood (``likelihoods.multiclass``) builds the multi-class
+        variant of this classifier (``gp_multiclass``), or raises ValueError if this
+        approximation cannot integrate it out."""
+        from .likelihoods.multiclass import MulticlassLikelihood
+
+        likelihood = kwargs.get("likelihood")
+        if isinstance(likelihood, MulticlassLikelihood) and not hasattr(cls, "n_classes"):
+            from .gp_multiclass import multiclass_class
+
+            cls = multiclass_class(cls, likelihood)
+        return super().__new__(cls)
+
     def __init__(self, *, cov_func, likelihood, jitter=JITTER_DEFAULT, **solver_options):
         if not isinstance(likelihood, Likelihood):
             raise ValueError(
@@ -120,7 +133,8 @@ class _ApproximateMarginal:
             the per-observation log predictive as ``{name}_loo`` (used by
             ``pymc_gpc.add_log_likelihood`` for ``az.loo``).
         X : (n, d) inputs (array, DataFrame, or 1-D for one input dimension).
-        y : (n,) binary labels: {-1, +1}, {0, 1}, booleans, or two distinct strings.
+        y : (n,) binary labels: {-1, +1}, {0, 1}, booleans, or two distinct strings
+            (more classes: a multi-class likelihood, ``gp_multiclass``).
 
         Returns
         -------

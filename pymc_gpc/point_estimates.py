@@ -176,8 +176,9 @@ class _Objective:
         rest = model.logp(vars=rest_terms, jacobian=False) if rest_terms else pt.constant(0.0)
         kernels = [v for node in self.nodes for v in node.inputs[:2]]
         self.forward = compile_fn(self.free, [*kernels, rest], on_unused_input="ignore")
-        cotangents = [pt.dmatrix(f"g_K{j}") if i % 2 == 0 else pt.dvector(f"g_theta{j}")
-                      for j in range(len(self.nodes)) for i in range(2)]
+        cotangents = [pt.tensor(f"g_K{j}", dtype="float64", shape=(None,) * node.inputs[0].ndim)
+                      if i % 2 == 0 else pt.dvector(f"g_theta{j}")
+                      for j, node in enumerate(self.nodes) for i in range(2)]
         pulled = rest + sum((g * v).sum() for g, v in zip(cotangents, kernels))
         grads = pt.grad(pulled, self.targets) if self.targets else []
         self.backward = compile_fn(self.free + cotangents, grads, on_unused_input="ignore")

@@ -12,6 +12,10 @@ PSD_TOLERANCE = 1e-8
 
 _trust = threading.local()
 
+_MULTICLASS_HINT = ("; for more than two classes use a multi-class likelihood: "
+                    "MarginalLaplace(likelihood=pymc_gpc.likelihoods.Softmax()) or "
+                    "MarginalEP(likelihood=pymc_gpc.likelihoods.MultinomialProbit())")
+
 
 @contextlib.contextmanager
 def trusted_kernel():
@@ -70,6 +74,7 @@ def as_signed_labels(y, name="y", require_both=True):
         if len(values) != 2:
             raise ValueError(
                 f"{name} must hold exactly two classes; found {len(values)}: {values[:10].tolist()}"
+                + (_MULTICLASS_HINT if len(values) > 2 else "")
             )
         return np.where(arr.astype(str) == values[1], 1.0, -1.0)
     arr = arr.astype(float)
@@ -85,7 +90,7 @@ def as_signed_labels(y, name="y", require_both=True):
     else:
         raise ValueError(
             f"{name} must hold two classes coded as {{-1, +1}}, {{0, 1}} or booleans; "
-            f"found values {sorted(values)[:10]}"
+            f"found values {sorted(values)[:10]}" + (_MULTICLASS_HINT if len(values) > 2 else "")
         )
     if require_both and len(np.unique(out)) != 2:
         raise ValueError(f"{name} holds only one class ({sorted(values)}); a classifier needs two")

@@ -26,31 +26,30 @@ from scipy.special import log_softmax, softmax
 
 from ..numerics.special import log_ndtr_array
 
-# Draws for Gaussian expectations of the softmax (per dimension c, cached).
-N_DRAWS = 4096
+# Draws for Gaussian expectations (per dimension c and number, cached).
 _DRAWS = {}
 
 # Gauss-Hermite rule (probabilists') for the integral over u in the multinomial probit.
-_U_NODES, _U_WEIGHTS = np.polynomial.hermite_e.hermegauss(48)
+_U_NODES, _U_WEIGHTS = np.polynomial.hermite_e.hermegauss(32)
 _U_WEIGHTS = _U_WEIGHTS / np.sqrt(2.0 * np.pi)
 
 
-def _standard_draws(c):
-    """N_DRAWS fixed antithetic draws from N(0, I_c), shape (N_DRAWS, c)."""
-    if c not in _DRAWS:
-        z = np.random.default_rng(20260 + c).standard_normal((N_DRAWS // 2, c))
-        _DRAWS[c] = np.concatenate([z, -z])
-    return _DRAWS[c]
+def _standard_draws(c, size):
+    """``size`` fixed antithetic draws from N(0, I_c), shape (size, c)."""
+    if (c, size) not in _DRAWS:
+        z = np.random.default_rng(20260 + c).standard_normal((size // 2, c))
+        _DRAWS[c, size] = np.concatenate([z, -z])
+    return _DRAWS[c, size]
 
 
-def _gaussian_draws(mean, cov):
-    """Draws of f ~ N(mean[i], cov[i]) for each of m Gaussians: (m, N_DRAWS, c)."""
+def _gaussian_draws(mean, cov, size):
+    """Draws of f ~ N(mean[i], cov[i]) for each of m Gaussians: (m, size, c)."""
     mean = np.asarray(mean, float)
     cov = np.asarray(cov, float)
     c = mean.shape[1]
     jitter = 1e-12 * np.maximum(np.trace(cov, axis1=1, axis2=2) / c, 1e-300)
     L = np.linalg.cholesky(cov + jitter[:, None, None] * np.eye(c))
-    return mean[:, None, :] + np.einsum("mij,sj->msi", L, _standard_draws(c))
+    return mean[:, None, :] + np.einsum("mij,sj->msi", L, _standard_draws(c, size))
 
 
 class MulticlassLikelihood:
@@ -64,6 +63,7 @@ class MulticlassLikelihood:
     approximations: tuple = ()
     param_names: tuple = ()
     n_params = 0
+    n_draws = 4096  # draws for Gaussian expectations (``predict``)
 
     def __init__(self, n_classes=None):
         if n_classes is not None and (int(n_classes) != n_classes or n_classes < 2):
@@ -90,7 +90,7 @@ class MulticlassLikelihood:
 
         mean : (m, c); cov : (m, c, c).
         """
-        f = _gaussian_draws(mean, cov)  # (m, s, c)
+        f = _gaussian_draws(mean, cov, self.n_draws)  # (m, s, c)
         p = self.probabilities(np.moveaxis(f, -1, 0))  # (c, m, s)
         p = p.mean(axis=-1).T
         return p / p.sum(axis=1, keepdims=True)
@@ -127,10 +127,11 @@ class MultinomialProbit(MulticlassLikelihood):
     r"""p(y = k | f) = E_u[\prod_{j \ne k} \Phi(u + f_k - f_j)], u ~ N(0, 1).
 
     Riihimaki, Jylanki & Vehtari (2013), eq. 3; integrated out by nested EP
-    (``MarginalEP``). Here the u-integral is a 48-node Gauss-Hermite rule.
+    (``MarginalEP``). Here the u-integral is a 32-node Gauss-Hermite rule.
     """
 
     approximations = ("ep",)
+    n_draws = 1024  # each draw costs a u-quadrature
 
     def log_prob_all(self, F):
         """log p(y = k | f) for every class k: (c, ...)."""

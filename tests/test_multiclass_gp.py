@@ -1,0 +1,142 @@
+"""Multi-class classifiers in PyMC models: the potential, its gradient, predictions,
+LOO, point estimates and the errors (MarginalLaplace + Softmax, MarginalEP + MultinomialProbit)."""
+
+import numpy as np
+import pandas as pd
+import pymc as pm
+import pytensor.tensor as pt
+import pytest
+
+import pymc_gpc
+from pymc_gpc.likelihoods import MultinomialProbit, Probit, Softmax
+
+from .multiclass_reference import rbf
+
+
+def _data(n=24, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-3, 3, n)
+    y = np.digitize(X + 0.4 * rng.standard_normal(n), [-1.0, 1.0])  # 3 ordered classes
+    return X, np.array(["low", "mid", "high"])[y], y
+
+
+SETUPS = [(pymc_gpc.MarginalLaplace, Softmax, pymc_gpc.softmax_laplace),
+          (pymc_gpc.MarginalEP, MultinomialProbit, pymc_gpc.multinomial_probit_ep)]
+
+
+def _model(cls, lik, X, labels, shared):
+    with pm.Model() as model:
+        log_ls = pm.Normal("log_ls", 0.0, 1.0, shape=1 if shared else 3)
+        log_v = pm.Normal("log_v", 0.5, 1.0)
+        if shared:
+            cov = pt.exp(log_v) * pm.gp.cov.ExpQuad(1, ls=pt.exp(log_ls[0]))
+        else:
+            cov = [pt.exp(log_v) * pm.gp.cov.ExpQuad(1, ls=pt.exp(log_ls[k])) for k in range(3)]
+        gp = cls(cov_func=cov, likelihood=lik())
+        gp.marginal_likelihood("y", X=X, y=labels)
+    return model, gp
+
+
+@pytest.mark.parametrize("setup", range(2))
+@pytest.mark.parametrize("shared", [True, False])
+def test_potential_value_and_gradient(setup, shared):
+    cls, lik, solver = SETUPS[setup]
+    X, labels, _ = _data()
+    model, gp = _model(cls, lik, X, labels, shared)
+    assert isinstance(gp, cls) and gp.classes.tolist() == ["high", "low", "mid"]
+    point = {"log_ls": np.array([0.2] if shared else [0.2, -0.3, 0.5]), "log_v": np.array(0.7)}
+    ls = np.exp(point["log_ls"])
+    K = np.array([np.exp(0.7) * rbf(X, ls[0] if shared else ls[k], 1.0, jitter=0) + 1e-6 * np.eye(len(X))
+                  for k in range(3)])
+    codes = np.searchsorted(gp.classes, labels)
+    expected = solver(K, codes, tol=1e-12).log_z
+    pot = model.compile_logp(vars=model.potentials, jacobian=False)
+    assert abs(float(pot(point)) - expected) < 1e-3  # sampling tolerance
+    # gradient of the whole model's logp against central differences
+    logp = model.compile_logp()
+    dlogp = model.compile_dlogp()
+    ip = {"log_ls": point["log_ls"], "log_v": point["log_v"]}
+    g = dlogp(ip)
+    fd, h = [], 1e-5
+    for name in ("log_ls", "log_v"):
+        for j in range(np.size(ip[name])):
+            up = {k: np.array(v, dtype=float) for k, v in ip.items()}
+            dn = {k: np.array(v, dtype=float) for k, v in ip.items()}
+            np.reshape(up[name], -1)[j] += h
+            np.reshape(dn[name], -1)[j] -= h
+            fd.append((logp(up) - logp(dn)) / (2 * h))
+    assert np.allclose(g, fd, rtol=2e-3, atol=2e-3), (g, fd)  # the Op runs at the sampling tolerance
+
+
+@pytest.mark.parametrize("setup", range(2))
+def test_predict_loo_and_fit(setup):
+    cls, lik, _ = SETUPS[setup]
+    X, labels, y = _data(30, seed=1)
+    model, gp = _model(cls, lik, X, labels, shared=False)
+    with model:
+        fit = pymc_gpc.fit(method="map")
+    Xs = np.array([-2.5, 0.0, 2.5])
+    p = gp.predict(Xs, point=fit.point, model=model)
+    assert p.shape == (3, 3) and np.allclose(p.sum(axis=1), 1.0)
+    cols = list(gp.classes)
+    assert np.argmax(p[0]) == cols.index("low") and np.argmax(p[1]) == cols.index("mid")
+    assert np.argmax(p[2]) == cols.index("high")
+    p2, mean, cov = gp.predict(Xs, point=fit.point, model=model, return_latent=True)
+    assert mean.shape == (3, 3) and cov.shape == (3, 3, 3)
+    # the MAP point's evidence gradient vanishes (prior included): fit converged
+    assert np.isfinite(fit.log_evidence)
+    with model:
+        idata = pm.sample(draws=30, tune=30, chains=1, random_seed=1, progressbar=False,
+                          compute_convergence_checks=False)
+    pymc_gpc.add_log_likelihood(idata, model)
+    import arviz as az
+
+    loo = az.loo(idata)
+    assert np.isfinite(float(loo.elpd))
+    assert idata["log_likelihood"]["y"].shape == (1, 30, 30)
+    pi = gp.predict(Xs, idata=idata, model=model, max_draws=5)
+    assert pi.shape == (3, 3) and np.allclose(pi.sum(axis=1), 1.0)
+    with model:
+        gp.conditional("fstar", Xs)
+        pp = pm.sample_posterior_predictive(idata.sel(draw=slice(0, 3)), var_names=["fstar"],
+                                            random_seed=2, progressbar=False)
+    assert pp.posterior_predictive["fstar"].shape[-2:] == (3, 3)
+
+
+def test_labels_of_every_kind():
+    X = np.linspace(-2, 2, 9)
+    for labels in ([0, 1, 2] * 3, np.array(list("abc") * 3),
+                   pd.Series(pd.Categorical(list("abc") * 3, categories=["c", "b", "a"]))):
+        with pm.Model():
+            gp = pymc_gpc.MarginalLaplace(cov_func=pm.gp.cov.ExpQuad(1, ls=1.0), likelihood=Softmax())
+            gp.marginal_likelihood("y", X=X, y=labels)
+        assert len(gp.classes) == 3
+    with pm.Model():
+        gp = pymc_gpc.MarginalLaplace(cov_func=pm.gp.cov.ExpQuad(1, ls=1.0), likelihood=Softmax())
+        gp.marginal_likelihood("y", X=X[:4], y=[True, False, True, True])
+    assert gp.classes.tolist() == [False, True]
+
+
+def test_errors():
+    X = np.linspace(-2, 2, 9)
+    cov = pm.gp.cov.ExpQuad(1, ls=1.0)
+    with pm.Model():
+        gp = pymc_gpc.MarginalEP(cov_func=cov, likelihood=Probit())
+        with pytest.raises(ValueError, match="found values .*Softmax"):
+            gp.marginal_likelihood("y", X=X, y=np.arange(9) % 3)
+    with pytest.raises(ValueError, match="MarginalEP cannot integrate out the multi-class likelihood Softmax"):
+        pymc_gpc.MarginalEP(cov_func=cov, likelihood=Softmax())
+    with pytest.raises(ValueError, match="MarginalLaplace cannot"):
+        pymc_gpc.MarginalLaplace(cov_func=cov, likelihood=MultinomialProbit())
+    with pytest.raises(ValueError, match="MarginalMeanField cannot"):
+        pymc_gpc.MarginalMeanField(cov_func=cov, likelihood=Softmax())
+    with pm.Model():
+        gp = pymc_gpc.MarginalLaplace(cov_func=[cov, cov], likelihood=Softmax())
+        with pytest.raises(ValueError, match="2 covariances but y holds 3 classes"):
+            gp.marginal_likelihood("y", X=X, y=np.arange(9) % 3)
+    with pm.Model():
+        gp = pymc_gpc.MarginalLaplace(cov_func=cov, likelihood=Softmax())
+        with pytest.raises(ValueError, match="only one class"):
+            gp.marginal_likelihood("y", X=X, y=np.zeros(9))
+        with pytest.raises(ValueError, match="marginal_likelihood"):
+            gp.predict(X, point={})
