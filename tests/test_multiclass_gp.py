@@ -140,3 +140,27 @@ def test_errors():
             gp.marginal_likelihood("y", X=X, y=np.zeros(9))
         with pytest.raises(ValueError, match="marginal_likelihood"):
             gp.predict(X, point={})
+
+
+def test_cli_multiclass_confusion_matrix(tmp_path):
+    from pymc_gpc.cli import main
+    from pymc_gpc.datasets import load_fgl
+
+    data = load_fgl()
+    keep = np.isin(data.y, ["WinF", "WinNF", "Head"])
+    X, y = data.X[keep], data.y[keep]
+    rng = np.random.default_rng(0)
+    idx = rng.permutation(len(y))
+    header = ",".join(data.feature_names) + ",type\n"
+    for name, rows in (("train.csv", idx[:90]), ("test.csv", idx[90:130])):
+        body = "".join(",".join(f"{v:g}" for v in X[i]) + f",{y[i]}\n" for i in rows)
+        (tmp_path / name).write_text(header + body)
+    code = main([str(tmp_path / "train.csv"), "--target", "type", "--test", str(tmp_path / "test.csv"),
+                 "--method", "map", "--approximation", "laplace", "--no-progress", "--out", str(tmp_path / "out")])
+    assert code == 0
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "Confusion matrix" in report and "| Head |" in report
+    errors = int(report.split("test errors: ")[1].split(" /")[0])
+    assert errors <= 14  # 40 test fragments of 3 classes; the majority class alone gets ~21 wrong
+    header = (tmp_path / "out" / "predictions.csv").read_text().splitlines()[0]
+    assert header.startswith("row,p_Head,p_WinF,p_WinNF,predicted")

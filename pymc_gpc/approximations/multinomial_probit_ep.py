@@ -281,7 +281,7 @@ def multinomial_probit_ep(K, y, likelihood=None, params=None, *, state=None, tol
     dK = None
     if with_grad:
         Rkk = post.R_diag_blocks()
-        dK = 0.5 * (np.einsum("ki,kj->kij", b, b) - Rkk)
+        dK = 0.5 * (b[:, :, None] * b[:, None, :] - Rkk)
     return ApproximationResult(
         method="ep-multinomial-probit",
         log_z=log_z,

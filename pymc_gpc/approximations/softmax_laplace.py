@@ -27,6 +27,11 @@ from ..validation import check_kernel_matrix
 from .result import ApproximationResult
 
 
+# Draws for the LA-LOO expectations (computed at every evaluation, also while sampling):
+# fewer than ``predict``'s, a Monte Carlo error of about 1e-2 relative in q(y_i | y_-i).
+LOO_DRAWS = 512
+
+
 @dataclass
 class SoftmaxLaplaceState:
     """Representer weights a (c, n) of the last mode: pass back in to warm-start."""
@@ -102,7 +107,7 @@ def softmax_laplace(K, y, likelihood=None, params=None, *, state=None, tol=1e-10
     a = np.zeros((c, n)) if state is None else np.array(state.a, dtype=float)
     if a.shape != (c, n):
         raise ValueError(f"warm-start state has shape {a.shape}, data needs {(c, n)}")
-    f = np.einsum("kij,kj->ki", K, a)
+    f = (K @ a[:, :, None])[:, :, 0]
     lp, pi = likelihood.log_lik(y, f)
     psi = _psi(a, f, lp)
     change, it = np.inf, 0
@@ -113,7 +118,7 @@ def softmax_laplace(K, y, likelihood=None, params=None, *, state=None, tol=1e-10
         step = 1.0
         for _ in range(40):  # backtracking: Psi must not decrease
             a_try = a + step * da
-            f_try = np.einsum("kij,kj->ki", K, a_try)
+            f_try = (K @ a_try[:, :, None])[:, :, 0]
             lp_try, pi_try = likelihood.log_lik(y, f_try)
             psi_try = _psi(a_try, f_try, lp_try)
             if psi_try >= psi - 1e-12 * abs(psi):
@@ -173,8 +178,8 @@ def _gradient(post, a, S):
     s = _mode_sensitivity(post.d, S)
     u = s - post.R_times(post.K_times(s))
     Rkk = post.R_diag_blocks()
-    outer = np.einsum("ki,kj->kij", a, a)
-    cross = np.einsum("ki,kj->kij", u, a)
+    outer = a[:, :, None] * a[:, None, :]
+    cross = u[:, :, None] * a[:, None, :]
     return 0.5 * (outer - Rkk + cross + cross.transpose(0, 2, 1))
 
 
@@ -195,4 +200,4 @@ def _loo_log_p(y, likelihood, f, pi, g, S):
     m = np.linalg.solve(A, F[:, :, None] - (S @ (W @ F[:, :, None] + G[:, :, None])))[:, :, 0]
     C = 0.5 * (C + np.transpose(C, (0, 2, 1)))
     with np.errstate(divide="ignore"):
-        return np.log(likelihood.expected_prob(y, m, C))
+        return np.log(likelihood.expected_prob(y, m, C, size=LOO_DRAWS))

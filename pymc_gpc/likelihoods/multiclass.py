@@ -22,7 +22,7 @@ at every call, so results are deterministic and smooth in the Gaussian's paramet
 """
 
 import numpy as np
-from scipy.special import log_softmax, softmax
+from scipy.special import log_softmax
 
 from ..numerics.special import log_ndtr_array
 
@@ -85,19 +85,19 @@ class MulticlassLikelihood:
     def probabilities(self, F):
         raise NotImplementedError
 
-    def predict(self, mean, cov):
+    def predict(self, mean, cov, size=None):
         """Class probabilities (m, c) averaged over f* ~ N(mean[i], cov[i]).
 
-        mean : (m, c); cov : (m, c, c).
+        mean : (m, c); cov : (m, c, c); size : number of draws (default ``n_draws``).
         """
-        f = _gaussian_draws(mean, cov, self.n_draws)  # (m, s, c)
+        f = _gaussian_draws(mean, cov, size or self.n_draws)  # (m, s, c)
         p = self.probabilities(np.moveaxis(f, -1, 0))  # (c, m, s)
         p = p.mean(axis=-1).T
         return p / p.sum(axis=1, keepdims=True)
 
-    def expected_prob(self, y, mean, cov):
+    def expected_prob(self, y, mean, cov, size=None):
         """E[p(y_i | f_i)] under f_i ~ N(mean[i], cov[i]): (m,)."""
-        p = self.predict(mean, cov)
+        p = self.predict(mean, cov, size)
         return p[np.arange(p.shape[0]), np.asarray(y, dtype=int)]
 
     def __repr__(self):
@@ -120,7 +120,8 @@ class Softmax(MulticlassLikelihood):
         return lp[y, np.arange(F.shape[1])], np.exp(lp)
 
     def probabilities(self, F):
-        return softmax(F, axis=0)
+        e = np.exp(F - F.max(axis=0))
+        return e / e.sum(axis=0)
 
 
 class MultinomialProbit(MulticlassLikelihood):
