@@ -27,8 +27,9 @@ from ..validation import check_kernel_matrix
 from .result import ApproximationResult
 
 
-# Draws for the LA-LOO expectations (computed at every evaluation, also while sampling):
-# fewer than ``predict``'s, a Monte Carlo error of about 1e-2 relative in q(y_i | y_-i).
+# Quasi-random draws for the LA-LOO expectations (computed at every evaluation, also
+# while sampling): fewer than ``predict``'s 4096; on random 6-class Gaussians the
+# largest error in log p over all classes was 0.056 (4096: 0.0055).
 LOO_DRAWS = 512
 
 

@@ -17,8 +17,9 @@ approximations ask a likelihood only for what they need):
 Labels are class codes 0..c-1 (``pymc_gpc.validation.as_class_codes``); latent values are
 stored class-major, F[k, i] = f_k(x_i), so that each class's n values form one GP.
 Expectations of the softmax over a Gaussian have no closed form: they use a fixed set of
-antithetic standard-normal draws (Rasmussen & Williams 2006, Alg. 3.4, line 10), the same
-at every call, so results are deterministic and smooth in the Gaussian's parameters.
+antithetic quasi-random normal draws (Rasmussen & Williams 2006, Alg. 3.4, line 10, with
+scrambled Sobol points), the same at every call, so results are deterministic and
+smooth in the Gaussian's parameters.
 """
 
 import numpy as np
@@ -35,9 +36,14 @@ _U_WEIGHTS = _U_WEIGHTS / np.sqrt(2.0 * np.pi)
 
 
 def _standard_draws(c, size):
-    """``size`` fixed antithetic draws from N(0, I_c), shape (size, c)."""
+    """``size`` fixed antithetic quasi-random draws from N(0, I_c), shape (size, c):
+    a scrambled Sobol sequence (fixed seed) through the normal quantile function."""
     if (c, size) not in _DRAWS:
-        z = np.random.default_rng(20260 + c).standard_normal((size // 2, c))
+        from scipy.special import ndtri
+        from scipy.stats import qmc
+
+        u = qmc.Sobol(d=c, scramble=True, seed=20260 + c).random(size // 2)
+        z = ndtri(np.clip(u, 1e-12, 1.0 - 1e-12))
         _DRAWS[c, size] = np.concatenate([z, -z])
     return _DRAWS[c, size]
 
