@@ -4,6 +4,7 @@ LOO, point estimates and the errors (MarginalLaplace + Softmax, MarginalEP + Mul
 import numpy as np
 import pandas as pd
 import pymc as pm
+import pytensor
 import pytensor.tensor as pt
 import pytest
 
@@ -75,6 +76,8 @@ def test_predict_loo_and_fit(setup):
     model, gp = _model(cls, lik, X, labels, shared=False)
     with model:
         fit = pymc_gpc.fit(method="map")
+        type2 = pymc_gpc.fit(method="type2")
+    assert type2.converged and type2.log_evidence >= fit.log_evidence - 1e-6  # type-II maximises it
     Xs = np.array([-2.5, 0.0, 2.5])
     p = gp.predict(Xs, point=fit.point, model=model)
     assert p.shape == (3, 3) and np.allclose(p.sum(axis=1), 1.0)
@@ -204,3 +207,23 @@ def test_nuts_recovers_the_grid_posterior():
         row = summary.loc[name]
         assert abs(row["mean"] - mean) < 4 * row["mcse_mean"] + 0.01, (name, row["mean"], mean)
         assert abs(row["sd"] / sd - 1) < 0.15, (name, row["sd"], sd)
+
+
+def test_op_warns_and_fails_cleanly():
+    """Not converged: the value is used with status 1 and a warning naming the point (the
+    warning path handles a (c, n, n) K); a K that is not positive definite: -inf, status 2."""
+    from pymc_gpc.ops import ApproximationFailedWarning, MulticlassMarginalOp
+
+    X, labels, y = _data(12)
+    K = np.array([rbf(X, 1.0, 4.0)] * 3)
+    op = MulticlassMarginalOp("laplace-multiclass", Softmax, (("max_iter", 1),))
+    Kv = pt.dtensor3("K")
+    out = op(Kv, pt.zeros((0,)), y.astype(float))
+    fn = pytensor.function([Kv], [out[0], out[5]])
+    with pytest.warns(ApproximationFailedWarning, match="did not converge"):
+        value, status = fn(K)
+    assert np.isfinite(value) and int(status) == 1
+    bad = K.copy()
+    bad[1] = -bad[1]
+    value, status = fn(bad)
+    assert value == -np.inf and int(status) == 2

@@ -482,7 +482,7 @@ class ApproxMarginalOp(Op):
             point = self._describe_point(params, hyper)
             warnings.warn(
                 f"{self.approximation.upper()} did not converge at {point or 'this point'} "
-                f"(mean diag(K) {np.mean(np.diag(K)):.3g}; last change {result.max_change:.2e} "
+                f"(mean diag(K) {np.mean(np.diagonal(K, axis1=-2, axis2=-1)):.3g}; last change {result.max_change:.2e} "
                 f"after {retries} retr{'y' if retries == 1 else 'ies'} with damped/sequential "
                 "updates). The value is used; the evaluation's status output is 1.",
                 ApproximationFailedWarning,
