@@ -20,6 +20,8 @@ from .models import ard_classifier  # noqa: E402
 from .approximations.laplace import LaplaceState, laplace  # noqa: E402
 from .approximations.meanfield import MeanFieldState, meanfield  # noqa: E402
 from .approximations.result import ApproximationResult  # noqa: E402
+from .approximations.softmax_laplace import softmax_laplace  # noqa: E402
+from .approximations.multinomial_probit_ep import multinomial_probit_ep  # noqa: E402
 
 __all__ = [
     "likelihoods",
@@ -43,5 +45,7 @@ __all__ = [
     "LaplaceState",
     "MeanFieldState",
     "ApproximationResult",
+    "softmax_laplace",
+    "multinomial_probit_ep",
 ]
 __version__ = "0.1.0"

@@ -23,6 +23,7 @@ import numpy as np
 
 from . import likelihoods as L
 from .datasets import Split, load
+from .cli_multiclass import is_multiclass, likelihood_for, test_report
 from .validation import as_signed_labels, check_inputs
 
 LIKELIHOODS = {
@@ -37,7 +38,7 @@ LIKELIHOODS = {
 def _parser():
     p = argparse.ArgumentParser(prog="pymc-gpc", description=__doc__.splitlines()[0])
     p.add_argument("train", nargs="?", help="training CSV (default: the bundled data set)")
-    p.add_argument("--target", help="name of the label column (two classes)")
+    p.add_argument("--target", help="name of the label column (two classes, or more with --approximation laplace/ep)")
     p.add_argument("--test", help="test CSV with the same columns (the label column is optional)")
     p.add_argument("--data", default="pima", choices=["pima", "crabs", "default"], help="bundled data set when no CSV is given")
     p.add_argument(
@@ -113,13 +114,14 @@ def load_split(args):
     if not args.target:
         raise ValueError("--target is required with a CSV file")
     Xtr, ytr, names = _read_csv(args.train, args.target)
-    ytr_signed = as_signed_labels(_label_values(ytr))
+    multiclass = is_multiclass(ytr)  # labels kept as read (cli_multiclass)
+    ytr_signed = ytr if multiclass else as_signed_labels(_label_values(ytr))
     Xte, yte = None, None
     if args.test:
         Xte, yte_raw, names_te = _read_csv(args.test, args.target, require_target=False)
         if names_te != names:
             raise ValueError(f"test columns {names_te} differ from training columns {names}")
-        yte = None if yte_raw is None else _align_labels(ytr, yte_raw)
+        yte = None if yte_raw is None else (yte_raw if multiclass else _align_labels(ytr, yte_raw))
     Xtr = check_inputs(Xtr)
     if Xte is not None:
         Xte = check_inputs(Xte, name="test inputs")
@@ -165,7 +167,8 @@ def run(args):
     data = load_split(args)
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    likelihood = LIKELIHOODS[args.likelihood]()
+    multiclass = is_multiclass(data.y_train)
+    likelihood = likelihood_for(args.approximation) if multiclass else LIKELIHOODS[args.likelihood]()
     approximation, _, variant = args.approximation.partition("-")
     model, gp = ard_classifier(
         data.X_train, data.y_train, approximation=approximation, likelihood=likelihood,
@@ -173,7 +176,8 @@ def run(args):
         **({"inducing": args.inducing} if args.inducing is not None else {}),
     )
     report = [
-        f"# pymc-gpc: {data.name}, {args.approximation.upper()} + {args.likelihood}, {args.method}",
+        f"# pymc-gpc: {data.name}, {args.approximation.upper()} + "
+        f"{type(likelihood).__name__ if multiclass else args.likelihood}, {args.method}",
         "",
         f"- training points: {len(data.y_train)}, inputs: {data.X_train.shape[1]}",
     ]
@@ -229,9 +233,12 @@ def run(args):
         else:
             p = gp.predict(data.X_test, point=point, model=model)
         predict_time = time.perf_counter() - t1
-        _write_predictions(out / "predictions.csv", p, data.y_test)
         report += ["", "## Test set", "", f"- prediction time: {predict_time:.1f} s"]
-        if data.y_test is not None:
+        if multiclass:
+            report += test_report(p, gp.classes, data.y_test, out / "predictions.csv")
+        else:
+            _write_predictions(out / "predictions.csv", p, data.y_test)
+        if data.y_test is not None and not multiclass:
             m = classification_metrics(p, data.y_test)
             report += [
                 f"- test errors: {m['errors']} / {m['n']} ({100 * m['error_rate']:.1f} %)",

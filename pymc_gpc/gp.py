@@ -49,6 +49,19 @@ class _ApproximateMarginal:
 
     approximation = None
 
+    def __new__(cls, *args, **kwargs):
+        """A multi-class likelihood (``likelihoods.multiclass``) builds the multi-class
+        variant of this classifier (``gp_multiclass``), or raises ValueError if this
+        approximation cannot integrate it out."""
+        from .likelihoods.multiclass import MulticlassLikelihood
+
+        likelihood = kwargs.get("likelihood")
+        if isinstance(likelihood, MulticlassLikelihood) and not hasattr(cls, "n_classes"):
+            from .gp_multiclass import multiclass_class
+
+            cls = multiclass_class(cls, likelihood)
+        return super().__new__(cls)
+
     def __init__(self, *, cov_func, likelihood, jitter=JITTER_DEFAULT, approx=None, **solver_options):
         self.approx = _check_approx(approx, self.approximation)
         if not isinstance(likelihood, Likelihood):
@@ -144,7 +157,8 @@ class _ApproximateMarginal:
             the per-observation log predictive as ``{name}_loo`` (used by
             ``pymc_gpc.add_log_likelihood`` for ``az.loo``).
         X : (n, d) inputs (array, DataFrame, or 1-D for one input dimension).
-        y : (n,) binary labels: {-1, +1}, {0, 1}, booleans, or two distinct strings.
+        y : (n,) binary labels: {-1, +1}, {0, 1}, booleans, or two distinct strings
+            (more classes: a multi-class likelihood, ``gp_multiclass``).
         Xu : (m, d) inducing inputs, with ``approx="FITC"`` only (required there): an
             array (e.g. ``pm.gp.util.kmeans_inducing_points(m, X)``) or a tensor of random
             variables, which then get gradients too. m <= n.
@@ -270,24 +284,33 @@ class _ApproximateMarginal:
             self.approximation, self.likelihood, {**defaults, **dict(self.solver_options)}, self.y, fn, draws,
             progressbar=progressbar and idata is not None, retry_options=self._retry_options(),
         )
-        probs = [self.likelihood.predict(m, v, th) for m, v, th in zip(means, vars_, thetas)]
+        probs = [self._probabilities(m, v, th) for m, v, th in zip(means, vars_, thetas)]
         p = np.mean(probs, axis=0)
         if return_latent:
             return p, np.squeeze(means), np.squeeze(vars_)
         return p
 
-    def _compile_kernels(self, Xnew, model):
-        """One function from the model variables to (prior, theta, K_cross, k_diag).
+    def _prediction_inputs(self, Xnew):
+        """Tensors [prior inputs..., theta, cross-covariances, prior variances at Xnew].
 
-        The prior is the (n, n) kernel K, or with FITC a ``structures.fitc.FITCPrior``
-        built from K_uu, K_uf and diag K_ff (K_cross is then K_u*, (m, n*)).
+        The prior inputs are the (n, n) kernel K, or with FITC K_uu, K_uf and diag K_ff
+        (the cross-covariances are then K_u*, (m, n*)).
         """
         if self.approx == "FITC":
             priors = list(self._fitc_inputs(self.X, self.Xu))
             crosses = self.cov_func(self.Xu, Xnew)
         else:
             priors, crosses = [self._kernel(self.X)], self.cov_func(self.X, Xnew)
-        outputs = [*priors, self.likelihood.params_tensor(), crosses, self.cov_func(Xnew, diag=True)]
+        return [*priors, self.likelihood.params_tensor(), crosses, self.cov_func(Xnew, diag=True)]
+
+    def _probabilities(self, mean, var, theta):
+        """Class probabilities from one draw's latent predictive."""
+        return self.likelihood.predict(mean, var, theta)
+
+    def _compile_kernels(self, Xnew, model):
+        """One function from the model variables to (prior, theta, K_cross, k_diag); the
+        prior is what the solver takes (K, or a ``structures.fitc.FITCPrior``)."""
+        outputs = self._prediction_inputs(Xnew)
         outputs = [pt.as_tensor_variable(o).astype("float64") for o in outputs]
         graph = list(ancestors(outputs))
         inputs = [v for v in graph if v in model.named_vars.values()]

@@ -99,8 +99,9 @@ def _one_draw(approximation, likelihood, options, y, K, theta, K_cross, k_diag, 
             result, _ = _solve_with_retries(approximation, K, y, likelihood, theta, state, options, retry_options)
         mean, var = result.predict_latent(K_cross, k_diag)
     except (ValueError, np.linalg.LinAlgError):  # NotPositiveDefiniteError is a LinAlgError
-        m = np.shape(K_cross)[1]
-        return np.full(m, np.nan), np.full(m, np.nan), None
+        # binary: K_cross (n, m) -> mean, var (m,); c classes: (c, n, m) -> (c, m), (m, c, c)
+        classes, m = np.shape(K_cross)[:-2], np.shape(K_cross)[-1]
+        return np.full((*classes, m), np.nan), np.full((m, *classes, *classes), np.nan), None
     return mean, var, (result.state if np.isfinite(result.log_z) else None)
 
 

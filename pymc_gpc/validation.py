@@ -12,6 +12,10 @@ PSD_TOLERANCE = 1e-8
 
 _trust = threading.local()
 
+_MULTICLASS_HINT = ("; for more than two classes use a multi-class likelihood: "
+                    "MarginalLaplace(likelihood=pymc_gpc.likelihoods.Softmax()) or "
+                    "MarginalEP(likelihood=pymc_gpc.likelihoods.MultinomialProbit())")
+
 
 @contextlib.contextmanager
 def trusted_kernel():
@@ -70,6 +74,7 @@ def as_signed_labels(y, name="y", require_both=True):
         if len(values) != 2:
             raise ValueError(
                 f"{name} must hold exactly two classes; found {len(values)}: {values[:10].tolist()}"
+                + (_MULTICLASS_HINT if len(values) > 2 else "")
             )
         return np.where(arr.astype(str) == values[1], 1.0, -1.0)
     arr = arr.astype(float)
@@ -85,7 +90,7 @@ def as_signed_labels(y, name="y", require_both=True):
     else:
         raise ValueError(
             f"{name} must hold two classes coded as {{-1, +1}}, {{0, 1}} or booleans; "
-            f"found values {sorted(values)[:10]}"
+            f"found values {sorted(values)[:10]}" + (_MULTICLASS_HINT if len(values) > 2 else "")
         )
     if require_both and len(np.unique(out)) != 2:
         raise ValueError(f"{name} holds only one class ({sorted(values)}); a classifier needs two")
@@ -155,3 +160,49 @@ def check_inputs(X, name="X"):
         rows = np.flatnonzero(bad.any(axis=1))[:10].tolist()
         raise ValueError(f"{name} contains NaN or inf (rows {rows})")
     return arr
+
+
+def as_class_codes(y, name="y", n_classes=None):
+    """Class labels as integer codes 0..c-1 and the labels in code (column) order.
+
+    Accepts integers, strings, booleans or a pandas categorical (whose categories, in
+    their order, are the classes: a category without observations is still a class).
+    Other labels are sorted. ``n_classes``, if given, must match the number found (the
+    likelihood's). Raises ValueError for NaN/inf, fewer than two classes, wrong shape.
+
+    Returns
+    -------
+    codes : (n,) int64 array; classes : (c,) array of the labels.
+    """
+    _reject_symbolic(y, name)
+    categories = None
+    if getattr(getattr(y, "dtype", None), "name", None) == "category":
+        categories = np.asarray(y.cat.categories)
+        codes = np.asarray(y.cat.codes, dtype=np.int64)
+        if np.any(codes < 0):
+            raise ValueError(f"{name} contains missing values at positions {np.flatnonzero(codes < 0)[:10].tolist()}")
+        y = codes
+    if hasattr(y, "to_numpy"):
+        y = y.to_numpy()
+    arr = np.asarray(y)
+    if arr.ndim != 1:
+        arr = np.squeeze(arr)
+        if arr.ndim != 1:
+            raise ValueError(f"{name} must be one-dimensional, got shape {np.shape(y)}")
+    if arr.size == 0:
+        raise ValueError(f"{name} is empty")
+    if categories is not None:
+        classes, codes = categories, arr.astype(np.int64)
+    else:
+        if np.issubdtype(arr.dtype, np.number) and not np.all(np.isfinite(arr.astype(float))):
+            bad = np.flatnonzero(~np.isfinite(arr.astype(float)))[:10].tolist()
+            raise ValueError(f"{name} contains NaN or inf at positions {bad}")
+        if arr.dtype == object:
+            arr = arr.astype(str)
+        classes, codes = np.unique(arr, return_inverse=True)
+    c = len(classes)
+    if c < 2:
+        raise ValueError(f"{name} holds only one class ({classes.tolist()}); a classifier needs two")
+    if n_classes is not None and c != n_classes:
+        raise ValueError(f"{name} holds {c} classes but the likelihood was given n_classes={n_classes}")
+    return codes.astype(np.int64), classes

@@ -225,7 +225,7 @@ CLI_BAD = [
     ("cli-unknown-target", lambda tmp: [write(tmp / "a.csv", "a,y\n1,0\n2,1\n"), "--target", "z"], "no column 'z'"),
     ("cli-no-rows", lambda tmp: [write(tmp / "a.csv", "a,y\n"), "--target", "y"], "no data rows"),
     ("cli-ragged-row", lambda tmp: [write(tmp / "a.csv", "a,b,y\n1,2,0\n3,1\n"), "--target", "y"], "line 3 has 2 fields, the header has 3"),
-    ("cli-three-classes", lambda tmp: [write(tmp / "a.csv", "a,y\n1,x\n2,y\n3,z\n"), "--target", "y"], "exactly two classes"),
+    ("cli-three-classes-adf", lambda tmp: [write(tmp / "a.csv", "a,y\n1,x\n2,y\n3,z\n"), "--target", "y", "--approximation", "adf"], "more than two classes"),
     ("cli-one-class", lambda tmp: [write(tmp / "a.csv", "a,y\n1,1\n2,1\n"), "--target", "y"], "only one class"),
     ("cli-text-column", lambda tmp: [write(tmp / "a.csv", "a,b,y\n1,u,0\n2,v,1\n"), "--target", "y"], "column 'b' is not numeric"),
     ("cli-missing-value", lambda tmp: [write(tmp / "a.csv", "a,b,y\n1,,0\n2,3,1\n"), "--target", "y"], "column 'b' is not numeric .*fill missing values"),

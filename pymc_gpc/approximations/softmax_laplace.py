@@ -1,0 +1,204 @@
+r"""Laplace's approximation for multi-class GP classification with the softmax.
+
+Williams & Barber (1998); Rasmussen & Williams (2006), sec. 3.5, Alg. 3.3 (mode and
+evidence) and Alg. 5.2's implicit gradient, generalised to c classes. Newton's method
+on Psi(f) = log p(y|f) - f^T K^{-1} f / 2, in the representer weights a (f = K a), with
+the same backtracking line search as the binary ``laplace``; every step works on the
+block structure of W (``structures.multiclass``): c + 1 Cholesky factorisations of
+n x n matrices, never a cn x cn one. At the mode:
+
+.. math::
+
+    \log q(y) = \sum_i \log \pi_{y_i}(\hat f_i) - \tfrac12 a^T \hat f
+        - \tfrac12 \log |I + K W|.
+
+The gradient with respect to each class's K_k includes the mode's movement (adjoint
+form, Margossian et al. 2020), derived in ``_gradient``: O(c n^3) whatever the number
+of kernel hyperparameters.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..likelihoods.multiclass import MulticlassLikelihood, Softmax
+from ..structures.multiclass import CoupledBlockPosterior
+from ..validation import check_kernel_matrix
+from .result import ApproximationResult
+
+
+# Quasi-random draws for the LA-LOO expectations (computed at every evaluation, also
+# while sampling): fewer than ``predict``'s 4096; on random 6-class Gaussians the
+# largest error in log p over all classes was 0.056 (4096: 0.0055).
+LOO_DRAWS = 512
+
+
+@dataclass
+class SoftmaxLaplaceState:
+    """Representer weights a (c, n) of the last mode: pass back in to warm-start."""
+
+    a: np.ndarray
+
+    def copy(self):
+        return SoftmaxLaplaceState(self.a.copy())
+
+
+def check_multiclass_inputs(K, y, n_classes=None):
+    """K as a (c, n, n) float array (a single (n, n) K is shared) and y as codes 0..c-1.
+
+    y may be float codes (the Op passes labels as floats). ``n_classes`` defaults to
+    K's first dimension, else to max(y) + 1.
+    """
+    y = np.asarray(y)
+    if y.ndim != 1 or y.size == 0:
+        raise ValueError(f"y must be a non-empty vector of class codes, got shape {y.shape}")
+    codes = np.asarray(y, dtype=float)
+    if not np.all(np.isfinite(codes)) or np.any(codes != np.round(codes)) or codes.min() < 0:
+        raise ValueError("y must hold class codes 0..c-1 (see pymc_gpc.validation.as_class_codes)")
+    codes = codes.astype(np.int64)
+    n = codes.size
+    K = np.asarray(K, dtype=float)
+    if K.ndim == 2:
+        c = n_classes or int(codes.max()) + 1
+        K = np.broadcast_to(K, (c, *K.shape))
+    if K.ndim != 3:
+        raise ValueError(f"K must be (c, n, n) or (n, n), got shape {K.shape}")
+    c = K.shape[0]
+    if c < 2:
+        raise ValueError(f"a multi-class model needs c >= 2 latent functions, K has {c}")
+    if codes.max() >= c:
+        raise ValueError(f"y holds class code {codes.max()} but K has only {c} classes")
+    K = np.array([check_kernel_matrix(K[k], n, name=f"K[{k}]") for k in range(c)])
+    return K, codes
+
+
+def _psi(a, f, lp):
+    return float(np.sum(lp) - 0.5 * np.sum(a * f))
+
+
+def softmax_laplace(K, y, likelihood=None, params=None, *, state=None, tol=1e-10, max_iter=100,
+                    with_grad=True):
+    """Find the mode and return Laplace's evidence, its gradient and q(f).
+
+    Parameters
+    ----------
+    K : (c, n, n) prior covariances (or one (n, n), shared by the c classes).
+    y : (n,) class codes 0..c-1.
+    likelihood : a ``Softmax`` (the default).
+    params : must be empty (the softmax has no parameters).
+    state : a ``SoftmaxLaplaceState`` to warm-start from.
+    tol, max_iter : Newton stops when the largest change in f is below tol (1 + max|f|).
+    with_grad : compute dlog q / dK (``dlog_z_dK``, (c, n, n)).
+
+    Returns
+    -------
+    ApproximationResult with a, mean (c, n), var (n, c, c) the per-observation
+    posterior covariances, and loo_log_p (LA-LOO, ``_loo_log_p``).
+    """
+    likelihood = Softmax() if likelihood is None else likelihood
+    if not isinstance(likelihood, MulticlassLikelihood) or "laplace" not in likelihood.approximations:
+        raise ValueError(f"softmax_laplace needs a multi-class likelihood with a Laplace approximation "
+                         f"(Softmax), got {likelihood!r}")
+    if params is not None:
+        likelihood.check_params(params)
+    K, y = check_multiclass_inputs(K, y, likelihood.n_classes)
+    c, n = K.shape[0], y.size
+    Y = np.zeros((c, n))
+    Y[y, np.arange(n)] = 1.0
+    a = np.zeros((c, n)) if state is None else np.array(state.a, dtype=float)
+    if a.shape != (c, n):
+        raise ValueError(f"warm-start state has shape {a.shape}, data needs {(c, n)}")
+    f = (K @ a[:, :, None])[:, :, 0]
+    lp, pi = likelihood.log_lik(y, f)
+    psi = _psi(a, f, lp)
+    change, it = np.inf, 0
+    while it < max_iter:
+        it += 1
+        post = CoupledBlockPosterior(K, pi)
+        da = post.weights(post.W_times(f) + Y - pi) - a
+        step = 1.0
+        for _ in range(40):  # backtracking: Psi must not decrease
+            a_try = a + step * da
+            f_try = (K @ a_try[:, :, None])[:, :, 0]
+            lp_try, pi_try = likelihood.log_lik(y, f_try)
+            psi_try = _psi(a_try, f_try, lp_try)
+            if psi_try >= psi - 1e-12 * abs(psi):
+                break
+            step *= 0.5
+        change = float(np.max(np.abs(f_try - f)))
+        a, f, lp, pi, psi = a_try, f_try, lp_try, pi_try, psi_try
+        if change <= tol * (1.0 + np.max(np.abs(f))):
+            break
+    post = CoupledBlockPosterior(K, pi)
+    log_z = psi - post.half_logdet_B()
+    S = post.site_covariances()
+    dK = _gradient(post, a, S) if with_grad else None
+    return ApproximationResult(
+        method="laplace-softmax",
+        log_z=log_z,
+        dlog_z_dK=dK,
+        dlog_z_dparams=np.zeros(0) if with_grad else None,
+        a=a,
+        posterior=post,
+        mean=f,
+        var=S,
+        state=SoftmaxLaplaceState(a),
+        n_iter=it,
+        converged=change <= tol * (1.0 + np.max(np.abs(f))),
+        max_change=change,
+        loo_log_p=_loo_log_p(y, likelihood, f, pi, Y - pi, S),
+    )
+
+
+def _mode_sensitivity(pi, S):
+    r"""s_{ik} = -\tfrac12 \sum_{jl} \Sigma^{(i)}_{jl} \partial W^{(i)}_{jl} / \partial f_{ik}.
+
+    With W = diag(pi) - pi pi^T and d pi_j / d f_k = pi_j (delta_jk - pi_k):
+    sum_jl S_jl dW_jl/df_k = pi_k (v_k - pi . v), v_j = S_jj - 2 (S pi)_j.
+    Returns (c, n).
+    """
+    P = pi.T  # (n, c)
+    v = np.einsum("ijj->ij", S) - 2.0 * np.einsum("ijl,il->ij", S, P)
+    s = -0.5 * P * (v - np.sum(P * v, axis=1, keepdims=True))
+    return s.T
+
+
+def _gradient(post, a, S):
+    r"""d log q / dK_k for each class, the mode's movement included: (c, n, n).
+
+    With R = (K + W^{-1})^{-1} and Sigma = (K^{-1} + W)^{-1}:
+
+    * explicit: -a^T f/2 = -a^T K a / 2 at fixed a = grad log p gives a_k a_k^T / 2;
+      -log|I + K W| / 2 gives -R_kk / 2 (K is block diagonal, only R's diagonal blocks);
+    * the mode: f = K g(f) gives df = (I + K W)^{-1} dK a; Psi is stationary, so only
+      the log-determinant moves: d log q / d f = s (``_mode_sensitivity``);
+    * adjoint: s^T (I + K W)^{-1} dK a = u^T dK a, u = (I + W K)^{-1} s = s - R K s.
+
+    d/dK_k = a_k a_k^T / 2 - R_kk / 2 + (u_k a_k^T + a_k u_k^T) / 2.
+    """
+    s = _mode_sensitivity(post.d, S)
+    u = s - post.R_times(post.K_times(s))
+    Rkk = post.R_diag_blocks()
+    outer = a[:, :, None] * a[:, None, :]
+    cross = u[:, :, None] * a[:, None, :]
+    return 0.5 * (outer - Rkk + cross + cross.transpose(0, 2, 1))
+
+
+def _loo_log_p(y, likelihood, f, pi, g, S):
+    """LA-LOO log q(y_i | y_-i) (Vehtari et al. 2016) with c-variate cavities.
+
+    Site i is Gaussian with precision W_i = diag(pi_i) - pi_i pi_i^T and natural location
+    W_i f_i + g_i (the Newton fixed point); removing it from the marginal N(f_i, S_i)
+    gives the cavity precision S_i^{-1} - W_i, and p(y_i | f_i) is averaged over it.
+    """
+    P = pi.T
+    W = np.einsum("ij,jk->ijk", P, np.eye(P.shape[1])) - np.einsum("ij,ik->ijk", P, P)
+    F, G = f.T, g.T
+    eye = np.eye(P.shape[1])
+    # cavity covariance C = (S^-1 - W)^-1 = (I - S W)^-1 S, mean C (S^-1 F - W F - G)
+    A = eye - S @ W
+    C = np.linalg.solve(A, S)
+    m = np.linalg.solve(A, F[:, :, None] - (S @ (W @ F[:, :, None] + G[:, :, None])))[:, :, 0]
+    C = 0.5 * (C + np.transpose(C, (0, 2, 1)))
+    with np.errstate(divide="ignore"):
+        return np.log(likelihood.expected_prob(y, m, C, size=LOO_DRAWS))

@@ -1,0 +1,215 @@
+r"""GP classifiers with c >= 2 classes: ``MarginalLaplace`` / ``MarginalEP`` given a
+multi-class likelihood.
+
+``MarginalLaplace(cov_func=..., likelihood=Softmax())`` and
+``MarginalEP(cov_func=..., likelihood=MultinomialProbit())`` build one of the classes
+below (``gp._ApproximateMarginal.__new__`` dispatches on the likelihood), with the same
+verbs as the binary classifiers. The c latent functions are a priori independent GPs,
+
+.. math::
+
+    f_k \sim GP(0, k_k), \quad k = 1..c, \qquad
+    \log q(y \mid X, \theta) \approx \log \int \prod_i p(y_i \mid f_{1..c}(x_i))
+        \prod_k N(f_k; 0, K_k)\, df,
+
+with one covariance function shared by all classes or a list of c of them (each may
+carry its own random hyperparameters). Laplace with the softmax: Williams & Barber
+(1998), R&W Alg. 3.3; nested EP with the multinomial probit: Riihimaki, Jylanki &
+Vehtari (2013).
+
+Example
+-------
+>>> with pm.Model() as model:
+...     log_ls = pm.Normal("log_ls", 0, 1, shape=3)
+...     covs = [pm.gp.cov.ExpQuad(d, ls=pt.exp(log_ls[k])) for k in range(3)]
+...     gp = pymc_gpc.MarginalLaplace(cov_func=covs, likelihood=pymc_gpc.likelihoods.Softmax())
+...     gp.marginal_likelihood("y", X=X, y=labels)   # 3 classes: ints, strings, categorical
+...     idata = pm.sample()
+>>> p = gp.predict(Xnew, idata=idata)                # (m, 3); columns follow gp.classes
+"""
+
+import numpy as np
+import pymc as pm
+import pytensor.tensor as pt
+from pymc.gp.util import JITTER_DEFAULT
+
+from .gp import MarginalEP, MarginalLaplace
+from .likelihoods.multiclass import MulticlassLikelihood
+from .ops.multiclass import MulticlassMarginalOp, MulticlassPredictiveOp
+from .validation import as_class_codes, check_inputs
+
+
+class MulticlassMarginal:
+    """Shared machinery of the multi-class classifiers; subclasses set ``approximation``.
+
+    Parameters
+    ----------
+    cov_func : a ``pm.gp.cov`` covariance shared by the c classes, or a list of c of them.
+    likelihood : a ``pymc_gpc.likelihoods.MulticlassLikelihood`` (``Softmax`` for
+        Laplace, ``MultinomialProbit`` for EP).
+    jitter : added to the diagonal of every K_k.
+    **solver_options : passed to the solver (``softmax_laplace``: tol, max_iter;
+        ``multinomial_probit_ep``: tol, damping, max_sweeps, inner_tol).
+    """
+
+    approximation = None
+    approximation_name = None
+
+    def __init__(self, *, cov_func, likelihood, jitter=JITTER_DEFAULT, approx=None, **solver_options):
+        if approx is not None:
+            raise ValueError(f"approx={approx!r}: inducing points (FITC) serve binary likelihoods only; "
+                             "a multi-class likelihood uses the dense kernels (approx=None)")
+        if not isinstance(likelihood, MulticlassLikelihood):
+            raise ValueError(f"likelihood must be a multi-class likelihood, got {likelihood!r}")
+        funcs = list(cov_func) if isinstance(cov_func, (list, tuple)) else [cov_func]
+        if not funcs or not all(callable(f) for f in funcs):
+            raise ValueError(f"cov_func must be a pm.gp.cov covariance function or a list of them, got {cov_func!r}")
+        if isinstance(cov_func, (list, tuple)) and len(funcs) < 2:
+            raise ValueError(f"a list cov_func needs one covariance per class (c >= 2), got {len(funcs)}")
+        if not jitter >= 0:
+            raise ValueError(f"jitter must be >= 0, got {jitter}")
+        self.cov_func = cov_func
+        self.cov_funcs = funcs if isinstance(cov_func, (list, tuple)) else None
+        self.likelihood = likelihood
+        self.jitter = float(jitter)
+        self.solver_options = tuple(sorted(solver_options.items()))
+        self.approx = None
+        self.X = self.y = self.name = self.classes = self.model = None
+
+    @property
+    def n_classes(self):
+        return None if self.classes is None else len(self.classes)
+
+    # -- building blocks -------------------------------------------------------------
+
+    def _funcs(self):
+        return self.cov_funcs or [self.cov_func] * self.n_classes
+
+    def _kernel(self, X):
+        """The (c, n, n) stack K_k(X) + jitter I (a shared covariance is built once)."""
+        eye = self.jitter * pt.eye(X.shape[0])
+        if self.cov_funcs is None:
+            return pt.stack([self.cov_func(X) + eye] * self.n_classes)
+        return pt.stack([f(X) + eye for f in self.cov_funcs])
+
+    def _op(self, hyper_names=()):
+        return MulticlassMarginalOp(self.approximation, type(self.likelihood), self.solver_options, hyper_names)
+
+    def _build_predictive(self, Xnew, full_cov):
+        op = MulticlassPredictiveOp(self.approximation, type(self.likelihood), self.solver_options, full_cov)
+        K_cross = pt.stack([f(self.X, Xnew) for f in self._funcs()])
+        K_star = pt.stack([f(Xnew) if full_cov else f(Xnew, diag=True) for f in self._funcs()])
+        return op(self._kernel(self.X), self.y, K_cross, K_star)
+
+    # -- public verbs ----------------------------------------------------------------
+
+    def marginal_likelihood(self, name, X, y):
+        """Add log q(y | X, theta) to the model as a potential named ``name``.
+
+        Parameters
+        ----------
+        name : name of the potential; ``{name}_loo`` (per observation, for ``az.loo``),
+            ``{name}_n_iter`` and ``{name}_status`` are added as for the binary classifiers.
+        X : (n, d) inputs (array, DataFrame, or 1-D for one input dimension).
+        y : (n,) labels of c >= 2 classes: integers, strings, booleans or a pandas
+            categorical; ``self.classes`` then holds them in column order.
+
+        Returns
+        -------
+        The log-evidence tensor.
+        """
+        X = check_inputs(X)
+        codes, classes = as_class_codes(y, n_classes=self.likelihood.n_classes)
+        if self.cov_funcs is not None and len(self.cov_funcs) != len(classes):
+            raise ValueError(f"cov_func lists {len(self.cov_funcs)} covariances but y holds {len(classes)} classes")
+        if X.shape[0] != codes.shape[0]:
+            raise ValueError(f"X has {X.shape[0]} rows but y has {codes.shape[0]} labels")
+        model = pm.modelcontext(None)
+        self.X, self.y, self.name, self.classes, self.model = X, codes.astype(float), name, classes, model
+        K, params = self._kernel(X), self.likelihood.params_tensor()
+        hyper_names, hyper = self._hyperparameters(model, [K])
+        log_z, _, _, loo, n_iter, status = self._op(hyper_names)(K, params, self.y, hyper)
+        obs_dim = f"{name}_obs"
+        if obs_dim not in model.coords:
+            model.add_coord(obs_dim, np.arange(codes.shape[0]))
+        pm.Potential(name, log_z)
+        pm.Deterministic(f"{name}_loo", loo, dims=obs_dim)
+        pm.Deterministic(f"{name}_n_iter", n_iter)
+        pm.Deterministic(f"{name}_status", status)
+        return log_z
+
+    def conditional(self, name, Xnew, *, jitter=JITTER_DEFAULT, **kwargs):
+        """The c latent functions at ``Xnew`` under q: a deterministic ``name`` of shape (c, m).
+
+        Drawn jointly (with their between-class correlations) as a ``pm.MvNormal`` named
+        ``{name}_stacked`` of length c m (class-major); use with
+        ``pm.sample_posterior_predictive(idata, var_names=[name])``.
+        """
+        Xnew = self._check_new_inputs(Xnew)
+        mean, cov = self._build_predictive(Xnew, full_cov=True)
+        cm = self.n_classes * Xnew.shape[0]
+        with self._model(kwargs.pop("model", None)):
+            f = pm.MvNormal(f"{name}_stacked", mu=mean.reshape((cm,)), cov=cov + jitter * pt.eye(cm), **kwargs)
+            return pm.Deterministic(name, f.reshape((self.n_classes, Xnew.shape[0])))
+
+    def predict(self, Xnew, *, point=None, idata=None, model=None, return_latent=False, max_draws=None,
+                progressbar=True):
+        """Class probabilities (m, c) at ``Xnew``, columns in the order of ``self.classes``.
+
+        Parameters
+        ----------
+        point : dict of variable values (e.g. from ``pm.find_MAP`` or ``pymc_gpc.fit``).
+        idata : a sampling result: the probabilities are averaged over its draws.
+        model : the model to read the variables from (default: the one
+            ``marginal_likelihood`` added the potential to).
+        max_draws : with ``idata``, use at most this many draws, evenly thinned.
+        return_latent : also return the latent means (c, m) and per-point c x c
+            covariances (m, c, c) (with a leading draw axis with idata).
+        progressbar : with ``idata``, show PyMC's progress bar over the draws.
+
+        Returns
+        -------
+        p (rows sum to 1), or (p, mean, cov) with ``return_latent``.
+
+        Notes
+        -----
+        As the binary ``predict``: one compiled kernel function, each draw's
+        approximation warm-started from the previous draw's (``pymc_gpc.prediction``).
+        """
+        return super().predict(Xnew, point=point, idata=idata, model=model, return_latent=return_latent,
+                               max_draws=max_draws, progressbar=progressbar)
+
+    def _prediction_inputs(self, Xnew):
+        """[K (c, n, n), theta, K_cross (c, n, m), prior variances (c, m)]."""
+        funcs = self._funcs()
+        return [self._kernel(self.X), self.likelihood.params_tensor(), pt.stack([f(self.X, Xnew) for f in funcs]),
+                pt.stack([f(Xnew, diag=True) for f in funcs])]
+
+    def _probabilities(self, mean, cov, theta):
+        """(m, c) probabilities from the latent means (c, m) and covariances (m, c, c)."""
+        return self.likelihood.predict(mean.T, cov)
+
+
+class MulticlassLaplace(MulticlassMarginal, MarginalLaplace):
+    """``MarginalLaplace`` with a multi-class likelihood (softmax): see the module docstring."""
+
+    approximation = "laplace-multiclass"
+
+
+class MulticlassEP(MulticlassMarginal, MarginalEP):
+    """``MarginalEP`` with a multi-class likelihood (multinomial probit, nested EP)."""
+
+    approximation = "ep-multiclass"
+
+
+def multiclass_class(cls, likelihood):
+    """The multi-class classifier class for the binary class ``cls`` and ``likelihood``, or
+    a ValueError when that approximation cannot integrate the likelihood out."""
+    if issubclass(cls, MarginalLaplace) and "laplace" in likelihood.approximations:
+        return MulticlassLaplace
+    if issubclass(cls, MarginalEP) and "ep" in likelihood.approximations:
+        return MulticlassEP
+    raise ValueError(
+        f"{cls.__name__} cannot integrate out the multi-class likelihood {likelihood!r}: use "
+        "MarginalLaplace(likelihood=Softmax()) or MarginalEP(likelihood=MultinomialProbit())"
+    )

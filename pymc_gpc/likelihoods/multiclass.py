@@ -1,0 +1,167 @@
+r"""Observation models for c >= 2 classes: c latent values per observation.
+
+One contract for every multi-class likelihood (the GPML / GPstuff convention: the
+approximations ask a likelihood only for what they need):
+
+``approximations``
+    the approximations that can integrate it out ("laplace": log p(y|f) concave with
+    the derivatives below; "ep": tilted moments).
+``log_lik(y, F)``
+    Laplace: log p(y_i | f_i) (n,) and the class probabilities (c, n) from which the
+    gradient g = Y - pi and the negative Hessian W = diag(pi) - pi pi^T follow (softmax).
+``predict(mean, cov)``
+    p(y* = k) = E[p(k | f*)] under f* ~ N(mean, cov): (m, c), rows summing to 1.
+``expected_prob(y, mean, cov)``
+    E[p(y_i | f_i)] under c-variate Gaussians (the LOO predictive over a cavity).
+
+Labels are class codes 0..c-1 (``pymc_gpc.validation.as_class_codes``); latent values are
+stored class-major, F[k, i] = f_k(x_i), so that each class's n values form one GP.
+Expectations of the softmax over a Gaussian have no closed form: they use a fixed set of
+antithetic quasi-random normal draws (Rasmussen & Williams 2006, Alg. 3.4, line 10, with
+scrambled Sobol points), the same at every call, so results are deterministic and
+smooth in the Gaussian's parameters.
+"""
+
+import numpy as np
+from scipy.special import log_softmax
+
+from ..numerics.special import log_ndtr_array
+
+# Draws for Gaussian expectations (per dimension c and number, cached).
+_DRAWS = {}
+
+# Gauss-Hermite rule (probabilists') for the integral over u in the multinomial probit.
+_U_NODES, _U_WEIGHTS = np.polynomial.hermite_e.hermegauss(32)
+_U_WEIGHTS = _U_WEIGHTS / np.sqrt(2.0 * np.pi)
+
+
+def _standard_draws(c, size):
+    """``size`` fixed antithetic quasi-random draws from N(0, I_c), shape (size, c):
+    a scrambled Sobol sequence (fixed seed) through the normal quantile function."""
+    if (c, size) not in _DRAWS:
+        from scipy.special import ndtri
+        from scipy.stats import qmc
+
+        u = qmc.Sobol(d=c, scramble=True, seed=20260 + c).random(size // 2)
+        z = ndtri(np.clip(u, 1e-12, 1.0 - 1e-12))
+        _DRAWS[c, size] = np.concatenate([z, -z])
+    return _DRAWS[c, size]
+
+
+def _gaussian_draws(mean, cov, size):
+    """Draws of f ~ N(mean[i], cov[i]) for each of m Gaussians: (m, size, c)."""
+    mean = np.asarray(mean, float)
+    cov = np.asarray(cov, float)
+    c = mean.shape[1]
+    jitter = 1e-12 * np.maximum(np.trace(cov, axis1=1, axis2=2) / c, 1e-300)
+    L = np.linalg.cholesky(cov + jitter[:, None, None] * np.eye(c))
+    return mean[:, None, :] + np.einsum("mij,sj->msi", L, _standard_draws(c, size))
+
+
+class MulticlassLikelihood:
+    """Base class of likelihoods with one latent function per class.
+
+    ``n_classes`` is set from the data (``marginal_likelihood``), or given here.
+    Subclasses set ``approximations`` and implement ``log_prob(y, F)`` (log p(y_i|f_i)
+    for latent values (c, ...) ) and ``probabilities(F)`` ((c, ...) class probabilities).
+    """
+
+    approximations: tuple = ()
+    param_names: tuple = ()
+    n_params = 0
+    n_draws = 4096  # draws for Gaussian expectations (``predict``)
+
+    def __init__(self, n_classes=None):
+        if n_classes is not None and (int(n_classes) != n_classes or n_classes < 2):
+            raise ValueError(f"n_classes must be an integer >= 2, got {n_classes!r}")
+        self.n_classes = None if n_classes is None else int(n_classes)
+
+    def params_tensor(self):
+        """No parameters: an empty PyTensor vector (the Op's parameter input)."""
+        import pytensor.tensor as pt
+
+        return pt.zeros((0,), dtype="float64")
+
+    def check_params(self, params):
+        params = np.asarray(params, dtype=float).reshape(-1)
+        if params.size:
+            raise ValueError(f"{type(self).__name__} has no parameters, got {params.size}")
+        return params
+
+    def probabilities(self, F):
+        raise NotImplementedError
+
+    def predict(self, mean, cov, size=None):
+        """Class probabilities (m, c) averaged over f* ~ N(mean[i], cov[i]).
+
+        mean : (m, c); cov : (m, c, c); size : number of draws (default ``n_draws``).
+        """
+        f = _gaussian_draws(mean, cov, size or self.n_draws)  # (m, s, c)
+        p = self.probabilities(np.moveaxis(f, -1, 0))  # (c, m, s)
+        p = p.mean(axis=-1).T
+        return p / p.sum(axis=1, keepdims=True)
+
+    def expected_prob(self, y, mean, cov, size=None):
+        """E[p(y_i | f_i)] under f_i ~ N(mean[i], cov[i]): (m,)."""
+        p = self.predict(mean, cov, size)
+        return p[np.arange(p.shape[0]), np.asarray(y, dtype=int)]
+
+    def __repr__(self):
+        return f"{type(self).__name__}()"
+
+
+class Softmax(MulticlassLikelihood):
+    r"""p(y = k | f) = exp(f_k) / \sum_j exp(f_j) (Williams & Barber 1998).
+
+    Log-concave; integrated out by Laplace's method (``MarginalLaplace``), with
+    W = diag(pi) - pi pi^T per observation (Rasmussen & Williams 2006, sec. 3.5).
+    """
+
+    approximations = ("laplace",)
+
+    def log_lik(self, y, F):
+        """log p(y_i | f_i) (n,) and the class probabilities pi (c, n)."""
+        y = np.asarray(y, dtype=int)
+        lp = log_softmax(F, axis=0)
+        return lp[y, np.arange(F.shape[1])], np.exp(lp)
+
+    def probabilities(self, F):
+        e = np.exp(F - F.max(axis=0))
+        return e / e.sum(axis=0)
+
+
+class MultinomialProbit(MulticlassLikelihood):
+    r"""p(y = k | f) = E_u[\prod_{j \ne k} \Phi(u + f_k - f_j)], u ~ N(0, 1).
+
+    Riihimaki, Jylanki & Vehtari (2013), eq. 3; integrated out by nested EP
+    (``MarginalEP``). Here the u-integral is a 32-node Gauss-Hermite rule.
+    """
+
+    approximations = ("ep",)
+    n_draws = 1024  # each draw costs a u-quadrature
+
+    def log_prob_all(self, F):
+        """log p(y = k | f) for every class k: (c, ...)."""
+        F = np.asarray(F, float)
+        c = F.shape[0]
+        out = np.empty_like(F)
+        for k in range(c):
+            d = F[k][None] - np.delete(F, k, axis=0)  # (c-1, ...)
+            z = _U_NODES.reshape((-1,) + (1,) * d.ndim) + d[None]
+            s = log_ndtr_array(z.ravel()).reshape(z.shape).sum(axis=1)  # (nodes, ...)
+            m = s.max(axis=0)
+            out[k] = m + np.log(np.tensordot(_U_WEIGHTS, np.exp(s - m), axes=1))
+        return out
+
+    def log_lik(self, y, F):
+        """log p(y_i | f_i) (n,) and the class probabilities (c, n)."""
+        lp = self.log_prob_all(F)
+        y = np.asarray(y, dtype=int)
+        return lp[y, np.arange(F.shape[1])], np.exp(lp)
+
+    def probabilities(self, F):
+        p = np.exp(self.log_prob_all(F))
+        return p / p.sum(axis=0, keepdims=True)
+
+
+MULTICLASS_LIKELIHOODS = {"softmax": Softmax, "multinomial-probit": MultinomialProbit}

@@ -1,0 +1,264 @@
+"""Multi-class GP classification: softmax Laplace (and multinomial-probit EP) numerics.
+
+Ground truth: brute-force Gauss-Hermite quadrature of the evidence (n <= 2, c = 3), a
+dense cn x cn Newton written independently (tests/multiclass_reference.py), and central
+finite differences for every gradient.
+"""
+
+import numpy as np
+import pytest
+
+from pymc_gpc.approximations.ep import ep
+from pymc_gpc.approximations.multinomial_probit_ep import multinomial_probit_ep
+from pymc_gpc.approximations.softmax_laplace import softmax_laplace
+from pymc_gpc.likelihoods import MultinomialProbit, Probit, Softmax
+from pymc_gpc.validation import as_class_codes
+
+from .multiclass_reference import (
+    brute_force_log_evidence,
+    dense_softmax_laplace,
+    multinomial_probit_log_prob,
+    rbf,
+    rbf_dK,
+    softmax_log_prob,
+)
+
+# (X, y, per-class (lengthscale, variance)) for the small exact problems, c = 3
+SMALL = [
+    (np.array([0.0, 0.7]), np.array([0, 2]), [(1.0, 2.0), (0.5, 1.0), (2.0, 3.0)]),
+    (np.array([0.0, 0.3]), np.array([1, 1]), [(1.0, 1.0), (1.0, 1.0), (1.0, 1.0)]),
+    (np.array([-1.0, 1.0]), np.array([2, 0]), [(0.7, 4.0), (1.5, 0.5), (1.0, 2.0)]),
+    (np.array([0.5]), np.array([1]), [(1.0, 5.0), (1.0, 2.0), (1.0, 1.0)]),
+]
+
+
+def _K(X, hyp):
+    return np.array([rbf(X, ls, v) for ls, v in hyp])
+
+
+def _mp_log_prob(y, F):
+    return multinomial_probit_log_prob(y, F)
+
+
+# Laplace's evidence lies below the truth on these problems, by at most LAPLACE_BOUND nats (observed 0.025-0.086).
+LAPLACE_BOUND = 0.15
+
+
+@pytest.mark.parametrize("case", range(len(SMALL)))
+def test_softmax_laplace_evidence_brute_force(case):
+    X, y, hyp = SMALL[case]
+    K = _K(X, hyp)
+    exact = brute_force_log_evidence(K, y, softmax_log_prob, nodes=10 if len(X) == 2 else 40)
+    res = softmax_laplace(K, y, tol=1e-12)
+    assert res.converged
+    assert -LAPLACE_BOUND < res.log_z - exact < 0.0
+
+
+@pytest.mark.parametrize("case", [0, 2])
+def test_softmax_laplace_matches_dense_newton(case):
+    X, y, hyp = SMALL[case]
+    X = np.concatenate([X, X + 0.35, [2.0]])
+    y = np.concatenate([y, y[::-1], [1]])
+    K = _K(X, hyp)
+    res = softmax_laplace(K, y, tol=1e-13)
+    assert abs(res.log_z - dense_softmax_laplace(K, y)) < 1e-9
+
+
+def _log_z(X, y, hyp):
+    return softmax_laplace(_K(X, hyp), y, tol=1e-14).log_z
+
+
+def test_softmax_laplace_gradient_separate_kernels():
+    rng = np.random.default_rng(1)
+    X = rng.uniform(-2, 2, 9)
+    y = rng.integers(0, 3, 9)
+    hyp = [(0.8, 2.0), (1.3, 0.7), (0.5, 3.0)]
+    res = softmax_laplace(_K(X, hyp), y, tol=1e-14)
+    for k in range(3):
+        dls, dv = rbf_dK(X, *hyp[k])
+        for j, dKk in enumerate((dls, dv)):
+            analytic = float(np.sum(res.dlog_z_dK[k] * dKk))
+            h = 1e-5
+            up = [list(p) for p in hyp]
+            dn = [list(p) for p in hyp]
+            up[k][j] *= np.exp(h)
+            dn[k][j] *= np.exp(-h)
+            fd = (_log_z(X, y, up) - _log_z(X, y, dn)) / (2 * h)
+            assert abs(analytic - fd) <= 1e-5 * max(abs(fd), 1e-2), (k, j, analytic, fd)
+
+
+def test_softmax_laplace_gradient_shared_kernel():
+    rng = np.random.default_rng(2)
+    X = rng.uniform(-2, 2, 10)
+    y = rng.integers(0, 4, 10)
+    ls, v = 0.9, 1.7
+    res = softmax_laplace(rbf(X, ls, v), y, tol=1e-14)  # one K, shared by the 4 classes
+    assert res.dlog_z_dK.shape == (4, 10, 10)
+    dls, dv = rbf_dK(X, ls, v)
+    for j, dK in enumerate((dls, dv)):
+        analytic = float(np.sum(res.dlog_z_dK.sum(axis=0) * dK))
+        h = 1e-5
+        p_up, p_dn = [ls, v], [ls, v]
+        p_up[j] *= np.exp(h)
+        p_dn[j] *= np.exp(-h)
+        up = softmax_laplace(rbf(X, *p_up), y, tol=1e-14).log_z
+        dn = softmax_laplace(rbf(X, *p_dn), y, tol=1e-14).log_z
+        fd = (up - dn) / (2 * h)
+        assert abs(analytic - fd) <= 1e-5 * max(abs(fd), 1e-2), (j, analytic, fd)
+
+
+def test_softmax_laplace_warm_start_and_loo():
+    rng = np.random.default_rng(3)
+    X = rng.uniform(-2, 2, 12)
+    y = rng.integers(0, 3, 12)
+    K = _K(X, [(1.0, 2.0)] * 3)
+    cold = softmax_laplace(K, y, tol=1e-12)
+    warm = softmax_laplace(K * 1.01, y, state=cold.state, tol=1e-12)
+    again = softmax_laplace(K * 1.01, y, tol=1e-12)
+    assert warm.n_iter < again.n_iter
+    assert abs(warm.log_z - again.log_z) < 1e-10
+    assert cold.loo_log_p.shape == (12,) and np.all(cold.loo_log_p < 0)
+    # each LOO predictive lies below the in-sample predictive probability of y_i
+    p_in = Softmax().predict(cold.mean.T, cold.var)[np.arange(12), y]
+    assert np.all(cold.loo_log_p < np.log(p_in) + 1e-3)
+
+
+def test_softmax_predictive_rows_sum_to_one():
+    rng = np.random.default_rng(4)
+    X = rng.uniform(-2, 2, 8)
+    y = rng.integers(0, 3, 8)
+    hyp = [(1.0, 2.0), (0.6, 1.0), (1.5, 0.5)]
+    res = softmax_laplace(_K(X, hyp), y)
+    Xs = np.linspace(-3, 3, 5)
+    K_cross = np.array([v * np.exp(-0.5 * (X[:, None] - Xs[None]) ** 2 / ls**2) for ls, v in hyp])
+    k_star = np.array([np.full(5, v) for _, v in hyp])
+    mean, cov = res.posterior.predict(res.a, K_cross, k_star)
+    p = Softmax().predict(mean.T, cov)
+    assert p.shape == (5, 3) and np.allclose(p.sum(axis=1), 1.0)
+    assert np.all(np.linalg.eigvalsh(cov) > -1e-12)
+    # the full covariance's diagonal blocks agree with the per-point ones
+    K_ss = np.array([v * np.exp(-0.5 * (Xs[:, None] - Xs[None]) ** 2 / ls**2) for ls, v in hyp])
+    _, full = res.posterior.predict(res.a, K_cross, K_ss, full_cov=True)
+    for i in range(5):
+        idx = np.arange(3) * 5 + i
+        assert np.allclose(full[np.ix_(idx, idx)], cov[i], atol=1e-12)
+
+
+def test_class_codes():
+    pd = pytest.importorskip("pandas")
+    codes, classes = as_class_codes(["b", "a", "c", "a"])
+    assert codes.tolist() == [1, 0, 2, 0] and classes.tolist() == ["a", "b", "c"]
+    codes, classes = as_class_codes(np.array([True, False, True]))
+    assert codes.tolist() == [1, 0, 1] and classes.tolist() == [False, True]
+    cat = pd.Series(pd.Categorical(["x", "z", "x"], categories=["z", "y", "x"]))
+    codes, classes = as_class_codes(cat)
+    assert codes.tolist() == [2, 0, 2] and classes.tolist() == ["z", "y", "x"]
+    with pytest.raises(ValueError, match="only one class"):
+        as_class_codes([3, 3, 3])
+    with pytest.raises(ValueError, match="NaN"):
+        as_class_codes([1.0, np.nan, 2.0])
+    with pytest.raises(ValueError, match="n_classes"):
+        as_class_codes([0, 1, 2], n_classes=4)
+
+
+def test_softmax_laplace_bad_input():
+    K = _K(np.array([0.0, 1.0]), [(1.0, 1.0)] * 3)
+    with pytest.raises(ValueError, match="class code"):
+        softmax_laplace(K, np.array([0, 3]))
+    with pytest.raises(ValueError, match="class codes"):
+        softmax_laplace(K, np.array([0.5, 1]))
+    with pytest.raises(ValueError, match="multi-class likelihood"):
+        softmax_laplace(K, np.array([0, 1]), likelihood=MultinomialProbit())
+
+
+# Nested EP's evidence lies within EP_BOUND nats of the truth on these problems.
+EP_BOUND = 0.03
+
+
+def _exact(case, log_prob):
+    X, y, hyp = SMALL[case]
+    return brute_force_log_evidence(_K(X, hyp), y, log_prob, nodes=8 if len(X) == 2 else 40)
+
+
+def test_multinomial_probit_ep_evidence_brute_force():
+    ep_err, la_err = [], []
+    for case, (X, y, hyp) in enumerate(SMALL):
+        K = _K(X, hyp)
+        res = multinomial_probit_ep(K, y, tol=1e-12)
+        assert res.converged
+        ep_err.append(abs(res.log_z - _exact(case, _mp_log_prob)))
+        la_err.append(abs(softmax_laplace(K, y, tol=1e-12).log_z - _exact(case, softmax_log_prob)))
+    assert max(ep_err) < EP_BOUND
+    assert np.mean(ep_err) <= np.mean(la_err)  # EP at least as close as Laplace on average
+
+
+def test_multinomial_probit_two_classes_is_binary_probit_ep():
+    """c = 2: p(y = 0 | f) = E_u Phi(u + f_0 - f_1) = Phi((f_0 - f_1) / sqrt 2), so with
+    g = (f_0 - f_1) / sqrt 2 ~ N(0, (K_0 + K_1) / 2) the model is binary probit on g with
+    y = +1 for class 0; nested EP must give binary EP's evidence and LOO terms."""
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-2, 2, 9)
+    y = rng.integers(0, 2, 9)
+    K = np.array([rbf(X, 1.0, 2.0), rbf(X, 0.6, 1.0)])
+    res = multinomial_probit_ep(K, y, tol=1e-13)
+    binary = ep(0.5 * (K[0] + K[1]), np.where(y == 0, 1.0, -1.0), Probit(), tol=1e-13)
+    assert abs(res.log_z - binary.log_z) < 1e-8
+    assert np.allclose(res.loo_log_p, binary.loo_log_p, atol=1e-8, rtol=0)
+    g_mean = (res.mean[0] - res.mean[1]) / np.sqrt(2)
+    assert np.allclose(g_mean, binary.mean, atol=1e-8)
+
+
+def _ep_log_z(X, y, hyp):
+    return multinomial_probit_ep(_K(X, hyp), y, tol=1e-14).log_z
+
+
+def test_multinomial_probit_ep_gradient_separate_kernels():
+    rng = np.random.default_rng(5)
+    X = rng.uniform(-2, 2, 8)
+    y = rng.integers(0, 3, 8)
+    hyp = [(0.8, 2.0), (1.3, 0.7), (0.5, 3.0)]
+    res = multinomial_probit_ep(_K(X, hyp), y, tol=1e-14)
+    for k in range(3):
+        for j, dKk in enumerate(rbf_dK(X, *hyp[k])):
+            analytic = float(np.sum(res.dlog_z_dK[k] * dKk))
+            h = 1e-5
+            up = [list(p) for p in hyp]
+            dn = [list(p) for p in hyp]
+            up[k][j] *= np.exp(h)
+            dn[k][j] *= np.exp(-h)
+            fd = (_ep_log_z(X, y, up) - _ep_log_z(X, y, dn)) / (2 * h)
+            assert abs(analytic - fd) <= 1e-5 * max(abs(fd), 1e-2), (k, j, analytic, fd)
+
+
+def test_multinomial_probit_ep_gradient_shared_kernel_and_warm_start():
+    rng = np.random.default_rng(6)
+    X = rng.uniform(-2, 2, 10)
+    y = rng.integers(0, 4, 10)
+    ls, v = 0.9, 1.7
+    res = multinomial_probit_ep(rbf(X, ls, v), y, tol=1e-14)
+    assert res.dlog_z_dK.shape == (4, 10, 10)
+    for j, dK in enumerate(rbf_dK(X, ls, v)):
+        analytic = float(np.sum(res.dlog_z_dK.sum(axis=0) * dK))
+        h = 1e-5
+        p_up, p_dn = [ls, v], [ls, v]
+        p_up[j] *= np.exp(h)
+        p_dn[j] *= np.exp(-h)
+        fd = (multinomial_probit_ep(rbf(X, *p_up), y, tol=1e-14).log_z
+              - multinomial_probit_ep(rbf(X, *p_dn), y, tol=1e-14).log_z) / (2 * h)
+        assert abs(analytic - fd) <= 1e-5 * max(abs(fd), 1e-2), (j, analytic, fd)
+    warm = multinomial_probit_ep(rbf(X, ls * 1.02, v), y, state=res.state, tol=1e-10)
+    cold = multinomial_probit_ep(rbf(X, ls * 1.02, v), y, tol=1e-10)
+    assert warm.n_iter < cold.n_iter and abs(warm.log_z - cold.log_z) < 1e-8
+
+
+def test_multinomial_probit_likelihood_two_classes_closed_form():
+    F = np.array([[0.3, -1.2, 2.0], [0.0, 0.5, -1.0]])
+    p = np.exp(MultinomialProbit().log_prob_all(F))
+    F3 = np.array([[0.3, -1.2, 2.0], [0.0, 0.5, -1.0], [1.0, 0.2, 0.1]])
+    for k in range(3):  # against the reference's own quadrature, c = 3
+        ref = multinomial_probit_log_prob(np.full(3, k), F3, u_nodes=60)
+        assert np.allclose(MultinomialProbit().log_prob_all(F3)[k], ref, atol=1e-10)
+    from scipy.stats import norm
+
+    assert np.allclose(p[0], norm.cdf((F[0] - F[1]) / np.sqrt(2)), atol=1e-12)
+    assert np.allclose(p.sum(axis=0), 1.0, atol=1e-12)

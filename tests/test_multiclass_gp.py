@@ -1,0 +1,229 @@
+"""Multi-class classifiers in PyMC models: the potential, its gradient, predictions,
+LOO, point estimates and the errors (MarginalLaplace + Softmax, MarginalEP + MultinomialProbit)."""
+
+import numpy as np
+import pandas as pd
+import pymc as pm
+import pytensor
+import pytensor.tensor as pt
+import pytest
+
+import pymc_gpc
+from pymc_gpc.likelihoods import MultinomialProbit, Probit, Softmax
+
+from .multiclass_reference import rbf
+
+
+def _data(n=24, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-3, 3, n)
+    y = np.digitize(X + 0.4 * rng.standard_normal(n), [-1.0, 1.0])  # 3 ordered classes
+    return X, np.array(["low", "mid", "high"])[y], y
+
+
+SETUPS = [(pymc_gpc.MarginalLaplace, Softmax, pymc_gpc.softmax_laplace),
+          (pymc_gpc.MarginalEP, MultinomialProbit, pymc_gpc.multinomial_probit_ep)]
+
+
+def _model(cls, lik, X, labels, shared):
+    with pm.Model() as model:
+        log_ls = pm.Normal("log_ls", 0.0, 1.0, shape=1 if shared else 3)
+        log_v = pm.Normal("log_v", 0.5, 1.0)
+        if shared:
+            cov = pt.exp(log_v) * pm.gp.cov.ExpQuad(1, ls=pt.exp(log_ls[0]))
+        else:
+            cov = [pt.exp(log_v) * pm.gp.cov.ExpQuad(1, ls=pt.exp(log_ls[k])) for k in range(3)]
+        gp = cls(cov_func=cov, likelihood=lik())
+        gp.marginal_likelihood("y", X=X, y=labels)
+    return model, gp
+
+
+@pytest.mark.parametrize("setup", range(2))
+@pytest.mark.parametrize("shared", [True, False])
+def test_potential_value_and_gradient(setup, shared):
+    cls, lik, solver = SETUPS[setup]
+    X, labels, _ = _data()
+    model, gp = _model(cls, lik, X, labels, shared)
+    assert isinstance(gp, cls) and gp.classes.tolist() == ["high", "low", "mid"]
+    point = {"log_ls": np.array([0.2] if shared else [0.2, -0.3, 0.5]), "log_v": np.array(0.7)}
+    ls = np.exp(point["log_ls"])
+    K = np.array([np.exp(0.7) * rbf(X, ls[0] if shared else ls[k], 1.0, jitter=0) + 1e-6 * np.eye(len(X))
+                  for k in range(3)])
+    codes = np.searchsorted(gp.classes, labels)
+    expected = solver(K, codes, tol=1e-12).log_z
+    pot = model.compile_logp(vars=model.potentials, jacobian=False)
+    assert abs(float(pot(point)) - expected) < 1e-3  # sampling tolerance
+    # gradient of the whole model's logp against central differences
+    logp = model.compile_logp()
+    dlogp = model.compile_dlogp()
+    ip = {"log_ls": point["log_ls"], "log_v": point["log_v"]}
+    g = dlogp(ip)
+    fd, h = [], 1e-5
+    for name in ("log_ls", "log_v"):
+        for j in range(np.size(ip[name])):
+            up = {k: np.array(v, dtype=float) for k, v in ip.items()}
+            dn = {k: np.array(v, dtype=float) for k, v in ip.items()}
+            np.reshape(up[name], -1)[j] += h
+            np.reshape(dn[name], -1)[j] -= h
+            fd.append((logp(up) - logp(dn)) / (2 * h))
+    assert np.allclose(g, fd, rtol=2e-3, atol=2e-3), (g, fd)  # the Op runs at the sampling tolerance
+
+
+@pytest.mark.parametrize("setup", range(2))
+def test_predict_loo_and_fit(setup):
+    cls, lik, _ = SETUPS[setup]
+    X, labels, y = _data(30, seed=1)
+    model, gp = _model(cls, lik, X, labels, shared=False)
+    with model:
+        fit = pymc_gpc.fit(method="map")
+        type2 = pymc_gpc.fit(method="type2")
+    assert type2.converged and type2.log_evidence >= fit.log_evidence - 1e-6  # type-II maximises it
+    Xs = np.array([-2.5, 0.0, 2.5])
+    p = gp.predict(Xs, point=fit.point, model=model)
+    assert p.shape == (3, 3) and np.allclose(p.sum(axis=1), 1.0)
+    cols = list(gp.classes)
+    assert np.argmax(p[0]) == cols.index("low") and np.argmax(p[1]) == cols.index("mid")
+    assert np.argmax(p[2]) == cols.index("high")
+    p2, mean, cov = gp.predict(Xs, point=fit.point, model=model, return_latent=True)
+    assert mean.shape == (3, 3) and cov.shape == (3, 3, 3)
+    # the MAP point's evidence gradient vanishes (prior included): fit converged
+    assert np.isfinite(fit.log_evidence)
+    with model:
+        idata = pm.sample(draws=30, tune=30, chains=1, random_seed=1, progressbar=False,
+                          compute_convergence_checks=False)
+    pymc_gpc.add_log_likelihood(idata, model)
+    import arviz as az
+
+    loo = az.loo(idata)
+    assert np.isfinite(float(loo.elpd))
+    assert idata["log_likelihood"]["y"].shape == (1, 30, 30)
+    pi = gp.predict(Xs, idata=idata, model=model, max_draws=5)
+    assert pi.shape == (3, 3) and np.allclose(pi.sum(axis=1), 1.0)
+    with model:
+        gp.conditional("fstar", Xs)
+        pp = pm.sample_posterior_predictive(idata.sel(draw=slice(0, 3)), var_names=["fstar"],
+                                            random_seed=2, progressbar=False)
+    assert pp.posterior_predictive["fstar"].shape[-2:] == (3, 3)
+
+
+def test_labels_of_every_kind():
+    X = np.linspace(-2, 2, 9)
+    for labels in ([0, 1, 2] * 3, np.array(list("abc") * 3),
+                   pd.Series(pd.Categorical(list("abc") * 3, categories=["c", "b", "a"]))):
+        with pm.Model():
+            gp = pymc_gpc.MarginalLaplace(cov_func=pm.gp.cov.ExpQuad(1, ls=1.0), likelihood=Softmax())
+            gp.marginal_likelihood("y", X=X, y=labels)
+        assert len(gp.classes) == 3
+    with pm.Model():
+        gp = pymc_gpc.MarginalLaplace(cov_func=pm.gp.cov.ExpQuad(1, ls=1.0), likelihood=Softmax())
+        gp.marginal_likelihood("y", X=X[:4], y=[True, False, True, True])
+    assert gp.classes.tolist() == [False, True]
+
+
+def test_errors():
+    X = np.linspace(-2, 2, 9)
+    cov = pm.gp.cov.ExpQuad(1, ls=1.0)
+    with pm.Model():
+        gp = pymc_gpc.MarginalEP(cov_func=cov, likelihood=Probit())
+        with pytest.raises(ValueError, match="found values .*Softmax"):
+            gp.marginal_likelihood("y", X=X, y=np.arange(9) % 3)
+    with pytest.raises(ValueError, match="MarginalEP cannot integrate out the multi-class likelihood Softmax"):
+        pymc_gpc.MarginalEP(cov_func=cov, likelihood=Softmax())
+    with pytest.raises(ValueError, match="MarginalLaplace cannot"):
+        pymc_gpc.MarginalLaplace(cov_func=cov, likelihood=MultinomialProbit())
+    with pytest.raises(ValueError, match="MarginalMeanField cannot"):
+        pymc_gpc.MarginalMeanField(cov_func=cov, likelihood=Softmax())
+    with pm.Model():
+        gp = pymc_gpc.MarginalLaplace(cov_func=[cov, cov], likelihood=Softmax())
+        with pytest.raises(ValueError, match="2 covariances but y holds 3 classes"):
+            gp.marginal_likelihood("y", X=X, y=np.arange(9) % 3)
+    with pm.Model():
+        gp = pymc_gpc.MarginalLaplace(cov_func=cov, likelihood=Softmax())
+        with pytest.raises(ValueError, match="only one class"):
+            gp.marginal_likelihood("y", X=X, y=np.zeros(9))
+        with pytest.raises(ValueError, match="marginal_likelihood"):
+            gp.predict(X, point={})
+
+
+def test_cli_multiclass_confusion_matrix(tmp_path):
+    from pymc_gpc.cli import main
+    from pymc_gpc.datasets import load_fgl
+
+    data = load_fgl()
+    keep = np.isin(data.y, ["WinF", "WinNF", "Head"])
+    X, y = data.X[keep], data.y[keep]
+    rng = np.random.default_rng(0)
+    idx = rng.permutation(len(y))
+    header = ",".join(data.feature_names) + ",type\n"
+    for name, rows in (("train.csv", idx[:90]), ("test.csv", idx[90:130])):
+        body = "".join(",".join(f"{v:g}" for v in X[i]) + f",{y[i]}\n" for i in rows)
+        (tmp_path / name).write_text(header + body)
+    code = main([str(tmp_path / "train.csv"), "--target", "type", "--test", str(tmp_path / "test.csv"),
+                 "--method", "map", "--approximation", "laplace", "--no-progress", "--out", str(tmp_path / "out")])
+    assert code == 0
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "Confusion matrix" in report and "| Head |" in report
+    errors = int(report.split("test errors: ")[1].split(" /")[0])
+    assert errors <= 14  # 40 test fragments of 3 classes; the majority class alone gets ~21 wrong
+    header = (tmp_path / "out" / "predictions.csv").read_text().splitlines()[0]
+    assert header.startswith("row,p_Head,p_WinF,p_WinNF,predicted")
+
+
+def test_nuts_recovers_the_grid_posterior():
+    """NUTS over (log lengthscale, log amplitude) of a softmax-Laplace model against the
+    exact posterior of the same potential, by quadrature on a 2-D grid (a reference with
+    no Monte Carlo error): means within 4 Monte Carlo standard errors, sds within 15 %."""
+    import arviz as az
+
+    from pymc.gp.util import JITTER_DEFAULT
+    from scipy.stats import norm
+
+    X, labels, _ = _data(15, seed=3)
+    with pm.Model() as model:
+        log_ls = pm.Normal("log_ls", 0.0, 1.0)
+        log_v = pm.Normal("log_v", 0.5, 1.0)
+        cov = pt.exp(log_v) * pm.gp.cov.ExpQuad(1, ls=pt.exp(log_ls))
+        gp = pymc_gpc.MarginalLaplace(cov_func=cov, likelihood=Softmax())
+        gp.marginal_likelihood("y", X=X, y=labels)
+        idata = pm.sample(draws=500, tune=300, chains=2, cores=1, random_seed=3, progressbar=False,
+                          compute_convergence_checks=False)
+    codes = np.searchsorted(gp.classes, labels)
+    a = np.linspace(-3.0, 3.0, 41)
+    b = np.linspace(-1.5, 5.5, 41)
+    logpost = np.empty((a.size, b.size))
+    for i, la in enumerate(a):
+        for j, lv in enumerate(b):
+            K = np.exp(lv) * rbf(X, np.exp(la), 1.0, jitter=0) + JITTER_DEFAULT * np.eye(len(X))
+            logpost[i, j] = (pymc_gpc.softmax_laplace(K, codes).log_z + norm.logpdf(la, 0, 1)
+                             + norm.logpdf(lv, 0.5, 1))
+    w = np.exp(logpost - logpost.max())
+    w /= w.sum()
+    grid = {"log_ls": (a, w.sum(axis=1)), "log_v": (b, w.sum(axis=0))}
+    summary = az.summary(idata, var_names=["log_ls", "log_v"])
+    assert int(idata.sample_stats["diverging"].sum()) == 0
+    for name, (x, px) in grid.items():
+        mean = float(px @ x)
+        sd = float(np.sqrt(px @ (x - mean) ** 2))
+        row = summary.loc[name]
+        assert abs(row["mean"] - mean) < 4 * row["mcse_mean"] + 0.01, (name, row["mean"], mean)
+        assert abs(row["sd"] / sd - 1) < 0.15, (name, row["sd"], sd)
+
+
+def test_op_warns_and_fails_cleanly():
+    """Not converged: the value is used with status 1 and a warning naming the point (the
+    warning path handles a (c, n, n) K); a K that is not positive definite: -inf, status 2."""
+    from pymc_gpc.ops import ApproximationFailedWarning, MulticlassMarginalOp
+
+    X, labels, y = _data(12)
+    K = np.array([rbf(X, 1.0, 4.0)] * 3)
+    op = MulticlassMarginalOp("laplace-multiclass", Softmax, (("max_iter", 1),))
+    Kv = pt.dtensor3("K")
+    out = op(Kv, pt.zeros((0,)), y.astype(float))
+    fn = pytensor.function([Kv], [out[0], out[5]])
+    with pytest.warns(ApproximationFailedWarning, match="did not converge"):
+        value, status = fn(K)
+    assert np.isfinite(value) and int(status) == 1
+    bad = K.copy()
+    bad[1] = -bad[1]
+    value, status = fn(bad)
+    assert value == -np.inf and int(status) == 2
