@@ -1,10 +1,11 @@
 """FITC at n = 20,000, m = 100: evidence + gradient (EP and Laplace) within 1 GB.
 
-Run in a fresh Python process whose peak resident memory (``ru_maxrss``, imports
-included) is read at the end: a single dense 20,000 x 20,000 matrix would take 3.2 GB.
-A first process at n = 500 fills numba's disk cache, so that the measured process loads
-compiled code instead of compiling it (compiling every kernel peaks near 1.4 GB, which
-is not what a FITC evaluation needs).
+Run in a fresh Python process whose peak resident memory (``VmHWM`` of
+/proc/self/status, imports included) is read at the end: a single dense
+20,000 x 20,000 matrix would take 3.2 GB. Not ``ru_maxrss``: Linux carries the parent's
+peak over exec into it, so under a large pytest worker it read 1.4-1.7 GB. A first
+process at n = 500 fills numba's disk cache, so that the measured process loads
+compiled code.
 """
 
 import json
@@ -37,7 +38,9 @@ for name, run in (("ep", ep), ("laplace", laplace)):
     g = res.dlog_z_dK
     out[name] = [float(res.log_z), bool(res.converged), [list(a.shape) for a in g],
                  bool(all(np.all(np.isfinite(a)) for a in g))]
-out["peak_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+with open("/proc/self/status") as status:
+    hwm = [line for line in status if line.startswith("VmHWM:")]
+out["peak_mb"] = (int(hwm[0].split()[1]) if hwm else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) / 1024
 print(json.dumps(out))
 """
 
