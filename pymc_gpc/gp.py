@@ -179,14 +179,7 @@ class _ApproximateMarginal:
         K, params = self._kernel(X), self.likelihood.params_tensor()
         hyper_names, hyper = self._hyperparameters(model, [K, params])
         log_z, _, _, loo, n_iter, status = self._op(hyper_names)(K, params, y, hyper)
-        obs_dim = f"{name}_obs"
-        if obs_dim not in model.coords:
-            model.add_coord(obs_dim, np.arange(y.shape[0]))
-        pm.Potential(name, log_z)
-        pm.Deterministic(f"{name}_loo", loo, dims=obs_dim)
-        pm.Deterministic(f"{name}_n_iter", n_iter)
-        pm.Deterministic(f"{name}_status", status)
-        return log_z
+        return _add_evidence_terms(model, name, y.shape[0], log_z, loo, n_iter, status)
 
     def _check_inducing(self, Xu, X):
         """Xu as a constant array or a tensor, checked against X (before any heavy work)."""
@@ -217,14 +210,7 @@ class _ApproximateMarginal:
         hyper_names, hyper = self._hyperparameters(model, [*kernels, params])
         op = SparseMarginalOp(self.approximation, type(self.likelihood), self.solver_options, hyper_names)
         log_z, *_, loo, n_iter, status = op(*kernels, params, y, hyper)
-        obs_dim = f"{name}_obs"
-        if obs_dim not in model.coords:
-            model.add_coord(obs_dim, np.arange(y.shape[0]))
-        pm.Potential(name, log_z)
-        pm.Deterministic(f"{name}_loo", loo, dims=obs_dim)
-        pm.Deterministic(f"{name}_n_iter", n_iter)
-        pm.Deterministic(f"{name}_status", status)
-        return log_z
+        return _add_evidence_terms(model, name, y.shape[0], log_z, loo, n_iter, status)
 
     def conditional(self, name, Xnew, *, jitter=JITTER_DEFAULT, **kwargs):
         """The latent f* at ``Xnew`` under q, as a ``pm.MvNormal`` (for posterior predictive).
@@ -330,6 +316,20 @@ class _ApproximateMarginal:
     def _retry_options(self):
         """The retry schedule of the evidence Op (None: the dense Op's)."""
         return partial(sparse_retry_options, self.approximation) if self.approx == "FITC" else None
+
+
+def _add_evidence_terms(model, name, n, log_z, loo, n_iter, status):
+    """The potential ``name`` and its deterministics ``{name}_loo`` (dims ``{name}_obs``),
+    ``{name}_n_iter`` and ``{name}_status``; returns log_z."""
+    obs_dim = f"{name}_obs"
+    with model:
+        if obs_dim not in model.coords:
+            model.add_coord(obs_dim, np.arange(n))
+        pm.Potential(name, log_z)
+        pm.Deterministic(f"{name}_loo", loo, dims=obs_dim)
+        pm.Deterministic(f"{name}_n_iter", n_iter)
+        pm.Deterministic(f"{name}_status", status)
+    return log_z
 
 
 def _check_approx(approx, approximation):

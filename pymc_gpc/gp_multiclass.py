@@ -28,12 +28,11 @@ Example
 >>> p = gp.predict(Xnew, idata=idata)                # (m, 3); columns follow gp.classes
 """
 
-import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
 from pymc.gp.util import JITTER_DEFAULT
 
-from .gp import MarginalEP, MarginalLaplace
+from .gp import MarginalEP, MarginalLaplace, _add_evidence_terms
 from .likelihoods.multiclass import MulticlassLikelihood
 from .ops.multiclass import MulticlassMarginalOp, MulticlassPredictiveOp
 from .validation import as_class_codes, check_inputs
@@ -129,14 +128,7 @@ class MulticlassMarginal:
         K, params = self._kernel(X), self.likelihood.params_tensor()
         hyper_names, hyper = self._hyperparameters(model, [K])
         log_z, _, _, loo, n_iter, status = self._op(hyper_names)(K, params, self.y, hyper)
-        obs_dim = f"{name}_obs"
-        if obs_dim not in model.coords:
-            model.add_coord(obs_dim, np.arange(codes.shape[0]))
-        pm.Potential(name, log_z)
-        pm.Deterministic(f"{name}_loo", loo, dims=obs_dim)
-        pm.Deterministic(f"{name}_n_iter", n_iter)
-        pm.Deterministic(f"{name}_status", status)
-        return log_z
+        return _add_evidence_terms(model, name, codes.shape[0], log_z, loo, n_iter, status)
 
     def conditional(self, name, Xnew, *, jitter=JITTER_DEFAULT, **kwargs):
         """The c latent functions at ``Xnew`` under q: a deterministic ``name`` of shape (c, m).

@@ -51,12 +51,12 @@ import scipy.optimize
 import xarray as xr
 from pymc.blocking import DictToArrayBijection, RaveledVars
 from pymc.initial_point import make_initial_point_fn
-from pymc.progress_bar import create_simple_progress
 from pymc.pytensorf import compile as compile_fn
 from pytensor.graph.traversal import ancestors
 
 from .likelihoods.binary import StepLabelNoise
 from .ops.marginal import NO_GRADIENT, ApproxMarginalOp, _solve_with_retries
+from .progress import Progress
 from .structures.dense import NotPositiveDefiniteError, chol_lower, inv_lower
 
 __all__ = ["fit", "FitResult", "METHODS", "EPSILON_RULES", "RunawayHyperparameterWarning"]
@@ -333,27 +333,6 @@ def _all_values(model, point):
     return dict(zip([v.name for v in outs], fn(**{v.name: point[v.name] for v in model.value_vars})))
 
 
-class _Progress:
-    """PyMC's progress bar over iterations, showing the current log evidence."""
-
-    def __init__(self, label, total, progressbar):
-        self.label = label
-        self.bar = create_simple_progress(progressbar)
-        self.total = total
-
-    def __enter__(self):
-        self.bar.__enter__()
-        self.task = self.bar.add_task(self.label, completed=0, total=self.total)
-        return self
-
-    def __exit__(self, *exc):
-        self.bar.__exit__(*exc)
-
-    def update(self, iteration, log_evidence):
-        self.bar.update(self.task, refresh=True, completed=iteration,
-                        description=f"{self.label}: log evidence {log_evidence:.4f}")
-
-
 # -- type-II ML and MAP-II ------------------------------------------------------------
 
 
@@ -376,11 +355,11 @@ def _maximise(model, point, method, maxiter, tol, progressbar):
         return -value, -grad
 
     label = "type-II ML" if method == "type2" else "MAP-II"
-    with _Progress(label, maxiter, progressbar) as bar:
+    with Progress(label, maxiter, progressbar) as bar:
         def callback(intermediate_result):
             for key in history:
                 history[key].append(last.get(key, np.nan))
-            bar.update(len(history["objective"]), last.get("log_evidence", np.nan))
+            bar.show(len(history["objective"]), f"log evidence {last.get('log_evidence', np.nan):.4f}")
 
         res = scipy.optimize.minimize(negative, x0.data, jac=True, method="L-BFGS-B", callback=callback,
                                       options=dict(maxiter=maxiter, ftol=tol, gtol=1e-6))
@@ -587,14 +566,14 @@ def _em_ep(model, point, epsilon_rule, prior, max_iter, tol, progressbar, accele
         done = bool(history["log_evidence"]) and abs(log_z - history["log_evidence"][-1]) < tol
         for key, value in zip(("log_evidence", "bound", "epsilon"), (log_z, bound, eps)):
             history[key].append(value)
-        bar.update(len(history["bound"]), log_z)
+        bar.show(len(history["bound"]), f"log evidence {log_z:.4f}")
         state["converged"] = state["converged"] or done
         return new, log_z
 
     def stop():
         return state["converged"] or len(history["bound"]) >= max_iter
 
-    with _Progress("EM-EP", max_iter, progressbar) as bar:
+    with Progress("EM-EP", max_iter, progressbar) as bar:
         x0 = point
         while not stop():
             x1, _ = step(x0)

@@ -28,9 +28,8 @@ loop (the draws' rows then stack to (S, m, c)).
 """
 
 import numpy as np
-from pymc.progress_bar import create_simple_progress
-
 from .ops.marginal import _solve_with_retries
+from .progress import Progress
 from .validation import trusted_kernel
 
 __all__ = ["latent_predictions", "PREDICTION_DEFAULTS", "KERNEL_MODE"]
@@ -79,7 +78,7 @@ def latent_predictions(approximation, likelihood, options, y, kernel_fn, draws, 
     options = dict(options, with_grad=False)
     means, variances, thetas = [], [], []
     state = None
-    with _Progress("Predicting", len(draws), progressbar) as bar:
+    with Progress("Predicting", len(draws), progressbar) as bar:
         for args in draws:
             K, theta, K_cross, k_diag = kernel_fn(*args)
             retries = retry_options(options) if retry_options is not None else None
@@ -103,22 +102,3 @@ def _one_draw(approximation, likelihood, options, y, K, theta, K_cross, k_diag, 
         classes, m = np.shape(K_cross)[:-2], np.shape(K_cross)[-1]
         return np.full((*classes, m), np.nan), np.full((m, *classes, *classes), np.nan), None
     return mean, var, (result.state if np.isfinite(result.log_z) else None)
-
-
-class _Progress:
-    """PyMC's progress bar over draws (silent when ``progressbar`` is False)."""
-
-    def __init__(self, label, total, progressbar):
-        self.label, self.total = label, total
-        self.bar = create_simple_progress(progressbar)
-
-    def __enter__(self):
-        self.bar.__enter__()
-        self.task = self.bar.add_task(self.label, completed=0, total=self.total)
-        return self
-
-    def __exit__(self, *exc):
-        self.bar.__exit__(*exc)
-
-    def advance(self):
-        self.bar.update(self.task, advance=1)

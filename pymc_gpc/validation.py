@@ -46,15 +46,8 @@ def _reject_symbolic(x, name):
         )
 
 
-def as_signed_labels(y, name="y", require_both=True):
-    """Return binary labels as a float array of -1.0 / +1.0.
-
-    Accepts {-1, +1}, {0, 1}, booleans (False -> -1) and two distinct strings (the
-    later in sorted order is +1). Raises ValueError for anything else: NaN/inf, one
-    class only (unless ``require_both`` is False: the evidence of one-class labels is
-    well defined, a classifier trained on them is not), more than two values, wrong shape.
-    """
-    _reject_symbolic(y, name)
+def _label_vector(y, name):
+    """Labels (array, list, pandas) as a non-empty 1-D array; a (n, 1) column is squeezed."""
     if hasattr(y, "to_numpy"):  # pandas
         y = y.to_numpy()
     arr = np.asarray(y)
@@ -64,6 +57,19 @@ def as_signed_labels(y, name="y", require_both=True):
             raise ValueError(f"{name} must be one-dimensional, got shape {np.shape(y)}")
     if arr.size == 0:
         raise ValueError(f"{name} is empty")
+    return arr
+
+
+def as_signed_labels(y, name="y", require_both=True):
+    """Return binary labels as a float array of -1.0 / +1.0.
+
+    Accepts {-1, +1}, {0, 1}, booleans (False -> -1) and two distinct strings (the
+    later in sorted order is +1). Raises ValueError for anything else: NaN/inf, one
+    class only (unless ``require_both`` is False: the evidence of one-class labels is
+    well defined, a classifier trained on them is not), more than two values, wrong shape.
+    """
+    _reject_symbolic(y, name)
+    arr = _label_vector(y, name)
     if arr.dtype == bool:
         if require_both and (arr.all() or not arr.any()):
             raise ValueError(f"{name} holds only one class; a classifier needs two")
@@ -182,15 +188,7 @@ def as_class_codes(y, name="y", n_classes=None):
         if np.any(codes < 0):
             raise ValueError(f"{name} contains missing values at positions {np.flatnonzero(codes < 0)[:10].tolist()}")
         y = codes
-    if hasattr(y, "to_numpy"):
-        y = y.to_numpy()
-    arr = np.asarray(y)
-    if arr.ndim != 1:
-        arr = np.squeeze(arr)
-        if arr.ndim != 1:
-            raise ValueError(f"{name} must be one-dimensional, got shape {np.shape(y)}")
-    if arr.size == 0:
-        raise ValueError(f"{name} is empty")
+    arr = _label_vector(y, name)
     if categories is not None:
         classes, codes = categories, arr.astype(np.int64)
     else:

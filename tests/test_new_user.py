@@ -16,7 +16,7 @@ from scipy import stats
 
 import pymc_gpc
 from pymc_gpc import likelihoods as L
-from pymc_gpc import prediction
+from pymc_gpc import prediction, progress
 from pymc_gpc.datasets import load
 
 from .conftest import random_problem
@@ -157,8 +157,8 @@ def test_batched_predictions_warm_start_each_draw_from_the_previous(monkeypatch)
 
 def test_predictions_show_pymc_progress_bar_over_draws(monkeypatch):
     shown = []
-    real = prediction.create_simple_progress
-    monkeypatch.setattr(prediction, "create_simple_progress", lambda flag: shown.append(flag) or real(False))
+    real = progress.create_simple_progress
+    monkeypatch.setattr(progress, "create_simple_progress", lambda flag: shown.append(flag) or real(False))
     rng = np.random.default_rng(4)
     X, y = random_problem(rng, 20)
     _, gp = small_model(X, y)

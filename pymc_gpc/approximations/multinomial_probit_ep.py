@@ -75,6 +75,19 @@ def _others(k, c):
 
 
 @njit(nogil=True, cache=True)
+def _factor_marginal(Sw, mw, b, k, other):
+    """b = e_k - e_other + e_u (the factor Phi(b^T w)), and the marginal of t = b^T w under
+    N(mw, Sw): (Sw b, its variance v, its mean)."""
+    c = b.shape[0] - 1
+    b[:] = 0.0
+    b[k] += 1.0
+    b[other] -= 1.0
+    b[c] = 1.0
+    Sb = Sw @ b
+    return Sb, b @ Sb, b @ mw
+
+
+@njit(nogil=True, cache=True)
 def _inner_ep_site(m, C, k, tau, nu, tol, max_sweeps):
     """Inner EP for one site: cavity N(m, C) over f_i, factors Phi(u + f_k - f_j).
 
@@ -90,13 +103,7 @@ def _inner_ep_site(m, C, k, tau, nu, tol, max_sweeps):
     mw[:c] = m
     b = np.zeros(c + 1)
     for j in range(c - 1):  # start from the warm sites: rank-one updates
-        b[:] = 0.0
-        b[k] += 1.0
-        b[others[j]] -= 1.0
-        b[c] = 1.0
-        Sb = Sw @ b
-        v = b @ Sb
-        mt = b @ mw
+        Sb, v, mt = _factor_marginal(Sw, mw, b, k, others[j])
         den = 1.0 + tau[j] * v
         mw += Sb * (nu[j] - tau[j] * mt) / den
         Sw -= (tau[j] / den) * np.outer(Sb, Sb)
@@ -106,13 +113,7 @@ def _inner_ep_site(m, C, k, tau, nu, tol, max_sweeps):
         sweeps += 1
         change = 0.0
         for j in range(c - 1):
-            b[:] = 0.0
-            b[k] += 1.0
-            b[others[j]] -= 1.0
-            b[c] = 1.0
-            Sb = Sw @ b
-            v = b @ Sb
-            mt = b @ mw
+            Sb, v, mt = _factor_marginal(Sw, mw, b, k, others[j])
             vc = 1.0 / (1.0 / v - tau[j])
             mc = vc * (mt / v - nu[j])
             sq = math.sqrt(1.0 + vc)
@@ -131,13 +132,7 @@ def _inner_ep_site(m, C, k, tau, nu, tol, max_sweeps):
             change = max(change, abs(dtau) / (1.0 + abs(tau[j])), abs(dnu) / (1.0 + abs(nu[j])))
     terms = 0.0
     for j in range(c - 1):  # at convergence: the normalisers' part of the evidence
-        b[:] = 0.0
-        b[k] += 1.0
-        b[others[j]] -= 1.0
-        b[c] = 1.0
-        Sb = Sw @ b
-        v = b @ Sb
-        mt = b @ mw
+        Sb, v, mt = _factor_marginal(Sw, mw, b, k, others[j])
         vc = 1.0 / (1.0 / v - tau[j])
         mc = vc * (mt / v - nu[j])
         log_zhat = log_ndtr(mc / math.sqrt(1.0 + vc))

@@ -437,18 +437,23 @@ class ApproxMarginalOp(Op):
         return self._threads.get()["recent"]
 
     def perform(self, node, inputs, output_storage):
-        K, params, y, hyper = (*inputs, np.zeros(0))[:4]
+        key = self._recent_key(inputs)
         recent = self._recent()
-        outputs = recent.get(K, params, y, hyper)
+        outputs = recent.get(*key)
         if outputs is None:
             # Overflow at extreme hyperparameters is expected and handled: the result is
             # checked below and becomes -inf with status "failed", not a NumPy warning.
             with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
                 self._perform(inputs, output_storage)
-            recent.add(K, params, y, hyper, tuple(s[0] for s in output_storage))
+            recent.add(*key, tuple(s[0] for s in output_storage))
             return
         for storage, value in zip(output_storage, outputs):
             storage[0] = value
+
+    def _recent_key(self, inputs):
+        """(kernel, theta, y, hyper): the values that identify an evaluation for ``_recent``."""
+        K, params, y, hyper = (*inputs, np.zeros(0))[:4]
+        return K, params, y, hyper
 
     def _describe_point(self, params, hyper):
         """'log_w=[...], log_v0=...' from the hyperparameter input, else the likelihood values."""

@@ -14,9 +14,8 @@ import numpy as np
 import pytensor.tensor as pt
 from pytensor.gradient import grad_not_implemented
 from pytensor.graph.basic import Apply
-from pytensor.graph.op import Op
 
-from .marginal import SOLVERS, ApproxMarginalOp, _register_numba
+from .marginal import SOLVERS, ApproxMarginalOp, LatentPredictiveOp, _register_numba
 
 MULTICLASS_APPROXIMATIONS = ("laplace-multiclass", "ep-multiclass")
 
@@ -45,22 +44,13 @@ class MulticlassMarginalOp(ApproxMarginalOp):
         return Apply(self, [K, params, y, hyper], outputs)
 
 
-class MulticlassPredictiveOp(Op):
+class MulticlassPredictiveOp(LatentPredictiveOp):
     """Mean (c, m) and covariance of f* under q, given (K, y, K_cross, K_star).
 
     Inputs: K (c, n, n), y (n,) codes, K_cross (c, n, m), K_star (c, m) prior variances
     or (c, m, m) with ``full_cov``. Outputs: mean (c, m) and the per-point c x c
     covariances (m, c, c), or the joint (c m, c m) class-major covariance. No gradient.
     """
-
-    __props__ = ("approximation", "likelihood_type", "options", "full_cov")
-
-    def __init__(self, approximation, likelihood_type, options=(), full_cov=False):
-        self.approximation = approximation
-        self.likelihood_type = likelihood_type
-        self.options = tuple(options)
-        self.full_cov = full_cov
-        self._lik = likelihood_type()
 
     def make_node(self, K, y, K_cross, K_star):
         ins = [pt.as_tensor_variable(v).astype("float64") for v in (K, y, K_cross, K_star)]
