@@ -251,7 +251,7 @@ class _ApproximateMarginal:
         -----
         The kernels of every draw come from one compiled function and each draw's
         approximation is warm-started from the previous draw's. Over draws EP stops at
-        a site change of 1e-4, at one point at the engine's 1e-8, unless ``tol`` was
+        a site change of 1e-3, at one point at the engine's 1e-8, unless ``tol`` was
         given to the constructor (``pymc_gpc.prediction``).
         """
         if (point is None) == (idata is None):
@@ -374,7 +374,7 @@ class MarginalEP(_ApproximateMarginal):
     **solver_options : passed to ``pymc_gpc.ep`` (method, damping, tol, max_sweeps);
         while sampling, tol defaults to 1e-2 (``pymc_gpc.ops.marginal.SAMPLING_DEFAULTS``),
         while ``pymc_gpc.fit`` and ``predict`` at a point use the engine's 1e-8 (``predict``
-        over posterior draws 1e-4: ``pymc_gpc.prediction``).
+        over posterior draws 1e-3: ``pymc_gpc.prediction``).
     """
 
     approximation = "ep"

@@ -111,11 +111,12 @@ def test_every_python_snippet_in_the_readme_runs_as_written(cheap_sampling):
 # -- 2. batched predictions ---------------------------------------------------------
 
 
-@pytest.mark.parametrize("options, atol", [({}, 1e-4), ({"tol": 1e-10}, 1e-8)])
-def test_batched_predictions_equal_independent_per_draw_solves(options, atol):
+@pytest.mark.parametrize("options, atol, atol_p", [({}, 1e-3, 1e-4), ({"tol": 1e-10}, 1e-8, 1e-8)])
+def test_batched_predictions_equal_independent_per_draw_solves(options, atol, atol_p):
     """Ground truth: for every draw, a cold EP at 1e-10 on a NumPy kernel, the latent
     predictive and Phi(m / sqrt(1 + v)), averaged (Barber & Williams eq. 9). At the
-    prediction default (EP to a site change of 1e-4) within 1e-4; at 1e-10, to 1e-8."""
+    prediction default (EP to a site change of 1e-3) the latent moments within 1e-3 and the
+    probabilities within 1e-4; at 1e-10, both to 1e-8."""
     rng = np.random.default_rng(2)
     X, y = random_problem(rng, 40)
     Xs = rng.normal(size=(7, 2))
@@ -133,7 +134,7 @@ def test_batched_predictions_equal_independent_per_draw_solves(options, atol):
         np.testing.assert_allclose(means[s], m, atol=atol)
         np.testing.assert_allclose(variances[s], v, atol=atol)
         probs.append(stats.norm.cdf(m / np.sqrt(1 + v)))
-    np.testing.assert_allclose(p, np.mean(probs, axis=0), atol=atol)
+    np.testing.assert_allclose(p, np.mean(probs, axis=0), atol=atol_p)
 
 
 def test_batched_predictions_warm_start_each_draw_from_the_previous(monkeypatch):
