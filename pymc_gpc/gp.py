@@ -24,8 +24,6 @@ Example
 >>> p = gp.predict(Xnew, idata=idata)
 """
 
-from functools import partial
-
 import numpy as np
 import pymc as pm
 import pytensor
@@ -36,7 +34,7 @@ from pytensor.tensor.random.op import RandomVariable
 
 from .likelihoods.binary import Likelihood, laplace_unsupported_message
 from .ops.marginal import ApproxMarginalOp, LatentPredictiveOp
-from .ops.sparse import SPARSE_APPROXIMATIONS, SparseMarginalOp, SparsePredictiveOp, sparse_retry_options
+from .ops.sparse import SPARSE_APPROXIMATIONS, SparseMarginalOp, SparsePredictiveOp
 from .prediction import KERNEL_MODE, PREDICTION_DEFAULTS, latent_predictions
 from .structures.fitc import FITCPrior
 from .validation import as_signed_labels, check_inputs
@@ -85,7 +83,9 @@ class _ApproximateMarginal:
         return self.cov_func(X) + self.jitter * pt.eye(n)
 
     def _op(self, hyper_names=()):
-        return ApproxMarginalOp(self.approximation, type(self.likelihood), self.solver_options, hyper_names)
+        """The evidence Op of this GP's prior (dense, or ``ops.sparse`` with FITC)."""
+        op_type = SparseMarginalOp if self.approx == "FITC" else ApproxMarginalOp
+        return op_type(self.approximation, type(self.likelihood), self.solver_options, hyper_names)
 
     @staticmethod
     def _hyperparameters(model, outputs):
@@ -132,16 +132,19 @@ class _ApproximateMarginal:
         Kuu = self.cov_func(Xu) + self.jitter * pt.eye(Xu.shape[0])
         return Kuu, self.cov_func(Xu, X), self.cov_func(X, diag=True) + self.jitter
 
-    def _build_predictive(self, Xnew, full_cov):
+    def _prior_inputs(self):
+        """The evidence Op's prior inputs at the training X: [K], or with FITC
+        [K_uu, K_uf, diag K_ff]."""
         if self.approx == "FITC":
-            op = SparsePredictiveOp(self.approximation, type(self.likelihood), self.solver_options, full_cov)
-            K_star = self.cov_func(Xnew) if full_cov else self.cov_func(Xnew, diag=True)
-            return op(*self._fitc_inputs(self.X, self.Xu), self.likelihood.params_tensor(), self.y,
-                      self.cov_func(self.Xu, Xnew), K_star)
-        op = LatentPredictiveOp(self.approximation, type(self.likelihood), self.solver_options, full_cov)
-        K_cross = self.cov_func(self.X, Xnew)
+            return list(self._fitc_inputs(self.X, self.Xu))
+        return [self._kernel(self.X)]
+
+    def _build_predictive(self, Xnew, full_cov):
+        op_type = SparsePredictiveOp if self.approx == "FITC" else LatentPredictiveOp
+        op = op_type(self.approximation, type(self.likelihood), self.solver_options, full_cov)
+        K_cross = self.cov_func(self.Xu if self.approx == "FITC" else self.X, Xnew)
         K_star = self.cov_func(Xnew) if full_cov else self.cov_func(Xnew, diag=True)
-        return op(self._kernel(self.X), self.likelihood.params_tensor(), self.y, K_cross, K_star)
+        return op(*self._prior_inputs(), self.likelihood.params_tensor(), self.y, K_cross, K_star)
 
     # -- public verbs ----------------------------------------------------------------
 
@@ -174,11 +177,9 @@ class _ApproximateMarginal:
         Xu = self._check_inducing(Xu, X)
         model = pm.modelcontext(None)
         self.X, self.y, self.name, self.Xu, self.model = X, y, name, Xu, model
-        if self.approx == "FITC":
-            return self._fitc_marginal_likelihood(model, name, X, y, Xu)
-        K, params = self._kernel(X), self.likelihood.params_tensor()
-        hyper_names, hyper = self._hyperparameters(model, [K, params])
-        log_z, _, _, loo, n_iter, status = self._op(hyper_names)(K, params, y, hyper)
+        priors, params = self._prior_inputs(), self.likelihood.params_tensor()
+        hyper_names, hyper = self._hyperparameters(model, [*priors, params])
+        log_z, *_, loo, n_iter, status = self._op(hyper_names)(*priors, params, y, hyper)
         return _add_evidence_terms(model, name, y.shape[0], log_z, loo, n_iter, status)
 
     def _check_inducing(self, Xu, X):
@@ -203,14 +204,6 @@ class _ApproximateMarginal:
         if m is not None and m > n:
             raise ValueError(f"Xu has m = {m} inducing inputs, more than the n = {n} data points")
         return Xu
-
-    def _fitc_marginal_likelihood(self, model, name, X, y, Xu):
-        """``marginal_likelihood`` with the FITC prior (``ops.sparse.SparseMarginalOp``)."""
-        kernels, params = self._fitc_inputs(X, Xu), self.likelihood.params_tensor()
-        hyper_names, hyper = self._hyperparameters(model, [*kernels, params])
-        op = SparseMarginalOp(self.approximation, type(self.likelihood), self.solver_options, hyper_names)
-        log_z, *_, loo, n_iter, status = op(*kernels, params, y, hyper)
-        return _add_evidence_terms(model, name, y.shape[0], log_z, loo, n_iter, status)
 
     def conditional(self, name, Xnew, *, jitter=JITTER_DEFAULT, **kwargs):
         """The latent f* at ``Xnew`` under q, as a ``pm.MvNormal`` (for posterior predictive).
@@ -268,7 +261,7 @@ class _ApproximateMarginal:
         defaults = PREDICTION_DEFAULTS.get(self.approximation, {}) if idata is not None else {}
         means, vars_, thetas = latent_predictions(
             self.approximation, self.likelihood, {**defaults, **dict(self.solver_options)}, self.y, fn, draws,
-            progressbar=progressbar and idata is not None, retry_options=self._retry_options(),
+            progressbar=progressbar and idata is not None, retry_options=self._op().retry_schedule,
         )
         probs = [self._probabilities(m, v, th) for m, v, th in zip(means, vars_, thetas)]
         p = np.mean(probs, axis=0)
@@ -282,12 +275,8 @@ class _ApproximateMarginal:
         The prior inputs are the (n, n) kernel K, or with FITC K_uu, K_uf and diag K_ff
         (the cross-covariances are then K_u*, (m, n*)).
         """
-        if self.approx == "FITC":
-            priors = list(self._fitc_inputs(self.X, self.Xu))
-            crosses = self.cov_func(self.Xu, Xnew)
-        else:
-            priors, crosses = [self._kernel(self.X)], self.cov_func(self.X, Xnew)
-        return [*priors, self.likelihood.params_tensor(), crosses, self.cov_func(Xnew, diag=True)]
+        crosses = self.cov_func(self.Xu if self.approx == "FITC" else self.X, Xnew)
+        return [*self._prior_inputs(), self.likelihood.params_tensor(), crosses, self.cov_func(Xnew, diag=True)]
 
     def _probabilities(self, mean, var, theta):
         """Class probabilities from one draw's latent predictive."""
@@ -312,10 +301,6 @@ class _ApproximateMarginal:
                 return (FITCPrior(Kuu, Kuf, k_diag), *rest)
             return kernels, [v.name for v in inputs]
         return fn, [v.name for v in inputs]
-
-    def _retry_options(self):
-        """The retry schedule of the evidence Op (None: the dense Op's)."""
-        return partial(sparse_retry_options, self.approximation) if self.approx == "FITC" else None
 
 
 def _add_evidence_terms(model, name, n, log_z, loo, n_iter, status):

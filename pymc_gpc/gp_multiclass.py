@@ -174,7 +174,7 @@ class MulticlassMarginal:
     def _prediction_inputs(self, Xnew):
         """[K (c, n, n), theta, K_cross (c, n, m), prior variances (c, m)]."""
         funcs = self._funcs()
-        return [self._kernel(self.X), self.likelihood.params_tensor(), pt.stack([f(self.X, Xnew) for f in funcs]),
+        return [*self._prior_inputs(), self.likelihood.params_tensor(), pt.stack([f(self.X, Xnew) for f in funcs]),
                 pt.stack([f(Xnew, diag=True) for f in funcs])]
 
     def _probabilities(self, mean, cov, theta):

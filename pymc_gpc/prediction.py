@@ -62,9 +62,8 @@ def latent_predictions(approximation, likelihood, options, y, kernel_fn, draws, 
     draws : sequence of argument tuples for ``kernel_fn``, one per draw, in sampling
         order (neighbours are close: each draw warm-starts the next).
     progressbar : show PyMC's progress bar.
-    retry_options : ``retry_options(options) -> list of option dicts``, the retry schedule
-        of the evidence Op (``ops.sparse.sparse_retry_options`` for FITC); None: the dense
-        Op's.
+    retry_options : ``retry_options(options) -> list of option dicts``: the evidence Op's
+        ``retry_schedule`` (FITC's differs from the dense one); None: the dense Op's.
 
     Returns
     -------
