@@ -117,25 +117,32 @@ def timing(ns=(200, 400), cs=(3, 6), repeats=5):
 # -- Forensic Glass cross-validation ---------------------------------------------------
 
 
-def _gp_model(X, y, likelihood, cls):
+def _gp_model(X, y, likelihood, cls, per_class=False):
+    """One ARD kernel shared by the classes, or (``per_class``) one per class, each with its
+    own hyperparameters (then the variables have a leading class axis)."""
     import pymc as pm
     import pytensor.tensor as pt
 
     d = X.shape[1]
+    c = len(np.unique(y)) if per_class else None
+    shape = (c, d) if per_class else d
     with pm.Model() as model:
-        log_w = pm.Normal("log_w", -3.0, 3.0, shape=d)  # inverse squared lengthscales (B&W)
-        log_v0 = pm.Normal("log_v0", 0.0, 3.0)
-        log_v1 = pm.Normal("log_v1", -3.0, 3.0)
-        cov = (pt.exp(log_v0) * pm.gp.cov.ExpQuad(d, ls=pt.exp(-0.5 * log_w))
-               + pm.gp.cov.Constant(pt.exp(log_v1)))
+        log_w = pm.Normal("log_w", -3.0, 3.0, shape=shape)  # inverse squared lengthscales (B&W)
+        log_v0 = pm.Normal("log_v0", 0.0, 3.0, shape=c)
+        log_v1 = pm.Normal("log_v1", -3.0, 3.0, shape=c)
+
+        def ard(w, v0, v1):
+            return pt.exp(v0) * pm.gp.cov.ExpQuad(d, ls=pt.exp(-0.5 * w)) + pm.gp.cov.Constant(pt.exp(v1))
+
+        cov = [ard(log_w[k], log_v0[k], log_v1[k]) for k in range(c)] if per_class else ard(log_w, log_v0, log_v1)
         gp = cls(cov_func=cov, likelihood=likelihood)
         gp.marginal_likelihood("y", X=X, y=y)
     return model, gp
 
 
-def _gp_map(Xtr, ytr, Xte, likelihood, cls):
+def _gp_map(Xtr, ytr, Xte, likelihood, cls, per_class=False):
     t = time.perf_counter()
-    model, gp = _gp_model(Xtr, ytr, likelihood, cls)
+    model, gp = _gp_model(Xtr, ytr, likelihood, cls, per_class)
     with model:
         fit = pymc_gpc.fit(method="map", progressbar=False)
     p = gp.predict(Xte, point=fit.point, model=model)
@@ -168,6 +175,8 @@ def cv(nuts_fold=None, folds=10, only=None):
     methods = {
         "GP softmax Laplace, MAP-II (pymc_gpc.fit)":
             lambda a, b, c: _gp_map(a, b, c, L.Softmax(), pymc_gpc.MarginalLaplace)[:2],
+        "GP softmax Laplace, per-class kernels, MAP-II (pymc_gpc.fit)":
+            lambda a, b, c: _gp_map(a, b, c, L.Softmax(), pymc_gpc.MarginalLaplace, per_class=True)[:2],
         "GP multinomial probit nested EP, MAP-II (pymc_gpc.fit)":
             lambda a, b, c: _gp_map(a, b, c, L.MultinomialProbit(), pymc_gpc.MarginalEP)[:2],
         "scikit-learn GPC one-vs-rest (Laplace, type-II)": _sklearn_gpc,
