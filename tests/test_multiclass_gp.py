@@ -227,3 +227,32 @@ def test_op_warns_and_fails_cleanly():
     bad[1] = -bad[1]
     value, status = fn(bad)
     assert value == -np.inf and int(status) == 2
+
+
+@pytest.mark.parametrize("setup", range(2))
+def test_predict_over_draws_equals_cold_solves_per_draw(setup):
+    """Batched, warm-started prediction over draws (``prediction.latent_predictions``)
+    against a cold solve with the NumPy kernel at each draw: latent means and per-point
+    c x c covariances to 1e-6, the averaged probabilities to 1e-6."""
+    cls, lik, solver = SETUPS[setup]
+    X, labels, _ = _data(20, seed=3)
+    model, gp = _model(cls, lik, X, labels, shared=False)
+    rng = np.random.default_rng(4)
+    draws = [{"log_ls": rng.normal(0.0, 0.2, 3), "log_v": np.array(rng.normal(0.5, 0.2))} for _ in range(4)]
+    import arviz as az
+
+    idata = az.from_dict({"posterior": {k: np.array([[d[k] for d in draws]]) for k in ("log_ls", "log_v")}})
+    Xs = np.array([-2.0, 0.3, 2.2])
+    p, means, covs = gp.predict(Xs, idata=idata, model=model, return_latent=True, progressbar=False)
+    codes = np.searchsorted(gp.classes, labels)
+    probs = []
+    for s, d in enumerate(draws):
+        ls, v = np.exp(d["log_ls"]), np.exp(d["log_v"])
+        K = np.array([v * rbf(X, ls[k], 1.0, jitter=0) + 1e-6 * np.eye(len(X)) for k in range(3)])
+        K_cross = np.array([v * np.exp(-0.5 * (X[:, None] - Xs[None, :]) ** 2 / ls[k] ** 2) for k in range(3)])
+        res = solver(K, codes, tol=1e-12)
+        m, S = res.posterior.predict(res.a, K_cross, np.full((3, 3), v))
+        np.testing.assert_allclose(means[s], m, atol=1e-6)
+        np.testing.assert_allclose(covs[s], S, atol=1e-6)
+        probs.append(gp.likelihood.predict(m.T, S))
+    np.testing.assert_allclose(p, np.mean(probs, axis=0), atol=1e-6)
