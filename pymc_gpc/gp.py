@@ -127,17 +127,14 @@ class _ApproximateMarginal:
             )
         return Xnew
 
-    def _fitc_inputs(self, X, Xu):
-        """K_uu (jittered), K_uf and diag K_ff (jittered, as the dense K's diagonal)."""
-        Kuu = self.cov_func(Xu) + self.jitter * pt.eye(Xu.shape[0])
-        return Kuu, self.cov_func(Xu, X), self.cov_func(X, diag=True) + self.jitter
-
     def _prior_inputs(self):
-        """The evidence Op's prior inputs at the training X: [K], or with FITC
-        [K_uu, K_uf, diag K_ff]."""
+        """The evidence Op's prior inputs at the training X: [K], or with FITC [K_uu, K_uf,
+        diag K_ff] (K_uu and diag K_ff jittered, as the dense K's diagonal)."""
+        X, Xu = self.X, self.Xu
         if self.approx == "FITC":
-            return list(self._fitc_inputs(self.X, self.Xu))
-        return [self._kernel(self.X)]
+            Kuu = self.cov_func(Xu) + self.jitter * pt.eye(Xu.shape[0])
+            return [Kuu, self.cov_func(Xu, X), self.cov_func(X, diag=True) + self.jitter]
+        return [self._kernel(X)]
 
     def _build_predictive(self, Xnew, full_cov):
         op_type = SparsePredictiveOp if self.approx == "FITC" else LatentPredictiveOp
