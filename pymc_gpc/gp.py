@@ -130,8 +130,9 @@ class _ApproximateMarginal:
     def _prior_inputs(self):
         """The evidence Op's prior inputs at the training X: [K], or with FITC [K_uu, K_uf,
         diag K_ff] (K_uu and diag K_ff jittered, as the dense K's diagonal)."""
-        X, Xu = self.X, self.Xu
+        X = self.X
         if self.approx == "FITC":
+            Xu = self.Xu
             Kuu = self.cov_func(Xu) + self.jitter * pt.eye(Xu.shape[0])
             return [Kuu, self.cov_func(Xu, X), self.cov_func(X, diag=True) + self.jitter]
         return [self._kernel(X)]
