@@ -1,0 +1,148 @@
+"""Hyperparameter sampling where EP is hard: near-separable data, large amplitudes (issue 18).
+
+Data: scikit-learn's breast-cancer data (569 x 30, a fixed 300-row training subset,
+inputs standardised with the training rows' statistics), a separable synthetic set (Kim &
+Ghahramani's circle without label flips, 200 training points) and Crabs (80 rows, posterior
+amplitudes log v0 near 5). Model: ``ard_classifier`` (ARD squared exponential + bias,
+probit, EP, log-hyperparameters ~ N(-3, 3^2)). Samplers, 2 chains x (tune + draws), each
+first run for 5+5 draws to fill the compile caches:
+
+* ``pymc_gpc.sample`` (PyMC's NUTS in 2 processes, dense mass matrix: the package default),
+* ``pymc_gpc.sample(nuts_sampler="nutpie")`` (nutpie's Rust NUTS, chains as threads),
+* plain ``pm.sample`` (picks nutpie when it is installed; PyMC's diagonal-mass defaults).
+
+Columns: wall time of the call, min bulk ESS over the hyperparameters and ESS/s,
+divergences, NUTS steps per draw (gradient evaluations), ms of wall time per gradient
+evaluation (wall / all steps of both chains, x 2 processes or threads running at once),
+EP sweeps per evaluation at the kept draws (the ``y_n_iter`` deterministic).
+
+Run:  OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/sampling_hard.py [--seeds 1 2 --draws 500 --tune 500]
+Writes benchmarks/results/sampling_hard.md.
+"""
+
+import os
+
+for _v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_v, "1")
+
+import argparse
+import dataclasses
+import pathlib
+import time
+import warnings
+
+import arviz as az
+import numpy as np
+import pymc as pm
+
+import pymc_gpc
+from pymc_gpc.datasets import Split, load
+from pymc_gpc.datasets.synthetic import circle
+
+OUT = pathlib.Path(__file__).parent / "results" / "sampling_hard.md"
+HYPER = ["log_w", "log_v0", "log_v1"]
+
+
+def breast_cancer(n_train=300, seed=0):
+    """scikit-learn's breast-cancer data, a fixed random 300-row training subset, standardised."""
+    from sklearn.datasets import load_breast_cancer
+
+    data = load_breast_cancer()
+    X, y = data.data, np.where(data.target == 1, 1.0, -1.0)
+    idx = np.random.default_rng(seed).permutation(len(y))
+    tr, te = idx[:n_train], idx[n_train:]
+    mu, sd = X[tr].mean(axis=0), X[tr].std(axis=0)
+    names = tuple(f"x{m}" for m in range(X.shape[1]))
+    return Split("breast-cancer", (X[tr] - mu) / sd, y[tr], (X[te] - mu) / sd, y[te], names)
+
+
+DATASETS = {
+    "breast-cancer": breast_cancer,
+    "separable": lambda: dataclasses.replace(circle(n_train=200, n_test=800, n_flipped=0), name="separable circle"),
+    "crabs": lambda: load("crabs"),
+}
+
+SAMPLERS = {  # label -> (sampling function, nuts_sampler)
+    "pymc_gpc.sample (PyMC NUTS)": (pymc_gpc.sample, "pymc"),
+    "pymc_gpc.sample (nutpie)": (pymc_gpc.sample, "nutpie"),
+    "pm.sample (default: nutpie)": (pm.sample, None),
+}
+
+
+def run(data, label, seed, draws, tune):
+    sample, sampler = SAMPLERS[label]
+    model, _ = pymc_gpc.ard_classifier(data.X_train, data.y_train)
+    kwargs = dict(chains=2, cores=2, random_seed=seed, progressbar=False, compute_convergence_checks=False)
+    if sampler is not None:
+        kwargs["nuts_sampler"] = sampler
+    with model, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sample(draws=5, tune=5, **kwargs)
+        t = time.perf_counter()
+        idata = sample(draws=draws, tune=tune, **kwargs)
+        wall = time.perf_counter() - t
+    stats = idata["sample_stats"]
+    steps = np.asarray(stats["n_steps"])
+    ess = float(az.summary(idata, var_names=HYPER)["ess_bulk"].min())
+    # all gradient evaluations of the run, tuning included, are not in the trace: the kept
+    # draws' mean steps times all iterations is the estimate
+    evals = float(steps.mean()) * (draws + tune) * 2
+    return {
+        "data": data.name, "method": label, "seed": seed, "wall": wall, "ess": ess, "ess_s": ess / wall,
+        "div": int(np.asarray(stats["diverging"]).sum()), "steps": float(steps.mean()),
+        "ms_eval": 1e3 * wall * 2 / evals,
+        "sweeps": float(np.asarray(idata["posterior"]["y_n_iter"]).mean()),
+        "log_v0": float(np.asarray(idata["posterior"]["log_v0"]).mean()),
+    }
+
+
+def table(rows):
+    lines = [
+        "| data | method | wall (s) | min bulk ESS | ESS/s | divergent | NUTS steps / draw | ms / evaluation | EP sweeps / evaluation | posterior mean log v0 |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for key in dict.fromkeys((r["data"], r["method"]) for r in rows):
+        mine = [r for r in rows if (r["data"], r["method"]) == key]
+        med = {k: float(np.median([r[k] for r in mine])) for k in ("wall", "ess", "ess_s", "steps", "ms_eval", "sweeps", "log_v0")}
+        lines.append(
+            f"| {key[0]} | {key[1]} | {med['wall']:.0f} | {med['ess']:.0f} | {med['ess_s']:.2f} | "
+            f"{sum(r['div'] for r in mine)} | {med['steps']:.1f} | {med['ms_eval']:.2f} | {med['sweeps']:.2f} | {med['log_v0']:.2f} |"
+        )
+    return lines
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--draws", type=int, default=500)
+    parser.add_argument("--tune", type=int, default=500)
+    parser.add_argument("--data", nargs="+", default=list(DATASETS), choices=list(DATASETS))
+    args = parser.parse_args()
+    rows = []
+    for name in args.data:
+        data = DATASETS[name]()
+        for seed in args.seeds:
+            for label in SAMPLERS:
+                rows.append(run(data, label, seed, args.draws, args.tune))
+                r = rows[-1]
+                print(f"{r['data']} seed {seed} {label}: {r['wall']:.0f} s, ESS {r['ess']:.0f}, {r['ess_s']:.2f} ESS/s, "
+                      f"{r['div']} div, {r['steps']:.1f} steps/draw, {r['ms_eval']:.2f} ms/eval, {r['sweeps']:.2f} sweeps", flush=True)
+    text = [
+        f"2 chains x ({args.tune} tune + {args.draws} draws), seeds {args.seeds}; medians over the seeds "
+        "(divergent: the sum). BLAS at one thread. `python benchmarks/sampling_hard.py`.",
+        "",
+        *table(rows),
+        "",
+        "Every run:",
+        "",
+        "| data | seed | method | wall (s) | min bulk ESS | ESS/s | divergent | steps / draw | ms / eval | sweeps |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+        *(f"| {r['data']} | {r['seed']} | {r['method']} | {r['wall']:.0f} | {r['ess']:.0f} | {r['ess_s']:.2f} | "
+          f"{r['div']} | {r['steps']:.1f} | {r['ms_eval']:.2f} | {r['sweeps']:.2f} |" for r in rows),
+    ]
+    OUT.write_text("\n".join(text) + "\n")
+    print("\n".join(text))
+
+
+if __name__ == "__main__":
+    main()
