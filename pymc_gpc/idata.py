@@ -78,6 +78,10 @@ def sample(*args, model=None, **kwargs):
     ``pm.sample`` prefers nutpie when it is installed, whose threads share the GIL with
     the Python parts of the Ops) and, with PyMC's NUTS and no ``init`` or ``step`` given,
     ``init=default_init(model)``, a dense mass matrix for the usual few hyperparameters.
+    Neither sampler is fastest everywhere (``benchmarks/sampling_hard.py``, README "Where
+    EP is hard"): with 4-9 hyperparameters PyMC's NUTS with the dense mass matrix gave
+    1.2-1.6x nutpie's ESS/s (Pima, Crabs, a separable set); with 32 (breast cancer, 30
+    inputs) nutpie gave 1.6x PyMC's, so pass ``nuts_sampler="nutpie"`` there.
     PyMC's warning that its dense adaptation is experimental is not shown (a
     ``warnings.catch_warnings`` block, which is not thread-safe: concurrent calls from
     several threads may leave the warning filters of one of them in place).
