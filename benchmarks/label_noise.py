@@ -22,6 +22,7 @@ import warnings
 import numpy as np
 
 from engine import update_readme
+from sampling_hard import breast_cancer
 
 import pymc_gpc
 from pymc_gpc.datasets.synthetic import flip_labels
@@ -31,17 +32,6 @@ OUT = pathlib.Path(__file__).parent / "results" / "label_noise.md"
 RATES = (0.0, 0.01, 0.02, 0.03, 0.04, 0.05)
 PRIOR = {"log_v1": (-4.0, 3.0), "log_v2": (-3.0, 3.0), "log_l": (-2.0, 3.0)}
 START = dict(log_v0=0.0, log_v1=np.log(1e-4), log_v2=np.log(1e-3), log_l=np.log(0.05))
-
-
-def breast_cancer(n_train=200, seed=0):
-    from sklearn.datasets import load_breast_cancer
-
-    data = load_breast_cancer()
-    X, y = data.data, np.where(data.target == 1, 1.0, -1.0)
-    idx = np.random.default_rng(seed).permutation(len(y))
-    tr, te = idx[:n_train], idx[n_train:]
-    mean, sd = X[tr].mean(axis=0), X[tr].std(axis=0)
-    return (X[tr] - mean) / sd, y[tr], (X[te] - mean) / sd, y[te]
 
 
 def fit_one(X, y, Xt, yt, epsilon, rule):
@@ -56,7 +46,8 @@ def fit_one(X, y, Xt, yt, epsilon, rule):
 
 
 def main():
-    X, y, Xt, yt = breast_cancer()
+    data = breast_cancer(n_train=200)
+    X, y, Xt, yt = data.X_train, data.y_train, data.X_test, data.y_test
     lines = [
         "Breast cancer (200 train / 369 clean test), training labels flipped at random; EM-EP with the "
         "step likelihood. Columns: estimated eps / log evidence / test error (%).",
