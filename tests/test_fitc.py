@@ -6,6 +6,7 @@
   hyperparameter gradients to 1e-6;
 * every gradient (the raw inputs K_uu, K_uf, diag K_ff, the kernel hyperparameters, and
   the inducing inputs Xu) against central finite differences;
+* the gradient's column-blocked products against the chain rule applied densely;
 * predictions against the dense predictive with the FITC cross-covariance Q_{f*};
 * an ill-conditioned K_uu (duplicated inducing inputs) gives a finite evidence.
 """
@@ -147,6 +148,27 @@ def test_gradients_match_finite_differences(lik, approx):
     E[11] = h
     fd = (at(Kuu, Kuf, k_diag + E) - at(Kuu, Kuf, k_diag - E)) / (2 * h)
     np.testing.assert_allclose(g.k_diag[11], fd, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("lik", [LIKELIHOOD_CASES[0], LIKELIHOOD_CASES[3]], ids=lik_id)
+def test_column_blocked_gradient_equals_the_dense_chain_rule(lik, monkeypatch):
+    """The gradient in (K_uu, K_uf, diag K_ff), computed over blocks of 3 columns, against the
+    chain rule applied densely (module docstring of structures.fitc) to dense EP's gradient in
+    Q + Lambda: d/dK_uf = 2 B G', d/dK_uu = -B G' B^T, d/dk_ff = diag G, B = K_uu^{-1} K_uf.
+    The step likelihood has negative site precisions (signed products in the blocks)."""
+    from pymc_gpc.structures import fitc
+
+    monkeypatch.setattr(fitc, "_column_blocks", lambda m, n: [slice(j, min(j + 3, n)) for j in range(0, n, 3)])
+    X, y, Xu = problem(4, 40, 7)
+    parts = fitc_parts(X, Xu, np.log([0.9, 1.4]), np.log(2.5))
+    got = RUNS["ep"](FITCPrior(*parts), y, lik)
+    G = RUNS["ep"](dense_fitc_cov(*parts), y, lik).dlog_z_dK
+    B = np.linalg.solve(parts[0], parts[1])
+    G_off = G - np.diag(np.diag(G))
+    scale = np.max(np.abs(G))
+    np.testing.assert_allclose(got.dlog_z_dK.Kuf, 2 * B @ G_off, atol=1e-7 * scale * np.max(np.abs(B)))
+    np.testing.assert_allclose(got.dlog_z_dK.Kuu, -B @ G_off @ B.T, atol=1e-7 * scale * np.max(np.abs(B)) ** 2)
+    np.testing.assert_allclose(got.dlog_z_dK.k_diag, np.diag(G), atol=1e-7 * scale)
 
 
 @pytest.mark.parametrize("approx", ["ep", "laplace"])
