@@ -1,0 +1,163 @@
+"""FITC EP + NUTS over the hyperparameters against PyMC's own scalable route, on ISLR Default.
+
+The same 8,000 training / 2,000 test rows (``load_default``, standardised inputs), the same
+model up to the approximation: f ~ GP(0, v0 k_SE(w)) + b with b ~ N(0, v1), probit link,
+log w, log v0, log v1 ~ N(-3, 3^2) (``ard_classifier``'s priors; lengthscale w^-1/2).
+
+* **pymc-gpc**: ``ard_classifier(inducing=m)`` (FITC EP, k-means inducing inputs),
+  ``pymc_gpc.sample``; the latent function is integrated out by EP, NUTS runs over the
+  5 hyperparameters. Predictions: ``gp.predict(X_test, idata=idata)``.
+* **pm.gp.HSGP**: the Hilbert-space approximation of the same SE kernel (``m`` basis
+  functions per input, c = 1.5, non-centred), a Bernoulli likelihood, and NUTS over the
+  hyperparameters and all prod(m) basis coefficients (``pm.sample`` with its defaults,
+  which picks nutpie where it is installed). Predictions: ``gp.conditional`` over the draws.
+* **scikit-learn**: ``GaussianProcessClassifier`` (dense Laplace, type-II, one start) with
+  the same kernel family (``--sklearn``), trained on the first ``--sklearn-rows`` training
+  rows (default all 8,000: one evaluation of its evidence and gradient then factorises
+  8,000 x 8,000 matrices, and the fit does not finish in the time this benchmark has).
+
+Both samplers: 2 chains x (500 tune + 500 draws), seed 1, chains in 2 processes. Reported:
+wall time (model building and compilation included), min bulk ESS over the
+hyperparameters (log w, log v0, log v1) and ESS/s, divergences, max r_hat, test errors and
+mean test log predictive probability (probabilities averaged over the draws).
+
+Run:  OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/sparse_hsgp.py [--inducing 50] [--hsgp-m 3 15 6] [--sklearn [--sklearn-rows 2000]]
+Writes benchmarks/results/sparse_hsgp.md.
+"""
+
+import os
+
+for _v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_v, "1")
+
+import argparse
+import importlib.util
+import pathlib
+import time
+import warnings
+
+import arviz as az
+import numpy as np
+import pymc as pm
+import pytensor.tensor as pt
+from scipy.special import ndtr
+
+import pymc_gpc
+from pymc_gpc.datasets import load_default
+from pymc_gpc.models import LOG_V0_START, ard_classifier, classification_metrics
+
+OUT = pathlib.Path(__file__).parent / "results" / "sparse_hsgp.md"
+HYPER = ["log_w", "log_v0", "log_v1"]
+SAMPLING = dict(draws=500, tune=500, chains=2, cores=2, random_seed=1, progressbar=False)
+
+
+def summarise(label, idata, wall, p, y_test, sampler):
+    summary = az.summary(idata, var_names=HYPER)
+    ess = float(summary["ess_bulk"].min())
+    return {"method": label, "sampler": sampler, "wall": wall, "ess": ess, "ess_s": ess / wall,
+            "div": int(idata.sample_stats["diverging"].sum()), "rhat": float(summary["r_hat"].max()),
+            **classification_metrics(p, y_test)}
+
+
+def run_fitc(data, m):
+    t0 = time.perf_counter()
+    model, gp = ard_classifier(data.X_train, data.y_train, inducing=m, feature_names=data.feature_names)
+    with model:
+        idata = pymc_gpc.sample(**SAMPLING)
+    wall = time.perf_counter() - t0
+    p = gp.predict(data.X_test, idata=idata)
+    return summarise(f"pymc-gpc FITC EP, m = {m}", idata, wall, p, data.y_test, "PyMC NUTS (pymc_gpc.sample)")
+
+
+def hsgp_model(X, y, m, c=1.5):
+    d = X.shape[1]
+    with pm.Model() as model:
+        log_w = pm.Normal("log_w", -3, 3, shape=d)
+        log_v0 = pm.Normal("log_v0", -3, 3, initval=LOG_V0_START)
+        log_v1 = pm.Normal("log_v1", -3, 3)
+        cov = pt.exp(log_v0) * pm.gp.cov.ExpQuad(d, ls=pt.exp(-0.5 * log_w))
+        gp = pm.gp.HSGP(m=list(m), c=c, cov_func=cov)
+        f = gp.prior("f", X=X)
+        b = pm.Deterministic("b", pt.exp(0.5 * log_v1) * pm.Normal("b_raw", 0, 1))  # non-centred bias
+        pm.Bernoulli("y", p=pm.math.invprobit(f + b), observed=(y > 0).astype(int))
+    return model, gp
+
+
+def run_hsgp(data, m):
+    t0 = time.perf_counter()
+    model, gp = hsgp_model(data.X_train, data.y_train, m)
+    with model:
+        idata = pm.sample(**SAMPLING)
+    wall = time.perf_counter() - t0
+    sampler = "nutpie" if importlib.util.find_spec("nutpie") else "PyMC NUTS"  # what pm.sample picks
+    with model:
+        f_star = gp.conditional("f_star", data.X_test)
+        pp = pm.sample_posterior_predictive(idata, var_names=["f_star", "b"], progressbar=False, random_seed=2)
+    f = np.asarray(pp.posterior_predictive["f_star"]) + np.asarray(pp.posterior_predictive["b"])[..., None]
+    p = ndtr(f).reshape(-1, f.shape[-1]).mean(axis=0)
+    label = f"pm.gp.HSGP + Bernoulli, m = {'x'.join(map(str, m))} ({int(np.prod(m))} coefficients)"
+    return summarise(label, idata, wall, p, data.y_test, f"pm.sample ({sampler})")
+
+
+def run_sklearn(data, rows=None):
+    from sklearn.gaussian_process import GaussianProcessClassifier
+    from sklearn.gaussian_process.kernels import RBF, ConstantKernel
+
+    kernel = ConstantKernel(1.0) * RBF(np.ones(data.X_train.shape[1])) + ConstantKernel(0.1)
+    rows = len(data.y_train) if rows is None else rows
+    t0 = time.perf_counter()
+    clf = GaussianProcessClassifier(kernel, random_state=0).fit(data.X_train[:rows], data.y_train[:rows])
+    wall = time.perf_counter() - t0
+    p = clf.predict_proba(data.X_test)[:, list(clf.classes_).index(1.0)]
+    label = "scikit-learn GPC (dense Laplace, type-II point estimate)"
+    if rows < len(data.y_train):
+        label += f", first {rows} training rows"
+    return {"method": label, "sampler": "-", "wall": wall,
+            "ess": float("nan"), "ess_s": float("nan"), "div": 0, "rhat": float("nan"),
+            **classification_metrics(p, data.y_test)}
+
+
+def table(rows, args):
+    sk = (" --sklearn" + (f" --sklearn-rows {args.sklearn_rows}" if args.sklearn_rows else "")) if args.sklearn else ""
+    lines = [
+        "# FITC EP + NUTS against pm.gp.HSGP + NUTS (and scikit-learn), ISLR Default",
+        "",
+        "Generated by `OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/sparse_hsgp.py"
+        f" --inducing {args.inducing} --hsgp-m {' '.join(map(str, args.hsgp_m))}{sk}`"
+        " (one run, seed 1; 8,000 training and 2,000 test rows; 2 chains x (500 + 500) as processes"
+        " on a 2-core machine; wall time includes model building and compilation).",
+        "",
+        "| method | sampler | wall (s) | min bulk ESS | ESS/s | divergences | max r_hat | test errors / 2000 | mean test log p |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        ess, ess_s, rhat = ("-", "-", "-") if np.isnan(r["ess"]) else (
+            f"{r['ess']:.0f}", f"{r['ess_s']:.3f}", f"{r['rhat']:.3f}")
+        lines.append(f"| {r['method']} | {r['sampler']} | {r['wall']:.0f} | {ess} | {ess_s} | "
+                     f"{r['div']} | {rhat} | {r['errors']} | {r['mean_log_pred']:.4f} |")
+    base = load_default(n_test=2000).y_test
+    lines += ["", f"(Always predicting 'no default' makes {int(np.sum(base > 0))} test errors.)"]
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--inducing", type=int, default=50)
+    ap.add_argument("--hsgp-m", type=int, nargs=3, default=[3, 15, 6])
+    ap.add_argument("--sklearn", action="store_true")
+    ap.add_argument("--sklearn-rows", type=int, default=None)
+    args = ap.parse_args()
+    data = load_default(n_test=2000)
+    rows = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for run in (lambda: run_fitc(data, args.inducing), lambda: run_hsgp(data, args.hsgp_m),
+                    *([lambda: run_sklearn(data, args.sklearn_rows)] if args.sklearn else [])):
+            rows.append(run())
+            print(rows[-1], flush=True)
+    OUT.write_text(table(rows, args))
+    print(OUT.read_text())
+
+
+if __name__ == "__main__":
+    main()
