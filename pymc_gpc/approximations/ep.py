@@ -134,8 +134,7 @@ def _cavities(post, tau, nu, prior=None):
     structure of ``post``; a dense ``post.K`` if not given)."""
     prior = DensePrior(post.K) if prior is None else prior
     var = post.var_diag()
-    b = post.weights(nu)
-    mean = prior.matvec(b)
+    mean, b = post.mean_and_weights(nu)
     tau_c = cavity_precision(var, tau, prior.diag())
     nu_c = mean / var - nu
     return var, mean, b, tau_c, nu_c
@@ -405,7 +404,7 @@ def _parallel(prior, y, likelihood, th, post, tau, nu, damping, tol, max_sweeps,
     sweeps = 0
     while sweeps < max_sweeps:
         var = post.var_diag()
-        mean = prior.matvec(post.weights(nu))
+        mean = post.mean_and_weights(nu)[0]
         tau_g, nu_g, change, *_ = _parallel_update(likelihood.kind, y, th, var, mean, tau, nu, prior.diag(), damping)
         sweeps += 1
         if change < tol:

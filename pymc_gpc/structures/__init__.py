@@ -13,6 +13,8 @@ and its posterior answers
 
 * ``half_logdet_B()``: (1/2) log|I + W^{1/2} K~ W^{1/2}|;
 * ``weights(v)``: (I + W K~)^{-1} v (EP's b = weights(nu~); Newton's next a);
+  ``mean_and_weights(v)``: (K~ b, b) for b = weights(v) (EP's mean and b, in as few
+  passes over the prior's factors as the structure allows);
 * ``var_diag()``: diag (K~^{-1} + W)^{-1};
 * ``R_times(v)``, ``sigma_times(v)``: (K~ + W^{-1})^{-1} v and (K~^{-1} + W)^{-1} v;
 * ``kernel_gradient(outer, scale_R)``: given the gradient of an evidence in K~ as

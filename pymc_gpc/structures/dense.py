@@ -184,6 +184,11 @@ class _KernelGradient:
         Kv = self.K @ v
         return Kv - self.K @ (self._R_cached() @ Kv)
 
+    def mean_and_weights(self, v):
+        """(K b, b) for b = ``weights(v)``: EP's posterior mean and b from nu~."""
+        b = self.weights(v)
+        return self.K @ b, b
+
     def kernel_gradient(self, outer, scale_R):
         """G = sum_k c_k (x_k y_k^T + y_k x_k^T)/2 + scale_R R, the gradient in K itself."""
         G = scale_R * self._R_cached()

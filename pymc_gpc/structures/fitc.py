@@ -179,7 +179,7 @@ class FITCPosterior:
         self._log_denom = np.log(denom)
         self.L_A = chol_lower(_inducing_precision(prior.V, self.d), overwrite=True)
         # (NotPositiveDefiniteError exactly when K~^-1 + W is indefinite)
-        self._C = None
+        self._C = self._c_sq_cached = None
 
     @property
     def C(self):
@@ -206,6 +206,16 @@ class FITCPosterior:
         gv = self.g * v
         return gv - self.d * (self.prior.V.T @ self._A_solve(self.prior.V @ gv))
 
+    def mean_and_weights(self, v):
+        """(K~ b, b) for b = ``weights(v)`` in two products with V instead of four: with
+        u = V (g v) and z = A^{-1} u, b = g v - d V^T z, and V b = u - (A - I) z = z (as
+        V D V^T = A - I), so K~ b = Lambda b + V^T z."""
+        V = self.prior.V
+        gv = self.g * np.asarray(v, dtype=float)
+        Vt_z = V.T @ self._A_solve(V @ gv)
+        b = gv - self.d * Vt_z
+        return self.prior.lam * b + Vt_z, b
+
     def R_times(self, v):
         """(K~ + W^{-1})^{-1} v."""
         return self.d * v - self._low_rank(self.d, v)
@@ -215,7 +225,10 @@ class FITCPosterior:
         return self.g * self.prior.lam * v + self._low_rank(self.g, v)
 
     def _c_sq(self):
-        return np.einsum("ij,ij->j", self.C, self.C)
+        """||L_A^{-1} V_i||^2 for every i (computed once)."""
+        if self._c_sq_cached is None:
+            self._c_sq_cached = np.einsum("ij,ij->j", self.C, self.C)
+        return self._c_sq_cached
 
     def var_diag(self):
         """diag Sigma = g Lambda + g^2 ||L_A^{-1} V_i||^2, floored at a tiny positive value."""
@@ -260,7 +273,11 @@ class FITCPosterior:
             diag_G += c * x * y
         diag_G = np.where(prior.unclipped, diag_G, 0.0)
         # the rank-2 terms of P, as Vxy @ xy[:, cols]: sum_k c_k/2 (V x_k y_k^T + V y_k x_k^T)
-        Vxy = np.column_stack([0.5 * c * (V @ v) for x, y, c in outer for v in (x, y)] or [np.zeros(m)])
+        # (one product with V per distinct vector: EP's outer term is (b, b))
+        Vx = [V @ x for x, y, c in outer]
+        Vy = [vx if y is x else V @ y for (x, y, c), vx in zip(outer, Vx)]
+        Vxy = np.column_stack([0.5 * c * v for (x, y, c), vx, vy in zip(outer, Vx, Vy) for v in (vx, vy)]
+                              or [np.zeros(m)])
         xy = np.vstack([v for x, y, c in outer for v in (y, x)] or [np.zeros(prior.n)])
         C, C_d = self.C, scale_R * d
         dKuf = np.empty((m, prior.n), order="F")
@@ -275,10 +292,8 @@ class FITCPosterior:
             for sign, part in ((1.0, gb > 0.0), (-1.0, gb < 0.0)):  # dsyrk needs one sign
                 S = dsyrk(sign, Vb[:, part] * root_G[cols][part], beta=1.0, c=S, lower=1, overwrite_c=1)
         PVt = -(S + np.tril(S, -1).T)
-        Vx = Vxy[:, 0::2] if outer else np.zeros((m, 0))
-        Vy = V @ xy[0::2].T if outer else np.zeros((m, 0))  # V y_k, pairing Vx's columns
-        # sum_k c_k/2 (V x_k (V y_k)^T + V y_k (V x_k)^T): Vx already carries c_k/2
-        PVt += Vx @ Vy.T + Vy @ Vx.T
+        for (x, y, c), vx, vy in zip(outer, Vx, Vy):  # sum_k c_k/2 (V x_k (V y_k)^T + V y_k (V x_k)^T)
+            PVt += 0.5 * c * (np.outer(vx, vy) + np.outer(vy, vx))
         if scale_R != 0.0:
             PVt += scale_R * (np.eye(m) - cho_solve((self.L_A, True), np.eye(m), check_finite=False))
         dKuu = -prior.inducing_weights(prior.inducing_weights(PVt).T)  # -L_uu^{-T} (P V^T) L_uu^{-1}
