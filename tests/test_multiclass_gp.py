@@ -256,3 +256,38 @@ def test_predict_over_draws_equals_cold_solves_per_draw(setup):
         np.testing.assert_allclose(covs[s], S, atol=1e-6)
         probs.append(gp.likelihood.predict(m.T, S))
     np.testing.assert_allclose(p, np.mean(probs, axis=0), atol=1e-6)
+
+
+def test_gene_expression_linear_kernel_with_more_genes_than_samples():
+    """The bundled dslabs tissue data (500 genes, 7 tissues) with a linear kernel on 21
+    centred training samples (rank 20 < n: only the constant term makes K regular):
+    softmax Laplace MAP-II must classify the 168 held-out samples nearly as well as the
+    nearest-centroid rule on the same genes, with probabilities that sum to one."""
+    from pymc_gpc.datasets import load_tissue_gene_expression
+
+    data = load_tissue_gene_expression()
+    assert data.X.shape == (189, 500) and len(data.feature_names) == 500
+    classes, counts = np.unique(data.y, return_counts=True)
+    assert dict(zip(classes, counts)) == {"cerebellum": 38, "colon": 34, "endometrium": 15, "hippocampus": 31,
+                                          "kidney": 39, "liver": 26, "placenta": 6}
+    rng = np.random.default_rng(0)
+    train = np.zeros(189, dtype=bool)
+    for cls in classes:
+        train[rng.permutation(np.flatnonzero(data.y == cls))[:3]] = True
+    mean = data.X[train].mean(axis=0)
+    Xtr, Xte = data.X[train] - mean, data.X[~train] - mean
+    with pm.Model() as model:
+        log_v0 = pm.Normal("log_v0", -3.0, 3.0)
+        log_v1 = pm.Normal("log_v1", -3.0, 3.0)
+        cov = pt.exp(log_v0) * pm.gp.cov.Linear(500, c=0.0) + pm.gp.cov.Constant(pt.exp(log_v1))
+        gp = pymc_gpc.MarginalLaplace(cov_func=cov, likelihood=Softmax())
+        gp.marginal_likelihood("y", X=Xtr, y=data.y[train])
+        fit = pymc_gpc.fit(method="map", progressbar=False)
+    assert np.isfinite(fit.log_evidence) and fit.converged
+    p = gp.predict(Xte, point=fit.point)
+    np.testing.assert_allclose(p.sum(axis=1), 1.0, atol=1e-10)
+    errors = int(np.sum(gp.classes[np.argmax(p, axis=1)] != data.y[~train]))
+    centroids = np.array([Xtr[data.y[train] == c].mean(axis=0) for c in gp.classes])
+    nearest = gp.classes[np.argmin(((Xte[:, None, :] - centroids) ** 2).sum(axis=-1), axis=1)]
+    centroid_errors = int(np.sum(nearest != data.y[~train]))
+    assert errors <= centroid_errors + 3 and errors <= 17  # 10 % of 168

