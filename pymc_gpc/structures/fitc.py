@@ -55,7 +55,8 @@ from collections import namedtuple
 
 import numpy as np
 from scipy.linalg import cho_solve, solve_triangular
-from scipy.linalg.blas import dgemm, dsyrk, dtrsm
+from scipy.linalg.blas import dgemm, dsyrk, dtrmm, dtrsm
+from scipy.linalg.lapack import dtrtri
 
 from .dense import NotPositiveDefiniteError, chol_lower
 
@@ -179,13 +180,44 @@ class FITCPosterior:
         self._log_denom = np.log(denom)
         self.L_A = chol_lower(_inducing_precision(prior.V, self.d), overwrite=True)
         # (NotPositiveDefiniteError exactly when K~^-1 + W is indefinite)
+        self._L_A_inv = None
         self._C = self._c_sq_cached = None
+
+    def _L_A_inv_times(self, B, trans=0):
+        """L_A^{-1} B (L_A^{-T} B with trans=1); B is overwritten where it is Fortran-ordered.
+
+        Where every site precision is >= 0, A = I + V D V^T has every eigenvalue >= 1, so
+        cond(L_A) = sqrt(cond A) stays moderate and L_A^{-1} is formed once (m^3/3 flops)
+        and applied as a product (dtrmm, about 1.3x faster here than dtrsm's solve).
+        Negative sites (the step likelihood's EP) may bring A close to singular: there it
+        is a triangular solve."""
+        if np.min(self.d, initial=0.0) < 0.0:
+            return dtrsm(1.0, self.L_A, B, lower=1, trans_a=trans, overwrite_b=1)
+        if self._L_A_inv is None:
+            inv, info = dtrtri(self.L_A, lower=1)
+            if info != 0:
+                raise NotPositiveDefiniteError(f"L_A is singular (dtrtri info {info})")
+            self._L_A_inv = inv
+        return dtrmm(1.0, self._L_A_inv, B, lower=1, trans_a=trans, overwrite_b=1)
+
+    def _factor_columns(self):
+        """C = L_A^{-1} V and ||C_i||^2, in one pass over column blocks (each block's
+        norms are taken while it is still in cache)."""
+        V = self.prior.V
+        self._C = np.empty(V.shape, order="F")
+        self._c_sq_cached = np.empty(V.shape[1])
+        for cols in _column_blocks(*V.shape):
+            self._C[:, cols] = V[:, cols]
+            Cb = self._L_A_inv_times(self._C[:, cols])  # in place (an F-contiguous block)
+            if not np.may_share_memory(Cb, self._C):
+                self._C[:, cols] = Cb
+            self._c_sq_cached[cols] = np.einsum("ij,ij->j", Cb, Cb)
 
     @property
     def C(self):
         """L_A^{-1} V (m, n), computed once on demand (marginal variances, gradients)."""
         if self._C is None:
-            self._C = solve_triangular(self.L_A, self.prior.V, lower=True, check_finite=False)
+            self._factor_columns()
         return self._C
 
     def _A_solve(self, x):
@@ -227,7 +259,7 @@ class FITCPosterior:
     def _c_sq(self):
         """||L_A^{-1} V_i||^2 for every i (computed once)."""
         if self._c_sq_cached is None:
-            self._c_sq_cached = np.einsum("ij,ij->j", self.C, self.C)
+            self._factor_columns()
         return self._c_sq_cached
 
     def var_diag(self):
@@ -260,9 +292,9 @@ class FITCPosterior:
             P V^T = s (I - A^{-1}) + \sum_k \tfrac{c_k}{2} (V x_k (V y_k)^T + V y_k (V x_k)^T)
                     - V \mathrm{diag}(g') V^T,
 
-        so dK_uu = -L_uu^{-T} (P V^T) L_uu^{-1}. About 3 m^2 n flops (two triangular
-        solves with n right-hand sides, and V diag(g') V^T as two dsyrk, one per sign of
-        g'), column block by column block (``_column_blocks``): the only m x n array made
+        so dK_uu = -L_uu^{-T} (P V^T) L_uu^{-1}. About 3 m^2 n flops (a product with
+        L_A^{-T} and a solve with L_uu^T, each with n right-hand sides, and V diag(g') V^T
+        as two dsyrk, one per sign of g'), column block by column block (``_column_blocks``): the only m x n array made
         is dK_uf itself. (It was 5 m^2 n with three m x n temporaries: at n = 10^4, m =
         200 the gradient took 58 ms, now 38 ms; at n = 10^5, m = 100, 282 ms, now 133 ms.)
         """
@@ -285,7 +317,7 @@ class FITCPosterior:
         S = np.zeros((m, m), order="F")  # V diag(g') V^T, lower triangle
         for cols in _column_blocks(m, prior.n):
             Vb, gb = V[:, cols], diag_G[cols]
-            P = dtrsm(1.0, self.L_A, C[:, cols] * C_d[cols], lower=1, trans_a=1, overwrite_b=1)
+            P = self._L_A_inv_times(np.asfortranarray(C[:, cols] * C_d[cols]), trans=1)
             P -= Vb * gb
             P = dgemm(1.0, Vxy, xy[:, cols], beta=1.0, c=P, overwrite_c=1)
             dKuf[:, cols] = dtrsm(2.0, prior.L_uu, P, lower=1, trans_a=1, overwrite_b=1)  # 2 L_uu^{-T} P
