@@ -49,13 +49,22 @@ def _standard_draws(c, size):
 
 
 def _gaussian_draws(mean, cov, size):
-    """Draws of f ~ N(mean[i], cov[i]) for each of m Gaussians: (m, size, c)."""
+    """Draws of f ~ N(mean[i], cov[i]) for each of m Gaussians, class-major: (c, m, size).
+
+    F[k] = mean[:, k] + L[:, k, :] Z^T, one BLAS product per class. Class-major keeps the
+    likelihoods' reductions over classes elementwise across c contiguous slabs (with the
+    class axis last, numpy's reductions over 6 elements took 5x longer)."""
     mean = np.asarray(mean, float)
     cov = np.asarray(cov, float)
     c = mean.shape[1]
     jitter = 1e-12 * np.maximum(np.trace(cov, axis1=1, axis2=2) / c, 1e-300)
     L = np.linalg.cholesky(cov + jitter[:, None, None] * np.eye(c))
-    return mean[:, None, :] + np.einsum("mij,sj->msi", L, _standard_draws(c, size))
+    Zt = _standard_draws(c, size).T
+    F = np.empty((c, mean.shape[0], size))
+    for k in range(c):
+        np.matmul(L[:, k, :], Zt, out=F[k])
+        F[k] += mean[:, k, None]
+    return F
 
 
 class MulticlassLikelihood:
@@ -96,8 +105,7 @@ class MulticlassLikelihood:
 
         mean : (m, c); cov : (m, c, c); size : number of draws (default ``n_draws``).
         """
-        f = _gaussian_draws(mean, cov, size or self.n_draws)  # (m, s, c)
-        p = self.probabilities(np.moveaxis(f, -1, 0))  # (c, m, s)
+        p = self.probabilities(_gaussian_draws(mean, cov, size or self.n_draws))  # (c, m, s)
         p = p.mean(axis=-1).T
         return p / p.sum(axis=1, keepdims=True)
 
@@ -127,7 +135,8 @@ class Softmax(MulticlassLikelihood):
 
     def probabilities(self, F):
         e = np.exp(F - F.max(axis=0))
-        return e / e.sum(axis=0)
+        e /= e.sum(axis=0)
+        return e
 
 
 class MultinomialProbit(MulticlassLikelihood):
