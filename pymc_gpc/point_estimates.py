@@ -57,6 +57,7 @@ from pytensor.graph.traversal import ancestors
 from .likelihoods.binary import StepLabelNoise
 from .ops.marginal import NO_GRADIENT, ApproxMarginalOp, _solve_with_retries
 from .progress import Progress
+from .python_vm import PYTHON_VM_MODE
 from .structures.dense import NotPositiveDefiniteError, chol_lower, inv_lower
 
 __all__ = ["fit", "FitResult", "METHODS", "EPSILON_RULES", "RunawayHyperparameterWarning"]
@@ -76,8 +77,8 @@ RUNAWAY_EFFECT = 1e-3
 # The kernel and pullback graphs of ``fit`` are compiled without numba: numba's first call
 # of a new graph compiled it for 8-11 s (a new model's first fit: 12.5 s against 1.1 s
 # with this mode, Pima, Laplace + logistic), while an iteration costs the same (the
-# heavy work is the solver's; second fits 0.67 and 0.64 s).
-FIT_MODE = "FAST_COMPILE"
+# heavy work is the solver's; second fits 0.67 and 0.64 s). See ``python_vm``.
+FIT_MODE = PYTHON_VM_MODE
 
 
 class RunawayHyperparameterWarning(UserWarning):
@@ -329,7 +330,7 @@ def _all_values(model, point):
     """Free, transformed and deterministic values at ``point`` (as ``pm.find_MAP`` returns)."""
     outs = model.unobserved_value_vars
     fn = model.compile_fn(outs, inputs=model.value_vars, point_fn=False,
-                          on_unused_input="ignore", mode="FAST_COMPILE")
+                          on_unused_input="ignore", mode=FIT_MODE)
     return dict(zip([v.name for v in outs], fn(**{v.name: point[v.name] for v in model.value_vars})))
 
 

@@ -10,6 +10,8 @@ from pathlib import Path
 import arviz as az
 import numpy as np
 import pymc as pm
+import pytensor
+import pytensor.scalar
 import pytensor.tensor as pt
 import pytest
 from scipy import stats
@@ -250,3 +252,38 @@ def test_fit_and_predict_compile_their_graphs_without_numba():
     fn, _ = gp._compile_kernels(X[:2], model)
     for f in (objective.forward, objective.backward, fn):
         assert "numba" not in type(f.maker.linker).__name__.lower()
+        # the kernels' clipped squared distances run as NumPy ufuncs (python_vm), not as
+        # the Python loop of an elementwise Clip
+        clips = [n for n in f.maker.fgraph.apply_nodes
+                 if isinstance(getattr(n.op, "scalar_op", None), pytensor.scalar.Clip)]
+        assert not clips
+
+
+def test_python_vm_clip_rewrite_keeps_values_and_gradients():
+    """clip -> minimum(maximum) in PYTHON_VM_MODE: the same values and gradients as the
+    plain Clip (FAST_COMPILE), below, inside and above the bounds and exactly at them."""
+    from pymc_gpc.python_vm import PYTHON_VM_MODE
+
+    x = pt.dvector("x")
+    lo, hi = pt.dscalar("lo"), pt.dscalar("hi")
+    w = np.array([0.3, -1.2, 2.0, 0.7, -0.4, 1.1, 0.9])
+    out = pt.clip(x**2 - 1.0, lo, hi)
+    cost = (w * out).sum()
+    grads = pytensor.grad(cost, [x, lo, hi])
+    args = [np.array([-2.0, -1.0, -0.5, 0.0, 0.5, 1.0, 1.5]), 0.0, 1.25]  # ties at x^2 - 1 = 0
+    want = pytensor.function([x, lo, hi], [out, *grads], mode="FAST_COMPILE")(*args)
+    f = pytensor.function([x, lo, hi], [out, *grads], mode=PYTHON_VM_MODE)
+    assert not [n for n in f.maker.fgraph.apply_nodes
+                if isinstance(getattr(n.op, "scalar_op", None), pytensor.scalar.Clip)]
+    for got, ref in zip(f(*args), want):
+        np.testing.assert_array_equal(got, ref)
+    # the stationary kernels' own clip, at zero distance (K's diagonal) and with an inf bound
+    X = pt.dmatrix("X")
+    ls = pt.dvector("ls")
+    K = pm.gp.cov.ExpQuad(2, ls=ls)(X)
+    g = pytensor.grad((K * np.arange(16.0).reshape(4, 4)).sum(), ls)
+    Xv = np.array([[0.0, 1.0], [0.5, -1.0], [0.0, 1.0], [2.0, 0.3]])  # a repeated row
+    ref = pytensor.function([X, ls], [K, g], mode="FAST_COMPILE")(Xv, [0.7, 1.3])
+    got = pytensor.function([X, ls], [K, g], mode=PYTHON_VM_MODE)(Xv, [0.7, 1.3])
+    np.testing.assert_allclose(got[0], ref[0], rtol=1e-15, atol=0)
+    np.testing.assert_allclose(got[1], ref[1], rtol=1e-13, atol=1e-15)
