@@ -1,5 +1,6 @@
 """A new model's first ``fit``: kernel/pullback graphs compiled by numba against
-``point_estimates.FIT_MODE`` (PyTensor's FAST_COMPILE), each in a fresh process.
+``point_estimates.FIT_MODE`` (PyTensor's FAST_COMPILE, with ``python_vm``'s rewrite since
+2026-11-25; the README's table predates it), each in a fresh process.
 
 Each run fits a model numba has not seen (Pima.tr rows subsampled with a fresh seed, so
 no on-disk cache holds its graphs; the engine's own numba code is cached), twice: the
@@ -21,7 +22,7 @@ from pymc_gpc import point_estimates
 from pymc_gpc.datasets import load_pima
 
 mode, seed, approximation = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-point_estimates.FIT_MODE = None if mode == "numba" else mode
+point_estimates.FIT_MODE = None if mode == "numba" else point_estimates.FIT_MODE
 d = load_pima()
 rows = np.random.default_rng(seed).choice(len(d.y_train), 190, replace=False)
 lik = pymc_gpc.likelihoods.Logistic() if approximation == "laplace" else None
