@@ -228,7 +228,7 @@ def nuts(data, fold, f, draws=500, tune=500, only=None):
     mean, sd = data.X[tr].mean(axis=0), data.X[tr].std(axis=0)
     Xtr, Xte = (data.X[tr] - mean) / sd, (data.X[te] - mean) / sd
     out = [f"NUTS on fold {f} ({te.sum()} test points), 2 chains x ({tune} + {draws}), nutpie, "
-           "2 processes on a machine shared with other jobs:", "",
+           "2 processes (the machine's load is not recorded):", "",
            "| likelihood | sampling time | divergences | min bulk ESS | max r-hat | test errors (NUTS-averaged) | test errors (MAP-II) |",
            "|---|---|---|---|---|---|---|"]
     for label, lik, cls in (("softmax Laplace", L.Softmax(), pymc_gpc.MarginalLaplace),
