@@ -76,8 +76,9 @@ RUNAWAY_EFFECT = 1e-3
 
 # The kernel and pullback graphs of ``fit`` are compiled without numba: numba's first call
 # of a new graph compiled it for 8-11 s (a new model's first fit: 12.5 s against 1.1 s
-# with this mode, Pima, Laplace + logistic), while an iteration costs the same (the
-# heavy work is the solver's; second fits 0.67 and 0.64 s). See ``python_vm``.
+# with this mode, Pima, Laplace + logistic). An iteration costs somewhat more (Pima
+# type-II with a pm.gp.cov kernel on a built model: EP 0.44 s against 0.30 s
+# numba-compiled); see ``python_vm`` for the rewrite that keeps it that close.
 FIT_MODE = PYTHON_VM_MODE
 
 
