@@ -59,6 +59,7 @@ from .ops.marginal import NO_GRADIENT, ApproxMarginalOp, _solve_with_retries
 from .progress import Progress
 from .python_vm import PYTHON_VM_MODE
 from .structures.dense import NotPositiveDefiniteError, chol_lower, inv_lower
+from .validation import trusted_kernel
 
 __all__ = ["fit", "FitResult", "METHODS", "EPSILON_RULES", "RunawayHyperparameterWarning"]
 
@@ -235,8 +236,10 @@ class _Objective:
     def solve(self, j, K, theta, with_grad=True):
         """The approximation of term j, warm-started from its last call, with the Op's retry schedule."""
         node = self.nodes[j]
-        options = dict(node.op.options, with_grad=with_grad)
-        with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+        options = dict(node.op.options, with_grad=with_grad, with_loo=False)
+        # K comes from a covariance function, as in the Op: no symmetry or PSD check (one
+        # Cholesky factorisation per class and solve); an indefinite K still fails the solve
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"), trusted_kernel():
             result, _ = _solve_with_retries(node.op.approximation, K, self.labels[j], node.op._lik, theta,
                                             self.states[j], options, node.op.retry_schedule(options))
         if np.isfinite(result.log_z):

@@ -77,7 +77,7 @@ def latent_predictions(approximation, likelihood, options, y, kernel_fn, draws, 
     tried and was 0.88x as fast on the shared 2-core machine of its measurement, so the
     draws are solved in one thread.
     """
-    options = dict(options, with_grad=False)
+    options = dict(options, with_grad=False, with_loo=False)
     means, variances, thetas = [], [], []
     state = None
     with Progress("Predicting", len(draws), progressbar) as bar:

@@ -123,6 +123,50 @@ def test_softmax_laplace_warm_start_and_loo():
     assert np.all(cold.loo_log_p < np.log(p_in) + 1e-3)
 
 
+# A point L-BFGS visited in the per-class Forensic Glass MAP-II fit (fold 1 of
+# ``benchmarks/multiclass.py cv``): ARD + constant kernels, one per class, amplitudes from
+# 0.76 to 1043.
+_FGL_LOG_W = [[-3.665, 0.045, -4.336, -3.679, -4.102, -5.201, 0.869, -5.958, -4.257],
+              [-3.357, -2.55, -2.813, -4.01, -3.57, -5.932, -3.249, -2.528, -3.807],
+              [-4.284, -4.218, 0.635, -2.715, -4.424, -2.517, -4.144, -0.702, -4.404],
+              [1.37, -3.039, -3.815, -3.254, -3.699, -2.931, -3.055, -3.047, -1.899],
+              [11.192, -1.834, -2.071, 6.135, 0.44, -0.048, -2.981, -2.883, 6.939],
+              [-7.197, -1.122, -3.78, -10.209, -6.558, -6.264, 0.493, -3.83, -9.978]]
+_FGL_LOG_V0 = [5.956, 1.529, 3.378, -0.274, 2.038, 6.95]
+_FGL_LOG_V1 = [-2.962, -2.994, -2.969, -3.313, -3.344, -2.957]
+
+
+def _fgl_fold1_kernels():
+    from pymc_gpc.datasets import load_fgl, stratified_folds
+
+    data = load_fgl()
+    train = stratified_folds(data.y, 10, seed=0) != 1
+    X = (data.X[train] - data.X[train].mean(0)) / data.X[train].std(0)
+    y = np.unique(data.y[train], return_inverse=True)[1]
+    K = []
+    for w, v0, v1 in zip(np.exp(_FGL_LOG_W), np.exp(_FGL_LOG_V0), np.exp(_FGL_LOG_V1)):
+        Z = X * np.sqrt(w)
+        sq = np.maximum((Z ** 2).sum(1)[:, None] + (Z ** 2).sum(1)[None] - 2 * Z @ Z.T, 0.0)
+        K.append(v0 * np.exp(-0.5 * sq) + v1)
+    return np.array(K), y
+
+
+def test_softmax_laplace_stops_at_the_rounding_floor():
+    """Newton's change in f stalls near 1e-8 here, above tol (1 + max|f|) = 1.4e-9: the
+    iteration used to run to max_iter (100, then the Op's retry 400 more) for a mode
+    found after ten; it must stop there and report convergence."""
+    K, y = _fgl_fold1_kernels()
+    result = softmax_laplace(K, y, with_loo=False)
+    loose = softmax_laplace(K, y, tol=1e-7, with_loo=False)
+    assert result.converged and result.n_iter <= 20, result.n_iter
+    assert abs(result.log_z - loose.log_z) < 1e-6
+    assert result.loo_log_p is None
+    # a warm start from another problem's mode, worse than a = 0 here, is not kept
+    far = softmax_laplace(K, y, state=type(result.state)(-50.0 * result.state.a), with_loo=False)
+    assert far.converged and far.n_iter <= result.n_iter + 1
+    assert abs(far.log_z - result.log_z) < 1e-6
+
+
 def test_softmax_predictive_rows_sum_to_one():
     rng = np.random.default_rng(4)
     X = rng.uniform(-2, 2, 8)

@@ -131,6 +131,7 @@ def adf(
     tol=1e-8,
     state=None,
     with_grad=False,
+    with_loo=True,
 ):
     """One online pass through the data (ADF), optionally followed by EP revisits.
 
@@ -143,6 +144,7 @@ def adf(
     state : ignored (accepted for the common interface): the online pass always
         starts from the prior, because its result depends on where it starts.
     with_grad : ignored; the result never carries a gradient (module docstring).
+    with_loo : return ``loo_log_p`` (free here; None otherwise).
     """
     if int(sweeps) != sweeps or sweeps < 1:
         raise ValueError(f"sweeps must be a positive integer, got {sweeps}")
@@ -177,7 +179,7 @@ def adf(
         n_iter=done,
         converged=True if sweeps == 1 else bool(change < tol),
         max_change=float(change) if done > 1 else 0.0,
-        loo_log_p=tilted.log_z,
+        loo_log_p=tilted.log_z if with_loo else None,
     )
 
 

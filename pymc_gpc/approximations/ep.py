@@ -213,6 +213,7 @@ def ep(
     tol=1e-8,
     max_sweeps=300,
     with_grad=True,
+    with_loo=True,
 ):
     """Run EP to convergence and return the evidence, its gradient and the posterior.
 
@@ -233,6 +234,8 @@ def ep(
     tol : convergence threshold on the scale-free site change.
     max_sweeps : sweep limit; if reached, the result has ``converged=False``.
     with_grad : compute ``dlog_z_dK`` and ``dlog_z_dparams``.
+    with_loo : return ``loo_log_p`` (free here: the tilted normalisers; None otherwise,
+        as every solver does).
     """
     if method not in ("parallel", "sequential"):
         raise ValueError(f"method must be 'parallel' or 'sequential', got {method!r}")
@@ -301,7 +304,7 @@ def ep(
         n_iter=sweeps,
         converged=change < tol,
         max_change=change,
-        loo_log_p=tilted.log_z,
+        loo_log_p=tilted.log_z if with_loo else None,
     )
 
 

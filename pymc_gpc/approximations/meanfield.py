@@ -179,6 +179,7 @@ def meanfield(
     tol=1e-10,
     max_iter=100,
     with_grad=True,
+    with_loo=True,
 ):
     """Solve the mean-field equations and return the free energy, its gradient, posterior.
 
@@ -191,6 +192,7 @@ def meanfield(
     tol : convergence threshold on max_i |alpha_i(c) - alpha_i| sqrt(K_ii).
     max_iter : Newton iteration limit; if reached, ``converged=False``.
     with_grad : compute ``dlog_z_dK`` and ``dlog_z_dparams``.
+    with_loo : return ``loo_log_p`` (free here; None otherwise).
 
     ``log_z`` is minus the free energy, -F (eq. 7) or -F_naive (eq. 10).
     """
@@ -204,7 +206,10 @@ def meanfield(
     if alpha.shape != (n,):
         raise ValueError(f"warm-start state has {alpha.shape[0]} entries, data has {n}")
     solve = _ensemble if variant == "ensemble" else _naive
-    return solve(K, y, likelihood, th, alpha, tol, max_iter, with_grad)
+    result = solve(K, y, likelihood, th, alpha, tol, max_iter, with_grad)
+    if not with_loo:
+        result.loo_log_p = None
+    return result
 
 
 def _ensemble(K, y, likelihood, th, alpha, tol, max_iter, with_grad):

@@ -40,6 +40,7 @@ def _options(op, sampling):
     if sampling:
         options = {**SAMPLING_DEFAULTS.get(op.approximation, {}), **options}
     options.pop("with_grad", None)
+    options.pop("with_loo", None)
     return options
 
 

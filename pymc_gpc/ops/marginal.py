@@ -598,7 +598,7 @@ class LatentPredictiveOp(Op):
         K, params, y, K_cross, K_star = inputs
         m = K_cross.shape[1]
         try:
-            res = _solve(self.approximation, K, y, self._lik, params, None, dict(self.options, with_grad=False))
+            res = _solve(self.approximation, K, y, self._lik, params, None, dict(self.options, with_grad=False, with_loo=False))
             mean = K_cross.T @ res.a
             if self.full_cov:
                 V = res.posterior.R() @ K_cross

@@ -61,7 +61,7 @@ class MulticlassPredictiveOp(LatentPredictiveOp):
         K, y, K_cross, K_star = inputs
         c, _, m = K_cross.shape
         try:
-            res = SOLVERS[self.approximation](K, y, self._lik, None, **dict(self.options, with_grad=False))
+            res = SOLVERS[self.approximation](K, y, self._lik, None, **dict(self.options, with_grad=False, with_loo=False))
             mean, cov = res.posterior.predict(res.a, K_cross, K_star, full_cov=self.full_cov)
         except (ValueError, np.linalg.LinAlgError):  # NotPositiveDefiniteError is a LinAlgError
             mean = np.full((c, m), np.nan)
