@@ -17,6 +17,7 @@ evaluation (wall / all steps of both chains, x 2 processes or threads running at
 EP sweeps per evaluation at the kept draws (the ``y_n_iter`` deterministic).
 
 Run:  OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/sampling_hard.py [--seeds 1 2 --draws 500 --tune 500]
+      [--data breast-cancer-10 breast-cancer-20 --samplers ... --out FILE]
 Writes benchmarks/results/sampling_hard.md.
 """
 
@@ -43,21 +44,26 @@ OUT = pathlib.Path(__file__).parent / "results" / "sampling_hard.md"
 HYPER = ["log_w", "log_v0", "log_v1"]
 
 
-def breast_cancer(n_train=300, seed=0):
-    """scikit-learn's breast-cancer data, a fixed random 300-row training subset, standardised."""
+def breast_cancer(n_train=300, seed=0, n_inputs=30):
+    """scikit-learn's breast-cancer data, a fixed random 300-row training subset, standardised;
+    only its first ``n_inputs`` columns (the same rows: the number of hyperparameters
+    changes, the data's difficulty little)."""
     from sklearn.datasets import load_breast_cancer
 
     data = load_breast_cancer()
-    X, y = data.data, np.where(data.target == 1, 1.0, -1.0)
+    X, y = data.data[:, :n_inputs], np.where(data.target == 1, 1.0, -1.0)
     idx = np.random.default_rng(seed).permutation(len(y))
     tr, te = idx[:n_train], idx[n_train:]
     mu, sd = X[tr].mean(axis=0), X[tr].std(axis=0)
     names = tuple(f"x{m}" for m in range(X.shape[1]))
-    return Split("breast-cancer", (X[tr] - mu) / sd, y[tr], (X[te] - mu) / sd, y[te], names)
+    name = "breast-cancer" if n_inputs == 30 else f"breast-cancer, first {n_inputs} inputs"
+    return Split(name, (X[tr] - mu) / sd, y[tr], (X[te] - mu) / sd, y[te], names)
 
 
 DATASETS = {
     "breast-cancer": breast_cancer,
+    "breast-cancer-10": lambda: breast_cancer(n_inputs=10),
+    "breast-cancer-20": lambda: breast_cancer(n_inputs=20),
     "separable": lambda: dataclasses.replace(circle(n_train=200, n_test=800, n_flipped=0), name="separable circle"),
     "crabs": lambda: load("crabs"),
 }
@@ -116,13 +122,15 @@ def main():
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--draws", type=int, default=500)
     parser.add_argument("--tune", type=int, default=500)
-    parser.add_argument("--data", nargs="+", default=list(DATASETS), choices=list(DATASETS))
+    parser.add_argument("--data", nargs="+", default=["breast-cancer", "separable", "crabs"], choices=list(DATASETS))
+    parser.add_argument("--samplers", nargs="+", default=list(SAMPLERS), choices=list(SAMPLERS))
+    parser.add_argument("--out", default=OUT.name, help="results file (in benchmarks/results)")
     args = parser.parse_args()
     rows = []
     for name in args.data:
         data = DATASETS[name]()
         for seed in args.seeds:
-            for label in SAMPLERS:
+            for label in args.samplers:
                 rows.append(run(data, label, seed, args.draws, args.tune))
                 r = rows[-1]
                 print(f"{r['data']} seed {seed} {label}: {r['wall']:.0f} s, ESS {r['ess']:.0f}, {r['ess_s']:.2f} ESS/s, "
@@ -140,7 +148,7 @@ def main():
         *(f"| {r['data']} | {r['seed']} | {r['method']} | {r['wall']:.0f} | {r['ess']:.0f} | {r['ess_s']:.2f} | "
           f"{r['div']} | {r['steps']:.1f} | {r['ms_eval']:.2f} | {r['sweeps']:.2f} |" for r in rows),
     ]
-    OUT.write_text("\n".join(text) + "\n")
+    (OUT.parent / args.out).write_text("\n".join(text) + "\n")
     print("\n".join(text))
 
 

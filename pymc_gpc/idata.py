@@ -61,10 +61,40 @@ def default_init(model=None):
     evaluations, medians). With many values (a latent function sampled alongside) the dense
     estimate from a few hundred tuning draws is poor, so there the diagonal default stays.
     """
+    return "jitter+adapt_full" if _sampled_size(model) <= DENSE_MASS_MAX else "jitter+adapt_diag"
+
+
+def _sampled_size(model=None):
+    """The number of continuous values NUTS samples in ``model``."""
     model = pm.modelcontext(model)
     point = model.initial_point()
-    size = sum(int(np.size(point[v.name])) for v in model.continuous_value_vars)
-    return "jitter+adapt_full" if size <= DENSE_MASS_MAX else "jitter+adapt_diag"
+    return sum(int(np.size(point[v.name])) for v in model.continuous_value_vars)
+
+
+# Above this many sampled values, ``sample`` runs nutpie (where it is installed).
+PYMC_NUTS_MAX = 10
+
+
+def default_sampler(model=None):
+    """The NUTS implementation ``sample`` uses when none is given: PyMC's, with the dense mass
+    matrix of ``default_init``, for at most ``PYMC_NUTS_MAX`` sampled values; nutpie above
+    that, where it is installed (else PyMC's).
+
+    Measured (``benchmarks/sampling_hard.py``, README "Where EP is hard"; ESS/s, medians
+    of two seeds): with 4-9 hyperparameters PyMC's NUTS with the dense mass matrix was
+    1.2-1.6x faster than nutpie (Pima, Crabs, a separable circle: more ESS per draw); with
+    12, 22 and 32 (breast cancer's first 10, 20 and all 30 inputs, the same 300 rows)
+    nutpie was 1.3-1.7x faster (less time per evaluation, and fewer steps per draw).
+    The boundary lies somewhere between 9 and 12 values; which of the dimension and the
+    cost of an evaluation decides it is not separated by these data.
+    """
+    if _sampled_size(model) <= PYMC_NUTS_MAX:
+        return "pymc"
+    try:
+        import nutpie  # noqa: F401
+    except ImportError:
+        return "pymc"
+    return "nutpie"
 
 
 def sample(*args, model=None, **kwargs):
@@ -74,20 +104,18 @@ def sample(*args, model=None, **kwargs):
     ``nuts_sampler="numpyro"`` or ``"blackjax"`` runs PyMC's JAX samplers on the Ops' JAX
     implementation (``ops/jax.py``; needs ``pip install pymc-gpc[jax]``).
 
-    Defaults: PyMC's own NUTS (``nuts_sampler="pymc"``, chains in processes; plain
-    ``pm.sample`` prefers nutpie when it is installed, whose threads share the GIL with
-    the Python parts of the Ops) and, with PyMC's NUTS and no ``init`` or ``step`` given,
+    Defaults: the sampler measured faster for the model's size (``default_sampler``):
+    PyMC's own NUTS (``nuts_sampler="pymc"``, chains in processes) for at most
+    ``PYMC_NUTS_MAX`` sampled values, nutpie (chains as threads) above, where it is
+    installed; with PyMC's NUTS and no ``init`` or ``step`` given,
     ``init=default_init(model)``, a dense mass matrix for the usual few hyperparameters.
-    Neither sampler is fastest everywhere (``benchmarks/sampling_hard.py``, README "Where
-    EP is hard"): with 4-9 hyperparameters PyMC's NUTS with the dense mass matrix gave
-    1.2-1.6x nutpie's ESS/s (Pima, Crabs, a separable set); with 32 (breast cancer, 30
-    inputs) nutpie gave 1.6x PyMC's, so pass ``nuts_sampler="nutpie"`` there.
+    (Plain ``pm.sample`` prefers nutpie whenever it is installed.)
     PyMC's warning that its dense adaptation is experimental is not shown (a
     ``warnings.catch_warnings`` block, which is not thread-safe: concurrent calls from
     several threads may leave the warning filters of one of them in place).
     """
     model = pm.modelcontext(model)
-    kwargs["nuts_sampler"] = kwargs.get("nuts_sampler") or "pymc"
+    kwargs["nuts_sampler"] = kwargs.get("nuts_sampler") or default_sampler(model)
     if kwargs["nuts_sampler"] in JAX_SAMPLERS and not jax_available():
         raise ImportError(missing_jax_message(f"nuts_sampler={kwargs['nuts_sampler']!r}"))
     if kwargs["nuts_sampler"] == "pymc" and kwargs.get("init") is None and kwargs.get("step") is None:

@@ -131,6 +131,34 @@ def test_sample_defaults_to_a_dense_mass_matrix_for_few_hyperparameters(monkeypa
         assert seen[-1]["nuts_sampler"] == (kwargs.get("nuts_sampler") or "pymc")
 
 
+def test_sample_picks_nutpie_for_many_hyperparameters(monkeypatch):
+    """pymc_gpc.sample's default sampler: PyMC's NUTS up to PYMC_NUTS_MAX sampled values,
+    nutpie above (PyMC's where nutpie is not installed); init only for PyMC's NUTS."""
+    import sys
+
+    from pymc_gpc import idata as idata_mod
+
+    with pm.Model() as edge:
+        pm.Normal("z", shape=idata_mod.PYMC_NUTS_MAX)
+    with pm.Model() as many:
+        pm.Normal("z", shape=idata_mod.PYMC_NUTS_MAX + 1)
+        pm.Poisson("k", 3.0, shape=50)  # discrete values do not count
+    assert idata_mod.default_sampler(edge) == "pymc"
+    assert idata_mod.default_sampler(many) == "nutpie"  # nutpie is in the test extras
+    seen = []
+
+    def fake_sample(*args, **kwargs):
+        seen.append(kwargs)
+        raise RuntimeError("stop")
+
+    monkeypatch.setattr(idata_mod.pm, "sample", fake_sample)
+    with pytest.raises(RuntimeError, match="stop"):
+        pymc_gpc.sample(model=many)
+    assert seen[-1]["nuts_sampler"] == "nutpie" and "init" not in seen[-1]
+    monkeypatch.setitem(sys.modules, "nutpie", None)  # as if not installed: import fails
+    assert idata_mod.default_sampler(many) == "pymc"
+
+
 def test_sample_hides_only_the_dense_adaptation_warning(monkeypatch):
     import warnings
 
