@@ -1,6 +1,6 @@
 """A new model's first ``fit``: kernel/pullback graphs compiled by numba against
 ``point_estimates.FIT_MODE`` (PyTensor's FAST_COMPILE, with ``python_vm``'s rewrite since
-2026-11-25; the README's table predates it), each in a fresh process.
+2026-11-25), each in a fresh process.
 
 Each run fits a model numba has not seen (Pima.tr rows subsampled with a fresh seed, so
 no on-disk cache holds its graphs; the engine's own numba code is cached), twice: the
