@@ -30,7 +30,7 @@ loop (the draws' rows then stack to (S, m, c)).
 """
 
 import numpy as np
-from .ops.marginal import _solve_with_retries
+from .ops.marginal import _solve_with_retries, prediction_options
 from .progress import Progress
 from .python_vm import PYTHON_VM_MODE
 from .validation import trusted_kernel
@@ -53,7 +53,7 @@ def latent_predictions(approximation, likelihood, options, y, kernel_fn, draws, 
     approximation : "ep", "laplace", "meanfield" or "adf" (``ops.marginal.SOLVERS``).
     likelihood : a ``pymc_gpc.likelihoods.Likelihood`` instance.
     options : the solver's keyword options (e.g. ``tol``; ``gp.predict`` puts
-        ``PREDICTION_DEFAULTS`` under the GP's own); ``with_grad`` is turned off.
+        ``PREDICTION_DEFAULTS`` under the GP's own); ``prediction_options``: no gradient, no LOO terms.
     y : (n,) training labels in {-1, +1}.
     kernel_fn : ``kernel_fn(*args) -> (K, theta, K_cross, k_diag)``: the training prior
         (the (n, n) kernel, or a prior structure such as ``structures.fitc.FITCPrior``),
@@ -77,7 +77,7 @@ def latent_predictions(approximation, likelihood, options, y, kernel_fn, draws, 
     tried and was 0.88x as fast on the shared 2-core machine of its measurement, so the
     draws are solved in one thread.
     """
-    options = dict(options, with_grad=False, with_loo=False)
+    options = prediction_options(options)
     means, variances, thetas = [], [], []
     state = None
     with Progress("Predicting", len(draws), progressbar) as bar:

@@ -106,6 +106,11 @@ SAMPLING_DEFAULTS = {"ep": {"tol": 1e-2},
                      "ep-multiclass": {"tol": 1e-4}}
 
 
+def prediction_options(options):
+    """``options`` for a solve whose result only predicts: no gradient and no LOO terms."""
+    return dict(options, with_grad=False, with_loo=False)
+
+
 def _solve(approximation, K, y, lik, params, state, options):
     return SOLVERS[approximation](K, y, lik, params, state=state, **options)
 
@@ -598,7 +603,7 @@ class LatentPredictiveOp(Op):
         K, params, y, K_cross, K_star = inputs
         m = K_cross.shape[1]
         try:
-            res = _solve(self.approximation, K, y, self._lik, params, None, dict(self.options, with_grad=False, with_loo=False))
+            res = _solve(self.approximation, K, y, self._lik, params, None, prediction_options(self.options))
             mean = K_cross.T @ res.a
             if self.full_cov:
                 V = res.posterior.R() @ K_cross

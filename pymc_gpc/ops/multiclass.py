@@ -15,7 +15,7 @@ import pytensor.tensor as pt
 from pytensor.gradient import grad_not_implemented
 from pytensor.graph.basic import Apply
 
-from .marginal import SOLVERS, ApproxMarginalOp, LatentPredictiveOp, _register_numba
+from .marginal import SOLVERS, ApproxMarginalOp, LatentPredictiveOp, _register_numba, prediction_options
 
 MULTICLASS_APPROXIMATIONS = ("laplace-multiclass", "ep-multiclass")
 
@@ -61,7 +61,7 @@ class MulticlassPredictiveOp(LatentPredictiveOp):
         K, y, K_cross, K_star = inputs
         c, _, m = K_cross.shape
         try:
-            res = SOLVERS[self.approximation](K, y, self._lik, None, **dict(self.options, with_grad=False, with_loo=False))
+            res = SOLVERS[self.approximation](K, y, self._lik, None, **prediction_options(self.options))
             mean, cov = res.posterior.predict(res.a, K_cross, K_star, full_cov=self.full_cov)
         except (ValueError, np.linalg.LinAlgError):  # NotPositiveDefiniteError is a LinAlgError
             mean = np.full((c, m), np.nan)

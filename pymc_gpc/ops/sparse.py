@@ -35,6 +35,7 @@ from .marginal import (
     LatentPredictiveOp,
     _solve,
     _solve_with_retries,
+    prediction_options,
 )
 
 SPARSE_APPROXIMATIONS = ("ep", "laplace")
@@ -171,7 +172,7 @@ class SparsePredictiveOp(LatentPredictiveOp):
         m = Kus.shape[1]
         try:
             res = _solve(self.approximation, FITCPrior(Kuu, Kuf, k_diag), y, self._lik, params, None,
-                         dict(self.options, with_grad=False, with_loo=False))
+                         prediction_options(self.options))
             if self.full_cov:
                 output_storage[0][0], output_storage[1][0] = res.posterior.predict_cov(res.a, Kus, K_star)
             else:
