@@ -53,7 +53,8 @@ def latent_predictions(approximation, likelihood, options, y, kernel_fn, draws, 
     approximation : "ep", "laplace", "meanfield" or "adf" (``ops.marginal.SOLVERS``).
     likelihood : a ``pymc_gpc.likelihoods.Likelihood`` instance.
     options : the solver's keyword options (e.g. ``tol``; ``gp.predict`` puts
-        ``PREDICTION_DEFAULTS`` under the GP's own); ``prediction_options``: no gradient, no LOO terms.
+        ``PREDICTION_DEFAULTS`` under the GP's own); run through ``prediction_options``
+        (no gradient, no LOO terms).
     y : (n,) training labels in {-1, +1}.
     kernel_fn : ``kernel_fn(*args) -> (K, theta, K_cross, k_diag)``: the training prior
         (the (n, n) kernel, or a prior structure such as ``structures.fitc.FITCPrior``),
