@@ -101,9 +101,8 @@ class CoupledBlockPosterior:
         (c, n, n), H_k^T H_k by BLAS dsyrk (half the flops of a product)."""
         out = np.empty_like(self.E)
         for k, Hk in enumerate(self.H):
-            HtH = dsyrk(1.0, Hk, trans=1, lower=1)  # lower triangle of H_k^T H_k
-            HtH = np.tril(HtH) + np.tril(HtH, -1).T
-            np.subtract(self.E[k], HtH, out=out[k])
+            HtH = dsyrk(1.0, Hk, trans=1, lower=1)  # lower triangle of H_k^T H_k, zeros above
+            np.subtract(self.E[k], HtH + np.tril(HtH, -1).T, out=out[k])
         return out
 
     def site_covariances(self):
