@@ -219,3 +219,91 @@ def test_structure_inputs_are_checked():
         ep(FITCPrior(Kuu, Kuf, k_diag), y[:-1], LIKELIHOOD_CASES[0])
     with pytest.raises(ValueError, match="sequential EP needs a dense K"):
         ep(FITCPrior(Kuu, Kuf, k_diag), y, LIKELIHOOD_CASES[0], method="sequential")
+
+
+def test_triangular_factor_uses_the_inverse_only_where_well_conditioned():
+    """``_TriangularFactor``: products with L^{-1} where cond(L) <= 1e6, solves otherwise;
+    both against SciPy's triangular solve, also in single precision."""
+    from scipy.linalg import solve_triangular
+
+    from pymc_gpc.structures.fitc import _TriangularFactor
+
+    rng = np.random.default_rng(7)
+    B = rng.normal(size=(12, 30))
+    X, _, Xu = problem(6, 20, 12)
+    well = np.linalg.cholesky(fitc_parts(X, Xu, np.log([1.0, 1.0]), 0.0, jitter=1e-3)[0])
+    Xu_close = Xu.copy()
+    Xu_close[1] = Xu_close[0] + 1e-6  # nearly duplicated: cond(L) ~ 1e6 / 1e-6 scale
+    ill = np.linalg.cholesky(fitc_parts(X, Xu_close, np.log([1.0, 1.0]), 0.0, jitter=1e-14)[0])
+    for L, by_inverse in ((well, True), (ill, False)):
+        factor = _TriangularFactor(np.asfortranarray(L))
+        assert factor.by_inverse is by_inverse
+        for trans in (0, 1):
+            want = solve_triangular(L, B, lower=True, trans=trans)
+            got = factor.solve(np.asfortranarray(B), trans=trans, alpha=2.0)
+            np.testing.assert_allclose(got, 2.0 * want, rtol=1e-9, atol=1e-9 * np.max(np.abs(want)))
+    single = _TriangularFactor(np.asfortranarray(well)).solve(np.asfortranarray(B, dtype=np.float32))
+    assert single.dtype == np.float32
+    want = solve_triangular(well, B, lower=True)
+    np.testing.assert_allclose(single, want, rtol=1e-4, atol=1e-5 * np.max(np.abs(want)))
+
+
+def test_rough_posterior_is_single_precision_and_has_no_gradient():
+    X, y, Xu = problem(8, 300, 30)
+    prior = FITCPrior(*fitc_parts(X, Xu, np.log([0.8, 1.3]), np.log(3.0)))
+    w = np.random.default_rng(8).gamma(1.0, 2.0, size=300)
+    nu = np.random.default_rng(9).normal(size=300)
+    exact, rough = prior.posterior(w), prior.posterior(w, rough=True)
+    assert rough.rough and not exact.rough
+    var_gap = np.max(np.abs(rough.var_diag() / exact.var_diag() - 1))
+    assert 1e-12 < var_gap < 1e-4  # rounded in float32, and only that
+    mean_r, b_r = rough.mean_and_weights(nu)
+    mean_e, b_e = exact.mean_and_weights(nu)
+    np.testing.assert_allclose(mean_r, mean_e, rtol=1e-4, atol=1e-5 * np.max(np.abs(mean_e)))
+    np.testing.assert_allclose(rough.half_logdet_B(), exact.half_logdet_B(), rtol=1e-5)
+    with pytest.raises(RuntimeError, match="no gradient"):
+        rough.ep_gradient(b_r)
+    # negative site precisions (the step likelihood): rough is not honoured
+    w_neg = w.copy()
+    w_neg[:5] = -0.05
+    assert not prior.posterior(w_neg, rough=True).rough
+
+
+def test_loose_tolerance_sweeps_rough_but_returns_an_exact_fixed_point(monkeypatch):
+    """At the sampler's tolerance a warm start's first sweep runs on a rough posterior;
+    the returned posterior is exact and its sites pass an exact convergence check: the
+    evidence equals the one recomputed exactly at the returned sites, and one more exact
+    sweep moves them by less than tol. At the engine's tolerance no rough posterior is
+    asked for."""
+    from pymc_gpc.approximations import ep as ep_module
+    from pymc_gpc.likelihoods import Probit
+
+    X, y, Xu = problem(10, 400, 40)
+    lik = Probit()
+    base = ep(FITCPrior(*fitc_parts(X, Xu, np.log([0.8, 1.3]), np.log(3.0))), y, lik, tol=1e-2)
+    prior = FITCPrior(*fitc_parts(X, Xu, np.log([0.8, 1.3]) + 0.05, np.log(3.0) + 0.05))
+    asked = []
+    posterior = FITCPrior.posterior
+
+    def counting(self, w, rough=False):
+        asked.append(rough)
+        return posterior(self, w, rough=rough)
+
+    monkeypatch.setattr(FITCPrior, "posterior", counting)
+    res = ep(prior, y, lik, state=base.state, tol=1e-2)
+    assert res.converged and asked[0] is True and not res.posterior.rough
+    tau, nu = res.state.tau, res.state.nu
+    post = posterior(prior, tau)
+    var, mean, b, tau_c, nu_c = ep_module._cavities(post, tau, nu, prior)
+    tilted = lik.tilted(y, nu_c / tau_c, 1.0 / tau_c, lik._th(None))
+    assert abs(ep_module.ep_log_z(post, tau, nu, mean, tau_c, nu_c, tilted.log_z) - res.log_z) < 1e-9
+    change = ep_module._parallel_update(lik.kind, y, lik._th(None), var, mean, tau, nu, prior.diag(), 1.0)[2]
+    assert change < 1e-2
+    # the fixed point is the exact one's: as close to a tight solve as an all-exact run
+    monkeypatch.setattr(ep_module, "_ROUGH_TOL", np.inf)
+    exact_run = ep(prior, y, lik, state=base.state, tol=1e-2)
+    tight = ep(prior, y, lik, tol=1e-10)
+    assert abs(res.log_z - tight.log_z) <= max(5 * abs(exact_run.log_z - tight.log_z), 1e-4)
+    asked.clear()
+    ep(prior, y, lik, state=base.state, tol=1e-8)
+    assert asked and not any(asked)

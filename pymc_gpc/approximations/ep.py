@@ -268,7 +268,7 @@ def ep(
             fixed = None
     if status == _HANDED_BACK:
         try:
-            post = prior.posterior(tau)
+            post = prior.posterior(tau, rough=method == "parallel" and _rough_allowed(tol, np.inf))
         except NotPositiveDefiniteError:
             if state is None:
                 raise
@@ -400,6 +400,13 @@ def _parallel(prior, y, likelihood, th, post, tau, nu, damping, tol, max_sweeps,
     and does not move the fixed point. An extrapolated iterate that makes
     K^{-1} + S indefinite, or introduces negative sites the plain map does not have,
     or follows a 1000-fold growth of the residual, restarts the acceleration.
+
+    Where the tolerance allows (tol >= ``_ROUGH_TOL``, the sampler's regime), sweeps
+    that cannot be the last ask the structure for a rough posterior (FITC: the two
+    m^2 n products in single precision): the sweep after one whose change exceeded
+    ``_ROUGH_MARGIN`` tol, and a first sweep on a rough posterior passed in. A rough
+    sweep never ends the iteration: the sweep that finds the change below tol, and so
+    the returned posterior, is exact, and the fixed point is the one exact sweeps find.
     """
     n = tau.shape[0]
     aa = _Anderson(memory)
@@ -410,7 +417,7 @@ def _parallel(prior, y, likelihood, th, post, tau, nu, damping, tol, max_sweeps,
         mean = post.mean_and_weights(nu)[0]
         tau_g, nu_g, change, *_ = _parallel_update(likelihood.kind, y, th, var, mean, tau, nu, prior.diag(), damping)
         sweeps += 1
-        if change < tol:
+        if change < tol and not post.rough:
             # converged: the sites already factorised are within tol of the map's
             # value, so keep them rather than pay one more Cholesky and inverse
             break
@@ -428,11 +435,24 @@ def _parallel(prior, y, likelihood, th, post, tau, nu, damping, tol, max_sweeps,
             aa.reset()
             tau_x, nu_x = tau_g, nu_g
         try:
-            post, tau, nu = prior.posterior(tau_x), tau_x, nu_x
+            post, tau, nu = prior.posterior(tau_x, rough=_rough_allowed(tol, change)), tau_x, nu_x
         except NotPositiveDefiniteError:
             aa.reset()
             post, tau, nu = _proper_posterior(prior, tau, nu, tau_g, nu_g)
+    if post.rough:  # the sweep limit fell on a rough sweep
+        post = prior.posterior(tau)
     return post, tau, nu, sweeps, change
+
+
+# Rough (single-precision) posteriors serve sweeps at tolerances this loose or looser,
+_ROUGH_TOL = 1e-3
+# when the previous sweep's change was above this multiple of the tolerance.
+_ROUGH_MARGIN = 5.0
+
+
+def _rough_allowed(tol, change):
+    """Whether the next sweep may run on a rough posterior (``_parallel``)."""
+    return tol >= _ROUGH_TOL and change > _ROUGH_MARGIN * tol
 
 
 # Outcomes of ``_parallel_compiled``.

@@ -5,8 +5,11 @@ EP and Laplace (``approximations``) are written once against this seam, as GPML 
 answers
 
 * ``n``; ``diag()``: the prior variances diag K~; ``matvec(v)``: K~ v;
-* ``posterior(w)``: q(f) at site precisions w (EP's tau, Laplace's W), raising
-  ``dense.NotPositiveDefiniteError`` when K~^{-1} + W is not positive definite;
+* ``posterior(w, rough=False)``: q(f) at site precisions w (EP's tau, Laplace's W),
+  raising ``dense.NotPositiveDefiniteError`` when K~^{-1} + W is not positive definite;
+  ``rough=True`` allows a cheaper posterior whose marginal variances carry
+  single-precision rounding and which has no gradient, for EP sweeps that do not end
+  the iteration (FITC has one; dense ignores the flag);
 * ``sequential``: whether sequential (rank-one) EP sweeps are available;
 
 and its posterior answers

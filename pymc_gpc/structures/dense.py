@@ -170,6 +170,8 @@ def outer_minus_R(b, Li, sw, scale):
 class _KernelGradient:
     """The structure-generic questions (``structures`` package docstring), answered densely."""
 
+    rough = False  # always exact (``posterior(w, rough=True)`` is the exact posterior)
+
     def _R_cached(self):
         if getattr(self, "_R", None) is None:
             self._R = self.R()
@@ -354,7 +356,8 @@ class DensePrior:
     def matvec(self, v):
         return self.K @ v
 
-    def posterior(self, w):
+    def posterior(self, w, rough=False):
+        """q(f) at site precisions w (always exact: the dense structure has no rough form)."""
         return latent_posterior(self.K, w)
 
     def dense(self):
