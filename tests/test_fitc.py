@@ -307,3 +307,36 @@ def test_loose_tolerance_sweeps_rough_but_returns_an_exact_fixed_point(monkeypat
     asked.clear()
     ep(prior, y, lik, state=base.state, tol=1e-8)
     assert asked and not any(asked)
+
+
+def test_rough_sweeps_are_asked_for_only_where_the_next_change_is_predicted_above_tol():
+    from pymc_gpc.approximations.ep import _rough_allowed
+
+    assert _rough_allowed(1e-2, np.inf)  # a warm start's first sweep
+    assert _rough_allowed(1e-2, 0.2) and not _rough_allowed(1e-2, 0.05)  # first sweep: rate 0.1
+    assert _rough_allowed(1e-2, 0.05, previous=0.1)  # a slow contraction (0.5) predicts 0.025
+    assert not _rough_allowed(1e-2, 0.05, previous=1.0)  # a fast one (0.05) predicts 0.0025
+    assert not _rough_allowed(1e-4, 1.0)  # a tight tolerance never
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_precision_columns_by_inverse_and_by_solves_agree(monkeypatch, sign):
+    """E = A^{-1} V by a product with the explicit inverse (well-conditioned A) and by two
+    triangular solves (the fallback) give the same variances and gradient; negative sites
+    (sign -1, small enough to keep K~^{-1} + W positive definite) included."""
+    from pymc_gpc.structures.fitc import FITCPosterior
+
+    X, y, Xu = problem(12, 250, 25)
+    prior = FITCPrior(*fitc_parts(X, Xu, np.log([0.8, 1.3]), np.log(3.0)))
+    rng = np.random.default_rng(13)
+    w = rng.gamma(1.0, 1.0, size=250)
+    w[:10] = sign * 0.01
+    b = rng.normal(size=250)
+    by_inverse = prior.posterior(w)
+    monkeypatch.setattr(FITCPosterior, "MAX_COND_INVERSE", 0.0)
+    by_solves = prior.posterior(w)
+    np.testing.assert_allclose(by_inverse.var_diag(), by_solves.var_diag(), rtol=1e-11)
+    assert by_inverse._A_inv is not None and by_solves._A_inv is None  # the two paths were taken
+    g_inv, g_sol = by_inverse.ep_gradient(b), by_solves.ep_gradient(b)
+    for a, c in zip(g_inv, g_sol):
+        np.testing.assert_allclose(a, c, rtol=1e-9, atol=1e-12 * np.max(np.abs(c)))
