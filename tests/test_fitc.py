@@ -341,3 +341,19 @@ def test_precision_columns_by_inverse_and_by_solves_agree(monkeypatch, sign):
     g_inv, g_sol = by_inverse.ep_gradient(b), by_solves.ep_gradient(b)
     for a, c in zip(g_inv, g_sol):
         np.testing.assert_allclose(a, c, rtol=1e-9, atol=1e-12 * np.max(np.abs(c)))
+
+
+def test_rough_posterior_is_refused_where_A_is_ill_conditioned(monkeypatch):
+    """Single-precision variances lose up to about 6e-8 cond(L_A) relative: beyond
+    cond(L_A) = ``MAX_COND_ROUGH`` the rough request gives the exact posterior (the limit
+    lowered to 100 here, between a tame A, cond(L_A) 2.4, and a wild one, 2.5e3)."""
+    from pymc_gpc.structures.fitc import FITCPosterior
+
+    monkeypatch.setattr(FITCPosterior, "MAX_COND_ROUGH", 100.0)
+    X, y, Xu = problem(14, 300, 30)
+    tame = FITCPrior(*fitc_parts(X, Xu, np.log([0.8, 1.3]), np.log(1.0))).posterior(np.full(300, 1e-2), rough=True)
+    w = np.full(300, 10.0)
+    wild = FITCPrior(*fitc_parts(X, Xu, np.log([0.8, 1.3]), np.log(1e4))).posterior(w, rough=True)
+    assert tame.rough and 1.0 / tame.A_factor.rcond < 100.0
+    assert not wild.rough and 1.0 / wild.A_factor.rcond > 100.0
+    np.testing.assert_allclose(wild.var_diag(), wild.prior.posterior(w).var_diag(), rtol=1e-12)
