@@ -310,13 +310,38 @@ def test_loose_tolerance_sweeps_rough_but_returns_an_exact_fixed_point(monkeypat
 
 
 def test_rough_sweeps_are_asked_for_only_where_the_next_change_is_predicted_above_tol():
-    from pymc_gpc.approximations.ep import _rough_allowed
+    from pymc_gpc.approximations.ep import _next_change, _rough_allowed
 
-    assert _rough_allowed(1e-2, np.inf)  # a warm start's first sweep
-    assert _rough_allowed(1e-2, 0.2) and not _rough_allowed(1e-2, 0.05)  # first sweep: rate 0.1
-    assert _rough_allowed(1e-2, 0.05, previous=0.1)  # a slow contraction (0.5) predicts 0.025
-    assert not _rough_allowed(1e-2, 0.05, previous=1.0)  # a fast one (0.05) predicts 0.0025
-    assert not _rough_allowed(1e-4, 1.0)  # a tight tolerance never
+    assert _rough_allowed(1e-2, np.inf)  # a warm start's first sweep, nothing known
+    assert not _rough_allowed(1e-2, 5e-3) and not _rough_allowed(1e-4, 1.0)  # the last; a tight tol
+    assert _next_change(0.2, np.inf) == pytest.approx(0.02)  # after a first sweep: rate 0.1
+    assert _next_change(0.05, 0.1) == pytest.approx(0.025)  # a slow contraction (0.5)
+    assert _next_change(0.05, 1.0) == pytest.approx(0.0025)  # a fast one (0.05)
+    assert _next_change(0.2, 0.1) == pytest.approx(0.2)  # growth: no worse than the same
+
+
+def test_a_warm_start_that_converged_in_one_sweep_starts_exact(monkeypatch):
+    """``EPState.first_change`` below tol forecasts a one-sweep solve: the first posterior
+    is then exact (a rough one would cost a second sweep), and the result carries its own
+    first change forward."""
+    from pymc_gpc.likelihoods import Probit
+
+    X, y, Xu = problem(10, 400, 40)
+    prior = FITCPrior(*fitc_parts(X, Xu, np.log([0.8, 1.3]), np.log(3.0)))
+    tight = ep(prior, y, Probit(), tol=1e-10)
+    asked = []
+    posterior = FITCPrior.posterior
+
+    def counting(self, w, rough=False):
+        asked.append(rough)
+        return posterior(self, w, rough=rough)
+
+    monkeypatch.setattr(FITCPrior, "posterior", counting)
+    again = ep(prior, y, Probit(), state=tight.state, tol=1e-2)  # first_change from a cold start: large
+    assert asked[0] is True and again.n_iter == 2 and again.state.first_change < 1e-2
+    asked.clear()
+    once = ep(prior, y, Probit(), state=again.state, tol=1e-2)
+    assert asked == [False] and once.n_iter == 1 and once.state.first_change < 1e-2
 
 
 @pytest.mark.parametrize("sign", [1.0, -1.0])

@@ -75,13 +75,20 @@ def cavity_precision(var, tau, prior_var):
 
 @dataclass
 class EPState:
-    """Site natural parameters, the whole state of EP: pass back in to warm-start."""
+    """Site natural parameters, the whole state of EP: pass back in to warm-start.
+
+    ``first_change``: the site change of the first sweep of the solve that produced the
+    state (inf where unknown). A warm start takes it as the forecast of its own first
+    sweep's change, which decides whether that sweep may run on a rough posterior
+    (``_parallel``): along a sampler's trajectory successive steps are alike.
+    """
 
     tau: np.ndarray
     nu: np.ndarray
+    first_change: float = np.inf
 
     def copy(self):
-        return EPState(self.tau.copy(), self.nu.copy())
+        return EPState(self.tau.copy(), self.nu.copy(), self.first_change)
 
 
 @njit(nogil=True, cache=True)
@@ -254,7 +261,7 @@ def ep(
         if tau.shape != (n,):
             raise ValueError(f"warm-start state has {tau.shape[0]} sites, data has {n}")
 
-    done, status, fixed = 0, _HANDED_BACK, None
+    done, status, fixed, first_change = 0, _HANDED_BACK, None, np.inf
     dense = isinstance(prior, DensePrior)
     K = prior.K if dense else None
     if dense and method == "parallel" and np.min(tau, initial=0.0) >= 0.0:
@@ -268,7 +275,8 @@ def ep(
             fixed = None
     if status == _HANDED_BACK:
         try:
-            post = prior.posterior(tau, rough=method == "parallel" and _rough_allowed(tol, np.inf))
+            forecast = np.inf if state is None else state.first_change
+            post = prior.posterior(tau, rough=method == "parallel" and _rough_allowed(tol, forecast))
         except NotPositiveDefiniteError:
             if state is None:
                 raise
@@ -277,7 +285,8 @@ def ep(
             tau, nu = np.zeros(n), np.zeros(n)
             post = prior.posterior(tau)
         run = _parallel if method == "parallel" else _sequential
-        post, tau, nu, sweeps, change = run(prior, y, likelihood, th, post, tau, nu, damping, tol, max_sweeps - done)
+        post, tau, nu, sweeps, change, first_change = run(prior, y, likelihood, th, post, tau, nu, damping, tol,
+                                                          max_sweeps - done)
         sweeps += done
     if fixed is None:
         var, mean, b, tau_c, nu_c = _cavities(post, tau, nu, prior)
@@ -300,7 +309,7 @@ def ep(
         posterior=post,
         mean=mean,
         var=var,
-        state=EPState(tau, nu),
+        state=EPState(tau, nu, first_change),
         n_iter=sweeps,
         converged=change < tol,
         max_change=change,
@@ -403,8 +412,10 @@ def _parallel(prior, y, likelihood, th, post, tau, nu, damping, tol, max_sweeps,
 
     Where the tolerance allows (tol >= ``_ROUGH_TOL``, the sampler's regime), sweeps
     predicted not to be the last ask the structure for a rough posterior (FITC: the two
-    m^2 n products in single precision; ``_rough_allowed``), as may a first sweep on a
-    rough posterior passed in. A rough sweep never ends the iteration: the sweep that
+    m^2 n products in single precision; ``_rough_allowed``, ``_next_change``), as may a
+    first sweep on a rough posterior passed in (``ep`` asks for one unless the warm
+    start's ``EPState.first_change`` forecasts convergence in one sweep). A rough sweep
+    never ends the iteration: the sweep that
     finds the change below tol, and so the returned posterior, is exact, and the fixed
     point is the one exact sweeps find. A rough sweep that would have converged costs
     one more sweep, hence the prediction.
@@ -419,6 +430,7 @@ def _parallel(prior, y, likelihood, th, post, tau, nu, damping, tol, max_sweeps,
         previous = change
         tau_g, nu_g, change, *_ = _parallel_update(likelihood.kind, y, th, var, mean, tau, nu, prior.diag(), damping)
         sweeps += 1
+        first_change = change if sweeps == 1 else first_change
         if change < tol and not post.rough:
             # converged: the sites already factorised are within tol of the map's
             # value, so keep them rather than pay one more Cholesky and inverse
@@ -437,13 +449,13 @@ def _parallel(prior, y, likelihood, th, post, tau, nu, damping, tol, max_sweeps,
             aa.reset()
             tau_x, nu_x = tau_g, nu_g
         try:
-            post, tau, nu = prior.posterior(tau_x, rough=_rough_allowed(tol, change, previous)), tau_x, nu_x
+            post, tau, nu = prior.posterior(tau_x, rough=_rough_allowed(tol, _next_change(change, previous))), tau_x, nu_x
         except NotPositiveDefiniteError:
             aa.reset()
             post, tau, nu = _proper_posterior(prior, tau, nu, tau_g, nu_g)
     if post.rough:  # the sweep limit fell on a rough sweep
         post = prior.posterior(tau)
-    return post, tau, nu, sweeps, change
+    return post, tau, nu, sweeps, change, first_change
 
 
 # Rough (single-precision) posteriors serve sweeps at tolerances this loose or looser,
@@ -453,12 +465,18 @@ _ROUGH_TOL = 1e-3
 _FIRST_RATE = 0.1
 
 
-def _rough_allowed(tol, change, previous=np.inf):
-    """Whether the next sweep may run on a rough posterior (``_parallel``): where
-    tol >= ``_ROUGH_TOL`` and the next sweep's change, predicted as this one's times the
-    last contraction change / previous (``_FIRST_RATE`` after a first sweep), exceeds tol."""
-    rate = min(change / previous, 1.0) if np.isfinite(previous) else _FIRST_RATE
-    return tol >= _ROUGH_TOL and change * rate > tol
+def _next_change(change, previous):
+    """The next sweep's change, predicted as this one's times the last contraction
+    change / previous (``_FIRST_RATE`` after a first sweep)."""
+    return change * (min(change / previous, 1.0) if np.isfinite(previous) else _FIRST_RATE)
+
+
+def _rough_allowed(tol, predicted):
+    """Whether a sweep whose change is predicted as ``predicted`` may run on a rough
+    posterior (``_parallel``): where tol >= ``_ROUGH_TOL`` and it is not predicted to be
+    the last (a rough sweep cannot end the iteration, so one that would have converged
+    costs another sweep on an exact posterior)."""
+    return tol >= _ROUGH_TOL and predicted > tol
 
 
 # Outcomes of ``_parallel_compiled``.
@@ -558,7 +576,7 @@ def _parallel_compiled(kind, K, y, th, tau, nu, damping, tol, max_sweeps, memory
 def _sequential(prior, y, likelihood, th, post, tau, nu, damping, tol, max_sweeps):
     """Sequential EP sweeps in site order (reproducible), Sigma recomputed after each (dense prior)."""
     K = prior.K
-    change = np.inf
+    change = first_change = np.inf
     sweeps = 0
     while sweeps < max_sweeps:
         Sigma = np.ascontiguousarray(post.full_cov())
@@ -566,7 +584,8 @@ def _sequential(prior, y, likelihood, th, post, tau, nu, damping, tol, max_sweep
         tau_old, nu_old = tau.copy(), nu.copy()
         change = _sequential_sweep(likelihood.kind, Sigma, mu, tau, nu, y, th, damping, np.diag(K).copy())
         sweeps += 1
+        first_change = change if sweeps == 1 else first_change
         post, tau, nu = _proper_posterior(prior, tau_old, nu_old, tau, nu)
         if change < tol:
             break
-    return post, tau, nu, sweeps, change
+    return post, tau, nu, sweeps, change, first_change
