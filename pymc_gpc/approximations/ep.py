@@ -422,7 +422,7 @@ def _parallel(prior, y, likelihood, th, post, tau, nu, damping, tol, max_sweeps,
     """
     n = tau.shape[0]
     aa = _Anderson(memory)
-    change, best = np.inf, np.inf
+    change, best, first_change = np.inf, np.inf, np.inf
     sweeps = 0
     while sweeps < max_sweeps:
         var = post.var_diag()
