@@ -415,10 +415,9 @@ def _parallel(prior, y, likelihood, th, post, tau, nu, damping, tol, max_sweeps,
     m^2 n products in single precision; ``_rough_allowed``, ``_next_change``), as may a
     first sweep on a rough posterior passed in (``ep`` asks for one unless the warm
     start's ``EPState.first_change`` forecasts convergence in one sweep). A rough sweep
-    never ends the iteration: the sweep that
-    finds the change below tol, and so the returned posterior, is exact, and the fixed
-    point is the one exact sweeps find. A rough sweep that would have converged costs
-    one more sweep, hence the prediction.
+    never ends the iteration: the sweep that finds the change below tol, and so the
+    returned posterior, is exact, and the fixed point is the one exact sweeps find. A
+    rough sweep that would have converged costs one more sweep, hence the prediction.
     """
     n = tau.shape[0]
     aa = _Anderson(memory)
