@@ -269,7 +269,21 @@ def test_rough_posterior_is_single_precision_and_has_no_gradient():
     assert not prior.posterior(w_neg, rough=True).rough
 
 
-def test_loose_tolerance_sweeps_rough_but_returns_an_exact_fixed_point(monkeypatch):
+@pytest.fixture
+def rough_requests(monkeypatch):
+    """The ``rough`` flag of every ``FITCPrior.posterior`` call, in order, while the test runs."""
+    asked = []
+    posterior = FITCPrior.posterior
+
+    def counting(self, w, rough=False):
+        asked.append(rough)
+        return posterior(self, w, rough=rough)
+
+    monkeypatch.setattr(FITCPrior, "posterior", counting)
+    return asked
+
+
+def test_loose_tolerance_sweeps_rough_but_returns_an_exact_fixed_point(monkeypatch, rough_requests):
     """At the sampler's tolerance a warm start's first sweep runs on a rough posterior;
     the returned posterior is exact and its sites pass an exact convergence check: the
     evidence equals the one recomputed exactly at the returned sites, and one more exact
@@ -282,18 +296,12 @@ def test_loose_tolerance_sweeps_rough_but_returns_an_exact_fixed_point(monkeypat
     lik = Probit()
     base = ep(FITCPrior(*fitc_parts(X, Xu, np.log([0.8, 1.3]), np.log(3.0))), y, lik, tol=1e-2)
     prior = FITCPrior(*fitc_parts(X, Xu, np.log([0.8, 1.3]) + 0.05, np.log(3.0) + 0.05))
-    asked = []
-    posterior = FITCPrior.posterior
-
-    def counting(self, w, rough=False):
-        asked.append(rough)
-        return posterior(self, w, rough=rough)
-
-    monkeypatch.setattr(FITCPrior, "posterior", counting)
+    asked = rough_requests
+    asked.clear()
     res = ep(prior, y, lik, state=base.state, tol=1e-2)
     assert res.converged and asked[0] is True and not res.posterior.rough
     tau, nu = res.state.tau, res.state.nu
-    post = posterior(prior, tau)
+    post = prior.posterior(tau)
     var, mean, b, tau_c, nu_c = ep_module._cavities(post, tau, nu, prior)
     tilted = lik.tilted(y, nu_c / tau_c, 1.0 / tau_c, lik._th(None))
     assert abs(ep_module.ep_log_z(post, tau, nu, mean, tau_c, nu_c, tilted.log_z) - res.log_z) < 1e-9
@@ -320,7 +328,7 @@ def test_rough_sweeps_are_asked_for_only_where_the_next_change_is_predicted_abov
     assert _next_change(0.2, 0.1) == pytest.approx(0.2)  # growth: no worse than the same
 
 
-def test_a_warm_start_that_converged_in_one_sweep_starts_exact(monkeypatch):
+def test_a_warm_start_that_converged_in_one_sweep_starts_exact(rough_requests):
     """``EPState.first_change`` below tol forecasts a one-sweep solve: the first posterior
     is then exact (a rough one would cost a second sweep), and the result carries its own
     first change forward."""
@@ -329,14 +337,8 @@ def test_a_warm_start_that_converged_in_one_sweep_starts_exact(monkeypatch):
     X, y, Xu = problem(10, 400, 40)
     prior = FITCPrior(*fitc_parts(X, Xu, np.log([0.8, 1.3]), np.log(3.0)))
     tight = ep(prior, y, Probit(), tol=1e-10)
-    asked = []
-    posterior = FITCPrior.posterior
-
-    def counting(self, w, rough=False):
-        asked.append(rough)
-        return posterior(self, w, rough=rough)
-
-    monkeypatch.setattr(FITCPrior, "posterior", counting)
+    asked = rough_requests
+    asked.clear()
     again = ep(prior, y, Probit(), state=tight.state, tol=1e-2)  # first_change from a cold start: large
     assert asked[0] is True and again.n_iter == 2 and again.state.first_change < 1e-2
     asked.clear()
