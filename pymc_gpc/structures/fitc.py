@@ -162,16 +162,21 @@ def _gradient_block_terms(P, E, e, V, g, Vxy, xy, root_h, scaled):
                 P[i, j] += Vxy[i, k] * xkj
 
 
-def _solve_columns(factor, B):
+def _solve_columns(factor, B, keep=True):
     """(L^{-1} B, squared column norms of L^{-1} B) for a ``_TriangularFactor`` L, in one
-    pass over column blocks of B (each block's norms taken while it is still in cache)."""
-    X = np.empty(B.shape, dtype=B.dtype, order="F")
+    pass over column blocks of B (each block's norms taken while it is still in cache).
+    With ``keep=False`` only the norms are wanted: L^{-1} B is not kept (None), and the
+    blocks pass through one block-sized buffer."""
+    blocks = _column_blocks(*B.shape)
+    width = blocks[0].stop if blocks else 0
+    X = np.empty((B.shape[0], B.shape[1] if keep else width), dtype=B.dtype, order="F")
     col_sq = np.empty(B.shape[1])
-    for cols in _column_blocks(*B.shape):
-        X[:, cols] = B[:, cols]
-        Xb = _in_place(X[:, cols], factor.solve(X[:, cols]))  # in place (an F-contiguous block)
+    for cols in blocks:
+        Xb = X[:, cols] if keep else X[:, :cols.stop - cols.start]
+        Xb[...] = B[:, cols]
+        Xb = _in_place(Xb, factor.solve(Xb))  # in place (an F-contiguous block)
         col_sq[cols] = np.einsum("ij,ij->j", Xb, Xb)
-    return X, col_sq
+    return (X if keep else None), col_sq
 
 
 def _inducing_precision(V, d):
@@ -311,8 +316,8 @@ class FITCPosterior:
     def _precision_columns(self):
         """||L_A^{-1} V_i||^2 for every i, and (exact posteriors) E = A^{-1} V.
 
-        Rough: C = L_A^{-1} V in single precision (``_solve_columns``), only its column
-        norms kept. Exact: E = A^{-1} V over column blocks, by dgemm with A^{-1} where
+        Rough: the column norms of C = L_A^{-1} V in single precision (``_solve_columns``;
+        C itself is not kept). Exact: E = A^{-1} V over column blocks, by dgemm with A^{-1} where
         cond(L_A) <= ``MAX_COND_INVERSE`` (one product, 1.3x the time of a triangular
         product here at m = 200, but the gradient's L_A^{-T} (C D) is then E D for free),
         else as L_A^{-T} (L_A^{-1} V_b); the norms are V_i . E_i, taken while the block is
@@ -320,7 +325,7 @@ class FITCPosterior:
         >= 0, so cond(A) stays moderate; negative sites (the step likelihood's EP) may
         bring A close to singular, where the solves serve."""
         if self.rough:
-            self._c_sq_cached = _solve_columns(self.A_factor, self.prior.V_single())[1]
+            self._c_sq_cached = _solve_columns(self.A_factor, self.prior.V_single(), keep=False)[1]
             return
         V = self.prior.V
         E, c_sq = np.empty(V.shape, order="F"), np.empty(V.shape[1])
