@@ -306,3 +306,146 @@ def test_multinomial_probit_likelihood_two_classes_closed_form():
 
     assert np.allclose(p[0], norm.cdf((F[0] - F[1]) / np.sqrt(2)), atol=1e-12)
     assert np.allclose(p.sum(axis=0), 1.0, atol=1e-12)
+
+
+# -- the block structure's algebra (structures.multiclass) ------------------------------
+
+
+def _softmax_weights(rng, c, n, spread):
+    F = spread * rng.normal(size=(c, n))
+    e = np.exp(F - F.max(axis=0))
+    return e / e.sum(axis=0)
+
+
+def test_site_covariances_match_the_dense_posterior():
+    """Sigma_i = the (c x c) blocks of (K^-1 + W)^-1, formed densely (cn x cn), with weights
+    spanning 1e-12..1, so that both of ``_G``'s branches run (the identity and, where
+    d_j K_jj < 1e-4, the product)."""
+    from pymc_gpc.structures.dense import _IDENTITY_MIN
+    from pymc_gpc.structures.multiclass import CoupledBlockPosterior
+
+    rng = np.random.default_rng(7)
+    c, n = 3, 14
+    X = rng.uniform(-2, 2, n)
+    K = np.array([rbf(X, ls, v) + 0.05 * np.eye(n) for ls, v in [(0.8, 2.0), (1.3, 0.7), (0.5, 3.0)]])
+    d = _softmax_weights(rng, c, n, 12.0)
+    small = d * np.diagonal(K, axis1=1, axis2=2) < _IDENTITY_MIN
+    assert 0 < small.sum() < small.size
+    S = CoupledBlockPosterior(K, d).site_covariances()
+    Kbig = np.zeros((c * n, c * n))
+    for k in range(c):
+        Kbig[k * n:(k + 1) * n, k * n:(k + 1) * n] = K[k]
+    P = d.T  # W_i = diag(pi_i) - pi_i pi_i^T, class-major
+    W = np.zeros((c * n, c * n))
+    for i in range(n):
+        idx = np.arange(c) * n + i
+        W[np.ix_(idx, idx)] = np.diag(P[i]) - np.outer(P[i], P[i])
+    Sigma = np.linalg.inv(np.linalg.inv(Kbig) + W)
+    for i in range(n):
+        idx = np.arange(c) * n + i
+        np.testing.assert_allclose(S[i], Sigma[np.ix_(idx, idx)], rtol=1e-9, atol=1e-12)
+
+
+def test_block_preconditioner_solves_newton_steps():
+    """CG preconditioned with a posterior at other weights, and at a kernel 3 % away,
+    returns the exact Newton update; with too few steps it declines (None)."""
+    from pymc_gpc.structures.multiclass import CoupledBlockPosterior, coupled_W_times
+
+    rng = np.random.default_rng(8)
+    c, n = 3, 40
+    X = rng.uniform(-3, 3, n)
+    K0 = np.array([rbf(X, 1.0, 4.0)] * c)
+    K = np.array([rbf(X, 1.03, 4.0)] * c)
+    d0 = _softmax_weights(rng, c, n, 2.0)
+    d = np.clip(d0 * np.exp(0.3 * rng.normal(size=d0.shape)), 1e-300, None)
+    d /= d.sum(axis=0)
+    a = rng.normal(size=(c, n))
+    v = coupled_W_times(d, (K @ a[:, :, None])[:, :, 0]) + rng.normal(size=(c, n))
+    exact = CoupledBlockPosterior(K, d).weights(v)
+    for K_pre in (K, K0):
+        pre = CoupledBlockPosterior(K_pre, d0).preconditioner()
+        q = pre.solve_other_weights(K, d, v, a, eps=1e-12, max_iter=60)
+        assert q is not None
+        np.testing.assert_allclose(q, exact, rtol=1e-8, atol=1e-8 * np.max(np.abs(exact)))
+        assert pre.solve_other_weights(K, d, v, a, eps=1e-12, max_iter=1) is None
+
+
+def test_softmax_laplace_warm_start_factorises_once(monkeypatch):
+    """A warm start near the last mode takes its Newton steps by CG (one factorisation, at
+    the mode) and ends where a cold solve does; far from it (a kernel 3x larger), or with
+    CG limited to one step, CG declines, a posterior is factorised, and the answer is the
+    same."""
+    from pymc_gpc.approximations import softmax_laplace as module
+
+    rng = np.random.default_rng(9)
+    c, n = 3, 60
+    X = rng.uniform(-3, 3, n)
+    y = rng.integers(0, c, n)
+    K = np.array([rbf(X, 1.0, 3.0)] * c)
+    first = softmax_laplace(K, y, tol=1e-12)
+    built = []
+    original = module.CoupledBlockPosterior
+
+    def counting(*args):
+        built.append(1)
+        return original(*args)
+
+    monkeypatch.setattr(module, "CoupledBlockPosterior", counting)
+    for K_next, cg_steps, factorisations in ((K * 1.02, 20, 1), (K * 3.0, 20, 2), (K * 1.02, 1, None)):
+        built.clear()
+        monkeypatch.setattr(module, "_CG_STEPS", cg_steps)
+        warm = softmax_laplace(K_next, y, state=first.state, tol=1e-12)
+        if factorisations is None:  # CG declines every step: a posterior at (nearly) every one
+            assert len(built) > 2
+        else:
+            assert len(built) == factorisations  # 1: only at the mode
+        cold = softmax_laplace(K_next, y, tol=1e-12)
+        assert warm.converged
+        assert abs(warm.log_z - cold.log_z) < 1e-9
+        np.testing.assert_allclose(warm.dlog_z_dK, cold.dlog_z_dK, atol=1e-7 * np.max(np.abs(cold.dlog_z_dK)))
+        np.testing.assert_allclose(warm.mean, cold.mean, atol=1e-8)
+
+
+def test_softmax_expected_prob_equals_the_generic_average():
+    """The compiled softmax LOO average equals the base class's (all classes' probabilities
+    averaged over the same draws, then normalised)."""
+    from pymc_gpc.likelihoods.multiclass import MulticlassLikelihood
+
+    rng = np.random.default_rng(10)
+    for c in (2, 3, 6):
+        mean = 3.0 * rng.normal(size=(30, c))
+        A = rng.normal(size=(30, c, c))
+        cov = A @ A.transpose(0, 2, 1) + 0.1 * np.eye(c)
+        y = rng.integers(0, c, 30)
+        fast = Softmax().expected_prob(y, mean, cov, size=512)
+        generic = MulticlassLikelihood.expected_prob(Softmax(), y, mean, cov, size=512)
+        np.testing.assert_allclose(fast, generic, rtol=1e-12)
+
+
+def test_softmax_laplace_refactorises_after_a_poor_cg_step(monkeypatch):
+    """A CG step that needs backtracking is not taken as convergence (backtracking can
+    shrink the change in f to nothing): the preconditioner is dropped and the Newton steps
+    go on from a new factorisation. Here the first CG answer points downhill (the exact
+    step reversed): without the rule the solve would stop at the warm start."""
+    from pymc_gpc.structures.multiclass import BlockPreconditioner
+
+    rng = np.random.default_rng(11)
+    c, n = 3, 40
+    X = rng.uniform(-3, 3, n)
+    y = rng.integers(0, c, n)
+    K = np.array([rbf(X, 1.0, 3.0)] * c)
+    first = softmax_laplace(K, y, tol=1e-12)
+    exact_solve = BlockPreconditioner.solve_other_weights
+    calls = []
+
+    def reversed_once(self, K, d, v, q, eps, eta=0.0, max_iter=20):
+        calls.append(1)
+        a_exact = exact_solve(self, K, d, v, q, eps, eta, max_iter)
+        return q - (a_exact - q) if len(calls) == 1 and a_exact is not None else a_exact
+
+    monkeypatch.setattr(BlockPreconditioner, "solve_other_weights", reversed_once)
+    warm = softmax_laplace(K * 1.5, y, state=first.state, tol=1e-8)
+    cold = softmax_laplace(K * 1.5, y, tol=1e-8)
+    assert calls and warm.converged
+    assert abs(warm.log_z - cold.log_z) < 1e-8
+    np.testing.assert_allclose(warm.mean, cold.mean, atol=1e-6)

@@ -315,6 +315,22 @@ def test_warm_starts_extrapolate_along_the_trajectory():
     assert ws.guess(np.zeros(0)) is ws.states[1]
 
 
+
+def test_warm_starts_keep_a_softmax_preconditioner_unextrapolated():
+    """The softmax state's preconditioner (a factorised posterior) is carried from the
+    nearest stored solution, not extrapolated; its representer weights are."""
+    from pymc_gpc.approximations.softmax_laplace import SoftmaxLaplaceState
+    from pymc_gpc.ops.marginal import WarmStarts
+
+    marker_a, marker_b = object(), object()
+    ws = WarmStarts()
+    ws.add(np.zeros(1), SoftmaxLaplaceState(np.full((2, 3), 1.0), marker_b))
+    ws.add(np.ones(1), SoftmaxLaplaceState(np.full((2, 3), 2.0), marker_a))
+    guess = ws.guess(np.array([2.0]))
+    np.testing.assert_allclose(guess.a, 3.0)
+    assert guess.preconditioner is marker_a
+    assert guess.copy().preconditioner is marker_a
+
 def test_recent_results_answer_repeated_points_exactly_and_only_those():
     from pymc_gpc.ops.marginal import RecentResults
 

@@ -283,8 +283,7 @@ def multinomial_probit_ep(K, y, likelihood=None, params=None, *, state=None, tol
     log_z = float(-post.half_logdet_B() + 0.5 * np.sum(h * mean) + np.sum(log_const) + np.sum(terms))
     dK = None
     if with_grad:
-        Rkk = post.R_diag_blocks()
-        dK = 0.5 * (b[:, :, None] * b[:, None, :] - Rkk)
+        dK = post.kernel_gradient([(b, b, 0.5)], -0.5)
     return ApproximationResult(
         method="ep-multinomial-probit",
         log_z=log_z,

@@ -23,6 +23,7 @@ smooth in the Gaussian's parameters.
 """
 
 import numpy as np
+from numba import njit
 from scipy.special import log_softmax
 
 from ..numerics.special import log_ndtr_array
@@ -48,6 +49,39 @@ def _standard_draws(c, size):
     return _DRAWS[c, size]
 
 
+def _cov_factor(cov):
+    """Cholesky factors (m, c, c) of m covariances, with a 1e-12 relative jitter."""
+    cov = np.asarray(cov, float)
+    c = cov.shape[-1]
+    jitter = 1e-12 * np.maximum(np.trace(cov, axis1=1, axis2=2) / c, 1e-300)
+    return np.linalg.cholesky(cov + jitter[:, None, None] * np.eye(c))
+
+
+@njit(nogil=True, cache=True)
+def _softmax_expected_prob(y, mean, L, Z):
+    """mean over the draws z of pi_{y_i}(mean_i + L_i z): the softmax's ``expected_prob``
+    in one compiled pass (only class y_i's probability, no (c, m, size) array)."""
+    m, c = mean.shape
+    out = np.empty(m)
+    f = np.empty(c)
+    for i in range(m):
+        yi = y[i]
+        acc = 0.0
+        for s in range(Z.shape[0]):
+            for k in range(c):
+                v = mean[i, k]
+                for j in range(k + 1):
+                    v += L[i, k, j] * Z[s, j]
+                f[k] = v
+            tot = 1.0
+            for k in range(c):
+                if k != yi:
+                    tot += np.exp(f[k] - f[yi])
+            acc += 1.0 / tot
+        out[i] = acc / Z.shape[0]
+    return out
+
+
 def _gaussian_draws(mean, cov, size):
     """Draws of f ~ N(mean[i], cov[i]) for each of m Gaussians, class-major: (c, m, size).
 
@@ -55,10 +89,8 @@ def _gaussian_draws(mean, cov, size):
     likelihoods' reductions over classes elementwise across c contiguous slabs (with the
     class axis last, numpy's reductions over 6 elements took 5x longer)."""
     mean = np.asarray(mean, float)
-    cov = np.asarray(cov, float)
     c = mean.shape[1]
-    jitter = 1e-12 * np.maximum(np.trace(cov, axis1=1, axis2=2) / c, 1e-300)
-    L = np.linalg.cholesky(cov + jitter[:, None, None] * np.eye(c))
+    L = _cov_factor(cov)
     Zt = _standard_draws(c, size).T
     F = np.empty((c, mean.shape[0], size))
     for k in range(c):
@@ -137,6 +169,13 @@ class Softmax(MulticlassLikelihood):
         e = np.exp(F - F.max(axis=0))
         e /= e.sum(axis=0)
         return e
+
+    def expected_prob(self, y, mean, cov, size=None):
+        """E[pi_{y_i}(f_i)] under f_i ~ N(mean[i], cov[i]) with the same draws as ``predict``
+        (whose rows sum to 1 draw by draw for the softmax, so no normalisation): (m,)."""
+        mean = np.ascontiguousarray(mean, dtype=float)
+        Z = _standard_draws(mean.shape[1], size or self.n_draws)
+        return _softmax_expected_prob(np.asarray(y, dtype=np.int64), mean, _cov_factor(cov), Z)
 
 
 class MultinomialProbit(MulticlassLikelihood):

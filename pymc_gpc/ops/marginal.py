@@ -222,6 +222,8 @@ def _extrapolate(sa, sb, t):
     """sa + t (sa - sb), field by field, or sa where that would turn a non-negative field negative."""
     moved = {}
     for field in dataclasses.fields(sa):
+        if not field.metadata.get("extrapolate", True):  # kept from sa (e.g. a preconditioner)
+            continue
         va, vb = getattr(sa, field.name), getattr(sb, field.name)
         v = va + t * (va - vb)
         if np.min(va) >= 0.0 > np.min(v):

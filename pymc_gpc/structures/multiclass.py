@@ -37,9 +37,10 @@ factorisations of n x n matrices plus O(c n^3) products; no cn x cn matrix is fo
 """
 
 import numpy as np
+from numba import njit
 from scipy.linalg.blas import dsyrk
 
-from .dense import LatentPosterior, chol_lower, chol_solve, inv_lower, lower_times
+from .dense import _IDENTITY_MIN, LatentPosterior, chol_lower, chol_solve, inv_lower, lower_times
 
 
 def _times(A, v):
@@ -47,7 +48,87 @@ def _times(A, v):
     return (A @ v[:, :, None])[:, :, 0]
 
 
-class CoupledBlockPosterior:
+@njit(nogil=True, cache=True)
+def _block_gradient(E, HtH, X, Y, coef, scale_R, out):
+    """out = scale_R (E - HtH) + sum_t coef_t (x_t y_t^T + y_t x_t^T) / 2, symmetric, in one
+    pass (E symmetric; HtH's lower triangle, the rest unread)."""
+    n = E.shape[0]
+    for j in range(n):
+        for i in range(j, n):
+            g = scale_R * (E[j, i] - HtH[i, j])
+            for t in range(X.shape[0]):
+                g += 0.5 * coef[t] * (X[t, i] * Y[t, j] + Y[t, i] * X[t, j])
+            out[i, j] = g
+            out[j, i] = g
+
+
+def coupled_W_times(d, f):
+    """W f = d * f - d (sum_k d_k f_k) / s per observation, for weights d (c, n)."""
+    return d * f - d * (np.sum(d * f, axis=0) / d.sum(axis=0))
+
+
+class BlockPreconditioner:
+    r"""R = (K + W^{-1})^{-1} = E - E R M^{-1} R^T E from the stack E (c, n, n) and L_M alone
+    (module docstring): what a posterior keeps to precondition later Newton steps."""
+
+    def __init__(self, E, LM):
+        self.E = E
+        self.LM = LM
+
+    def R_times(self, v):
+        """(K + W^{-1})^{-1} v = E v - E R M^{-1} R^T E v, for v (c, n)."""
+        Ev = _times(self.E, v)
+        t = chol_solve(self.LM, Ev.sum(axis=0))
+        return Ev - self.E @ t
+
+    def solve_other_weights(self, K, d, v, q, eps, eta=0.0, max_iter=20):
+        r"""Newton's update (I + W K)^{-1} v for a prior K and weights d other than this
+        posterior's, by conjugate gradients preconditioned with it; None if that takes
+        more than ``max_iter`` steps.
+
+        Solves (I + W K) q = v as the SPD system (K^{-1} + W) x = v in x = K q,
+        preconditioned by P = K - K R_0 K with this posterior's R_0 = (K_0 + W_0^{-1})^{-1}
+        (at K_0 = K, P = (K^{-1} + W_0)^{-1}). P r = K (r - R_0 K r) has a factored form,
+        so K^{-1} is never needed: the iterates are kept as q and K q. Each step costs
+        four stacked n x n mat-vecs instead of the c + 1 Cholesky factorisations of a new
+        posterior; where (K, d) is close to this posterior's (the later Newton steps, and
+        a warm start after a small move of the hyperparameters) a few steps suffice. At
+        K != K_0, P can be indefinite in directions of negligible prior variance; the
+        iteration is the same (only r^T P r = 0 stops it).
+
+        ``q`` is the start (the current a; K q the current f). Stops when P r, the
+        estimate of the remaining error in x, is at most max(eps, eta |x - x_start|) in
+        the max norm: eta is an inexact-Newton forcing term.
+        """
+        def precondition(r):
+            zq = r - self.R_times(_times(K, r))
+            return zq, _times(K, zq)
+
+        q = np.array(q, dtype=float)
+        r = v - q - coupled_W_times(d, _times(K, q))
+        zq, z = precondition(r)
+        rz = float(np.sum(r * z))
+        pq, p = zq, z
+        dx = np.zeros_like(q)
+        for _ in range(max_iter):
+            Ap = pq + coupled_W_times(d, p)
+            pAp = float(np.sum(p * Ap))
+            if not (pAp > 0.0 and rz != 0.0 and np.isfinite(rz)):
+                return None
+            alpha = rz / pAp
+            q += alpha * pq
+            dx += alpha * p
+            r = r - alpha * Ap
+            zq, z = precondition(r)
+            if np.max(np.abs(z)) <= max(eps, eta * np.max(np.abs(dx))):
+                return q
+            rz, rz_old = float(np.sum(r * z)), rz
+            beta = rz / rz_old
+            pq, p = zq + beta * pq, z + beta * p
+        return None
+
+
+class CoupledBlockPosterior(BlockPreconditioner):
     """q(f) = N(K a, (K^{-1} + W)^{-1}) with the block structure above.
 
     Parameters
@@ -62,9 +143,11 @@ class CoupledBlockPosterior:
         self.d = d
         self.s = d.sum(axis=0)
         self.blocks = [LatentPosterior(K[k], d[k]) for k in range(K.shape[0])]
-        self.E = np.array([b.R() for b in self.blocks])  # (c, n, n)
+        super().__init__(np.array([b.R().T for b in self.blocks]),  # (c, n, n); R is symmetric
+                         None)
         self.LM = chol_lower(self.E.sum(axis=0))
         self._H = None
+        self._LMi = None
 
     def half_logdet_B(self):
         r"""\tfrac12 \log|I + K W| (module docstring)."""
@@ -73,36 +156,65 @@ class CoupledBlockPosterior:
 
     def W_times(self, f):
         """W f = d * f - d (sum_k d_k f_k) / s, per observation."""
-        return self.d * f - self.d * (np.sum(self.d * f, axis=0) / self.s)
+        return coupled_W_times(self.d, f)
 
     def K_times(self, v):
         return _times(self.K, v)
 
-    def R_times(self, v):
-        """(K + W^{-1})^{-1} v = E v - E R M^{-1} R^T E v, for v (c, n)."""
-        Ev = _times(self.E, v)
-        t = chol_solve(self.LM, Ev.sum(axis=0))
-        return Ev - self.E @ t
+    def preconditioner(self):
+        """This posterior's E and L_M, to precondition later solves (``solve_other_weights``)."""
+        return BlockPreconditioner(self.E, self.LM)
 
     def weights(self, v):
         """(I - (K + W^{-1})^{-1} K) v: the Newton update a from v = W f + g (Alg. 3.3)."""
         return v - self.R_times(self.K_times(v))
 
     @property
+    def LMi(self):
+        """L_M^{-1}, computed once."""
+        if self._LMi is None:
+            self._LMi = inv_lower(self.LM)
+        return self._LMi
+
+    @property
     def H(self):
-        """H_k = L_M^{-1} E_k, (c, n, n), computed once."""
+        """H_k = L_M^{-1} E_k, c Fortran-ordered (n, n) arrays, computed once."""
         if self._H is None:
-            LMi = inv_lower(self.LM)
-            self._H = np.array([lower_times(LMi, Ek) for Ek in self.E])
+            self._H = [lower_times(self.LMi, Ek) for Ek in self.E]
         return self._H
 
-    def R_diag_blocks(self):
-        """The diagonal blocks (K + W^{-1})^{-1}_{kk} = E_k - E_k M^{-1} E_k = E_k - H_k^T H_k:
-        (c, n, n), H_k^T H_k by BLAS dsyrk (half the flops of a product)."""
+    def _G(self, k):
+        r"""G_k = L_M^{-1} E_k K_k without the product: E_k K_k = I - E_k D_k^{-1}.
+
+        (E_k D_k^{-1} = D^{1/2} B_k^{-1} D^{-1/2}, and I - B_k^{-1} = B_k^{-1} D^{1/2} K_k
+        D^{1/2}.) So G_k = L_M^{-1} - H_k D_k^{-1}, O(n^2). Where d_j K_jj is small the
+        subtraction loses digits (as for the binary marginal variances,
+        ``structures.dense``): those columns are H_k K_k[:, j] by a product.
+        """
+        d, Kk, Hk = self.d[k], self.K[k], self.H[k]
+        direct = d * np.diagonal(Kk) < _IDENTITY_MIN
+        with np.errstate(divide="ignore", invalid="ignore"):
+            G = self.LMi - Hk / d
+        if np.any(direct):
+            G[:, direct] = Hk @ Kk[:, direct]
+        return G
+
+    def kernel_gradient(self, outer, scale_R):
+        r"""G_k = sum_t c_t (x_tk y_tk^T + y_tk x_tk^T) / 2 + scale_R R_kk for every class: the
+        gradient in each K_k (as ``structures.dense``'s, with (c, n) vectors). (c, n, n).
+
+        R_kk = (K + W^{-1})^{-1}_{kk} = E_k - E_k M^{-1} E_k = E_k - H_k^T H_k, the only
+        blocks of R a block-diagonal K needs; H_k^T H_k by BLAS dsyrk (half the flops of a
+        product), the rest in one compiled pass.
+        """
+        X = np.array([np.asarray(x, dtype=float) for x, _, _ in outer])  # (t, c, n)
+        Y = np.array([np.asarray(y, dtype=float) for _, y, _ in outer])
+        coef = np.array([float(w) for _, _, w in outer])
         out = np.empty_like(self.E)
         for k, Hk in enumerate(self.H):
-            HtH = dsyrk(1.0, Hk, trans=1, lower=1)  # lower triangle of H_k^T H_k, zeros above
-            np.subtract(self.E[k], HtH + np.tril(HtH, -1).T, out=out[k])
+            HtH = dsyrk(1.0, Hk, trans=1, lower=1)  # lower triangle of H_k^T H_k
+            _block_gradient(self.E[k], HtH, np.ascontiguousarray(X[:, k]), np.ascontiguousarray(Y[:, k]),
+                            coef, float(scale_R), out[k])
         return out
 
     def site_covariances(self):
@@ -112,11 +224,11 @@ class CoupledBlockPosterior:
         delta_kl diag(K_k - K_k E_k K_k) + diag(K_k E_k M^{-1} E_l K_l). The first term is
         the marginal variance of class k's own posterior (K_k^{-1} + D_k)^{-1}
         (``LatentPosterior.var_diag``, O(n^2)); the second is diag(G_k^T G_l) with
-        G_k = L_M^{-1} E_k K_k = H_k K_k.
+        G_k = L_M^{-1} E_k K_k (``_G``: O(n^2) given H_k).
         """
         c, n = self.d.shape
         own = np.array([b.var_diag() for b in self.blocks])  # (c, n)
-        G = self.H @ self.K  # (c, n, n)
+        G = np.array([self._G(k) for k in range(c)])  # (c, n, n)
         S = np.einsum("kmi,lmi->ikl", G, G, optimize=True)
         S[:, np.arange(c), np.arange(c)] += own.T
         return S
@@ -130,8 +242,7 @@ class CoupledBlockPosterior:
         c, _, m = K_cross.shape
         mean = _times(np.transpose(K_cross, (0, 2, 1)), a)
         P = self.E @ K_cross  # E_k k_k*
-        LMi = inv_lower(self.LM)
-        Q = np.array([lower_times(LMi, Pk) for Pk in P])
+        Q = np.array([lower_times(self.LMi, Pk) for Pk in P])
         if not full_cov:
             cov = np.einsum("kjm,ljm->mkl", Q, Q, optimize=True)
             own = k_star - np.einsum("kim,kim->km", K_cross, P)
