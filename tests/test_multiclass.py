@@ -346,16 +346,20 @@ def test_site_covariances_match_the_dense_posterior():
         np.testing.assert_allclose(S[i], Sigma[np.ix_(idx, idx)], rtol=1e-9, atol=1e-12)
 
 
-def test_block_preconditioner_solves_newton_steps():
+@pytest.mark.parametrize("amplitudes", [(4.0, 4.0, 4.0), (4.0, 1.0, 9.0)])
+def test_block_preconditioner_solves_newton_steps(amplitudes):
     """CG preconditioned with a posterior at other weights, and at a kernel 3 % away,
-    returns the exact Newton update; with too few steps it declines (None)."""
-    from pymc_gpc.structures.multiclass import CoupledBlockPosterior, coupled_W_times
+    returns the exact Newton update; with too few steps it declines (None). A shared
+    kernel (``block_times``' single product) and per-class kernels."""
+    from pymc_gpc.structures.multiclass import CoupledBlockPosterior, block_times, coupled_W_times
 
     rng = np.random.default_rng(8)
     c, n = 3, 40
     X = rng.uniform(-3, 3, n)
-    K0 = np.array([rbf(X, 1.0, 4.0)] * c)
-    K = np.array([rbf(X, 1.03, 4.0)] * c)
+    K0 = np.array([rbf(X, 1.0, v) for v in amplitudes])
+    K = np.array([rbf(X, 1.03, v) for v in amplitudes])
+    u = rng.normal(size=(c, n))
+    np.testing.assert_allclose(block_times(K)(u), np.einsum("kij,kj->ki", K, u), rtol=1e-12, atol=1e-12)
     d0 = _softmax_weights(rng, c, n, 2.0)
     d = np.clip(d0 * np.exp(0.3 * rng.normal(size=d0.shape)), 1e-300, None)
     d /= d.sum(axis=0)
@@ -364,10 +368,10 @@ def test_block_preconditioner_solves_newton_steps():
     exact = CoupledBlockPosterior(K, d).weights(v)
     for K_pre in (K, K0):
         pre = CoupledBlockPosterior(K_pre, d0).preconditioner()
-        q = pre.solve_other_weights(K, d, v, a, eps=1e-12, max_iter=60)
+        q = pre.solve_other_weights(block_times(K), d, v, a, eps=1e-12, max_iter=60)
         assert q is not None
         np.testing.assert_allclose(q, exact, rtol=1e-8, atol=1e-8 * np.max(np.abs(exact)))
-        assert pre.solve_other_weights(K, d, v, a, eps=1e-12, max_iter=1) is None
+        assert pre.solve_other_weights(block_times(K), d, v, a, eps=1e-12, max_iter=1) is None
 
 
 def test_softmax_laplace_warm_start_factorises_once(monkeypatch):
@@ -438,9 +442,9 @@ def test_softmax_laplace_refactorises_after_a_poor_cg_step(monkeypatch):
     exact_solve = BlockPreconditioner.solve_other_weights
     calls = []
 
-    def reversed_once(self, K, d, v, q, eps, eta=0.0, max_iter=20):
+    def reversed_once(self, K_times, d, v, q, eps, eta=0.0, max_iter=20):
         calls.append(1)
-        a_exact = exact_solve(self, K, d, v, q, eps, eta, max_iter)
+        a_exact = exact_solve(self, K_times, d, v, q, eps, eta, max_iter)
         return q - (a_exact - q) if len(calls) == 1 and a_exact is not None else a_exact
 
     monkeypatch.setattr(BlockPreconditioner, "solve_other_weights", reversed_once)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..likelihoods.multiclass import MulticlassLikelihood, Softmax
-from ..structures.multiclass import CoupledBlockPosterior, coupled_W_times
+from ..structures.multiclass import CoupledBlockPosterior, block_times, coupled_W_times
 from ..validation import check_kernel_matrix
 from .laplace import newton_converged
 from .result import ApproximationResult
@@ -128,7 +128,8 @@ def softmax_laplace(K, y, likelihood=None, params=None, *, state=None, tol=1e-10
     a = np.zeros((c, n)) if state is None else np.array(state.a, dtype=float)
     if a.shape != (c, n):
         raise ValueError(f"warm-start state has shape {a.shape}, data needs {(c, n)}")
-    f = (K @ a[:, :, None])[:, :, 0]
+    K_times = block_times(K)
+    f = K_times(a)
     lp, pi = likelihood.log_lik(y, f)
     psi = _psi(a, f, lp)
     if state is not None and not psi >= -n * np.log(c):
@@ -146,7 +147,7 @@ def softmax_laplace(K, y, likelihood=None, params=None, *, state=None, tol=1e-10
         v = coupled_W_times(pi, f) + Y - pi
         scale = 1.0 + np.max(np.abs(f))
         a_newton = None if pre is None else pre.solve_other_weights(
-            K, pi, v, a, eps=_CG_TOL * tol * scale, eta=min(_CG_ETA, change / scale), max_iter=_CG_STEPS)
+            K_times, pi, v, a, eps=_CG_TOL * tol * scale, eta=min(_CG_ETA, change / scale), max_iter=_CG_STEPS)
         by_cg = a_newton is not None
         if not by_cg:
             post = CoupledBlockPosterior(K, pi)
@@ -156,7 +157,7 @@ def softmax_laplace(K, y, likelihood=None, params=None, *, state=None, tol=1e-10
         step = 1.0
         for _ in range(40):  # backtracking: Psi must not decrease
             a_try = a + step * da
-            f_try = (K @ a_try[:, :, None])[:, :, 0]
+            f_try = K_times(a_try)
             lp_try, pi_try = likelihood.log_lik(y, f_try)
             psi_try = _psi(a_try, f_try, lp_try)
             if psi_try >= psi - 1e-12 * abs(psi):

@@ -62,6 +62,16 @@ def _block_gradient(E, HtH, X, Y, coef, scale_R, out):
             out[j, i] = g
 
 
+def block_times(K):
+    """The product v -> (K_k v_k)_k, v (c, n), for the stack K (c, n, n): one BLAS product
+    with K_1 when every K_k equals it (a kernel shared by the classes; the stack is then
+    read once instead of c times), else c mat-vecs."""
+    if all(np.array_equal(K[0], K[k]) for k in range(1, K.shape[0])):
+        K0 = K[0]
+        return lambda v: (K0 @ v.T).T
+    return lambda v: _times(K, v)
+
+
 def coupled_W_times(d, f):
     """W f = d * f - d (sum_k d_k f_k) / s per observation, for weights d (c, n)."""
     return d * f - d * (np.sum(d * f, axis=0) / d.sum(axis=0))
@@ -81,8 +91,9 @@ class BlockPreconditioner:
         t = chol_solve(self.LM, Ev.sum(axis=0))
         return Ev - self.E @ t
 
-    def solve_other_weights(self, K, d, v, q, eps, eta=0.0, max_iter=20):
-        r"""Newton's update (I + W K)^{-1} v for a prior K and weights d other than this
+    def solve_other_weights(self, K_times, d, v, q, eps, eta=0.0, max_iter=20):
+        r"""Newton's update (I + W K)^{-1} v for a prior K (``K_times``: its product, as from
+        ``block_times``) and weights d other than this
         posterior's, by conjugate gradients preconditioned with it; None if that takes
         more than ``max_iter`` steps.
 
@@ -101,11 +112,11 @@ class BlockPreconditioner:
         the max norm: eta is an inexact-Newton forcing term.
         """
         def precondition(r):
-            zq = r - self.R_times(_times(K, r))
-            return zq, _times(K, zq)
+            zq = r - self.R_times(K_times(r))
+            return zq, K_times(zq)
 
         q = np.array(q, dtype=float)
-        r = v - q - coupled_W_times(d, _times(K, q))
+        r = v - q - coupled_W_times(d, K_times(q))
         zq, z = precondition(r)
         rz = float(np.sum(r * z))
         pq, p = zq, z
