@@ -374,6 +374,15 @@ def test_block_preconditioner_solves_newton_steps(amplitudes):
         assert pre.solve_other_weights(block_times(K), d, v, a, eps=1e-12, max_iter=1) is None
 
 
+def _solved_three_class_problem(seed, n):
+    """A random 3-class problem on a line with a shared RBF kernel, and its tight solve."""
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-3, 3, n)
+    y = rng.integers(0, 3, n)
+    K = np.array([rbf(X, 1.0, 3.0)] * 3)
+    return K, y, softmax_laplace(K, y, tol=1e-12)
+
+
 def test_softmax_laplace_warm_start_factorises_once(monkeypatch):
     """A warm start near the last mode takes its Newton steps by CG (one factorisation, at
     the mode) and ends where a cold solve does; far from it (a kernel 3x larger), or with
@@ -381,12 +390,7 @@ def test_softmax_laplace_warm_start_factorises_once(monkeypatch):
     same."""
     from pymc_gpc.approximations import softmax_laplace as module
 
-    rng = np.random.default_rng(9)
-    c, n = 3, 60
-    X = rng.uniform(-3, 3, n)
-    y = rng.integers(0, c, n)
-    K = np.array([rbf(X, 1.0, 3.0)] * c)
-    first = softmax_laplace(K, y, tol=1e-12)
+    K, y, first = _solved_three_class_problem(seed=9, n=60)
     built = []
     original = module.CoupledBlockPosterior
 
@@ -433,12 +437,7 @@ def test_softmax_laplace_refactorises_after_a_poor_cg_step(monkeypatch):
     step reversed): without the rule the solve would stop at the warm start."""
     from pymc_gpc.structures.multiclass import BlockPreconditioner
 
-    rng = np.random.default_rng(11)
-    c, n = 3, 40
-    X = rng.uniform(-3, 3, n)
-    y = rng.integers(0, c, n)
-    K = np.array([rbf(X, 1.0, 3.0)] * c)
-    first = softmax_laplace(K, y, tol=1e-12)
+    K, y, first = _solved_three_class_problem(seed=11, n=40)
     exact_solve = BlockPreconditioner.solve_other_weights
     calls = []
 
