@@ -93,9 +93,8 @@ class BlockPreconditioner:
 
     def solve_other_weights(self, K_times, d, v, q, eps, eta=0.0, max_iter=20):
         r"""Newton's update (I + W K)^{-1} v for a prior K (``K_times``: its product, as from
-        ``block_times``) and weights d other than this
-        posterior's, by conjugate gradients preconditioned with it; None if that takes
-        more than ``max_iter`` steps.
+        ``block_times``) and weights d other than this posterior's, by conjugate gradients
+        preconditioned with it; None if that takes more than ``max_iter`` steps.
 
         Solves (I + W K) q = v as the SPD system (K^{-1} + W) x = v in x = K q,
         preconditioned by P = K - K R_0 K with this posterior's R_0 = (K_0 + W_0^{-1})^{-1}
@@ -154,9 +153,8 @@ class CoupledBlockPosterior(BlockPreconditioner):
         self.d = d
         self.s = d.sum(axis=0)
         self.blocks = [LatentPosterior(K[k], d[k]) for k in range(K.shape[0])]
-        super().__init__(np.array([b.R().T for b in self.blocks]),  # (c, n, n); R is symmetric
-                         None)
-        self.LM = chol_lower(self.E.sum(axis=0))
+        E = np.array([b.R().T for b in self.blocks])  # (c, n, n); R is symmetric
+        super().__init__(E, chol_lower(E.sum(axis=0)))
         self._H = None
         self._LMi = None
 
