@@ -295,6 +295,29 @@ def test_multinomial_probit_ep_gradient_shared_kernel_and_warm_start():
     assert warm.n_iter < cold.n_iter and abs(warm.log_z - cold.log_z) < 1e-8
 
 
+
+def test_multinomial_probit_ep_anderson_keeps_the_fixed_point(monkeypatch):
+    """Anderson acceleration of the outer sweeps ends at the plain iteration's fixed point
+    in fewer sweeps; an extrapolation with negative site precisions (forced here) is
+    replaced by the map's value and the answer is unchanged."""
+    from pymc_gpc.approximations import ep as ep_module
+    from pymc_gpc.approximations import multinomial_probit_ep as module
+
+    rng = np.random.default_rng(12)
+    X = rng.uniform(-2, 2, 30)
+    y = rng.integers(0, 3, 30)
+    K = np.array([rbf(X, 0.8, 6.0)] * 3)
+    fast = multinomial_probit_ep(K, y, tol=1e-10)
+    monkeypatch.setattr(module, "_ANDERSON_MEMORY", 0)
+    plain = multinomial_probit_ep(K, y, tol=1e-10)
+    assert fast.converged and plain.converged and fast.n_iter < plain.n_iter
+    assert abs(fast.log_z - plain.log_z) < 1e-9
+    np.testing.assert_allclose(fast.state.tau, plain.state.tau, atol=1e-7)
+    monkeypatch.setattr(module, "_ANDERSON_MEMORY", 5)
+    monkeypatch.setattr(ep_module._Anderson, "step", lambda self, g, f: -np.abs(g) - 1.0)
+    guarded = multinomial_probit_ep(K, y, tol=1e-10)
+    assert guarded.converged and abs(guarded.log_z - plain.log_z) < 1e-9
+
 def test_multinomial_probit_likelihood_two_classes_closed_form():
     F = np.array([[0.3, -1.2, 2.0], [0.0, 0.5, -1.0]])
     p = np.exp(MultinomialProbit().log_prob_all(F))

@@ -26,7 +26,11 @@ softmax structure of ``structures.multiclass.CoupledBlockPosterior``: a sweep co
 Cholesky factorisations of n x n matrices plus O(c n^3) products.
 
 The outer updates are parallel (all cavities from one posterior), damped in the inner
-site parameters. The evidence is EP's (the free energy of EP on the (f, u) model, whose
+site parameters, and Anderson-accelerated as binary parallel EP is (``ep._Anderson``, on
+the inner sites; an extrapolation with negative site precisions the map does not have is
+replaced by the map's value): 11-14 instead of 17-22 sweeps from a cold start at
+n = 200, 8-11 instead of 13-17 warm (c = 3 and 6, amplitudes 2 and 20, tol 1e-8), the
+same fixed point (log Z within 1e-12). The evidence is EP's (the free energy of EP on the (f, u) model, whose
 fixed point nested EP reaches when the inner EP converges):
 
 .. math::
@@ -48,6 +52,7 @@ from numba import njit
 from ..likelihoods.multiclass import MulticlassLikelihood, MultinomialProbit
 from ..numerics.special import inv_mills, log_ndtr
 from ..structures.multiclass import CoupledBlockPosterior
+from .ep import _ANDERSON_MEMORY, _Anderson
 from .result import ApproximationResult
 from .softmax_laplace import check_multiclass_inputs
 
@@ -262,6 +267,7 @@ def multinomial_probit_ep(K, y, likelihood=None, params=None, *, state=None, tol
         if tau.shape != (n, c - 1) or nu.shape != (n, c - 1):
             raise ValueError(f"warm-start state has shape {tau.shape}, data needs {(n, c - 1)}")
     change, sweeps = np.inf, 0
+    aa = _Anderson(_ANDERSON_MEMORY)
     while sweeps < max_sweeps:
         sweeps += 1
         post, b, mean, S, d, h = _posterior(K, y, tau, nu)
@@ -272,9 +278,15 @@ def multinomial_probit_ep(K, y, likelihood=None, params=None, *, state=None, tol
         new_nu = damping * new_nu + (1.0 - damping) * nu
         change = float(max(np.max(np.abs(new_tau - tau) / (1.0 + np.abs(new_tau))),
                            np.max(np.abs(new_nu - nu) / (1.0 + np.abs(new_nu)))))
-        tau, nu = new_tau, new_nu
-        if change <= tol:
+        if change <= tol or not np.isfinite(change):
+            tau, nu = new_tau, new_nu
             break
+        g = np.concatenate([new_tau.ravel(), new_nu.ravel()])
+        x = aa.step(g, g - np.concatenate([tau.ravel(), nu.ravel()]))
+        tau, nu = x[:tau.size].reshape(tau.shape), x[tau.size:].reshape(nu.shape)
+        if np.min(tau) < 0.0 <= np.min(new_tau) or not np.all(np.isfinite(x)):
+            aa.reset()  # the extrapolation left the map's domain: take the map's value
+            tau, nu = new_tau, new_nu
     post, b, mean, S, d, h = _posterior(K, y, tau, nu)
     m, C = _cavities(mean, S, d, h)
     # the site terms at the final sites (tau, nu unchanged by a converged inner EP)
