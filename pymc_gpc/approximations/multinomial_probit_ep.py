@@ -30,8 +30,12 @@ site parameters, and Anderson-accelerated as binary parallel EP is (``ep._Anders
 the inner sites; an extrapolation with negative site precisions the map does not have is
 replaced by the map's value): 11-14 instead of 17-22 sweeps from a cold start at
 n = 200, 8-11 instead of 13-17 warm (c = 3 and 6, amplitudes 2 and 20, tol 1e-8), the
-same fixed point (log Z within 1e-12). The evidence is EP's (the free energy of EP on the (f, u) model, whose
-fixed point nested EP reaches when the inner EP converges):
+same fixed point (log Z within 1e-12). At Forensic Glass's amplitudes (mean diag K in the
+hundreds) the damped map alone oscillates and did not converge in 100 sweeps at 64 of the
+70 points of one MAP-II fit; accelerated, all converged within 26.
+
+The evidence is EP's (the free energy of EP on the (f, u) model, whose fixed point nested
+EP reaches when the inner EP converges):
 
 .. math::
 
@@ -278,8 +282,8 @@ def multinomial_probit_ep(K, y, likelihood=None, params=None, *, state=None, tol
         new_nu = damping * new_nu + (1.0 - damping) * nu
         change = float(max(np.max(np.abs(new_tau - tau) / (1.0 + np.abs(new_tau))),
                            np.max(np.abs(new_nu - nu) / (1.0 + np.abs(new_nu)))))
-        if change <= tol or not np.isfinite(change):
-            tau, nu = new_tau, new_nu
+        if change <= tol or not np.isfinite(change) or sweeps == max_sweeps:
+            tau, nu = new_tau, new_nu  # the map's value, not an extrapolation
             break
         g = np.concatenate([new_tau.ravel(), new_nu.ravel()])
         x = aa.step(g, g - np.concatenate([tau.ravel(), nu.ravel()]))
