@@ -163,10 +163,6 @@ class CoupledBlockPosterior(BlockPreconditioner):
         return (sum(b.half_logdet_B() for b in self.blocks) + float(np.sum(np.log(np.diag(self.LM))))
                 - 0.5 * float(np.sum(np.log(self.s))))
 
-    def W_times(self, f):
-        """W f = d * f - d (sum_k d_k f_k) / s, per observation."""
-        return coupled_W_times(self.d, f)
-
     def K_times(self, v):
         return _times(self.K, v)
 
