@@ -157,14 +157,25 @@ def marginal_variances(K, w, sw, Li):
 def outer_minus_R(b, Li, sw, scale):
     """scale (b b^T - R), R = W^{1/2} L^{-T} L^{-1} W^{1/2}, in one pass after dlauum."""
     n = b.shape[0]
-    out = Li.T.copy().T  # Fortran-ordered copy of L^{-1}
+    out = np.empty((n, n)).T  # Fortran-ordered
+    outer_minus_R_into(b, Li, sw, scale, out)
+    return out
+
+
+@njit(nogil=True, cache=True)
+def outer_minus_R_into(b, Li, sw, scale, out):
+    """``outer_minus_R`` written into a Fortran-ordered (n, n) ``out`` (e.g. one class's slot
+    of a stack, ``structures.multiclass``)."""
+    n = b.shape[0]
+    for j in range(n):
+        for i in range(n):
+            out[i, j] = Li[i, j]
     info = lapack.lauum_lower(out)  # B^{-1} = L^{-T} L^{-1}; cannot fail for a triangular factor
     if info != 0:
         out[:, :] = np.nan
     for j in range(n):
         for i in range(n):
             out[i, j] = scale * (b[i] * b[j] - sw[i] * out[i, j] * sw[j])
-    return out
 
 
 class _KernelGradient:
@@ -251,10 +262,14 @@ class LatentPosterior(_KernelGradient):
         V = lower_times(self.Li, self.sw[:, None] * self.K)
         return self.K - V.T @ V
 
-    def R(self):
-        r"""R = W^{1/2} B^{-1} W^{1/2} = (K + W^{-1})^{-1}, symmetric, dense."""
+    def R(self, out=None):
+        r"""R = W^{1/2} B^{-1} W^{1/2} = (K + W^{-1})^{-1}, symmetric, dense; written into
+        ``out`` (a Fortran-ordered (n, n) array) where given."""
         no_outer = np.zeros(self.w.shape[0])
-        return outer_minus_R(no_outer, self.Li, self.sw, -1.0)  # -(0 0^T - R)
+        if out is None:
+            return outer_minus_R(no_outer, self.Li, self.sw, -1.0)  # -(0 0^T - R)
+        outer_minus_R_into(no_outer, self.Li, self.sw, -1.0, out)
+        return out
 
     def ep_gradient(self, b):
         r"""dlog Z_EP / dK = (b b^T - R) / 2 at EP's fixed point (``ep`` module docstring)."""

@@ -40,6 +40,7 @@ import numpy as np
 from numba import njit
 from scipy.linalg.blas import dsyrk
 
+from ..numerics import lapack
 from .dense import _IDENTITY_MIN, LatentPosterior, chol_lower, chol_solve, inv_lower, lower_times
 
 
@@ -60,6 +61,34 @@ def _block_gradient(E, HtH, X, Y, coef, scale_R, out):
                 g += 0.5 * coef[t] * (X[t, i] * Y[t, j] + Y[t, i] * X[t, j])
             out[i, j] = g
             out[j, i] = g
+
+
+@njit(nogil=True, cache=True)
+def _site_covariance_blocks(LMi, Ht, d, index, Gd):
+    """S[i, k, l] = G_k[:, i] . G_l[:, i] with G_k = L_M^{-1} - H_k D_k^{-1}
+    (``CoupledBlockPosterior.site_covariances``), each column of G_k formed once, in a buffer, from
+    L_M^{-1} (Fortran-ordered) and Ht[k, i, :] = H_k[:, i]; a column with
+    index[k, i] >= 0 is Gd[index[k, i]] instead (the direct product). (n, c, c)."""
+    c, n = d.shape
+    S = np.empty((n, c, c))
+    g = np.empty((c, n))
+    for i in range(n):
+        for k in range(c):
+            j = index[k, i]
+            if j >= 0:
+                g[k, :] = Gd[j]
+            else:
+                inv = 1.0 / d[k, i]
+                for m in range(n):
+                    g[k, m] = LMi[m, i] - Ht[k, i, m] * inv
+        for k in range(c):
+            for l in range(k, c):
+                acc = 0.0
+                for m in range(n):
+                    acc += g[k, m] * g[l, m]
+                S[i, k, l] = acc
+                S[i, l, k] = acc
+    return S
 
 
 def block_times(K):
@@ -153,9 +182,11 @@ class CoupledBlockPosterior(BlockPreconditioner):
         self.d = d
         self.s = d.sum(axis=0)
         self.blocks = [LatentPosterior(K[k], d[k]) for k in range(K.shape[0])]
-        E = np.array([b.R().T for b in self.blocks])  # (c, n, n); R is symmetric
+        E = np.empty(K.shape)  # (c, n, n), each E_k written in place (symmetric: E[k].T is E_k)
+        for k, b in enumerate(self.blocks):
+            b.R(out=E[k].T)
         super().__init__(E, chol_lower(E.sum(axis=0)))
-        self._H = None
+        self._H = self._Ht = None
         self._LMi = None
 
     def half_logdet_B(self):
@@ -183,26 +214,14 @@ class CoupledBlockPosterior(BlockPreconditioner):
 
     @property
     def H(self):
-        """H_k = L_M^{-1} E_k, c Fortran-ordered (n, n) arrays, computed once."""
+        """H_k = L_M^{-1} E_k, c Fortran-ordered (n, n) arrays, computed once: the
+        transposes of the slots of one C-ordered stack ``_Ht`` (Ht[k, i, :] = H_k[:, i])."""
         if self._H is None:
-            self._H = [lower_times(self.LMi, Ek) for Ek in self.E]
+            Ht = self.E.copy()  # E_k symmetric: the Fortran view Ht[k].T holds E_k
+            for k in range(Ht.shape[0]):
+                lapack.trmm_lower_left(self.LMi, Ht[k].T)
+            self._Ht, self._H = Ht, [Ht[k].T for k in range(Ht.shape[0])]
         return self._H
-
-    def _G(self, k):
-        r"""G_k = L_M^{-1} E_k K_k without the product: E_k K_k = I - E_k D_k^{-1}.
-
-        (E_k D_k^{-1} = D^{1/2} B_k^{-1} D^{-1/2}, and I - B_k^{-1} = B_k^{-1} D^{1/2} K_k
-        D^{1/2}.) So G_k = L_M^{-1} - H_k D_k^{-1}, O(n^2). Where d_j K_jj is small the
-        subtraction loses digits (as for the binary marginal variances,
-        ``structures.dense``): those columns are H_k K_k[:, j] by a product.
-        """
-        d, Kk, Hk = self.d[k], self.K[k], self.H[k]
-        direct = d * np.diagonal(Kk) < _IDENTITY_MIN
-        with np.errstate(divide="ignore", invalid="ignore"):
-            G = self.LMi - Hk / d
-        if np.any(direct):
-            G[:, direct] = Hk @ Kk[:, direct]
-        return G
 
     def kernel_gradient(self, outer, scale_R):
         r"""G_k = sum_t c_t (x_tk y_tk^T + y_tk x_tk^T) / 2 + scale_R R_kk for every class: the
@@ -229,12 +248,21 @@ class CoupledBlockPosterior(BlockPreconditioner):
         delta_kl diag(K_k - K_k E_k K_k) + diag(K_k E_k M^{-1} E_l K_l). The first term is
         the marginal variance of class k's own posterior (K_k^{-1} + D_k)^{-1}
         (``LatentPosterior.var_diag``, O(n^2)); the second is diag(G_k^T G_l) with
-        G_k = L_M^{-1} E_k K_k (``_G``: O(n^2) given H_k).
+        G_k = L_M^{-1} E_k K_k, formed without the product: E_k K_k = I - E_k D_k^{-1}
+        (E_k D_k^{-1} = D^{1/2} B_k^{-1} D^{-1/2}, and I - B_k^{-1} = B_k^{-1} D^{1/2} K_k
+        D^{1/2}), so G_k = L_M^{-1} - H_k D_k^{-1}, O(n^2) given H_k. Where d_j K_jj is
+        small the subtraction loses digits (as for the binary marginal variances,
+        ``structures.dense``): those columns are H_k K_k[:, j] by a product. The c (c + 1) / 2
+        column dot products per i run in one compiled pass (``_site_covariance_blocks``).
         """
         c, n = self.d.shape
         own = np.array([b.var_diag() for b in self.blocks])  # (c, n)
-        G = np.array([self._G(k) for k in range(c)])  # (c, n, n)
-        S = np.einsum("kmi,lmi->ikl", G, G, optimize=True)
+        H = self.H
+        direct = self.d * np.diagonal(self.K, axis1=1, axis2=2) < _IDENTITY_MIN  # the product's columns
+        index = np.full((c, n), -1, dtype=np.int64)
+        index[direct] = np.arange(np.count_nonzero(direct))
+        Gd = np.concatenate([(H[k] @ self.K[k][:, direct[k]]).T for k in range(c)] + [np.empty((0, n))])
+        S = _site_covariance_blocks(self.LMi, self._Ht, self.d, index, np.ascontiguousarray(Gd))
         S[:, np.arange(c), np.arange(c)] += own.T
         return S
 
