@@ -144,6 +144,27 @@ def test_map_matches_find_map(small_problem):
     assert type2.log_evidence > result.log_evidence
 
 
+@pytest.mark.parametrize("approximation", ["ep", "laplace"])
+def test_fit_point_deterministics_equal_the_models_graph(small_problem, approximation):
+    """``fit`` evaluates the evidence terms' deterministics (y_loo, ...) at the optimum from the
+    objective's warm state and puts them into the graph as constants: the values must be the
+    model's own compiled deterministics there (cold solve), and the evaluation warm."""
+    X, y = small_problem
+    # a tight EP tolerance in the Op (its sampling default 1e-2 leaves ~1e-3 between starts)
+    model, _ = _rbf_model(X, y, approximation, **({"tol": 1e-8} if approximation == "ep" else {}))
+    result = pymc_gpc.fit(model, method="map", progressbar=False)
+    outs = model.unobserved_value_vars
+    fn = model.compile_fn(outs, inputs=model.value_vars, point_fn=False, on_unused_input="ignore")
+    pymc_gpc.reset_warm_starts()
+    reference = dict(zip([v.name for v in outs], fn(**{v.name: result.point[v.name] for v in model.value_vars})))
+    assert set(reference) <= set(result.point)
+    np.testing.assert_allclose(result.point["y_loo"], reference["y_loo"], rtol=1e-6, atol=1e-8)
+    assert result.point["y_status"] == reference["y_status"] == 0
+    assert 1 <= result.point["y_n_iter"] < reference["y_n_iter"]
+    for name in ("log_v0", "log_ls", "log_ls_log__") if "log_ls_log__" in reference else ("log_v0", "log_ls"):
+        np.testing.assert_array_equal(result.point[name], reference[name])
+
+
 # -- EM-EP ---------------------------------------------------------------------------------
 
 
