@@ -1,6 +1,7 @@
 """A new model's first ``fit``: kernel/pullback graphs compiled by numba against
-``point_estimates.FIT_MODE`` (PyTensor's FAST_COMPILE, with ``python_vm``'s rewrite since
-2026-11-25), each in a fresh process.
+``point_estimates.FIT_MODE`` / ``FIT_FORWARD_MODE`` (PyTensor's Python linker; the pullback
+with FAST_COMPILE's rewrites and ``python_vm``'s clip rewrite, the kernels with the merge
+and clip rewrites only), each in a fresh process.
 
 Each run fits a model numba has not seen (Pima.tr rows subsampled with a fresh seed, so
 no on-disk cache holds its graphs; the engine's own numba code is cached), twice: the
@@ -22,7 +23,8 @@ from pymc_gpc import point_estimates
 from pymc_gpc.datasets import load_pima
 
 mode, seed, approximation = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-point_estimates.FIT_MODE = None if mode == "numba" else point_estimates.FIT_MODE
+if mode == "numba":  # both graphs (the kernels' and the pullback's) through numba
+    point_estimates.FIT_MODE = point_estimates.FIT_FORWARD_MODE = None
 d = load_pima()
 rows = np.random.default_rng(seed).choice(len(d.y_train), 190, replace=False)
 lik = pymc_gpc.likelihoods.Logistic() if approximation == "laplace" else None

@@ -58,7 +58,7 @@ from pytensor.graph.traversal import ancestors
 from .likelihoods.binary import StepLabelNoise
 from .ops.marginal import NO_GRADIENT, ApproxMarginalOp, _solve_with_retries
 from .progress import Progress
-from .python_vm import PYTHON_VM_MODE
+from .python_vm import PYTHON_VM_FORWARD_MODE, PYTHON_VM_MODE
 from .structures.dense import NotPositiveDefiniteError, chol_lower, inv_lower
 from .validation import trusted_kernel
 
@@ -82,6 +82,8 @@ RUNAWAY_EFFECT = 1e-3
 # type-II with a pm.gp.cov kernel on a built model: EP 0.44 s against 0.30 s
 # numba-compiled); see ``python_vm`` for the rewrite that keeps it that close.
 FIT_MODE = PYTHON_VM_MODE
+# ... and the kernel graph, which has no gradient, with fewer rewrites (``python_vm``)
+FIT_FORWARD_MODE = PYTHON_VM_FORWARD_MODE
 
 
 class RunawayHyperparameterWarning(UserWarning):
@@ -209,7 +211,7 @@ class _Objective:
         self.labels = [np.asarray(node.inputs[k].eval(), dtype=float) for node, k in zip(self.nodes, self.sizes)]
         rest = model.logp(vars=rest_terms, jacobian=False) if rest_terms else pt.constant(0.0)
         kernels = [v for node, k in zip(self.nodes, self.sizes) for v in node.inputs[:k]]
-        self.forward = compile_fn(self.free, [*kernels, rest], on_unused_input="ignore", mode=FIT_MODE)
+        self.forward = compile_fn(self.free, [*kernels, rest], on_unused_input="ignore", mode=FIT_FORWARD_MODE)
         cotangents = [v.type(f"g_{j}") for j, v in enumerate(kernels)]
         pulled = rest + sum((g * v).sum() for g, v in zip(cotangents, kernels))
         grads = pt.grad(pulled, self.targets) if self.targets else []
@@ -345,7 +347,7 @@ def _all_values(model, point, objective=None):
     if objective is not None:
         outs = _evidence_outputs(outs, objective, point)
     fn = model.compile_fn(outs, inputs=model.value_vars, point_fn=False,
-                          on_unused_input="ignore", mode=FIT_MODE)
+                          on_unused_input="ignore", mode=FIT_FORWARD_MODE)
     return dict(zip([v.name for v in outs], fn(**{v.name: point[v.name] for v in model.value_vars})))
 
 

@@ -32,7 +32,7 @@ loop (the draws' rows then stack to (S, m, c)).
 import numpy as np
 from .ops.marginal import _solve_with_retries, prediction_options
 from .progress import Progress
-from .python_vm import PYTHON_VM_MODE
+from .python_vm import PYTHON_VM_FORWARD_MODE
 from .validation import trusted_kernel
 
 __all__ = ["latent_predictions", "PREDICTION_DEFAULTS", "KERNEL_MODE"]
@@ -41,7 +41,7 @@ PREDICTION_DEFAULTS = {"ep": {"tol": 1e-3}}
 # The kernels' graph is compiled without numba: numba compiled a new one at its first
 # call for 3.5-5.5 s (Pima, 332 test points), against 0.05-0.2 s, for 0.4 ms more per
 # draw (1000 draws: 1.3-1.4 s against 0.9 s of kernel evaluations; shared machine).
-KERNEL_MODE = PYTHON_VM_MODE  # see python_vm
+KERNEL_MODE = PYTHON_VM_FORWARD_MODE  # see python_vm
 
 
 def latent_predictions(approximation, likelihood, options, y, kernel_fn, draws, *, progressbar=False,

@@ -18,11 +18,12 @@ both pass the cotangent to x).
 import pytensor.scalar as ps
 import pytensor.tensor as pt
 from pytensor.compile import optdb
-from pytensor.compile.mode import get_mode
+from pytensor.compile.mode import Mode, get_mode
 from pytensor.graph.rewriting.basic import in2out, node_rewriter
+from pytensor.graph.rewriting.db import RewriteDatabaseQuery
 from pytensor.tensor.elemwise import Elemwise
 
-__all__ = ["PYTHON_VM_MODE", "clip_as_maximum_minimum"]
+__all__ = ["PYTHON_VM_MODE", "PYTHON_VM_FORWARD_MODE", "clip_as_maximum_minimum"]
 
 _TAG = "pymc_gpc_python_vm"
 
@@ -45,3 +46,12 @@ if "pymc_gpc_clip_as_maximum_minimum" not in optdb:
                    position=0.5)
 
 PYTHON_VM_MODE = get_mode("FAST_COMPILE").including(_TAG)
+
+# Graphs without a gradient (the kernels that ``fit`` and ``predict`` evaluate): the same
+# linker, with only the merge rewrite (shared subexpressions computed once) and the clip
+# rewrite. FAST_COMPILE's canonicalisation pays where ``pt.grad``'s output needs
+# simplifying: Forensic Glass's pullback graph (six ARD kernels, 193 points) ran 9.6 ms a
+# call with it and 51 ms without. A forward graph runs about as fast without it (the
+# kernels of ``predict`` on that data: 7.0 against 6.6 ms a call) and compiles 3x faster
+# (0.12 against 0.39 s), which is most of a one-point prediction.
+PYTHON_VM_FORWARD_MODE = Mode(linker=PYTHON_VM_MODE.linker, optimizer=RewriteDatabaseQuery(include=["merge", _TAG]))

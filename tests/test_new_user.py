@@ -287,3 +287,23 @@ def test_python_vm_clip_rewrite_keeps_values_and_gradients():
     got = pytensor.function([X, ls], [K, g], mode=PYTHON_VM_MODE)(Xv, [0.7, 1.3])
     np.testing.assert_allclose(got[0], ref[0], rtol=1e-15, atol=0)
     np.testing.assert_allclose(got[1], ref[1], rtol=1e-13, atol=1e-15)
+
+
+def test_python_vm_forward_mode_merges_and_keeps_values():
+    """PYTHON_VM_FORWARD_MODE (the kernels of fit and predict): the merge and clip rewrites
+    only. The kernels equal FAST_COMPILE's, a subexpression built twice is computed once,
+    and no Clip is left."""
+    from pymc_gpc.python_vm import PYTHON_VM_FORWARD_MODE
+
+    X = pt.dmatrix("X")
+    ls = pt.dvector("ls")
+    Xv = np.array([[0.0, 1.0], [0.5, -1.0], [0.0, 1.0], [2.0, 0.3]])
+    # two classes' kernels built separately from the same inputs, as a user's list of covariances is
+    K1, K2 = (pm.gp.cov.ExpQuad(2, ls=ls)(X) for _ in range(2))
+    f = pytensor.function([X, ls], [K1, 2.0 * K2], mode=PYTHON_VM_FORWARD_MODE)
+    nodes = f.maker.fgraph.apply_nodes
+    assert not [n for n in nodes if isinstance(getattr(n.op, "scalar_op", None), pytensor.scalar.Clip)]
+    assert sum(isinstance(getattr(n.op, "scalar_op", None), pytensor.scalar.Exp) for n in nodes) == 1
+    ref = pytensor.function([X, ls], [K1, 2.0 * K2], mode="FAST_COMPILE")(Xv, [0.7, 1.3])
+    for got, want in zip(f(Xv, [0.7, 1.3]), ref):
+        np.testing.assert_allclose(got, want, rtol=1e-15, atol=0)
