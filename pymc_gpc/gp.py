@@ -35,7 +35,7 @@ from pytensor.tensor.random.op import RandomVariable
 from .likelihoods.binary import Likelihood, laplace_unsupported_message
 from .ops.marginal import ApproxMarginalOp, LatentPredictiveOp
 from .ops.sparse import SPARSE_APPROXIMATIONS, SparseMarginalOp, SparsePredictiveOp
-from .prediction import KERNEL_MODE, PREDICTION_DEFAULTS, latent_predictions
+from .prediction import KERNEL_MODE, POINT_KERNEL_MODE, PREDICTION_DEFAULTS, latent_predictions
 from .structures.fitc import FITCPrior
 from .validation import as_signed_labels, check_inputs
 
@@ -249,7 +249,7 @@ class _ApproximateMarginal:
             raise ValueError("give exactly one of point= or idata=")
         Xnew = self._check_new_inputs(Xnew)
         model = self._model(model)
-        fn, names = self._compile_kernels(Xnew, model)
+        fn, names = self._compile_kernels(Xnew, model, KERNEL_MODE if idata is not None else POINT_KERNEL_MODE)
         points = [point] if point is not None else _posterior_points(idata, names, max_draws)
         for pt_ in points[:1]:
             missing = [n for n in names if n not in pt_]
@@ -280,7 +280,7 @@ class _ApproximateMarginal:
         """Class probabilities from one draw's latent predictive."""
         return self.likelihood.predict(mean, var, theta)
 
-    def _compile_kernels(self, Xnew, model):
+    def _compile_kernels(self, Xnew, model, mode=KERNEL_MODE):
         """One function from the model variables to (prior, theta, K_cross, k_diag); the
         prior is what the solver takes (K, or a ``structures.fitc.FITCPrior``)."""
         outputs = self._prediction_inputs(Xnew)
@@ -292,7 +292,7 @@ class _ApproximateMarginal:
         if foreign:
             raise ValueError(f"the covariance or likelihood depends on {foreign}, which are not variables of "
                              "the model given (model=); give the model the GP was added to")
-        fn = pytensor.function(inputs, outputs, on_unused_input="ignore", mode=KERNEL_MODE)
+        fn = pytensor.function(inputs, outputs, on_unused_input="ignore", mode=mode)
         if self.approx == "FITC":
             def kernels(*args):
                 Kuu, Kuf, k_diag, *rest = fn(*args)
