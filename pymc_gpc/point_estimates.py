@@ -374,8 +374,8 @@ def _evidence_outputs(outs, objective, point):
         j = terms[id(node.op)][0]
         arrays, theta = pairs[j]
         y = objective.labels[j]
-        if objective.states[j] is not None:  # with no hyperparameter vector: the last state
-            node.op._warm_starts(y.shape[0]).add(np.zeros(0), objective.states[j])
+        if objective.states[j] is not None:
+            node.op.seed_warm_start(y.shape[0], objective.states[j])
         storage = [[None] for _ in node.outputs]
         node.op.perform(node, [*arrays, theta, y, np.zeros(0)][:len(node.inputs)], storage)
         values.update({o: pt.constant(np.asarray(s[0], dtype=o.dtype)) for o, s in zip(node.outputs, storage)})

@@ -43,7 +43,7 @@ PREDICTION_DEFAULTS = {"ep": {"tol": 1e-3}}
 # draw (1000 draws: 1.3-1.4 s against 0.9 s of kernel evaluations; shared machine).
 KERNEL_MODE = PYTHON_VM_MODE  # see python_vm
 # For one point (``predict(point=...)``) the kernels run once, and their compilation is
-# what counts: the merge rewrite only (``python_vm``). Over many draws FAST_COMPILE's
+# what counts: the merge and clip rewrites only (``python_vm``). Over many draws FAST_COMPILE's
 # rewrites pay: 0.1 ms less per call on Pima and Crabs (1.0 against 1.1 ms, 0.24 against
 # 0.35 ms) for 10 ms more compilation.
 POINT_KERNEL_MODE = PYTHON_VM_FORWARD_MODE

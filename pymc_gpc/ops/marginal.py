@@ -439,6 +439,12 @@ class ApproxMarginalOp(Op):
             state["warm"] = (n, WarmStarts())
         return state["warm"][1]
 
+    def seed_warm_start(self, n, state):
+        """Make ``state`` (a solver state for data of size n) this thread's warm start for the
+        next evaluation without a hyperparameter input (``pymc_gpc.fit`` hands over its
+        solution at the optimum)."""
+        self._warm_starts(n).add(np.zeros(0), state)
+
     def _recent(self):
         """This thread's ``RecentResults``."""
         return self._threads.get()["recent"]
