@@ -51,6 +51,57 @@ def test_laplace_warm_start():
     assert warm.n_iter < cold.n_iter
 
 
+def _plain_newton_test(monkeypatch, module):
+    """Replace ``module``'s Newton stopping test by the one without the prediction."""
+    from pymc_gpc.approximations.laplace import newton_converged
+
+    monkeypatch.setattr(module, "newton_converged",
+                        lambda change, previous, f, tol, full_step=True: newton_converged(change, previous, f, tol,
+                                                                                          full_step=False))
+
+
+@pytest.mark.parametrize("solver", ["binary", "softmax"])
+def test_newton_skips_the_confirming_step_and_meets_its_tolerance(solver, monkeypatch):
+    """``laplace.newton_converged`` predicts the next change from the last contraction: a
+    solve stops where the plain test would take one more step only to confirm convergence,
+    and its mode is still within tol (1 + max|f|) of the converged mode (tol = 1e-8;
+    reference: tol = 1e-13 without the prediction). Stopping one step earlier still, at
+    the change before, would leave an error near 1e-7 (binary)."""
+    from pymc_gpc import softmax_laplace
+    from pymc_gpc.approximations import laplace as laplace_module
+    from pymc_gpc.approximations import softmax_laplace as softmax_module
+
+    rng = np.random.default_rng(7)
+    X, y = random_problem(rng, 50, d=2)
+    K, _ = ard_kernel(X, np.log([0.8, 1.3]), np.log(4.0))
+    if solver == "binary":
+        module = laplace_module
+        solve = lambda tol: laplace(K, y, LIKELIHOOD_CASES[4], tol=tol)
+    else:
+        module = softmax_module
+        codes = (X[:, 0] > 0.3).astype(int) + (X[:, 1] > 0.0).astype(int)
+        solve = lambda tol: softmax_laplace(np.array([K, 0.7 * K, 1.3 * K]), codes, tol=tol)
+    predicted = solve(1e-8)
+    with monkeypatch.context() as m:
+        _plain_newton_test(m, module)
+        plain, reference = solve(1e-8), solve(1e-13)
+    assert predicted.converged and plain.converged
+    assert predicted.n_iter == plain.n_iter - 1
+    scale = 1.0 + np.max(np.abs(reference.mean))
+    assert np.max(np.abs(predicted.mean - reference.mean)) <= 1e-8 * scale
+    assert predicted.log_z == pytest.approx(reference.log_z, abs=1e-8)
+
+
+def test_newton_prediction_needs_a_full_step_after_a_measured_one():
+    from pymc_gpc.approximations.laplace import newton_converged
+
+    f = np.zeros(3)  # scale 1
+    assert newton_converged(1e-4, 1e-2, f, 2e-6)  # next change predicted 1e-6
+    assert not newton_converged(1e-4, 1e-2, f, 2e-6, full_step=False)  # a backtracked step
+    assert not newton_converged(1e-4, np.inf, f, 2e-6)  # the first step
+    assert not newton_converged(1e-3, 1e-3, f, 1e-6)  # not contracting
+
+
 def test_results_are_reproducible():
     lik = LIKELIHOOD_CASES[1]
     rng = np.random.default_rng(5)

@@ -49,9 +49,17 @@ def _psi(a, f, lik_out):
 _ROUNDING_LEVEL = 1e-6
 
 
-def newton_converged(change, previous, f, tol):
+def newton_converged(change, previous, f, tol, full_step=True):
     """Whether Newton has converged: the largest change in f is below ``tol (1 + max|f|)``,
-    or it has stopped shrinking at the rounding level.
+    or the next one is predicted to be, or it has stopped shrinking at the rounding level.
+
+    The prediction. The iterate's error is about the next change d_{k+1}. Converging
+    quadratically, d_{k+1} ~ C d_k^2 and d_k ~ C d_{k-1}^2, so
+    d_{k+1} ~ d_k r (C d_{k-1}) with r = d_k / d_{k-1}: below d_k r once C d_{k-1} < 1;
+    converging linearly at rate r (an inexact Newton step), about d_k r. So after a full
+    step (no backtracking: a line search shortens the change, which then predicts
+    nothing) with d_k r <= tol (1 + max|f|), the iterate already meets the tolerance, and
+    the step that would only confirm it, a factorisation or a CG solve, is not taken.
 
     Near the mode Newton's changes shrink quadratically until rounding in the solves sets
     a floor; with a large kernel amplitude that floor can lie above ``tol``. (Forensic
@@ -61,6 +69,8 @@ def newton_converged(change, previous, f, tol):
     no smaller than half the previous one is that floor.
     """
     scale = 1.0 + np.max(np.abs(f))
+    if full_step and np.isfinite(previous) and change < previous and change * (change / previous) <= tol * scale:
+        return True
     return change <= tol * scale or (change <= _ROUNDING_LEVEL * scale and change >= 0.5 * previous)
 
 
@@ -114,7 +124,7 @@ def laplace(
             step *= 0.5
         change, previous = float(np.max(np.abs(f_try - f))), change
         a, f, out, psi = a_try, f_try, out_try, psi_try
-        converged = newton_converged(change, previous, f, tol)
+        converged = newton_converged(change, previous, f, tol, full_step=step == 1.0)
         if converged:
             break
 

@@ -172,7 +172,7 @@ def softmax_laplace(K, y, likelihood=None, params=None, *, state=None, tol=1e-10
             # a CG step that needed backtracking: its preconditioner is too far away
             pre, change = None, previous
             continue
-        converged = newton_converged(change, previous, f, tol)
+        converged = newton_converged(change, previous, f, tol, full_step=step == 1.0)
         if converged:
             break
     post = CoupledBlockPosterior(K, pi)
