@@ -334,6 +334,7 @@ def test_multinomial_probit_ep_converges_at_forensic_glass_amplitudes(monkeypatc
     assert slow.converged
     assert abs(fast.log_z - slow.log_z) < 1e-6
 
+
 def test_multinomial_probit_likelihood_two_classes_closed_form():
     F = np.array([[0.3, -1.2, 2.0], [0.0, 0.5, -1.0]])
     p = np.exp(MultinomialProbit().log_prob_all(F))
