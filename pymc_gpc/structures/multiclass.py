@@ -41,6 +41,7 @@ from numba import njit
 from scipy.linalg.blas import dsyrk
 
 from ..numerics import lapack
+from ..numerics.lapack import potrs_lower
 from .dense import _IDENTITY_MIN, LatentPosterior, chol_lower, chol_solve, inv_lower, lower_times
 
 
@@ -91,14 +92,50 @@ def _site_covariance_blocks(LMi, Ht, d, index, Gd):
     return S
 
 
+@njit(nogil=True, cache=True)
+def _stack_times(A, shared, V):
+    """A_k v_k for a stack A (c, n, n) of symmetric matrices and V (c, n); with ``shared``
+    every A_k is A_0, and the c products are one (V A_0: row k is (A_0 v_k)^T)."""
+    V = np.ascontiguousarray(V)
+    if shared:
+        return np.dot(V, A[0])
+    out = np.empty(V.shape)
+    for k in range(V.shape[0]):
+        out[k] = np.dot(A[k], V[k])
+    return out
+
+
+@njit(nogil=True, cache=True)
+def _coupled_W_times(d, s, f):
+    """W f per observation (``coupled_W_times``), with s = sum_k d_k given, compiled."""
+    c, n = d.shape
+    out = np.empty((c, n))
+    for i in range(n):
+        m = 0.0
+        for k in range(c):
+            m += d[k, i] * f[k, i]
+        m /= s[i]
+        for k in range(c):
+            out[k, i] = d[k, i] * (f[k, i] - m)
+    return out
+
+
+class BlockKernel:
+    """The prior's product v -> (K_k v_k)_k, v (c, n), for the stack K (c, n, n). ``shared``:
+    every K_k equals K_1 (a kernel shared by the classes), and one BLAS product with K_1
+    replaces c mat-vecs (the stack is read once instead of c times)."""
+
+    def __init__(self, K):
+        self.K = K
+        self.shared = all(np.array_equal(K[0], K[k]) for k in range(1, K.shape[0]))
+
+    def __call__(self, v):
+        return _stack_times(self.K, self.shared, np.asarray(v, dtype=float))
+
+
 def block_times(K):
-    """The product v -> (K_k v_k)_k, v (c, n), for the stack K (c, n, n): one BLAS product
-    with K_1 when every K_k equals it (a kernel shared by the classes; the stack is then
-    read once instead of c times), else c mat-vecs."""
-    if all(np.array_equal(K[0], K[k]) for k in range(1, K.shape[0])):
-        K0 = K[0]
-        return lambda v: (K0 @ v.T).T
-    return lambda v: _times(K, v)
+    """``BlockKernel(K)``: the product v -> (K_k v_k)_k."""
+    return BlockKernel(K)
 
 
 def coupled_W_times(d, f):
@@ -121,9 +158,9 @@ class BlockPreconditioner:
         return Ev - self.E @ t
 
     def solve_other_weights(self, K_times, d, v, q, eps, eta=0.0, max_iter=20):
-        r"""Newton's update (I + W K)^{-1} v for a prior K (``K_times``: its product, as from
-        ``block_times``) and weights d other than this posterior's, by conjugate gradients
-        preconditioned with it; None if that takes more than ``max_iter`` steps.
+        r"""Newton's update (I + W K)^{-1} v for a prior K (``K_times``: a ``BlockKernel``) and
+        weights d other than this posterior's, by conjugate gradients preconditioned with
+        it (compiled: ``_cg_newton``); None if that takes more than ``max_iter`` steps.
 
         Solves (I + W K) q = v as the SPD system (K^{-1} + W) x = v in x = K q,
         preconditioned by P = K - K R_0 K with this posterior's R_0 = (K_0 + W_0^{-1})^{-1}
@@ -139,32 +176,47 @@ class BlockPreconditioner:
         estimate of the remaining error in x, is at most max(eps, eta |x - x_start|) in
         the max norm: eta is an inexact-Newton forcing term.
         """
-        def precondition(r):
-            zq = r - self.R_times(K_times(r))
-            return zq, K_times(zq)
+        q, ok = _cg_newton(K_times.K, K_times.shared, self.E, self.LM, d, d.sum(axis=0),
+                           np.asarray(v, dtype=float), np.array(q, dtype=float), eps, eta, max_iter)
+        return q if ok else None
 
-        q = np.array(q, dtype=float)
-        r = v - q - coupled_W_times(d, K_times(q))
+
+@njit(nogil=True, cache=True)
+def _cg_newton(K, shared, E, LM, d, s, v, q, eps, eta, max_iter):
+    """``BlockPreconditioner.solve_other_weights`` compiled (no Python, the GIL released, so
+    that sampler threads run their Newton steps at once): preconditioned CG on
+    (K^{-1} + W) x = v in q with x = K q. Returns (q, converged); q is updated in place."""
+
+    def precondition(r):
+        Ev = _stack_times(E, False, _stack_times(K, shared, r))  # R_0 K r = E u - E M^{-1} sum_k E_k u_k
+        t = Ev.sum(axis=0)
+        potrs_lower(LM, t)
+        zq = r - Ev
+        for k in range(zq.shape[0]):
+            zq[k] += np.dot(E[k], t)
+        return zq, _stack_times(K, shared, zq)
+
+    r = v - q - _coupled_W_times(d, s, _stack_times(K, shared, q))
+    zq, z = precondition(r)
+    rz = np.sum(r * z)
+    pq, p = zq, z
+    dx = np.zeros_like(q)
+    for _ in range(max_iter):
+        Ap = pq + _coupled_W_times(d, s, p)
+        pAp = np.sum(p * Ap)
+        if not (pAp > 0.0 and rz != 0.0 and np.isfinite(rz)):
+            return q, False
+        alpha = rz / pAp
+        q += alpha * pq
+        dx += alpha * p
+        r = r - alpha * Ap
         zq, z = precondition(r)
-        rz = float(np.sum(r * z))
-        pq, p = zq, z
-        dx = np.zeros_like(q)
-        for _ in range(max_iter):
-            Ap = pq + coupled_W_times(d, p)
-            pAp = float(np.sum(p * Ap))
-            if not (pAp > 0.0 and rz != 0.0 and np.isfinite(rz)):
-                return None
-            alpha = rz / pAp
-            q += alpha * pq
-            dx += alpha * p
-            r = r - alpha * Ap
-            zq, z = precondition(r)
-            if np.max(np.abs(z)) <= max(eps, eta * np.max(np.abs(dx))):
-                return q
-            rz, rz_old = float(np.sum(r * z)), rz
-            beta = rz / rz_old
-            pq, p = zq + beta * pq, z + beta * p
-        return None
+        if np.max(np.abs(z)) <= max(eps, eta * np.max(np.abs(dx))):
+            return q, True
+        rz, rz_old = np.sum(r * z), rz
+        beta = rz / rz_old
+        pq, p = zq + beta * pq, z + beta * p
+    return q, False
 
 
 class CoupledBlockPosterior(BlockPreconditioner):
