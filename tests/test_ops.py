@@ -376,6 +376,78 @@ def test_op_evaluates_a_repeated_point_once():
     assert op.counts["evaluations"] == 2
 
 
+def test_recent_results_compute_deferred_loo_terms_once_and_only_when_asked():
+    from pymc_gpc.ops.marginal import RecentResults
+
+    K, params, y, hyper = np.eye(3), np.zeros(0), np.array([1.0, -1.0, 1.0]), np.array([0.5])
+    outputs = (np.asarray(-2.0), np.ones((3, 3)), np.zeros(0), np.full(3, np.nan), np.asarray(4), np.asarray(0))
+    calls = []
+
+    def later():
+        calls.append(1)
+        return np.array([-0.1, -0.2, -0.3])
+
+    recent = RecentResults()
+    recent.add(K, params, y, hyper, outputs, loo_later=later)
+    assert np.all(np.isnan(recent.get(K, params, y, hyper)[3]))  # a caller that needs no LOO
+    assert not calls
+    for _ in range(2):
+        np.testing.assert_array_equal(recent.get(K, params, y, hyper, loo_output=3)[3], [-0.1, -0.2, -0.3])
+    assert len(calls) == 1
+
+    def broken():
+        raise np.linalg.LinAlgError("not positive definite")
+
+    recent.add(K, params, y, hyper + 1, outputs, loo_later=broken)  # as a failed evaluation's LOO
+    np.testing.assert_array_equal(recent.get(K, params, y, hyper + 1, loo_output=3)[3], np.full(3, -np.inf))
+
+
+def _marginal_ops(fn):
+    return [nd.op for nd in fn.maker.fgraph.toposort() if isinstance(nd.op, ApproxMarginalOp)]
+
+
+@pytest.mark.parametrize("kind", ["laplace", "softmax", "ep"])
+def test_unused_loo_output_is_deferred_to_the_deterministics(kind):
+    """The logp graph, which does not use the Op's LOO output, gets the Op's ``defer_loo``
+    copy for Laplace (LA-LOO costs), not for EP (free). The deterministics at a point the
+    logp has just evaluated are answered from its result, and equal a full solve's."""
+    import pymc_gpc
+
+    rng = np.random.default_rng(11)
+    n = 40
+    X = rng.normal(size=(n, 2))
+    if kind == "softmax":
+        y = np.digitize(X[:, 0] + 0.3 * rng.normal(size=n), [-0.5, 0.5])
+        gp_cls, lik = pymc_gpc.MarginalLaplace, L.Softmax()
+    else:
+        y = (X[:, 0] + 0.3 * rng.normal(size=n) > 0).astype(int)
+        gp_cls, lik = (pymc_gpc.MarginalLaplace, L.Logistic()) if kind == "laplace" else (pymc_gpc.MarginalEP, L.Probit())
+    with pm.Model() as model:
+        ls = pm.LogNormal("ls", 0.0, 1.0)
+        amp = pm.LogNormal("amp", 0.5, 1.0)
+        gp = gp_cls(cov_func=amp**2 * pm.gp.cov.ExpQuad(2, ls=ls), likelihood=lik)
+        gp.marginal_likelihood("y", X=X, y=y)
+    point = model.initial_point()
+    values = [point[v.name] for v in model.value_vars]
+    logp = model.compile_fn(model.logp(), inputs=model.value_vars, point_fn=False)
+    outs = model.replace_rvs_by_values([model["y_loo"], model["y_n_iter"]])
+    diagnostics = model.compile_fn(outs, inputs=model.value_vars, point_fn=False)
+    (deferring,), (full,) = _marginal_ops(logp), _marginal_ops(diagnostics)
+    assert deferring.defer_loo is (kind != "ep") and not full.defer_loo
+    if kind == "ep":
+        return
+    assert deferring._shared is full._shared
+    logp(*values)
+    loo, n_iter = diagnostics(*values)
+    assert full.counts["evaluations"] == 0  # answered from the logp's result
+    assert np.all(np.isfinite(loo)) and np.all(loo < 0.0)
+    pymc_gpc.ops.reset_warm_starts()
+    loo_solved, n_iter_solved = diagnostics(*values)  # a cold solve of its own
+    assert full.counts["evaluations"] == 1
+    np.testing.assert_allclose(loo, loo_solved, rtol=1e-10)
+    assert n_iter == n_iter_solved
+
+
 def test_per_thread_state_is_kept_per_thread_and_bounded():
     """Concurrent threads get their own states; beyond ``size`` threads the least
     recently used state is dropped, without errors from concurrent first calls."""

@@ -20,6 +20,7 @@ gradient pieces, so the same Newton loop and gradient serve a dense K (O(n^3)) a
 FITC prior (O(n m^2)).
 """
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -92,7 +93,8 @@ def laplace(
     as ``FITCPrior``); ``state`` is a ``LaplaceState``.
     Convergence: the largest Newton change in f is below ``tol * (1 + max|f|)``, or it
     stops shrinking at the rounding level (``newton_converged``).
-    ``with_loo``: compute ``loo_log_p`` (LA-LOO, ``_loo_log_p``); None otherwise.
+    ``with_loo``: compute ``loo_log_p`` (LA-LOO, ``_loo_log_p``); None otherwise; "deferred":
+    return, as ``loo_later``, a function that computes it (``ops.marginal``'s ``defer_loo``).
     """
     if not likelihood.supports_laplace:
         raise ValueError(laplace_unsupported_message(likelihood))
@@ -135,7 +137,7 @@ def laplace(
     dK = dth = None
     if with_grad:
         dK, dth = _gradient(prior, post, a, var, out)
-    loo = _loo_log_p(y, likelihood, th, prior, f, var, w, out.d1) if with_loo else None
+    loo = functools.partial(_loo_log_p, y.copy(), likelihood, th, prior.diag(), f, var, w, out.d1)
     return ApproximationResult(
         method="laplace",
         log_z=log_z,
@@ -149,11 +151,12 @@ def laplace(
         n_iter=it,
         converged=converged,
         max_change=change,
-        loo_log_p=loo,
+        loo_log_p=loo() if with_loo and with_loo != "deferred" else None,
+        loo_later=loo if with_loo == "deferred" else None,
     )
 
 
-def _loo_log_p(y, likelihood, th, prior, f, var, w, d1):
+def _loo_log_p(y, likelihood, th, k_diag, f, var, w, d1):
     """Laplace leave-one-out predictive log q(y_i | y_-i) (Vehtari et al. 2016, LA-LOO).
 
     The Laplace posterior is the prior times Gaussian sites with precision W_i and
@@ -161,7 +164,7 @@ def _loo_log_p(y, likelihood, th, prior, f, var, w, d1):
     the cavity, and the likelihood is averaged over it, exactly as for EP.
     """
     nu = w * f + d1
-    tau_c = cavity_precision(var, w, prior.diag())
+    tau_c = cavity_precision(var, w, k_diag)
     mu_c = (f / var - nu) / tau_c
     return likelihood.tilted(y, mu_c, 1.0 / tau_c, th).log_z
 

@@ -1,5 +1,6 @@
 """What every approximation returns: evidence, its gradient, posterior, diagnostics."""
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,6 +29,9 @@ class ApproximationResult:
     loo_log_p : log q(y_i | y_{-i}): the likelihood averaged over the cavity
         distribution (EP: log Z_i, Opper & Winther 2000; Laplace: LA-LOO; mean field:
         log Z_i at the mean-field cavity; ADF: EP-style cavities of the final sites).
+    loo_later : where the solver was asked for ``with_loo="deferred"`` (Laplace), a function
+        of no arguments that returns ``loo_log_p``; it holds its own copies of the
+        vectors it needs.
     """
 
     method: str
@@ -43,6 +47,7 @@ class ApproximationResult:
     converged: bool
     max_change: float
     loo_log_p: np.ndarray | None = None
+    loo_later: Callable[[], np.ndarray] | None = None
 
     def predict_latent(self, K_cross, k_diag):
         """Mean and variance of the latent f* given cross-covariances (n, m) and prior variances (m,)."""

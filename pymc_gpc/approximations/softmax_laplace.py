@@ -17,6 +17,7 @@ form, Margossian et al. 2020), derived in ``_gradient``: O(c n^3) whatever the n
 of kernel hyperparameters.
 """
 
+import functools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -111,7 +112,8 @@ def softmax_laplace(K, y, likelihood=None, params=None, *, state=None, tol=1e-10
         stops shrinking at the rounding level (``laplace.newton_converged``).
     with_grad : compute dlog q / dK (``dlog_z_dK``, (c, n, n)).
     with_loo : compute ``loo_log_p`` (None otherwise; its c-variate expectations cost
-        about a fifth of a warm-started solve at n = 193, c = 6).
+        about a fifth of a warm-started solve at n = 193, c = 6); "deferred": return, as
+        ``loo_later``, a function that computes it (``ops.marginal``'s ``defer_loo``).
 
     Returns
     -------
@@ -179,6 +181,7 @@ def softmax_laplace(K, y, likelihood=None, params=None, *, state=None, tol=1e-10
     log_z = psi - post.half_logdet_B()
     S = post.site_covariances()
     dK = _gradient(post, a, S) if with_grad else None
+    loo = functools.partial(_loo_log_p, y, likelihood, f, pi, Y - pi, S)
     return ApproximationResult(
         method="laplace-softmax",
         log_z=log_z,
@@ -192,7 +195,8 @@ def softmax_laplace(K, y, likelihood=None, params=None, *, state=None, tol=1e-10
         n_iter=it,
         converged=converged,
         max_change=change,
-        loo_log_p=_loo_log_p(y, likelihood, f, pi, Y - pi, S) if with_loo else None,
+        loo_log_p=loo() if with_loo and with_loo != "deferred" else None,
+        loo_later=loo if with_loo == "deferred" else None,
     )
 
 

@@ -26,7 +26,6 @@ from pytensor.graph.basic import Apply
 from ..structures.fitc import FITCPrior
 from ..validation import trusted_kernel
 from .marginal import (
-    SAMPLING_DEFAULTS,
     STATUS_CONVERGED,
     STATUS_FAILED,
     STATUS_NOT_CONVERGED,
@@ -34,6 +33,7 @@ from .marginal import (
     ApproxMarginalOp,
     LatentPredictiveOp,
     _solve,
+    _loo_or_placeholder,
     _solve_with_retries,
     prediction_options,
 )
@@ -56,11 +56,12 @@ class SparseMarginalOp(ApproxMarginalOp):
     """
 
     n_kernel_inputs = 3
+    loo_output = 5
 
-    def __init__(self, approximation, likelihood_type, options=(), hyper_names=()):
+    def __init__(self, approximation, likelihood_type, options=(), hyper_names=(), defer_loo=False):
         if approximation not in SPARSE_APPROXIMATIONS:
             raise ValueError(f"the FITC prior supports {SPARSE_APPROXIMATIONS}, got {approximation!r}")
-        super().__init__(approximation, likelihood_type, options, hyper_names)
+        super().__init__(approximation, likelihood_type, options, hyper_names, defer_loo)
 
     def prior_from(self, Kuu, Kuf, k_diag):
         return FITCPrior(Kuu, Kuf, k_diag)
@@ -89,7 +90,7 @@ class SparseMarginalOp(ApproxMarginalOp):
         Kuu, Kuf, k_diag, params, y = inputs[:5]
         hyper = inputs[5] if len(inputs) > 5 else np.zeros(0)
         n = y.shape[0]
-        options = {**SAMPLING_DEFAULTS.get(self.approximation, {}), **dict(self.options)}
+        options = self._solver_options()
         self.counts["evaluations"] += 1
         warm = self._warm_starts(n)
         result, status, retries = None, STATUS_FAILED, 0
@@ -109,7 +110,7 @@ class SparseMarginalOp(ApproxMarginalOp):
             self.counts["failed"] += 1
             self._write(output_storage, -np.inf, (np.zeros_like(Kuu), np.zeros_like(Kuf), np.zeros(n)),
                         np.zeros(len(params)), np.full(n, -np.inf), 0, status)
-            return
+            return None
         if status == STATUS_NOT_CONVERGED:
             self.counts["not_converged"] += 1
             warnings.warn(
@@ -122,7 +123,8 @@ class SparseMarginalOp(ApproxMarginalOp):
             )
         warm.add(hyper, result.state)
         self._write(output_storage, result.log_z, result.dlog_z_dK, result.dlog_z_dparams,
-                    result.loo_log_p, result.n_iter, status)
+                    _loo_or_placeholder(result, n), result.n_iter, status)
+        return result.loo_later
 
     @staticmethod
     def _write(output_storage, log_z, grads, dth, loo, n_iter, status):
