@@ -3,7 +3,8 @@
 ``timing``: evidence + gradient of softmax Laplace and of nested EP (multinomial probit)
 for c classes at n points, against c binary evaluations at the same n (binary Laplace
 with the logistic, binary EP with the probit, one-vs-rest labels), each from a cold
-start and warm-started from the solution at a kernel 2 % away. Synthetic 5-d data,
+start and warm-started from the solution at a kernel 2 % away, without the LOO terms
+(``with_loo=False``: the sampler's logp graph defers them, ``ops.marginal.defer_unused_loo``). Synthetic 5-d data,
 RBF kernel (lengthscale 1.5, amplitude 2), interleaved repeats, medians.
 
 ``cv``: Forensic Glass (MASS fgl, 214 x 9, 6 classes), 10 stratified folds, inputs
@@ -73,20 +74,21 @@ def _timing(ns, cs, repeats):
             _, y = _classes_data(n, c)
             Kc, Kc2 = np.array([K] * c), np.array([K2] * c)
             signs = [np.where(y == k, 1.0, -1.0) for k in range(c)]
+            no_loo = {"with_loo": False}  # as the sampler's logp graph runs them (``defer_unused_loo``)
             pairs = {
-                "softmax Laplace": (lambda s=None: softmax_laplace(Kc, y, state=s),
-                                    lambda s=None: softmax_laplace(Kc2, y, state=s)),
+                "softmax Laplace": (lambda s=None: softmax_laplace(Kc, y, state=s, **no_loo),
+                                    lambda s=None: softmax_laplace(Kc2, y, state=s, **no_loo)),
                 f"{c} x binary Laplace (logistic)": (
-                    lambda s=None: [laplace(K, t, L.Logistic(), state=None if s is None else s[k])
+                    lambda s=None: [laplace(K, t, L.Logistic(), state=None if s is None else s[k], **no_loo)
                                     for k, t in enumerate(signs)],
-                    lambda s=None: [laplace(K2, t, L.Logistic(), state=None if s is None else s[k])
+                    lambda s=None: [laplace(K2, t, L.Logistic(), state=None if s is None else s[k], **no_loo)
                                     for k, t in enumerate(signs)]),
-                "nested EP (multinomial probit)": (lambda s=None: multinomial_probit_ep(Kc, y, state=s),
-                                                   lambda s=None: multinomial_probit_ep(Kc2, y, state=s)),
+                "nested EP (multinomial probit)": (lambda s=None: multinomial_probit_ep(Kc, y, state=s, **no_loo),
+                                                   lambda s=None: multinomial_probit_ep(Kc2, y, state=s, **no_loo)),
                 f"{c} x binary EP (probit)": (
-                    lambda s=None: [ep(K, t, L.Probit(), state=None if s is None else s[k])
+                    lambda s=None: [ep(K, t, L.Probit(), state=None if s is None else s[k], **no_loo)
                                     for k, t in enumerate(signs)],
-                    lambda s=None: [ep(K2, t, L.Probit(), state=None if s is None else s[k])
+                    lambda s=None: [ep(K2, t, L.Probit(), state=None if s is None else s[k], **no_loo)
                                     for k, t in enumerate(signs)]),
             }
             cold = {k: [] for k in pairs}
@@ -110,7 +112,8 @@ def _timing(ns, cs, repeats):
         "Synthetic 5-d data, shared RBF kernel (lengthscale 1.5, amplitude 2), one BLAS thread;",
         "medians of interleaved repeats (ms); warm = started from the solution at lengthscale",
         "1.02 x; iterations = Newton steps or outer EP sweeps (binary: mean over the c problems).",
-        "Timed as the Ops run them (``trusted_kernel``: no PSD check of K). Compare ratios within a",
+        "Timed as the Ops run them in the sampler's logp graph (``trusted_kernel``: no PSD check of K;",
+        "no LOO terms, ``defer_unused_loo``). Compare ratios within a",
         "row group, not absolute times (this machine's speed drifts between runs).",
         "",
         "| n | c | method | cold (ms) | warm (ms) | iterations cold / warm | ratio to c binary (cold / warm) |",
@@ -238,7 +241,7 @@ def nuts(data, fold, f, draws=500, tune=500, only=None):
     mean, sd = data.X[tr].mean(axis=0), data.X[tr].std(axis=0)
     Xtr, Xte = (data.X[tr] - mean) / sd, (data.X[te] - mean) / sd
     out = [f"NUTS on fold {f} ({te.sum()} test points), 2 chains x ({tune} + {draws}), nutpie, "
-           "2 processes (the machine's load is not recorded):", "",
+           "2 chains as threads (the machine's load is not recorded):", "",
            "| likelihood | sampling time | divergences | min bulk ESS | max r-hat | test errors (NUTS-averaged) | test errors (MAP-II) |",
            "|---|---|---|---|---|---|---|"]
     for label, lik, cls in (("softmax Laplace", L.Softmax(), pymc_gpc.MarginalLaplace),
