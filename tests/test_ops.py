@@ -406,11 +406,12 @@ def _marginal_ops(fn):
     return [nd.op for nd in fn.maker.fgraph.toposort() if isinstance(nd.op, ApproxMarginalOp)]
 
 
-@pytest.mark.parametrize("kind", ["laplace", "softmax", "ep"])
+@pytest.mark.parametrize("kind", ["laplace", "fitc", "softmax", "ep"])
 def test_unused_loo_output_is_deferred_to_the_deterministics(kind):
     """The logp graph, which does not use the Op's LOO output, gets the Op's ``defer_loo``
-    copy for Laplace (LA-LOO costs), not for EP (free). The deterministics at a point the
-    logp has just evaluated are answered from its result, and equal a full solve's."""
+    copy for Laplace (LA-LOO costs; dense, FITC and softmax), not for EP (free). The
+    deterministics at a point the logp has just evaluated are answered from its result,
+    and equal a full solve's."""
     import pymc_gpc
 
     rng = np.random.default_rng(11)
@@ -421,12 +422,14 @@ def test_unused_loo_output_is_deferred_to_the_deterministics(kind):
         gp_cls, lik = pymc_gpc.MarginalLaplace, L.Softmax()
     else:
         y = (X[:, 0] + 0.3 * rng.normal(size=n) > 0).astype(int)
-        gp_cls, lik = (pymc_gpc.MarginalLaplace, L.Logistic()) if kind == "laplace" else (pymc_gpc.MarginalEP, L.Probit())
+        laplace_kind = kind in ("laplace", "fitc")
+        gp_cls, lik = (pymc_gpc.MarginalLaplace, L.Logistic()) if laplace_kind else (pymc_gpc.MarginalEP, L.Probit())
+    sparse = {"approx": "FITC"} if kind == "fitc" else {}
     with pm.Model() as model:
         ls = pm.LogNormal("ls", 0.0, 1.0)
         amp = pm.LogNormal("amp", 0.5, 1.0)
-        gp = gp_cls(cov_func=amp**2 * pm.gp.cov.ExpQuad(2, ls=ls), likelihood=lik)
-        gp.marginal_likelihood("y", X=X, y=y)
+        gp = gp_cls(cov_func=amp**2 * pm.gp.cov.ExpQuad(2, ls=ls), likelihood=lik, **sparse)
+        gp.marginal_likelihood("y", X=X, y=y, **({"Xu": X[::4]} if sparse else {}))
     point = model.initial_point()
     values = [point[v.name] for v in model.value_vars]
     logp = model.compile_fn(model.logp(), inputs=model.value_vars, point_fn=False)
