@@ -137,7 +137,8 @@ def laplace(
     dK = dth = None
     if with_grad:
         dK, dth = _gradient(prior, post, a, var, out)
-    loo = functools.partial(_loo_log_p, y.copy(), likelihood, th, prior.diag(), f, var, w, out.d1)
+    # its own copies: y and th may be views of the caller's (an Op's input) storage
+    loo = functools.partial(_loo_log_p, y.copy(), likelihood, np.array(th), prior.diag(), f, var, w, out.d1)
     return ApproximationResult(
         method="laplace",
         log_z=log_z,
