@@ -48,9 +48,9 @@ import weakref
 
 import numpy as np
 import pytensor.tensor as pt
+from pytensor.compile import optdb
 from pytensor.gradient import DisconnectedType, disconnected_type, grad_not_implemented
 from pytensor.graph.basic import Apply
-from pytensor.compile import optdb
 from pytensor.graph.op import Op
 from pytensor.graph.rewriting.basic import in2out, node_rewriter
 
