@@ -42,7 +42,7 @@ from scipy.linalg.blas import dsyrk
 
 from ..numerics import lapack
 from ..numerics.lapack import potrs_lower
-from .dense import _IDENTITY_MIN, LatentPosterior, chol_lower, chol_solve, inv_lower, lower_times
+from .dense import _IDENTITY_MIN, LatentPosterior, chol_lower, inv_lower, lower_times
 
 
 def _times(A, v):
@@ -120,6 +120,18 @@ def _coupled_W_times(d, s, f):
     return out
 
 
+@njit(nogil=True, cache=True)
+def _R_times(E, LM, u):
+    """(K + W^{-1})^{-1} u = E u - E R M^{-1} R^T E u for u (c, n), from the stack E and
+    M = sum_k E_k = L_M L_M^T (module docstring; ``BlockPreconditioner.R_times``)."""
+    Eu = _stack_times(E, False, u)
+    t = Eu.sum(axis=0)
+    potrs_lower(LM, t)
+    for k in range(Eu.shape[0]):
+        Eu[k] -= np.dot(E[k], t)
+    return Eu
+
+
 class BlockKernel:
     """The prior's product v -> (K_k v_k)_k, v (c, n), for the stack K (c, n, n). ``shared``:
     every K_k equals K_1 (a kernel shared by the classes), and one BLAS product with K_1
@@ -152,10 +164,8 @@ class BlockPreconditioner:
         self.LM = LM
 
     def R_times(self, v):
-        """(K + W^{-1})^{-1} v = E v - E R M^{-1} R^T E v, for v (c, n)."""
-        Ev = _times(self.E, v)
-        t = chol_solve(self.LM, Ev.sum(axis=0))
-        return Ev - self.E @ t
+        """(K + W^{-1})^{-1} v = E v - E R M^{-1} R^T E v, for v (c, n) (``_R_times``)."""
+        return _R_times(self.E, self.LM, np.asarray(v, dtype=float))
 
     def solve_other_weights(self, K_times, d, v, q, eps, eta=0.0, max_iter=20):
         r"""Newton's update (I + W K)^{-1} v for a prior K (``K_times``: a ``BlockKernel``) and
@@ -188,12 +198,7 @@ def _cg_newton(K, shared, E, LM, d, s, v, q, eps, eta, max_iter):
     (K^{-1} + W) x = v in q with x = K q. Returns (q, converged); q is updated in place."""
 
     def precondition(r):
-        Ev = _stack_times(E, False, _stack_times(K, shared, r))  # R_0 K r = E u - E M^{-1} sum_k E_k u_k
-        t = Ev.sum(axis=0)
-        potrs_lower(LM, t)
-        zq = r - Ev
-        for k in range(zq.shape[0]):
-            zq[k] += np.dot(E[k], t)
+        zq = r - _R_times(E, LM, _stack_times(K, shared, r))
         return zq, _stack_times(K, shared, zq)
 
     r = v - q - _coupled_W_times(d, s, _stack_times(K, shared, q))
