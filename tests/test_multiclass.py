@@ -390,8 +390,8 @@ def test_site_covariances_match_the_dense_posterior():
 def test_block_preconditioner_solves_newton_steps(amplitudes):
     """CG preconditioned with a posterior at other weights, and at a kernel 3 % away,
     returns the exact Newton update; with too few steps it declines (None). A shared
-    kernel (``block_times``' single product) and per-class kernels."""
-    from pymc_gpc.structures.multiclass import CoupledBlockPosterior, block_times, coupled_W_times
+    kernel (``BlockKernel``'s single product) and per-class kernels."""
+    from pymc_gpc.structures.multiclass import BlockKernel, CoupledBlockPosterior, coupled_W_times
 
     rng = np.random.default_rng(8)
     c, n = 3, 40
@@ -399,7 +399,7 @@ def test_block_preconditioner_solves_newton_steps(amplitudes):
     K0 = np.array([rbf(X, 1.0, v) for v in amplitudes])
     K = np.array([rbf(X, 1.03, v) for v in amplitudes])
     u = rng.normal(size=(c, n))
-    np.testing.assert_allclose(block_times(K)(u), np.einsum("kij,kj->ki", K, u), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(BlockKernel(K)(u), np.einsum("kij,kj->ki", K, u), rtol=1e-12, atol=1e-12)
     d0 = _softmax_weights(rng, c, n, 2.0)
     d = np.clip(d0 * np.exp(0.3 * rng.normal(size=d0.shape)), 1e-300, None)
     d /= d.sum(axis=0)
@@ -408,10 +408,10 @@ def test_block_preconditioner_solves_newton_steps(amplitudes):
     exact = CoupledBlockPosterior(K, d).weights(v)
     for K_pre in (K, K0):
         pre = CoupledBlockPosterior(K_pre, d0).preconditioner()
-        q = pre.solve_other_weights(block_times(K), d, v, a, eps=1e-12, max_iter=60)
+        q = pre.solve_other_weights(BlockKernel(K), d, v, a, eps=1e-12, max_iter=60)
         assert q is not None
         np.testing.assert_allclose(q, exact, rtol=1e-8, atol=1e-8 * np.max(np.abs(exact)))
-        assert pre.solve_other_weights(block_times(K), d, v, a, eps=1e-12, max_iter=1) is None
+        assert pre.solve_other_weights(BlockKernel(K), d, v, a, eps=1e-12, max_iter=1) is None
 
 
 def _solved_three_class_problem(seed, n):

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..likelihoods.multiclass import MulticlassLikelihood, Softmax
-from ..structures.multiclass import CoupledBlockPosterior, block_times, coupled_W_times
+from ..structures.multiclass import BlockKernel, CoupledBlockPosterior, coupled_W_times
 from ..validation import check_kernel_matrix
 from .laplace import newton_converged
 from .result import ApproximationResult
@@ -133,7 +133,7 @@ def softmax_laplace(K, y, likelihood=None, params=None, *, state=None, tol=1e-10
     a = np.zeros((c, n)) if state is None else np.array(state.a, dtype=float)
     if a.shape != (c, n):
         raise ValueError(f"warm-start state has shape {a.shape}, data needs {(c, n)}")
-    K_times = block_times(K)
+    K_times = BlockKernel(K)
     f = K_times(a)
     lp, pi = likelihood.log_lik(y, f)
     psi = _psi(a, f, lp)

@@ -41,7 +41,6 @@ from numba import njit
 from scipy.linalg.blas import dsyrk
 
 from ..numerics import lapack
-from ..numerics.lapack import potrs_lower
 from .dense import _IDENTITY_MIN, LatentPosterior, chol_lower, inv_lower, lower_times
 
 
@@ -107,7 +106,7 @@ def _stack_times(A, shared, V):
 
 @njit(nogil=True, cache=True)
 def _coupled_W_times(d, s, f):
-    """W f per observation (``coupled_W_times``), with s = sum_k d_k given, compiled."""
+    """W f per observation (``coupled_W_times``), with s = sum_k d_k given."""
     c, n = d.shape
     out = np.empty((c, n))
     for i in range(n):
@@ -116,7 +115,7 @@ def _coupled_W_times(d, s, f):
             m += d[k, i] * f[k, i]
         m /= s[i]
         for k in range(c):
-            out[k, i] = d[k, i] * (f[k, i] - m)
+            out[k, i] = d[k, i] * f[k, i] - d[k, i] * m
     return out
 
 
@@ -126,7 +125,7 @@ def _R_times(E, LM, u):
     M = sum_k E_k = L_M L_M^T (module docstring; ``BlockPreconditioner.R_times``)."""
     Eu = _stack_times(E, False, u)
     t = Eu.sum(axis=0)
-    potrs_lower(LM, t)
+    lapack.potrs_lower(LM, t)
     for k in range(Eu.shape[0]):
         Eu[k] -= np.dot(E[k], t)
     return Eu
@@ -145,14 +144,9 @@ class BlockKernel:
         return _stack_times(self.K, self.shared, np.asarray(v, dtype=float))
 
 
-def block_times(K):
-    """``BlockKernel(K)``: the product v -> (K_k v_k)_k."""
-    return BlockKernel(K)
-
-
 def coupled_W_times(d, f):
     """W f = d * f - d (sum_k d_k f_k) / s per observation, for weights d (c, n)."""
-    return d * f - d * (np.sum(d * f, axis=0) / d.sum(axis=0))
+    return _coupled_W_times(d, d.sum(axis=0), np.asarray(f, dtype=float))
 
 
 class BlockPreconditioner:
