@@ -180,6 +180,8 @@ def test_compiled_parallel_loop_matches_the_python_loop(lik, monkeypatch):
         results[mode] = [ep(K, y, lik, tol=1e-10), ep(K, y, lik, tol=1e-10, state=warm)]
         if lik.kind != STEP:  # not converged: quantities at the returned sites, sweeps counted alike
             results[mode] += [ep(K, y, lik, max_sweeps=2), ep(K, y, lik, max_sweeps=0)]
+            # the sampler's tolerance: rough (single-precision) sweeps in both loops
+            results[mode] += [ep(K, y, lik, tol=1e-2, state=warm), ep(K, y, lik, tol=1e-2, max_sweeps=1)]
     for a, b in zip(results["compiled"], results["python"]):
         assert a.converged == b.converged
         assert a.max_change == pytest.approx(b.max_change, rel=1e-6, abs=1e-9) or np.isinf(b.max_change)
@@ -190,6 +192,71 @@ def test_compiled_parallel_loop_matches_the_python_loop(lik, monkeypatch):
         np.testing.assert_allclose(a.dlog_z_dK, b.dlog_z_dK, atol=1e-9)
         np.testing.assert_allclose(a.dlog_z_dparams, b.dlog_z_dparams, atol=1e-9)
         np.testing.assert_allclose(a.loo_log_p, b.loo_log_p, atol=1e-9)
+
+
+@pytest.fixture
+def compiled_loop_factorisations(monkeypatch):
+    """The compiled EP loop run as Python (``py_func``) with its calls of ``factors`` recorded:
+    returns (loop, asked), ``asked`` the ``rough`` flag of each factorisation, in order."""
+    import pymc_gpc.approximations.ep as ep_module
+
+    asked, factors = [], ep_module.factors
+
+    def recording(K, sw, rough):
+        asked.append(bool(rough))
+        return factors(K, sw, rough)
+
+    monkeypatch.setattr(ep_module, "factors", recording)
+    return ep_module._parallel_compiled.py_func, asked
+
+
+def test_compiled_loop_sweeps_rough_at_the_sampler_tolerance_and_ends_exact(compiled_loop_factorisations):
+    # At tol >= _ROUGH_TOL the sweeps predicted not to be the last run on single-precision
+    # factors; the returned factors are the exact ones at the returned sites, and the sweep
+    # that ended the loop ran on them.
+    from pymc_gpc.likelihoods import Probit
+    from pymc_gpc.structures.dense import factor_B, inverse_factor
+
+    loop, asked = compiled_loop_factorisations
+    lik = Probit()
+    th = lik.check_params(lik._th(None))
+    rng = np.random.default_rng(11)
+    X, y = random_problem(rng, 120, d=3)
+    K, _ = ard_kernel(X, np.log([0.5, 2.0, 1.0]), np.log(8.0))
+    warm = ep(ard_kernel(X, np.log([0.6, 2.2, 1.1]), np.log(9.0))[0], y, lik, tol=1e-8).state
+
+    def run(tol, forecast=np.inf, max_sweeps=300):
+        asked.clear()
+        out = loop(lik.kind, K, y, th, warm.tau.copy(), warm.nu.copy(), 1.0, tol, max_sweeps, 5, forecast)
+        return out, list(asked)
+
+    (status, sweeps, change, tau, nu, L, Li, *_, first_change), flags = run(1e-2)
+    assert status == 0 and change < 1e-2 and flags[0] and not flags[-1] and len(flags) == sweeps
+    want_L = factor_B(K, np.sqrt(tau))[0]
+    np.testing.assert_array_equal(L, want_L)
+    np.testing.assert_array_equal(Li, inverse_factor(want_L)[0])
+    assert ep(K, y, lik, tol=1e-2, state=warm).log_z == pytest.approx(ep(K, y, lik, tol=1e-10).log_z, abs=1e-3)
+    # a forecast below tol (a warm start whose own first sweep converged): the first is exact
+    assert not run(1e-2, forecast=1e-3)[1][0]
+    # the engine's tolerance: no rough sweep
+    assert not any(run(1e-8)[1])
+    # the sweep limit on a rough sweep: the factors are made exact at the returned sites
+    (status, sweeps, _, tau, _, L, Li, *_), flags = run(1e-2, max_sweeps=1)
+    assert status == 2 and flags == [True, False] and sweeps == 1
+    np.testing.assert_array_equal(L, factor_B(K, np.sqrt(tau))[0])
+
+
+def test_warm_starts_keep_the_first_change_of_the_nearest_solution():
+    # EPState.first_change forecasts a warm start's first sweep; WarmStarts extrapolates the
+    # sites, not that forecast
+    from pymc_gpc.ops.marginal import WarmStarts
+
+    warm = WarmStarts()
+    warm.add(np.array([0.0]), EPState(np.ones(3), np.zeros(3), 0.5))
+    warm.add(np.array([1.0]), EPState(2.0 * np.ones(3), np.ones(3), 0.02))
+    guess = warm.guess(np.array([1.5]))
+    np.testing.assert_allclose(guess.tau, 2.5)  # extrapolated from the nearest two
+    assert guess.first_change == 0.02
 
 
 def test_compiled_loop_hands_back_negative_sites():

@@ -4,7 +4,15 @@ import numpy as np
 import pytest
 
 from pymc_gpc.numerics import lapack
-from pymc_gpc.structures.dense import LatentPosterior, chol_lower, inv_lower
+from pymc_gpc.structures.dense import (
+    LatentPosterior,
+    chol_lower,
+    factor_B,
+    factors,
+    inv_lower,
+    inverse_factor,
+    rough_inverse_factor,
+)
 
 
 @pytest.mark.parametrize("n", [0, 1, 31, 32, 33, 97, 200])
@@ -17,6 +25,72 @@ def test_blocked_triangular_inverse_matches_numpy(n):
     if n:
         np.testing.assert_allclose(Li, np.linalg.inv(L), rtol=1e-10, atol=1e-13)
         assert np.all(np.triu(Li, 1) == 0.0)
+
+
+@pytest.mark.parametrize("n", [1, 31, 33, 97, 200])
+def test_single_precision_cholesky_and_inverse_match_numpy(n):
+    # the float32 versions (spotrf, strmm, strsm, strtri) of potrf_lower and inv_lower
+    rng = np.random.default_rng(n)
+    A = rng.normal(size=(n, n))
+    A = A @ A.T / n + np.eye(n)
+    L = np.asfortranarray(A, dtype=np.float32)
+    assert lapack.potrf_lower(L) == 0
+    assert L.dtype == np.float32 and np.all(np.triu(L, 1) == 0.0)
+    exact = np.linalg.cholesky(A)
+    gap = np.max(np.abs(L - exact)) / np.max(np.abs(exact))
+    assert 1e-10 < gap < 1e-5  # rounded in single precision, and only that
+    assert lapack.inv_lower(L) == 0
+    inv = np.linalg.inv(exact)
+    gap = np.max(np.abs(L - inv)) / np.max(np.abs(inv))
+    assert 1e-10 < gap < 1e-5 and np.all(np.triu(L, 1) == 0.0)
+
+
+def test_rough_inverse_factor_is_the_inverse_rounded_in_single_precision():
+    rng = np.random.default_rng(4)
+    n = 150
+    X = rng.normal(size=(n, 3))
+    K = 5.0 * np.exp(-0.5 * ((X[:, None] - X[None]) ** 2).sum(-1)) + 1e-6 * np.eye(n)
+    sw = np.sqrt(rng.uniform(0.0, 3.0, n))
+    Li, info = rough_inverse_factor(K, sw)
+    exact, _ = inverse_factor(factor_B(K, sw)[0])
+    assert info == 0 and Li.dtype == np.float64 and Li.flags.f_contiguous and np.all(np.triu(Li, 1) == 0.0)
+    gap = np.max(np.abs(Li - exact)) / np.max(np.abs(exact))
+    assert 1e-10 < gap < 1e-4
+    L, Li_r, info, rough = factors(K, sw, True)
+    assert rough and info == 0 and L.size == 0 and np.array_equal(Li_r, Li)
+
+
+def test_factors_fall_back_to_double_where_single_precision_cannot_factorise():
+    # B = I + 1e9 (1 1^T + eps): 1 + 1e9 rounds to 1e9 in float32, so float32 B is singular
+    n = 40
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(n, 2))
+    K = 1e9 * (1.0 + 1e-3 * np.exp(-0.5 * ((X[:, None] - X[None]) ** 2).sum(-1))) + np.eye(n)
+    sw = np.ones(n)
+    assert rough_inverse_factor(K, sw)[1] != 0
+    L, Li, info, rough = factors(K, sw, True)
+    want_L, _ = factor_B(K, sw)
+    assert info == 0 and not rough
+    np.testing.assert_array_equal(L, want_L)
+    np.testing.assert_array_equal(Li, inverse_factor(want_L)[0])
+    assert not LatentPosterior(K, sw**2, rough=True).rough
+
+
+def test_rough_latent_posterior_serves_the_sweeps_and_refuses_the_gradient():
+    rng = np.random.default_rng(6)
+    n = 120
+    X = rng.normal(size=(n, 2))
+    K = 3.0 * np.exp(-0.5 * ((X[:, None] - X[None]) ** 2).sum(-1)) + 1e-6 * np.eye(n)
+    w = rng.gamma(1.0, 1.0, n)
+    v = rng.normal(size=n)
+    exact, rough = LatentPosterior(K, w), LatentPosterior(K, w, rough=True)
+    assert rough.rough and not exact.rough and rough.L is None
+    var_gap = np.max(np.abs(rough.var_diag() / exact.var_diag() - 1))
+    assert 1e-12 < var_gap < 1e-3
+    np.testing.assert_allclose(rough.weights(v), exact.weights(v), rtol=1e-4, atol=1e-5 * np.abs(v).max())
+    for method in (rough.half_logdet_B, rough.R, lambda: rough.ep_gradient(v)):
+        with pytest.raises(RuntimeError, match="rough"):
+            method()
 
 
 def test_blocked_triangular_inverse_reports_the_singular_column():

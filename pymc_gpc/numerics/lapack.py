@@ -5,7 +5,9 @@ runs chains as threads) would take turns. These functions call the same Fortran
 routines through ``scipy.linalg.cython_lapack`` / ``cython_blas`` from numba with
 ``nogil=True``, and are cached on disk (``_routine``). Arrays are Fortran-ordered and
 overwritten in place; the lower triangle is used throughout. Each returns LAPACK's
-``info`` (0 = success) where it has one.
+``info`` (0 = success) where it has one. ``potrf_lower``, ``trmm_lower_left`` and
+``inv_lower`` also take float32 arrays (spotrf, strmm, strsm, strtri: the rough EP sweeps of
+``approximations.ep``); numba compiles one version per precision.
 """
 
 import llvmlite.binding as llvm
@@ -36,6 +38,10 @@ _dpotrs = _routine("lapack", "dpotrs", 8)
 _dtrmm_at = _routine("blas", "dtrmm", 11, (7, 9))
 _dtrsm_at = _routine("blas", "dtrsm", 11, (7, 9))
 _dtrtri_at = _routine("lapack", "dtrtri", 6, (3,))
+_spotrf = _routine("lapack", "spotrf", 5)
+_strmm_at = _routine("blas", "strmm", 11, (7, 9))
+_strsm_at = _routine("blas", "strsm", 11, (7, 9))
+_strtri_at = _routine("lapack", "strtri", 6, (3,))
 
 _L = 76  # ord("L")
 _N = 78  # ord("N")
@@ -46,12 +52,15 @@ _INV_BLOCK = 32
 
 @njit(nogil=True, cache=True)
 def potrf_lower(a):
-    """a <- L with a = L L^T (LAPACK dpotrf); the strict upper triangle is zeroed."""
+    """a <- L with a = L L^T (LAPACK dpotrf, spotrf for float32); the strict upper triangle is zeroed."""
     n = a.shape[0]
     uplo = np.array([_L], np.uint8)
     nn = np.array([n], np.int32)
     info = np.zeros(1, np.int32)
-    _dpotrf(uplo.ctypes, nn.ctypes, a.ctypes, nn.ctypes, info.ctypes)
+    if a.itemsize == 4:
+        _spotrf(uplo.ctypes, nn.ctypes, a.ctypes, nn.ctypes, info.ctypes)
+    else:
+        _dpotrf(uplo.ctypes, nn.ctypes, a.ctypes, nn.ctypes, info.ctypes)
     for j in range(n):
         for i in range(j):
             a[i, j] = 0.0
@@ -90,7 +99,7 @@ def _triangular_times(side, solve, alpha, t, it, jt, b, ib, jb, rows, cols):
     """The block B = b[ib:ib+rows, jb:jb+cols] <- alpha op(T) B (side "L") or
     alpha B op(T) (side "R"), with T the lower-triangular block of t at (it, jt) and
     op(T) = T or T^{-1} (``solve``); t and b are Fortran-ordered, and may be one array
-    (BLAS dtrmm / dtrsm)."""
+    (BLAS dtrmm / dtrsm; strmm / strsm for float32 t and b)."""
     sd = np.array([side], np.uint8)
     uplo = np.array([_L], np.uint8)
     trans = np.array([_N], np.uint8)
@@ -99,10 +108,18 @@ def _triangular_times(side, solve, alpha, t, it, jt, b, ib, jb, rows, cols):
     nn = np.array([cols], np.int32)
     lt = np.array([t.shape[0]], np.int32)
     lb = np.array([b.shape[0]], np.int32)
-    al = np.array([alpha])
-    t_at = t.ctypes.data + 8 * (it + jt * t.shape[0])
-    b_at = b.ctypes.data + 8 * (ib + jb * b.shape[0])
-    if solve:
+    al = np.empty(1, t.dtype)
+    al[0] = alpha
+    t_at = t.ctypes.data + t.itemsize * (it + jt * t.shape[0])
+    b_at = b.ctypes.data + b.itemsize * (ib + jb * b.shape[0])
+    if t.itemsize == 4:
+        if solve:
+            _strsm_at(sd.ctypes, uplo.ctypes, trans.ctypes, diag.ctypes, mm.ctypes, nn.ctypes,
+                      al.ctypes, t_at, lt.ctypes, b_at, lb.ctypes)
+        else:
+            _strmm_at(sd.ctypes, uplo.ctypes, trans.ctypes, diag.ctypes, mm.ctypes, nn.ctypes,
+                      al.ctypes, t_at, lt.ctypes, b_at, lb.ctypes)
+    elif solve:
         _dtrsm_at(sd.ctypes, uplo.ctypes, trans.ctypes, diag.ctypes, mm.ctypes, nn.ctypes,
                   al.ctypes, t_at, lt.ctypes, b_at, lb.ctypes)
     else:
@@ -144,7 +161,11 @@ def inv_lower(a):
             _triangular_times(_L, False, 1.0, a, j + jb, j + jb, a, j + jb, j, rest, jb)
             _triangular_times(_R, True, -1.0, a, j, j, a, j + jb, j, rest, jb)
         nb[0] = jb
-        _dtrtri_at(uplo.ctypes, diag.ctypes, nb.ctypes, a.ctypes.data + 8 * (j + j * n), ll.ctypes, info.ctypes)
+        at = a.ctypes.data + a.itemsize * (j + j * n)
+        if a.itemsize == 4:
+            _strtri_at(uplo.ctypes, diag.ctypes, nb.ctypes, at, ll.ctypes, info.ctypes)
+        else:
+            _dtrtri_at(uplo.ctypes, diag.ctypes, nb.ctypes, at, ll.ctypes, info.ctypes)
         if info[0] != 0:
             return info[0] + j
     return 0

@@ -9,7 +9,8 @@ answers
   raising ``dense.NotPositiveDefiniteError`` when K~^{-1} + W is not positive definite;
   ``rough=True`` allows a cheaper posterior whose marginal variances carry
   single-precision rounding and which has no gradient, for EP sweeps that do not end
-  the iteration (FITC has one; dense ignores the flag);
+  the iteration (FITC: the m^2 n products in single precision; dense: B factorised and
+  inverted in single precision);
 * ``sequential``: whether sequential (rank-one) EP sweeps are available;
 
 and its posterior answers
