@@ -4,7 +4,8 @@ For each data set, one NUTS chain (``pymc_gpc.sample``, 300 tune + 300 draws, se
 run with the Op's solves recorded (hyperparameter vector, sweeps, time). The
 evaluations of the second half (the sampling phase) are then replayed outside the
 sampler with the compiled parallel EP loop (``ep._parallel_compiled``, tol 1e-2 as
-inside the sampler) from different starts, and studied in three ways:
+inside the sampler, every sweep exact: ``rough_sweeps.py`` measures the single-precision
+sweeps) from different starts, and studied in three ways:
 
 1. **Warm-start predictors**: cold (zero sites), the last solution, the package's
    ``WarmStarts`` (nearest stored solution extrapolated along the trajectory), and an
@@ -105,7 +106,7 @@ class ARD:
 def solve(K, y, start, tol=TOL):
     n = len(y)
     tau, nu = (np.zeros(n), np.zeros(n)) if start is None else (start[0].copy(), start[1].copy())
-    out = E._parallel_compiled(LIK.kind, K, y, TH, tau, nu, 1.0, tol, 300, E._ANDERSON_MEMORY)
+    out = E._parallel_compiled(LIK.kind, K, y, TH, tau, nu, 1.0, tol, 300, E._ANDERSON_MEMORY, np.inf, False)
     return out[1], (out[3], out[4])
 
 

@@ -319,7 +319,7 @@ def ep(
     )
 
 
-def ep_warm(K, y, likelihood, th, state, tol, max_sweeps=300):
+def ep_warm(K, y, likelihood, th, state, tol, max_sweeps=300, rough_ok=True):
     """The sampler's hot path: undamped parallel EP from a warm start, in compiled calls.
 
     For trusted inputs only (the Op: y already -1/+1 floats, th checked by
@@ -329,13 +329,13 @@ def ep_warm(K, y, likelihood, th, state, tol, max_sweeps=300):
     ``ep`` would return; None otherwise (a step the compiled loop hands back, the sweep
     limit, a non-finite result), and the caller then runs ``ep``. Skips what ``ep``
     adds around the loop (checks, the result object), about 0.1 ms per evaluation at
-    n = 200.
+    n = 200. ``rough_ok=False``: no single-precision sweeps (``_parallel_compiled``).
     """
     n = y.shape[0]
     tau, nu = (np.zeros(n), np.zeros(n)) if state is None else (state.tau.copy(), state.nu.copy())
     forecast = np.inf if state is None else state.first_change
     status, sweeps, _, tau, nu, L, Li, _, mean, b, tau_c, nu_c, tilted, first_change = _parallel_compiled(
-        likelihood.kind, _contiguous(K), y, th, tau, nu, 1.0, tol, max_sweeps, _ANDERSON_MEMORY, forecast)
+        likelihood.kind, _contiguous(K), y, th, tau, nu, 1.0, tol, max_sweeps, _ANDERSON_MEMORY, forecast, rough_ok)
     if status != _DONE:
         return None
     log_z = _factored_log_z(L, tau, nu, mean, tau_c, nu_c, tilted[0])
@@ -502,7 +502,7 @@ def _anderson_mix(dF, dG, count, f, g):
 
 
 @njit(nogil=True, cache=True)
-def _parallel_compiled(kind, K, y, th, tau, nu, damping, tol, max_sweeps, memory, forecast=np.inf):
+def _parallel_compiled(kind, K, y, th, tau, nu, damping, tol, max_sweeps, memory, forecast=np.inf, rough_ok=True):
     """``_parallel`` for non-negative sites, compiled: whole sweeps without Python.
 
     Every sweep factorises B at the current sites (``structures.dense.factors``), forms the
@@ -518,6 +518,7 @@ def _parallel_compiled(kind, K, y, th, tau, nu, damping, tol, max_sweeps, memory
     e.g. a warm start's ``EPState.first_change``), B is factorised and inverted in single
     precision, about 0.6 of a sweep's LAPACK time at n = 300. A rough sweep never ends the
     iteration, so the returned factors and fixed point are those of exact sweeps.
+    ``rough_ok=False`` runs every sweep exact (a benchmark's baseline).
 
     Returns (status, sweeps, change, tau, nu, L, Li, var, mean, b, tau_c, nu_c,
     tilted, first_change); with status ``_DONE`` var ... tilted are at the returned sites
@@ -534,7 +535,7 @@ def _parallel_compiled(kind, K, y, th, tau, nu, damping, tol, max_sweeps, memory
     change, previous, best, sweeps, status = np.inf, np.inf, np.inf, 0, _SWEEP_LIMIT
     first_change = np.inf
     sw = np.sqrt(tau)
-    L, Li, info, rough = factors(K, sw, _rough_allowed(tol, forecast))
+    L, Li, info, rough = factors(K, sw, rough_ok and _rough_allowed(tol, forecast))
     tilted = np.empty((4, n))
     tau_c, nu_c = np.empty(n), np.empty(n)
     var, b, mean = prior_var.copy(), np.zeros(n), np.zeros(n)
@@ -579,7 +580,8 @@ def _parallel_compiled(kind, K, y, th, tau, nu, damping, tol, max_sweeps, memory
                 break
         sw_x = np.sqrt(tau_x)
         last = sweeps == max_sweeps  # the returned factors: exact
-        L_x, Li_x, info, rough_x = factors(K, sw_x, not last and _rough_allowed(tol, _next_change(change, previous)))
+        rough_x = rough_ok and not last and _rough_allowed(tol, _next_change(change, previous))
+        L_x, Li_x, info, rough_x = factors(K, sw_x, rough_x)
         if info != 0:
             status, sweeps = _HANDED_BACK, sweeps - 1
             break
