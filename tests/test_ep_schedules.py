@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from pymc_gpc import EPState, LaplaceState, ep, laplace
+from pymc_gpc.likelihoods import Probit
 from pymc_gpc.likelihoods.binary import STEP_LABEL_NOISE as STEP
 
 from .conftest import LIKELIHOOD_CASES, ard_kernel, lik_id, random_problem
@@ -160,7 +161,7 @@ def _python_only(monkeypatch):
     import pymc_gpc.approximations.ep as ep_module
 
     def handed_back(kind, K, y, th, tau, nu, *rest):
-        return (ep_module._HANDED_BACK, 0, np.inf, tau, nu) + (None,) * 8
+        return (ep_module._HANDED_BACK, 0, np.inf, tau, nu) + (None,) * 8 + (np.inf,)
 
     monkeypatch.setattr(ep_module, "_parallel_compiled", handed_back)
 
@@ -244,6 +245,37 @@ def test_compiled_loop_sweeps_rough_at_the_sampler_tolerance_and_ends_exact(comp
     (status, sweeps, _, tau, _, L, Li, *_), flags = run(1e-2, max_sweeps=1)
     assert status == 2 and flags == [True, False] and sweeps == 1
     np.testing.assert_array_equal(L, factor_B(K, np.sqrt(tau))[0])
+
+
+def test_ill_conditioned_b_is_never_factorised_in_single_precision():
+    # At large amplitudes single-precision rounding would hold the site change above the
+    # sampler's tol for ever (it did here: 300 sweeps without convergence): such a B,
+    # beyond MAX_COND_ROUGH, is factorised in double, and EP converges as with exact sweeps.
+    from pymc_gpc.approximations.ep import _ANDERSON_MEMORY, _parallel_compiled
+    from pymc_gpc.likelihoods import Probit
+    from pymc_gpc.structures.dense import MAX_COND_ROUGH, factors, rough_suits
+
+    rng = np.random.default_rng(0)
+    n = 200
+    X = rng.normal(size=(n, 2))
+    y = np.where(np.sin(2 * X[:, 0]) + X[:, 1] > 0, 1.0, -1.0)
+    K = 1e5 * np.exp(-0.5 * ((X[:, None] - X[None]) ** 2).sum(-1) / 25) + 1e-3 * np.eye(n)
+    lik = Probit()
+    res = ep(K, y, lik, tol=1e-2)
+    sw = np.sqrt(res.state.tau)
+    assert 1.0 + np.sum(res.state.tau * np.diag(K)) > MAX_COND_ROUGH and not rough_suits(K, sw)
+    assert not factors(K, sw, True)[3]
+    exact_only = _parallel_compiled(lik.kind, K, y, lik._th(None), np.zeros(n), np.zeros(n), 1.0, 1e-2, 300,
+                                    _ANDERSON_MEMORY, np.inf, False)
+    assert res.converged and res.n_iter <= exact_only[1] + 1
+    assert abs(res.log_z - ep(K, y, lik, tol=1e-10).log_z) < 1e-2
+
+
+def test_zero_tolerance_runs_to_the_sweep_limit():
+    # tol = 0 never converges; the change predictions (a division by the last change) must
+    # not fail when a change is exactly 0
+    res = ep(1e3 * np.eye(2), np.ones(2), Probit(), tol=0.0, max_sweeps=20)
+    assert not res.converged and res.n_iter == 20 and np.isfinite(res.log_z)
 
 
 def test_warm_starts_keep_the_first_change_of_the_nearest_solution():

@@ -322,10 +322,12 @@ def test_rough_sweeps_are_asked_for_only_where_the_next_change_is_predicted_abov
 
     assert _rough_allowed(1e-2, np.inf)  # a warm start's first sweep, nothing known
     assert not _rough_allowed(1e-2, 5e-3) and not _rough_allowed(1e-4, 1.0)  # the last; a tight tol
+    assert _rough_allowed(1e-2, 1.0, 9) and not _rough_allowed(1e-2, 1.0, 10)  # a slow solve goes on exact
     assert _next_change(0.2, np.inf) == pytest.approx(0.02)  # after a first sweep: rate 0.1
     assert _next_change(0.05, 0.1) == pytest.approx(0.025)  # a slow contraction (0.5)
     assert _next_change(0.05, 1.0) == pytest.approx(0.0025)  # a fast one (0.05)
     assert _next_change(0.2, 0.1) == pytest.approx(0.2)  # growth: no worse than the same
+    assert _next_change(0.0, 0.0) == 0.0 and _next_change(0.1, 0.0) == pytest.approx(0.1)  # no division by 0
 
 
 def test_a_warm_start_that_converged_in_one_sweep_starts_exact(rough_requests):

@@ -45,6 +45,13 @@ def test_single_precision_cholesky_and_inverse_match_numpy(n):
     assert 1e-10 < gap < 1e-5 and np.all(np.triu(L, 1) == 0.0)
 
 
+def test_triangular_products_refuse_mixed_precisions():
+    A32 = np.asfortranarray(np.tril(np.ones((4, 4))), dtype=np.float32)
+    for A, B in ((A32, np.ones((4, 2), order="F")), (A32.astype(float), np.ones((4, 2), np.float32, order="F"))):
+        with pytest.raises(ValueError, match="same precision"):
+            lapack.trmm_lower_left(A, B)
+
+
 def test_rough_inverse_factor_is_the_inverse_rounded_in_single_precision():
     rng = np.random.default_rng(4)
     n = 150

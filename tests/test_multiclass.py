@@ -414,6 +414,60 @@ def test_block_preconditioner_solves_newton_steps(amplitudes):
         assert pre.solve_other_weights(BlockKernel(K), d, v, a, eps=1e-12, max_iter=1) is None
 
 
+def test_rough_block_posterior_serves_newton_steps_only():
+    """``CoupledBlockPosterior(rough=True)``: each E_k from single-precision factors, so the
+    Newton update differs from the exact one by rounding only; no evidence, gradient,
+    site covariances or predictions from it; exact where single precision cannot factorise."""
+    from pymc_gpc.structures.multiclass import CoupledBlockPosterior
+
+    rng = np.random.default_rng(12)
+    c, n = 3, 80
+    X = rng.uniform(-3, 3, n)
+    K = np.array([rbf(X, ls, v) + 1e-6 * np.eye(n) for ls, v in [(0.8, 4.0), (1.3, 1.0), (0.5, 9.0)]])
+    d = _softmax_weights(rng, c, n, 2.0)
+    v = rng.normal(size=(c, n))
+    exact, rough = CoupledBlockPosterior(K, d), CoupledBlockPosterior(K, d, rough=True)
+    assert rough.rough and not exact.rough
+    gap = np.max(np.abs(rough.weights(v) - exact.weights(v))) / np.max(np.abs(exact.weights(v)))
+    assert 1e-12 < gap < 1e-4  # rounded in single precision, and only that
+    np.testing.assert_allclose(rough.preconditioner().R_times(v), exact.R_times(v), rtol=1e-4,
+                               atol=1e-5 * np.max(np.abs(exact.R_times(v))))
+    for method in (rough.half_logdet_B, rough.site_covariances, lambda: rough.kernel_gradient([], -0.5),
+                   lambda: rough.predict(v, K[:, :, :5], np.ones((c, 5)))):
+        with pytest.raises(RuntimeError, match="rough"):
+            method()
+    # 1 + 1e9 d K_ii rounds away in single precision: B_k is singular there, the posterior exact
+    big = 1e9 * (1.0 + 1e-3 * K)
+    assert not CoupledBlockPosterior(big, d, rough=True).rough
+
+
+def test_softmax_laplace_with_rough_newton_steps_ends_at_the_exact_mode(monkeypatch):
+    """Newton steps whose CG declines use a rough posterior; the mode, evidence and gradient
+    equal those of a run with every posterior exact."""
+    from pymc_gpc.approximations import softmax_laplace as module
+
+    K, y, first = _solved_three_class_problem(seed=13, n=60)
+    original, asked = module.CoupledBlockPosterior, []
+
+    def recording(K, d, rough=False):
+        asked.append(rough)
+        return original(K, d, rough=rough)
+
+    monkeypatch.setattr(module, "CoupledBlockPosterior", recording)
+    runs = {}
+    for mode in ("rough", "exact"):
+        asked.clear()
+        if mode == "exact":
+            monkeypatch.setattr(module, "CoupledBlockPosterior", lambda K, d, rough=False: recording(K, d))
+        runs[mode] = (softmax_laplace(K * 3.0, y, state=first.state, tol=1e-10), list(asked))
+    (rough, asked_rough), (exact, asked_exact) = runs["rough"], runs["exact"]
+    assert True in asked_rough and asked_rough[-1] is False and not any(asked_exact)
+    assert rough.converged and exact.converged
+    assert abs(rough.log_z - exact.log_z) < 1e-9
+    np.testing.assert_allclose(rough.mean, exact.mean, atol=1e-8)
+    np.testing.assert_allclose(rough.dlog_z_dK, exact.dlog_z_dK, atol=1e-7 * np.max(np.abs(exact.dlog_z_dK)))
+
+
 def _solved_three_class_problem(seed, n):
     """A random 3-class problem on a line with a shared RBF kernel, and its tight solve."""
     rng = np.random.default_rng(seed)
@@ -434,9 +488,9 @@ def test_softmax_laplace_warm_start_factorises_once(monkeypatch):
     built = []
     original = module.CoupledBlockPosterior
 
-    def counting(*args):
+    def counting(*args, **kwargs):
         built.append(1)
-        return original(*args)
+        return original(*args, **kwargs)
 
     monkeypatch.setattr(module, "CoupledBlockPosterior", counting)
     for K_next, cg_steps, factorisations in ((K * 1.02, 20, 1), (K * 3.0, 20, 2), (K * 1.02, 1, None)):

@@ -79,7 +79,9 @@ class EPState:
     ``first_change``: the site change of the first sweep of the solve that produced the
     state (inf where unknown). A warm start takes it as the forecast of its own first
     sweep's change, which decides whether that sweep may run on a rough posterior
-    (``_parallel``): along a sampler's trajectory successive steps are alike.
+    (``_parallel``, ``_parallel_compiled``): along a sampler's trajectory successive steps
+    are alike. Warm starts keep it as it is (``ops.marginal.WarmStarts`` extrapolates only
+    the sites).
     """
 
     tau: np.ndarray
@@ -237,7 +239,9 @@ def ep(
         ignored (cold start).
     method : "parallel" (default, fastest for n >~ 100) or "sequential" (dense K only).
     damping : initial damping in (0, 1]; 1 is undamped.
-    tol : convergence threshold on the scale-free site change.
+    tol : convergence threshold on the scale-free site change. At tol >= 1e-3 (the sampler's
+        regime) the sweeps predicted not to be the last run on single-precision factors
+        (``_rough_allowed``); the returned posterior, evidence and gradient are exact.
     max_sweeps : sweep limit; if reached, the result has ``converged=False``.
     with_grad : compute ``dlog_z_dK`` and ``dlog_z_dparams``.
     with_loo : return ``loo_log_p`` (free here: the tilted normalisers; None otherwise,
@@ -452,17 +456,22 @@ def _parallel(prior, y, likelihood, th, post, tau, nu, damping, tol, max_sweeps,
             aa.reset()
             tau_x, nu_x = tau_g, nu_g
         try:
-            post, tau, nu = prior.posterior(tau_x, rough=_rough_allowed(tol, _next_change(change, previous))), tau_x, nu_x
+            # the returned posterior (the sweep limit's included) is exact
+            rough = sweeps < max_sweeps and _rough_allowed(tol, _next_change(change, previous), sweeps)
+            post, tau, nu = prior.posterior(tau_x, rough=rough), tau_x, nu_x
         except NotPositiveDefiniteError:
             aa.reset()
             post, tau, nu = _proper_posterior(prior, tau, nu, tau_g, nu_g)
-    if post.rough:  # the sweep limit fell on a rough sweep
+    if post.rough:  # max_sweeps = 0 after a rough start
         post = prior.posterior(tau)
     return post, tau, nu, sweeps, change, first_change
 
 
 # Rough (single-precision) posteriors serve sweeps at tolerances this loose or looser,
 _ROUGH_TOL = 1e-3
+# and within the first this many sweeps of a solve (90 % of the sampler's solves take at
+# most 9 sweeps on hard data, ``benchmarks/ep_sweeps.py``),
+_ROUGH_SWEEPS = 10
 # The contraction assumed after a first sweep: the change falls 0.07-0.1-fold per sweep
 # on the FITC benchmark's warm starts (n = 2000 ... 10^5), less where EP is harder.
 _FIRST_RATE = 0.1
@@ -471,17 +480,21 @@ _FIRST_RATE = 0.1
 @njit(nogil=True, cache=True)
 def _next_change(change, previous):
     """The next sweep's change, predicted as this one's times the last contraction
-    change / previous (``_FIRST_RATE`` after a first sweep)."""
-    return change * (min(change / previous, 1.0) if np.isfinite(previous) else _FIRST_RATE)
+    change / previous (``_FIRST_RATE`` after a first sweep; 1 after a zero change)."""
+    if not np.isfinite(previous):
+        return change * _FIRST_RATE
+    return change * min(change / previous, 1.0) if previous > 0.0 else change
 
 
 @njit(nogil=True, cache=True)
-def _rough_allowed(tol, predicted):
+def _rough_allowed(tol, predicted, sweeps=0):
     """Whether a sweep whose change is predicted as ``predicted`` may run on a rough
-    posterior (``_parallel``): where tol >= ``_ROUGH_TOL`` and it is not predicted to be
+    posterior (``_parallel``): where tol >= ``_ROUGH_TOL``, it is not predicted to be
     the last (a rough sweep cannot end the iteration, so one that would have converged
-    costs another sweep on an exact posterior)."""
-    return tol >= _ROUGH_TOL and predicted > tol
+    costs another sweep on an exact posterior) and fewer than ``_ROUGH_SWEEPS`` sweeps
+    have run (a solve that has not converged by then goes on exact: rounding cannot hold it
+    up)."""
+    return tol >= _ROUGH_TOL and predicted > tol and sweeps < _ROUGH_SWEEPS
 
 
 # Outcomes of ``_parallel_compiled``.
@@ -523,7 +536,7 @@ def _parallel_compiled(kind, K, y, th, tau, nu, damping, tol, max_sweeps, memory
     Returns (status, sweeps, change, tau, nu, L, Li, var, mean, b, tau_c, nu_c,
     tilted, first_change); with status ``_DONE`` var ... tilted are at the returned sites
     (the fixed-point quantities of ``ep``); L and Li are exact unless status is
-    ``_HANDED_BACK``.
+    ``_HANDED_BACK`` (then L may be an empty array, from a rough sweep).
     """
     n = y.shape[0]
     prior_var = np.diag(K).copy()
@@ -580,7 +593,7 @@ def _parallel_compiled(kind, K, y, th, tau, nu, damping, tol, max_sweeps, memory
                 break
         sw_x = np.sqrt(tau_x)
         last = sweeps == max_sweeps  # the returned factors: exact
-        rough_x = rough_ok and not last and _rough_allowed(tol, _next_change(change, previous))
+        rough_x = rough_ok and not last and _rough_allowed(tol, _next_change(change, previous), sweeps)
         L_x, Li_x, info, rough_x = factors(K, sw_x, rough_x)
         if info != 0:
             status, sweeps = _HANDED_BACK, sweeps - 1

@@ -5,9 +5,10 @@ runs chains as threads) would take turns. These functions call the same Fortran
 routines through ``scipy.linalg.cython_lapack`` / ``cython_blas`` from numba with
 ``nogil=True``, and are cached on disk (``_routine``). Arrays are Fortran-ordered and
 overwritten in place; the lower triangle is used throughout. Each returns LAPACK's
-``info`` (0 = success) where it has one. ``potrf_lower``, ``trmm_lower_left`` and
-``inv_lower`` also take float32 arrays (spotrf, strmm, strsm, strtri: the rough EP sweeps of
-``approximations.ep``); numba compiles one version per precision.
+``info`` (0 = success) where it has one. ``potrf_lower``, ``lauum_lower``,
+``trmm_lower_left`` and ``inv_lower`` also take float32 arrays (spotrf, slauum, strmm, strsm,
+strtri: the rough posteriors of ``structures.dense``); numba compiles one version per
+precision.
 """
 
 import llvmlite.binding as llvm
@@ -39,6 +40,7 @@ _dtrmm_at = _routine("blas", "dtrmm", 11, (7, 9))
 _dtrsm_at = _routine("blas", "dtrsm", 11, (7, 9))
 _dtrtri_at = _routine("lapack", "dtrtri", 6, (3,))
 _spotrf = _routine("lapack", "spotrf", 5)
+_slauum = _routine("lapack", "slauum", 5)
 _strmm_at = _routine("blas", "strmm", 11, (7, 9))
 _strsm_at = _routine("blas", "strsm", 11, (7, 9))
 _strtri_at = _routine("lapack", "strtri", 6, (3,))
@@ -69,12 +71,16 @@ def potrf_lower(a):
 
 @njit(nogil=True, cache=True)
 def lauum_lower(a):
-    """a <- a^T a for lower-triangular a, returned as a full symmetric matrix (dlauum)."""
+    """a <- a^T a for lower-triangular a, returned as a full symmetric matrix (dlauum, slauum
+    for float32)."""
     n = a.shape[0]
     uplo = np.array([_L], np.uint8)
     nn = np.array([n], np.int32)
     info = np.zeros(1, np.int32)
-    _dlauum(uplo.ctypes, nn.ctypes, a.ctypes, nn.ctypes, info.ctypes)
+    if a.itemsize == 4:
+        _slauum(uplo.ctypes, nn.ctypes, a.ctypes, nn.ctypes, info.ctypes)
+    else:
+        _dlauum(uplo.ctypes, nn.ctypes, a.ctypes, nn.ctypes, info.ctypes)
     for j in range(n):
         for i in range(j):
             a[i, j] = a[j, i]
@@ -108,6 +114,8 @@ def _triangular_times(side, solve, alpha, t, it, jt, b, ib, jb, rows, cols):
     nn = np.array([cols], np.int32)
     lt = np.array([t.shape[0]], np.int32)
     lb = np.array([b.shape[0]], np.int32)
+    if t.itemsize != b.itemsize:
+        raise ValueError("_triangular_times: t and b must have the same precision")
     al = np.empty(1, t.dtype)
     al[0] = alpha
     t_at = t.ctypes.data + t.itemsize * (it + jt * t.shape[0])
@@ -129,7 +137,8 @@ def _triangular_times(side, solve, alpha, t, it, jt, b, ib, jb, rows, cols):
 
 @njit(nogil=True, cache=True)
 def trmm_lower_left(A, B):
-    """B <- A B for lower-triangular A (n, n) and Fortran-ordered B (n, m) (BLAS dtrmm)."""
+    """B <- A B for lower-triangular A (n, n) and Fortran-ordered B (n, m) of the same
+    precision (BLAS dtrmm / strmm)."""
     n, m = B.shape
     _triangular_times(_L, False, 1.0, A, 0, 0, B, 0, 0, n, m)
 

@@ -33,6 +33,13 @@ from ..numerics import lapack
 _IDENTITY_MIN = 1e-4
 # Floor on Sigma_ii / K_ii against rounding (the exact value is positive).
 _MIN_RELATIVE_VAR = 1e-14
+# Rough (single-precision) factors of B are made only where cond(B) <= 1 + sum_i w_i K_ii
+# (B >= I; the bound is within 10 % of lambda_max(B) on smooth kernels) is at most this:
+# B^{-1} then carries relative errors of about 6e-8 x 1e4 = 6e-4, below the sampler's EP
+# tolerance 1e-2. Along NUTS chains the bound reached 1.8e3 on Pima and breast cancer, 5e4 on
+# Crabs and a separable circle; at 8e5 and beyond (amplitudes of 3e4 and more) rough sweeps
+# slowed or stalled parallel EP.
+MAX_COND_ROUGH = 1e4
 
 
 class NotPositiveDefiniteError(np.linalg.LinAlgError):
@@ -106,6 +113,28 @@ def factor_B(K, sw):
 
 
 @njit(nogil=True, cache=True)
+def rough_suits(K, sw):
+    """Whether B = I + W^1/2 K W^1/2 may be factorised in single precision: its condition
+    bound 1 + sum_i w_i K_ii is at most ``MAX_COND_ROUGH``."""
+    bound = 1.0
+    for i in range(K.shape[0]):
+        bound += sw[i] * sw[i] * K[i, i]
+    return bound <= MAX_COND_ROUGH
+
+
+@njit(nogil=True, cache=True)
+def _single_B(K, sw):
+    """B = I + W^1/2 K W^1/2 in single precision, Fortran-ordered (lower triangle and diagonal)."""
+    n = K.shape[0]
+    Bt = np.empty((n, n), np.float32)  # C-ordered B^T is the Fortran-ordered B
+    for j in range(n):
+        Bt[j, j] = 1.0 + sw[j] * K[j, j] * sw[j]
+        for i in range(j + 1, n):
+            Bt[j, i] = sw[i] * K[i, j] * sw[j]
+    return Bt.T
+
+
+@njit(nogil=True, cache=True)
 def rough_inverse_factor(K, sw):
     """(L^{-1}, info) for B = I + W^1/2 K W^1/2 = L L^T, factorised and inverted in single
     precision (spotrf and ``lapack.inv_lower``: about half the time of double at
@@ -114,14 +143,12 @@ def rough_inverse_factor(K, sw):
 
     For EP's rough sweeps (``approximations.ep._parallel_compiled``): the entries of L^{-1}
     carry relative errors of about 6e-8 cond(L), cond(L)^2 = cond(B) <= 1 + sum_i w_i K_ii
-    (B >= I), and the variances in addition the cancellation of ``marginal_variances``."""
+    (B >= I), and the variances in addition the cancellation of ``marginal_variances``.
+    info -1: not attempted, the condition bound exceeds ``MAX_COND_ROUGH`` (``rough_suits``)."""
     n = K.shape[0]
-    Bt = np.empty((n, n), np.float32)  # C-ordered B^T is the Fortran-ordered B
-    for j in range(n):
-        Bt[j, j] = 1.0 + sw[j] * K[j, j] * sw[j]
-        for i in range(j + 1, n):
-            Bt[j, i] = sw[i] * K[i, j] * sw[j]
-    L = Bt.T
+    if not rough_suits(K, sw):
+        return np.zeros((n, n)).T, -1
+    L = _single_B(K, sw)
     info = lapack.potrf_lower(L)
     if info == 0:
         info = lapack.inv_lower(L)
@@ -130,6 +157,28 @@ def rough_inverse_factor(K, sw):
         for i in range(j, n):
             Li[i, j] = L[i, j]
     return Li, info
+
+
+@njit(nogil=True, cache=True)
+def rough_R_into(K, sw, out):
+    """R = W^1/2 B^{-1} W^1/2 (``LatentPosterior.R``) from single-precision factors (B^{-1} by
+    spotrf, ``lapack.inv_lower`` and slauum), written into the Fortran-ordered float64 ``out``;
+    returns LAPACK's info (0: done; -1: not attempted, as in ``rough_inverse_factor``).
+    Relative errors about 6e-8 cond(B): for the rough posteriors of ``structures.multiclass``
+    (0.5-0.6 of the time of ``LatentPosterior.R`` at n = 100-300 here)."""
+    n = K.shape[0]
+    if not rough_suits(K, sw):
+        return -1
+    Binv = _single_B(K, sw)
+    info = lapack.potrf_lower(Binv)
+    if info == 0:
+        info = lapack.inv_lower(Binv)
+    if info == 0:
+        info = lapack.lauum_lower(Binv)
+    for j in range(n):
+        for i in range(n):
+            out[i, j] = sw[i] * Binv[i, j] * sw[j]
+    return info
 
 
 @njit(nogil=True, cache=True)
@@ -143,8 +192,9 @@ def inverse_factor(L):
 def factors(K, sw, rough):
     """(L, L^{-1}, info, rough) of B at W^1/2 = sw, for compiled EP sweeps: ``LatentPosterior``'s
     factors, both computed now. ``rough``: L^{-1} from single precision
-    (``rough_inverse_factor``) and no L (an empty array), falling back to double where the
-    single-precision factorisation fails; the fourth output says which was done."""
+    (``rough_inverse_factor``) and no L (an empty array), falling back to double where B is
+    too ill-conditioned for it or its factorisation fails; the fourth output says which was
+    done."""
     if rough:
         Li, info = rough_inverse_factor(K, sw)
         if info == 0:
@@ -265,8 +315,8 @@ class LatentPosterior(_KernelGradient):
         these w (by a compiled solver).
     rough : allow a rough posterior (``structures`` package docstring): L^{-1} from single
         precision (``rough_inverse_factor``), serving ``var_diag`` and ``weights`` only.
-        Where single precision fails to factorise B the posterior is exact; ``self.rough``
-        says which.
+        Where B is too ill-conditioned for single precision (``MAX_COND_ROUGH``) or its
+        factorisation fails the posterior is exact; ``self.rough`` says which.
     """
 
     def __init__(self, K, w, L=None, Li=None, rough=False):
@@ -318,6 +368,7 @@ class LatentPosterior(_KernelGradient):
 
     def full_cov(self):
         """Sigma = K - K W^{1/2} B^{-1} W^{1/2} K as a dense matrix (sequential EP)."""
+        self._exact()
         V = lower_times(self.Li, self.sw[:, None] * self.K)
         return self.K - V.T @ V
 

@@ -41,7 +41,15 @@ from numba import njit
 from scipy.linalg.blas import dsyrk
 
 from ..numerics import lapack
-from .dense import _IDENTITY_MIN, LatentPosterior, chol_lower, inv_lower, lower_times
+from .dense import (
+    _IDENTITY_MIN,
+    LatentPosterior,
+    NotPositiveDefiniteError,
+    chol_lower,
+    inv_lower,
+    lower_times,
+    rough_R_into,
+)
 
 
 def _times(A, v):
@@ -226,22 +234,48 @@ class CoupledBlockPosterior(BlockPreconditioner):
     K : (c, n, n) prior covariances, one per class.
     d : (c, n) non-negative weights, every column with a positive sum (the softmax's
         class probabilities pi at the current f).
+    rough : allow a rough posterior: each E_k from single-precision factors
+        (``dense.rough_R_into``), for Newton steps that do not end the iteration
+        (``weights``, ``R_times``, ``preconditioner``) only; exact where a B_k is too
+        ill-conditioned for single precision (``dense.MAX_COND_ROUGH``) or its factorisation
+        fails. ``self.rough`` says which.
     """
 
-    def __init__(self, K, d):
+    def __init__(self, K, d, rough=False):
         self.K = K
         self.d = d
         self.s = d.sum(axis=0)
-        self.blocks = [LatentPosterior(K[k], d[k]) for k in range(K.shape[0])]
         E = np.empty(K.shape)  # (c, n, n), each E_k written in place (symmetric: E[k].T is E_k)
-        for k, b in enumerate(self.blocks):
-            b.R(out=E[k].T)
-        super().__init__(E, chol_lower(E.sum(axis=0)))
+        self.rough, LM = rough and self._rough_E(E), None
+        if self.rough:
+            try:
+                LM = chol_lower(E.sum(axis=0))
+            except NotPositiveDefiniteError:  # M indefinite by rounding
+                self.rough = False
+        if not self.rough:
+            self.blocks = [LatentPosterior(K[k], d[k]) for k in range(K.shape[0])]
+            for k, b in enumerate(self.blocks):
+                b.R(out=E[k].T)
+            LM = chol_lower(E.sum(axis=0))
+        super().__init__(E, LM)
         self._H = self._Ht = None
         self._LMi = None
 
+    def _rough_E(self, E):
+        """E_k from single-precision factors into E; whether every class's succeeded."""
+        for k in range(self.K.shape[0]):
+            if rough_R_into(self.K[k], np.sqrt(self.d[k]), E[k].T) != 0:
+                return False
+        return True
+
+    def _exact(self):
+        if self.rough:
+            raise RuntimeError("a rough (single-precision) posterior serves Newton steps only: "
+                               "it has no log-determinant, gradient, site covariances or predictions")
+
     def half_logdet_B(self):
         r"""\tfrac12 \log|I + K W| (module docstring)."""
+        self._exact()
         return (sum(b.half_logdet_B() for b in self.blocks) + float(np.sum(np.log(np.diag(self.LM))))
                 - 0.5 * float(np.sum(np.log(self.s))))
 
@@ -282,6 +316,7 @@ class CoupledBlockPosterior(BlockPreconditioner):
         blocks of R a block-diagonal K needs; H_k^T H_k by BLAS dsyrk (half the flops of a
         product), the rest in one compiled pass.
         """
+        self._exact()
         X = np.array([np.asarray(x, dtype=float) for x, _, _ in outer])  # (t, c, n)
         Y = np.array([np.asarray(y, dtype=float) for _, y, _ in outer])
         coef = np.array([float(w) for _, _, w in outer])
@@ -306,6 +341,7 @@ class CoupledBlockPosterior(BlockPreconditioner):
         ``structures.dense``): those columns are H_k K_k[:, j] by a product. The c (c + 1) / 2
         column dot products per i run in one compiled pass (``_site_covariance_blocks``).
         """
+        self._exact()
         c, n = self.d.shape
         own = np.array([b.var_diag() for b in self.blocks])  # (c, n)
         H = self.H
@@ -323,6 +359,7 @@ class CoupledBlockPosterior(BlockPreconditioner):
         K_cross : (c, n, m); k_star : (c, m) prior variances, or (c, m, m) with ``full_cov``.
         Returns mean (c, m) and covariance (m, c, c), or (c m, c m) class-major with ``full_cov``.
         """
+        self._exact()
         c, _, m = K_cross.shape
         mean = _times(np.transpose(K_cross, (0, 2, 1)), a)
         P = self.E @ K_cross  # E_k k_k*
