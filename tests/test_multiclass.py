@@ -436,7 +436,8 @@ def test_rough_block_posterior_serves_newton_steps_only():
                    lambda: rough.predict(v, K[:, :, :5], np.ones((c, 5)))):
         with pytest.raises(RuntimeError, match="rough"):
             method()
-    # 1 + 1e9 d K_ii rounds away in single precision: B_k is singular there, the posterior exact
+    # B_k's condition bound far beyond MAX_COND_ROUGH (1 + 1e9 d K_ii would even round away in
+    # single precision): the posterior is exact
     big = 1e9 * (1.0 + 1e-3 * K)
     assert not CoupledBlockPosterior(big, d, rough=True).rough
 
