@@ -135,46 +135,53 @@ def _single_B(K, sw):
 
 
 @njit(nogil=True, cache=True)
+def _single_inverse_factor(K, sw):
+    """(L^{-1}, info) of B in single precision (Fortran-ordered, lower triangle; spotrf and
+    ``lapack.inv_lower``); info -1: not attempted, the condition bound exceeds
+    ``MAX_COND_ROUGH`` (``rough_suits``)."""
+    if not rough_suits(K, sw):
+        return np.zeros((0, 0), np.float32).T, -1
+    Li = _single_B(K, sw)
+    info = lapack.potrf_lower(Li)
+    if info == 0:
+        info = lapack.inv_lower(Li)
+    return Li, info
+
+
+@njit(nogil=True, cache=True)
 def rough_inverse_factor(K, sw):
     """(L^{-1}, info) for B = I + W^1/2 K W^1/2 = L L^T, factorised and inverted in single
-    precision (spotrf and ``lapack.inv_lower``: about half the time of double at
-    n = 200-600 here) and returned in double, lower triangle, Fortran-ordered, for the O(n^2)
-    steps that read it (``marginal_variances``, ``weights_from_inverse``).
+    precision (``_single_inverse_factor``: about half the time of double at n = 200-600 here)
+    and returned in double, lower triangle, Fortran-ordered, for the O(n^2) steps that read
+    it (``marginal_variances``, ``weights_from_inverse``); info as there.
 
     For EP's rough sweeps (``approximations.ep._parallel_compiled``): the entries of L^{-1}
     carry relative errors of about 6e-8 cond(L), cond(L)^2 = cond(B) <= 1 + sum_i w_i K_ii
-    (B >= I), and the variances in addition the cancellation of ``marginal_variances``.
-    info -1: not attempted, the condition bound exceeds ``MAX_COND_ROUGH`` (``rough_suits``)."""
+    (B >= I), and the variances in addition the cancellation of ``marginal_variances``."""
     n = K.shape[0]
-    if not rough_suits(K, sw):
-        return np.zeros((n, n)).T, -1
-    L = _single_B(K, sw)
-    info = lapack.potrf_lower(L)
-    if info == 0:
-        info = lapack.inv_lower(L)
+    single, info = _single_inverse_factor(K, sw)
     Li = np.zeros((n, n)).T  # Fortran-ordered
+    if info != 0:
+        return Li, info
     for j in range(n):
         for i in range(j, n):
-            Li[i, j] = L[i, j]
+            Li[i, j] = single[i, j]
     return Li, info
 
 
 @njit(nogil=True, cache=True)
 def rough_R_into(K, sw, out):
-    """R = W^1/2 B^{-1} W^1/2 (``LatentPosterior.R``) from single-precision factors (B^{-1} by
-    spotrf, ``lapack.inv_lower`` and slauum), written into the Fortran-ordered float64 ``out``;
-    returns LAPACK's info (0: done; -1: not attempted, as in ``rough_inverse_factor``).
-    Relative errors about 6e-8 cond(B): for the rough posteriors of ``structures.multiclass``
-    (0.5-0.6 of the time of ``LatentPosterior.R`` at n = 100-300 here)."""
+    """R = W^1/2 B^{-1} W^1/2 (``LatentPosterior.R``) from single-precision factors (B^{-1} =
+    L^{-T} L^{-1} by ``_single_inverse_factor`` and slauum), written into the Fortran-ordered
+    float64 ``out``; returns info as ``_single_inverse_factor`` (0: done). Relative errors
+    about 6e-8 cond(B): for the rough posteriors of ``structures.multiclass`` (0.5-0.6 of the
+    time of ``LatentPosterior.R`` at n = 100-300 here)."""
     n = K.shape[0]
-    if not rough_suits(K, sw):
-        return -1
-    Binv = _single_B(K, sw)
-    info = lapack.potrf_lower(Binv)
-    if info == 0:
-        info = lapack.inv_lower(Binv)
+    Binv, info = _single_inverse_factor(K, sw)
     if info == 0:
         info = lapack.lauum_lower(Binv)
+    if info != 0:
+        return info
     for j in range(n):
         for i in range(n):
             out[i, j] = sw[i] * Binv[i, j] * sw[j]
