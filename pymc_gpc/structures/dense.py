@@ -84,11 +84,11 @@ def lower_times(Li, X):
 
 
 @njit(nogil=True, cache=True)
-def _scaled_plus_identity(K, s):
+def _scaled_plus_identity(K, s, Bt):
     """B = I + diag(s) K diag(s), Fortran-ordered, in one pass (lower triangle and
-    diagonal only: dpotrf reads no more)."""
+    diagonal only: dpotrf reads no more), written through the C-ordered (n, n) buffer Bt
+    (its transpose is the Fortran-ordered B; float64, or float32 for a rough factor)."""
     n = K.shape[0]
-    Bt = np.empty((n, n))  # C-ordered B^T is the Fortran-ordered B
     for j in range(n):
         Bt[j, j] = 1.0 + s[j] * K[j, j] * s[j]
         for i in range(j + 1, n):
@@ -108,7 +108,7 @@ def _floor_var(var, prior_var):
 @njit(nogil=True, cache=True)
 def factor_B(K, sw):
     """(L, info): the lower Cholesky factor of B = I + W^1/2 K W^1/2 (info != 0: failed)."""
-    L = _scaled_plus_identity(K, sw)
+    L = _scaled_plus_identity(K, sw, np.empty(K.shape))
     return L, lapack.potrf_lower(L)
 
 
@@ -123,25 +123,13 @@ def rough_suits(K, sw):
 
 
 @njit(nogil=True, cache=True)
-def _single_B(K, sw):
-    """B = I + W^1/2 K W^1/2 in single precision, Fortran-ordered (lower triangle and diagonal)."""
-    n = K.shape[0]
-    Bt = np.empty((n, n), np.float32)  # C-ordered B^T is the Fortran-ordered B
-    for j in range(n):
-        Bt[j, j] = 1.0 + sw[j] * K[j, j] * sw[j]
-        for i in range(j + 1, n):
-            Bt[j, i] = sw[i] * K[i, j] * sw[j]
-    return Bt.T
-
-
-@njit(nogil=True, cache=True)
 def _single_inverse_factor(K, sw):
     """(L^{-1}, info) of B in single precision (Fortran-ordered, lower triangle; spotrf and
     ``lapack.inv_lower``); info -1: not attempted, the condition bound exceeds
     ``MAX_COND_ROUGH`` (``rough_suits``)."""
     if not rough_suits(K, sw):
         return np.zeros((0, 0), np.float32).T, -1
-    Li = _single_B(K, sw)
+    Li = _scaled_plus_identity(K, sw, np.empty(K.shape, np.float32))
     info = lapack.potrf_lower(Li)
     if info == 0:
         info = lapack.inv_lower(Li)
