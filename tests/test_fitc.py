@@ -348,6 +348,55 @@ def test_a_warm_start_that_converged_in_one_sweep_starts_exact(rough_requests):
     assert asked == [False] and once.n_iter == 1 and once.state.first_change < 1e-2
 
 
+@pytest.mark.parametrize("lik", [LIKELIHOOD_CASES[0], LIKELIHOOD_CASES[3]], ids=lik_id)
+def test_rough_gradient_rounds_only_its_products(lik, monkeypatch):
+    """``ep_gradient(b, rough=True)`` (the sampler's tolerances) is the exact gradient with its
+    two m^2 n products rounded to single precision: every entry of d/dK_uf and d/dK_uu within
+    1e-4 of the largest (and not equal: it is rounded), diag K_ff untouched, the gradient in
+    the kernel hyperparameters within 1e-4 relative or 1e-4 of its largest component (the
+    step likelihood's evidence does not depend on the amplitude: that component is 0 up to
+    rounding). Blocks of 3 columns, so that the step likelihood's negative sites give
+    blocks of mixed signs."""
+    from pymc_gpc.structures import fitc
+
+    monkeypatch.setattr(fitc, "_column_blocks", lambda m, n: [slice(j, min(j + 3, n)) for j in range(0, n, 3)])
+    X, y, Xu = problem(12, 120, 15)
+    log_ls, log_amp = np.log([0.9, 1.4]), np.log(2.5)
+    res = ep(FITCPrior(*fitc_parts(X, Xu, log_ls, log_amp)), y, lik, tol=1e-10)
+    exact, rough = res.posterior.ep_gradient(res.a), res.posterior.ep_gradient(res.a, rough=True)
+    for name in ("Kuf", "Kuu"):
+        gap = np.max(np.abs(getattr(rough, name) - getattr(exact, name))) / np.max(np.abs(getattr(exact, name)))
+        assert 1e-12 < gap < 1e-4, (name, gap)
+    np.testing.assert_array_equal(rough.k_diag, exact.k_diag)
+    # chained into the hyperparameters (K_uu, K_uf and diag K_ff move together)
+    _, dKuu, _ = se_cross(Xu, Xu, log_ls, log_amp)
+    _, dKuf, _ = se_cross(Xu, X, log_ls, log_amp)
+    dk = [np.zeros(len(X))] * len(log_ls) + [np.full(len(X), np.exp(log_amp))]
+    g_exact = chained_hyper_gradient(exact, dKuu, dKuf, dk)
+    g_rough = chained_hyper_gradient(rough, dKuu, dKuf, dk)
+    np.testing.assert_allclose(g_rough, g_exact, rtol=1e-4, atol=1e-4 * np.max(np.abs(g_exact)))
+
+
+def test_only_the_samplers_tolerances_ask_for_a_rough_gradient(monkeypatch):
+    from pymc_gpc.likelihoods import Probit
+    from pymc_gpc.structures.fitc import FITCPosterior
+
+    asked = []
+    gradient = FITCPosterior.ep_gradient
+
+    def recording(self, b, rough=False):
+        asked.append(rough)
+        return gradient(self, b, rough=rough)
+
+    monkeypatch.setattr(FITCPosterior, "ep_gradient", recording)
+    X, y, Xu = problem(10, 200, 20)
+    prior = FITCPrior(*fitc_parts(X, Xu, np.log([0.8, 1.3]), np.log(3.0)))
+    ep(prior, y, Probit(), tol=1e-2)
+    ep(prior, y, Probit(), tol=1e-8)
+    laplace(prior, y, Probit())  # Laplace's gradient is always exact
+    assert asked == [True, False]
+
+
 @pytest.mark.parametrize("sign", [1.0, -1.0])
 def test_precision_columns_by_inverse_and_by_solves_agree(monkeypatch, sign):
     """E = A^{-1} V by a product with the explicit inverse (well-conditioned A) and by two

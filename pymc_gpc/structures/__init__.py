@@ -24,7 +24,9 @@ and its posterior answers
 * ``kernel_gradient(outer, scale_R)``: given the gradient of an evidence in K~ as
   G = sum_k c_k (x_k y_k^T + y_k x_k^T)/2 + scale_R (K~ + W^{-1})^{-1}, its gradient in
   the structure's own inputs (dense: G itself; FITC: K_uu, K_uf, diag K_ff);
-  ``ep_gradient(b)`` is the EP case (b b^T - R)/2;
+  ``ep_gradient(b, rough=False)`` is the EP case (b b^T - R)/2, ``rough`` allowing
+  single-precision products where the structure offers them (FITC's m^2 n ones; dense
+  forms it exactly), for solves at the sampler's tolerances;
 * ``predict(a, cross, star_diag)``: the latent predictive at new inputs, given the
   structure's cross-covariances (dense: K(X, X*); FITC: K(Xu, X*)).
 

@@ -377,8 +377,10 @@ class LatentPosterior(_KernelGradient):
         outer_minus_R_into(no_outer, self.Li, self.sw, -1.0, out)
         return out
 
-    def ep_gradient(self, b):
-        r"""dlog Z_EP / dK = (b b^T - R) / 2 at EP's fixed point (``ep`` module docstring)."""
+    def ep_gradient(self, b, rough=False):
+        r"""dlog Z_EP / dK = (b b^T - R) / 2 at EP's fixed point (``ep`` module docstring);
+        always exact (``rough`` is for structures with a single-precision gradient: its
+        n^3/3 dlauum is small beside the sweeps)."""
         self._exact()
         return outer_minus_R(np.asarray(b, dtype=float), self.Li, self.sw, 0.5)
 
@@ -443,7 +445,8 @@ class IndefiniteSitePosterior(_KernelGradient):
         """(K + S^{-1})^{-1} = S - S Sigma S."""
         return np.diag(self.w) - self.w[:, None] * self.full_cov() * self.w[None, :]
 
-    def ep_gradient(self, b):
+    def ep_gradient(self, b, rough=False):
+        """As ``LatentPosterior.ep_gradient`` (always exact)."""
         return 0.5 * (np.outer(b, b) - self.R())
 
     def predict(self, a, K_cross, k_diag):

@@ -400,7 +400,7 @@ class FITCPosterior:
     def R_diag(self):
         return self.d - self.d**2 * self._c_sq()
 
-    def kernel_gradient(self, outer, scale_R):
+    def kernel_gradient(self, outer, scale_R, rough=False):
         r"""d/d(K_uu, K_uf, k_diag) of an evidence whose gradient in K~ is
         G = sum_k c_k (x_k y_k^T + y_k x_k^T)/2 + scale_R R (module docstring).
 
@@ -429,9 +429,18 @@ class FITCPosterior:
         P formed in one pass in dK_uf (``_gradient_block_terms``), the only m x n array
         made. (It was 5 m^2 n with three m x n temporaries: at n = 10^4, m = 200 the
         gradient took 58 ms, then 38 ms; at n = 10^5, m = 100, 282 ms, then 133 ms.)
+
+        ``rough=True`` runs those two m^2 n products (L_uu^{-T} P and the dsyrk) in single
+        precision, P formed in double and rounded once: 0.67-0.76 of the time here
+        (n = 10^4 to 10^5, m = 100-200). Rounding moves the gradient in a hyperparameter by
+        at most 7e-5 of its value (measured at n = 2000 and 10^4, m = 50-200, four kernels
+        each, random-subset and k-means Xu; ``benchmarks/sparse.py --gradient``), where
+        stopping EP at the sampler's tol 1e-2 moves it by 6e-5 to 0.35 on the same points:
+        for EP solves at the sampler's tolerances only (``approximations.ep``).
         """
         if self.rough:
-            raise RuntimeError("a rough (single-precision) FITC posterior has no gradient")
+            raise RuntimeError("a rough (single-precision) FITC posterior has no gradient")  # (``rough`` here
+            # rounds an exact posterior's gradient; a rough posterior's sites are not a fixed point)
         prior = self.prior
         V, d, m = prior.V, self.d, prior.m
         diag_G = scale_R * self.R_diag()
@@ -456,16 +465,25 @@ class FITCPosterior:
         signs = [(1.0, h > 0.0), (-1.0, h < 0.0)]
         signs = [(sign, None if part.all() else part) for sign, part in signs if part.any()]
         root_h = np.sqrt(np.abs(h))
-        scaled = np.empty((m, _column_blocks(m, prior.n)[0].stop), order="F")
+        width0 = _column_blocks(m, prior.n)[0].stop
+        dtype = np.float32 if rough else np.float64
+        scaled = np.empty((m, width0), dtype=dtype, order="F")
+        block = np.empty((m, width0), dtype=dtype, order="F") if rough else None
         for cols in _column_blocks(m, prior.n):
             Vb, width = V[:, cols], cols.stop - cols.start
-            P = dKuf[:, cols]  # P (docstring) is formed in place, then 2 L_uu^{-T} P
+            # P (docstring) is formed in place (rough: in a single-precision buffer), then 2 L_uu^{-T} P
+            P = dKuf[:, cols] if block is None else block[:, :width]
             _gradient_block_terms(P, E[:, cols], E_d[cols], Vb, diag_G[cols], Vxy, xy[:, cols],
                                   root_h[cols], scaled[:, :width])
             _in_place(P, prior.L_uu.solve(P, trans=1, alpha=2.0))
+            if block is not None:
+                dKuf[:, cols] = P
             for sign, part in signs:  # dsyrk needs one sign
-                Vh = scaled[:, :width] if part is None else Vb[:, part[cols]] * root_h[cols][part[cols]]
-                S = dsyrk(sign, Vh, beta=1.0, c=S, lower=1, overwrite_c=1)
+                Vh = scaled[:, :width] if part is None else (Vb[:, part[cols]] * root_h[cols][part[cols]]).astype(dtype)
+                if rough:  # each block's single-precision sum accumulated in double
+                    S += ssyrk(sign, Vh, lower=1)
+                else:
+                    S = dsyrk(sign, Vh, beta=1.0, c=S, lower=1, overwrite_c=1)
         PVt = -(S + np.tril(S, -1).T)
         for (x, y, c), vx, vy in zip(outer, Vx, Vy):  # sum_k c_k/2 (V x_k (V y_k)^T + V y_k (V x_k)^T)
             PVt += 0.5 * c * (np.outer(vx, vy) + np.outer(vy, vx))
@@ -474,9 +492,10 @@ class FITCPosterior:
         dKuu = -prior.inducing_weights(prior.inducing_weights(PVt).T)  # -L_uu^{-T} (P V^T) L_uu^{-1}
         return FITCGradient(0.5 * (dKuu + dKuu.T), dKuf, diag_G)
 
-    def ep_gradient(self, b):
-        """dlog Z_EP / d(K_uu, K_uf, k_diag), from dlog Z_EP / dK~ = (b b^T - R)/2."""
-        return self.kernel_gradient([(b, b, 0.5)], -0.5)
+    def ep_gradient(self, b, rough=False):
+        """dlog Z_EP / d(K_uu, K_uf, k_diag), from dlog Z_EP / dK~ = (b b^T - R)/2;
+        ``rough``: its m^2 n products in single precision (``kernel_gradient``)."""
+        return self.kernel_gradient([(b, b, 0.5)], -0.5, rough=rough)
 
     def predict(self, a, Kus, k_diag_star):
         r"""Latent predictive mean and variance at new inputs, O(n_* m) memory.
