@@ -269,18 +269,24 @@ def test_rough_posterior_is_single_precision_and_has_no_gradient():
     assert not prior.posterior(w_neg, rough=True).rough
 
 
+def record_rough(monkeypatch, cls, method):
+    """The ``rough`` flag of every call of ``cls.method(self, x, rough=...)``, in order, while
+    the test runs."""
+    asked = []
+    original = getattr(cls, method)
+
+    def recording(self, x, rough=False):
+        asked.append(rough)
+        return original(self, x, rough=rough)
+
+    monkeypatch.setattr(cls, method, recording)
+    return asked
+
+
 @pytest.fixture
 def rough_requests(monkeypatch):
     """The ``rough`` flag of every ``FITCPrior.posterior`` call, in order, while the test runs."""
-    asked = []
-    posterior = FITCPrior.posterior
-
-    def counting(self, w, rough=False):
-        asked.append(rough)
-        return posterior(self, w, rough=rough)
-
-    monkeypatch.setattr(FITCPrior, "posterior", counting)
-    return asked
+    return record_rough(monkeypatch, FITCPrior, "posterior")
 
 
 def test_loose_tolerance_sweeps_rough_but_returns_an_exact_fixed_point(monkeypatch, rough_requests):
@@ -381,14 +387,7 @@ def test_only_the_samplers_tolerances_ask_for_a_rough_gradient(monkeypatch):
     from pymc_gpc.likelihoods import Probit
     from pymc_gpc.structures.fitc import FITCPosterior
 
-    asked = []
-    gradient = FITCPosterior.ep_gradient
-
-    def recording(self, b, rough=False):
-        asked.append(rough)
-        return gradient(self, b, rough=rough)
-
-    monkeypatch.setattr(FITCPosterior, "ep_gradient", recording)
+    asked = record_rough(monkeypatch, FITCPosterior, "ep_gradient")
     X, y, Xu = problem(10, 200, 20)
     prior = FITCPrior(*fitc_parts(X, Xu, np.log([0.8, 1.3]), np.log(3.0)))
     ep(prior, y, Probit(), tol=1e-2)
