@@ -105,10 +105,10 @@ def _stack_times(A, shared, V):
     every A_k is A_0, and the c products are one (V A_0: row k is (A_0 v_k)^T)."""
     V = np.ascontiguousarray(V)
     if shared:
-        return np.dot(V.astype(A.dtype), A[0]).astype(np.float64)
+        return np.dot(V, A[0])
     out = np.empty(V.shape)
     for k in range(V.shape[0]):
-        out[k] = np.dot(A[k], V[k].astype(A.dtype))  # (a float32 A: products in single precision)
+        out[k] = np.dot(A[k], V[k])
     return out
 
 
@@ -134,9 +134,8 @@ def _R_times(E, LM, u):
     Eu = _stack_times(E, False, u)
     t = Eu.sum(axis=0)
     lapack.potrs_lower(LM, t)
-    t_E = t.astype(E.dtype)
     for k in range(Eu.shape[0]):
-        Eu[k] -= np.dot(E[k], t_E)
+        Eu[k] -= np.dot(E[k], t)
     return Eu
 
 
@@ -162,24 +161,9 @@ class BlockPreconditioner:
     r"""R = (K + W^{-1})^{-1} = E - E R M^{-1} R^T E from the stack E (c, n, n) and L_M alone
     (module docstring): what a posterior keeps to precondition later Newton steps."""
 
-    # CG's preconditioner applies E in single precision (``E_single``): its c mat-vecs with
-    # n x n blocks per application are CG's memory traffic, and a preconditioner only steers
-    # the iteration (its residual and iterates stay in double; the solution is the same to
-    # eps). On a random walk near Forensic Glass fold 0's MAP (c = 6, n = 192) an evaluation
-    # took 0.90 of the time (median of 10 interleaved passes), log Z and gradient within
-    # 7e-11 / 5e-11 of the double preconditioner's. False: E in double.
-    SINGLE = True
-
     def __init__(self, E, LM):
         self.E = E
         self.LM = LM
-        self._E_single = None
-
-    def E_single(self):
-        """The stack E in float32 (computed once): CG's preconditioner (``solve_other_weights``)."""
-        if self._E_single is None:
-            self._E_single = self.E.astype(np.float32)
-        return self._E_single
 
     def R_times(self, v):
         """(K + W^{-1})^{-1} v = E v - E R M^{-1} R^T E v, for v (c, n) (``_R_times``)."""
@@ -198,15 +182,13 @@ class BlockPreconditioner:
         posterior; where (K, d) is close to this posterior's (the later Newton steps, and
         a warm start after a small move of the hyperparameters) a few steps suffice. At
         K != K_0, P can be indefinite in directions of negligible prior variance; the
-        iteration is the same (only r^T P r = 0 stops it). R_0 is applied through E in
-        single precision (``SINGLE``, ``E_single``).
+        iteration is the same (only r^T P r = 0 stops it).
 
         ``q`` is the start (the current a; K q the current f). Stops when P r, the
         estimate of the remaining error in x, is at most max(eps, eta |x - x_start|) in
         the max norm: eta is an inexact-Newton forcing term.
         """
-        E = self.E_single() if self.SINGLE else self.E
-        q, ok = _cg_newton(K_times.K, K_times.shared, E, self.LM, d, d.sum(axis=0),
+        q, ok = _cg_newton(K_times.K, K_times.shared, self.E, self.LM, d, d.sum(axis=0),
                            np.asarray(v, dtype=float), np.array(q, dtype=float), eps, eta, max_iter)
         return q if ok else None
 
@@ -215,9 +197,7 @@ class BlockPreconditioner:
 def _cg_newton(K, shared, E, LM, d, s, v, q, eps, eta, max_iter):
     """``BlockPreconditioner.solve_other_weights`` compiled (no Python, the GIL released, so
     that sampler threads run their Newton steps at once): preconditioned CG on
-    (K^{-1} + W) x = v in q with x = K q. Returns (q, converged); q is updated in place.
-    E (float64, or float32 for single-precision preconditioning) only enters the
-    preconditioner; residuals and iterates are double."""
+    (K^{-1} + W) x = v in q with x = K q. Returns (q, converged); q is updated in place."""
 
     def precondition(r):
         zq = r - _R_times(E, LM, _stack_times(K, shared, r))
