@@ -438,9 +438,8 @@ class FITCPosterior:
         stopping EP at the sampler's tol 1e-2 moves it by 6e-5 to 0.35 on the same points:
         for EP solves at the sampler's tolerances only (``approximations.ep``).
         """
-        if self.rough:
-            raise RuntimeError("a rough (single-precision) FITC posterior has no gradient")  # (``rough`` here
-            # rounds an exact posterior's gradient; a rough posterior's sites are not a fixed point)
+        if self.rough:  # (``rough=True`` here rounds an exact posterior's gradient)
+            raise RuntimeError("a rough (single-precision) FITC posterior has no gradient")
         prior = self.prior
         V, d, m = prior.V, self.d, prior.m
         diag_G = scale_R * self.R_diag()
