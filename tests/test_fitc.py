@@ -383,6 +383,22 @@ def test_rough_gradient_rounds_only_its_products(lik, monkeypatch):
     np.testing.assert_allclose(g_rough, g_exact, rtol=1e-4, atol=1e-4 * np.max(np.abs(g_exact)))
 
 
+def test_rough_gradient_is_double_where_the_inducing_factor_is_ill_conditioned():
+    """Beyond ``MAX_COND_ROUGH_GRADIENT`` (inducing inputs nearly duplicated, K_uu with a
+    tiny jitter) the products stay in double precision: the same gradient, bit for bit."""
+    from pymc_gpc.likelihoods import Probit
+    from pymc_gpc.structures.fitc import FITCPosterior
+
+    X, y, Xu = problem(13, 120, 12)
+    Xu = np.vstack([Xu, Xu[:4] + 1e-7])
+    prior = FITCPrior(*fitc_parts(X, Xu, np.log([0.9, 1.4]), np.log(2.5), jitter=1e-13))
+    assert prior.L_uu.rcond * FITCPosterior.MAX_COND_ROUGH_GRADIENT < 1.0  # the case is ill-conditioned
+    res = ep(prior, y, Probit(), tol=1e-10)
+    exact, rough = res.posterior.ep_gradient(res.a), res.posterior.ep_gradient(res.a, rough=True)
+    for name in ("Kuu", "Kuf", "k_diag"):
+        np.testing.assert_array_equal(getattr(rough, name), getattr(exact, name))
+
+
 def test_only_the_samplers_tolerances_ask_for_a_rough_gradient(monkeypatch):
     from pymc_gpc.likelihoods import Probit
     from pymc_gpc.structures.fitc import FITCPosterior

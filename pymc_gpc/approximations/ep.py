@@ -243,7 +243,7 @@ def ep(
         regime) the sweeps predicted not to be the last run on single-precision factors
         (``_rough_allowed``); the returned posterior and evidence are exact, and so is the
         gradient but for a FITC prior's, whose m^2 n products are then rounded to single
-        precision (``FITCPosterior.kernel_gradient``: relative effect below 1e-4).
+        precision (``FITCPosterior.kernel_gradient``: relative effect below 1e-3).
     max_sweeps : sweep limit; if reached, the result has ``converged=False``.
     with_grad : compute ``dlog_z_dK`` and ``dlog_z_dparams``.
     with_loo : return ``loo_log_p`` (free here: the tilted normalisers; None otherwise,

@@ -287,6 +287,11 @@ class FITCPosterior:
     # (6e-3 here, below the sampler's tol 1e-2; measured: 1e-6 to 7e-6 at n = 10^4, m = 200
     # for cond(L_A) from 350 to 2.4e4)
     MAX_COND_ROUGH = 1e5
+    # The gradient's products are rounded to single precision (``kernel_gradient(rough=True)``)
+    # only where LAPACK's estimate of cond(L_uu) is at most this: measured up to 9e5 (ISLR's
+    # Default, m = 200), the rounding moved a hyperparameter gradient by at most 7.5e-4 of
+    # its value; beyond it the solves with L_uu would carry about 6e-8 cond(L_uu)
+    MAX_COND_ROUGH_GRADIENT = 1e6
 
     def __init__(self, prior, w, rough=False):
         self.prior = prior
@@ -432,11 +437,14 @@ class FITCPosterior:
 
         ``rough=True`` runs those two m^2 n products (L_uu^{-T} P and the dsyrk) in single
         precision, P formed in double and rounded once: 0.67-0.76 of the time here
-        (n = 10^4 to 10^5, m = 100-200). Rounding moves the gradient in a hyperparameter by
-        at most 7e-5 of its value (measured at n = 2000 and 10^4, m = 50-200, four kernels
-        each, random-subset and k-means Xu; ``benchmarks/sparse.py --gradient``), where
-        stopping EP at the sampler's tol 1e-2 moves it by 6e-5 to 0.35 on the same points:
-        for EP solves at the sampler's tolerances only (``approximations.ep``).
+        (n = 10^4 to 10^5, m = 100-200); honoured where cond(L_uu) <=
+        ``MAX_COND_ROUGH_GRADIENT``, else the gradient is double. Rounding moved the
+        gradient in a hyperparameter by at most 7.3e-5 of its value on synthetic data
+        (n = 2000 and 10^4, m = 50-200, four kernels each, random-subset and k-means Xu) and
+        7.5e-4 on ISLR's Default (n = 8000, m = 50 and 200; ``benchmarks/sparse.py
+        --gradient``), where stopping EP at the sampler's tol 1e-2 moved it by 5.7e-5 to 0.35,
+        more than the rounding at every point: for EP solves at the sampler's tolerances
+        only (``approximations.ep``).
         """
         if self.rough:  # (``rough=True`` here rounds an exact posterior's gradient)
             raise RuntimeError("a rough (single-precision) FITC posterior has no gradient")
@@ -464,6 +472,7 @@ class FITCPosterior:
         signs = [(1.0, h > 0.0), (-1.0, h < 0.0)]
         signs = [(sign, None if part.all() else part) for sign, part in signs if part.any()]
         root_h = np.sqrt(np.abs(h))
+        rough = rough and prior.L_uu.rcond * self.MAX_COND_ROUGH_GRADIENT >= 1.0
         width0 = _column_blocks(m, prior.n)[0].stop
         dtype = np.float32 if rough else np.float64
         scaled = np.empty((m, width0), dtype=dtype, order="F")
@@ -478,7 +487,7 @@ class FITCPosterior:
             if block is not None:
                 dKuf[:, cols] = P
             for sign, part in signs:  # dsyrk needs one sign
-                Vh = scaled[:, :width] if part is None else (Vb[:, part[cols]] * root_h[cols][part[cols]]).astype(dtype)
+                Vh = scaled[:, :width] if part is None else (Vb[:, part[cols]] * root_h[cols][part[cols]]).astype(dtype, copy=False)
                 if rough:  # each block's single-precision sum accumulated in double
                     S += ssyrk(sign, Vh, lower=1)
                 else:
