@@ -52,6 +52,60 @@ def test_triangular_products_refuse_mixed_precisions():
             lapack.trmm_lower_left(A, B)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("transpose", [False, True])
+def test_syrk_updates_the_lower_triangle(dtype, transpose):
+    """``lapack.syrk_lower`` (BLAS dsyrk / ssyrk from numba, GIL released): c's lower
+    triangle <- alpha op(a) op(a)^T + beta c in a's precision, on a block of columns of a
+    larger array too; the strict upper triangle left as it was."""
+    rng = np.random.default_rng(3)
+    big = np.asfortranarray(rng.normal(size=(37, 40)).astype(dtype))
+    # a^T a of a block of columns (37 x 23), or a a^T of a 23 x 17 array
+    a = big[:, 5:28] if transpose else np.asfortranarray(big[:23, :17])
+    c0 = np.asfortranarray(rng.normal(size=(23, 23)).astype(dtype))
+    c = c0.copy(order="F")
+    lapack.syrk_lower(-0.5, a, 2.0, c, transpose)
+    a64 = a.astype(np.float64)
+    expected = -0.5 * (a64.T @ a64 if transpose else a64 @ a64.T) + 2.0 * c0
+    tol = 1e-12 if dtype == np.float64 else 1e-5
+    lower = np.tril_indices(23)
+    np.testing.assert_allclose(c[lower], expected[lower], rtol=tol, atol=tol * np.max(np.abs(expected)))
+    assert np.array_equal(c[np.triu_indices(23, 1)], c0[np.triu_indices(23, 1)])
+    with pytest.raises(ValueError, match="precision"):
+        lapack.syrk_lower(1.0, a, 0.0, c.astype(np.float64 if dtype == np.float32 else np.float32), transpose)
+    with pytest.raises(ValueError, match="Fortran"):
+        lapack.syrk_lower(1.0, np.ascontiguousarray(big[:23, :17]), 0.0, c, False)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_gemm_and_triangular_products_match_numpy(dtype):
+    """``lapack.gemm`` (c <- alpha a op(b) + beta c) and ``lapack.triangular_left`` (B <-
+    alpha op(T) B, op = T, T^T, T^-1, T^-T) on column blocks, against NumPy in double."""
+    rng = np.random.default_rng(4)
+    tol = 1e-11 if dtype == np.float64 else 2e-4
+    a = np.asfortranarray(rng.normal(size=(6, 9)).astype(dtype))
+    wide = np.asfortranarray(rng.normal(size=(9, 30)).astype(dtype))
+    for transpose_b, b in ((False, wide[:, 4:15]), (True, np.asfortranarray(rng.normal(size=(11, 9)).astype(dtype)))):
+        c0 = np.asfortranarray(rng.normal(size=(6, 11)).astype(dtype))
+        c = c0.copy(order="F")
+        lapack.gemm(1.5, a, b, -1.0, c, transpose_b)
+        b64 = b.astype(np.float64).T if transpose_b else b.astype(np.float64)
+        np.testing.assert_allclose(c, 1.5 * a.astype(np.float64) @ b64 - c0, rtol=tol, atol=tol * 10)
+    with pytest.raises(ValueError, match="shapes"):
+        lapack.gemm(1.0, a, wide[:, :4], 0.0, np.zeros((6, 5), dtype, order="F"), False)
+    T = np.asfortranarray(np.tril(rng.normal(size=(9, 9))) + 5 * np.eye(9), dtype=dtype)
+    T64 = T.astype(np.float64)
+    for transpose in (False, True):
+        for solve in (False, True):
+            op = T64.T if transpose else T64
+            op = np.linalg.inv(op) if solve else op
+            B = wide.copy(order="F")
+            lapack.triangular_left(T, B[:, 3:20], -2.0, transpose, solve)
+            expected = wide.astype(np.float64).copy()
+            expected[:, 3:20] = -2.0 * op @ expected[:, 3:20]
+            np.testing.assert_allclose(B, expected, rtol=tol, atol=tol * 10)
+
+
 def test_rough_inverse_factor_is_the_inverse_rounded_in_single_precision():
     rng = np.random.default_rng(4)
     n = 150

@@ -450,16 +450,16 @@ def test_softmax_laplace_with_rough_newton_steps_ends_at_the_exact_mode(monkeypa
     K, y, first = _solved_three_class_problem(seed=13, n=60)
     original, asked = module.CoupledBlockPosterior, []
 
-    def recording(K, d, rough=False):
+    def recording(K, d, rough=False, **kwargs):
         asked.append(rough)
-        return original(K, d, rough=rough)
+        return original(K, d, rough=rough, **kwargs)
 
     monkeypatch.setattr(module, "CoupledBlockPosterior", recording)
     runs = {}
     for mode in ("rough", "exact"):
         asked.clear()
         if mode == "exact":
-            monkeypatch.setattr(module, "CoupledBlockPosterior", lambda K, d, rough=False: recording(K, d))
+            monkeypatch.setattr(module, "CoupledBlockPosterior", lambda K, d, rough=False, **kw: recording(K, d, **kw))
         runs[mode] = (softmax_laplace(K * 3.0, y, state=first.state, tol=1e-10), list(asked))
     (rough, asked_rough), (exact, asked_exact) = runs["rough"], runs["exact"]
     assert True in asked_rough and asked_rough[-1] is False and not any(asked_exact)
@@ -467,6 +467,41 @@ def test_softmax_laplace_with_rough_newton_steps_ends_at_the_exact_mode(monkeypa
     assert abs(rough.log_z - exact.log_z) < 1e-9
     np.testing.assert_allclose(rough.mean, exact.mean, atol=1e-8)
     np.testing.assert_allclose(rough.dlog_z_dK, exact.dlog_z_dK, atol=1e-7 * np.max(np.abs(exact.dlog_z_dK)))
+
+
+def test_softmax_laplace_rough_gradient_rounds_only_the_gradient():
+    """``rough_gradient``: H_k = L_M^{-1} E_k and H_k^T H_k in single precision. log q and the
+    mode are bit for bit the exact run's; the gradient and the site covariances differ by
+    rounding only (every class's block moved, by less than 1e-5 of its largest entry); the
+    hyperparameter gradient (lengthscale, by the chain rule) within 1e-5 relative."""
+    rng = np.random.default_rng(21)
+    c, n = 4, 90
+    X = rng.uniform(-3, 3, n)
+    y = rng.integers(0, c, n)
+    hyp = [(0.8, 4.0), (1.3, 1.0), (0.5, 9.0), (1.0, 20.0)]
+    K = np.array([rbf(X, ls, v) + 1e-8 * np.eye(n) for ls, v in hyp])
+    exact, rough = softmax_laplace(K, y), softmax_laplace(K, y, rough_gradient=True)
+    assert rough.posterior.rough_H and not exact.posterior.rough_H
+    assert rough.log_z == exact.log_z and np.array_equal(rough.mean, exact.mean)
+    scale = np.max(np.abs(exact.dlog_z_dK), axis=(1, 2))
+    gap = np.max(np.abs(rough.dlog_z_dK - exact.dlog_z_dK), axis=(1, 2)) / scale
+    assert np.all(gap > 0) and np.all(gap < 1e-5)
+    assert 0 < np.max(np.abs(rough.var - exact.var)) < 1e-5 * np.max(np.abs(exact.var))
+    dK = np.array([rbf_dK(X, ls, v)[0] for ls, v in hyp])  # d K_k / d lengthscale_k
+    g_exact, g_rough = np.sum(exact.dlog_z_dK * dK, axis=(1, 2)), np.sum(rough.dlog_z_dK * dK, axis=(1, 2))
+    np.testing.assert_allclose(g_rough, g_exact, rtol=1e-5, atol=1e-8)
+
+
+def test_rough_gradient_is_exact_where_L_M_is_ill_conditioned(monkeypatch):
+    """Beyond ``MAX_COND_ROUGH_GRADIENT`` the products stay double: bit for bit the exact run."""
+    from pymc_gpc.structures.multiclass import CoupledBlockPosterior
+
+    K, y, _ = _solved_three_class_problem(seed=14, n=50)
+    exact = softmax_laplace(K, y)
+    monkeypatch.setattr(CoupledBlockPosterior, "MAX_COND_ROUGH_GRADIENT", 1.0)
+    rough = softmax_laplace(K, y, rough_gradient=True)
+    assert rough.posterior.rough_H is False
+    assert np.array_equal(rough.dlog_z_dK, exact.dlog_z_dK) and np.array_equal(rough.var, exact.var)
 
 
 def _solved_three_class_problem(seed, n):

@@ -101,7 +101,7 @@ def _psi(a, f, lp):
 
 
 def softmax_laplace(K, y, likelihood=None, params=None, *, state=None, tol=1e-10, max_iter=100,
-                    with_grad=True, with_loo=True):
+                    with_grad=True, with_loo=True, rough_gradient=False):
     """Find the mode and return Laplace's evidence, its gradient and q(f).
 
     Parameters
@@ -117,6 +117,10 @@ def softmax_laplace(K, y, likelihood=None, params=None, *, state=None, tol=1e-10
     with_loo : compute ``loo_log_p`` (None otherwise; its c-variate expectations cost
         about a fifth of a warm-started solve at n = 193, c = 6); "deferred": return, as
         ``loo_later``, a function that computes it (``ops.marginal``'s ``defer_loo``).
+    rough_gradient : form the mode's c products H_k = L_M^{-1} E_k and H_k^T H_k in single
+        precision (``CoupledBlockPosterior``'s ``rough_gradient``): the gradient, the site
+        covariances ``var`` and the LA-LOO carry single-precision rounding, log q and the
+        mode do not. For the sampler (``ops.marginal.SAMPLING_DEFAULTS``).
 
     Returns
     -------
@@ -190,7 +194,7 @@ def softmax_laplace(K, y, likelihood=None, params=None, *, state=None, tol=1e-10
             continue
         if converged:
             break
-    post = CoupledBlockPosterior(K, pi)
+    post = CoupledBlockPosterior(K, pi, rough_gradient=rough_gradient)
     log_z = psi - post.half_logdet_B()
     S = post.site_covariances()
     dK = _gradient(post, a, S) if with_grad else None

@@ -6,9 +6,12 @@ routines through ``scipy.linalg.cython_lapack`` / ``cython_blas`` from numba wit
 ``nogil=True``, and are cached on disk (``_routine``). Arrays are Fortran-ordered and
 overwritten in place; the lower triangle is used throughout. Each returns LAPACK's
 ``info`` (0 = success) where it has one. ``potrf_lower``, ``lauum_lower``,
-``trmm_lower_left`` and ``inv_lower`` also take float32 arrays (spotrf, slauum, strmm, strsm,
-strtri: the rough posteriors of ``structures.dense``); numba compiles one version per
-precision.
+``trmm_lower_left``, ``triangular_left``, ``inv_lower``, ``syrk_lower`` and ``gemm`` also
+take float32 arrays (spotrf, slauum, strmm, strsm, strtri, ssyrk, sgemm: the rough
+posteriors of ``structures.dense`` and ``structures.fitc`` and the rough gradients); numba
+compiles one version per precision.
+scipy's ``scipy.linalg.blas`` wrappers hold the GIL too (dsyrk, ssyrk, dgemm measured:
+two threads took as long as one doing their work in turn).
 """
 
 import llvmlite.binding as llvm
@@ -44,10 +47,15 @@ _slauum = _routine("lapack", "slauum", 5)
 _strmm_at = _routine("blas", "strmm", 11, (7, 9))
 _strsm_at = _routine("blas", "strsm", 11, (7, 9))
 _strtri_at = _routine("lapack", "strtri", 6, (3,))
+_dsyrk = _routine("blas", "dsyrk", 10)
+_ssyrk = _routine("blas", "ssyrk", 10)
+_dgemm = _routine("blas", "dgemm", 13)
+_sgemm = _routine("blas", "sgemm", 13)
 
 _L = 76  # ord("L")
 _N = 78  # ord("N")
 _R = 82  # ord("R")
+_T = 84  # ord("T")
 # Block size of ``inv_lower``: below it dtrtri is called directly.
 _INV_BLOCK = 32
 
@@ -101,14 +109,15 @@ def potrs_lower(L, b):
 
 
 @njit(nogil=True, cache=True)
-def _triangular_times(side, solve, alpha, t, it, jt, b, ib, jb, rows, cols):
+def _triangular_times(side, solve, alpha, t, it, jt, b, ib, jb, rows, cols, transpose=False):
     """The block B = b[ib:ib+rows, jb:jb+cols] <- alpha op(T) B (side "L") or
     alpha B op(T) (side "R"), with T the lower-triangular block of t at (it, jt) and
-    op(T) = T or T^{-1} (``solve``); t and b are Fortran-ordered, and may be one array
-    (BLAS dtrmm / dtrsm; strmm / strsm for float32 t and b)."""
+    op(T) = T or T^{-1} (``solve``), transposed with ``transpose``; t and b are
+    Fortran-ordered (their leading dimensions their first), and may be one array (BLAS
+    dtrmm / dtrsm; strmm / strsm for float32 t and b)."""
     sd = np.array([side], np.uint8)
     uplo = np.array([_L], np.uint8)
-    trans = np.array([_N], np.uint8)
+    trans = np.array([_T if transpose else _N], np.uint8)
     diag = np.array([_N], np.uint8)
     mm = np.array([rows], np.int32)
     nn = np.array([cols], np.int32)
@@ -141,6 +150,23 @@ def trmm_lower_left(A, B):
     precision (BLAS dtrmm / strmm)."""
     n, m = B.shape
     _triangular_times(_L, False, 1.0, A, 0, 0, B, 0, 0, n, m)
+
+
+@njit(nogil=True, cache=True)
+def triangular_left(T, B, alpha, transpose, solve):
+    """B <- alpha op(T) B for lower-triangular T (n, n) and B (n, m) of T's precision, both
+    Fortran-ordered with their first dimension as leading dimension (B may be a block of
+    columns of a larger array); op(T) = T, T^T, T^{-1} or T^{-T} (``transpose``, ``solve``)."""
+    _check_fortran(T)
+    _check_fortran(B)
+    n, m = B.shape
+    _triangular_times(_L, solve, alpha, T, 0, 0, B, 0, 0, n, m, transpose)
+
+
+@njit(nogil=True, cache=True)
+def _check_fortran(a):
+    if a.shape[0] > 1 and a.strides[0] != a.itemsize or a.shape[1] > 1 and a.strides[1] != a.itemsize * a.shape[0]:
+        raise ValueError("BLAS arguments must be Fortran-ordered, leading dimension = rows")
 
 
 @njit(nogil=True, cache=True)
@@ -178,3 +204,60 @@ def inv_lower(a):
         if info[0] != 0:
             return info[0] + j
     return 0
+
+
+@njit(nogil=True, cache=True)
+def syrk_lower(alpha, a, beta, c, transpose):
+    """c's lower triangle <- alpha op(a) op(a)^T + beta c, with op(a) = a (n, k) or, with
+    ``transpose``, a^T for a (k, n) (BLAS dsyrk / ssyrk); a and c of one precision,
+    Fortran-ordered; c's strict upper triangle is not written (nor read: with beta = 0 its
+    lower triangle need not be initialised)."""
+    _check_fortran(a)
+    _check_fortran(c)
+    if c.itemsize != a.itemsize:
+        raise ValueError("syrk_lower: a and c must have the same precision")
+    k, n = a.shape if transpose else (a.shape[1], a.shape[0])
+    uplo = np.array([_L], np.uint8)
+    trans = np.array([_T if transpose else _N], np.uint8)
+    nn = np.array([n], np.int32)
+    kk = np.array([k], np.int32)
+    lda = np.array([max(a.shape[0], 1)], np.int32)
+    ldc = np.array([max(n, 1)], np.int32)
+    al = np.full(1, alpha, a.dtype)
+    be = np.full(1, beta, a.dtype)
+    if a.itemsize == 4:
+        _ssyrk(uplo.ctypes, trans.ctypes, nn.ctypes, kk.ctypes, al.ctypes, a.ctypes, lda.ctypes,
+               be.ctypes, c.ctypes, ldc.ctypes)
+    else:
+        _dsyrk(uplo.ctypes, trans.ctypes, nn.ctypes, kk.ctypes, al.ctypes, a.ctypes, lda.ctypes,
+               be.ctypes, c.ctypes, ldc.ctypes)
+
+
+@njit(nogil=True, cache=True)
+def gemm(alpha, a, b, beta, c, transpose_b):
+    """c <- alpha a op(b) + beta c, op(b) = b or b^T (BLAS dgemm / sgemm); a (m, k), c (m, n),
+    all of one precision and Fortran-ordered."""
+    _check_fortran(a)
+    _check_fortran(b)
+    _check_fortran(c)
+    if a.itemsize != b.itemsize or a.itemsize != c.itemsize:
+        raise ValueError("gemm: a, b and c must have the same precision")
+    m, k = a.shape
+    n = c.shape[1]
+    if c.shape[0] != m or (b.shape[0] if transpose_b else b.shape[1]) != n or \
+            (b.shape[1] if transpose_b else b.shape[0]) != k:
+        raise ValueError("gemm: shapes do not match")
+    ta = np.array([_N], np.uint8)
+    tb = np.array([_T if transpose_b else _N], np.uint8)
+    mm, nn, kk = np.array([m], np.int32), np.array([n], np.int32), np.array([k], np.int32)
+    lda = np.array([max(m, 1)], np.int32)
+    ldb = np.array([max(b.shape[0], 1)], np.int32)
+    ldc = np.array([max(m, 1)], np.int32)
+    al = np.full(1, alpha, a.dtype)
+    be = np.full(1, beta, a.dtype)
+    if a.itemsize == 4:
+        _sgemm(ta.ctypes, tb.ctypes, mm.ctypes, nn.ctypes, kk.ctypes, al.ctypes, a.ctypes, lda.ctypes,
+               b.ctypes, ldb.ctypes, be.ctypes, c.ctypes, ldc.ctypes)
+    else:
+        _dgemm(ta.ctypes, tb.ctypes, mm.ctypes, nn.ctypes, kk.ctypes, al.ctypes, a.ctypes, lda.ctypes,
+               b.ctypes, ldb.ctypes, be.ctypes, c.ctypes, ldc.ctypes)

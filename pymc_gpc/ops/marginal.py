@@ -106,7 +106,10 @@ NO_GRADIENT = ("adf",)  # the online evidence has no gradient (adf.py)
 SAMPLING_DEFAULTS = {"ep": {"tol": 1e-2},
                      # nested EP (its tol is on the inner site parameters): at n = 200, c = 6, 1e-4
                      # took 9 sweeps against 17 at 1e-8, with log Z 1.4e-8 away
-                     "ep-multiclass": {"tol": 1e-4}}
+                     "ep-multiclass": {"tol": 1e-4},
+                     # the mode's n^3 products for the gradient in single precision
+                     # (``softmax_laplace``'s ``rough_gradient``); log q stays double
+                     "laplace-multiclass": {"rough_gradient": True}}
 
 
 def prediction_options(options):

@@ -38,7 +38,7 @@ factorisations of n x n matrices plus O(c n^3) products; no cn x cn matrix is fo
 
 import numpy as np
 from numba import njit
-from scipy.linalg.blas import dsyrk
+from scipy.linalg.lapack import dtrcon
 
 from ..numerics import lapack
 from .dense import (
@@ -97,6 +97,16 @@ def _site_covariance_blocks(LMi, Ht, d, index, Gd):
                 S[i, k, l] = acc
                 S[i, l, k] = acc
     return S
+
+
+def _single_H(LMi, E):
+    """H_k^T = E_k L_M^{-T} for every k, in single precision: a C-ordered float32 (c, n, n)
+    stack whose slots' Fortran views are H_k (``CoupledBlockPosterior.H``)."""
+    Ht = E.astype(np.float32)  # E_k symmetric: the Fortran view Ht[k].T holds E_k
+    L = np.asfortranarray(LMi, dtype=np.float32)
+    for k in range(Ht.shape[0]):
+        lapack.trmm_lower_left(L, Ht[k].T)
+    return Ht
 
 
 @njit(nogil=True, cache=True)
@@ -239,11 +249,21 @@ class CoupledBlockPosterior(BlockPreconditioner):
         (``weights``, ``R_times``, ``preconditioner``) only; exact where a B_k is too
         ill-conditioned for single precision (``dense.MAX_COND_ROUGH``) or its factorisation
         fails. ``self.rough`` says which.
+    rough_gradient : form the c products H_k = L_M^{-1} E_k and the gradient's H_k^T H_k
+        in single precision (``H``), for a sampler's gradient: the site covariances and
+        the gradient then carry single-precision rounding; the factors, the
+        log-determinant and the weights stay double. Honoured where cond(L_M) is at most
+        ``MAX_COND_ROUGH_GRADIENT``; ``self.rough_H`` says whether it was.
     """
 
-    def __init__(self, K, d, rough=False):
+    # where a rough gradient's products are formed in single precision (``H``)
+    MAX_COND_ROUGH_GRADIENT = 1e4
+
+    def __init__(self, K, d, rough=False, rough_gradient=False):
         self.K = K
         self.d = d
+        self.rough_gradient = rough_gradient
+        self.rough_H = None  # decided when H is first formed
         self.s = d.sum(axis=0)
         E = np.empty(K.shape)  # (c, n, n), each E_k written in place (symmetric: E[k].T is E_k)
         self.rough, LM = rough and self._rough_E(E), None
@@ -258,7 +278,7 @@ class CoupledBlockPosterior(BlockPreconditioner):
                 b.R(out=E[k].T)
             LM = chol_lower(E.sum(axis=0))
         super().__init__(E, LM)
-        self._H = self._Ht = None
+        self._H = self._Ht = self._Ht32 = None
         self._LMi = None
 
     def _rough_E(self, E):
@@ -300,13 +320,28 @@ class CoupledBlockPosterior(BlockPreconditioner):
     @property
     def H(self):
         """H_k = L_M^{-1} E_k, c Fortran-ordered (n, n) arrays, computed once: the
-        transposes of the slots of one C-ordered stack ``_Ht`` (Ht[k, i, :] = H_k[:, i])."""
+        transposes of the slots of one C-ordered stack ``_Ht`` (Ht[k, i, :] = H_k[:, i]).
+
+        With ``rough_gradient`` and cond(L_M) <= ``MAX_COND_ROUGH_GRADIENT`` (LAPACK's
+        estimate), by single-precision triangular products (``_single_H``, kept in
+        ``_Ht32`` for the gradient's products): errors about 6e-8 cond(L_M) relative to
+        |E_k|."""
+        self._exact()
         if self._H is None:
-            Ht = self.E.copy()  # E_k symmetric: the Fortran view Ht[k].T holds E_k
-            for k in range(Ht.shape[0]):
-                lapack.trmm_lower_left(self.LMi, Ht[k].T)
+            self.rough_H = bool(self.rough_gradient and self._suits_single())
+            if self.rough_H:
+                self._Ht32 = _single_H(self.LMi, self.E)
+                Ht = self._Ht32.astype(np.float64)
+            else:
+                Ht = self.E.copy()  # E_k symmetric: the Fortran view Ht[k].T holds E_k
+                for k in range(Ht.shape[0]):
+                    lapack.trmm_lower_left(self.LMi, Ht[k].T)
             self._Ht, self._H = Ht, [Ht[k].T for k in range(Ht.shape[0])]
         return self._H
+
+    def _suits_single(self):
+        rcond, info = dtrcon(self.LM, norm="1", uplo="L")
+        return info == 0 and rcond * self.MAX_COND_ROUGH_GRADIENT >= 1.0
 
     def kernel_gradient(self, outer, scale_R):
         r"""G_k = sum_t c_t (x_tk y_tk^T + y_tk x_tk^T) / 2 + scale_R R_kk for every class: the
@@ -314,15 +349,22 @@ class CoupledBlockPosterior(BlockPreconditioner):
 
         R_kk = (K + W^{-1})^{-1}_{kk} = E_k - E_k M^{-1} E_k = E_k - H_k^T H_k, the only
         blocks of R a block-diagonal K needs; H_k^T H_k by BLAS dsyrk (half the flops of a
-        product), the rest in one compiled pass.
+        product; ssyrk where H was formed in single precision, ``rough_gradient``; both
+        with the GIL released, ``numerics.lapack``), the rest in one compiled pass.
         """
-        self._exact()
         X = np.array([np.asarray(x, dtype=float) for x, _, _ in outer])  # (t, c, n)
         Y = np.array([np.asarray(y, dtype=float) for _, y, _ in outer])
         coef = np.array([float(w) for _, _, w in outer])
         out = np.empty_like(self.E)
+        n = self.E.shape[1]
+        HtH32 = np.empty((n, n), np.float32, order="F") if self.rough_H else None
         for k, Hk in enumerate(self.H):
-            HtH = dsyrk(1.0, Hk, trans=1, lower=1)  # lower triangle of H_k^T H_k
+            HtH = np.empty((n, n), order="F")  # its lower triangle: H_k^T H_k
+            if self.rough_H:
+                lapack.syrk_lower(1.0, self._Ht32[k].T, 0.0, HtH32, True)
+                HtH[...] = HtH32
+            else:
+                lapack.syrk_lower(1.0, Hk, 0.0, HtH, True)
             _block_gradient(self.E[k], HtH, np.ascontiguousarray(X[:, k]), np.ascontiguousarray(Y[:, k]),
                             coef, float(scale_R), out[k])
         return out
