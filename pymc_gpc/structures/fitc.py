@@ -55,10 +55,10 @@ from collections import namedtuple
 
 import numpy as np
 from scipy.linalg import cho_solve
-from scipy.linalg.blas import dgemm, dsyrk, dtrmm, dtrsm, sgemm, ssyrk, strmm, strsm
 from scipy.linalg.lapack import dtrcon, dtrtri
 from numba import njit
 
+from ..numerics import lapack
 from .dense import NotPositiveDefiniteError, chol_lower
 
 FITCGradient = namedtuple("FITCGradient", ["Kuu", "Kuf", "k_diag"])
@@ -115,16 +115,20 @@ class _TriangularFactor:
 
     def solve(self, B, trans=0, alpha=1.0):
         """alpha L^{-1} B (alpha L^{-T} B with trans=1); B is overwritten where it is a
-        Fortran-ordered array of its own precision (float64 or float32)."""
+        Fortran-ordered float64 or float32 array (or a block of columns of one), else a
+        Fortran-ordered float64 copy is. BLAS dtrmm with L^{-1} or dtrsm with L (strmm /
+        strsm for float32), from numba with the GIL released (``numerics.lapack``)."""
         if B.dtype == np.float32:
             if self._single is None:
                 self._single = np.asfortranarray(self.inverse() if self.by_inverse else self.L, dtype=np.float32)
-            trmm, trsm, T = strmm, strsm, self._single
+            T = self._single
         else:
-            trmm, trsm, T = dtrmm, dtrsm, (self.inverse() if self.by_inverse else self.L)
-        if self.by_inverse:
-            return trmm(alpha, T, B, lower=1, trans_a=trans, overwrite_b=1)
-        return trsm(alpha, T, B, lower=1, trans_a=trans, overwrite_b=1)
+            T = np.asfortranarray(self.inverse() if self.by_inverse else self.L)
+            B = np.asarray(B, dtype=np.float64)
+        if not B.flags.f_contiguous:
+            B = np.asfortranarray(B)
+        lapack.triangular_left(T, B, alpha, bool(trans), not self.by_inverse)
+        return B
 
 
 def _column_blocks(m, n):
@@ -184,15 +188,14 @@ def _inducing_precision(V, d):
     accumulated over column blocks (syrk where d >= 0, else a product with the signed
     weights)."""
     m, n = V.shape
-    syrk, gemm = (ssyrk, sgemm) if V.dtype == np.float32 else (dsyrk, dgemm)
     A = np.asfortranarray(np.eye(m, dtype=V.dtype))
     d = d.astype(V.dtype, copy=False)
     for cols in _column_blocks(m, n):
-        Vb, db = V[:, cols], d[cols]
+        Vb, db = np.asfortranarray(V[:, cols]), d[cols]
         if np.min(db, initial=0.0) >= 0.0:
-            A = syrk(1.0, Vb * np.sqrt(db), beta=1.0, c=A, lower=1, overwrite_c=1)
+            lapack.syrk_lower(1.0, np.asfortranarray(Vb * np.sqrt(db)), 1.0, A, False)
         else:
-            A = gemm(1.0, Vb * db, Vb, beta=1.0, c=A, trans_b=1, overwrite_c=1)
+            lapack.gemm(1.0, np.asfortranarray(Vb * db), Vb, 1.0, A, True)
     return A
 
 
@@ -339,7 +342,7 @@ class FITCPosterior:
         for cols in _column_blocks(*V.shape):
             Vb, Eb = V[:, cols], E[:, cols]
             if A_inv is not None:
-                _in_place(Eb, dgemm(1.0, A_inv, Vb, c=Eb, overwrite_c=1))
+                lapack.gemm(1.0, A_inv, np.asfortranarray(Vb), 0.0, Eb, False)
             else:
                 Eb[...] = Vb
                 _in_place(Eb, self.A_factor.solve(Eb))
@@ -477,6 +480,7 @@ class FITCPosterior:
         dtype = np.float32 if rough else np.float64
         scaled = np.empty((m, width0), dtype=dtype, order="F")
         block = np.empty((m, width0), dtype=dtype, order="F") if rough else None
+        S32 = np.zeros((m, m), dtype=np.float32, order="F") if rough else None  # a block's syrk (lower)
         for cols in _column_blocks(m, prior.n):
             Vb, width = V[:, cols], cols.stop - cols.start
             # P (docstring) is formed in place (rough: in a single-precision buffer), then 2 L_uu^{-T} P
@@ -487,11 +491,13 @@ class FITCPosterior:
             if block is not None:
                 dKuf[:, cols] = P
             for sign, part in signs:  # dsyrk needs one sign
-                Vh = scaled[:, :width] if part is None else (Vb[:, part[cols]] * root_h[cols][part[cols]]).astype(dtype, copy=False)
+                Vh = scaled[:, :width] if part is None else np.asfortranarray(
+                    (Vb[:, part[cols]] * root_h[cols][part[cols]]).astype(dtype, copy=False))
                 if rough:  # each block's single-precision sum accumulated in double
-                    S += ssyrk(sign, Vh, lower=1)
+                    lapack.syrk_lower(sign, Vh, 0.0, S32, False)
+                    S += S32
                 else:
-                    S = dsyrk(sign, Vh, beta=1.0, c=S, lower=1, overwrite_c=1)
+                    lapack.syrk_lower(sign, Vh, 1.0, S, False)
         PVt = -(S + np.tril(S, -1).T)
         for (x, y, c), vx, vy in zip(outer, Vx, Vy):  # sum_k c_k/2 (V x_k (V y_k)^T + V y_k (V x_k)^T)
             PVt += 0.5 * c * (np.outer(vx, vy) + np.outer(vy, vx))
