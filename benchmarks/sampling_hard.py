@@ -9,7 +9,9 @@ first run for 5+5 draws to fill the compile caches:
 
 * ``pymc_gpc.sample`` (PyMC's NUTS in 2 processes, dense mass matrix: the package default),
 * ``pymc_gpc.sample(nuts_sampler="nutpie")`` (nutpie's Rust NUTS, chains as threads),
-* plain ``pm.sample`` (picks nutpie when it is installed; PyMC's diagonal-mass defaults).
+* plain ``pm.sample`` (picks nutpie when it is installed; PyMC's diagonal-mass defaults);
+* on request (``--samplers``), nutpie with its diagonal or its low-rank mass-matrix
+  adaptation named explicitly (``nuts_sampler_kwargs={"adaptation": ...}``).
 
 Columns: wall time of the call, min bulk ESS over the hyperparameters and ESS/s,
 divergences, NUTS steps per draw (gradient evaluations), ms of wall time per gradient
@@ -17,7 +19,7 @@ evaluation (wall / all steps of both chains, x 2 processes or threads running at
 EP sweeps per evaluation at the kept draws (the ``y_n_iter`` deterministic).
 
 Run:  OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/sampling_hard.py [--seeds 1 2 --draws 500 --tune 500]
-      [--data breast-cancer-10 breast-cancer-20 --samplers ... --out FILE]
+      [--data breast-cancer-10 breast-cancer-20 --samplers ... --tol 3e-2 --out FILE]
 Writes benchmarks/results/sampling_hard.md.
 """
 
@@ -66,21 +68,29 @@ DATASETS = {
     "breast-cancer-20": lambda: breast_cancer(n_inputs=20),
     "separable": lambda: dataclasses.replace(circle(n_train=200, n_test=800, n_flipped=0), name="separable circle"),
     "crabs": lambda: load("crabs"),
+    "pima": lambda: load("pima"),  # the easy case, for comparison
 }
 
-SAMPLERS = {  # label -> (sampling function, nuts_sampler)
-    "pymc_gpc.sample (PyMC NUTS)": (pymc_gpc.sample, "pymc"),
-    "pymc_gpc.sample (nutpie)": (pymc_gpc.sample, "nutpie"),
-    "pm.sample (default: nutpie)": (pm.sample, None),
+SAMPLERS = {  # label -> (sampling function, nuts_sampler, nuts_sampler_kwargs)
+    "pymc_gpc.sample (PyMC NUTS)": (pymc_gpc.sample, "pymc", None),
+    "pymc_gpc.sample (nutpie)": (pymc_gpc.sample, "nutpie", None),
+    "nutpie, diagonal mass matrix": (pymc_gpc.sample, "nutpie", {"adaptation": "diag"}),
+    "nutpie, low-rank mass matrix": (pymc_gpc.sample, "nutpie", {"adaptation": "low_rank"}),
+    "pm.sample (default: nutpie)": (pm.sample, None, None),
 }
 
+DEFAULT_SAMPLERS = ["pymc_gpc.sample (PyMC NUTS)", "pymc_gpc.sample (nutpie)", "pm.sample (default: nutpie)"]
 
-def run(data, label, seed, draws, tune):
-    sample, sampler = SAMPLERS[label]
-    model, _ = pymc_gpc.ard_classifier(data.X_train, data.y_train)
+
+def run(data, label, seed, draws, tune, tol=None):
+    sample, sampler, sampler_kwargs = SAMPLERS[label]
+    options = {} if tol is None else {"tol": tol}  # EP's tolerance while sampling (default 1e-2)
+    model, _ = pymc_gpc.ard_classifier(data.X_train, data.y_train, **options)
     kwargs = dict(chains=2, cores=2, random_seed=seed, progressbar=False, compute_convergence_checks=False)
     if sampler is not None:
         kwargs["nuts_sampler"] = sampler
+    if sampler_kwargs is not None:
+        kwargs["nuts_sampler_kwargs"] = sampler_kwargs
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         sample(draws=5, tune=5, **kwargs)
@@ -123,7 +133,8 @@ def main():
     parser.add_argument("--draws", type=int, default=500)
     parser.add_argument("--tune", type=int, default=500)
     parser.add_argument("--data", nargs="+", default=["breast-cancer", "separable", "crabs"], choices=list(DATASETS))
-    parser.add_argument("--samplers", nargs="+", default=list(SAMPLERS), choices=list(SAMPLERS))
+    parser.add_argument("--samplers", nargs="+", default=DEFAULT_SAMPLERS, choices=list(SAMPLERS))
+    parser.add_argument("--tol", type=float, default=None, help="EP's tolerance while sampling (default: the package's)")
     parser.add_argument("--out", default=OUT.name, help="results file (in benchmarks/results)")
     args = parser.parse_args()
     rows = []
@@ -131,7 +142,7 @@ def main():
         data = DATASETS[name]()
         for seed in args.seeds:
             for label in args.samplers:
-                rows.append(run(data, label, seed, args.draws, args.tune))
+                rows.append(run(data, label, seed, args.draws, args.tune, args.tol))
                 r = rows[-1]
                 print(f"{r['data']} seed {seed} {label}: {r['wall']:.0f} s, ESS {r['ess']:.0f}, {r['ess_s']:.2f} ESS/s, "
                       f"{r['div']} div, {r['steps']:.1f} steps/draw, {r['ms_eval']:.2f} ms/eval, {r['sweeps']:.2f} sweeps", flush=True)
