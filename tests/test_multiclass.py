@@ -487,6 +487,12 @@ def test_softmax_laplace_rough_gradient_rounds_only_the_gradient():
     gap = np.max(np.abs(rough.dlog_z_dK - exact.dlog_z_dK), axis=(1, 2)) / scale
     assert np.all(gap > 0) and np.all(gap < 1e-5)
     assert 0 < np.max(np.abs(rough.var - exact.var)) < 1e-5 * np.max(np.abs(exact.var))
+    # the gradient asked of a fresh posterior (H not yet formed) is the same rough one
+    from pymc_gpc.structures.multiclass import CoupledBlockPosterior
+
+    fresh = CoupledBlockPosterior(K, rough.posterior.d, rough_gradient=True)
+    again = fresh.kernel_gradient([(rough.a, rough.a, 0.5)], -0.5)
+    assert fresh.rough_H and np.max(np.abs(again - rough.posterior.kernel_gradient([(rough.a, rough.a, 0.5)], -0.5))) == 0
     dK = np.array([rbf_dK(X, ls, v)[0] for ls, v in hyp])  # d K_k / d lengthscale_k
     g_exact, g_rough = np.sum(exact.dlog_z_dK * dK, axis=(1, 2)), np.sum(rough.dlog_z_dK * dK, axis=(1, 2))
     np.testing.assert_allclose(g_rough, g_exact, rtol=1e-5, atol=1e-8)

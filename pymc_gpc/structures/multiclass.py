@@ -355,10 +355,11 @@ class CoupledBlockPosterior(BlockPreconditioner):
         X = np.array([np.asarray(x, dtype=float) for x, _, _ in outer])  # (t, c, n)
         Y = np.array([np.asarray(y, dtype=float) for _, y, _ in outer])
         coef = np.array([float(w) for _, _, w in outer])
+        H = self.H  # (decides rough_H)
         out = np.empty_like(self.E)
         n = self.E.shape[1]
         HtH32 = np.empty((n, n), np.float32, order="F") if self.rough_H else None
-        for k, Hk in enumerate(self.H):
+        for k, Hk in enumerate(H):
             HtH = np.empty((n, n), order="F")  # its lower triangle: H_k^T H_k
             if self.rough_H:
                 lapack.syrk_lower(1.0, self._Ht32[k].T, 0.0, HtH32, True)
