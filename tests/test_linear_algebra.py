@@ -49,7 +49,7 @@ def test_triangular_products_refuse_mixed_precisions():
     A32 = np.asfortranarray(np.tril(np.ones((4, 4))), dtype=np.float32)
     for A, B in ((A32, np.ones((4, 2), order="F")), (A32.astype(float), np.ones((4, 2), np.float32, order="F"))):
         with pytest.raises(ValueError, match="same precision"):
-            lapack.trmm_lower_left(A, B)
+            lapack.triangular_left(A, B, 1.0, False, False)
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])

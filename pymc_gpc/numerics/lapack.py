@@ -6,7 +6,7 @@ routines through ``scipy.linalg.cython_lapack`` / ``cython_blas`` from numba wit
 ``nogil=True``, and are cached on disk (``_routine``). Arrays are Fortran-ordered and
 overwritten in place; the lower triangle is used throughout. Each returns LAPACK's
 ``info`` (0 = success) where it has one. ``potrf_lower``, ``lauum_lower``,
-``trmm_lower_left``, ``triangular_left``, ``inv_lower``, ``syrk_lower`` and ``gemm`` also
+``triangular_left``, ``inv_lower``, ``syrk_lower`` and ``gemm`` also
 take float32 arrays (spotrf, slauum, strmm, strsm, strtri, ssyrk, sgemm: the rough
 posteriors of ``structures.dense`` and ``structures.fitc`` and the rough gradients); numba
 compiles one version per precision.
@@ -142,14 +142,6 @@ def _triangular_times(side, solve, alpha, t, it, jt, b, ib, jb, rows, cols, tran
     else:
         _dtrmm_at(sd.ctypes, uplo.ctypes, trans.ctypes, diag.ctypes, mm.ctypes, nn.ctypes,
                   al.ctypes, t_at, lt.ctypes, b_at, lb.ctypes)
-
-
-@njit(nogil=True, cache=True)
-def trmm_lower_left(A, B):
-    """B <- A B for lower-triangular A (n, n) and Fortran-ordered B (n, m) of the same
-    precision (BLAS dtrmm / strmm)."""
-    n, m = B.shape
-    _triangular_times(_L, False, 1.0, A, 0, 0, B, 0, 0, n, m)
 
 
 @njit(nogil=True, cache=True)

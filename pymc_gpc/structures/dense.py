@@ -79,7 +79,7 @@ def chol_solve(L, b):
 def lower_times(Li, X):
     """Li @ X for lower-triangular Li (BLAS dtrmm), as a new Fortran-ordered array."""
     out = np.array(X, dtype=float, order="F")
-    lapack.trmm_lower_left(Li, out)
+    lapack.triangular_left(Li, out, 1.0, False, False)
     return out
 
 
@@ -230,7 +230,7 @@ def marginal_variances(K, w, sw, Li):
             j = direct[c]
             for i in range(n):
                 V[i, c] = sw[i] * K[i, j]
-        lapack.trmm_lower_left(Li, V)
+        lapack.triangular_left(Li, V, 1.0, False, False)
         for c in range(n_direct):
             j = direct[c]
             acc = 0.0

@@ -105,7 +105,7 @@ def _single_H(LMi, E):
     Ht = E.astype(np.float32)  # E_k symmetric: the Fortran view Ht[k].T holds E_k
     L = np.asfortranarray(LMi, dtype=np.float32)
     for k in range(Ht.shape[0]):
-        lapack.trmm_lower_left(L, Ht[k].T)
+        lapack.triangular_left(L, Ht[k].T, 1.0, False, False)
     return Ht
 
 
@@ -335,7 +335,7 @@ class CoupledBlockPosterior(BlockPreconditioner):
             else:
                 Ht = self.E.copy()  # E_k symmetric: the Fortran view Ht[k].T holds E_k
                 for k in range(Ht.shape[0]):
-                    lapack.trmm_lower_left(self.LMi, Ht[k].T)
+                    lapack.triangular_left(self.LMi, Ht[k].T, 1.0, False, False)
             self._Ht, self._H = Ht, [Ht[k].T for k in range(Ht.shape[0])]
         return self._H
 
