@@ -52,6 +52,40 @@ def test_laplace_warm_start():
     assert warm.n_iter < cold.n_iter
 
 
+def test_laplace_warm_start_steps_from_the_last_modes_f():
+    """The state's f: the first Newton step is linearised at the last mode's latent values,
+    which move less with the kernel than K a at fixed a. Over 10 random moves of the log
+    lengthscales and amplitude (sd 0.5), fewer Newton steps than from a alone (a state
+    without f; measured 4.7 against 5.6 on average over 20), each to the cold solve's
+    answer; an f whose step is worse than a = 0 (here NaN, as from an overflowed
+    extrapolation) is dropped: a cold solve after one step."""
+    from pymc_gpc.approximations.laplace import LaplaceState
+
+    lik = LIKELIHOOD_CASES[0]
+    rng = np.random.default_rng(4)
+    X, y = random_problem(rng, 100, d=2)
+    base = np.log([1.0, 1.0, 3.0])
+    K1, _ = ard_kernel(X, base[:2], base[2])
+    first = laplace(K1, y, lik)
+    steps_f, steps_a = [], []
+    for _ in range(10):
+        h = base + 0.5 * rng.normal(size=3)
+        K2, _ = ard_kernel(X, h[:2], h[2])
+        cold = laplace(K2, y, lik)
+        warm = laplace(K2, y, lik, state=first.state)
+        from_a = laplace(K2, y, lik, state=LaplaceState(first.state.a))
+        assert warm.log_z == pytest.approx(cold.log_z, abs=1e-9)
+        assert from_a.log_z == pytest.approx(cold.log_z, abs=1e-9)
+        steps_f.append(warm.n_iter)
+        steps_a.append(from_a.n_iter)
+    assert np.mean(steps_f) <= np.mean(steps_a) - 0.5
+    bad = laplace(K2, y, lik, state=LaplaceState(first.state.a, np.full(y.size, np.nan)))  # without the check: NaN
+    assert bad.log_z == pytest.approx(cold.log_z, abs=1e-9)
+    assert bad.n_iter <= cold.n_iter + 1
+    with pytest.raises(ValueError, match="latent values"):
+        laplace(K2, y, lik, state=LaplaceState(first.state.a, first.state.f[:-1]))
+
+
 def _plain_newton_test(monkeypatch, module):
     """Replace ``module``'s Newton stopping test by the one without the prediction."""
     from pymc_gpc.approximations.laplace import newton_converged

@@ -519,11 +519,13 @@ def _solved_three_class_problem(seed, n):
     return K, y, softmax_laplace(K, y, tol=1e-12)
 
 
-def test_softmax_laplace_warm_start_factorises_once(monkeypatch):
-    """A warm start near the last mode takes its Newton steps by CG (one factorisation, at
-    the mode) and ends where a cold solve does; far from it (a kernel 3x larger), or with
-    CG limited to one step, CG declines, a posterior is factorised, and the answer is the
-    same."""
+def test_softmax_laplace_warm_start_steps_from_the_last_modes_f(monkeypatch):
+    """A warm start from the last mode (a, f): the first Newton step is linearised at f and
+    factorises a rough posterior, whose preconditioner serves the later steps' CG, so two
+    posteriors are built in all (that one and the mode's). From f it takes fewer Newton
+    steps than from K a alone (a state without f) at a kernel 2 % or 3x larger; with CG
+    limited to one step, CG declines and a posterior is built at nearly every step. Every
+    start ends where a cold solve does."""
     from pymc_gpc.approximations import softmax_laplace as module
 
     K, y, first = _solved_three_class_problem(seed=9, n=60)
@@ -531,23 +533,44 @@ def test_softmax_laplace_warm_start_factorises_once(monkeypatch):
     original = module.CoupledBlockPosterior
 
     def counting(*args, **kwargs):
-        built.append(1)
+        built.append(kwargs.get("rough", False))
         return original(*args, **kwargs)
 
     monkeypatch.setattr(module, "CoupledBlockPosterior", counting)
-    for K_next, cg_steps, factorisations in ((K * 1.02, 20, 1), (K * 3.0, 20, 2), (K * 1.02, 1, None)):
-        built.clear()
+    a_only = module.SoftmaxLaplaceState(first.state.a)
+    assert first.state.f is not None
+    for K_next, cg_steps in ((K * 1.02, 20), (K * 3.0, 20), (K * 1.02, 1)):
         monkeypatch.setattr(module, "_CG_STEPS", cg_steps)
+        built.clear()
         warm = softmax_laplace(K_next, y, state=first.state, tol=1e-12)
-        if factorisations is None:  # CG declines every step: a posterior at (nearly) every one
+        if cg_steps == 1:  # CG declines every step: a posterior at (nearly) every one
             assert len(built) > 2
         else:
-            assert len(built) == factorisations  # 1: only at the mode
+            assert built == [True, False]  # the first step's (rough) and the mode's
+            from_a = softmax_laplace(K_next, y, state=a_only, tol=1e-12)
+            assert warm.n_iter < from_a.n_iter
+            assert abs(from_a.log_z - warm.log_z) < 1e-9
         cold = softmax_laplace(K_next, y, tol=1e-12)
         assert warm.converged
         assert abs(warm.log_z - cold.log_z) < 1e-9
         np.testing.assert_allclose(warm.dlog_z_dK, cold.dlog_z_dK, atol=1e-7 * np.max(np.abs(cold.dlog_z_dK)))
         np.testing.assert_allclose(warm.mean, cold.mean, atol=1e-8)
+
+
+def test_softmax_laplace_falls_back_to_zero_when_the_f_start_is_bad():
+    """A first step from a wildly wrong f (worse than a = 0) is dropped: the solve restarts
+    from zero and ends at the cold solve's mode."""
+    K, y, first = _solved_three_class_problem(seed=9, n=60)
+    from pymc_gpc.approximations.softmax_laplace import SoftmaxLaplaceState
+
+    bad = SoftmaxLaplaceState(first.state.a, -300.0 * first.state.f)
+    warm = softmax_laplace(K, y, state=bad, tol=1e-12)
+    cold = softmax_laplace(K, y, tol=1e-12)
+    assert warm.converged and abs(warm.log_z - cold.log_z) < 1e-9
+    np.testing.assert_allclose(warm.mean, cold.mean, atol=1e-8)
+    assert warm.n_iter <= cold.n_iter + 2  # the dropped step, then a cold solve (without: 13 against 5)
+    with pytest.raises(ValueError, match="state's f has shape"):
+        softmax_laplace(K, y, state=SoftmaxLaplaceState(first.state.a, first.state.f[:, :-1]))
 
 
 def test_softmax_expected_prob_equals_the_generic_average():

@@ -316,20 +316,23 @@ def test_warm_starts_extrapolate_along_the_trajectory():
 
 
 
-def test_warm_starts_keep_a_softmax_preconditioner_unextrapolated():
-    """The softmax state's preconditioner (a factorised posterior) is carried from the
-    nearest stored solution, not extrapolated; its representer weights are."""
+def test_warm_starts_extrapolate_a_softmax_state_and_keep_a_missing_f_missing():
+    """The softmax state's a and f are both extrapolated along the trajectory; a state
+    without f (given by hand) gives a guess without f, not an error."""
     from pymc_gpc.approximations.softmax_laplace import SoftmaxLaplaceState
     from pymc_gpc.ops.marginal import WarmStarts
 
-    marker_a, marker_b = object(), object()
     ws = WarmStarts()
-    ws.add(np.zeros(1), SoftmaxLaplaceState(np.full((2, 3), 1.0), marker_b))
-    ws.add(np.ones(1), SoftmaxLaplaceState(np.full((2, 3), 2.0), marker_a))
+    ws.add(np.zeros(1), SoftmaxLaplaceState(np.full((2, 3), 1.0), np.full((2, 3), -1.0)))
+    ws.add(np.ones(1), SoftmaxLaplaceState(np.full((2, 3), 2.0), np.full((2, 3), -3.0)))
     guess = ws.guess(np.array([2.0]))
     np.testing.assert_allclose(guess.a, 3.0)
-    assert guess.preconditioner is marker_a
-    assert guess.copy().preconditioner is marker_a
+    np.testing.assert_allclose(guess.f, -5.0)
+    ws.add(np.full(1, 3.0), SoftmaxLaplaceState(np.full((2, 3), 4.0)))
+    guess = ws.guess(np.array([4.0]))
+    np.testing.assert_allclose(guess.a, 5.0)  # 4 + (4 - 2) (4 - 3) / (3 - 1)
+    assert guess.f is None
+
 
 def test_recent_results_answer_repeated_points_exactly_and_only_those():
     from pymc_gpc.ops.marginal import RecentResults

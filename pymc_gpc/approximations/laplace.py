@@ -33,12 +33,16 @@ from ..validation import as_signed_labels
 
 @dataclass
 class LaplaceState:
-    """Representer weights a of the last mode (f^ = K a): pass back in to warm-start."""
+    """The last mode, to warm-start from: its representer weights a (f^ = K a) and,
+    optionally, its latent values f^. With f^, the next solve's first Newton step is
+    linearised there, not at K a for the new K (``laplace``; measured in
+    ``softmax_laplace._WARM_START``)."""
 
     a: np.ndarray
+    f: np.ndarray = None
 
     def copy(self):
-        return LaplaceState(self.a.copy())
+        return LaplaceState(self.a.copy(), None if self.f is None else self.f.copy())
 
 
 def _psi(a, f, lik_out):
@@ -105,9 +109,16 @@ def laplace(
     a = np.zeros(n) if state is None else np.array(state.a, dtype=float)
     if a.shape != (n,):
         raise ValueError(f"warm-start state has {a.shape[0]} weights, data has {n}")
-    f = prior.matvec(a)
-    out = likelihood.log_lik(y, f, th)
-    psi = _psi(a, f, out)
+    from_f = state is not None and state.f is not None
+    if from_f:  # the first step linearised at the last mode's f, taken in full, checked below
+        f = np.array(state.f, dtype=float)
+        if f.shape != (n,):
+            raise ValueError(f"warm-start state has {f.shape[0]} latent values, data has {n}")
+        out, psi = likelihood.log_lik(y, f, th), -np.inf
+    else:
+        f = prior.matvec(a)
+        out = likelihood.log_lik(y, f, th)
+        psi = _psi(a, f, out)
     change, it, converged = np.inf, 0, False
     while it < max_iter:
         it += 1
@@ -126,6 +137,13 @@ def laplace(
             step *= 0.5
         change, previous = float(np.max(np.abs(f_try - f))), change
         a, f, out, psi = a_try, f_try, out_try, psi_try
+        if from_f:
+            from_f = False
+            a0, f0 = np.zeros(n), np.zeros(n)
+            out0 = likelihood.log_lik(y, f0, th)
+            if not psi >= _psi(a0, f0, out0):  # the step from the last mode's f is worse than a = 0
+                a, f, out, psi, change = a0, f0, out0, _psi(a0, f0, out0), np.inf
+                continue
         converged = newton_converged(change, previous, f, tol, full_step=step == 1.0)
         if converged:
             break
@@ -148,7 +166,7 @@ def laplace(
         posterior=post,
         mean=f,
         var=var,
-        state=LaplaceState(a),
+        state=LaplaceState(a, f),
         n_iter=it,
         converged=converged,
         max_change=change,

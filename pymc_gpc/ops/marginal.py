@@ -225,12 +225,15 @@ class WarmStarts:
 
 
 def _extrapolate(sa, sb, t):
-    """sa + t (sa - sb), field by field, or sa where that would turn a non-negative field negative."""
+    """sa + t (sa - sb), field by field (sa's where either lacks an optional field), or sa
+    where that would turn a non-negative field negative."""
     moved = {}
     for field in dataclasses.fields(sa):
-        if not field.metadata.get("extrapolate", True):  # kept from sa (e.g. a preconditioner)
+        if not field.metadata.get("extrapolate", True):  # kept from sa (e.g. EP's first_change)
             continue
         va, vb = getattr(sa, field.name), getattr(sb, field.name)
+        if va is None or vb is None:  # an optional field one of the two lacks: sa's
+            continue
         v = va + t * (va - vb)
         if np.min(va) >= 0.0 > np.min(v):
             return sa

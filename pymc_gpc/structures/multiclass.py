@@ -189,10 +189,11 @@ class BlockPreconditioner:
         (at K_0 = K, P = (K^{-1} + W_0)^{-1}). P r = K (r - R_0 K r) has a factored form,
         so K^{-1} is never needed: the iterates are kept as q and K q. Each step costs
         four stacked n x n mat-vecs instead of the c + 1 Cholesky factorisations of a new
-        posterior; where (K, d) is close to this posterior's (the later Newton steps, and
-        a warm start after a small move of the hyperparameters) a few steps suffice. At
-        K != K_0, P can be indefinite in directions of negligible prior variance; the
-        iteration is the same (only r^T P r = 0 stops it).
+        posterior; where d is close to this posterior's (the later Newton steps of a solve)
+        a few steps suffice. (``softmax_laplace`` uses it at K = K_0 only: the last mode's
+        posterior preconditioned a warm start's first step too rarely to pay,
+        ``_WARM_START`` there. At K != K_0, P can be indefinite in directions of negligible
+        prior variance; the iteration is the same, only r^T P r = 0 stops it.)
 
         ``q`` is the start (the current a; K q the current f). Stops when P r, the
         estimate of the remaining error in x, is at most max(eps, eta |x - x_start|) in
