@@ -52,12 +52,13 @@ def test_laplace_warm_start():
     assert warm.n_iter < cold.n_iter
 
 
-def test_laplace_warm_start_steps_from_the_last_modes_f():
+@pytest.mark.parametrize("structure", ["dense", "fitc"])
+def test_laplace_warm_start_steps_from_the_last_modes_f(structure):
     """The state's f: the first Newton step is linearised at the last mode's latent values,
     which move less with the kernel than K a at fixed a. Over 10 random moves of the log
     lengthscales and amplitude (sd 0.5), fewer Newton steps than from a alone (a state
-    without f; measured 4.7 against 5.6 on average over 20), each to the cold solve's
-    answer; an f whose step is worse than a = 0 (here NaN, as from an overflowed
+    without f; measured 4.7 against 5.6 on average over 20 dense moves, 4.3 against 5.2
+    over 10 with FITC, m = 20), each to the cold solve's answer; an f whose step is worse than a = 0 (here NaN, as from an overflowed
     extrapolation) is dropped: a cold solve after one step."""
     from pymc_gpc.approximations.laplace import LaplaceState
 
@@ -65,12 +66,20 @@ def test_laplace_warm_start_steps_from_the_last_modes_f():
     rng = np.random.default_rng(4)
     X, y = random_problem(rng, 100, d=2)
     base = np.log([1.0, 1.0, 3.0])
-    K1, _ = ard_kernel(X, base[:2], base[2])
-    first = laplace(K1, y, lik)
+
+    def prior(h):
+        if structure == "fitc":
+            from pymc_gpc.structures.fitc import FITCPrior
+            from .test_fitc import fitc_parts
+
+            return FITCPrior(*fitc_parts(X, X[:20], h[:2], h[2]))
+        return ard_kernel(X, h[:2], h[2])[0]
+
+    first = laplace(prior(base), y, lik)
     steps_f, steps_a = [], []
     for _ in range(10):
         h = base + 0.5 * rng.normal(size=3)
-        K2, _ = ard_kernel(X, h[:2], h[2])
+        K2 = prior(h)
         cold = laplace(K2, y, lik)
         warm = laplace(K2, y, lik, state=first.state)
         from_a = laplace(K2, y, lik, state=LaplaceState(first.state.a))
