@@ -58,8 +58,9 @@ def test_laplace_warm_start_steps_from_the_last_modes_f(structure):
     which move less with the kernel than K a at fixed a. Over 10 random moves of the log
     lengthscales and amplitude (sd 0.5), fewer Newton steps than from a alone (a state
     without f; measured 4.7 against 5.6 on average over 20 dense moves, 4.3 against 5.2
-    over 10 with FITC, m = 20), each to the cold solve's answer; an f whose step is worse than a = 0 (here NaN, as from an overflowed
-    extrapolation) is dropped: a cold solve after one step."""
+    over 10 with FITC, m = 20), each to the cold solve's answer; an f whose step is worse
+    than a = 0 (here NaN, as from an overflowed extrapolation) is dropped: a cold solve
+    after one step."""
     from pymc_gpc.approximations.laplace import LaplaceState
 
     lik = LIKELIHOOD_CASES[0]
