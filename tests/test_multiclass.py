@@ -188,6 +188,23 @@ def test_softmax_predictive_rows_sum_to_one():
         assert np.allclose(full[np.ix_(idx, idx)], cov[i], atol=1e-12)
 
 
+@pytest.mark.parametrize("scale", [1.0, 40.0, 900.0])
+def test_softmax_log_lik_matches_log_softmax(scale):
+    """The compiled log p(y_i | f_i) and pi against scipy's log_softmax, also where exp(f)
+    overflows (|f| up to ~3000): equal to rounding, finite, and pi's columns sum to 1."""
+    from scipy.special import log_softmax
+
+    rng = np.random.default_rng(int(scale))
+    F = scale * rng.normal(size=(5, 60))
+    y = rng.integers(0, 5, 60)
+    lp, pi = Softmax().log_lik(y, F)
+    ref = log_softmax(F, axis=0)
+    assert np.all(np.isfinite(lp)) and np.all(np.isfinite(pi))
+    np.testing.assert_allclose(lp, ref[y, np.arange(60)], rtol=1e-13, atol=1e-12)
+    np.testing.assert_allclose(pi, np.exp(ref), rtol=1e-12, atol=1e-300)
+    np.testing.assert_allclose(pi.sum(axis=0), 1.0, rtol=1e-14)
+
+
 def test_class_codes():
     pd = pytest.importorskip("pandas")
     codes, classes = as_class_codes(["b", "a", "c", "a"])

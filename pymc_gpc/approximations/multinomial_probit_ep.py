@@ -73,91 +73,89 @@ class MultinomialProbitEPState:
 
 
 @njit(nogil=True, cache=True)
-def _others(k, c):
-    out = np.empty(c - 1, np.int64)
-    m = 0
-    for j in range(c):
-        if j != k:
-            out[m] = j
-            m += 1
-    return out
+def _factor_marginal(Sw, mw, k, j, Sb):
+    """The factor Phi(b^T w) with b = e_k - e_j + e_u (u last): Sw b into Sb (b is sparse,
+    so O(c)), and the marginal of t = b^T w under N(mw, Sw): (its variance, its mean)."""
+    u = Sw.shape[0] - 1
+    for r in range(u + 1):
+        Sb[r] = Sw[r, k] - Sw[r, j] + Sw[r, u]
+    return Sb[k] - Sb[j] + Sb[u], mw[k] - mw[j] + mw[u]
 
 
 @njit(nogil=True, cache=True)
-def _factor_marginal(Sw, mw, b, k, other):
-    """b = e_k - e_other + e_u (the factor Phi(b^T w)), and the marginal of t = b^T w under
-    N(mw, Sw): (Sw b, its variance v, its mean)."""
-    c = b.shape[0] - 1
-    b[:] = 0.0
-    b[k] += 1.0
-    b[other] -= 1.0
-    b[c] = 1.0
-    Sb = Sw @ b
-    return Sb, b @ Sb, b @ mw
+def _rank_one(Sw, mw, Sb, dtau, dnu, v, mt):
+    """Add the site change (dtau, dnu) on t = b^T w to N(mw, Sw), in place (Sherman-Morrison)."""
+    den = 1.0 + dtau * v
+    gain = (dnu - dtau * mt) / den
+    scale = dtau / den
+    for r in range(Sw.shape[0]):
+        mw[r] += Sb[r] * gain
+        for q in range(Sw.shape[0]):
+            Sw[r, q] -= scale * Sb[r] * Sb[q]
 
 
 @njit(nogil=True, cache=True)
-def _inner_ep_site(m, C, k, tau, nu, tol, max_sweeps):
+def _inner_ep_site(m, C, k, tau, nu, tol, max_sweeps, Sw, mw, Sb):
     """Inner EP for one site: cavity N(m, C) over f_i, factors Phi(u + f_k - f_j).
 
-    tau, nu (c - 1,) are updated in place. Returns (sum_j [log Zhat_j - log int q_j g_j],
+    tau, nu (c - 1,) are updated in place; Sw (c + 1, c + 1), mw and Sb (c + 1,) are
+    work buffers (no allocation per site). Returns (sum_j [log Zhat_j - log int q_j g_j],
     sweeps, largest last change).
     """
     c = m.shape[0]
-    others = _others(k, c)
-    Sw = np.zeros((c + 1, c + 1))  # posterior covariance of w = (f, u)
-    Sw[:c, :c] = C
+    Sw[:c, :c] = C  # posterior covariance of w = (f, u)
+    Sw[:c, c] = 0.0
+    Sw[c, :c] = 0.0
     Sw[c, c] = 1.0
-    mw = np.zeros(c + 1)
     mw[:c] = m
-    b = np.zeros(c + 1)
-    for j in range(c - 1):  # start from the warm sites: rank-one updates
-        Sb, v, mt = _factor_marginal(Sw, mw, b, k, others[j])
-        den = 1.0 + tau[j] * v
-        mw += Sb * (nu[j] - tau[j] * mt) / den
-        Sw -= (tau[j] / den) * np.outer(Sb, Sb)
+    mw[c] = 0.0
+    for jj in range(c - 1):  # start from the warm sites: rank-one updates
+        j = jj + (jj >= k)  # the jj-th class other than k
+        v, mt = _factor_marginal(Sw, mw, k, j, Sb)
+        _rank_one(Sw, mw, Sb, tau[jj], nu[jj], v, mt)
     change = np.inf
     sweeps = 0
     while sweeps < max_sweeps and change > tol:
         sweeps += 1
         change = 0.0
-        for j in range(c - 1):
-            Sb, v, mt = _factor_marginal(Sw, mw, b, k, others[j])
-            vc = 1.0 / (1.0 / v - tau[j])
-            mc = vc * (mt / v - nu[j])
+        for jj in range(c - 1):
+            j = jj + (jj >= k)
+            v, mt = _factor_marginal(Sw, mw, k, j, Sb)
+            vc = 1.0 / (1.0 / v - tau[jj])
+            mc = vc * (mt / v - nu[jj])
             sq = math.sqrt(1.0 + vc)
             z = mc / sq
             r = inv_mills(z)
             mean = mc + vc * r / sq
             var = vc - vc * vc * r * (z + r) / (1.0 + vc)
             var = max(var, 1e-12 * vc)
-            dtau = (1.0 / var - 1.0 / vc) - tau[j]
-            dnu = (mean / var - mc / vc) - nu[j]
-            den = 1.0 + dtau * v
-            mw += Sb * (dnu - dtau * mt) / den
-            Sw -= (dtau / den) * np.outer(Sb, Sb)
-            tau[j] += dtau
-            nu[j] += dnu
-            change = max(change, abs(dtau) / (1.0 + abs(tau[j])), abs(dnu) / (1.0 + abs(nu[j])))
+            dtau = (1.0 / var - 1.0 / vc) - tau[jj]
+            dnu = (mean / var - mc / vc) - nu[jj]
+            _rank_one(Sw, mw, Sb, dtau, dnu, v, mt)
+            tau[jj] += dtau
+            nu[jj] += dnu
+            change = max(change, abs(dtau) / (1.0 + abs(tau[jj])), abs(dnu) / (1.0 + abs(nu[jj])))
     terms = 0.0
-    for j in range(c - 1):  # at convergence: the normalisers' part of the evidence
-        Sb, v, mt = _factor_marginal(Sw, mw, b, k, others[j])
-        vc = 1.0 / (1.0 / v - tau[j])
-        mc = vc * (mt / v - nu[j])
+    for jj in range(c - 1):  # at convergence: the normalisers' part of the evidence
+        j = jj + (jj >= k)
+        v, mt = _factor_marginal(Sw, mw, k, j, Sb)
+        vc = 1.0 / (1.0 / v - tau[jj])
+        mc = vc * (mt / v - nu[jj])
         log_zhat = log_ndtr(mc / math.sqrt(1.0 + vc))
-        log_g = (-0.5 * math.log1p(vc * tau[j]) - 0.5 * mc * mc / vc
-                 + 0.5 * (mc / vc + nu[j]) ** 2 / (1.0 / vc + tau[j]))
+        log_g = (-0.5 * math.log1p(vc * tau[jj]) - 0.5 * mc * mc / vc
+                 + 0.5 * (mc / vc + nu[jj]) ** 2 / (1.0 / vc + tau[jj]))
         terms += log_zhat - log_g
     return terms, sweeps, change
 
 
 @njit(nogil=True, cache=True)
 def _inner_ep_all(mu, C, y, tau, nu, tol, max_sweeps):
-    n = y.shape[0]
+    n, c = mu.shape
     terms = np.empty(n)
     worst = 0.0
+    Sw, mw, Sb = np.empty((c + 1, c + 1)), np.empty(c + 1), np.empty(c + 1)
     for i in range(n):
-        t, _, ch = _inner_ep_site(mu[i], C[i], y[i], tau[i], nu[i], tol, max_sweeps)
+        t, _, ch = _inner_ep_site(mu[i], C[i], y[i], tau[i], nu[i], tol, max_sweeps, Sw, mw, Sb)
         terms[i] = t
         worst = max(worst, ch)
     return terms, worst

@@ -105,8 +105,10 @@ def check_multiclass_inputs(K, y, n_classes=None):
         raise ValueError(f"a multi-class model needs c >= 2 latent functions, K has {c}")
     if codes.max() >= c:
         raise ValueError(f"y holds class code {codes.max()} but K has only {c} classes")
-    K = np.array([check_kernel_matrix(K[k], n, name=f"K[{k}]") for k in range(c)])
-    return K, codes
+    for k in range(c):
+        check_kernel_matrix(K[k], n, name=f"K[{k}]")
+    # no copy of a C-ordered float K (as the Ops pass it): nothing here writes into K
+    return np.ascontiguousarray(K), codes
 
 
 def _psi(a, f, lp):

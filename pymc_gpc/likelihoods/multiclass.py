@@ -22,9 +22,10 @@ scrambled Sobol points), the same at every call, so results are deterministic an
 smooth in the Gaussian's parameters.
 """
 
+import math
+
 import numpy as np
 from numba import njit
-from scipy.special import log_softmax
 
 from ..numerics.special import log_ndtr_array
 
@@ -150,6 +151,30 @@ class MulticlassLikelihood:
         return f"{type(self).__name__}()"
 
 
+@njit(nogil=True, cache=True)
+def _softmax_log_lik(y, F):
+    """log pi_{y_i}(f_i) (n,) and pi (c, n), column by column with the largest f_k subtracted
+    (log-sum-exp): one compiled pass, called at every Newton step and line-search trial
+    (scipy's ``log_softmax`` took about 0.25 ms a call at n = 193, c = 6)."""
+    c, n = F.shape
+    lp = np.empty(n)
+    pi = np.empty((c, n))
+    for i in range(n):
+        m = F[0, i]
+        for k in range(1, c):
+            m = max(m, F[k, i])
+        total = 0.0
+        for k in range(c):
+            e = math.exp(F[k, i] - m)
+            pi[k, i] = e
+            total += e
+        lse = m + math.log(total)
+        for k in range(c):
+            pi[k, i] /= total
+        lp[i] = F[y[i], i] - lse
+    return lp, pi
+
+
 class Softmax(MulticlassLikelihood):
     r"""p(y = k | f) = exp(f_k) / \sum_j exp(f_j) (Williams & Barber 1998).
 
@@ -160,10 +185,8 @@ class Softmax(MulticlassLikelihood):
     approximations = ("laplace",)
 
     def log_lik(self, y, F):
-        """log p(y_i | f_i) (n,) and the class probabilities pi (c, n)."""
-        y = np.asarray(y, dtype=int)
-        lp = log_softmax(F, axis=0)
-        return lp[y, np.arange(F.shape[1])], np.exp(lp)
+        """log p(y_i | f_i) (n,) and the class probabilities pi (c, n) (``_softmax_log_lik``)."""
+        return _softmax_log_lik(np.asarray(y, dtype=np.int64), np.asarray(F, dtype=float))
 
     def probabilities(self, F):
         e = np.exp(F - F.max(axis=0))

@@ -325,14 +325,13 @@ class CoupledBlockPosterior(BlockPreconditioner):
 
         With ``rough_gradient`` and cond(L_M) <= ``MAX_COND_ROUGH_GRADIENT`` (LAPACK's
         estimate), by single-precision triangular products (``_single_H``, kept in
-        ``_Ht32`` for the gradient's products): errors about 6e-8 cond(L_M) relative to
-        |E_k|."""
+        ``_Ht32`` for the gradient's products, and then H_k itself is float32): errors about
+        6e-8 cond(L_M) relative to |E_k|."""
         self._exact()
         if self._H is None:
             self.rough_H = bool(self.rough_gradient and self._suits_single())
-            if self.rough_H:
-                self._Ht32 = _single_H(self.LMi, self.E)
-                Ht = self._Ht32.astype(np.float64)
+            if self.rough_H:  # kept in single precision: its readers promote as they go
+                Ht = self._Ht32 = _single_H(self.LMi, self.E)
             else:
                 Ht = self.E.copy()  # E_k symmetric: the Fortran view Ht[k].T holds E_k
                 for k in range(Ht.shape[0]):
