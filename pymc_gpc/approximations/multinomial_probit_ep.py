@@ -101,6 +101,10 @@ def _inner_ep_site(m, C, k, tau, nu, tol, max_sweeps, Sw, mw, Sb):
     tau, nu (c - 1,) are updated in place; Sw (c + 1, c + 1), mw and Sb (c + 1,) are
     work buffers (no allocation per site). Returns (sum_j [log Zhat_j - log int q_j g_j],
     sweeps, largest last change).
+
+    (Written with an array per product and per outer product, as first, the inner EP
+    took about 34 ms of a 170 ms warm evaluation at n = 200, c = 6; without allocation and
+    with Sw b in O(c), 9 ms of 143 ms: profiled, 5 evaluations, 2026-11-26.)
     """
     c = m.shape[0]
     Sw[:c, :c] = C  # posterior covariance of w = (f, u)
