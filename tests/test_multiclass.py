@@ -203,6 +203,10 @@ def test_softmax_log_lik_matches_log_softmax(scale):
     np.testing.assert_allclose(lp, ref[y, np.arange(60)], rtol=1e-13, atol=1e-12)
     np.testing.assert_allclose(pi, np.exp(ref), rtol=1e-12, atol=1e-300)
     np.testing.assert_allclose(pi.sum(axis=0), 1.0, rtol=1e-14)
+    # the compiled pass does not check bounds: the method refuses what it would misread
+    for bad_y, bad_F in ((np.full(60, 5), F), (y[:50], F), (y, F[0])):
+        with pytest.raises(ValueError, match="class codes in 0..c-1"):
+            Softmax().log_lik(bad_y, bad_F)
 
 
 def test_class_codes():

@@ -186,7 +186,11 @@ class Softmax(MulticlassLikelihood):
 
     def log_lik(self, y, F):
         """log p(y_i | f_i) (n,) and the class probabilities pi (c, n) (``_softmax_log_lik``)."""
-        return _softmax_log_lik(np.asarray(y, dtype=np.int64), np.asarray(F, dtype=float))
+        y, F = np.asarray(y, dtype=np.int64), np.asarray(F, dtype=float)
+        if F.ndim != 2 or y.shape != (F.shape[1],) or (y.size and not 0 <= y.min() <= y.max() < F.shape[0]):
+            raise ValueError(f"log_lik needs F (c, n) and n class codes in 0..c-1; got F {F.shape}, y {y.shape} "
+                             f"with codes {np.unique(y)[:10].tolist()}")
+        return _softmax_log_lik(y, F)
 
     def probabilities(self, F):
         e = np.exp(F - F.max(axis=0))
