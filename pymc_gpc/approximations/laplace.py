@@ -141,8 +141,9 @@ def laplace(
             from_f = False
             a0, f0 = np.zeros(n), np.zeros(n)
             out0 = likelihood.log_lik(y, f0, th)
-            if not psi >= _psi(a0, f0, out0):  # the step from the last mode's f is worse than a = 0
-                a, f, out, psi, change = a0, f0, out0, _psi(a0, f0, out0), np.inf
+            psi0 = _psi(a0, f0, out0)
+            if not psi >= psi0:  # the step from the last mode's f is worse than a = 0
+                a, f, out, psi, change = a0, f0, out0, psi0, np.inf
                 continue
         converged = newton_converged(change, previous, f, tol, full_step=step == 1.0)
         if converged:
