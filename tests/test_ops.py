@@ -313,6 +313,14 @@ def test_warm_starts_extrapolate_along_the_trajectory():
     assert ws.guess(np.array([1.5])).tau[1] == pytest.approx(0.025)
     # no hyperparameter vector: the last solution
     assert ws.guess(np.zeros(0)) is ws.states[1]
+    # a solution handed over without a hyperparameter vector (``pymc_gpc.fit``'s seed) is
+    # the guess for the next point, which then replaces it: no mixed lengths are compared
+    seeded = EPState(np.array([2.0, 2.0]), np.zeros(2))
+    ws.add(np.zeros(0), seeded)
+    assert ws.guess(np.array([1.5])) is seeded
+    ws.add(np.array([1.5]), EPState(np.array([1.0, 0.1]), np.zeros(2)))
+    ws.add(np.array([2.0]), EPState(np.array([1.0, 0.2]), np.zeros(2)))
+    assert ws.guess(np.array([2.5])).tau[1] == pytest.approx(0.3)
 
 
 

@@ -193,6 +193,9 @@ class WarmStarts:
     A state array that is non-negative at s_a (EP's site precisions for log-concave
     likelihoods) but not after extrapolation falls back to s_a. With no
     hyperparameter vector (an Op built without the fourth input), the last solution.
+    Points of one store share one length: a point of another length (``pymc_gpc.fit``'s
+    handed-over solution has none) is guessed from the last solution and replaces the
+    store when added.
     """
 
     def __init__(self, size=6):
@@ -200,7 +203,10 @@ class WarmStarts:
         self.points, self.states = [], []
 
     def add(self, x, state):
-        self.points.append(np.array(x, dtype=float))
+        x = np.array(x, dtype=float)
+        if self.points and x.shape != self.points[-1].shape:
+            self.points, self.states = [], []
+        self.points.append(x)
         self.states.append(state)
         if len(self.points) > self.size:
             self.points.pop(0)
