@@ -18,8 +18,11 @@ FOLD`` also NUTS-averaged predictions on that fold (2 chains x (500 + 500)).
 Run:  OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/multiclass.py timing
       OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/multiclass.py cv [--nuts 0] [--only NAME ...] [--out FILE]
       OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/multiclass.py nuts --fold 0 --draws 500 --only softmax
-Writes benchmarks/results/multiclass_timing.md / multiclass.md / multiclass_nuts.md
-(README.md is not touched).
+      OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/multiclass.py nuts-cv --draws 200 --only softmax
+Writes benchmarks/results/multiclass_timing.md / multiclass.md / multiclass_nuts.md /
+multiclass_nuts_cv.md
+(README.md is not touched). ``nuts-cv``: NUTS on every fold, the NUTS-averaged and MAP-II
+test errors side by side.
 """
 
 import os
@@ -202,14 +205,12 @@ def cv(nuts_fold=None, folds=10, only=None, out="multiclass.md"):
     errors = {k: 0 for k in methods}
     times = {k: [] for k in methods}
     for f in range(folds):
-        tr, te = fold != f, fold == f
-        mean, sd = data.X[tr].mean(axis=0), data.X[tr].std(axis=0)
-        Xtr, Xte = (data.X[tr] - mean) / sd, (data.X[te] - mean) / sd
+        Xtr, ytr, Xte, yte = _fold_data(data, fold, f)
         for name, method in methods.items():
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                pred, t = method(Xtr, data.y[tr], Xte)
-            errors[name] += int(np.sum(pred != data.y[te]))
+                pred, t = method(Xtr, ytr, Xte)
+            errors[name] += int(np.sum(pred != yte))
             times[name].append(t)
         print(f"fold {f}: " + ", ".join(f"{k[:22]} {errors[k]}" for k in methods), flush=True)
     n = len(data.y)
@@ -233,40 +234,80 @@ def cv(nuts_fold=None, folds=10, only=None, out="multiclass.md"):
     print("\n".join(lines))
 
 
-def nuts(data, fold, f, draws=500, tune=500, only=None):
+LIKELIHOODS = (("softmax Laplace", L.Softmax, pymc_gpc.MarginalLaplace),
+               ("multinomial probit EP", L.MultinomialProbit, pymc_gpc.MarginalEP))
+
+
+def _fold_data(data, fold, f):
+    tr, te = fold != f, fold == f
+    mean, sd = data.X[tr].mean(axis=0), data.X[tr].std(axis=0)
+    return (data.X[tr] - mean) / sd, data.y[tr], (data.X[te] - mean) / sd, data.y[te]
+
+
+def nuts_fold(data, fold, f, lik, cls, draws=500, tune=500):
+    """NUTS (2 chains, ``pm.sample``'s default sampler) on fold f after MAP-II: time,
+    diagnostics and the test errors of the NUTS-averaged and the MAP-II predictions."""
     import arviz as az
     import pymc as pm
 
-    tr, te = fold != f, fold == f
-    mean, sd = data.X[tr].mean(axis=0), data.X[tr].std(axis=0)
-    Xtr, Xte = (data.X[tr] - mean) / sd, (data.X[te] - mean) / sd
-    out = [f"NUTS on fold {f} ({te.sum()} test points), 2 chains x ({tune} + {draws}), nutpie, "
+    Xtr, ytr, Xte, yte = _fold_data(data, fold, f)
+    pred_map, _, model, gp = _gp_map(Xtr, ytr, Xte, lik(), cls)
+    t = time.perf_counter()
+    with model:
+        idata = pm.sample(draws=draws, tune=tune, chains=2, cores=2, random_seed=1, progressbar=False)
+    elapsed = time.perf_counter() - t
+    summ = az.summary(idata, var_names=["log_w", "log_v0", "log_v1"])
+    p = gp.predict(Xte, idata=idata, model=model, max_draws=100)
+    return {"time": elapsed, "div": int(idata.sample_stats["diverging"].sum()),
+            "ess": float(summ["ess_bulk"].min()), "rhat": float(summ["r_hat"].max()),
+            "err": int(np.sum(gp.classes[np.argmax(p, axis=1)] != yte)),
+            "err_map": int(np.sum(pred_map != yte)), "n_test": int(yte.size)}
+
+
+def nuts(data, fold, f, draws=500, tune=500, only=None):
+    out = [f"NUTS on fold {f} ({(fold == f).sum()} test points), 2 chains x ({tune} + {draws}), nutpie, "
            "2 chains as threads (the machine's load is not recorded):", "",
            "| likelihood | sampling time | divergences | min bulk ESS | max r-hat | test errors (NUTS-averaged) | test errors (MAP-II) |",
            "|---|---|---|---|---|---|---|"]
-    for label, lik, cls in (("softmax Laplace", L.Softmax(), pymc_gpc.MarginalLaplace),
-                            ("multinomial probit EP", L.MultinomialProbit(), pymc_gpc.MarginalEP)):
+    for label, lik, cls in LIKELIHOODS:
         if only and not any(o in label for o in only):
             continue
-        pred_map, _, model, gp = _gp_map(Xtr, data.y[tr], Xte, lik, cls)
-        t = time.perf_counter()
-        with model:
-            idata = pm.sample(draws=draws, tune=tune, chains=2, cores=2, random_seed=1, progressbar=False)
-        elapsed = time.perf_counter() - t
-        div = int(idata.sample_stats["diverging"].sum())
-        summ = az.summary(idata, var_names=["log_w", "log_v0", "log_v1"])
-        p = gp.predict(Xte, idata=idata, model=model, max_draws=100)
-        err = int(np.sum(gp.classes[np.argmax(p, axis=1)] != data.y[te]))
-        err_map = int(np.sum(pred_map != data.y[te]))
-        out.append(f"| {label} | {elapsed:.0f} s | {div} | {summ['ess_bulk'].min():.0f} | "
-                   f"{summ['r_hat'].max():.3f} | {err} / {te.sum()} | {err_map} / {te.sum()} |")
+        r = nuts_fold(data, fold, f, lik, cls, draws, tune)
+        out.append(f"| {label} | {r['time']:.0f} s | {r['div']} | {r['ess']:.0f} | {r['rhat']:.3f} | "
+                   f"{r['err']} / {r['n_test']} | {r['err_map']} / {r['n_test']} |")
         print(out[-1], flush=True)
+    return out
+
+
+def nuts_cv(data, fold, draws, tune, only=None):
+    """NUTS-averaged 10-fold test errors beside MAP-II on the same folds (B&W Table 2's form),
+    one row per fold and the totals."""
+    out = []
+    for label, lik, cls in LIKELIHOODS:
+        if only and not any(o in label for o in only):
+            continue
+        out += [f"{label}, shared kernel: NUTS 2 chains x ({tune} + {draws}) per fold (`pm.sample`'s default "
+                "sampler), predictions averaged over 100 draws", "",
+                "| fold | `pm.sample` time (compilation included) | divergences | min bulk ESS | max r-hat | test errors (NUTS-averaged) | test errors (MAP-II) |",
+                "|---|---|---|---|---|---|---|"]
+        rows = []
+        for f in range(int(fold.max()) + 1):
+            r = nuts_fold(data, fold, f, lik, cls, draws, tune)
+            rows.append(r)
+            out.append(f"| {f} | {r['time']:.0f} s | {r['div']} | {r['ess']:.0f} | {r['rhat']:.3f} | "
+                       f"{r['err']} / {r['n_test']} | {r['err_map']} / {r['n_test']} |")
+            print(out[-1], flush=True)
+        n = sum(r["n_test"] for r in rows)
+        err, err_map = sum(r["err"] for r in rows), sum(r["err_map"] for r in rows)
+        out += [f"| all | {sum(r['time'] for r in rows):.0f} s | {sum(r['div'] for r in rows)} | "
+                f"{min(r['ess'] for r in rows):.0f} | {max(r['rhat'] for r in rows):.3f} | "
+                f"{err} / {n} ({100 * err / n:.1f} %) | {err_map} / {n} ({100 * err_map / n:.1f} %) |", ""]
     return out
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
-    parser.add_argument("task", choices=["timing", "cv", "nuts"])
+    parser.add_argument("task", choices=["timing", "cv", "nuts", "nuts-cv"])
     parser.add_argument("--fold", type=int, default=0, help="nuts: the fold")
     parser.add_argument("--draws", type=int, default=500, help="nuts: draws (and as many tuning steps)")
     parser.add_argument("--nuts", type=int, default=None, help="also run NUTS on this fold")
@@ -281,6 +322,13 @@ if __name__ == "__main__":
         data = load_fgl()
         lines = nuts(data, stratified_folds(data.y, 10, seed=0), args.fold, args.draws, args.draws, args.only)
         (RESULTS / "multiclass_nuts.md").write_text("\n".join(lines) + "\n")
+        print("\n".join(lines))
+    elif args.task == "nuts-cv":
+        from pymc_gpc.datasets import load_fgl, stratified_folds
+
+        data = load_fgl()
+        lines = nuts_cv(data, stratified_folds(data.y, 10, seed=0), args.draws, args.draws, args.only)
+        (RESULTS / "multiclass_nuts_cv.md").write_text("\n".join(lines) + "\n")
         print("\n".join(lines))
     else:
         cv(args.nuts, only=args.only, out=args.out)
