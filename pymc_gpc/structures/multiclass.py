@@ -358,14 +358,11 @@ class CoupledBlockPosterior(BlockPreconditioner):
         H = self.H  # (decides rough_H)
         out = np.empty_like(self.E)
         n = self.E.shape[1]
-        HtH32 = np.empty((n, n), np.float32, order="F") if self.rough_H else None
+        # its lower triangle: H_k^T H_k (single precision where H is; the pass promotes it,
+        # and reads nothing above the diagonal, which syrk leaves unwritten)
+        HtH = np.empty((n, n), np.float32 if self.rough_H else np.float64, order="F")
         for k, Hk in enumerate(H):
-            HtH = np.empty((n, n), order="F")  # its lower triangle: H_k^T H_k
-            if self.rough_H:
-                lapack.syrk_lower(1.0, self._Ht32[k].T, 0.0, HtH32, True)
-                HtH[...] = HtH32
-            else:
-                lapack.syrk_lower(1.0, Hk, 0.0, HtH, True)
+            lapack.syrk_lower(1.0, self._Ht32[k].T if self.rough_H else Hk, 0.0, HtH, True)
             _block_gradient(self.E[k], HtH, np.ascontiguousarray(X[:, k]), np.ascontiguousarray(Y[:, k]),
                             coef, float(scale_R), out[k])
         return out
