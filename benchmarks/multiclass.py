@@ -265,8 +265,8 @@ def nuts_fold(data, fold, f, lik, cls, draws=500, tune=500):
 
 
 def nuts(data, fold, f, draws=500, tune=500, only=None):
-    out = [f"NUTS on fold {f} ({(fold == f).sum()} test points), 2 chains x ({tune} + {draws}), nutpie, "
-           "2 chains as threads (the machine's load is not recorded):", "",
+    out = [f"NUTS on fold {f} ({(fold == f).sum()} test points), 2 chains x ({tune} + {draws}), `pm.sample`'s default sampler "
+           "(nutpie for these 11 values; its chains are threads; the machine's load is not recorded):", "",
            "| likelihood | sampling time | divergences | min bulk ESS | max r-hat | test errors (NUTS-averaged) | test errors (MAP-II) |",
            "|---|---|---|---|---|---|---|"]
     for label, lik, cls in LIKELIHOODS:
