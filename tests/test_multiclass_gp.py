@@ -69,22 +69,24 @@ def test_potential_value_and_gradient(setup, shared):
     assert np.allclose(g, fd, rtol=2e-3, atol=2e-3), (g, fd)  # the Op runs at the sampling tolerance
 
 
-def test_sampler_asks_softmax_for_a_rough_gradient_and_fit_does_not(monkeypatch):
-    """The Op's solves (``pm.sample``'s logp and gradient) ask ``softmax_laplace`` for the
-    rough gradient (``SAMPLING_DEFAULTS``); the gradients ``pymc_gpc.fit``'s optimiser uses
-    and predictions are exact."""
+@pytest.mark.parametrize("key, cls, lik", [("laplace-multiclass", pymc_gpc.MarginalLaplace, Softmax),
+                                           ("ep-multiclass", pymc_gpc.MarginalEP, MultinomialProbit)])
+def test_sampler_asks_for_a_rough_gradient_and_fit_does_not(monkeypatch, key, cls, lik):
+    """The Op's solves (``pm.sample``'s logp and gradient) ask ``softmax_laplace`` and
+    ``multinomial_probit_ep`` for the rough gradient (``SAMPLING_DEFAULTS``); the gradients
+    ``pymc_gpc.fit``'s optimiser uses and predictions are exact."""
     from pymc_gpc.ops.marginal import SOLVERS
 
-    original, asked = SOLVERS["laplace-multiclass"], []
+    original, asked = SOLVERS[key], []
 
     def recording(*args, **kwargs):
         # (rough?, called by fit or predict: they pass with_grad, the Op does not)
         asked.append((kwargs.get("rough_gradient", False), "with_grad" in kwargs))
         return original(*args, **kwargs)
 
-    monkeypatch.setitem(SOLVERS, "laplace-multiclass", recording)
+    monkeypatch.setitem(SOLVERS, key, recording)
     X, labels, _ = _data()
-    model, gp = _model(pymc_gpc.MarginalLaplace, Softmax, X, labels, shared=True)
+    model, gp = _model(cls, lik, X, labels, shared=True)
     point = {"log_ls": np.array([0.2]), "log_v": np.array(0.7)}
     model.compile_dlogp()(point)
     assert asked and all(rough and not direct for rough, direct in asked)

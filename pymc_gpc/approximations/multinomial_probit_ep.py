@@ -227,7 +227,7 @@ def _loo_log_z(m, C, y, tau, nu):
 
 def multinomial_probit_ep(K, y, likelihood=None, params=None, *, state=None, tol=1e-8, max_sweeps=100,
                           damping=0.8, inner_tol=1e-10, inner_max_sweeps=3, with_grad=True,
-                          with_loo=True):
+                          with_loo=True, rough_gradient=False):
     """Nested EP for the multinomial probit: evidence, its gradient in K and q(f).
 
     Parameters
@@ -249,6 +249,14 @@ def multinomial_probit_ep(K, y, likelihood=None, params=None, *, state=None, tol
         ms, cold 291 -> 241 ms in one run), by 0-10 % with 3 or 4 classes.
     with_grad : compute dlog Z / dK (``dlog_z_dK``, (c, n, n)).
     with_loo : compute ``loo_log_p`` (None otherwise).
+    rough_gradient : form every posterior's H_k = L_M^{-1} E_k in single precision
+        (``CoupledBlockPosterior``'s ``rough_gradient``, honoured where L_M is well
+        conditioned): the site covariances of every sweep and the gradient carry
+        single-precision rounding; the factors, log-determinants and means stay double.
+        For a sampler's tolerances (``ops.marginal.SAMPLING_DEFAULTS``): along 120 leapfrog
+        points of Forensic Glass (n = 193, c = 6, tol 1e-4, warm) the sweep counts and
+        log Z errors were unchanged, the gradient's median relative error 8.4e-4 against
+        8.2e-4, and a solve took about 0.93 of the time.
 
     Returns
     -------
@@ -276,7 +284,7 @@ def multinomial_probit_ep(K, y, likelihood=None, params=None, *, state=None, tol
     aa = _Anderson(_ANDERSON_MEMORY)
     while sweeps < max_sweeps:
         sweeps += 1
-        post, b, mean, S, d, h = _posterior(K, y, tau, nu)
+        post, b, mean, S, d, h = _posterior(K, y, tau, nu, rough_gradient)
         m, C = _cavities(mean, S, d, h)
         new_tau, new_nu = tau.copy(), nu.copy()
         _inner_ep_all(m, C, y, new_tau, new_nu, inner_tol, inner_max_sweeps)
@@ -293,7 +301,7 @@ def multinomial_probit_ep(K, y, likelihood=None, params=None, *, state=None, tol
         if np.min(tau) < 0.0 <= np.min(new_tau) or not np.all(np.isfinite(x)):
             aa.reset()  # the extrapolation left the map's domain: take the map's value
             tau, nu = new_tau, new_nu
-    post, b, mean, S, d, h = _posterior(K, y, tau, nu)
+    post, b, mean, S, d, h = _posterior(K, y, tau, nu, rough_gradient)
     m, C = _cavities(mean, S, d, h)
     # the site terms at the final sites (tau, nu unchanged by a converged inner EP)
     terms, _ = _inner_ep_all(m, C, y, tau.copy(), nu.copy(), np.inf, 0)
@@ -319,10 +327,10 @@ def multinomial_probit_ep(K, y, likelihood=None, params=None, *, state=None, tol
     )
 
 
-def _posterior(K, y, tau, nu):
+def _posterior(K, y, tau, nu, rough_gradient=False):
     """q(f) from the inner sites: (posterior, b, mean (c, n), site covariances, d, h)."""
     d, h, _ = outer_sites(y, tau, nu)
-    post = CoupledBlockPosterior(K, d)
+    post = CoupledBlockPosterior(K, d, rough_gradient=rough_gradient)
     b = post.weights(h)
     mean = post.K_times(b)
     return post, b, mean, post.site_covariances(), d, h
