@@ -279,7 +279,7 @@ class CoupledBlockPosterior(BlockPreconditioner):
                 b.R(out=E[k].T)
             LM = chol_lower(E.sum(axis=0))
         super().__init__(E, LM)
-        self._H = self._Ht = self._Ht32 = None
+        self._H = self._Ht = None
         self._LMi = None
 
     def _rough_E(self, E):
@@ -324,14 +324,14 @@ class CoupledBlockPosterior(BlockPreconditioner):
         transposes of the slots of one C-ordered stack ``_Ht`` (Ht[k, i, :] = H_k[:, i]).
 
         With ``rough_gradient`` and cond(L_M) <= ``MAX_COND_ROUGH_GRADIENT`` (LAPACK's
-        estimate), by single-precision triangular products (``_single_H``, kept in
-        ``_Ht32`` for the gradient's products, and then H_k itself is float32): errors about
+        estimate), by single-precision triangular products (``_single_H``; H_k itself is
+        then float32, and so are the gradient's products with it): errors about
         6e-8 cond(L_M) relative to |E_k|."""
         self._exact()
         if self._H is None:
             self.rough_H = bool(self.rough_gradient and self._suits_single())
             if self.rough_H:  # kept in single precision: its readers promote as they go
-                Ht = self._Ht32 = _single_H(self.LMi, self.E)
+                Ht = _single_H(self.LMi, self.E)
             else:
                 Ht = self.E.copy()  # E_k symmetric: the Fortran view Ht[k].T holds E_k
                 for k in range(Ht.shape[0]):
@@ -358,11 +358,11 @@ class CoupledBlockPosterior(BlockPreconditioner):
         H = self.H  # (decides rough_H)
         out = np.empty_like(self.E)
         n = self.E.shape[1]
-        # its lower triangle: H_k^T H_k (single precision where H is; the pass promotes it,
-        # and reads nothing above the diagonal, which syrk leaves unwritten)
-        HtH = np.empty((n, n), np.float32 if self.rough_H else np.float64, order="F")
+        # its lower triangle: H_k^T H_k (in H's precision; the pass promotes it, and reads
+        # nothing above the diagonal, which syrk leaves unwritten)
+        HtH = np.empty((n, n), H[0].dtype, order="F")
         for k, Hk in enumerate(H):
-            lapack.syrk_lower(1.0, self._Ht32[k].T if self.rough_H else Hk, 0.0, HtH, True)
+            lapack.syrk_lower(1.0, Hk, 0.0, HtH, True)
             _block_gradient(self.E[k], HtH, np.ascontiguousarray(X[:, k]), np.ascontiguousarray(Y[:, k]),
                             coef, float(scale_R), out[k])
         return out
