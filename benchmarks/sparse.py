@@ -5,8 +5,9 @@ kernel (lengthscales 1.5, amplitude 2), probit likelihood, inducing inputs a ran
 of the data, EP with the sampler's tolerance (1e-2) and the engine's (1e-8). Timed: one
 evaluation as the Op does it, FITC structure (chol K_uu, V = L_uu^{-1} K_uf) + EP +
 gradient in (K_uu, K_uf, diag K_ff), given the kernel matrices; warm = started from the
-sites at hyperparameters 2 % away (as inside NUTS), cold = from zero sites. Medians over
-repeats (a single cold run from n = 10^4). Peak memory: tracemalloc's peak of NumPy
+sites at hyperparameters 2 % away (as inside NUTS), cold = from zero sites. Warm: medians
+of 5 repeats (at n = 10^5 the first two allocate the arrays that later evaluations reuse,
+``numerics.workspace``); cold: a single run, under tracemalloc. Peak memory: tracemalloc's peak of NumPy
 allocations during the cold evaluation (kernel inputs excluded). The dense floor: dense EP +
 gradient (the compiled loop) up to n = 4000. At n = 10^5 only the sampler's tolerance.
 
@@ -21,7 +22,7 @@ on a machine without them.
 Run:  OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/sparse.py [--quick]
 Writes benchmarks/results/sparse.md (README.md is not touched).
       python benchmarks/sparse.py --warm N M [N M ...]: only the warm time at tol 1e-2 for
-      these (n, m), printed (5 repeats at n <= 10^4, else 3).
+      these (n, m), printed (medians of 5 repeats).
       python benchmarks/sparse.py --gradient: the single-precision gradient of the sampler's
       tolerances (``FITCPosterior.kernel_gradient(rough=True)``) against the double one:
       its error in two hyperparameter directions beside the error of stopping EP at tol
@@ -109,7 +110,7 @@ def scaling_rows(sizes, ms, dense_max):
         for m in ms:
             Xu = X[rng.choice(n, m, replace=False)]
             base_in, near_in = fitc_inputs(X, Xu), fitc_inputs(X, Xu, 1.02)
-            reps = 5 if n <= 10_000 else 2
+            reps = 5  # at n = 10^5 the first two fill the work-array pool (``numerics.workspace``)
             for tol in (1e-2, 1e-8) if n < 100_000 else (1e-2,):
                 base = evaluate(base_in, y, None, tol)
                 t_warm, r_warm = median_time(lambda: evaluate(near_in, y, base.state, tol), reps)
@@ -161,7 +162,7 @@ def warm_only(pairs):
         Xu = X[np.random.default_rng(1).choice(n, m, replace=False)]
         base = evaluate(fitc_inputs(X, Xu), y, None, 1e-2)
         near = fitc_inputs(X, Xu, 1.02)
-        t, r = median_time(lambda: evaluate(near, y, base.state, 1e-2), 5 if n <= 10_000 else 3)
+        t, r = median_time(lambda: evaluate(near, y, base.state, 1e-2), 5)
         print(f"n={n} m={m} warm median {t * 1e3:.0f} ms ({r.n_iter} sweeps)", flush=True)
 
 

@@ -61,6 +61,7 @@ from ..approximations.laplace import laplace
 from ..approximations.meanfield import meanfield
 from ..approximations.multinomial_probit_ep import multinomial_probit_ep
 from ..approximations.softmax_laplace import softmax_laplace
+from ..numerics.workspace import POOL
 from ..validation import trusted_kernel
 
 STATUS_CONVERGED, STATUS_NOT_CONVERGED, STATUS_FAILED = 0, 1, 2
@@ -292,7 +293,7 @@ class RecentResults:
         if later is not None and loo_output is not None:
             outputs = (*outputs[:loo_output], _deferred_loo(later, y.shape[0]), *outputs[loo_output + 1:])
             self.entries[key] = (stored, outputs, None)
-        return tuple(np.array(v) for v in outputs)
+        return tuple(POOL.copy(v) for v in outputs)
 
     def add(self, K, params, y, hyper, outputs, loo_later=None):
         """Store the outputs of an evaluation; ``loo_later``: a function computing the LOO
@@ -302,7 +303,7 @@ class RecentResults:
         size = max(1, min(self.size, int(self.MEMORY // (16 * max(K.size, 1)))))
         while len(self.entries) >= size:
             self.entries.pop(next(iter(self.entries)))  # the oldest (dicts keep order)
-        self.entries[self._key(params, y, hyper)] = (np.array(K), tuple(np.array(v) for v in outputs), loo_later)
+        self.entries[self._key(params, y, hyper)] = (POOL.copy(K), tuple(POOL.copy(v) for v in outputs), loo_later)
 
 
 def _deferred_loo(later, n):

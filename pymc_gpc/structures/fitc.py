@@ -59,6 +59,7 @@ from scipy.linalg.lapack import dtrcon, dtrtri
 from numba import njit
 
 from ..numerics import lapack
+from ..numerics.workspace import POOL
 from .dense import NotPositiveDefiniteError, chol_lower
 
 FITCGradient = namedtuple("FITCGradient", ["Kuu", "Kuf", "k_diag"])
@@ -173,7 +174,7 @@ def _solve_columns(factor, B, keep=True):
     blocks pass through one block-sized buffer."""
     blocks = _column_blocks(*B.shape)
     width = blocks[0].stop if blocks else 0
-    X = np.empty((B.shape[0], B.shape[1] if keep else width), dtype=B.dtype, order="F")
+    X = POOL.empty((B.shape[0], B.shape[1]), B.dtype) if keep else np.empty((B.shape[0], width), B.dtype, order="F")
     col_sq = np.empty(B.shape[1])
     for cols in blocks:
         Xb = X[:, cols] if keep else X[:, :cols.stop - cols.start]
@@ -245,7 +246,8 @@ class FITCPrior:
     def V_single(self):
         """V in float32 (computed once; rough posteriors)."""
         if self._V_single is None:
-            self._V_single = np.asfortranarray(self.V, dtype=np.float32)
+            self._V_single = POOL.empty(self.V.shape, np.float32)
+            self._V_single[...] = self.V
         return self._V_single
 
     def dense(self):
@@ -336,7 +338,7 @@ class FITCPosterior:
             self._c_sq_cached = _solve_columns(self.A_factor, self.prior.V_single(), keep=False)[1]
             return
         V = self.prior.V
-        E, c_sq = np.empty(V.shape, order="F"), np.empty(V.shape[1])
+        E, c_sq = POOL.empty(V.shape), np.empty(V.shape[1])
         rcond = self.A_factor.rcond
         A_inv = self._A_inverse() if rcond * self.MAX_COND_INVERSE >= 1.0 else None
         for cols in _column_blocks(*V.shape):
@@ -467,7 +469,7 @@ class FITCPosterior:
         if self._E is None:
             self._precision_columns()
         E, E_d = self._E, scale_R * d
-        dKuf = np.empty((m, prior.n), order="F")
+        dKuf = POOL.empty((m, prior.n))
         # S = V diag(g') V^T = scale_R (A - I) + V diag(h) V^T (V D V^T = A - I), h = g' - scale_R d:
         # one dsyrk over the n points where h >= 0 (EP's h = (d^2 ||C_i||^2 + b^2)/2), else two
         h = diag_G - E_d
