@@ -21,7 +21,8 @@ r"""Point estimates of the hyperparameters, on the same ``pm.Model`` that ``pm.s
                     - \tfrac12 \log|K_\theta| - \tfrac12 h^T K_\theta^{-1} h
                     - \tfrac12 \operatorname{tr}(K_\theta^{-1} A) + H(q) + \text{const}
 
-    over the covariance hyperparameters (eq. 16-17; Tan eq. 17-18) and any smooth
+    over the covariance hyperparameters (eq. 16-17; Tan eq. 17-18; for a FITC prior in
+    O(n m^2), ``fitc_covariance_bound``) and any smooth
     likelihood parameter, by L-BFGS; the step likelihood's label-noise rate epsilon,
     when it is a free variable, is set in closed form by one of two rules:
     ``"errors"``: epsilon* = r / n, r the training errors of sign(E f) (eq. 18 and
@@ -40,14 +41,17 @@ the per-iteration history, and convergence flags; ``to_inference_data()`` gives 
 ArviZ ``DataTree`` for ``az.summary`` and plots.
 """
 
+import functools
 import warnings
 import weakref
+from collections import namedtuple
 from dataclasses import dataclass, field
 
 import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
 import scipy.optimize
+from pytensor.tensor import linalg as slinalg
 import xarray as xr
 from pymc.blocking import DictToArrayBijection, RaveledVars
 from pymc.initial_point import make_initial_point_fn
@@ -520,6 +524,60 @@ def covariance_bound(K, h, A):
     return float(value), 0.5 * (grad + grad.T)
 
 
+class FITCCovariance(namedtuple("FITCCovariance", ["diag", "U"])):
+    """A = diag(diag) + U U^T (U: n x m): q(f)'s covariance under a FITC prior
+    (``structures.fitc.FITCPosterior.covariance_factors``), never formed."""
+
+    def marginal_variances(self):
+        return self.diag + np.einsum("ij,ij->i", self.U, self.U)
+
+
+# The FITC bound's Lambda is floored at this fraction of diag K_ff (where inducing inputs
+# coincide with data points Lambda_i is zero up to K_uu's jitter, and the bound needs
+# Lambda^-1); a floored entry has no gradient, as a clipped one in ``FITCPrior``.
+FITC_BOUND_FLOOR = 1e-10
+
+
+@functools.cache
+def _fitc_bound_fn():
+    r"""The compiled F_K of ``fitc_covariance_bound`` and its gradient (PyTensor autodiff of
+    an O(n m^2) graph): (Kuu, Kuf, k_diag, h, a0, U) -> (F_K, log|K~|, dKuu, dKuf, dk_diag)."""
+    Kuu, Kuf, U = pt.dmatrix("Kuu"), pt.dmatrix("Kuf"), pt.dmatrix("U")
+    k_diag, h, a0 = pt.dvector("k_diag"), pt.dvector("h"), pt.dvector("a0")
+    L = slinalg.cholesky(Kuu, lower=True)
+    V = slinalg.solve_triangular(L, Kuf, lower=True)
+    lam = pt.maximum(k_diag - (V**2).sum(axis=0), FITC_BOUND_FLOOR * k_diag)
+    C = pt.eye(Kuu.shape[0]) + (V / lam) @ V.T
+    Lc = slinalg.cholesky(C, lower=True)
+    logdet = pt.log(lam).sum() + 2.0 * pt.log(pt.diagonal(Lc)).sum()
+    # h^T K~^-1 h + tr(K~^-1 U U^T) = sum_i |Z_i|^2 / lam_i - |L_C^-1 V Lambda^-1 Z|_F^2, Z = [h U]
+    Z = pt.concatenate([h[:, None], U], axis=1)
+    quad = ((Z**2).sum(axis=1) / lam).sum() - (slinalg.solve_triangular(Lc, (V / lam) @ Z, lower=True) ** 2).sum()
+    # tr(K~^-1 diag(a0)) = sum a0 / lam - |L_C^-1 V diag(sqrt(a0) / lam)|_F^2
+    trace = (a0 / lam).sum() - (slinalg.solve_triangular(Lc, V * (pt.sqrt(a0) / lam), lower=True) ** 2).sum()
+    value = -0.5 * logdet - 0.5 * quad - 0.5 * trace
+    grads = pt.grad(value, [Kuu, Kuf, k_diag])
+    return compile_fn([Kuu, Kuf, k_diag, h, a0, U], [value, logdet, *grads], mode=FIT_MODE)
+
+
+def fitc_covariance_bound(Kuu, Kuf, k_diag, h, A):
+    r"""``covariance_bound`` for the FITC prior K~ = Q + Lambda, in O(n m^2) (Woodbury, with
+    C = I + V Lambda^-1 V^T):
+
+    .. math::
+
+        \log|	ilde K| = \sum_i \log \Lambda_i + \log|C|, \qquad
+        	ilde K^{-1} = \Lambda^{-1} - \Lambda^{-1} V^T C^{-1} V \Lambda^{-1},
+
+    with A = diag(a0) + U U^T (``FITCCovariance``) and Lambda floored at
+    ``FITC_BOUND_FLOOR`` diag K_ff. Returns (F_K, (dF/dK_uu, dF/dK_uf, dF/d diag K_ff)),
+    the gradient by PyTensor's autodiff of that graph, and ``log|K~|`` as a third value."""
+    value, logdet, *grads = _fitc_bound_fn()(Kuu, Kuf, k_diag, h, A.diag, A.U)
+    if not np.isfinite(value):
+        raise NotPositiveDefiniteError("the FITC bound is not finite (an indefinite K_uu or C)")
+    return float(value), tuple(grads), float(logdet)
+
+
 def epsilon_update(rule, y, h, a_diag):
     """The closed-form M-step for the step likelihood's label-noise rate (module docstring)."""
     if rule == "errors":
@@ -561,33 +619,32 @@ class _EMEP:
         nodes = _marginal_nodes(model)
         if len(nodes) != 1:
             raise ValueError(f"em-ep needs exactly one GP classification term, the model has {len(nodes)}")
-        if nodes[0].op.n_kernel_inputs != 1:
-            raise ValueError("em-ep's M-step bound is implemented for the dense kernel only, not approx='FITC'; "
-                             "use method='type2' or 'map'")
         self.model, self.rule = model, epsilon_rule
         self.epsilon_var = _epsilon_variable(model, nodes[0])
-        dependent = set(ancestors(nodes[0].inputs[:2]))
+        k = nodes[0].op.n_kernel_inputs  # the node's inputs: the prior's k arrays, then theta
+        dependent = set(ancestors(nodes[0].inputs[:k + 1]))
         targets = [v for v in model.continuous_value_vars if v in dependent and v is not self.epsilon_var]
         self.objective = _objective_for(model, list(model.free_RVs) if prior else [], targets)
-        self.objective.theta_free = any(v in set(ancestors([nodes[0].inputs[1]])) for v in targets)
+        self.objective.theta_free = any(v in set(ancestors([nodes[0].inputs[k]])) for v in targets)
         self.moving = targets + ([self.epsilon_var] if self.epsilon_var is not None else [])
         self.y = self.objective.labels[0]
 
     def __call__(self, point):
         """(next point, log evidence at ``point``, bound F after the M-step, epsilon)."""
         objective = self.objective
-        [(K, theta)], _ = objective.kernels(point)
-        q = _e_step(objective, K, theta)
-        h, A = q.mean, q.posterior.full_cov()
+        [(arrays, theta)], _ = objective.kernel_inputs(point)
+        q = _e_step(objective, objective.nodes[0].op.prior_from(*arrays), theta)
+        h, A = q.mean, _q_covariance(q)
         eps = np.nan
         if self.epsilon_var is not None:
-            eps = epsilon_update(self.rule, self.y, h, np.diag(A))
+            eps = epsilon_update(self.rule, self.y, h, _marginal_variances(A))
             point = _set_value(self.model, point, self.epsilon_var, eps)
         point, value = _m_step(objective, point, h, A)
         if not objective.theta_free:  # the data term, constant during the M-step
-            [(_, theta)], _ = objective.kernels(point)
-            value += float(np.sum(objective.nodes[0].op._lik.expected_log_lik(self.y, h, np.diag(A), theta)[0]))
-        return point, q.log_z, value + _entropy_constant(K, q), eps
+            [(_, theta)], _ = objective.kernel_inputs(point)
+            value += float(np.sum(objective.nodes[0].op._lik.expected_log_lik(
+                self.y, h, _marginal_variances(A), theta)[0]))
+        return point, q.log_z, value + _entropy_constant(arrays, q, A), eps
 
     def log_evidence(self, point):
         [(K, theta)], _ = self.objective.kernels(point)
@@ -648,8 +705,9 @@ def _em_ep(model, point, epsilon_rule, prior, max_iter, tol, progressbar, accele
 def _squarem_step(em, x0, x1, x2, ev1, step):
     """The next point of SQUAREM from two EM steps (``_em_ep``), safeguarded by the EP evidence."""
     v0, v1, v2 = (_ravel(x, em.moving) for x in (x0, x1, x2))
-    r = v1.data - v0.data
-    v = v2.data - 2.0 * v1.data + v0.data
+    with np.errstate(invalid="ignore", over="ignore"):  # epsilon at 0 is -inf unconstrained
+        r = v1.data - v0.data
+        v = v2.data - 2.0 * v1.data + v0.data
     if not np.any(v) or not np.all(np.isfinite(v)):
         return x2
     alpha = min(-np.linalg.norm(r) / np.linalg.norm(v), -1.0)
@@ -670,29 +728,55 @@ def _e_step(objective, K, theta):
     return result
 
 
-def _entropy_constant(K, q):
-    """F minus the M-step objective: H(q) - (n/2) log 2 pi = n/2 + log|A| / 2, log|A| = log|K| - log|B|."""
-    log_det_A = 2.0 * np.sum(np.log(np.diag(chol_lower(K)))) - 2.0 * q.posterior.half_logdet_B()
-    return 0.5 * len(q.mean) + 0.5 * log_det_A
+def _q_covariance(q):
+    """q(f)'s covariance A: a dense matrix, or ``FITCCovariance`` under a FITC prior."""
+    if hasattr(q.posterior, "covariance_factors"):
+        return FITCCovariance(*q.posterior.covariance_factors())
+    return q.posterior.full_cov()
+
+
+def _marginal_variances(A):
+    return A.marginal_variances() if isinstance(A, FITCCovariance) else np.diag(A)
+
+
+def _covariance_bound(arrays, h, A):
+    """F_K and its gradient in the prior's inputs (K; or K_uu, K_uf, diag K_ff), as a tuple."""
+    if isinstance(A, FITCCovariance):
+        value, grads, _ = fitc_covariance_bound(*arrays, h, A)
+        return value, grads
+    value, grad = covariance_bound(arrays[0], h, A)
+    return value, (grad,)
+
+
+def _entropy_constant(arrays, q, A):
+    """F minus the M-step objective: H(q) - (n/2) log 2 pi = n/2 + log|A| / 2, log|A| = log|K| - log|B|
+    (FITC: log|K~| as ``fitc_covariance_bound`` takes it)."""
+    if isinstance(A, FITCCovariance):
+        log_det_K = fitc_covariance_bound(*arrays, q.mean, A)[2]
+    else:
+        log_det_K = 2.0 * np.sum(np.log(np.diag(chol_lower(arrays[0]))))
+    return 0.5 * len(q.mean) + 0.5 * (log_det_K - 2.0 * q.posterior.half_logdet_B())
 
 
 def m_step_objective(objective, point, h, A):
     """The M-step objective and its gradient in the targets (None outside K's domain).
 
-    F_K (``covariance_bound``) + sum_i E_q[log p(y_i | f_i, theta)] (+ log prior):
+    F_K (``covariance_bound``; under a FITC prior, A a ``FITCCovariance``,
+    ``fitc_covariance_bound``) + sum_i E_q[log p(y_i | f_i, theta)] (+ log prior):
     the bound F with q fixed, less its entropy term. The data term is left out when
     no target moves theta (it is then constant, and -inf for the step likelihood at
     eps = 0); ``_em_ep`` adds it back for the recorded bound.
     """
-    [(K, theta)], rest = objective.kernels(point)
+    [(arrays, theta)], rest = objective.kernel_inputs(point)
     try:
-        f_K, d_K = covariance_bound(K, h, A)
+        f_K, d_prior = _covariance_bound(arrays, h, A)
     except NotPositiveDefiniteError:
         return -np.inf, None
     ell, d_theta = np.zeros(1), np.zeros((1, theta.size))
     if objective.theta_free:  # otherwise the data term is a constant of the M-step (and -inf at eps = 0)
-        ell, d_theta = objective.nodes[0].op._lik.expected_log_lik(objective.labels[0], h, np.diag(A), theta)
-    grad = objective.pullback(point, [(d_K, np.asarray(d_theta.sum(axis=0), float).reshape(theta.shape))])
+        ell, d_theta = objective.nodes[0].op._lik.expected_log_lik(objective.labels[0], h, _marginal_variances(A),
+                                                                   theta)
+    grad = objective.pullback(point, [(*d_prior, np.asarray(d_theta.sum(axis=0), float).reshape(theta.shape))])
     return f_K + float(np.sum(ell)) + rest, grad
 
 

@@ -111,8 +111,59 @@ def test_type2_fit_reaches_a_stationary_point():
     # type-II: the evidence alone; its gradient = dlogp minus the N(0, 1) priors' -x
     grad = dlogp(point) + np.concatenate([point["log_ls"], [point["log_amp"]]])
     assert np.max(np.abs(grad)) < 1e-3
-    with pytest.raises(ValueError, match="dense kernel only"):
-        pymc_gpc.fit(model, method="em-ep", progressbar=False)
+    # EM-EP's fixed point is a stationary point of the EP evidence: the same one here
+    em = pymc_gpc.fit(model, method="em-ep", tol=1e-9, maxiter=400, progressbar=False)
+    assert em.converged
+    assert em.log_evidence == pytest.approx(result.log_evidence, abs=1e-4)
+    np.testing.assert_allclose(em.point["log_ls"], result.point["log_ls"], atol=0.02)
+    assert em.point["log_amp"] == pytest.approx(result.point["log_amp"], abs=0.02)
+
+
+class _DenseFITC(pm.gp.cov.Covariance):
+    """The FITC covariance Q + diag(k - diag Q) as a dense ``pm.gp.cov`` kernel (jitter as
+    ``MarginalEP(approx="FITC")`` adds it to K_uu and diag K_ff)."""
+
+    def __init__(self, base, Xu):
+        super().__init__(base.input_dim)
+        self.base, self.Xu = base, pt.as_tensor_variable(Xu)
+
+    def full(self, X, Xs=None):
+        Kuu = self.base(self.Xu) + JITTER * pt.eye(self.Xu.shape[0])
+        Kuf = self.base(self.Xu, X)
+        Q = Kuf.T @ pt.linalg.solve(Kuu, Kuf, assume_a="pos")
+        return Q + pt.diag(self.base(X, diag=True) + JITTER - pt.diag(Q))
+
+    def diag(self, X):
+        return self.base(X, diag=True) + JITTER
+
+
+def test_em_ep_step_likelihood_with_fitc_equals_dense_em_ep_on_the_fitc_covariance():
+    # Kim & Ghahramani's label-noise EM-EP (epsilon in closed form) with the M-step on FITC's
+    # O(n m^2) bound against the same EM-EP on the dense matrix Q + Lambda
+    X, y, Xu = data(7, n=40, m=10)
+
+    def em_ep(fitc):
+        with pm.Model() as model:
+            log_amp = pm.Normal("log_amp", 0, 3)
+            log_ls = pm.Normal("log_ls", 0, 3, shape=2)
+            eps = pm.Uniform("epsilon", 0, 0.5)
+            cov = pt.exp(log_amp) * pm.gp.cov.ExpQuad(2, ls=pt.exp(log_ls))
+            if fitc:
+                gp = pymc_gpc.MarginalEP(cov_func=cov, likelihood=L.StepLabelNoise(eps), approx="FITC", jitter=JITTER)
+                gp.marginal_likelihood("y", X=X, y=y, Xu=Xu)
+            else:
+                gp = pymc_gpc.MarginalEP(cov_func=_DenseFITC(cov, Xu), likelihood=L.StepLabelNoise(eps), jitter=0.0)
+                gp.marginal_likelihood("y", X=X, y=y)
+        return pymc_gpc.fit(model, method="em-ep", start=dict(log_amp=0.0, log_ls=np.log([0.7, 0.7]), epsilon=0.05),
+                            maxiter=200, progressbar=False)
+
+    dense, fitc = em_ep(False), em_ep(True)
+    assert dense.converged and fitc.converged and fitc.n_iter > 5
+    assert fitc.log_evidence == pytest.approx(dense.log_evidence, abs=1e-5)
+    np.testing.assert_allclose(fitc.point["log_ls"], dense.point["log_ls"], atol=1e-4)
+    assert fitc.point["log_amp"] == pytest.approx(dense.point["log_amp"], abs=1e-4)
+    assert fitc.point["epsilon"] == pytest.approx(dense.point["epsilon"], abs=1e-9)
+    np.testing.assert_allclose(fitc.history["bound"], dense.history["bound"], atol=1e-4)
 
 
 def test_short_sampling_run():

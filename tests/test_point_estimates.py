@@ -21,6 +21,7 @@ from pymc_gpc import point_estimates as PE
 from pymc_gpc.datasets import synthetic
 from pymc_gpc.kernels import MixedARD
 from pymc_gpc.models import classification_metrics, label_noise_classifier
+from pymc_gpc.structures import FITCPrior
 
 from .conftest import LIKELIHOOD_CASES, lik_id, reference_log_lik
 
@@ -67,6 +68,39 @@ def test_covariance_bound_value_and_gradient():
         fd = (PE.covariance_bound(K + E, h, A)[0] - PE.covariance_bound(K - E, h, A)[0]) / 2e-6
         analytic = grad[i, j] * (1 if i == j else 2)
         assert analytic == pytest.approx(fd, rel=1e-5, abs=1e-9)
+
+
+def test_fitc_covariance_bound_equals_the_dense_bound_and_matches_finite_differences():
+    # F_K of the FITC covariance Q + Lambda in O(n m^2) against ``covariance_bound`` on the
+    # dense matrix; its gradient in (K_uu, K_uf, diag K_ff) against central differences;
+    # and a FITC posterior's covariance factors against the dense (K~^-1 + W)^-1
+    rng = np.random.default_rng(1)
+    n, m = 30, 6
+    X, Xu = rng.normal(size=(n, 2)), rng.normal(size=(m, 2))
+    k = lambda A, B: 1.3 * np.exp(-0.5 * np.sum((A[:, None] - B[None]) ** 2, -1) / 0.8)  # noqa: E731
+    Kuu, Kuf, k_diag = k(Xu, Xu) + 1e-8 * np.eye(m), k(Xu, X), np.full(n, 1.31)
+    Q = Kuf.T @ np.linalg.solve(Kuu, Kuf)
+    K = Q + np.diag(k_diag - np.diag(Q))
+    w = rng.uniform(0.1, 2.0, n)
+    post = FITCPrior(Kuu, Kuf, k_diag).posterior(w)
+    A = PE.FITCCovariance(*post.covariance_factors())
+    np.testing.assert_allclose(np.diag(A.diag) + A.U @ A.U.T, np.linalg.inv(np.linalg.inv(K) + np.diag(w)),
+                               rtol=1e-9, atol=1e-12)
+    h = rng.normal(size=n)
+    value, grads, log_det = PE.fitc_covariance_bound(Kuu, Kuf, k_diag, h, A)
+    dense, _ = PE.covariance_bound(K, h, np.diag(A.diag) + A.U @ A.U.T)
+    assert value == pytest.approx(dense, abs=1e-9)
+    assert log_det == pytest.approx(np.linalg.slogdet(K)[1], abs=1e-10)
+    inputs = [Kuu, Kuf, k_diag]
+    for which, index in [(0, (0, 0)), (0, (2, 4)), (1, (1, 3)), (1, (5, 29)), (2, (7,)), (2, (0,))]:
+        step = np.zeros_like(inputs[which])
+        step[index] = 1e-6
+        if which == 0:
+            step = step + step.T - np.diag(np.diag(step))  # K_uu stays symmetric
+        f = [PE.fitc_covariance_bound(*[x + s * step if j == which else x for j, x in enumerate(inputs)], h, A)[0]
+             for s in (1, -1)]
+        analytic = np.sum(grads[which] * step) / 1e-6
+        assert analytic == pytest.approx((f[0] - f[1]) / 2e-6, rel=1e-5, abs=1e-8)
 
 
 @pytest.mark.parametrize("lik", LIKELIHOOD_CASES, ids=lik_id)

@@ -407,6 +407,14 @@ class FITCPosterior:
         var = self.g * self.prior.lam + self.g**2 * self._c_sq()
         return np.maximum(var, 1e-14 * np.maximum(self.prior.diag(), 1e-300))
 
+    def covariance_factors(self):
+        """(a0, U) with Sigma = diag(a0) + U U^T: a0 = g Lambda, U = (L_A^{-1} V diag(g))^T (n x m;
+        the module docstring's Sigma). For EM-EP's M-step bound (``point_estimates``)."""
+        if self.rough:
+            raise RuntimeError("a rough (single-precision) FITC posterior has no covariance factors")
+        C = self.A_factor.solve(np.asfortranarray(self.prior.V * self.g))
+        return self.g * self.prior.lam, np.ascontiguousarray(C.T)
+
     def R_diag(self):
         return self.d - self.d**2 * self._c_sq()
 
