@@ -48,6 +48,7 @@ from scipy.cluster.vq import kmeans
 
 from pymc_gpc import likelihoods as L
 from pymc_gpc.approximations.ep import ep
+from pymc_gpc.numerics.workspace import POOL
 from pymc_gpc.structures import FITCPrior
 
 OUT = pathlib.Path(__file__).parent / "results" / "sparse.md"
@@ -72,7 +73,9 @@ def median_time(fn, repeats):
 
 
 def timed_peak(fn):
-    """(seconds, result, peak MB of traced allocations) of one call."""
+    """(seconds, result, peak MB of traced allocations) of one call; the work-array pool is
+    emptied first, so that the call allocates (and tracemalloc sees) its own arrays."""
+    POOL.clear()
     tracemalloc.start()
     t = time.perf_counter()
     result = fn()

@@ -51,7 +51,6 @@ import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
 import scipy.optimize
-from pytensor.tensor import linalg as slinalg
 import xarray as xr
 from pymc.blocking import DictToArrayBijection, RaveledVars
 from pymc.initial_point import make_initial_point_fn
@@ -544,17 +543,17 @@ def _fitc_bound_fn():
     an O(n m^2) graph): (Kuu, Kuf, k_diag, h, a0, U) -> (F_K, log|K~|, dKuu, dKuf, dk_diag)."""
     Kuu, Kuf, U = pt.dmatrix("Kuu"), pt.dmatrix("Kuf"), pt.dmatrix("U")
     k_diag, h, a0 = pt.dvector("k_diag"), pt.dvector("h"), pt.dvector("a0")
-    L = slinalg.cholesky(Kuu, lower=True)
-    V = slinalg.solve_triangular(L, Kuf, lower=True)
+    L = pt.linalg.cholesky(Kuu, lower=True)
+    V = pt.linalg.solve_triangular(L, Kuf, lower=True)
     lam = pt.maximum(k_diag - (V**2).sum(axis=0), FITC_BOUND_FLOOR * k_diag)
     C = pt.eye(Kuu.shape[0]) + (V / lam) @ V.T
-    Lc = slinalg.cholesky(C, lower=True)
+    Lc = pt.linalg.cholesky(C, lower=True)
     logdet = pt.log(lam).sum() + 2.0 * pt.log(pt.diagonal(Lc)).sum()
     # h^T K~^-1 h + tr(K~^-1 U U^T) = sum_i |Z_i|^2 / lam_i - |L_C^-1 V Lambda^-1 Z|_F^2, Z = [h U]
     Z = pt.concatenate([h[:, None], U], axis=1)
-    quad = ((Z**2).sum(axis=1) / lam).sum() - (slinalg.solve_triangular(Lc, (V / lam) @ Z, lower=True) ** 2).sum()
+    quad = ((Z**2).sum(axis=1) / lam).sum() - (pt.linalg.solve_triangular(Lc, (V / lam) @ Z, lower=True) ** 2).sum()
     # tr(K~^-1 diag(a0)) = sum a0 / lam - |L_C^-1 V diag(sqrt(a0) / lam)|_F^2
-    trace = (a0 / lam).sum() - (slinalg.solve_triangular(Lc, V * (pt.sqrt(a0) / lam), lower=True) ** 2).sum()
+    trace = (a0 / lam).sum() - (pt.linalg.solve_triangular(Lc, V * (pt.sqrt(a0) / lam), lower=True) ** 2).sum()
     value = -0.5 * logdet - 0.5 * quad - 0.5 * trace
     grads = pt.grad(value, [Kuu, Kuf, k_diag])
     return compile_fn([Kuu, Kuf, k_diag, h, a0, U], [value, logdet, *grads], mode=FIT_MODE)
@@ -566,8 +565,8 @@ def fitc_covariance_bound(Kuu, Kuf, k_diag, h, A):
 
     .. math::
 
-        \log|	ilde K| = \sum_i \log \Lambda_i + \log|C|, \qquad
-        	ilde K^{-1} = \Lambda^{-1} - \Lambda^{-1} V^T C^{-1} V \Lambda^{-1},
+        \log|\tilde K| = \sum_i \log \Lambda_i + \log|C|, \qquad
+        \tilde K^{-1} = \Lambda^{-1} - \Lambda^{-1} V^T C^{-1} V \Lambda^{-1},
 
     with A = diag(a0) + U U^T (``FITCCovariance``) and Lambda floored at
     ``FITC_BOUND_FLOOR`` diag K_ff. Returns (F_K, (dF/dK_uu, dF/dK_uf, dF/d diag K_ff)),
