@@ -556,7 +556,9 @@ def _fitc_bound_fn():
     trace = (a0 / lam).sum() - (pt.linalg.solve_triangular(Lc, V * (pt.sqrt(a0) / lam), lower=True) ** 2).sum()
     value = -0.5 * logdet - 0.5 * quad - 0.5 * trace
     grads = pt.grad(value, [Kuu, Kuf, k_diag])
-    return compile_fn([Kuu, Kuf, k_diag, h, a0, U], [value, logdet, *grads], mode=FIT_MODE)
+    # numba, unlike the model's graphs (``FIT_MODE``): this graph is the same for every model, and
+    # its O(n m) elementwise work ran 1.8x faster so (n = 8000, m = 50: 22 against 40 ms)
+    return compile_fn([Kuu, Kuf, k_diag, h, a0, U], [value, logdet, *grads], mode="NUMBA")
 
 
 def fitc_covariance_bound(Kuu, Kuf, k_diag, h, A):

@@ -27,7 +27,9 @@ def _references(items, i):
 
 
 class ArrayPool:
-    """Reusable arrays of at least ``min_bytes``, holding at most ``max_bytes`` of idle ones.
+    """Reusable arrays of at least ``min_bytes``. Before each new allocation the oldest idle
+    arrays are forgotten until the idle ones take at most ``max_bytes`` with it; ``clear``
+    forgets all of them (e.g. after sampling a large model).
 
     ``empty(shape, dtype, order)`` is ``np.empty``'s contract (contents undefined).
     Thread-safe: the test for a free array and its handing out happen under one lock, and
@@ -65,6 +67,8 @@ class ArrayPool:
     def copy(self, a):
         """A copy of ``a`` (``np.array(a)``'s), in a reused array where it is large."""
         a = np.asarray(a)
+        if a.nbytes < self.min_bytes:  # the common case, as cheap as np.array (the Ops' hot path)
+            return np.array(a)
         order = "F" if a.flags.f_contiguous and not a.flags.c_contiguous else "C"
         out = self.empty(a.shape, a.dtype, order=order)
         np.copyto(out, a)
