@@ -317,6 +317,27 @@ def test_multinomial_probit_ep_gradient_shared_kernel_and_warm_start():
 
 
 
+def test_converged_multinomial_probit_ep_returns_the_posterior_of_its_last_sweep(monkeypatch):
+    """A converged solve builds one posterior per sweep (none after the last) and returns it at
+    the sites it was built from: the returned state, solved with no sweep, gives the same log Z
+    and gradient; the answer is within tol's square of a tight solve."""
+    from pymc_gpc.approximations import multinomial_probit_ep as module
+
+    rng = np.random.default_rng(8)
+    X = rng.uniform(-2, 2, 25)
+    y = rng.integers(0, 3, 25)
+    K = np.array([rbf(X, 0.8, 3.0)] * 3)
+    built = []
+    original = module._posterior
+    monkeypatch.setattr(module, "_posterior", lambda *a, **k: built.append(1) or original(*a, **k))
+    res = multinomial_probit_ep(K, y, tol=1e-4, with_loo=False)
+    assert res.converged and len(built) == res.n_iter
+    again = multinomial_probit_ep(K, y, state=res.state, max_sweeps=0, with_loo=False)
+    assert again.log_z == res.log_z and np.array_equal(again.dlog_z_dK, res.dlog_z_dK)
+    tight = multinomial_probit_ep(K, y, tol=1e-12, with_loo=False)
+    assert abs(res.log_z - tight.log_z) < 1e-6
+
+
 def test_multinomial_probit_ep_rough_gradient_moves_only_by_rounding(monkeypatch):
     """``rough_gradient``: every sweep's H_k in single precision. The same sweeps, log Z within
     1e-9 of the exact run's (the fixed point of a rounded map; measured 1e-13), the

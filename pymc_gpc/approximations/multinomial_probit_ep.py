@@ -280,7 +280,7 @@ def multinomial_probit_ep(K, y, likelihood=None, params=None, *, state=None, tol
         tau, nu = np.array(state.tau, dtype=float), np.array(state.nu, dtype=float)
         if tau.shape != (n, c - 1) or nu.shape != (n, c - 1):
             raise ValueError(f"warm-start state has shape {tau.shape}, data needs {(n, c - 1)}")
-    change, sweeps = np.inf, 0
+    change, sweeps, post = np.inf, 0, None
     aa = _Anderson(_ANDERSON_MEMORY)
     while sweeps < max_sweeps:
         sweeps += 1
@@ -292,8 +292,11 @@ def multinomial_probit_ep(K, y, likelihood=None, params=None, *, state=None, tol
         new_nu = damping * new_nu + (1.0 - damping) * nu
         change = float(max(np.max(np.abs(new_tau - tau) / (1.0 + np.abs(new_tau))),
                            np.max(np.abs(new_nu - nu) / (1.0 + np.abs(new_nu)))))
-        if change <= tol or not np.isfinite(change) or sweeps == max_sweeps:
+        if change <= tol:
+            break  # converged: the posterior in hand, at the sites (tau, nu) it was built from, is returned
+        if not np.isfinite(change) or sweeps == max_sweeps:
             tau, nu = new_tau, new_nu  # the map's value, not an extrapolation
+            post = None
             break
         g = np.concatenate([new_tau.ravel(), new_nu.ravel()])
         x = aa.step(g, g - np.concatenate([tau.ravel(), nu.ravel()]))
@@ -301,9 +304,10 @@ def multinomial_probit_ep(K, y, likelihood=None, params=None, *, state=None, tol
         if np.min(tau) < 0.0 <= np.min(new_tau) or not np.all(np.isfinite(x)):
             aa.reset()  # the extrapolation left the map's domain: take the map's value
             tau, nu = new_tau, new_nu
-    post, b, mean, S, d, h = _posterior(K, y, tau, nu, rough_gradient)
-    m, C = _cavities(mean, S, d, h)
-    # the site terms at the final sites (tau, nu unchanged by a converged inner EP)
+    if post is None:
+        post, b, mean, S, d, h = _posterior(K, y, tau, nu, rough_gradient)
+        m, C = _cavities(mean, S, d, h)
+    # the site terms at the returned sites (those the posterior was built from)
     terms, _ = _inner_ep_all(m, C, y, tau.copy(), nu.copy(), np.inf, 0)
     log_const = outer_sites(y, tau, nu)[2]
     log_z = float(-post.half_logdet_B() + 0.5 * np.sum(h * mean) + np.sum(log_const) + np.sum(terms))
