@@ -109,9 +109,12 @@ SAMPLING_DEFAULTS = {"ep": {"tol": 1e-2},
                      # took 9 sweeps against 17 at 1e-8, with log Z 1.4e-8 away. Nested EP's log Z
                      # converges more slowly in the site change than binary EP's: along 120
                      # leapfrog points of Forensic Glass (n = 193, c = 6), each warm from the last,
-                     # against 1e-10 (|log Z error| and relative gradient error, medians):
-                     #   tol 1e-4: 9.3 sweeps, 8e-7, 8e-4; 1e-3: 6.4, 1e-4, 1.3e-2;
-                     #   1e-2: 3.2, 1.6e-2, 0.18
+                     # against 1e-10 (|log Z error| and relative gradient error, medians; one
+                     # posterior per sweep, a converged solve returning its last sweep's own):
+                     #   tol 1e-4: 9.3 sweeps, 1.7e-6, 1.2e-3; 5e-5: 10.0, 5e-7, 6.6e-4;
+                     #   1e-3: 6.5, 2e-4, 1.9e-2; 1e-2: 3.1, 3e-2, 0.36
+                     # (until 2026-11-26 21:25 a solve built one more posterior after the last
+                     # sweep: 1e-4 then gave 8e-7 and 8e-4 for 10.3 posteriors per solve)
                      # and H_k in single precision in every sweep (``multinomial_probit_ep``'s
                      # ``rough_gradient``: about 0.93 of the time there, errors unchanged)
                      "ep-multiclass": {"tol": 1e-4, "rough_gradient": True},
