@@ -22,9 +22,16 @@ sweeps) from different starts, and studied in three ways:
    residual 0.03). Reported: factorisations to reach the same tolerance, against the
    Anderson-accelerated sweeps (a Newton iteration also forms Sigma: about 1.5 sweeps
    of flops).
+4. **The iteration itself**, from the package's warm starts at equal accuracy (a damped
+   sweep's change is the damping times the undamped one, so the tolerance is scaled by
+   it): plain parallel EP, damped, and Anderson with 1 to 12 stored differences (the
+   package: 5, undamped); and how far apart the sampler's consecutive evaluations lie
+   (Euclidean norm in the log-hyperparameters, to the last point and to the nearest of the
+   last 6) with the first sweep's site change from the warm start, which together set the
+   count.
 
-Run:  OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/ep_sweeps.py [--data breast-cancer crabs pima separable]
-Writes benchmarks/results/ep_sweeps.md.
+Run:  OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/ep_sweeps.py [--data breast-cancer crabs pima separable] [--out FILE]
+Writes benchmarks/results/ep_sweeps.md (or FILE there).
 """
 
 import os
@@ -125,11 +132,24 @@ def affine_guess(points, states, x, lam=1.0):
     return states[a] if np.min(tau) < 0.0 else (tau, nu)
 
 
+def nearest_in_K(stored_K, stored_s, K):
+    """The stored state whose kernel matrix is nearest K (Frobenius norm)."""
+    if not stored_K:
+        return None
+    return stored_s[int(np.argmin([np.sum((K - Ks) ** 2) for Ks in stored_K]))]
+
+
 def replay(kernel, y, points, predictor, size=6):
     """Sweeps per evaluation along ``points`` with warm starts from ``predictor``."""
     warm = M.WarmStarts(size)
-    stored_x, stored_s, last, sweeps = [], [], None, []
+    stored_x, stored_s, stored_K, last, sweeps = [], [], [], None, []
     for h in points:
+        if predictor == "nearest K":
+            K = kernel(h)
+            k, last = solve(K, y, nearest_in_K(stored_K, stored_s, K))
+            sweeps.append(k)
+            stored_K, stored_s = (stored_K + [K])[-size:], (stored_s + [last])[-size:]
+            continue
         if predictor == "cold":
             start = None
         elif predictor == "last solution":
@@ -144,6 +164,35 @@ def replay(kernel, y, points, predictor, size=6):
         warm.add(h, E.EPState(*last))
         stored_x, stored_s = (stored_x + [h])[-size:], (stored_s + [last])[-size:]
     return np.array(sweeps)
+
+
+def iteration_variants(kernel, y, points, variants=((1.0, 0), (0.8, 0), (0.5, 0), (1.0, 1), (1.0, 2),
+                                                  (1.0, 5), (1.0, 12), (0.8, 5))):
+    """Sweeps per evaluation (package warm starts) for each (damping, Anderson memory), at
+    tolerance ``TOL * damping`` (module docstring, 4); and the first sweep's change of the
+    package's iteration (damping 1, memory 5)."""
+    out, first = {}, []
+    for damping, memory in variants:
+        warm, sweeps = M.WarmStarts(), []
+        for h in points:
+            st = warm.guess(h)
+            n = len(y)
+            tau, nu = (np.zeros(n), np.zeros(n)) if st is None else (st.tau.copy(), st.nu.copy())
+            r = E._parallel_compiled(LIK.kind, kernel(h), y, TH, tau, nu, damping, TOL * damping, 300, memory, np.inf, False)
+            sweeps.append(r[1])
+            if (damping, memory) == (1.0, E._ANDERSON_MEMORY) and st is not None:
+                first.append(r[13])
+            warm.add(h, E.EPState(r[3], r[4]))
+        out[(damping, memory)] = np.array(sweeps)
+    return out, np.array(first)
+
+
+def step_lengths(points, size=6):
+    """Norms of the steps between consecutive evaluations, and to the nearest of the last ``size``."""
+    P = np.array(points)
+    to_last = np.linalg.norm(np.diff(P, axis=0), axis=1)
+    to_nearest = [min(np.linalg.norm(P[i] - P[j]) for j in range(i - size, i)) for i in range(size, len(P))]
+    return to_last, np.array(to_nearest)
 
 
 def errors_by_sweeps(kernel, y, points, every=10, ks=(2, 3, 4, 5, 6)):
@@ -207,7 +256,7 @@ def newton_gmres(K, y, tau, nu, tol=TOL, rtol=0.03, max_iter=50):
     return max_iter
 
 
-def study(name, n_replay=1000, n_newton=300):
+def study(name, n_replay=1000, n_newton=300, n_variants=500):
     data = DATASETS[name]()
     log, steps = record(data)
     y = np.asarray(data.y_train, dtype=float)
@@ -215,7 +264,10 @@ def study(name, n_replay=1000, n_newton=300):
     points = [h for h, _, _ in log[len(log) // 2 :]][:n_replay]
     in_sampler = np.array([k for _, k, _ in log[len(log) // 2 :]])
     ms = 1e3 * np.median([t for _, _, t in log[len(log) // 2 :]])
-    rows = {p: replay(kernel, y, points, p) for p in ("cold", "last solution", "WarmStarts (package)", "affine (6 points)")}
+    rows = {p: replay(kernel, y, points, p)
+            for p in ("cold", "last solution", "WarmStarts (package)", "affine (6 points)", "nearest K")}
+    variants, first = iteration_variants(kernel, y, points[:n_variants])
+    to_last, to_nearest = step_lengths(points)
     errs = errors_by_sweeps(kernel, y, points)
     warm, newton = M.WarmStarts(), []
     anderson = rows["WarmStarts (package)"][:n_newton]
@@ -227,7 +279,8 @@ def study(name, n_replay=1000, n_newton=300):
         _, s = solve(K, y, None if st is None else (st.tau, st.nu))
         warm.add(h, E.EPState(*s))
     return dict(name=data.name, n=len(y), d=kernel.d, evals=len(log), steps=steps, ms=ms,
-                sweeps_sampler=in_sampler, rows=rows, errs=errs, newton=np.array(newton), anderson=anderson)
+                sweeps_sampler=in_sampler, rows=rows, errs=errs, newton=np.array(newton), anderson=anderson,
+                variants=variants, first=first, to_last=to_last, to_nearest=to_nearest)
 
 
 def fmt(s):
@@ -257,12 +310,27 @@ def report(results):
     text += ["", "Newton-GMRES against Anderson-accelerated parallel EP (factorisations to tol 1e-2, first 300 replayed evaluations, mean / median / p90 / max):", "",
              "| data | Anderson sweeps | Newton-GMRES factorisations |", "|---|---|---|"]
     text += [f"| {r['name']} | {fmt(r['anderson'])} | {fmt(r['newton'])} |" for r in results]
+    keys = list(results[0]["variants"])
+    text += ["", "The iteration (module docstring, 4): sweeps per evaluation (mean / max) from the package's warm "
+             "starts, first 500 replayed evaluations, tolerance 1e-2 x damping; columns: damping, Anderson memory "
+             "(0: none; the package: 1.0, 5):", "",
+             "| data | " + " | ".join(f"{d}, {m}" for d, m in keys) + " |", "|---" * (1 + len(keys)) + "|"]
+    text += [f"| {r['name']} | " + " | ".join(f"{v.mean():.2f} / {v.max()}" for v in r["variants"].values()) + " |"
+             for r in results]
+    text += ["", "How far the warm start is: norms of the steps between evaluations in the log-hyperparameters "
+             "(median, 10th-90th percentile) and the first sweep's site change from the package's warm start "
+             "(median, 90th percentile):", "",
+             "| data | to the last evaluation | to the nearest of the last 6 | first sweep's change |", "|---|---|---|---|"]
+    for r in results:
+        cells = [f"{np.median(v):.2f} ({np.percentile(v, 10):.2f}-{np.percentile(v, 90):.2f})" for v in (r["to_last"], r["to_nearest"])]
+        text.append(f"| {r['name']} | {cells[0]} | {cells[1]} | {np.median(r['first']):.3f} ({np.percentile(r['first'], 90):.3f}) |")
     return text
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", nargs="+", default=["breast-cancer", "crabs", "separable", "pima"], choices=list(DATASETS))
+    parser.add_argument("--out", default=OUT.name, help="file name under benchmarks/results")
     args = parser.parse_args()
     results = []
     for name in args.data:
@@ -270,7 +338,7 @@ def main():
         results.append(study(name))
         print(f"{name}: {time.perf_counter() - t:.0f} s", flush=True)
     text = report(results)
-    OUT.write_text("\n".join(text) + "\n")
+    (OUT.parent / args.out).write_text("\n".join(text) + "\n")
     print("\n".join(text))
 
 

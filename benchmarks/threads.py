@@ -1,0 +1,139 @@
+"""nutpie's chains as threads: what one chain costs the other through the GIL (issue 18).
+
+nutpie runs its chains as Rust threads of one process. Each evaluation enters Python through
+numba's object-mode blocks (the Op, and the ARD kernel's exponential), and whatever it does
+while holding the GIL the other chain waits for: the Op's Python around the compiled EP
+loop, numba's dispatch of that loop, and the making and destroying of a Python thread state
+at every block (numba's PyGILState_Ensure / Release on a thread Python did not start).
+
+For each data set, ``pymc_gpc.sample(nuts_sampler="nutpie")`` 2 chains x (tune + draws),
+seed 1, with the chains run one after the other (``cores=1``: one thread at a time) and
+side by side (``cores=2``: two threads), alternated ``--repeats`` times in a fresh process
+after an untimed 5 + 5 run; with ``--baseline DIR LABEL`` also another version of the
+package (through ``PYTHONPATH``), in its own process.
+
+Columns: wall time of the call; Op evaluations (both chains, warm-up included; counted at
+the object-mode entry); ms of wall per evaluation per thread (wall x threads / evaluations);
+and the two-thread cost relative to one thread (1: the chains do not slow each other; the
+"fully compiled Op" of issue 18 would bring it towards 1). Medians over the repeats. Two
+processes side by side, one chain each, ran at the one-thread figure (2.00 against 2.02 ms
+per evaluation on Pima, 2026-11-26): the loss is the GIL, not the two cores sharing memory.
+This machine's speed drifts by up to a fifth between processes minutes apart: compare rows
+of one run, and versions only over several runs.
+
+Run:  OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/threads.py [--data pima breast-cancer --repeats 3]
+      [--baseline DIR LABEL]
+Writes benchmarks/results/threads.md.
+"""
+
+import os
+
+for _v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_v, "1")
+
+import argparse
+import json
+import pathlib
+import subprocess
+import sys
+import time
+import warnings
+
+OUT = pathlib.Path(__file__).parent / "results" / "threads.md"
+CORES = [int(c) for c in os.environ.get("THREADS_CORES", "1,2").split(",")]  # the runs of a child, in order
+DRAWS = {"pima": 300, "breast-cancer": 150, "crabs": 300}
+
+
+def child(name, repeats, draws):
+    """One variant in this process: the timed runs, as JSON lines on stdout."""
+    import numpy as np  # noqa: F401  (imported before PyMC, as in the parent)
+
+    import pymc_gpc
+    from pymc_gpc.ops import marginal as M
+
+    sys.path.insert(0, str(pathlib.Path(__file__).parent))
+    from sampling_hard import DATASETS  # noqa: E402
+    from pymc_gpc.datasets import load
+
+    calls = [0]
+    registered = M._perform_registered
+
+    def counting(key, inputs):
+        calls[0] += 1
+        return registered(key, inputs)
+
+    M._perform_registered = counting
+    sweeps, solve = [0], M.ep_warm
+
+    def counting_sweeps(*args, **kwargs):
+        out = solve(*args, **kwargs)
+        sweeps[0] += 0 if out is None else out[4]
+        return out
+
+    M.ep_warm = counting_sweeps
+    data = DATASETS[name]() if name in DATASETS else load(name)
+    model, _ = pymc_gpc.ard_classifier(data.X_train, data.y_train)
+    warnings.simplefilter("ignore")
+    with model:
+        pymc_gpc.sample(draws=5, tune=5, chains=2, nuts_sampler="nutpie", progressbar=False, random_seed=1)
+    for _ in range(repeats):
+        for cores in CORES:
+            calls[0] = sweeps[0] = 0
+            t = time.perf_counter()
+            with model:
+                pymc_gpc.sample(draws=draws, tune=draws, chains=2, cores=cores, nuts_sampler="nutpie",
+                                progressbar=False, random_seed=1, compute_convergence_checks=False)
+            wall = time.perf_counter() - t
+            print(json.dumps({"cores": cores, "wall": wall, "evaluations": calls[0], "sweeps": sweeps[0]}), flush=True)
+
+
+def run_variant(name, repeats, draws, pythonpath=None):
+    env = {**os.environ, "PYTHONPATH": pythonpath} if pythonpath else None
+    out = subprocess.run([sys.executable, __file__, "--child", name, str(repeats), str(draws)],
+                         capture_output=True, text=True, check=True, env=env)
+    return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", nargs="+", default=["pima", "breast-cancer"])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--baseline", nargs=2, metavar=("DIR", "LABEL"),
+                        help="also run the pymc_gpc package found in DIR (e.g. `git archive <commit> pymc_gpc` "
+                             "unpacked there), as is, labelled LABEL")
+    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        name, repeats, draws = args.child
+        child(name, int(repeats), int(draws))
+        return
+    import numpy as np
+
+    rows = []
+    for name in args.data:
+        draws = DRAWS.get(name, 300)
+        variants = [("this code", None)] + ([(args.baseline[1], args.baseline[0])] if args.baseline else [])
+        for variant, pythonpath in variants:
+            runs = run_variant(name, args.repeats, draws, pythonpath)
+            per = {c: [r["wall"] * c / r["evaluations"] * 1e3 for r in runs if r["cores"] == c] for c in (1, 2)}
+            walls = {c: [r["wall"] for r in runs if r["cores"] == c] for c in (1, 2)}
+            evals = {c: [r["evaluations"] for r in runs if r["cores"] == c] for c in (1, 2)}
+            sweeps = [r["sweeps"] / r["evaluations"] for r in runs]
+            rows.append((name, draws, variant, walls, evals, per, sweeps))
+            print(name, variant, {c: np.round(v, 2).tolist() for c, v in per.items()}, flush=True)
+    text = ["nutpie's two chains as one thread after the other (1) or two threads at once (2), "
+            f"`pymc_gpc.sample(nuts_sampler=\"nutpie\")`, seed 1, medians of {args.repeats} alternated runs "
+            "per variant, each variant in its own process; `python benchmarks/threads.py` (module docstring).", "",
+            "| data | tune + draws | code | wall, 1 / 2 threads (s) | evaluations, 1 / 2 | EP sweeps / evaluation | "
+            "ms / evaluation / thread, 1 / 2 | 2 threads / 1 thread |", "|---|---|---|---|---|---|---|---|"]
+    for name, draws, variant, walls, evals, per, sweeps in rows:
+        m = {c: float(np.median(per[c])) for c in (1, 2)}
+        text.append(f"| {name} | {draws} + {draws} | {variant} | {np.median(walls[1]):.1f} / {np.median(walls[2]):.1f} | "
+                    f"{int(np.median(evals[1]))} / {int(np.median(evals[2]))} | {np.median(sweeps):.2f} | {m[1]:.2f} / {m[2]:.2f} | "
+                    f"{m[2] / m[1]:.2f} |")
+    OUT.write_text("\n".join(text) + "\n")
+    print("\n".join(text))
+
+
+if __name__ == "__main__":
+    main()
