@@ -5,12 +5,13 @@ run with the Op's solves recorded (hyperparameter vector, sweeps, time). The
 evaluations of the second half (the sampling phase) are then replayed outside the
 sampler with the compiled parallel EP loop (``ep._parallel_compiled``, tol 1e-2 as
 inside the sampler, every sweep exact: ``rough_sweeps.py`` measures the single-precision
-sweeps) from different starts, and studied in three ways:
+sweeps) from different starts, and studied in four ways:
 
 1. **Warm-start predictors**: cold (zero sites), the last solution, the package's
    ``WarmStarts`` (nearest stored solution extrapolated along the trajectory), and an
    affine multi-point predictor (the stored solutions combined with the ridge
-   least-squares weights that reproduce the new hyperparameters from the stored ones).
+   least-squares weights that reproduce the new hyperparameters from the stored ones), and
+   the stored solution whose kernel matrix is nearest the new one ("nearest K").
 2. **What the sampler consumes**: from the warm start, after k sweeps, the error of log Z
    and the relative error of the gradient in the log-hyperparameters (through the ARD
    kernel's derivative) against a 1e-10 solve; tells whether a looser or differently
@@ -173,10 +174,9 @@ def iteration_variants(kernel, y, points, variants=((1.0, 0), (0.8, 0), (0.5, 0)
     package's iteration (damping 1, memory 5)."""
     out, first = {}, []
     for damping, memory in variants:
-        warm, sweeps = M.WarmStarts(), []
+        warm, sweeps, n = M.WarmStarts(), [], len(y)
         for h in points:
             st = warm.guess(h)
-            n = len(y)
             tau, nu = (np.zeros(n), np.zeros(n)) if st is None else (st.tau.copy(), st.nu.copy())
             r = E._parallel_compiled(LIK.kind, kernel(h), y, TH, tau, nu, damping, TOL * damping, 300, memory, np.inf, False)
             sweeps.append(r[1])
