@@ -13,7 +13,10 @@ after an untimed 5 + 5 run; with ``--baseline DIR LABEL`` also another version o
 package (through ``PYTHONPATH``), in its own process.
 
 Columns: wall time of the call; Op evaluations (both chains, warm-up included; counted at
-the object-mode entry); ms of wall per evaluation per thread (wall x threads / evaluations);
+the object-mode entry); EP sweeps per evaluation (the sweeps of the compiled solves,
+``ep.ep_warm``, over those evaluations: an answer from the recent results counts as an
+evaluation without sweeps, so this is a little below the sampler's own figure, and equal
+counts in two rows mean the same trajectories); ms of wall per evaluation per thread (wall x threads / evaluations);
 and the two-thread cost relative to one thread (1: the chains do not slow each other; the
 "fully compiled Op" of issue 18 would bring it towards 1). Medians over the repeats. Two
 processes side by side, one chain each, ran at the one-thread figure (2.00 against 2.02 ms
@@ -23,6 +26,7 @@ of one run, and versions only over several runs.
 
 Run:  OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/threads.py [--data pima breast-cancer --repeats 3]
       [--baseline DIR LABEL]
+      (THREADS_CORES=2 runs only the two-thread case, e.g. for a quick A/B of ``--child`` runs)
 Writes benchmarks/results/threads.md.
 """
 
@@ -46,8 +50,6 @@ DRAWS = {"pima": 300, "breast-cancer": 150, "crabs": 300}
 
 def child(name, repeats, draws):
     """One variant in this process: the timed runs, as JSON lines on stdout."""
-    import numpy as np  # noqa: F401  (imported before PyMC, as in the parent)
-
     import pymc_gpc
     from pymc_gpc.ops import marginal as M
 
