@@ -10,13 +10,17 @@ the role of ``util/logphi.m`` in GPML).
   below, where the series is exact to rounding (1/z^2 < 7.3e-4).
 * ``inv_mills(z) = N(z) / Phi(z)`` is computed without forming either tiny factor;
   below z = -5 by a continued fraction; for z -> -inf it tends to -z.
+* ``exp_inplace(a)``: a <- exp(a), within 1 ulp, as a loop the compiler vectorises
+  (numba's ``np.exp`` calls the C library once per element, about 6x slower than NumPy's
+  vectorised exp): the kernel's exponential runs without leaving compiled code.
 """
 
 import math
 
 import numpy as np
-
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic
 
 LOG_2PI = math.log(2.0 * math.pi)
 _SQRT2 = math.sqrt(2.0)
@@ -100,3 +104,67 @@ def log_ndtr_array(z):
     for i in range(z.shape[0]):
         out[i] = log_ndtr(z[i])
     return out
+
+
+@intrinsic
+def _float_bits(typingctx, x):
+    """The IEEE bits of a float64 as an int64 (a bit cast, no conversion)."""
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.IntType(64))
+    return types.int64(types.float64), codegen
+
+
+@intrinsic
+def _bits_float(typingctx, i):
+    """The float64 whose IEEE bits are the int64 i (a bit cast)."""
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.DoubleType())
+    return types.float64(types.int64), codegen
+
+
+_LOG2E = 1.4426950408889634
+_LN2_HI = 6.93147180369123816490e-01  # ln 2 in two parts (Cody & Waite): k ln2_hi is exact
+_LN2_LO = 1.90821492927058770002e-10
+_ROUND = 6755399441055744.0  # 1.5 * 2^52: x + _ROUND rounds x to an integer, held in the low bits
+_ROUND_BITS = int(np.float64(_ROUND).view(np.int64))
+_EXP_MIN, _EXP_MAX = -708.0, 709.78  # below: 0 (subnormals are flushed); above: inf
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _exp(x):
+    """exp(x) = 2^k exp(r), k = round(x / ln 2), |r| <= ln2 / 2 (Cody-Waite reduction);
+    exp(r) by its Taylor polynomial of degree 13 (remainder below 4e-18 relative), 2^k
+    written into the exponent bits. Below -708 it gives 0 (NumPy: subnormals down to
+    -745), above 709.78 inf. Branch-free, so a loop over it vectorises."""
+    xc = x if x > _EXP_MIN else _EXP_MIN
+    xc = xc if xc < _EXP_MAX else _EXP_MAX
+    t = xc * _LOG2E + _ROUND
+    k = t - _ROUND
+    r = (xc - k * _LN2_HI) - k * _LN2_LO
+    p = 1.0 / 6227020800.0
+    p = p * r + 1.0 / 479001600.0
+    p = p * r + 1.0 / 39916800.0
+    p = p * r + 1.0 / 3628800.0
+    p = p * r + 1.0 / 362880.0
+    p = p * r + 1.0 / 40320.0
+    p = p * r + 1.0 / 5040.0
+    p = p * r + 1.0 / 720.0
+    p = p * r + 1.0 / 120.0
+    p = p * r + 1.0 / 24.0
+    p = p * r + 1.0 / 6.0
+    p = p * r + 0.5
+    p = p * r + 1.0
+    p = p * r + 1.0
+    # 2^(k-1) (a normal number for -1021 <= k <= 1024) times 2: exact
+    e = (p * _bits_float((_float_bits(t) - _ROUND_BITS + 1022) << 52)) * 2.0
+    e = e if x <= _EXP_MAX else np.inf
+    e = e if x >= _EXP_MIN else 0.0
+    return e if x == x else x  # NaN stays NaN
+
+
+@njit(nogil=True, cache=True, fastmath={"contract", "nsz"})
+def exp_inplace(a):
+    """a <- exp(a) elementwise (any C-contiguous float64 array), within 1 ulp of NumPy's."""
+    flat = a.reshape(-1)
+    for i in range(flat.size):
+        flat[i] = _exp(flat[i])
