@@ -12,6 +12,7 @@ import pytest
 from pymc_gpc import ep, laplace
 from pymc_gpc import likelihoods as L
 from pymc_gpc.ops import STATUS_FAILED, ApproxMarginalOp
+from pymc_gpc.ops import thread_state
 
 from .conftest import random_problem
 
@@ -208,7 +209,9 @@ def test_warm_start_state_is_per_thread():
     [t.join() for t in threads]
     for i in range(2):
         np.testing.assert_allclose(got[i], want[i], atol=1e-7)
-    assert len(op._threads.items) == 2  # one state per worker thread
+    # one state per worker thread, held by the compiled path (``ops.thread_state``)
+    (key,) = op._shared["compiled"]
+    assert len(thread_state.threads(key)) == 2 and not op._threads.items
 
 
 @pytest.mark.parametrize("linker", ["numba", "py"])
@@ -228,12 +231,24 @@ def test_compiling_a_graph_clears_the_warm_starts(linker):
     Kv = np.exp(-0.5 * D) + 1e-6 * np.eye(25)
     first = f(Kv, np.array([0.0]))
     f(2.0 * Kv, np.array([0.7]))  # leaves a stored solution near the next start
-    assert op._warm_starts(25).states  # this thread has warm starts now
+    assert _stored(op) == (2, 2)  # this thread has warm starts and recent results now
     again = f(Kv, np.array([0.0]))  # answered from the recent results: the same bits
     assert again == first
     pytensor.function(list(out.owner.inputs[i] for i in (0, 3)), out, mode=mode)
-    assert not op._threads.items  # every thread's state is gone
-    assert not op._warm_starts(25).states
+    assert _stored(op) == (0, 0)  # every thread's state is gone
+    assert not op._threads.items
+
+
+def _stored(op):
+    """(warm starts, recent results) an Op holds, on its Python path (``PerThread``) and on
+    the compiled one (``thread_state``)."""
+    python = [state for _, state in op._threads.items.values()]
+    warm = sum(len(s["warm"][1].states) for s in python if s["warm"][1] is not None)
+    recent = sum(len(s["recent"].entries) for s in python)
+    for key in op._shared.get("compiled", ()):
+        w, r = thread_state.stored(key)
+        warm, recent = warm + w, recent + r
+    return warm, recent
 
 
 def test_reset_warm_starts_clears_every_op_also_equal_ones():
@@ -491,3 +506,149 @@ def test_per_thread_state_is_kept_per_thread_and_bounded():
     assert len({id(s) for s in seen}) == 6 and all(s is not mine for s in seen)
     assert len(store.items) == 3  # the least recently used states were dropped
     assert threading.get_ident() not in store.items  # the main thread's was the oldest
+
+
+def _walk_functions(lik_type, X, y):
+    """(log Z, dlog Z/dK, dlog Z/dtheta, LOO, sweeps, status) of an EP Op with a hyperparameter
+    input as a function of (log_ls (2,), log_amp, theta), compiled twice: numba linker (the
+    compiled path, ``ops.compiled_ep``) and Python linker (``perform``), each with its own
+    Op. K enters both as the same array (computed in NumPy), so their inputs agree to the bit."""
+    K, theta, hyper = pt.dmatrix("K"), pt.dvector("theta"), pt.dvector("hyper")
+    fns, ops_ = [], []
+    for linker in ("numba", "py"):
+        op = ApproxMarginalOp("ep", lik_type, hyper_names=(("log_ls", 2), ("log_amp", 1)))
+        out = op(K, theta, y, hyper)
+        mode = pytensor.compile.mode.Mode(linker=linker)
+        fn = pytensor.function([K, theta, hyper], [out[0], out[1], out[2], out[3], out[4], out[5]], mode=mode)
+        fns.append(fn)
+        ops_.append(op)
+    D = (X[:, None, :] - X[None, :, :]) ** 2
+
+    def kernel(log_ls, log_amp):
+        return np.exp(log_amp) * np.exp(-0.5 * (D / np.exp(2 * np.asarray(log_ls))).sum(-1)) + 1e-6 * np.eye(len(X))
+
+    def call(fn):
+        return lambda log_ls, log_amp, theta: fn(kernel(log_ls, log_amp), theta, np.append(log_ls, log_amp))
+
+    return [call(fn) for fn in fns], ops_
+
+
+@pytest.mark.parametrize("lik_type, theta", [(L.Probit, []), (L.ProbitNoise, [0.8]), (L.StepLabelNoise, [0.05])])
+def test_compiled_path_gives_the_python_paths_results_along_a_random_walk(lik_type, theta):
+    """Along a random walk of the hyperparameters with revisited points (recent results),
+    the compiled EP path and the Python path give the same values, gradients, LOO terms
+    and sweeps (to rounding: both warm-start alike), and the numba function solves
+    without Python (the Op's Python counts stay zero) for log-concave likelihoods; the
+    step likelihood's negative sites go to the Python path from the compiled state (its
+    sweeps, up to 40 here, amplify the rounding of the two warm starts' arithmetic, NumPy's
+    dot against a compiled sum, to 2e-4 relative in dlog Z/dK by the end of the walk)."""
+    rtol = 1e-3 if lik_type is L.StepLabelNoise else 1e-8
+    rng = np.random.default_rng(21)
+    X, y = random_problem(rng, 40, d=2)
+    (f_numba, f_py), (op_numba, op_py) = _walk_functions(lik_type, X, y)
+    theta = np.array(theta, dtype=float)
+    h = np.array([0.0, 0.0, 0.5])
+    points = []
+    for t in range(40):
+        h = h + 0.35 * rng.normal(size=3)
+        points.append(h.copy())
+        if t % 7 == 6:
+            points.append(points[-4])  # a point evaluated a few steps earlier
+    for p in points:
+        got, want = f_numba(p[:2], p[2], theta), f_py(p[:2], p[2], theta)
+        assert int(got[4]) == int(want[4]) and int(got[5]) == int(want[5]) == 0
+        np.testing.assert_allclose(got[0], want[0], rtol=min(rtol * 1e-3, 1e-8))
+        for a, b in zip(got[1:4], want[1:4]):
+            np.testing.assert_allclose(a, b, rtol=rtol, atol=rtol * 1e-3 * np.abs(b).max(initial=0.0))
+    (key,) = op_numba._shared["compiled"]
+    solves = thread_state.evaluations(key)
+    assert solves + op_numba._counts["evaluations"] == op_py.counts["evaluations"] < len(points)
+    if lik_type is L.StepLabelNoise:
+        assert op_numba._counts["evaluations"] > 0  # negative sites: the Python path
+    else:
+        assert op_numba._counts["evaluations"] == 0 and solves > 30
+
+
+def test_compiled_path_failures_are_those_of_the_python_path():
+    """Invalid likelihood parameters and an overflowing kernel through the compiled function:
+    log Z = -inf, status 2 and the gradient of the Python path (zero in dlog Z / dK, so
+    zero in log_ls; NaN in log_amp where K itself is infinite)."""
+    rng = np.random.default_rng(22)
+    X, y = random_problem(rng, 15, d=2)
+    (f_numba, f_py), _ = _walk_functions(L.ProbitNoise, X, y)
+    for args in [(np.zeros(2), 0.0, np.array([-1.0])), (np.zeros(2), 0.0, np.array([np.nan])),
+                 (np.zeros(2), 800.0, np.array([1.0]))]:  # sigma < 0, NaN, K overflows to inf
+        got, want = f_numba(*args), f_py(*args)
+        assert got[0] == want[0] == -np.inf and int(got[5]) == int(want[5]) == STATUS_FAILED
+        for a, b in zip(got[1:4], want[1:4]):
+            np.testing.assert_array_equal(a, b)
+        assert np.all(got[1] == 0.0)
+    ok = f_numba(np.zeros(2), 0.0, np.array([1.0]))  # and a valid point after them
+    assert int(ok[5]) == 0 and np.isfinite(ok[0])
+
+
+def test_thread_state_blocks_keep_warm_starts_and_recent_results_exactly():
+    """The compiled stores against their Python counterparts (``WarmStarts``,
+    ``RecentResults``): the same guess along a trajectory, the oldest dropped first, a
+    recent result only for equal inputs, reset and release."""
+    from pymc_gpc.approximations.ep import EPState
+    from pymc_gpc.ops.marginal import WarmStarts
+
+    rng = np.random.default_rng(23)
+    n, p, q = 5, 3, 1
+    key = "test_thread_state_blocks"
+    thread_state.allocate(key, n, p, q)
+    block = thread_state.find_block(thread_state.key_hash(key), n, p, q)
+    assert block.size == thread_state.block_length(n, p, q)
+    python = WarmStarts()
+    x = np.zeros(p)
+    for step in range(9):  # more than the 6 slots: the oldest is dropped in both
+        x = x + rng.normal(size=p) * 0.3
+        guess_tau, guess_nu = np.empty(n), np.empty(n)
+        has, first = thread_state.warm_guess(block, n, p, q, x, guess_tau, guess_nu)
+        want = python.guess(x)
+        assert has == (want is not None)
+        if has:
+            np.testing.assert_allclose(guess_tau, want.tau, rtol=1e-14)
+            np.testing.assert_allclose(guess_nu, want.nu, rtol=1e-14)
+            assert first == want.first_change
+        state = EPState(rng.random(n), rng.normal(size=n), float(step))
+        python.add(x, state)
+        thread_state.warm_add(block, n, p, q, x, state.tau, state.nu, state.first_change)
+    K, params, y = rng.normal(size=(n, n)), np.array([0.3]), np.sign(rng.normal(size=n))
+    dK, dth, loo = rng.normal(size=(n, n)), np.array([1.5]), rng.normal(size=n)
+    thread_state.recent_add(block, n, p, q, K, params, y, x, -3.0, dK, dth, loo, 4, 0)
+    found, log_z, dK2, dth2, loo2, n_iter, status = thread_state.recent_get(block, n, p, q, K, params, y, x)
+    assert found and log_z == -3.0 and n_iter == 4 and status == 0
+    np.testing.assert_array_equal(dK2, dK)
+    dK2[:] = 7.0  # a copy: the stored result is untouched
+    assert thread_state.recent_get(block, n, p, q, K, params, y, x)[2][0, 0] == dK[0, 0]
+    K2 = K.copy()
+    K2[1, 2] += 1e-15
+    for args in [(K2, params, y, x), (K, params + 1e-12, y, x), (K, params, -y, x), (K, params, y, x + 1e-12)]:
+        assert not thread_state.recent_get(block, n, p, q, *args)[0]
+    assert thread_state.stored(key) == (6, 1)
+    thread_state.reset(key)
+    assert thread_state.stored(key) == (0, 0)
+    assert not thread_state.recent_get(block, n, p, q, K, params, y, x)[0]
+    thread_state.release(key)
+    assert thread_state.find_block(thread_state.key_hash(key), n, p, q).size == 0
+
+
+def test_a_full_thread_state_table_leaves_the_op_on_its_python_state():
+    """With no free row for a new thread block, the compiled function still answers, through
+    the Op's Python path and its per-thread Python state (warm starts kept there)."""
+    rng = np.random.default_rng(24)
+    X, y = random_problem(rng, 20, d=2)
+    (f_numba, _), (op, _) = _walk_functions(L.Probit, X, y)
+    fillers = []
+    try:
+        while np.any(thread_state._TABLE[:, 0] <= 0):
+            fillers.append(f"filler {len(fillers)}")
+            thread_state.allocate(fillers[-1], 1, 0, 0)
+        values = [f_numba(np.array([0.1 * k, 0.0]), 0.3, np.zeros(0))[0] for k in range(3)]
+    finally:
+        for key in fillers:
+            thread_state.release(key)
+    assert np.all(np.isfinite(values)) and op._counts["evaluations"] == 3
+    assert len(op._warm_starts(20).states) == 3  # the Python path's warm starts

@@ -342,16 +342,30 @@ def ep_warm(K, y, likelihood, th, state, tol, max_sweeps=300, rough_ok=True):
     n = y.shape[0]
     tau, nu = (np.zeros(n), np.zeros(n)) if state is None else (state.tau.copy(), state.nu.copy())
     forecast = np.inf if state is None else state.first_change
-    status, sweeps, _, tau, nu, L, Li, _, mean, b, tau_c, nu_c, tilted, first_change = _parallel_compiled(
-        likelihood.kind, _contiguous(K), y, th, tau, nu, 1.0, tol, max_sweeps, _ANDERSON_MEMORY, forecast, rough_ok)
-    if status != _DONE:
+    ok, log_z, dK, dth, loo, sweeps, tau, nu, first_change = ep_warm_compiled(
+        likelihood.kind, _contiguous(K), y, th, tau, nu, forecast, tol, max_sweeps, likelihood.n_params, rough_ok)
+    if not ok:
         return None
+    return log_z, dK, dth, loo, sweeps, EPState(tau, nu, first_change)
+
+
+@njit(nogil=True, cache=True)
+def ep_warm_compiled(kind, K, y, th, tau, nu, forecast, tol, max_sweeps, n_params, rough_ok=True):
+    """``ep_warm``'s work, callable from compiled code (the compiled Op, ``ops.compiled_ep``):
+    (converged with finite outputs, log_z, dlog_z_dK (Fortran-ordered), dlog_z_dparams (n_params,), the LOO
+    terms, sweeps, tau, nu, first change); tau and nu are the start's sites (overwritten).
+    dlog_z/dK = (b b^T - R) / 2 at the fixed point (the module docstring)."""
+    status, sweeps, _, tau, nu, L, Li, _, mean, b, tau_c, nu_c, tilted, first_change = _parallel_compiled(
+        kind, K, y, th, tau, nu, 1.0, tol, max_sweeps, _ANDERSON_MEMORY, forecast, rough_ok)
+    dth = np.zeros(n_params)
+    if status != _DONE:
+        return False, np.nan, np.empty((0, 0)).T, dth, tilted[0].copy(), sweeps, tau, nu, first_change
     log_z = _factored_log_z(L, tau, nu, mean, tau_c, nu_c, tilted[0])
     dK = outer_minus_R(b, Li, np.sqrt(tau), 0.5)
-    dth = tilted[3, :].sum(keepdims=True)[: likelihood.n_params]
-    if not (np.isfinite(log_z) and np.isfinite(dK.sum()) and np.all(np.isfinite(dth))):
-        return None
-    return log_z, dK, dth, tilted[0].copy(), sweeps, EPState(tau, nu, first_change)
+    if n_params > 0:
+        dth[0] = tilted[3, :].sum()
+    ok = np.isfinite(log_z) and np.isfinite(dK.sum()) and np.all(np.isfinite(dth))
+    return ok, log_z, dK, dth, tilted[0].copy(), sweeps, tau, nu, first_change
 
 
 def _prior_structure(K, n):

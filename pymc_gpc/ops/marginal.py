@@ -56,13 +56,14 @@ from pytensor.graph.rewriting.basic import in2out, node_rewriter
 
 from .._numba_cache import cache_key
 from ..approximations.adf import adf
-from ..approximations.ep import ep, ep_warm
+from ..approximations.ep import EPState, ep, ep_warm
 from ..approximations.laplace import laplace
 from ..approximations.meanfield import meanfield
 from ..approximations.multinomial_probit_ep import multinomial_probit_ep
 from ..approximations.softmax_laplace import softmax_laplace
 from ..numerics.workspace import POOL
 from ..validation import trusted_kernel
+from . import thread_state
 
 STATUS_CONVERGED, STATUS_NOT_CONVERGED, STATUS_FAILED = 0, 1, 2
 
@@ -408,7 +409,9 @@ class ApproxMarginalOp(Op):
 
     ``counts`` (not a prop, not pickled) tallies, per Op instance, the evaluations,
     retries taken, non-converged and failed results since construction (diagnostics:
-    increments from concurrent threads are not locked).
+    increments from concurrent threads are not locked); its evaluations include those of
+    the compiled path (``ops.compiled_ep``) under this Op's keys, which equal Ops on
+    equal data share.
     """
 
     __props__ = ("approximation", "likelihood_type", "options", "hyper_names", "defer_loo")
@@ -447,13 +450,20 @@ class ApproxMarginalOp(Op):
         """No warm starts, zero counts, listed for ``reset_warm_starts`` (new or unpickled)."""
         self._shared = {}  # the per-thread state; one dict for an Op and its ``deferring_loo`` copies
         self.reset_warm_starts()
-        self.counts = _new_counts()
+        self._counts = _new_counts()
         _LIVE_OPS[id(self)] = self
+
+    @property
+    def counts(self):
+        """The evaluations, retries, non-converged and failed results (a new dict)."""
+        counts = dict(self._counts)
+        counts["evaluations"] += sum(thread_state.evaluations(k) for k in self._shared.get("compiled", ()))
+        return counts
 
     def __getstate__(self):
         state = self.__dict__.copy()
         state.pop("_shared", None)
-        state.pop("counts", None)
+        state.pop("_counts", None)
         return state
 
     def __setstate__(self, state):
@@ -490,6 +500,8 @@ class ApproxMarginalOp(Op):
         the solution within the solver's tolerance, the same seed gave different draws.
         """
         self._shared["threads"] = PerThread(_thread_state)
+        for key in self._shared.get("compiled", ()):  # the compiled path's (``compiled_ep``)
+            thread_state.reset(key)
 
     @property
     def _threads(self):
@@ -501,6 +513,16 @@ class ApproxMarginalOp(Op):
         twin.defer_loo = True
         twin._shared = self._shared
         return twin
+
+    @property
+    def compiles_ep(self):
+        """Whether the numba implementation runs this Op's common case compiled
+        (``ops.compiled_ep``): binary EP with the default schedule and one of the package's
+        likelihoods."""
+        from ..likelihoods.binary import LIKELIHOODS
+
+        return (type(self) is ApproxMarginalOp and self.approximation == "ep"
+                and self.likelihood_type in LIKELIHOODS and dict(self.options).keys() <= {"tol", "max_sweeps"})
 
     def prepare_node(self, node, storage_map, compute_map, impl):
         self.reset_warm_starts()
@@ -564,19 +586,27 @@ class ApproxMarginalOp(Op):
     def _perform(self, inputs, output_storage):
         """Solve and write the outputs; returns the result's ``loo_later`` (None unless the LOO
         output was deferred)."""
+        hyper = inputs[3] if len(inputs) > 3 else np.zeros(0)
+        warm = self._warm_starts(inputs[2].shape[0])
+        state, loo_later = self._evaluate(inputs, warm.guess(hyper), output_storage)
+        if state is not None:
+            warm.add(hyper, state)
+        return loo_later
+
+    def _evaluate(self, inputs, guess, output_storage):
+        """Solve from the warm start ``guess`` (a solver state or None) and write the outputs;
+        returns (the solution's state to keep as a warm start, or None after a failure;
+        the result's ``loo_later``)."""
         K, params, y = inputs[:3]
         hyper = inputs[3] if len(inputs) > 3 else np.zeros(0)
         n = y.shape[0]
         options = self._solver_options()
-        self.counts["evaluations"] += 1
-        warm = self._warm_starts(n)
-        guess = warm.guess(hyper)
+        self._counts["evaluations"] += 1
         fast = self._fast_ep(K, params, y, guess, options)
         if fast is not None:
             log_z, dK, dth, loo, sweeps, state = fast
-            warm.add(hyper, state)
             _write_outputs(output_storage, log_z, dK, dth, loo, sweeps, STATUS_CONVERGED)
-            return None
+            return state, None
         result, status, retries = None, STATUS_FAILED, 0
         try:  # ep() / laplace() reject non-finite or invalid inputs with ValueError
             with trusted_kernel():  # K comes from a covariance function: no extra PSD check
@@ -590,14 +620,14 @@ class ApproxMarginalOp(Op):
             # NotPositiveDefiniteError is a LinAlgError; a ZeroDivisionError from compiled
             # code (a zero prior variance) is an ArithmeticError: the point is rejected
             status = STATUS_FAILED
-        self.counts["retries"] += retries
+        self._counts["retries"] += retries
         if status == STATUS_FAILED:
-            self.counts["failed"] += 1
+            self._counts["failed"] += 1
             _write_outputs(output_storage, -np.inf, np.zeros(K.shape), np.zeros(len(params)),
                            np.full(n, -np.inf), 0, status)
-            return None
+            return None, None
         if status == STATUS_NOT_CONVERGED:
-            self.counts["not_converged"] += 1
+            self._counts["not_converged"] += 1
             point = self._describe_point(params, hyper)
             warnings.warn(
                 f"{self.approximation.upper()} did not converge at {point or 'this point'} "
@@ -607,7 +637,6 @@ class ApproxMarginalOp(Op):
                 ApproximationFailedWarning,
                 stacklevel=2,
             )
-        warm.add(hyper, result.state)
         no_grad = result.dlog_z_dK is None  # ADF: NaN, and pullback refuses (below)
         _write_outputs(
             output_storage,
@@ -618,7 +647,7 @@ class ApproxMarginalOp(Op):
             result.n_iter,
             status,
         )
-        return result.loo_later
+        return result.state, result.loo_later
 
     def _fast_ep(self, K, params, y, state, options):
         """``ep.ep_warm`` where it applies, else None: EP with the default schedule (only
@@ -766,6 +795,42 @@ def _perform_registered(key, inputs):
     return tuple(s[0] for s in storage)
 
 
+def _registered_op(key):
+    """The first Op still alive among those registered under ``key``."""
+    return next(ref() for ref, _ in _NUMBA_OPS[key] if ref() is not None)
+
+
+def _fallback_ep(key, K, params, y, hyper, use_block, has_start, tau, nu, first_change):
+    """The Python path of a compiled EP evaluation that ``compiled_ep.evaluate`` left undone,
+    from its warm start (tau, nu, first_change where ``has_start``). Returns the six
+    outputs as the compiled code declares them, then (whether there is a solution to keep,
+    its tau, nu and first change). Without a block (``thread_state``'s table is full) the
+    Op's ``perform`` with its Python state."""
+    op = _registered_op(key)
+    storage = [[None] for _ in range(6)]
+    inputs = [K, params, y, hyper]
+    state = None
+    if not use_block:
+        op.perform(None, inputs, storage)
+    else:
+        guess = EPState(tau.copy(), nu.copy(), first_change) if has_start else None
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+            state, _ = op._evaluate(inputs, guess, storage)
+    log_z, dK, dth, loo, n_iter, status = (s[0] for s in storage)
+    outputs = (float(log_z), np.ascontiguousarray(dK, dtype=float), np.ascontiguousarray(dth, dtype=float),
+               np.ascontiguousarray(loo, dtype=float), int(n_iter), int(status))
+    if state is None:
+        return (*outputs, False, np.zeros(y.shape[0]), np.zeros(y.shape[0]), np.inf)
+    return (*outputs, True, np.ascontiguousarray(state.tau, dtype=float),
+            np.ascontiguousarray(state.nu, dtype=float), float(state.first_change))
+
+
+def _release_if_unused(key):
+    """Drop the compiled path's blocks of ``key`` once no Op of that key is alive."""
+    if not any(ref() is not None for ref, _ in _NUMBA_OPS.get(key, ())):
+        thread_state.release(key)
+
+
 def _register_numba(op_types=None):
     """Run the Ops' Python ``perform`` from numba-compiled graphs, without a warning.
 
@@ -776,6 +841,9 @@ def _register_numba(op_types=None):
     that numba can cache the whole compiled graph on disk: a model's logp and gradient
     then compile in well under a second from the second ``pm.sample`` on, instead of
     about 5 s each time.
+
+    An Op whose ``compiles_ep`` is set gets ``_compiled_ep_function`` instead: its common
+    case runs without Python (``ops.compiled_ep``), the rest through ``_fallback_ep``.
     """
     try:
         import numba
@@ -793,10 +861,17 @@ def _register_numba(op_types=None):
         refs[:] = [r for r in refs if r[0]() is not None]
         if not any(r[0]() is op for r in refs):
             refs.append((weakref.ref(op), len(node.outputs)))
+        compiled = getattr(op, "compiles_ep", False)
+        if compiled and key not in op._shared.setdefault("compiled", set()):
+            op._shared["compiled"].add(key)
+            weakref.finalize(op, _release_if_unused, key)
         for ref, _ in refs:  # any of them may answer the compiled graph (``_perform_registered``)
             alive = ref()
             if alive is not None and hasattr(alive, "reset_warm_starts"):
                 alive.reset_warm_starts()
+        if compiled:
+            thread_state.reset(key)
+            return _compiled_ep_function(op, key, numba, numba_njit), key
         ret_sig = numba.types.Tuple([get_numba_type(o.type) for o in node.outputs])
 
         @numba_njit
@@ -812,3 +887,47 @@ def _register_numba(op_types=None):
 
 
 _register_numba()
+
+
+def _compiled_ep_function(op, key, numba, numba_njit):
+    """The numba implementation of an Op with ``compiles_ep``: ``compiled_ep.evaluate`` on
+    this thread's block (made on the thread's first call, in Python), the Python path
+    (``_fallback_ep``) for what it leaves undone. Only those two steps enter Python."""
+    from . import compiled_ep
+
+    h = thread_state.key_hash(key)
+    kind, n_params = op._lik.kind, op._lik.n_params
+    options = op._solver_options()
+    tol, max_sweeps = float(options["tol"]), int(options.get("max_sweeps", 300))
+
+    @numba_njit
+    def allocate(n, p, q):
+        with numba.objmode():
+            thread_state.allocate(key, n, p, q)
+
+    @numba_njit
+    def fallback(K, params, y, hyper, use_block, has, tau, nu, change):
+        with numba.objmode(log_z="float64", dK="float64[:, ::1]", dth="float64[::1]", loo="float64[::1]",
+                           n_iter="int64", status="int64", stored="boolean", tau_out="float64[::1]",
+                           nu_out="float64[::1]", change_out="float64"):
+            log_z, dK, dth, loo, n_iter, status, stored, tau_out, nu_out, change_out = _fallback_ep(
+                key, K, params, y, hyper, use_block, has, tau, nu, change)
+        return log_z, dK, dth, loo, n_iter, status, stored, tau_out, nu_out, change_out
+
+    @numba_njit
+    def approx_marginal_ep(K, params, y, hyper):
+        n, p, q = y.shape[0], hyper.shape[0], params.shape[0]
+        Kc = np.ascontiguousarray(K)
+        block = thread_state.find_block(h, n, p, q)
+        if block.size == 0:
+            allocate(n, p, q)
+            block = thread_state.find_block(h, n, p, q)
+        done, log_z, dK, dth, loo, n_iter, status, has, tau, nu, change = compiled_ep.evaluate(
+            block, kind, n_params, tol, max_sweeps, Kc, params, y, hyper)
+        if not done:
+            log_z, dK, dth, loo, n_iter, status, stored, tau, nu, change = fallback(
+                Kc, params, y, hyper, block.size > 0, has, tau, nu, change)
+            compiled_ep.store(block, Kc, params, y, hyper, log_z, dK, dth, loo, n_iter, status, stored, tau, nu, change)
+        return np.asarray(log_z), dK, dth, loo, np.asarray(n_iter), np.asarray(status)
+
+    return approx_marginal_ep

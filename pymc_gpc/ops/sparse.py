@@ -91,7 +91,7 @@ class SparseMarginalOp(ApproxMarginalOp):
         hyper = inputs[5] if len(inputs) > 5 else np.zeros(0)
         n = y.shape[0]
         options = self._solver_options()
-        self.counts["evaluations"] += 1
+        self._counts["evaluations"] += 1
         warm = self._warm_starts(n)
         result, status, retries = None, STATUS_FAILED, 0
         try:
@@ -105,14 +105,14 @@ class SparseMarginalOp(ApproxMarginalOp):
             status = (STATUS_CONVERGED if result.converged else STATUS_NOT_CONVERGED) if ok else STATUS_FAILED
         except (ValueError, ArithmeticError, np.linalg.LinAlgError):
             status = STATUS_FAILED
-        self.counts["retries"] += retries
+        self._counts["retries"] += retries
         if status == STATUS_FAILED:
-            self.counts["failed"] += 1
+            self._counts["failed"] += 1
             self._write(output_storage, -np.inf, (np.zeros_like(Kuu), np.zeros_like(Kuf), np.zeros(n)),
                         np.zeros(len(params)), np.full(n, -np.inf), 0, status)
             return None
         if status == STATUS_NOT_CONVERGED:
-            self.counts["not_converged"] += 1
+            self._counts["not_converged"] += 1
             warnings.warn(
                 f"{self.approximation.upper()} (FITC) did not converge at "
                 f"{self._describe_point(params, hyper) or 'this point'} (last change "
