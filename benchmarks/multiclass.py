@@ -312,7 +312,8 @@ if __name__ == "__main__":
     parser.add_argument("--draws", type=int, default=500, help="nuts: draws (and as many tuning steps)")
     parser.add_argument("--nuts", type=int, default=None, help="also run NUTS on this fold")
     parser.add_argument("--only", nargs="*", help="cv: only methods whose name contains one of these")
-    parser.add_argument("--out", default="multiclass.md", help="cv: the results file (in benchmarks/results)")
+    parser.add_argument("--out", default=None, help="the results file in benchmarks/results (default: the task's, "
+                        "multiclass.md / multiclass_nuts.md / multiclass_nuts_cv.md)")
     args = parser.parse_args()
     if args.task == "timing":
         timing()
@@ -321,14 +322,14 @@ if __name__ == "__main__":
 
         data = load_fgl()
         lines = nuts(data, stratified_folds(data.y, 10, seed=0), args.fold, args.draws, args.draws, args.only)
-        (RESULTS / "multiclass_nuts.md").write_text("\n".join(lines) + "\n")
+        (RESULTS / (args.out or "multiclass_nuts.md")).write_text("\n".join(lines) + "\n")
         print("\n".join(lines))
     elif args.task == "nuts-cv":
         from pymc_gpc.datasets import load_fgl, stratified_folds
 
         data = load_fgl()
         lines = nuts_cv(data, stratified_folds(data.y, 10, seed=0), args.draws, args.draws, args.only)
-        (RESULTS / "multiclass_nuts_cv.md").write_text("\n".join(lines) + "\n")
+        (RESULTS / (args.out or "multiclass_nuts_cv.md")).write_text("\n".join(lines) + "\n")
         print("\n".join(lines))
     else:
-        cv(args.nuts, only=args.only, out=args.out)
+        cv(args.nuts, only=args.only, out=args.out or "multiclass.md")
