@@ -1,10 +1,12 @@
 """nutpie's chains as threads: what one chain costs the other through the GIL (issue 18).
 
-nutpie runs its chains as Rust threads of one process. Each evaluation enters Python through
-numba's object-mode blocks (the Op, and the ARD kernel's exponential), and whatever it does
-while holding the GIL the other chain waits for: the Op's Python around the compiled EP
-loop, numba's dispatch of that loop, and the making and destroying of a Python thread state
-at every block (numba's PyGILState_Ensure / Release on a thread Python did not start).
+nutpie runs its chains as Rust threads of one process. Up to 8d270eb each evaluation entered
+Python through numba's object-mode blocks (the Op, and the ARD kernel's exponential), and
+whatever it did while holding the GIL the other chain waited for: the Op's Python around
+the compiled EP loop, numba's dispatch of that loop, and the making and destroying of a
+Python thread state at every block (numba's PyGILState_Ensure / Release on a thread Python
+did not start). Since then the kernel and binary EP's common case run compiled
+(``ops.compiled_ep``): an evaluation enters Python only where that declines.
 
 For each data set, ``pymc_gpc.sample(nuts_sampler="nutpie")`` 2 chains x (tune + draws),
 seed 1, with the chains run one after the other (``cores=1``: one thread at a time) and
@@ -13,8 +15,9 @@ after an untimed 5 + 5 run; with ``--baseline DIR LABEL`` also another version o
 package (through ``PYTHONPATH``), in its own process.
 
 Columns: wall time of the call; Op evaluations (both chains, warm-up included; counted at
-the object-mode entry); EP sweeps per evaluation (the sweeps of the compiled solves,
-``ep.ep_warm``, over those evaluations: an answer from the recent results counts as an
+the object-mode entry, and by ``ops.thread_state``'s tallies on the compiled path); EP sweeps
+per evaluation (the sweeps of the compiled solves, ``ep.ep_warm`` and the compiled path's,
+over those evaluations: an answer from the recent results counts as an
 evaluation without sweeps, so this is a little below the sampler's own figure, and equal
 counts in two rows mean the same trajectories); ms of wall per evaluation per thread (wall x threads / evaluations);
 and the two-thread cost relative to one thread (1: the chains do not slow each other; the

@@ -1,5 +1,6 @@
 """The PyTensor Op: value, gradients through pm.gp.cov kernels, failures, pickling."""
 
+import gc
 import warnings
 
 import cloudpickle
@@ -642,12 +643,15 @@ def test_a_full_thread_state_table_leaves_the_op_on_its_python_state():
     X, y = random_problem(rng, 20, d=2)
     (f_numba, _), (op, _) = _walk_functions(L.Probit, X, y)
     fillers = []
+    gc.collect()  # Ops of earlier tests: their rows are released at the next ``allocate`` ...
+    gc.disable()  # ... and none while the table is full
     try:
         while np.any(thread_state._TABLE[:, 0] <= 0):
             fillers.append(f"filler {len(fillers)}")
             thread_state.allocate(fillers[-1], 1, 0, 0)
         values = [f_numba(np.array([0.1 * k, 0.0]), 0.3, np.zeros(0))[0] for k in range(3)]
     finally:
+        gc.enable()
         for key in fillers:
             thread_state.release(key)
     assert np.all(np.isfinite(values)) and op._counts["evaluations"] == 3

@@ -826,9 +826,10 @@ def _fallback_ep(key, K, params, y, hyper, use_block, has_start, tau, nu, first_
 
 
 def _release_if_unused(key):
-    """Drop the compiled path's blocks of ``key`` once no Op of that key is alive."""
+    """Drop the compiled path's blocks of ``key`` once no Op of that key is alive (a
+    finalizer: the release itself waits for the next block made, ``release_later``)."""
     if not any(ref() is not None for ref, _ in _NUMBA_OPS.get(key, ())):
-        thread_state.release(key)
+        thread_state.release_later(key)
 
 
 def _register_numba(op_types=None):

@@ -12,8 +12,10 @@ a fixed symbol name (as ``numerics.lapack`` does for the LAPACK routines), so co
 code that refers to it can be cached on disk and reloaded by another process. A thread
 that finds no block asks Python for one (``allocate``, under a lock, in an object-mode
 block: once per thread and key); the row's key is written last, so a scanning thread
-never reads a half-written row. Rows are released (key set to ``_FREED``) when no Op
-of their key is alive (``release``); a full table leaves the Op on its Python state.
+never reads a half-written row. Rows are released (key set to ``_FREED``) and their
+blocks freed once no Op of their key is alive (``release_later``, from a finalizer;
+done at the next ``allocate``), so a compiled function must not outlive its Ops (a
+PyTensor function holds its graph's). A full table leaves the Op on its Python state.
 
 Block layout (``_layout``): a header of ``_HEADER`` numbers (warm-start count and
 oldest slot, recent-result count and oldest slot, then the ``TALLIES``), then the
@@ -137,6 +139,7 @@ def find_block(key, n, p, q):
 
 _LOCK = threading.Lock()
 _BLOCKS = {}  # key -> [(row, block)]
+_PENDING = []  # keys whose Ops have all died, released at the next ``allocate``
 
 
 def key_hash(key):
@@ -148,6 +151,7 @@ def allocate(key, n, p, q):
     """Give this thread a zeroed block for (key, n, p, q), unless the table is full."""
     h = key_hash(key)
     with _LOCK:
+        _release_pending()
         me = threading.get_ident()
         for row, _ in _BLOCKS.get(h, ()):
             if tuple(_TABLE[row, _THREAD:_Q + 1]) == (me, n, p, q):
@@ -195,8 +199,24 @@ def threads(key):
 def release(key):
     """Drop the blocks of ``key`` (no Op of that key is alive)."""
     with _LOCK:
-        for row, _ in _BLOCKS.pop(key_hash(key), ()):
-            _TABLE[row, _KEY] = _FREED
+        _release_pending()
+        _drop(key_hash(key))
+
+
+def release_later(key):
+    """``release`` at the next ``allocate``: for finalizers, which run inside garbage
+    collection, possibly while this thread holds the lock (one list append, no lock)."""
+    _PENDING.append(key)
+
+
+def _release_pending():
+    while _PENDING:
+        _drop(key_hash(_PENDING.pop()))
+
+
+def _drop(h):
+    for row, _ in _BLOCKS.pop(h, ()):
+        _TABLE[row, _KEY] = _FREED
 
 
 # -- Compiled warm starts (``marginal.WarmStarts``) -------------------------------------
