@@ -5,8 +5,9 @@ Python through numba's object-mode blocks (the Op, and the ARD kernel's exponent
 whatever it did while holding the GIL the other chain waited for: the Op's Python around
 the compiled EP loop, numba's dispatch of that loop, and the making and destroying of a
 Python thread state at every block (numba's PyGILState_Ensure / Release on a thread Python
-did not start). Since then the kernel and binary EP's common case run compiled
-(``ops.compiled_ep``): an evaluation enters Python only where that declines.
+did not start). Since then the kernel's exponential runs compiled, and with
+PYMC_GPC_COMPILED_EP=1 binary EP's common case too (``ops.compiled_ep``): an evaluation then
+enters Python only where that declines (off by default: README, "Where EP is hard").
 
 For each data set, ``pymc_gpc.sample(nuts_sampler="nutpie")`` 2 chains x (tune + draws),
 seed 1, with the chains run one after the other (``cores=1``: one thread at a time) and

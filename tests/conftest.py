@@ -124,3 +124,12 @@ def random_problem(rng, n, d=2, flip=0.15):
     if len(np.unique(y)) < 2:
         y[0] = -y[0]
     return X, y
+
+
+@pytest.fixture
+def compiled_ep(monkeypatch):
+    """Binary EP's compiled numba implementation (``ops.compiled_ep``) for graphs compiled
+    in the test (``ops.marginal.COMPILED_EP``, off by default)."""
+    from pymc_gpc.ops import marginal
+
+    monkeypatch.setattr(marginal, "COMPILED_EP", True)

@@ -193,7 +193,30 @@ def test_nutpie_samples_the_same_model():
     assert np.all(np.isfinite(np.asarray(idata["posterior"]["y_loo"])))
 
 
-def test_nutpie_threads_keep_their_warm_starts():
+def test_nutpie_threads_keep_their_warm_starts(monkeypatch):
+    """nutpie's Rust threads enter Python afresh at every evaluation (a new Python thread
+    state each time): the warm starts must survive that (they did not with threading.local)."""
+    from pymc_gpc.ops import marginal as ops
+
+    rng = np.random.default_rng(12)
+    X, y = random_problem(rng, 30)
+    model, _ = build(X, y)
+    starts = []
+    solve = ops.ep_warm  # the Op's hot path (ep() only for what it declines)
+
+    def recording(K, y, lik, th, state, **kwargs):
+        starts.append(state is None)
+        return solve(K, y, lik, th, state, **kwargs)
+
+    monkeypatch.setattr(ops, "ep_warm", recording)
+    with model:
+        pm.sample(draws=30, tune=30, chains=1, random_seed=3, progressbar=False,
+                  nuts_sampler="nutpie", compute_convergence_checks=False)
+    assert len(starts) > 100
+    assert np.mean(starts) < 0.05  # cold starts: the first evaluation of each function only
+
+
+def test_nutpie_threads_keep_their_warm_starts_compiled(compiled_ep):
     """nutpie runs the compiled logp on its Rust threads: each thread keeps its warm starts
     in compiled memory (``ops.thread_state``), so only a thread's first evaluation starts
     cold (under threading.local in Python each evaluation had started cold), and the

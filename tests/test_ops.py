@@ -186,10 +186,14 @@ def test_compiled_function_pickles_and_runs_after_unpickling():
     assert fn2(*args)[0] == pytest.approx(before, abs=1e-10)
 
 
-def test_warm_start_state_is_per_thread():
+@pytest.mark.parametrize("compiled", [False, True])
+def test_warm_start_state_is_per_thread(compiled, monkeypatch):
     """Two threads evaluating the same Op never read each other's sites."""
     import threading
 
+    from pymc_gpc.ops import marginal
+
+    monkeypatch.setattr(marginal, "COMPILED_EP", compiled)
     rng = np.random.default_rng(14)
     X, y = random_problem(rng, 30, d=2)
     op = ApproxMarginalOp("ep", L.Probit, (("tol", 1e-6),))  # tight: compared with ep() below
@@ -210,9 +214,11 @@ def test_warm_start_state_is_per_thread():
     [t.join() for t in threads]
     for i in range(2):
         np.testing.assert_allclose(got[i], want[i], atol=1e-7)
-    # one state per worker thread, held by the compiled path (``ops.thread_state``)
-    (key,) = op._shared["compiled"]
-    assert len(thread_state.threads(key)) == 2 and not op._threads.items
+    if compiled:  # one state per worker thread, held by the compiled path (``ops.thread_state``)
+        (key,) = op._shared["compiled"]
+        assert len(thread_state.threads(key)) == 2 and not op._threads.items
+    else:
+        assert len(op._threads.items) == 2
 
 
 @pytest.mark.parametrize("linker", ["numba", "py"])
@@ -535,7 +541,7 @@ def _walk_functions(lik_type, X, y):
 
 
 @pytest.mark.parametrize("lik_type, theta", [(L.Probit, []), (L.ProbitNoise, [0.8]), (L.StepLabelNoise, [0.05])])
-def test_compiled_path_gives_the_python_paths_results_along_a_random_walk(lik_type, theta):
+def test_compiled_path_gives_the_python_paths_results_along_a_random_walk(lik_type, theta, compiled_ep):
     """Along a random walk of the hyperparameters with revisited points (recent results),
     the compiled EP path and the Python path give the same values, gradients, LOO terms
     and sweeps (to rounding: both warm-start alike), and the numba function solves
@@ -570,7 +576,7 @@ def test_compiled_path_gives_the_python_paths_results_along_a_random_walk(lik_ty
         assert op_numba._counts["evaluations"] == 0 and solves > 30
 
 
-def test_compiled_path_failures_are_those_of_the_python_path():
+def test_compiled_path_failures_are_those_of_the_python_path(compiled_ep):
     """Invalid likelihood parameters and an overflowing kernel through the compiled function:
     log Z = -inf, status 2 and the gradient of the Python path (zero in dlog Z / dK, so
     zero in log_ls; NaN in log_amp where K itself is infinite)."""
@@ -636,7 +642,7 @@ def test_thread_state_blocks_keep_warm_starts_and_recent_results_exactly():
     assert thread_state.find_block(thread_state.key_hash(key), n, p, q).size == 0
 
 
-def test_a_full_thread_state_table_leaves_the_op_on_its_python_state():
+def test_a_full_thread_state_table_leaves_the_op_on_its_python_state(compiled_ep):
     """With no free row for a new thread block, the compiled function still answers, through
     the Op's Python path and its per-thread Python state (warm starts kept there)."""
     rng = np.random.default_rng(24)

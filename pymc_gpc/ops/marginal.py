@@ -46,6 +46,7 @@ import threading
 import warnings
 import weakref
 
+import numba
 import numpy as np
 import pytensor.tensor as pt
 from pytensor.compile import optdb
@@ -517,11 +518,11 @@ class ApproxMarginalOp(Op):
     @property
     def compiles_ep(self):
         """Whether the numba implementation runs this Op's common case compiled
-        (``ops.compiled_ep``): binary EP with the default schedule and one of the package's
-        likelihoods."""
+        (``ops.compiled_ep``): where ``COMPILED_EP`` is set, binary EP with the default
+        schedule and one of the package's likelihoods."""
         from ..likelihoods.binary import LIKELIHOODS
 
-        return (type(self) is ApproxMarginalOp and self.approximation == "ep"
+        return (COMPILED_EP and type(self) is ApproxMarginalOp and self.approximation == "ep"
                 and self.likelihood_type in LIKELIHOODS and dict(self.options).keys() <= {"tol", "max_sweeps"})
 
     def prepare_node(self, node, storage_map, compute_map, impl):
@@ -767,6 +768,16 @@ class LatentPredictiveOp(Op):
         return [grad_not_implemented(self, i, v, "prediction has no gradient") for i, v in enumerate(inputs)]
 
 
+# Whether binary EP's numba implementation is the compiled one (``ops.compiled_ep``: no
+# Python, no GIL per evaluation) rather than the object-mode call of ``perform``; read when
+# a graph is compiled (environment variable PYMC_GPC_COMPILED_EP=1, or set this). Off by
+# default: per evaluation it is faster (Pima, PyMC's logp_dlogp_function in one thread,
+# 400 points of a random walk: 1.45-1.51 against 1.63-1.93 ms, 2026-11-27), but nutpie
+# builds a numba cfunc around the logp at every compilation, uncached, and with the EP
+# engine linked into it that took 11 s instead of 2.3 s per ``pymc_gpc.sample`` call on Pima
+# (LLVM optimising the linked module, by py-spy), more than a Pima run's sampling gains.
+COMPILED_EP = os.environ.get("PYMC_GPC_COMPILED_EP", "0") == "1"
+
 # Ops whose numba implementation has been built in this process, by cache key
 # (``_numba_key``), held weakly; the compiled graph names its Op by that key. Equal Ops
 # on equal data share one key: the first one still alive answers (results are the
@@ -825,6 +836,25 @@ def _fallback_ep(key, K, params, y, hyper, use_block, has_start, tau, nu, first_
             np.ascontiguousarray(state.nu, dtype=float), float(state.first_change))
 
 
+# The two object-mode steps of the compiled function, module-level and cached on disk
+# (closures calling closures made PyTensor's cache of the whole graph miss: 9 s of
+# compilation at every ``pm.sample``).
+@numba.njit(cache=True)
+def _allocate_block(key, n, p, q):
+    with numba.objmode():
+        thread_state.allocate(key, n, p, q)
+
+
+@numba.njit(cache=True)
+def _fallback_block(key, K, params, y, hyper, use_block, has, tau, nu, change):
+    with numba.objmode(log_z="float64", dK="float64[:, ::1]", dth="float64[::1]", loo="float64[::1]",
+                       n_iter="int64", status="int64", stored="boolean", tau_out="float64[::1]",
+                       nu_out="float64[::1]", change_out="float64"):
+        log_z, dK, dth, loo, n_iter, status, stored, tau_out, nu_out, change_out = _fallback_ep(
+            key, K, params, y, hyper, use_block, has, tau, nu, change)
+    return log_z, dK, dth, loo, n_iter, status, stored, tau_out, nu_out, change_out
+
+
 def _release_if_unused(key):
     """Drop the compiled path's blocks of ``key`` once no Op of that key is alive (a
     finalizer: the release itself waits for the next block made, ``release_later``)."""
@@ -872,7 +902,7 @@ def _register_numba(op_types=None):
                 alive.reset_warm_starts()
         if compiled:
             thread_state.reset(key)
-            return _compiled_ep_function(op, key, numba, numba_njit), key
+            return _compiled_ep_function(op, key, numba, numba_njit), key + "_compiled"
         ret_sig = numba.types.Tuple([get_numba_type(o.type) for o in node.outputs])
 
         @numba_njit
@@ -902,32 +932,18 @@ def _compiled_ep_function(op, key, numba, numba_njit):
     tol, max_sweeps = float(options["tol"]), int(options.get("max_sweeps", 300))
 
     @numba_njit
-    def allocate(n, p, q):
-        with numba.objmode():
-            thread_state.allocate(key, n, p, q)
-
-    @numba_njit
-    def fallback(K, params, y, hyper, use_block, has, tau, nu, change):
-        with numba.objmode(log_z="float64", dK="float64[:, ::1]", dth="float64[::1]", loo="float64[::1]",
-                           n_iter="int64", status="int64", stored="boolean", tau_out="float64[::1]",
-                           nu_out="float64[::1]", change_out="float64"):
-            log_z, dK, dth, loo, n_iter, status, stored, tau_out, nu_out, change_out = _fallback_ep(
-                key, K, params, y, hyper, use_block, has, tau, nu, change)
-        return log_z, dK, dth, loo, n_iter, status, stored, tau_out, nu_out, change_out
-
-    @numba_njit
     def approx_marginal_ep(K, params, y, hyper):
         n, p, q = y.shape[0], hyper.shape[0], params.shape[0]
         Kc = np.ascontiguousarray(K)
         block = thread_state.find_block(h, n, p, q)
         if block.size == 0:
-            allocate(n, p, q)
+            _allocate_block(key, n, p, q)
             block = thread_state.find_block(h, n, p, q)
         done, log_z, dK, dth, loo, n_iter, status, has, tau, nu, change = compiled_ep.evaluate(
             block, kind, n_params, tol, max_sweeps, Kc, params, y, hyper)
         if not done:
-            log_z, dK, dth, loo, n_iter, status, stored, tau, nu, change = fallback(
-                Kc, params, y, hyper, block.size > 0, has, tau, nu, change)
+            log_z, dK, dth, loo, n_iter, status, stored, tau, nu, change = _fallback_block(
+                key, Kc, params, y, hyper, block.size > 0, has, tau, nu, change)
             compiled_ep.store(block, Kc, params, y, hyper, log_z, dK, dth, loo, n_iter, status, stored, tau, nu, change)
         return np.asarray(log_z), dK, dth, loo, np.asarray(n_iter), np.asarray(status)
 
