@@ -902,7 +902,7 @@ def _register_numba(op_types=None):
                 alive.reset_warm_starts()
         if compiled:
             thread_state.reset(key)
-            return _compiled_ep_function(op, key, numba, numba_njit), key + "_compiled"
+            return _compiled_ep_function(op, key, numba_njit), key + "_compiled"
         ret_sig = numba.types.Tuple([get_numba_type(o.type) for o in node.outputs])
 
         @numba_njit
@@ -920,7 +920,7 @@ def _register_numba(op_types=None):
 _register_numba()
 
 
-def _compiled_ep_function(op, key, numba, numba_njit):
+def _compiled_ep_function(op, key, numba_njit):
     """The numba implementation of an Op with ``compiles_ep``: ``compiled_ep.evaluate`` on
     this thread's block (made on the thread's first call, in Python), the Python path
     (``_fallback_ep``) for what it leaves undone. Only those two steps enter Python."""
