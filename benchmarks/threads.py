@@ -104,8 +104,8 @@ def child(name, repeats, draws):
             print(json.dumps({"cores": cores, "wall": wall, "evaluations": evaluations, "sweeps": swept}), flush=True)
 
 
-def run_variant(name, repeats, draws, pythonpath=None):
-    env = {**os.environ, "PYTHONPATH": pythonpath} if pythonpath else None
+def run_variant(name, repeats, draws, env=None):
+    env = {**os.environ, **env} if env else None
     out = subprocess.run([sys.executable, __file__, "--child", name, str(repeats), str(draws)],
                          capture_output=True, text=True, check=True, env=env)
     return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
@@ -118,6 +118,9 @@ def main():
     parser.add_argument("--baseline", nargs=2, metavar=("DIR", "LABEL"),
                         help="also run the pymc_gpc package found in DIR (e.g. `git archive <commit> pymc_gpc` "
                              "unpacked there), as is, labelled LABEL")
+    parser.add_argument("--paths", action="store_true",
+                        help="run this code twice: binary EP's compiled Op (PYMC_GPC_COMPILED_EP=1) and its "
+                             "object-mode Op (=0)")
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -129,9 +132,15 @@ def main():
     rows = []
     for name in args.data:
         draws = DRAWS.get(name, 300)
-        variants = [("this code", None)] + ([(args.baseline[1], args.baseline[0])] if args.baseline else [])
-        for variant, pythonpath in variants:
-            runs = run_variant(name, args.repeats, draws, pythonpath)
+        variants = ([("compiled EP Op", {"PYMC_GPC_COMPILED_EP": "1"}), ("object-mode Op", {"PYMC_GPC_COMPILED_EP": "0"})]
+                    if args.paths else [("this code", None)])
+        variants += [(args.baseline[1], {"PYTHONPATH": args.baseline[0]})] if args.baseline else []
+        runs_of = {variant: [] for variant, _ in variants}
+        for _ in range(args.repeats):  # variants alternated, a process each: the machine's drift falls on all
+            for variant, env in variants:
+                runs_of[variant] += run_variant(name, 1, draws, env)
+        for variant, _ in variants:
+            runs = runs_of[variant]
             per = {c: [r["wall"] * c / r["evaluations"] * 1e3 for r in runs if r["cores"] == c] for c in (1, 2)}
             walls = {c: [r["wall"] for r in runs if r["cores"] == c] for c in (1, 2)}
             evals = {c: [r["evaluations"] for r in runs if r["cores"] == c] for c in (1, 2)}
@@ -139,8 +148,8 @@ def main():
             rows.append((name, draws, variant, walls, evals, per, sweeps))
             print(name, variant, {c: np.round(v, 2).tolist() for c, v in per.items()}, flush=True)
     text = ["nutpie's two chains as one thread after the other (1) or two threads at once (2), "
-            f"`pymc_gpc.sample(nuts_sampler=\"nutpie\")`, seed 1, medians of {args.repeats} alternated runs "
-            "per variant, each variant in its own process; `python benchmarks/threads.py` (module docstring).", "",
+            f"`pymc_gpc.sample(nuts_sampler=\"nutpie\")`, seed 1, medians of {args.repeats} runs "
+            "per variant, each in its own process, the variants alternated; `python benchmarks/threads.py` (module docstring).", "",
             "| data | tune + draws | code | wall, 1 / 2 threads (s) | evaluations, 1 / 2 | EP sweeps / evaluation | "
             "ms / evaluation / thread, 1 / 2 | 2 threads / 1 thread |", "|---|---|---|---|---|---|---|---|"]
     for name, draws, variant, walls, evals, per, sweeps in rows:

@@ -9,6 +9,7 @@ import pymc as pm
 import pytensor
 import pytensor.tensor as pt
 import pytest
+from numba import types
 
 from pymc_gpc import ep, laplace
 from pymc_gpc import likelihoods as L
@@ -640,6 +641,59 @@ def test_thread_state_blocks_keep_warm_starts_and_recent_results_exactly():
     assert not thread_state.recent_get(block, n, p, q, K, params, y, x)[0]
     thread_state.release(key)
     assert thread_state.find_block(thread_state.key_hash(key), n, p, q).size == 0
+
+
+def test_compiled_graphs_call_the_ep_engine_through_its_symbols(compiled_ep):
+    """The Op's numba function reaches the engine through ``compiled_ep``'s C functions
+    (declared symbols), so compiling a graph that holds it (nutpie does at every sample
+    call, uncached) does not re-optimise the engine: none of the EP loop's or the
+    warm-start store's code is in the function's LLVM module. (The function is compiled,
+    not called: PyTensor builds it without a Python wrapper.)"""
+    import numba
+    from pytensor.link.numba.dispatch.basic import numba_funcify
+
+    from pymc_gpc.ops import compiled_ep
+
+    rng = np.random.default_rng(25)
+    _, y = random_problem(rng, 12, d=2)
+    op = ApproxMarginalOp("ep", L.Probit)
+    node = op(pt.dmatrix("K"), pt.dvector("theta"), y)[0].owner
+    fn = numba_funcify(op, node)
+    fn.compile(tuple(numba.typeof(a) for a in (np.eye(12), np.zeros(0), y, np.zeros(0))))
+    llvm_ir = "\n".join(fn.inspect_llvm().values())
+    assert all(f"@{symbol}(" in llvm_ir for symbol in compiled_ep.SYMBOLS)
+    for engine in ("ep_warm_compiled", "_parallel_compiled", "warm_guess", "recent_get", "find_block"):
+        assert engine not in llvm_ir
+
+
+def test_where_the_compiled_function_fails_the_op_performs(compiled_ep, monkeypatch):
+    """Where ``compiled_ep``'s C function returns FAILED (what numba returns when its code
+    raised), the Op's ``perform`` answers: the sampler gets the Python path's values, not
+    the unwritten outputs. A stand-in C function that always fails replaces the real one
+    (PyTensor's disk cache off, so that no graph calling it is kept)."""
+    import llvmlite.binding as llvm
+    from numba import cfunc
+
+    from pymc_gpc.ops import compiled_ep as C
+
+    evaluate_at, store_at = C.external()
+
+    @cfunc(evaluate_at.sig)
+    def failing(h, kind, n_params, tol, max_sweeps, n, p, q, a, b, c, d, e, f, g, o, t, u):
+        return C.FAILED
+
+    llvm.add_symbol("test_failing_compiled_ep", failing.address)
+    monkeypatch.setattr(C, "external", lambda: (types.ExternalFunction("test_failing_compiled_ep", evaluate_at.sig),
+                                               store_at))
+    rng = np.random.default_rng(26)
+    X, y = random_problem(rng, 15, d=2)
+    with pytensor.config.change_flags(numba__cache=False):
+        (f_numba, f_py), (op, _) = _walk_functions(L.ProbitNoise, X, y)
+    for log_amp, sigma in [(0.0, 1.0), (0.4, 1.0), (0.0, -1.0)]:
+        got, want = f_numba(np.zeros(2), log_amp, np.array([sigma])), f_py(np.zeros(2), log_amp, np.array([sigma]))
+        for a, b in zip(got, want):
+            np.testing.assert_allclose(a, b, rtol=1e-12)
+    assert op._counts["evaluations"] == 3 and op._counts["failed"] == 1
 
 
 def test_a_full_thread_state_table_leaves_the_op_on_its_python_state(compiled_ep):

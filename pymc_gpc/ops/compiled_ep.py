@@ -3,20 +3,91 @@
 Inside a sampler nearly every evaluation is the same case: EP with the default
 schedule, labels -1/+1, valid likelihood parameters, a warm start with non-negative
 sites, and a compiled loop that converges (``ApproxMarginalOp._fast_ep``). The numba
-implementation of the Op (``marginal._register_numba``) runs that case entirely here, in
-nopython mode and without the GIL: the recent-result lookup, the warm-start guess and
-store (``thread_state``, per OS thread), ``ep.ep_warm_compiled`` and the outputs. Every
-other case (a point ``evaluate`` declines, a non-converged loop, a failure) goes to the
-Op's Python path in an object-mode block, with the warm start found here, and its
-result is stored here as well (``store``), so the two paths share one state.
+implementation of the Op (``marginal._compiled_ep_function``) runs that case entirely
+here, in nopython mode and without the GIL: the recent-result lookup, the warm-start
+guess and store (``thread_state``, per OS thread), ``ep.ep_warm_compiled`` and the
+outputs. Every other case (a point ``evaluate`` declines, a non-converged loop, a
+failure) goes to the Op's Python path with the warm start found here, and its result is
+stored here as well (``store``), so the two paths share one state.
+
+This module's work sits behind two C-callable functions (``external``: numba cfuncs
+cached on disk, their addresses registered with LLVM under fixed symbols, as
+``numerics.lapack`` does for LAPACK). Compiled graphs call those symbols rather than
+linking the engine into their own code: nutpie builds an uncached cfunc around a model's
+logp at every compilation, and with the engine linked in, LLVM re-optimised all of it
+each time (11 s instead of 2.3 s per ``pymc_gpc.sample`` call on Pima). Neither function
+enters Python: the object-mode steps (making a thread's block, the Python path) are the
+caller's, because numba's object-mode blocks inside a cfunc failed when the cfunc was
+loaded from the disk cache ("_python_path expected 14 arguments, got 0", numba 0.63).
 """
 
+import llvmlite.binding as llvm
 import numpy as np
-from numba import njit
+from numba import carray, cfunc, njit, types
 
 from ..approximations.ep import ep_warm_compiled
 from ..likelihoods.binary import PROBIT_NOISE, STEP_LABEL_NOISE
 from . import thread_state as ts
+
+SYMBOLS = ("pymc_gpc_compiled_ep_evaluate", "pymc_gpc_compiled_ep_store")
+# What ``evaluate_at`` returns. FAILED is what numba returns from a cfunc whose code
+# raised (after printing the exception as unraisable).
+FAILED, DONE, DECLINED, NO_BLOCK = 0, 1, 2, 3
+# ``out``: log_z, n_iter, status, then whether there is a warm start (evaluate_at's
+# DECLINED) or a solution to store (store_at), and its first change
+OUT, HAS_START, FIRST_CHANGE = 5, 3, 4
+_P = types.CPointer(types.float64)
+_I = types.int64
+# evaluate_at: key hash, likelihood kind, n_params, tol, max_sweeps, n, p, q; then the
+# C-contiguous arrays K (n, n), params (q,), y (n,), hyper (p,), dlog_z/dK (n, n),
+# dlog_z/dtheta (q,), loo (n,), out (OUT,), tau (n,), nu (n,).
+# store_at: key hash, n, p, q and the same arrays, given.
+_EVALUATE = (_I, _I, _I, types.float64, _I, _I, _I, _I)
+_STORE = (_I, _I, _I, _I)
+_CFUNCS = []
+
+
+def external():
+    """(evaluate_at, store_at) as numba external functions, compiled or loaded from numba's
+    cache and registered on the first call in a process. Arrays are passed as
+    ``arr.ctypes``."""
+    if not _CFUNCS:
+        for symbol, function, scalars in zip(SYMBOLS, (_evaluate_at, _store_at), (_EVALUATE, _STORE)):
+            compiled = cfunc(types.int64(*scalars, *(_P,) * 10), cache=True)(function)
+            llvm.add_symbol(symbol, compiled.address)
+            _CFUNCS.append(compiled)
+    return tuple(types.ExternalFunction(symbol, types.int64(*scalars, *(types.voidptr,) * 10))
+                 for symbol, scalars in zip(SYMBOLS, (_EVALUATE, _STORE)))
+
+
+def _evaluate_at(h, kind, n_params, tol, max_sweeps, n, p, q, K_, params_, y_, hyper_, dK_, dth_, loo_, out_,
+                 tau_, nu_):
+    """``evaluate`` on this thread's block of the Op with key hash ``h``: DONE with the
+    outputs written, DECLINED with the warm start for the Python path written (tau, nu,
+    out[HAS_START], out[FIRST_CHANGE]), or NO_BLOCK (the caller makes one and calls again;
+    if none can be made, the Python path without a start)."""
+    block = ts.find_block(h, n, p, q)
+    if block.size == 0:
+        return NO_BLOCK
+    K, params, y, hyper = carray(K_, (n, n)), carray(params_, (q,)), carray(y_, (n,)), carray(hyper_, (p,))
+    dK, dth, loo, out = carray(dK_, (n, n)), carray(dth_, (q,)), carray(loo_, (n,)), carray(out_, (OUT,))
+    tau, nu = carray(tau_, (n,)), carray(nu_, (n,))
+    tau[:] = 0.0
+    nu[:] = 0.0
+    done, has, change = evaluate(block, kind, n_params, tol, max_sweeps, K, params, y, hyper, dK, dth, loo, out, tau, nu)
+    out[HAS_START], out[FIRST_CHANGE] = has, change
+    return DONE if done else DECLINED
+
+
+def _store_at(h, n, p, q, K_, params_, y_, hyper_, dK_, dth_, loo_, out_, tau_, nu_):
+    """``store`` into this thread's block: the Python path's result (out: log_z, n_iter,
+    status, whether tau and nu hold a solution to keep, its first change)."""
+    block = ts.find_block(h, n, p, q)
+    out = carray(out_, (OUT,))
+    store(block, carray(K_, (n, n)), carray(params_, (q,)), carray(y_, (n,)), carray(hyper_, (p,)), out[0],
+          carray(dK_, (n, n)), carray(dth_, (q,)), carray(loo_, (n,)), out[1], out[2], out[HAS_START] > 0.0,
+          carray(tau_, (n,)), carray(nu_, (n,)), out[FIRST_CHANGE])
+    return DONE
 
 
 @njit(nogil=True, cache=True)
@@ -47,34 +118,41 @@ def _fast_case(K, y, tau):
 
 
 @njit(nogil=True, cache=True)
-def evaluate(block, kind, n_params, tol, max_sweeps, K, params, y, hyper):
+def evaluate(block, kind, n_params, tol, max_sweeps, K, params, y, hyper, dK, dth, loo, out, tau, nu):
     """One evaluation from ``block`` (this thread's ``thread_state`` block, or empty).
 
-    Returns (done, log_z, dlog_z_dK, dlog_z_dtheta, loo, n_iter, status, has_start, tau,
-    nu, first_change): done when answered here (a recent result, or a converged compiled
-    solve, stored); otherwise the warm start (has_start, tau, nu, first_change) for the
-    Python path. K is C-contiguous; dlog_z_dK is returned C-contiguous.
+    Returns (done, has_start, first_change). Done: answered here (a recent result, or a
+    converged compiled solve, stored), with dlog_z/dK, dlog_z/dtheta, loo and (log_z,
+    n_iter, status) written into ``dK``, ``dth``, ``loo`` and ``out``. Otherwise the warm
+    start for the Python path is written into ``tau`` and ``nu`` (where has_start).
     """
     n, p, q = y.shape[0], hyper.shape[0], params.shape[0]
-    tau, nu = np.zeros(n), np.zeros(n)
-    nothing = np.empty((0, 0))
     if block.size == 0:
-        return False, np.nan, nothing, np.empty(0), np.empty(0), 0, 0, False, tau, nu, np.inf
+        return False, False, np.inf
     ts.count_call(block)
-    found, log_z, dK, dth, loo, n_iter, status = ts.recent_get(block, n, p, q, K, params, y, hyper)
+    found, log_z, dK_r, dth_r, loo_r, n_iter, status = ts.recent_get(block, n, p, q, K, params, y, hyper)
     if found:
-        return True, log_z, dK, dth, loo, n_iter, status, False, tau, nu, np.inf
+        _write(dK, dth, loo, out, dK_r, dth_r, loo_r, log_z, n_iter, status)
+        return True, False, np.inf
     has, first_change = ts.warm_guess(block, n, p, q, hyper, tau, nu)
     if not (_fast_case(K, y, tau) and params_valid(kind, params, n_params)):
-        return False, np.nan, nothing, np.empty(0), np.empty(0), 0, 0, has, tau, nu, first_change
-    ok, log_z, dK_f, dth, loo, sweeps, tau_new, nu_new, change = ep_warm_compiled(
+        return False, has, first_change
+    ok, log_z, dK_f, dth_s, loo_s, sweeps, tau_new, nu_new, change = ep_warm_compiled(
         kind, K, y, params.copy(), tau.copy(), nu.copy(), first_change if has else np.inf, tol, max_sweeps, n_params)
     if not ok:
-        return False, np.nan, nothing, np.empty(0), np.empty(0), 0, 0, has, tau, nu, first_change
-    dK = np.ascontiguousarray(dK_f)  # the same values as the Python path's Fortran-ordered array
+        return False, has, first_change
+    _write(dK, dth, loo, out, dK_f, dth_s, loo_s, log_z, sweeps, 0)  # dK: C order, the Python path's values
     ts.count_solve(block, not has, sweeps)
     store(block, K, params, y, hyper, log_z, dK, dth, loo, sweeps, 0, True, tau_new, nu_new, change)
-    return True, log_z, dK, dth, loo, sweeps, 0, has, tau_new, nu_new, change
+    return True, has, change
+
+
+@njit(nogil=True, cache=True)
+def _write(dK, dth, loo, out, dK_v, dth_v, loo_v, log_z, n_iter, status):
+    dK[:, :] = dK_v
+    dth[:] = dth_v
+    loo[:] = loo_v
+    out[0], out[1], out[2] = log_z, n_iter, status
 
 
 @njit(nogil=True, cache=True)

@@ -900,10 +900,10 @@ def _register_numba(op_types=None):
             alive = ref()
             if alive is not None and hasattr(alive, "reset_warm_starts"):
                 alive.reset_warm_starts()
+        ret_sig = numba.types.Tuple([get_numba_type(o.type) for o in node.outputs])
         if compiled:
             thread_state.reset(key)
-            return _compiled_ep_function(op, key, numba_njit), key + "_compiled"
-        ret_sig = numba.types.Tuple([get_numba_type(o.type) for o in node.outputs])
+            return _compiled_ep_function(op, key, numba_njit, ret_sig), key + "_compiled"
 
         @numba_njit
         def perform(*inputs):
@@ -920,12 +920,15 @@ def _register_numba(op_types=None):
 _register_numba()
 
 
-def _compiled_ep_function(op, key, numba_njit):
-    """The numba implementation of an Op with ``compiles_ep``: ``compiled_ep.evaluate`` on
-    this thread's block (made on the thread's first call, in Python), the Python path
-    (``_fallback_ep``) for what it leaves undone. Only those two steps enter Python."""
-    from . import compiled_ep
+def _compiled_ep_function(op, key, numba_njit, ret_sig):
+    """The numba implementation of an Op with ``compiles_ep``: ``compiled_ep``'s C function
+    answers the common case without Python; the object-mode steps here make the thread's
+    block when it has none (``_allocate_block``), run the Python path from the compiled
+    warm start where it declined (``_fallback_block``, its result stored back by the second
+    C function), and the Op's ``perform`` where its code raised."""
+    from . import compiled_ep as C
 
+    evaluate_at, store_at = C.external()
     h = thread_state.key_hash(key)
     kind, n_params = op._lik.kind, op._lik.n_params
     options = op._solver_options()
@@ -934,17 +937,31 @@ def _compiled_ep_function(op, key, numba_njit):
     @numba_njit
     def approx_marginal_ep(K, params, y, hyper):
         n, p, q = y.shape[0], hyper.shape[0], params.shape[0]
-        Kc = np.ascontiguousarray(K)
-        block = thread_state.find_block(h, n, p, q)
-        if block.size == 0:
+        if K.shape[0] != n or K.shape[1] != n:
+            raise ValueError("the kernel matrix is not n x n for the n labels")
+        Kc, pc, yc, hc = (np.ascontiguousarray(K), np.ascontiguousarray(params), np.ascontiguousarray(y),
+                          np.ascontiguousarray(hyper))
+        dK, dth, loo, out = np.empty((n, n)), np.empty(q), np.empty(n), np.empty(C.OUT)
+        tau, nu = np.empty(n), np.empty(n)
+        pointers = (Kc.ctypes, pc.ctypes, yc.ctypes, hc.ctypes, dK.ctypes, dth.ctypes, loo.ctypes, out.ctypes,
+                    tau.ctypes, nu.ctypes)
+        code = evaluate_at(h, kind, n_params, tol, max_sweeps, n, p, q, *pointers)
+        if code == C.NO_BLOCK:
             _allocate_block(key, n, p, q)
-            block = thread_state.find_block(h, n, p, q)
-        done, log_z, dK, dth, loo, n_iter, status, has, tau, nu, change = compiled_ep.evaluate(
-            block, kind, n_params, tol, max_sweeps, Kc, params, y, hyper)
-        if not done:
-            log_z, dK, dth, loo, n_iter, status, stored, tau, nu, change = _fallback_block(
-                key, Kc, params, y, hyper, block.size > 0, has, tau, nu, change)
-            compiled_ep.store(block, Kc, params, y, hyper, log_z, dK, dth, loo, n_iter, status, stored, tau, nu, change)
-        return np.asarray(log_z), dK, dth, loo, np.asarray(n_iter), np.asarray(status)
+            code = evaluate_at(h, kind, n_params, tol, max_sweeps, n, p, q, *pointers)
+        if code == C.DONE:
+            return np.asarray(out[0]), dK, dth, loo, np.asarray(np.int64(out[1])), np.asarray(np.int64(out[2]))
+        if code == C.FAILED:
+            with numba.objmode(ret=ret_sig):
+                ret = _perform_registered(key, (K, params, y, hyper))
+            return ret
+        # declined, or no block (a full table): the Python path, from the warm start if any
+        log_z, dK2, dth2, loo2, n_iter, status, stored, tau2, nu2, change = _fallback_block(
+            key, Kc, pc, yc, hc, code == C.DECLINED, out[C.HAS_START] > 0.0, tau, nu, out[C.FIRST_CHANGE])
+        if code == C.DECLINED and dK2.shape == (n, n) and dth2.size == q and loo2.size == n:
+            out[0], out[1], out[2], out[C.HAS_START], out[C.FIRST_CHANGE] = log_z, n_iter, status, stored, change
+            store_at(h, n, p, q, Kc.ctypes, pc.ctypes, yc.ctypes, hc.ctypes, dK2.ctypes, dth2.ctypes, loo2.ctypes,
+                     out.ctypes, tau2.ctypes, nu2.ctypes)
+        return np.asarray(log_z), dK2, dth2, loo2, np.asarray(n_iter), np.asarray(status)
 
     return approx_marginal_ep
