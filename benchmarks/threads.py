@@ -1,13 +1,15 @@
-"""nutpie's chains as threads: what one chain costs the other through the GIL (issue 18).
+"""nutpie's chains as threads: what one chain costs the other (issue 18).
 
 nutpie runs its chains as Rust threads of one process. Up to 8d270eb each evaluation entered
 Python through numba's object-mode blocks (the Op, and the ARD kernel's exponential), and
 whatever it did while holding the GIL the other chain waited for: the Op's Python around
 the compiled EP loop, numba's dispatch of that loop, and the making and destroying of a
 Python thread state at every block (numba's PyGILState_Ensure / Release on a thread Python
-did not start). Since then the kernel's exponential runs compiled, and with
-PYMC_GPC_COMPILED_EP=1 binary EP's common case too (``ops.compiled_ep``): an evaluation then
-enters Python only where that declines (off by default: README, "Where EP is hard").
+did not start). Since then the kernel's exponential runs compiled, and binary EP's common
+case too (``ops.compiled_ep``, the default; PYMC_GPC_COMPILED_EP=0 gives the object-mode
+Op): an evaluation enters Python only where that declines. ``--paths`` runs both. With
+no Python in the Op the two-thread cost on Pima stayed where it was (1.70 against 1.75,
+``results/threads_paths.md``): the GIL was not what made it.
 
 For each data set, ``pymc_gpc.sample(nuts_sampler="nutpie")`` 2 chains x (tune + draws),
 seed 1, with the chains run one after the other (``cores=1``: one thread at a time) and
@@ -21,17 +23,17 @@ per evaluation (the sweeps of the compiled solves, ``ep.ep_warm`` and the compil
 over those evaluations: an answer from the recent results counts as an
 evaluation without sweeps, so this is a little below the sampler's own figure, and equal
 counts in two rows mean the same trajectories); ms of wall per evaluation per thread (wall x threads / evaluations);
-and the two-thread cost relative to one thread (1: the chains do not slow each other; the
-"fully compiled Op" of issue 18 would bring it towards 1). Medians over the repeats. Two
-processes side by side, one chain each, ran at the one-thread figure (2.00 against 2.02 ms
-per evaluation on Pima, 2026-11-26): the loss is the GIL, not the two cores sharing memory.
+and the two-thread cost relative to one thread (1: the chains do not slow each other).
+Medians over the repeats. Two processes side by side, one
+chain each, ran at the one-thread figure (2.00 against 2.02 ms per evaluation on Pima,
+2026-11-26).
 This machine's speed drifts by up to a fifth between processes minutes apart: compare rows
 of one run, and versions only over several runs.
 
 Run:  OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/threads.py [--data pima breast-cancer --repeats 3]
-      [--baseline DIR LABEL]
+      [--baseline DIR LABEL] [--paths --out threads_paths.md]
       (THREADS_CORES=2 runs only the two-thread case, e.g. for a quick A/B of ``--child`` runs)
-Writes benchmarks/results/threads.md.
+Writes benchmarks/results/threads.md (or ``--out``).
 """
 
 import os
@@ -121,6 +123,7 @@ def main():
     parser.add_argument("--paths", action="store_true",
                         help="run this code twice: binary EP's compiled Op (PYMC_GPC_COMPILED_EP=1) and its "
                              "object-mode Op (=0)")
+    parser.add_argument("--out", default=OUT.name, help="results file (in benchmarks/results)")
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -157,7 +160,7 @@ def main():
         text.append(f"| {name} | {draws} + {draws} | {variant} | {np.median(walls[1]):.1f} / {np.median(walls[2]):.1f} | "
                     f"{int(np.median(evals[1]))} / {int(np.median(evals[2]))} | {np.median(sweeps):.2f} | {m[1]:.2f} / {m[2]:.2f} | "
                     f"{m[2] / m[1]:.2f} |")
-    OUT.write_text("\n".join(text) + "\n")
+    (OUT.parent / args.out).write_text("\n".join(text) + "\n")
     print("\n".join(text))
 
 

@@ -129,7 +129,7 @@ def random_problem(rng, n, d=2, flip=0.15):
 @pytest.fixture
 def compiled_ep(monkeypatch):
     """Binary EP's compiled numba implementation (``ops.compiled_ep``) for graphs compiled
-    in the test (``ops.marginal.COMPILED_EP``, off by default)."""
+    in the test (``ops.marginal.COMPILED_EP``, on by default unless PYMC_GPC_COMPILED_EP=0)."""
     from pymc_gpc.ops import marginal
 
     monkeypatch.setattr(marginal, "COMPILED_EP", True)

@@ -209,6 +209,7 @@ def test_nutpie_threads_keep_their_warm_starts(monkeypatch):
         return solve(K, y, lik, th, state, **kwargs)
 
     monkeypatch.setattr(ops, "ep_warm", recording)
+    monkeypatch.setattr(ops, "COMPILED_EP", False)  # the object-mode Op (``compiled_ep``: the test below)
     with model:
         pm.sample(draws=30, tune=30, chains=1, random_seed=3, progressbar=False,
                   nuts_sampler="nutpie", compute_convergence_checks=False)

@@ -770,13 +770,12 @@ class LatentPredictiveOp(Op):
 
 # Whether binary EP's numba implementation is the compiled one (``ops.compiled_ep``: no
 # Python, no GIL per evaluation) rather than the object-mode call of ``perform``; read when
-# a graph is compiled (environment variable PYMC_GPC_COMPILED_EP=1, or set this). Off by
-# default: per evaluation it is faster (Pima, PyMC's logp_dlogp_function in one thread,
-# 400 points of a random walk: 1.45-1.51 against 1.63-1.93 ms, 2026-11-27), but nutpie
-# builds a numba cfunc around the logp at every compilation, uncached, and with the EP
-# engine linked into it that took 11 s instead of 2.3 s per ``pymc_gpc.sample`` call on Pima
-# (LLVM optimising the linked module, by py-spy), more than a Pima run's sampling gains.
-COMPILED_EP = os.environ.get("PYMC_GPC_COMPILED_EP", "0") == "1"
+# a graph is compiled (environment variable PYMC_GPC_COMPILED_EP=0 switches it off, or set
+# this). Measured against the object-mode Op (2026-11-27, README "Where EP is hard"): PyMC's
+# logp_dlogp_function on Pima 1.55-1.59 against 1.60-1.67 ms per evaluation; under nutpie
+# level within the machine's noise on Pima and breast cancer, one thread or two; a
+# ``pymc_gpc.sample`` call compiles as fast (the engine is reached through a symbol).
+COMPILED_EP = os.environ.get("PYMC_GPC_COMPILED_EP", "1") == "1"
 
 # Ops whose numba implementation has been built in this process, by cache key
 # (``_numba_key``), held weakly; the compiled graph names its Op by that key. Equal Ops
@@ -873,8 +872,9 @@ def _register_numba(op_types=None):
     then compile in well under a second from the second ``pm.sample`` on, instead of
     about 5 s each time.
 
-    An Op whose ``compiles_ep`` is set gets ``_compiled_ep_function`` instead: its common
-    case runs without Python (``ops.compiled_ep``), the rest through ``_fallback_ep``.
+    An Op whose ``compiles_ep`` is set (binary EP, by default) gets
+    ``_compiled_ep_function`` instead: its common case runs without Python
+    (``ops.compiled_ep``), the rest through ``_fallback_ep``.
     """
     try:
         import numba
@@ -937,31 +937,29 @@ def _compiled_ep_function(op, key, numba_njit, ret_sig):
     @numba_njit
     def approx_marginal_ep(K, params, y, hyper):
         n, p, q = y.shape[0], hyper.shape[0], params.shape[0]
-        if K.shape[0] != n or K.shape[1] != n:
-            raise ValueError("the kernel matrix is not n x n for the n labels")
-        Kc, pc, yc, hc = (np.ascontiguousarray(K), np.ascontiguousarray(params), np.ascontiguousarray(y),
-                          np.ascontiguousarray(hyper))
-        dK, dth, loo, out = np.empty((n, n)), np.empty(q), np.empty(n), np.empty(C.OUT)
-        tau, nu = np.empty(n), np.empty(n)
-        pointers = (Kc.ctypes, pc.ctypes, yc.ctypes, hc.ctypes, dK.ctypes, dth.ctypes, loo.ctypes, out.ctypes,
-                    tau.ctypes, nu.ctypes)
-        code = evaluate_at(h, kind, n_params, tol, max_sweeps, n, p, q, *pointers)
-        if code == C.NO_BLOCK:
-            _allocate_block(key, n, p, q)
+        if K.shape[0] == n and K.shape[1] == n:  # else the Op's perform: -inf, status 2
+            Kc, pc, yc, hc = (np.ascontiguousarray(K), np.ascontiguousarray(params), np.ascontiguousarray(y),
+                              np.ascontiguousarray(hyper))
+            dK, dth, loo, out = np.empty((n, n)), np.empty(q), np.empty(n), np.zeros(C.OUT)
+            tau, nu = np.empty(n), np.empty(n)
+            pointers = (Kc.ctypes, pc.ctypes, yc.ctypes, hc.ctypes, dK.ctypes, dth.ctypes, loo.ctypes, out.ctypes,
+                        tau.ctypes, nu.ctypes)
             code = evaluate_at(h, kind, n_params, tol, max_sweeps, n, p, q, *pointers)
-        if code == C.DONE:
-            return np.asarray(out[0]), dK, dth, loo, np.asarray(np.int64(out[1])), np.asarray(np.int64(out[2]))
-        if code == C.FAILED:
-            with numba.objmode(ret=ret_sig):
-                ret = _perform_registered(key, (K, params, y, hyper))
-            return ret
-        # declined, or no block (a full table): the Python path, from the warm start if any
-        log_z, dK2, dth2, loo2, n_iter, status, stored, tau2, nu2, change = _fallback_block(
-            key, Kc, pc, yc, hc, code == C.DECLINED, out[C.HAS_START] > 0.0, tau, nu, out[C.FIRST_CHANGE])
-        if code == C.DECLINED and dK2.shape == (n, n) and dth2.size == q and loo2.size == n:
-            out[0], out[1], out[2], out[C.HAS_START], out[C.FIRST_CHANGE] = log_z, n_iter, status, stored, change
-            store_at(h, n, p, q, Kc.ctypes, pc.ctypes, yc.ctypes, hc.ctypes, dK2.ctypes, dth2.ctypes, loo2.ctypes,
-                     out.ctypes, tau2.ctypes, nu2.ctypes)
-        return np.asarray(log_z), dK2, dth2, loo2, np.asarray(n_iter), np.asarray(status)
+            if code == C.NO_BLOCK:
+                _allocate_block(key, n, p, q)
+                code = evaluate_at(h, kind, n_params, tol, max_sweeps, n, p, q, *pointers)
+            if code == C.DONE:
+                return np.asarray(out[0]), dK, dth, loo, np.asarray(np.int64(out[1])), np.asarray(np.int64(out[2]))
+            if code != C.FAILED:  # declined, or no block (a full table): the Python path, from the warm start if any
+                log_z, dK2, dth2, loo2, n_iter, status, stored, tau2, nu2, change = _fallback_block(
+                    key, Kc, pc, yc, hc, code == C.DECLINED, out[C.HAS_START] > 0.0, tau, nu, out[C.FIRST_CHANGE])
+                if code == C.DECLINED and dK2.shape == (n, n) and dth2.size == q and loo2.size == n:
+                    out[0], out[1], out[2], out[C.HAS_START], out[C.FIRST_CHANGE] = log_z, n_iter, status, stored, change
+                    store_at(h, n, p, q, Kc.ctypes, pc.ctypes, yc.ctypes, hc.ctypes, dK2.ctypes, dth2.ctypes,
+                             loo2.ctypes, out.ctypes, tau2.ctypes, nu2.ctypes)
+                return np.asarray(log_z), dK2, dth2, loo2, np.asarray(n_iter), np.asarray(status)
+        with numba.objmode(ret=ret_sig):  # one block: two in one function failed LLVM's verifier
+            ret = _perform_registered(key, (K, params, y, hyper))
+        return ret
 
     return approx_marginal_ep
