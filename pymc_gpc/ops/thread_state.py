@@ -142,20 +142,9 @@ _BLOCKS = {}  # key -> [(row, block)]
 _PENDING = []  # keys whose Ops have all died, released at the next ``allocate``
 
 
-_NAMES = {}  # key hash -> key, for the compiled code's calls into Python
-
-
 def key_hash(key):
-    """A positive int64 for a key string (the same in every process); ``key_name`` maps
-    it back."""
-    h = int(hashlib.sha256(key.encode()).hexdigest()[:15], 16) + 1
-    _NAMES[h] = key
-    return h
-
-
-def key_name(h):
-    """The key whose ``key_hash`` is h (hashed in this process)."""
-    return _NAMES[h]
+    """A positive int64 for a key string (the same in every process)."""
+    return int(hashlib.sha256(key.encode()).hexdigest()[:15], 16) + 1
 
 
 def allocate(key, n, p, q):
