@@ -8,11 +8,15 @@ Python thread state at every block (numba's PyGILState_Ensure / Release on a thr
 did not start). Since then the kernel's exponential runs compiled, and binary EP's common
 case too (``ops.compiled_ep``, the default; PYMC_GPC_COMPILED_EP=0 gives the object-mode
 Op): an evaluation enters Python only where that declines. ``--paths`` runs both. With
-no Python in the Op the two-thread cost on Pima stayed where it was (1.70 against 1.75,
-``results/threads_paths.md``): the GIL was not what made it.
+no Python in the Op the two-thread cost on Pima fell from 1.19 to 1.01
+(``results/threads_sampling_only.md``). Up to 2026-11-27 each timed call was a whole
+``pymc_gpc.sample``, whose wall included compiling nutpie's model (2.5-5 s, counted once per
+thread below), which made two threads look 1.6-1.75x as costly on Pima with either Op
+(``results/threads.md``, ``results/threads_paths.md``).
 
-For each data set, ``pymc_gpc.sample(nuts_sampler="nutpie")`` 2 chains x (tune + draws),
-seed 1, with the chains run one after the other (``cores=1``: one thread at a time) and
+For each data set, ``nutpie.sample`` on the model compiled once per process
+(``nutpie.compile_pymc_model``; what ``pymc_gpc.sample(nuts_sampler="nutpie")`` runs, less its
+compilation), 2 chains x (tune + draws), seed 1, with the chains run one after the other (``cores=1``: one thread at a time) and
 side by side (``cores=2``: two threads), alternated ``--repeats`` times in a fresh process
 after an untimed 5 + 5 run; with ``--baseline DIR LABEL`` also another version of the
 package (through ``PYTHONPATH``), in its own process.
@@ -89,16 +93,16 @@ def child(name, repeats, draws):
     data = DATASETS[name]() if name in DATASETS else load(name)
     model, _ = pymc_gpc.ard_classifier(data.X_train, data.y_train)
     warnings.simplefilter("ignore")
-    with model:
-        pymc_gpc.sample(draws=5, tune=5, chains=2, nuts_sampler="nutpie", progressbar=False, random_seed=1)
+    import nutpie
+
+    compiled = nutpie.compile_pymc_model(model)  # once: the timed calls are sampling only
+    nutpie.sample(compiled, draws=5, tune=5, chains=2, progress_bar=False, seed=1)
     for _ in range(repeats):
         for cores in CORES:
             calls[0] = sweeps[0] = 0
             before = compiled_tallies()
             t = time.perf_counter()
-            with model:
-                pymc_gpc.sample(draws=draws, tune=draws, chains=2, cores=cores, nuts_sampler="nutpie",
-                                progressbar=False, random_seed=1, compute_convergence_checks=False)
+            nutpie.sample(compiled, draws=draws, tune=draws, chains=2, cores=cores, progress_bar=False, seed=1)
             wall = time.perf_counter() - t
             after = compiled_tallies()
             evaluations = calls[0] + after["calls"] - before["calls"]
@@ -151,7 +155,7 @@ def main():
             rows.append((name, draws, variant, walls, evals, per, sweeps))
             print(name, variant, {c: np.round(v, 2).tolist() for c, v in per.items()}, flush=True)
     text = ["nutpie's two chains as one thread after the other (1) or two threads at once (2), "
-            f"`pymc_gpc.sample(nuts_sampler=\"nutpie\")`, seed 1, medians of {args.repeats} runs "
+            f"`nutpie.sample` on the model compiled once (sampling only), seed 1, medians of {args.repeats} runs "
             "per variant, each in its own process, the variants alternated; `python benchmarks/threads.py` (module docstring).", "",
             "| data | tune + draws | code | wall, 1 / 2 threads (s) | evaluations, 1 / 2 | EP sweeps / evaluation | "
             "ms / evaluation / thread, 1 / 2 | 2 threads / 1 thread |", "|---|---|---|---|---|---|---|---|"]

@@ -772,9 +772,9 @@ class LatentPredictiveOp(Op):
 # Python, no GIL per evaluation) rather than the object-mode call of ``perform``; read when
 # a graph is compiled (environment variable PYMC_GPC_COMPILED_EP=0 switches it off, or set
 # this). Measured against the object-mode Op (2026-11-27, README "Where EP is hard"): PyMC's
-# logp_dlogp_function on Pima 1.55-1.59 against 1.60-1.67 ms per evaluation; under nutpie
-# level within the machine's noise on Pima and breast cancer, one thread or two; a
-# ``pymc_gpc.sample`` call compiles as fast (the engine is reached through a symbol).
+# logp_dlogp_function on Pima 1.55-1.59 against 1.60-1.67 ms per evaluation; nutpie's
+# sampling on Pima 1.48 / 1.50 against 1.58 / 1.87 ms per evaluation with one / two threads;
+# a ``pymc_gpc.sample`` call compiles as fast (the engine is reached through a symbol).
 COMPILED_EP = os.environ.get("PYMC_GPC_COMPILED_EP", "1") == "1"
 
 # Ops whose numba implementation has been built in this process, by cache key
