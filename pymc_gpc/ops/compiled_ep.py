@@ -119,7 +119,7 @@ def _fast_case(K, y, tau):
 
 @njit(nogil=True, cache=True)
 def evaluate(block, kind, n_params, tol, max_sweeps, K, params, y, hyper, dK, dth, loo, out, tau, nu):
-    """One evaluation from ``block`` (this thread's ``thread_state`` block, or empty).
+    """One evaluation from ``block`` (this thread's ``thread_state`` block).
 
     Returns (done, has_start, first_change). Done: answered here (a recent result, or a
     converged compiled solve, stored), with dlog_z/dK, dlog_z/dtheta, loo and (log_z,
@@ -127,8 +127,6 @@ def evaluate(block, kind, n_params, tol, max_sweeps, K, params, y, hyper, dK, dt
     start for the Python path is written into ``tau`` and ``nu`` (where has_start).
     """
     n, p, q = y.shape[0], hyper.shape[0], params.shape[0]
-    if block.size == 0:
-        return False, False, np.inf
     ts.count_call(block)
     found, log_z, dK_r, dth_r, loo_r, n_iter, status = ts.recent_get(block, n, p, q, K, params, y, hyper)
     if found:
