@@ -244,64 +244,71 @@ def _fold_data(data, fold, f):
     return (data.X[tr] - mean) / sd, data.y[tr], (data.X[te] - mean) / sd, data.y[te]
 
 
-def nuts_fold(data, fold, f, lik, cls, draws=500, tune=500):
+def nuts_fold(data, fold, f, lik, cls, draws=500, tune=500, per_class=False):
     """NUTS (2 chains, ``pm.sample``'s default sampler) on fold f after MAP-II: time,
-    diagnostics and the test errors of the NUTS-averaged and the MAP-II predictions."""
+    diagnostics and the test errors of the NUTS-averaged and the MAP-II predictions.
+    ``per_class``: one ARD kernel per class (66 sampled values) instead of one shared (11)."""
     import arviz as az
     import pymc as pm
 
     Xtr, ytr, Xte, yte = _fold_data(data, fold, f)
-    pred_map, _, model, gp = _gp_map(Xtr, ytr, Xte, lik(), cls)
+    pred_map, _, model, gp = _gp_map(Xtr, ytr, Xte, lik(), cls, per_class)
     t = time.perf_counter()
     with model:
         idata = pm.sample(draws=draws, tune=tune, chains=2, cores=2, random_seed=1, progressbar=False)
     elapsed = time.perf_counter() - t
+    n_steps = int(idata.sample_stats["n_steps"].sum()) if "n_steps" in idata.sample_stats else None
     summ = az.summary(idata, var_names=["log_w", "log_v0", "log_v1"])
     p = gp.predict(Xte, idata=idata, model=model, max_draws=100)
     return {"time": elapsed, "div": int(idata.sample_stats["diverging"].sum()),
             "ess": float(summ["ess_bulk"].min()), "rhat": float(summ["r_hat"].max()),
             "err": int(np.sum(gp.classes[np.argmax(p, axis=1)] != yte)),
-            "err_map": int(np.sum(pred_map != yte)), "n_test": int(yte.size)}
+            "err_map": int(np.sum(pred_map != yte)), "n_test": int(yte.size),
+            "steps_per_draw": n_steps / (2 * draws) if n_steps else float("nan")}
 
 
-def nuts(data, fold, f, draws=500, tune=500, only=None):
-    out = [f"NUTS on fold {f} ({(fold == f).sum()} test points), 2 chains x ({tune} + {draws}), `pm.sample`'s default sampler "
-           "(nutpie for these 11 values; its chains are threads; the machine's load is not recorded):", "",
+def _kernels(per_class):
+    return "one kernel per class (66 values)" if per_class else "shared kernel (11 values)"
+
+
+def nuts(data, fold, f, draws=500, tune=500, only=None, per_class=False):
+    out = [f"NUTS on fold {f} ({(fold == f).sum()} test points), {_kernels(per_class)}, 2 chains x ({tune} + {draws}), "
+           "`pm.sample`'s default sampler (nutpie; its chains are threads; the machine's load is not recorded):", "",
            "| likelihood | sampling time | divergences | min bulk ESS | max r-hat | test errors (NUTS-averaged) | test errors (MAP-II) |",
            "|---|---|---|---|---|---|---|"]
     for label, lik, cls in LIKELIHOODS:
         if only and not any(o in label for o in only):
             continue
-        r = nuts_fold(data, fold, f, lik, cls, draws, tune)
+        r = nuts_fold(data, fold, f, lik, cls, draws, tune, per_class)
         out.append(f"| {label} | {r['time']:.0f} s | {r['div']} | {r['ess']:.0f} | {r['rhat']:.3f} | "
                    f"{r['err']} / {r['n_test']} | {r['err_map']} / {r['n_test']} |")
         print(out[-1], flush=True)
     return out
 
 
-def nuts_cv(data, fold, draws, tune, only=None):
+def nuts_cv(data, fold, draws, tune, only=None, per_class=False, folds=None):
     """NUTS-averaged 10-fold test errors beside MAP-II on the same folds (B&W Table 2's form),
     one row per fold and the totals."""
     out = []
     for label, lik, cls in LIKELIHOODS:
         if only and not any(o in label for o in only):
             continue
-        out += [f"{label}, shared kernel: NUTS 2 chains x ({tune} + {draws}) per fold (`pm.sample`'s default "
+        out += [f"{label}, {_kernels(per_class)}: NUTS 2 chains x ({tune} + {draws}) per fold (`pm.sample`'s default "
                 "sampler), predictions averaged over 100 draws", "",
-                "| fold | `pm.sample` time (compilation included) | divergences | min bulk ESS | max r-hat | test errors (NUTS-averaged) | test errors (MAP-II) |",
-                "|---|---|---|---|---|---|---|"]
+                "| fold | `pm.sample` time (compilation included) | divergences | min bulk ESS | max r-hat | NUTS steps / draw | test errors (NUTS-averaged) | test errors (MAP-II) |",
+                "|---|---|---|---|---|---|---|---|"]
         rows = []
-        for f in range(int(fold.max()) + 1):
-            r = nuts_fold(data, fold, f, lik, cls, draws, tune)
+        for f in folds if folds is not None else range(int(fold.max()) + 1):
+            r = nuts_fold(data, fold, f, lik, cls, draws, tune, per_class)
             rows.append(r)
             out.append(f"| {f} | {r['time']:.0f} s | {r['div']} | {r['ess']:.0f} | {r['rhat']:.3f} | "
-                       f"{r['err']} / {r['n_test']} | {r['err_map']} / {r['n_test']} |")
+                       f"{r['steps_per_draw']:.1f} | {r['err']} / {r['n_test']} | {r['err_map']} / {r['n_test']} |")
             print(out[-1], flush=True)
         n = sum(r["n_test"] for r in rows)
         err, err_map = sum(r["err"] for r in rows), sum(r["err_map"] for r in rows)
         out += [f"| all | {sum(r['time'] for r in rows):.0f} s | {sum(r['div'] for r in rows)} | "
                 f"{min(r['ess'] for r in rows):.0f} | {max(r['rhat'] for r in rows):.3f} | "
-                f"{err} / {n} ({100 * err / n:.1f} %) | {err_map} / {n} ({100 * err_map / n:.1f} %) |", ""]
+                f"{np.median([r['steps_per_draw'] for r in rows]):.1f} (median) | {err} / {n} ({100 * err / n:.1f} %) | {err_map} / {n} ({100 * err_map / n:.1f} %) |", ""]
     return out
 
 
@@ -311,6 +318,9 @@ if __name__ == "__main__":
     parser.add_argument("--fold", type=int, default=0, help="nuts: the fold")
     parser.add_argument("--draws", type=int, default=500, help="nuts: draws (and as many tuning steps)")
     parser.add_argument("--nuts", type=int, default=None, help="also run NUTS on this fold")
+    parser.add_argument("--per-class", action="store_true",
+                        help="nuts, nuts-cv: one ARD kernel per class (66 sampled values) instead of a shared one")
+    parser.add_argument("--folds", type=int, nargs="*", default=None, help="nuts-cv: only these folds")
     parser.add_argument("--only", nargs="*", help="cv: only methods whose name contains one of these")
     parser.add_argument("--out", default=None, help="the results file in benchmarks/results (default: the task's, "
                         "multiclass.md / multiclass_nuts.md / multiclass_nuts_cv.md)")
@@ -321,14 +331,16 @@ if __name__ == "__main__":
         from pymc_gpc.datasets import load_fgl, stratified_folds
 
         data = load_fgl()
-        lines = nuts(data, stratified_folds(data.y, 10, seed=0), args.fold, args.draws, args.draws, args.only)
+        lines = nuts(data, stratified_folds(data.y, 10, seed=0), args.fold, args.draws, args.draws, args.only,
+                     args.per_class)
         (RESULTS / (args.out or "multiclass_nuts.md")).write_text("\n".join(lines) + "\n")
         print("\n".join(lines))
     elif args.task == "nuts-cv":
         from pymc_gpc.datasets import load_fgl, stratified_folds
 
         data = load_fgl()
-        lines = nuts_cv(data, stratified_folds(data.y, 10, seed=0), args.draws, args.draws, args.only)
+        lines = nuts_cv(data, stratified_folds(data.y, 10, seed=0), args.draws, args.draws, args.only,
+                        args.per_class, args.folds)
         (RESULTS / (args.out or "multiclass_nuts_cv.md")).write_text("\n".join(lines) + "\n")
         print("\n".join(lines))
     else:
