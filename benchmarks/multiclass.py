@@ -19,10 +19,12 @@ Run:  OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/multiclass.py t
       OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/multiclass.py cv [--nuts 0] [--only NAME ...] [--out FILE]
       OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/multiclass.py nuts --fold 0 --draws 500 --only softmax
       OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/multiclass.py nuts-cv --draws 200 --only softmax
+      OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/multiclass.py nuts-cv --draws 200 --only softmax --per-class --out multiclass_nuts_cv_per_class.md
 Writes benchmarks/results/multiclass_timing.md / multiclass.md / multiclass_nuts.md /
 multiclass_nuts_cv.md
-(README.md is not touched). ``nuts-cv``: NUTS on every fold, the NUTS-averaged and MAP-II
-test errors side by side.
+(README.md is not touched). ``nuts-cv``: NUTS on every fold (or ``--folds``), the
+NUTS-averaged and MAP-II test errors side by side; ``--per-class``: one ARD kernel per class
+(66 sampled values) instead of the shared one (11).
 """
 
 import os

@@ -10,8 +10,10 @@ first run for 5+5 draws to fill the compile caches:
 * ``pymc_gpc.sample`` (PyMC's NUTS in 2 processes, dense mass matrix: the package default),
 * ``pymc_gpc.sample(nuts_sampler="nutpie")`` (nutpie's Rust NUTS, chains as threads),
 * plain ``pm.sample`` (picks nutpie when it is installed; PyMC's diagonal-mass defaults);
-* on request (``--samplers``), nutpie with its diagonal or its low-rank mass-matrix
-  adaptation named explicitly (``nuts_sampler_kwargs={"adaptation": ...}``).
+* on request (``--samplers``), nutpie with its diagonal (gradient-based, its default),
+  draw-based diagonal or low-rank mass-matrix adaptation named explicitly
+  (``nuts_sampler_kwargs={"adaptation": ...}``), or with a lower target acceptance rate
+  (0.65 instead of 0.8: longer steps, fewer per draw).
 
 Columns: wall time of the call, min bulk ESS over the hyperparameters and ESS/s,
 the sampling time alone (``idata.posterior.attrs["sampling_time"]``, which both PyMC's NUTS
@@ -79,6 +81,8 @@ SAMPLERS = {  # label -> (sampling function, nuts_sampler, nuts_sampler_kwargs)
     "pymc_gpc.sample (nutpie)": (pymc_gpc.sample, "nutpie", None),
     "nutpie, diagonal mass matrix": (pymc_gpc.sample, "nutpie", {"adaptation": "diag"}),
     "nutpie, low-rank mass matrix": (pymc_gpc.sample, "nutpie", {"adaptation": "low_rank"}),
+    "nutpie, draw-based diagonal mass matrix": (pymc_gpc.sample, "nutpie", {"adaptation": "draw_diag"}),
+    "nutpie, target_accept 0.65": (pymc_gpc.sample, "nutpie", {"target_accept": 0.65}),
     "pm.sample (default: nutpie)": (pm.sample, None, None),
 }
 
