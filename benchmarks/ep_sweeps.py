@@ -68,7 +68,11 @@ TH = LIK.check_params(LIK._th(None))
 
 
 def record(data, tune=300, draws=300, seed=1):
-    """The hyperparameter vectors of every solve of one NUTS chain (in order), and the sampler's stats."""
+    """The hyperparameter vectors of every solve of one NUTS chain (in order), and the sampler's stats.
+
+    The chain runs the object-mode Op (``ops.marginal.COMPILED_EP`` off), whose Python
+    ``_perform`` is where the solves are recorded; the trajectory is the same kind.
+    """
     log = []
     original = M.ApproxMarginalOp._perform
 
@@ -79,13 +83,14 @@ def record(data, tune=300, draws=300, seed=1):
 
     model, _ = pymc_gpc.ard_classifier(data.X_train, data.y_train)
     M.ApproxMarginalOp._perform = recording
+    compiled, M.COMPILED_EP = M.COMPILED_EP, False  # the compiled Op never calls _perform
     try:
         with model, warnings.catch_warnings():
             warnings.simplefilter("ignore")
             idata = pymc_gpc.sample(draws=draws, tune=tune, chains=1, cores=1, random_seed=seed,
                                     progressbar=False, compute_convergence_checks=False)
     finally:
-        M.ApproxMarginalOp._perform = original
+        M.ApproxMarginalOp._perform, M.COMPILED_EP = original, compiled
     return log, float(np.asarray(idata["sample_stats"]["n_steps"]).mean())
 
 
