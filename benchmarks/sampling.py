@@ -17,7 +17,18 @@ Latent 178-244 over five seeds), so every method runs with several seeds and the
 gives medians (divergences summed and r_hat the maximum over the seeds; a row is not
 one run); the ratio to Latent is the median of the per-seed ratios.
 
-Run:  OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/sampling.py [--draws 500 --tune 500 --seeds 1 2 3 4 5 --data pima --out FILE]
+Issue 18's harder data can join the table (``--data breast-cancer separable``: scikit-learn's
+breast-cancer data, a fixed 300-row training subset with 30 inputs, and Kim & Ghahramani's
+circle without label noise, as ``sampling_hard.py`` builds them), with the columns that say
+where the time goes: NUTS steps per draw (gradient evaluations; the kept draws' mean),
+ms of wall time per evaluation (wall / all evaluations of both chains, tuning counted at the
+kept draws' rate, x 2 chains running at once) and EP sweeps per evaluation (the
+``y_n_iter`` deterministic at the kept draws). ``--methods`` picks the samplers: on breast
+cancer ``pm.gp.Latent`` would need hours per seed (0.02 ESS/s when the issue was filed), so
+a row without a Latent run of the same seed has no ratio.
+
+Run:  OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/sampling.py [--draws 500 --tune 500 --seeds 1 2 3 4 5
+      --data pima crabs breast-cancer separable --methods ep-pymc ep-nutpie latent --out FILE]
 Writes benchmarks/results/sampling.md and the README table between the sampling-table markers
 (with ``--out``: only that file in benchmarks/results).
 """
@@ -39,12 +50,12 @@ import pymc as pm
 import pytensor.tensor as pt
 
 import pymc_gpc
-from pymc_gpc.datasets import load
 from pymc_gpc.kernels import MixedARD
 from pymc_gpc.models import LOG_V0_START, classification_metrics
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from engine import update_readme  # noqa: E402
+from sampling_hard import DATASETS  # noqa: E402
 
 OUT = pathlib.Path(__file__).parent / "results" / "sampling.md"
 HYPER = ["log_w", "log_v0", "log_v1"]
@@ -97,40 +108,66 @@ def run_ep(data, draws, tune, seed, sampler):
     return idata, wall, p
 
 
-def row(method, data, idata, wall, p):
+METHODS = {  # --methods name -> (table label, run(data, draws, tune, seed))
+    "ep-pymc": ("pymc-gpc EP, PyMC NUTS", lambda data, draws, tune, seed: run_ep(data, draws, tune, seed, "pymc")),
+    "ep-nutpie": ("pymc-gpc EP, nutpie", lambda data, draws, tune, seed: run_ep(data, draws, tune, seed, "nutpie")),
+    "latent": ("pm.gp.Latent, PyMC NUTS", run_latent),
+}
+
+
+def row(method, data, idata, wall, p, tune):
     summary = az.summary(idata, var_names=HYPER)
     ess = float(summary["ess_bulk"].min())
-    div = int(np.asarray(idata["sample_stats"]["diverging"]).sum())
-    n_draws = int(np.asarray(idata["sample_stats"]["diverging"]).size)
+    stats = idata["sample_stats"]
+    div = int(np.asarray(stats["diverging"]).sum())
+    n_draws = int(np.asarray(stats["diverging"]).size)
+    chains = int(stats.sizes["chain"])
+    steps = float(np.asarray(stats["n_steps"]).mean())
+    # the tuning steps are not in the trace: counted at the kept draws' rate
+    evaluations = steps * (n_draws + tune * chains)
+    sweeps = np.asarray(idata["posterior"]["y_n_iter"]).mean() if "y_n_iter" in idata["posterior"] else np.nan
     m = classification_metrics(p, data.y_test)
     return {
         "data": data.name, "method": method, "wall": wall, "ess": ess, "ess_s": ess / wall,
         "div": div, "div_pct": 100.0 * div / n_draws, "rhat": float(summary["r_hat"].max()),
         "errors": m["errors"], "n_test": m["n"], "mlp": m["mean_log_pred"], "n_draws": n_draws,
+        "steps": steps, "ms_eval": 1e3 * wall * chains / evaluations, "sweeps": float(sweeps),
     }
+
+
+def _ratio_text(ratios):
+    return f"{np.median(ratios):.1f}x ({min(ratios):.1f}-{max(ratios):.1f})" if ratios else "no Latent run"
+
+
+def _sweeps_text(value):
+    return "-" if np.isnan(value) else f"{value:.2f}"
 
 
 def summarise(rows):
     """One table row per (data, method): medians over seeds; the ratio to pm.gp.Latent is
     the median of the per-seed ratios (each measured in the same run), with their range."""
     table = [
-        "| data | method | wall (s) | min bulk ESS | ESS/s | ESS/s vs Latent (range) | divergent | max r_hat | test errors | mean test log p |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| data | method | wall (s) | min bulk ESS | ESS/s | ESS/s vs Latent (range) | divergent | max r_hat | "
+        "test errors | mean test log p | NUTS steps / draw | ms / evaluation | EP sweeps / evaluation |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     keys = list(dict.fromkeys((r["data"], r["method"]) for r in rows))
     for data, method in keys:
         mine = [r for r in rows if (r["data"], r["method"]) == (data, method)]
         ratios = []
         for r in mine:
-            ref = next(x for x in rows if x["data"] == data and x["seed"] == r["seed"]
-                       and x["method"].startswith("pm.gp.Latent"))
-            ratios.append(r["ess_s"] / ref["ess_s"])
-        med = {k: float(np.median([r[k] for r in mine])) for k in ("wall", "ess", "ess_s", "errors", "mlp")}
+            ref = next((x for x in rows if x["data"] == data and x["seed"] == r["seed"]
+                        and x["method"].startswith("pm.gp.Latent")), None)
+            if ref is not None:
+                ratios.append(r["ess_s"] / ref["ess_s"])
+        med = {k: float(np.median([r[k] for r in mine]))
+               for k in ("wall", "ess", "ess_s", "errors", "mlp", "steps", "ms_eval", "sweeps")}
         div, n = sum(r["div"] for r in mine), sum(r["n_draws"] for r in mine)
         table.append(
             f"| {data} | {method} | {med['wall']:.0f} | {med['ess']:.0f} | {med['ess_s']:.2f} | "
-            f"{np.median(ratios):.1f}x ({min(ratios):.1f}-{max(ratios):.1f}) | {div} ({100.0 * div / n:.1f} %) | "
-            f"{max(r['rhat'] for r in mine):.3f} | {med['errors']:.0f}/{mine[0]['n_test']} | {med['mlp']:.4f} |"
+            f"{_ratio_text(ratios)} | {div} ({100.0 * div / n:.1f} %) | "
+            f"{max(r['rhat'] for r in mine):.3f} | {med['errors']:.0f}/{mine[0]['n_test']} | {med['mlp']:.4f} | "
+            f"{med['steps']:.1f} | {med['ms_eval']:.2f} | {_sweeps_text(med['sweeps'])} |"
         )
     return table
 
@@ -140,7 +177,8 @@ def main():
     ap.add_argument("--draws", type=int, default=500)
     ap.add_argument("--tune", type=int, default=500)
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
-    ap.add_argument("--data", nargs="+", default=["pima", "crabs"])
+    ap.add_argument("--data", nargs="+", default=["pima", "crabs"], choices=["pima", "crabs", "breast-cancer", "separable"])
+    ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     ap.add_argument("--out", default=None,
                     help="write this results file (in benchmarks/results) instead of sampling.md and leave the "
                          "README's table alone")
@@ -148,24 +186,22 @@ def main():
     warnings.filterwarnings("ignore")
     rows = []
     for name in args.data:
-        data = load(name)
+        data = DATASETS[name]()
         for seed in args.seeds:
-            for label, fn in [
-                ("pymc-gpc EP, PyMC NUTS", lambda: run_ep(data, args.draws, args.tune, seed, "pymc")),
-                ("pymc-gpc EP, nutpie", lambda: run_ep(data, args.draws, args.tune, seed, "nutpie")),
-                ("pm.gp.Latent, PyMC NUTS", lambda: run_latent(data, args.draws, args.tune, seed)),
-            ]:
-                idata, wall, p = fn()
-                rows.append(row(label, data, idata, wall, p) | {"seed": seed})
+            for method in args.methods:
+                label, run = METHODS[method]
+                idata, wall, p = run(data, args.draws, args.tune, seed)
+                rows.append(row(label, data, idata, wall, p, args.tune) | {"seed": seed})
                 r = rows[-1]
                 print(f"{name} seed {seed} {label}: {r['wall']:.0f} s, min ESS {r['ess']:.0f} ({r['ess_s']:.2f}/s), "
-                      f"div {r['div']}, rhat {r['rhat']:.3f}, errors {r['errors']}/{r['n_test']}, mlp {r['mlp']:.4f}",
-                      flush=True)
+                      f"div {r['div']}, rhat {r['rhat']:.3f}, errors {r['errors']}/{r['n_test']}, mlp {r['mlp']:.4f}, "
+                      f"{r['steps']:.1f} steps/draw, {r['ms_eval']:.2f} ms/eval, {r['sweeps']:.2f} sweeps", flush=True)
     table = summarise(rows)
-    runs = ["| data | seed | method | wall (s) | min bulk ESS | ESS/s | divergent | max r_hat |",
-            "|---|---|---|---|---|---|---|---|"]
+    runs = ["| data | seed | method | wall (s) | min bulk ESS | ESS/s | divergent | max r_hat | steps / draw | ms / eval | sweeps |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
     runs += [f"| {r['data']} | {r['seed']} | {r['method']} | {r['wall']:.0f} | {r['ess']:.0f} | {r['ess_s']:.2f} "
-             f"| {r['div']} | {r['rhat']:.3f} |" for r in rows]
+             f"| {r['div']} | {r['rhat']:.3f} | {r['steps']:.1f} | {r['ms_eval']:.2f} | {_sweeps_text(r['sweeps'])} |"
+             for r in rows]
     header = (f"2 chains x ({args.tune} tune + {args.draws} draws), seeds {args.seeds}; wall, min bulk ESS, ESS/s, "
               "test errors and mean test log p are medians over the seeds, divergent the sum and max r_hat the "
               "maximum (a row is not one run)\n\n")
