@@ -58,11 +58,11 @@ PRODUCT_MIN_COLUMNS = 8
 
 
 @njit(nogil=True, cache=True)
-def _product_columns(discrete, min_columns):
+def _product_columns(discrete, min_columns, n, m):
     """Indices of the continuous columns that the BLAS-product forms handle (all of them when
-    there are at least ``min_columns``, none otherwise)."""
+    there are at least ``min_columns`` and neither set of points is empty, none otherwise)."""
     cont = np.nonzero(~discrete)[0]
-    return cont if cont.shape[0] >= min_columns else cont[:0]
+    return cont if cont.shape[0] >= min_columns and n > 0 and m > 0 else cont[:0]
 
 
 @njit(nogil=True, cache=True)
@@ -139,7 +139,7 @@ def weighted_distance(X, Xs, l, discrete, min_columns=PRODUCT_MIN_COLUMNS):
     n, m, d = X.shape[0], Xs.shape[0], X.shape[1]
     if Xs.shape[1] != d or l.shape[0] != d or discrete.shape[0] != d:
         raise ValueError("ARD kernel: X, Xs, l and the discrete mask must agree on the number of columns")
-    cols = _product_columns(discrete, min_columns)
+    cols = _product_columns(discrete, min_columns, n, m)
     in_loop = np.ones(d, np.bool_)
     in_loop[cols] = False
     D = _product_distance(X, Xs, l, cols, _same_points(X, Xs)) if cols.shape[0] else np.zeros((n, m))
@@ -195,7 +195,7 @@ def distance_pullback(G, E, X, Xs, discrete, min_columns=PRODUCT_MIN_COLUMNS):
     n, m, d = X.shape[0], Xs.shape[0], X.shape[1]
     if G.shape != (n, m) or E.shape != (n, m) or Xs.shape[1] != d or discrete.shape[0] != d:
         raise ValueError("ARD kernel pullback: G, E, X and Xs do not match")
-    cols = _product_columns(discrete, min_columns)
+    cols = _product_columns(discrete, min_columns, n, m)
     loop_cols = np.ones(d, np.bool_)
     loop_cols[cols] = False
     loop_cols = np.nonzero(loop_cols)[0]

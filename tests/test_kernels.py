@@ -244,3 +244,16 @@ def test_many_continuous_columns_kernel_and_gradient():
     h = 1e-6
     fd = np.array([(f(p + h * e)[1] - f(p - h * e)[1]) / (2 * h) for e in np.eye(d)])
     np.testing.assert_allclose(g, fd, rtol=1e-6, atol=1e-9)
+
+
+def test_product_form_with_no_points():
+    """An empty set of points (a prediction at no inputs) gives an empty kernel, not a
+    division by zero in the product form's centring."""
+    from pymc_gpc.kernels import distance_pullback, weighted_distance
+
+    X, empty = np.random.default_rng(10).normal(size=(5, 12)), np.zeros((0, 12))
+    mask = np.zeros(12, dtype=bool)
+    assert weighted_distance(X, empty, np.ones(12), mask, 1).shape == (5, 0)
+    assert weighted_distance(empty, X, np.ones(12), mask, 1).shape == (0, 5)
+    s, s_ge, s_g, tr_g = distance_pullback(np.zeros((5, 0)), np.zeros((5, 0)), X, empty, mask, 1)
+    assert np.all(s == 0.0) and s_ge == s_g == tr_g == 0.0
