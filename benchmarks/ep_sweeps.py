@@ -22,7 +22,9 @@ sweeps) from different starts, and studied in four ways:
    the linear system solved by GMRES (one cycle of at most 30 iterations, relative
    residual 0.03). Reported: factorisations to reach the same tolerance, against the
    Anderson-accelerated sweeps (a Newton iteration also forms Sigma: about 1.5 sweeps
-   of flops).
+   of flops). Also two chord methods, whose Jacobian's Sigma is fixed for the whole
+   solve (no Sigma to form per iteration): the previous evaluation's (free: the gradient
+   forms R) or the one at the solve's start; capped at 50 factorisations.
 4. **The iteration itself**, from the package's warm starts at equal accuracy (a damped
    sweep's change is the damping times the undamped one, so the tolerance is scaled by
    it): plain parallel EP, damped, and Anderson with 1 to 12 stored differences (the
@@ -220,8 +222,14 @@ def errors_by_sweeps(kernel, y, points, every=10, ks=(2, 3, 4, 5, 6)):
     return {k: np.array(v) for k, v in errs.items()}
 
 
-def newton_gmres(K, y, tau, nu, tol=TOL, rtol=0.03, max_iter=50):
-    """Factorisations Newton-GMRES on s - G(s) takes to reach the sweep tolerance (module docstring, 3)."""
+def newton_gmres(K, y, tau, nu, tol=TOL, rtol=0.03, max_iter=50, jacobian_sigma=None):
+    """Factorisations Newton-GMRES on s - G(s) takes to reach the sweep tolerance (module docstring, 3),
+    and the Sigma of its last iterate.
+
+    ``jacobian_sigma``: a chord method instead, the Jacobian's global part from this fixed
+    Sigma (e.g. the previous evaluation's, which the gradient's R gives for free, or the one at
+    the start of the solve) rather than from each iterate's; the per-site part and the
+    residual stay the iterate's own."""
     n = len(y)
     prior_var = np.diag(K).copy()
 
@@ -229,14 +237,11 @@ def newton_gmres(K, y, tau, nu, tol=TOL, rtol=0.03, max_iter=50):
         return E._parallel_update(LIK.kind, y, TH, v, m, tau, nu, prior_var, 1.0)[:3]
 
     for it in range(1, max_iter + 1):
-        sw = np.sqrt(tau)
-        L = cholesky(np.eye(n) + sw[:, None] * K * sw[None], lower=True)
-        A = solve_triangular(L, sw[:, None] * K, lower=True)
-        S = K - A.T @ A
+        S = posterior_cov(K, tau)
         m, v = S @ nu, np.diag(S).copy()
         tau_g, nu_g, change = site_map(v, m, tau, nu)
         if change < tol:
-            return it
+            return it, S
         partials = []  # d(tau_g, nu_g) / d(v, m, tau, nu), site by site
         for j, x in enumerate((v, m, tau, nu)):
             step = 1e-6 * np.maximum(np.abs(x), 1e-3)
@@ -245,9 +250,10 @@ def newton_gmres(K, y, tau, nu, tol=TOL, rtol=0.03, max_iter=50):
             tp, np_, _ = site_map(*args_p)
             tm, nm, _ = site_map(*args_m)
             partials.append(((tp - tm) / (2 * step), (np_ - nm) / (2 * step)))
-        S2 = S * S
+        Sj = S if jacobian_sigma is None else jacobian_sigma
+        S2 = Sj * Sj
 
-        def residual_jacobian(x, S=S, S2=S2, m=m, partials=partials):
+        def residual_jacobian(x, S=Sj, S2=S2, m=m, partials=partials):
             dt, dn = x[:n], x[n:]
             d_in = (-(S2 @ dt), S @ (dn - m * dt), dt, dn)
             return x - np.concatenate([sum(p[o] * di for p, di in zip(partials, d_in)) for o in (0, 1)])
@@ -258,7 +264,40 @@ def newton_gmres(K, y, tau, nu, tol=TOL, rtol=0.03, max_iter=50):
         if np.min(tau_x) < 0.0 or not np.all(np.isfinite(dx)):
             tau_x, nu_x = tau_g, nu_g  # a plain EP step
         tau, nu = tau_x, nu_x
-    return max_iter
+    return max_iter, S
+
+
+def posterior_cov(K, tau):
+    """Sigma = (K^-1 + diag(tau))^-1 = K - A^T A, A = L^-1 W^1/2 K."""
+    sw = np.sqrt(tau)
+    L = cholesky(np.eye(len(tau)) + sw[:, None] * K * sw[None], lower=True)
+    A = solve_triangular(L, sw[:, None] * K, lower=True)
+    return K - A.T @ A
+
+
+def newton_variants(kernel, y, points):
+    """Factorisations per evaluation from the package's warm starts (each variant warm-starting
+    from its own converged states): Newton-GMRES, and the chords with the Jacobian's Sigma of
+    the previous evaluation or of the solve's start (``newton_gmres``)."""
+    out = {"Newton-GMRES": [], "chord, Sigma of the previous evaluation": [], "chord, Sigma at the start": []}
+    warm = {key: M.WarmStarts() for key in out}
+    previous = None
+    for h in points:
+        K = kernel(h)
+        for key, counts in out.items():
+            st = warm[key].guess(h)
+            start = (np.zeros(len(y)), np.zeros(len(y))) if st is None else (st.tau.copy(), st.nu.copy())
+            if key == "Newton-GMRES":
+                k, _ = newton_gmres(K, y, *start)
+            elif key == "chord, Sigma at the start":
+                k, _ = newton_gmres(K, y, *start, jacobian_sigma=posterior_cov(K, start[0]))
+            else:
+                jac = posterior_cov(K, start[0]) if previous is None else previous
+                k, previous = newton_gmres(K, y, *start, jacobian_sigma=jac)
+            counts.append(k)
+            _, s = solve(K, y, None if st is None else (st.tau, st.nu))  # the next warm start: a converged state
+            warm[key].add(h, E.EPState(*s))
+    return {key: np.array(v) for key, v in out.items()}
 
 
 def study(name, n_replay=1000, n_newton=300, n_variants=500):
@@ -274,17 +313,10 @@ def study(name, n_replay=1000, n_newton=300, n_variants=500):
     variants, first = iteration_variants(kernel, y, points[:n_variants])
     to_last, to_nearest = step_lengths(points)
     errs = errors_by_sweeps(kernel, y, points)
-    warm, newton = M.WarmStarts(), []
     anderson = rows["WarmStarts (package)"][:n_newton]
-    for h in points[:n_newton]:
-        K = kernel(h)
-        st = warm.guess(h)
-        start = (np.zeros(len(y)), np.zeros(len(y))) if st is None else (st.tau.copy(), st.nu.copy())
-        newton.append(newton_gmres(K, y, *start))
-        _, s = solve(K, y, None if st is None else (st.tau, st.nu))
-        warm.add(h, E.EPState(*s))
+    newton = newton_variants(kernel, y, points[:n_newton])
     return dict(name=data.name, n=len(y), d=kernel.d, evals=len(log), steps=steps, ms=ms,
-                sweeps_sampler=in_sampler, rows=rows, errs=errs, newton=np.array(newton), anderson=anderson,
+                sweeps_sampler=in_sampler, rows=rows, errs=errs, newton=newton, anderson=anderson,
                 variants=variants, first=first, to_last=to_last, to_nearest=to_nearest)
 
 
@@ -313,8 +345,10 @@ def report(results):
             cells.append(f"{np.median(e[:, 0]):.0e} ({e[:, 0].max():.0e}); grad {np.median(e[:, 1]):.0e} ({e[:, 1].max():.0e})")
         text.append(f"| {r['name']} | " + " | ".join(cells) + " |")
     text += ["", "Newton-GMRES against Anderson-accelerated parallel EP (factorisations to tol 1e-2, first 300 replayed evaluations, mean / median / p90 / max):", "",
-             "| data | Anderson sweeps | Newton-GMRES factorisations |", "|---|---|---|"]
-    text += [f"| {r['name']} | {fmt(r['anderson'])} | {fmt(r['newton'])} |" for r in results]
+             "| data | Anderson sweeps | " + " | ".join(f"{k} factorisations" for k in results[0]["newton"]) + " |",
+             "|---" * (2 + len(results[0]["newton"])) + "|"]
+    text += [f"| {r['name']} | {fmt(r['anderson'])} | " + " | ".join(fmt(v) for v in r["newton"].values()) + " |"
+             for r in results]
     keys = list(results[0]["variants"])
     text += ["", "The iteration (module docstring, 4): sweeps per evaluation (mean / max) from the package's warm "
              "starts, first 500 replayed evaluations, tolerance 1e-2 x damping; columns: damping, Anderson memory "
