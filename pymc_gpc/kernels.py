@@ -58,11 +58,14 @@ PRODUCT_MIN_COLUMNS = 8
 
 
 @njit(nogil=True, cache=True)
-def _product_columns(discrete, min_columns, n, m):
-    """Indices of the continuous columns that the BLAS-product forms handle (all of them when
-    there are at least ``min_columns`` and neither set of points is empty, none otherwise)."""
-    cont = np.nonzero(~discrete)[0]
-    return cont if cont.shape[0] >= min_columns and n > 0 and m > 0 else cont[:0]
+def _split_columns(discrete, min_columns, n, m):
+    """(product, loop): indices of the columns the BLAS-product forms take (every continuous
+    column, where there are at least ``min_columns`` of them and neither set of points is
+    empty) and of the columns left to the loops."""
+    continuous = np.nonzero(~discrete)[0]
+    if continuous.shape[0] >= min_columns and n > 0 and m > 0:
+        return continuous, np.nonzero(discrete)[0]
+    return continuous[:0], np.arange(discrete.shape[0])
 
 
 @njit(nogil=True, cache=True)
@@ -78,47 +81,50 @@ def _same_points(X, Xs):
 
 
 @njit(nogil=True, cache=True)
-def _centred(X, shift, cols):
-    """The columns ``cols`` of X minus ``shift``, Fortran-ordered (n, len(cols))."""
-    out = np.empty((cols.shape[0], X.shape[0])).T
+def _centred(P, shift, cols):
+    """The columns ``cols`` of P minus ``shift``, Fortran-ordered (rows of P, len(cols))."""
+    out = np.empty((cols.shape[0], P.shape[0])).T
     for c in range(cols.shape[0]):
-        for i in range(X.shape[0]):
-            out[i, c] = X[i, cols[c]] - shift[c]
+        for i in range(P.shape[0]):
+            out[i, c] = P[i, cols[c]] - shift[c]
     return out
+
+
+@njit(nogil=True, cache=True)
+def _centred_columns(X, Xs, cols):
+    """The columns ``cols`` of X and of Xs, both minus X's column means (``_centred``):
+    distances do not change, and the rounding of the product forms' differences is then
+    relative to the data's spread, not its offset."""
+    shift = np.empty(cols.shape[0])
+    for c in range(cols.shape[0]):
+        shift[c] = X[:, cols[c]].mean()
+    return _centred(X, shift, cols), _centred(Xs, shift, cols)
 
 
 @njit(nogil=True, cache=True)
 def _product_distance(X, Xs, l, cols, symmetric):
     r"""sum_{m in cols} l_m (X_im - Xs_jm)^2 = q_i + r_j - 2 (X diag(l) Xs^T)_ij, with
-    q_i = sum_m l_m X_im^2 and r_j likewise, by one BLAS product (``lapack.gemm``), C-ordered
-    (n, m). The columns are first centred on X's means (distances do not change; the
-    rounding of q + r - 2 p is then relative to the data's spread, not its offset).
-    ``symmetric`` (Xs is X): the lower triangle is mirrored and the diagonal is zero, so the
-    result is exactly symmetric, as the loop's is. Where all l_m have one sign the result
-    is clipped to that sign (rounding can leave a tiny distance of the other)."""
+    q_i = sum_m l_m X_im^2 and r_j likewise, by one BLAS product (``lapack.gemm``) on the
+    centred columns (``_centred_columns``), C-ordered (n, m). ``symmetric`` (Xs is X): the
+    lower triangle is mirrored and the diagonal is zero, so the result is exactly symmetric,
+    as the loop's is. Where all l_m have one sign the result is clipped to that sign
+    (rounding can leave a tiny distance of the other)."""
     n, m, k = X.shape[0], Xs.shape[0], cols.shape[0]
-    shift = np.empty(k)
-    for c in range(k):
-        shift[c] = X[:, cols[c]].mean()
-    A, B = _centred(X, shift, cols), _centred(Xs, shift, cols)
-    lo, hi = 0.0, 0.0
-    for c in range(k):
-        lo, hi = min(lo, l[cols[c]]), max(hi, l[cols[c]])
-        for i in range(n):
-            A[i, c] *= l[cols[c]]
+    A, B = _centred_columns(X, Xs, cols)
+    lc = l[cols]
     q, r = np.zeros(n), np.zeros(m)
     for c in range(k):
         for i in range(n):
-            q[i] += A[i, c] * (X[i, cols[c]] - shift[c])
+            q[i] += lc[c] * A[i, c] * A[i, c]
+            A[i, c] *= lc[c]
         for j in range(m):
-            r[j] += l[cols[c]] * B[j, c] * B[j, c]
-    P = np.empty((n, m)).T  # Fortran (m, n): P^T = B A^T, so P.T is C-ordered (n, m)
+            r[j] += lc[c] * B[j, c] * B[j, c]
+    P = np.empty((n, m)).T  # Fortran (m, n): P^T = B (diag(l) A)^T, so P.T is C-ordered (n, m)
     lapack.gemm(1.0, B, A, 0.0, P, True)
     D = P.T
+    lo, hi = min(lc.min(), 0.0), max(lc.max(), 0.0)
     for i in range(n):
-        for j in range(m):
-            if symmetric and j >= i:
-                break
+        for j in range(i if symmetric else m):
             d = q[i] + r[j] - 2.0 * D[i, j]
             D[i, j] = min(d, 0.0) if hi <= 0.0 else (max(d, 0.0) if lo >= 0.0 else d)
     if symmetric:
@@ -139,16 +145,12 @@ def weighted_distance(X, Xs, l, discrete, min_columns=PRODUCT_MIN_COLUMNS):
     n, m, d = X.shape[0], Xs.shape[0], X.shape[1]
     if Xs.shape[1] != d or l.shape[0] != d or discrete.shape[0] != d:
         raise ValueError("ARD kernel: X, Xs, l and the discrete mask must agree on the number of columns")
-    cols = _product_columns(discrete, min_columns, n, m)
-    in_loop = np.ones(d, np.bool_)
-    in_loop[cols] = False
+    cols, loop_cols = _split_columns(discrete, min_columns, n, m)
     D = _product_distance(X, Xs, l, cols, _same_points(X, Xs)) if cols.shape[0] else np.zeros((n, m))
     XsT = np.ascontiguousarray(Xs.T)
     for i in range(n):
         row = D[i]
-        for c in range(d):
-            if not in_loop[c]:
-                continue
+        for c in loop_cols:
             xi, lc, col = X[i, c], l[c], XsT[c]
             if discrete[c]:
                 for j in range(m):
@@ -165,12 +167,9 @@ def weighted_distance(X, Xs, l, discrete, min_columns=PRODUCT_MIN_COLUMNS):
 def _product_pullback(A, X, Xs, cols, row_sums, col_sums):
     r"""s_m = sum_ij A_ij (X_im - Xs_jm)^2 for m in ``cols``, as
     sum_i X_im^2 rowsum(A)_i + sum_j Xs_jm^2 colsum(A)_j - 2 sum_j Xs_jm (A^T X)_jm, with
-    one BLAS product for A^T X (columns centred on X's means, as ``_product_distance``)."""
+    one BLAS product for A^T X, on the centred columns (``_centred_columns``)."""
     k = cols.shape[0]
-    shift = np.empty(k)
-    for c in range(k):
-        shift[c] = X[:, cols[c]].mean()
-    Xc, Xsc = _centred(X, shift, cols), _centred(Xs, shift, cols)
+    Xc, Xsc = _centred_columns(X, Xs, cols)
     N = np.empty((k, Xs.shape[0])).T  # Fortran (m, k)
     lapack.gemm(1.0, A.T, Xc, 0.0, N, False)  # A.T of the C-ordered A is Fortran-ordered
     s = np.zeros(k)
@@ -195,10 +194,7 @@ def distance_pullback(G, E, X, Xs, discrete, min_columns=PRODUCT_MIN_COLUMNS):
     n, m, d = X.shape[0], Xs.shape[0], X.shape[1]
     if G.shape != (n, m) or E.shape != (n, m) or Xs.shape[1] != d or discrete.shape[0] != d:
         raise ValueError("ARD kernel pullback: G, E, X and Xs do not match")
-    cols = _product_columns(discrete, min_columns, n, m)
-    loop_cols = np.ones(d, np.bool_)
-    loop_cols[cols] = False
-    loop_cols = np.nonzero(loop_cols)[0]
+    cols, loop_cols = _split_columns(discrete, min_columns, n, m)
     GE = np.empty((n, m))
     acc_g, acc = np.zeros(m), np.zeros((d, m))
     tr_g = 0.0
