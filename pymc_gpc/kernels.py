@@ -195,14 +195,16 @@ def distance_pullback(G, E, X, Xs, discrete, min_columns=PRODUCT_MIN_COLUMNS):
     if G.shape != (n, m) or E.shape != (n, m) or Xs.shape[1] != d or discrete.shape[0] != d:
         raise ValueError("ARD kernel pullback: G, E, X and Xs do not match")
     cols, loop_cols = _split_columns(discrete, min_columns, n, m)
-    GE = np.empty((n, m))
-    acc_g, acc = np.zeros(m), np.zeros((d, m))
+    product = cols.shape[0] > 0
+    GE = np.empty((n if product else 1, m))  # G o E whole for the products, else one row at a time
+    acc_ge, acc_g, acc = np.zeros(m), np.zeros(m), np.zeros((d, m))
     tr_g = 0.0
     XsT = np.ascontiguousarray(Xs.T)
     for i in range(n):
-        a, g = GE[i], G[i]
+        a, g = GE[i if product else 0], G[i]
         for j in range(m):
             a[j] = g[j] * E[i, j]
+            acc_ge[j] += a[j]
             acc_g[j] += g[j]
         if i < m:
             tr_g += g[i]
@@ -219,10 +221,9 @@ def distance_pullback(G, E, X, Xs, discrete, min_columns=PRODUCT_MIN_COLUMNS):
     s = np.empty(d)
     for c in range(d):
         s[c] = acc[c].sum()
-    col_sums = np.dot(GE.T, np.ones(n))
-    if cols.shape[0]:
-        s[cols] = _product_pullback(GE, X, Xs, cols, np.dot(GE, np.ones(m)), col_sums)
-    return s, col_sums.sum(), acc_g.sum(), tr_g
+    if product:
+        s[cols] = _product_pullback(GE, X, Xs, cols, np.dot(GE, np.ones(m)), acc_ge)
+    return s, acc_ge.sum(), acc_g.sum(), tr_g
 
 
 @njit(nogil=True, cache=True)
