@@ -19,7 +19,8 @@ from pymc_gpc.ops import thread_state
 from .conftest import random_problem
 
 CASES = [("ep", L.ProbitNoise, 0.7), ("laplace", L.ProbitNoise, 0.7), ("ep", L.StepLabelNoise, 0.1),
-         ("ep", L.ProbitBias, -0.3), ("laplace", L.Logistic, None)]
+         ("ep", L.ProbitBias, -0.3), ("laplace", L.Logistic, None), ("ep", L.Logistic, None),
+         ("laplace", L.Probit, None), ("laplace", L.ProbitBias, -0.3)]
 
 
 def compiled(approx, lik_type, X, y, options=(("tol", 1e-10),)):

@@ -124,6 +124,16 @@ def test_engine_value_and_gradient_are_finite(approx, lik_type):
         assert np.isfinite(res.log_z)
         assert np.all(np.isfinite(res.dlog_z_dK)) and np.all(np.isfinite(res.dlog_z_dparams))
         assert np.all(np.isfinite(res.mean)) and np.all(res.var > 0)
+        # what must hold, not only finiteness: each LOO term is the log of a probability
+        # (<= 0, never NaN); Laplace's log q = log p(y|f^) - f^T K^-1 f^ / 2 - log|B| / 2 is a
+        # sum of three terms <= 0; with non-negative site precisions (Laplace's W, EP's sites
+        # of the log-concave likelihoods) q's marginal variances lie below the prior's
+        assert not np.any(np.isnan(res.loo_log_p)) and np.all(res.loo_log_p <= 1e-12)
+        if approx == "laplace":
+            assert res.log_z <= 1e-9 * max(1.0, abs(res.log_z))
+        sites = res.posterior.w if approx == "laplace" else res.state.tau
+        if np.min(sites) >= 0.0:
+            assert np.all(res.var <= np.diag(K) * (1.0 + 1e-9) + 1e-12)
 
     check()
 
