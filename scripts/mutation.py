@@ -15,10 +15,16 @@ the code.
     .venv/bin/python scripts/mutation.py --list
 
 Results: ``benchmarks/results/mutation.md`` (rewritten in place, headed by its
-provenance). Exit status 1 if any fault survived or a run errored. Each fault costs one
-numba compilation of what its tests call (the package's numba cache is keyed by the
-contents of every module) plus the tests up to the first failure: about a minute each on
-one core. Add a fault for every new formula (ordinal likelihoods, new structures).
+provenance). Exit status 1 if any fault survived or a run errored.
+
+Compilation. The package's numba cache is keyed by a hash of every module
+(``pymc_gpc._numba_cache.STAMP``), so a changed module recompiles everything its tests
+call. A fault in plain Python code cannot change any compiled function, so for those the
+copy's stamp is pinned to the unmodified package's (the copy's ``_numba_cache.py`` reads
+it from the environment) and the baseline's compiled code is reused; a fault inside a
+``@njit`` function (detected from the decorator of the enclosing ``def``) runs with the
+natural stamp and recompiles. Add a fault for every new formula (ordinal likelihoods,
+new structures).
 """
 
 import argparse
@@ -120,16 +126,50 @@ FAULTS = [
 ]
 
 
+STAMP_LINE = "STAMP = _package_stamp()"
+PINNED = "PYMC_GPC_MUTATION_STAMP"
+
+
 def copy_tree(dest):
+    """The package, its tests and pyproject.toml; the copy's numba stamp may be pinned (``PINNED``)."""
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache", ".hypothesis")
     for name in ("pymc_gpc", "tests"):
         shutil.copytree(ROOT / name, dest / name, ignore=ignore)
     shutil.copy2(ROOT / "pyproject.toml", dest / "pyproject.toml")
+    cache = dest / "pymc_gpc" / "_numba_cache.py"
+    text = cache.read_text()
+    if text.count(STAMP_LINE) != 1:
+        sys.exit(f"pymc_gpc/_numba_cache.py has no line {STAMP_LINE!r}: update scripts/mutation.py")
+    # the copy's own stamp, before this edit: the unmodified package's hash, seen from the copy
+    cache.write_text(text.replace(STAMP_LINE, f"STAMP = os.environ.get({PINNED!r}) or _package_stamp()"))
 
 
-def run_tests(work, tests, timeout):
+def in_compiled_function(path, old):
+    """Whether the snippet lies in a function decorated with @njit: the nearest ``def`` above
+    it with less indentation than the snippet's line, and that def's decorators."""
+    text = (ROOT / path).read_text()
+    at = text.index(old)
+    before = text[:at].split("\n")
+    line = before[-1] + text[at:].split("\n")[0]
+    indent = len(line) - len(line.lstrip())
+    for k in range(len(before) - 2, -1, -1):
+        stripped = before[k].lstrip()
+        if stripped.startswith("def ") and len(before[k]) - len(stripped) < indent:
+            j = k - 1
+            while j >= 0 and before[j].strip().startswith("@"):
+                if "jit" in before[j]:
+                    return True
+                j -= 1
+            return False
+    return False
+
+
+def run_tests(work, tests, timeout, stamp=None):
     env = dict(os.environ, PYTHONPATH=str(work), OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
                MKL_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
+    env.pop(PINNED, None)
+    if stamp:
+        env[PINNED] = stamp
     cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-n", "0", "-p", "no:cacheprovider", *tests]
     start = time.perf_counter()
     try:
@@ -172,12 +212,21 @@ def main(argv=None):
         count = (ROOT / f.path).read_text().count(f.old)
         if count != 1:
             sys.exit(f"fault {f.name}: its snippet occurs {count} times in {f.path}, not once: update FAULTS")
+    prov = provenance(argv)  # the code as copied now
     work = Path(tempfile.mkdtemp(prefix="pymc_gpc_mutation_"))
     try:
         copy_tree(work)
+        stamp = subprocess.run([sys.executable, "-c", "from pymc_gpc._numba_cache import STAMP; print(STAMP)"],
+                               cwd=work, env=dict(os.environ, PYTHONPATH=str(work)), capture_output=True,
+                               text=True, check=True).stdout.strip()
         rows, ok = [], True
-        for tests in dict.fromkeys(f.tests for f in faults):  # the selections pass unmodified
-            code, failed, secs, text = run_tests(work, tests, args.timeout)
+        by_file = {}  # the selections pass unmodified: one run per test file, its -k's joined
+        for f in faults:
+            file, *rest = f.tests
+            by_file.setdefault(file, []).append(rest[1] if rest[:1] == ["-k"] else None)
+        for file, ks in by_file.items():
+            tests = (file,) if None in ks else (file, "-k", " or ".join(f"({k})" for k in dict.fromkeys(ks)))
+            code, failed, secs, text = run_tests(work, tests, args.timeout, stamp)
             print(f"baseline {' '.join(tests)}: exit {code} ({secs:.0f} s)", flush=True)
             if code != 0:
                 print(text[-3000:])
@@ -186,20 +235,21 @@ def main(argv=None):
             target = work / f.path
             original = target.read_text()
             target.write_text(original.replace(f.old, f.new))
+            compiled = in_compiled_function(f.path, f.old)
             try:
-                code, failed, secs, text = run_tests(work, f.tests, args.timeout)
+                code, failed, secs, text = run_tests(work, f.tests, args.timeout, None if compiled else stamp)
             finally:
                 target.write_text(original)
             status = "killed" if code == 1 and failed else ("survived" if code == 0 else f"error (exit {code})")
             ok = ok and status == "killed"
-            print(f"{f.name}: {status} in {secs:.0f} s {failed[:1]}", flush=True)
+            print(f"{f.name}{' (compiled)' if compiled else ''}: {status} in {secs:.0f} s {failed[:1]}", flush=True)
             if status.startswith("error"):
                 print(text[-2000:])
             rows.append((f, status, failed[0] if failed else "-", secs))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     killed = sum(r[1] == "killed" for r in rows)
-    lines = ["# Seeded faults in the numerics (mutation check)", "", *provenance(argv), "",
+    lines = ["# Seeded faults in the numerics (mutation check)", "", *prov, "",
              f"{killed} of {len(rows)} faults killed (a fault is killed when a test of its selection fails;",
              "`pytest -x` stops at the first failure, which is the test named). Each fault is an exact",
              "snippet of the module and its replacement, listed in `scripts/mutation.py`.", "",
