@@ -5,9 +5,10 @@ and against the exact log p(y_1) at n = 1 (where every cavity is the prior).
 
 The approximations are solved at tol 1e-12; a term computed from the right cavity then
 agrees with the reference to about 1e-9 (quadrature at relative 1e-12, solves of
-6 x 6 systems), so the tolerances below (1e-7) leave two orders of magnitude for
-rounding and none for a wrong cavity (a flipped sign, a marginal for a cavity, a
-missing site change move a term by 1e-3 or more on these problems).
+7 x 7 systems), so the tolerances below (1e-7) leave two orders of magnitude for
+rounding. ``scripts/mutation.py`` seeds faults in the cavities (a flipped sign, a
+marginal for a cavity, half a site removed) and records which of these tests fail
+(``benchmarks/results/mutation.md``).
 """
 
 import numpy as np
