@@ -167,9 +167,7 @@ def test_loo_approximates_the_exact_leave_one_out_predictive(approx):
     brute-force quadrature at n = 3. The exact terms are -0.76, -0.96 and -0.85 here; EP's
     differ from them by at most 1.9e-3, LA-LOO's by at most 4.9e-2 (Laplace's Gaussian is
     a cruder stand-in for the probit posterior). Bounds: 4e-3 and 0.1."""
-    from .conftest import LIKELIHOOD_CASES as cases
-
-    lik = cases[0]
+    lik = LIKELIHOOD_CASES[0]
     rng = np.random.default_rng(5)
     X, y = random_problem(rng, 3)
     K, _ = ard_kernel(X, np.log([1.0, 1.0]), np.log(2.0), jitter=1e-6)
