@@ -147,14 +147,30 @@ def test_newton_prediction_needs_a_full_step_after_a_measured_one():
     assert not newton_converged(1e-3, 1e-3, f, 1e-6)  # not contracting
 
 
-def test_results_are_reproducible():
+def test_results_are_reproducible_and_at_eps_fixed_point():
+    """Deterministic (no random sweep order): a repeated call returns the same bits. And the
+    answer is EP's: the parallel and the sequential schedules, different iterations, reach
+    the same fixed point, where every site's cavity times its likelihood has the posterior
+    marginal's moments (by quadrature, ``ground_truth.tilted``)."""
+    from .ground_truth import cavity, gaussian_with_sites, tilted
+
     lik = LIKELIHOOD_CASES[1]
     rng = np.random.default_rng(5)
     X, y = random_problem(rng, 30)
     K, _ = ard_kernel(X, np.log([1.0, 1.0]), np.log(2.0))
-    a, b = ep(K, y, lik), ep(K, y, lik)
+    a, b = ep(K, y, lik, tol=1e-12), ep(K, y, lik, tol=1e-12)
     assert a.log_z == b.log_z
-    np.testing.assert_array_equal(a.dlog_z_dK, b.dlog_z_dK)
+    for name in ("dlog_z_dK", "dlog_z_dparams", "loo_log_p", "mean", "var"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
+    np.testing.assert_array_equal(a.state.tau, b.state.tau)
+    seq = ep(K, y, lik, method="sequential", tol=1e-12)
+    assert abs(seq.log_z - a.log_z) < 1e-9
+    np.testing.assert_allclose(seq.dlog_z_dK, a.dlog_z_dK, atol=1e-8)
+    np.testing.assert_allclose(seq.loo_log_p, a.loo_log_p, atol=1e-9)
+    mean, Sigma = gaussian_with_sites(K, a.state.tau, a.state.nu)
+    for i in range(0, 30, 5):
+        _, t_mean, t_var = tilted(lik, y[i], *cavity(K, a.state.tau, a.state.nu, i))
+        assert abs(mean[i] - t_mean) < 1e-6 and abs(Sigma[i, i] - t_var) < 1e-6, i
 
 
 def test_sweep_limit_reports_non_convergence():

@@ -1,6 +1,8 @@
 """approx="FITC" in a pm.Model: logp, gradients through autodiff (hyperparameters and Xu as
 random variables), predictions, point estimates, sampling, and bad input."""
 
+import re
+
 import numpy as np
 import pymc as pm
 import pytensor
@@ -229,7 +231,15 @@ def test_cli_inducing(tmp_path, capsys):
     assert main(["--data", "crabs", "--method", "type2", "--inducing", "15", "--no-progress",
                  "--out", str(tmp_path)]) == 0
     report = (tmp_path / "report.md").read_text()
-    assert "converged" in report and "test errors" in report
+    # what the report says must be true. Crabs is separable: type-II ML's amplitude runs away
+    # (log v0 near 28 after 31 L-BFGS iterations), and the report says so in the fit's line
+    # (a bare "converged" in report also matched "NOT converged"); the classifier is still
+    # good: 5 test errors in 120 (scikit-learn 7, GPy EP 7: shared/DESIGN.md)
+    assert re.search(r"^- type-II ML time: .*iterations, NOT converged \(.*drifting without bound: log_v0\)$",
+                     report, flags=re.M), report
+    errors = int(re.search(r"^- test errors: (\d+) / 120 ", report, flags=re.M).group(1))
+    log_p = float(re.search(r"^- mean test log predictive: (\S+)$", report, flags=re.M).group(1))
+    assert errors <= 8 and log_p > -0.25, (errors, log_p)
     assert main(["--data", "crabs", "--inducing", "0", "--out", str(tmp_path)]) == 2
     assert "inducing must be a number of inducing inputs in [1, n = 80]" in capsys.readouterr().err
     assert main(["--data", "crabs", "--inducing", "10", "--approximation", "adf", "--out", str(tmp_path)]) == 2
@@ -243,4 +253,12 @@ def test_bundled_default_data_set():
     assert int((split.y_train > 0).sum() + (split.y_test > 0).sum()) == 333
     np.testing.assert_allclose(split.X_train.mean(axis=0), 0.0, atol=1e-12)
     full = load_default(n_test=0)
-    assert full.X_train.shape == (10_000, 3) and set(np.unique(full.X_train[:, 0] * 0 + 1)) == {1.0}
+    assert full.X_train.shape == (10_000, 3)
+    # the raw columns against ISLR's summary(Default): student No 7056 / Yes 2944, mean balance
+    # 835.3749, mean income 33516.98, 333 defaults
+    raw = load_default(standardise=False, n_test=0)
+    assert np.array_equal(np.unique(raw.X_train[:, 0], return_counts=True)[1], [7056, 2944])
+    np.testing.assert_allclose(raw.X_train[:, 1:].mean(axis=0), [835.3749, 33516.98], rtol=1e-6)
+    assert int((raw.y_train > 0).sum()) == 333
+    # standardised with the training columns' mean and sd
+    np.testing.assert_allclose(full.X_train, (raw.X_train - raw.X_train.mean(0)) / raw.X_train.std(0), atol=1e-12)

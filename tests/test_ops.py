@@ -19,7 +19,8 @@ from pymc_gpc.ops import thread_state
 from .conftest import random_problem
 
 CASES = [("ep", L.ProbitNoise, 0.7), ("laplace", L.ProbitNoise, 0.7), ("ep", L.StepLabelNoise, 0.1),
-         ("ep", L.ProbitBias, -0.3), ("laplace", L.Logistic, None)]
+         ("ep", L.ProbitBias, -0.3), ("laplace", L.Logistic, None), ("ep", L.Logistic, None),
+         ("laplace", L.Probit, None), ("laplace", L.ProbitBias, -0.3)]
 
 
 def compiled(approx, lik_type, X, y, options=(("tol", 1e-10),)):
@@ -64,6 +65,39 @@ def test_op_gradients_through_a_pymc_kernel_match_finite_differences(approx, lik
     if theta.size:
         fd = (fn(p[0], p[1], theta + h)[0] - fn(p[0], p[1], theta - h)[0]) / (2 * h)
         assert g_th[0] == pytest.approx(fd, rel=1e-5, abs=1e-7)
+
+
+@pytest.mark.parametrize("approx, lik_type", [("laplace-multiclass", L.Softmax), ("ep-multiclass", L.MultinomialProbit)])
+def test_multiclass_op_gradient_matches_finite_differences(approx, lik_type):
+    """The multi-class Op at the engine's tight tolerance (1e-12): its value is the engine's
+    on the same kernels, and its gradient through three per-class pm.gp.cov kernels agrees
+    with central differences to rtol 1e-6 (log q is stationary in the mode / sites, so
+    the solve's tolerance enters the differences only at its square)."""
+    from pymc_gpc import multinomial_probit_ep, softmax_laplace
+    from pymc_gpc.ops import MulticlassMarginalOp
+
+    rng = np.random.default_rng(12)
+    X = rng.uniform(-2, 2, (10, 1))
+    y = np.array([0, 1, 2, 0, 1, 2, 2, 1, 0, 2], dtype=float)
+    log_ls, log_v = pt.dvector("log_ls"), pt.dscalar("log_v")
+    K = pt.stack([pt.exp(log_v + 0.3 * k) * pm.gp.cov.ExpQuad(1, ls=pt.exp(log_ls[k]))(X) + 1e-6 * pt.eye(10)
+                  for k in range(3)])
+    out = MulticlassMarginalOp(approx, lik_type, (("tol", 1e-12),))(K, pt.zeros(0), y)
+    fn = pytensor.function([log_ls, log_v], [out[0], *pytensor.grad(out[0], [log_ls, log_v]), out[5]])
+    p = [np.log([0.7, 1.2, 0.9]), np.log(1.5)]
+    val, g_ls, g_v, status = fn(*p)
+    assert status == 0
+    engine = softmax_laplace if approx == "laplace-multiclass" else multinomial_probit_ep
+    assert val == pytest.approx(engine(pytensor.function([log_ls, log_v], K)(*p), y.astype(int), tol=1e-12).log_z,
+                                abs=1e-9)
+    h = 1e-5
+    for k in range(3):
+        e = np.zeros(3)
+        e[k] = h
+        fd = (fn(p[0] + e, p[1])[0] - fn(p[0] - e, p[1])[0]) / (2 * h)
+        assert g_ls[k] == pytest.approx(fd, rel=1e-6, abs=1e-8), (k, g_ls[k], fd)
+    fd = (fn(p[0], p[1] + h)[0] - fn(p[0], p[1] - h)[0]) / (2 * h)
+    assert g_v == pytest.approx(fd, rel=1e-6, abs=1e-8)
 
 
 @pytest.mark.parametrize(

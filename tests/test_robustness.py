@@ -76,7 +76,7 @@ def ard_K(X, log_w, log_v0, log_v1, jitter=1e-6):
 
 @functools.cache
 def op_function(approx, lik_type):
-    """(X, y, log_w, log_v0, log_v1, theta) -> (log q, d/dlog_w, d/dlog_v0, d/dlog_v1, d/dtheta, status)."""
+    """(X, y, log_w, log_v0, log_v1, theta) -> (log q, d/dlog_w, d/dlog_v0, d/dlog_v1, d/dtheta, status, LOO terms)."""
     X, y = pt.dmatrix("X"), pt.dvector("y")
     log_w, log_v0, log_v1, theta = pt.dvector("log_w"), pt.dscalar("log_v0"), pt.dscalar("log_v1"), pt.dvector("theta")
     D = (X[:, None, :] - X[None, :, :]) ** 2
@@ -85,7 +85,7 @@ def op_function(approx, lik_type):
     grads = pytensor.grad(out[0], [log_w, log_v0, log_v1, theta])
     # FAST_COMPILE (Python linker) keeps compilation under a second; the Op's perform is
     # the same code that the numba linker calls in object mode (tests/test_ops.py)
-    return pytensor.function([X, y, log_w, log_v0, log_v1, theta], [out[0], *grads, out[5]],
+    return pytensor.function([X, y, log_w, log_v0, log_v1, theta], [out[0], *grads, out[5], out[3]],
                              mode="FAST_COMPILE")
 
 
@@ -98,11 +98,15 @@ def test_op_value_is_finite_or_minus_inf_and_gradient_finite(approx, lik_type):
     def check(problem):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ApproximationFailedWarning)
-            value, *grads, status = fn(*problem)
+            value, *grads, status, loo = fn(*problem)
         assert not np.isnan(value)
         assert np.isfinite(value) or (value == -np.inf and status == STATUS_FAILED)
         for g in grads:
             assert np.all(np.isfinite(g))
+        # the LOO terms are logs of probabilities: <= 0 (-inf where the solve failed), never NaN
+        assert not np.any(np.isnan(loo)) and np.all(loo <= 1e-12)
+        if approx == "laplace" and status != STATUS_FAILED:
+            assert value <= 1e-9 * max(1.0, abs(value))  # each of Laplace's three terms is <= 0
 
     check()
 
@@ -124,6 +128,16 @@ def test_engine_value_and_gradient_are_finite(approx, lik_type):
         assert np.isfinite(res.log_z)
         assert np.all(np.isfinite(res.dlog_z_dK)) and np.all(np.isfinite(res.dlog_z_dparams))
         assert np.all(np.isfinite(res.mean)) and np.all(res.var > 0)
+        # what must hold, not only finiteness: each LOO term is the log of a probability
+        # (<= 0, never NaN); Laplace's log q = log p(y|f^) - f^T K^-1 f^ / 2 - log|B| / 2 is a
+        # sum of three terms <= 0; with non-negative site precisions (Laplace's W, EP's sites
+        # of the log-concave likelihoods) q's marginal variances lie below the prior's
+        assert not np.any(np.isnan(res.loo_log_p)) and np.all(res.loo_log_p <= 1e-12)
+        if approx == "laplace":
+            assert res.log_z <= 1e-9 * max(1.0, abs(res.log_z))
+        sites = res.posterior.w if approx == "laplace" else res.state.tau
+        if np.min(sites) >= 0.0:
+            assert np.all(res.var <= np.diag(K) * (1.0 + 1e-9) + 1e-12)
 
     check()
 

@@ -199,7 +199,8 @@ def _loo_log_z(m, C, y, tau, nu):
     r"""log Zhat_i = log int q_{\i}(f_i) p(y_i | f_i) df_i by the converged inner EP (n,).
 
     The Gaussian part, int N(t; m_t, V) exp(-t^T T t / 2 + nu^T t) dt over t = B^T w,
-    with A = I + T V: -log|A|/2 + nu^T V A^{-1} nu / 2 + nu^T A^{-1} m_t - m_t^T A^{-1} T m_t / 2.
+    with A = I + T V: -log|A|/2 + nu^T V A^{-1} nu / 2 + m_t^T A^{-1} nu - m_t^T A^{-1} T m_t / 2
+    (A is not symmetric: the cross term is m_t^T A^{-1} nu = nu^T A^{-T} m_t).
     """
     n, cm1 = tau.shape
     c = cm1 + 1
@@ -218,7 +219,7 @@ def _loo_log_z(m, C, y, tau, nu):
     A = np.eye(cm1) + tau[:, :, None] * V
     _, logdet = np.linalg.slogdet(A)
     x_nu = np.linalg.solve(A, nu[:, :, None])[:, :, 0]
-    x_m = np.linalg.solve(A, mt[:, :, None])[:, :, 0]
+    x_m = np.linalg.solve(np.transpose(A, (0, 2, 1)), mt[:, :, None])[:, :, 0]  # A^{-T} m_t
     x_tm = np.linalg.solve(A, (tau * mt)[:, :, None])[:, :, 0]
     quad = (0.5 * np.einsum("ij,ijk,ik->i", nu, V, x_nu) + np.sum(nu * x_m, axis=1)
             - 0.5 * np.sum(mt * x_tm, axis=1))
