@@ -1,5 +1,5 @@
 """Prediction over posterior draws at EP tolerances 1e-8, 1e-4, 1e-3: time and the largest
-change of the averaged probabilities (README "Use", ``pymc_gpc.prediction``).
+change of the averaged probabilities (``pymc_gpc.prediction``; docs: binary classification, predictions).
 
 Pima and Crabs, ``ard_classifier``, 2 x (500 + 500) draws (seed 1), medians of 3.
 Run: OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/prediction_tolerance.py
