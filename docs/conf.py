@@ -40,7 +40,6 @@ extensions = [
 # -- sources --------------------------------------------------------------------------
 source_suffix = {".rst": "restructuredtext", ".md": "myst-nb", ".ipynb": "myst-nb"}
 exclude_patterns = ["_build", "Thumbs.db", ".DS_Store", "**.ipynb_checkpoints", "_templates"]
-templates_path = ["_templates"]
 
 # -- MyST / notebooks ------------------------------------------------------------------
 myst_enable_extensions = ["dollarmath", "colon_fence", "deflist"]
@@ -53,9 +52,8 @@ nb_merge_streams = True
 nb_output_stderr = "remove"  # the stored runs' warnings (progress-bar widgets, paths) are noise here
 
 # -- API reference ------------------------------------------------------------------------
-autosummary_generate = True
+autosummary_generate = False  # the pages are written by _generate.api_pages
 autosummary_imported_members = True
-autodoc_default_options = {"members": False, "inherited-members": False}
 autodoc_typehints = "none"
 numpydoc_show_class_members = False
 numpydoc_class_members_toctree = False
@@ -85,6 +83,7 @@ html_show_sourcelink = False
 # /usr/share/javascript/mathjax/MathJax.js).
 if os.environ.get("PYMC_GPC_MATHJAX"):
     mathjax_path = "file://" + os.environ["PYMC_GPC_MATHJAX"] + "?config=TeX-AMS-MML_HTMLorMML"
+    mathjax2_config = {"tex2jax": {"processClass": "math|output_area", "ignoreClass": "tex2jax_ignore"}}
 
 # Headings inside included results files and notebooks do not always step one level at a
 # time; that is their content, not a broken cross-reference.
@@ -100,6 +99,7 @@ def _setup_generated(app):
         if not target.exists() or target.read_bytes() != nb.read_bytes():
             shutil.copyfile(nb, target)
     _generate.benchmark_pages(ROOT / "benchmarks" / "results", DOCS / "benchmarks")
+    _generate.api_pages(DOCS / "api.rst", DOCS / "generated")
 
 
 def setup(app):
