@@ -263,6 +263,15 @@ def multinomial_probit_ep(K, y, likelihood=None, params=None, *, state=None, tol
     ApproximationResult with a = b (the posterior mean is K_k b_k), mean (c, n), var
     (n, c, c) the posterior covariance of each observation's c latent values, and
     loo_log_p = log Zhat_i (the tilted normalisers, Opper & Winther 2000).
+
+    Examples
+    --------
+    >>> import numpy as np, pymc_gpc
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.normal(size=(60, 2))
+    >>> y = np.digitize(X[:, 0], [-0.5, 0.5])
+    >>> K = np.exp(-0.5 * ((X[:, None] - X[None]) ** 2).sum(-1))
+    >>> res = pymc_gpc.multinomial_probit_ep(np.stack([2.0 * K] * 3), y)
     """
     likelihood = MultinomialProbit() if likelihood is None else likelihood
     if not isinstance(likelihood, MulticlassLikelihood) or "ep" not in likelihood.approximations:
