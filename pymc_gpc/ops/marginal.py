@@ -78,6 +78,14 @@ class ApproximationFailedWarning(RuntimeWarning):
 
     The value is used and the evaluation's status output is 1. (Failures, status 2,
     are not warned about: their value is -inf and the sampler rejects the point.)
+
+    Examples
+    --------
+    >>> import warnings
+    >>> with warnings.catch_warnings():   # doctest: +SKIP
+    ...     warnings.simplefilter("ignore", pymc_gpc.ops.ApproximationFailedWarning)
+    ...     idata = pymc_gpc.sample(model=model)
+    >>> int((idata.sample_stats["y_status"] == 1).sum())   # doctest: +SKIP
     """
 
 
@@ -383,6 +391,13 @@ def reset_warm_starts():
     Compiling a graph with the Op does this already (``ApproxMarginalOp.reset_warm_starts``);
     call it to repeat a seeded run with a function compiled once, e.g. a
     ``nutpie.compile_pymc_model`` result passed to ``nutpie.sample`` twice.
+
+    Examples
+    --------
+    >>> compiled = nutpie.compile_pymc_model(model)   # doctest: +SKIP
+    >>> first = nutpie.sample(compiled, seed=1)       # doctest: +SKIP
+    >>> pymc_gpc.reset_warm_starts()                  # doctest: +SKIP
+    >>> again = nutpie.sample(compiled, seed=1)       # the same draws as ``first``  # doctest: +SKIP
     """
     for op in list(_LIVE_OPS.values()):
         op.reset_warm_starts()
@@ -413,6 +428,14 @@ class ApproxMarginalOp(Op):
     increments from concurrent threads are not locked); its evaluations include those of
     the compiled path (``ops.compiled_ep``) under this Op's keys, which equal Ops on
     equal data share.
+
+    Examples
+    --------
+    The GP classes build this Op; by hand:
+
+    >>> from pymc_gpc.ops import ApproxMarginalOp
+    >>> op = ApproxMarginalOp("ep", pymc_gpc.likelihoods.Probit)                    # doctest: +SKIP
+    >>> outputs = op(K, params, y)   # log Z first; the LOO terms, iterations and status last  # doctest: +SKIP
     """
 
     __props__ = ("approximation", "likelihood_type", "options", "hyper_names", "defer_loo")
@@ -730,6 +753,14 @@ class LatentPredictiveOp(Op):
     Inputs: K (n, n), theta (p,), y (n,), K_cross (n, m), K_star (m, m) or its
     diagonal (m,). Outputs: mean (m,) and the variance (m,) or covariance (m, m).
     No gradient: used for prediction and ``pm.sample_posterior_predictive``.
+
+    Examples
+    --------
+    The GP classes build this Op; by hand:
+
+    >>> from pymc_gpc.ops import LatentPredictiveOp
+    >>> op = LatentPredictiveOp("ep", pymc_gpc.likelihoods.Probit)                    # doctest: +SKIP
+    >>> mean, var = op(K, params, y, K_cross, k_star_diag)   # doctest: +SKIP
     """
 
     __props__ = ("approximation", "likelihood_type", "options", "full_cov")
