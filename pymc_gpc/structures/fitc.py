@@ -63,7 +63,17 @@ from ..numerics.workspace import POOL
 from .dense import NotPositiveDefiniteError, chol_lower
 
 FITCGradient = namedtuple("FITCGradient", ["Kuu", "Kuf", "k_diag"])
-FITCGradient.__doc__ = "d log Z / d(K_uu, K_uf, diag K_ff) of an evidence with the FITC prior."
+FITCGradient.__doc__ = """d log Z / d(K_uu, K_uf, diag K_ff) of an evidence with the FITC prior.
+
+What an approximation returns as ``dlog_z_dK`` when its ``K`` is a ``FITCPrior``; PyTensor's
+autodiff carries the three pieces into the kernel's hyperparameters and the inducing inputs.
+
+Examples
+--------
+>>> res = pymc_gpc.ep(prior, y, Probit())   # doctest: +SKIP
+>>> res.dlog_z_dK.Kuu.shape, res.dlog_z_dK.Kuf.shape, res.dlog_z_dK.k_diag.shape  # doctest: +SKIP
+((m, m), (m, n), (n,))
+"""
 
 # Relative jitters tried, in turn, when K_uu has no Cholesky factor.
 _JITTER_FALLBACK = (0.0, 1e-10, 1e-8, 1e-6, 1e-4, 1e-2)
@@ -208,6 +218,18 @@ class FITCPrior:
     Kuu : (m, m) covariance of the inducing values (any jitter already added).
     Kuf : (m, n) cross-covariance between inducing and training inputs.
     k_diag : (n,) prior variances diag K_ff.
+
+    Examples
+    --------
+    >>> import numpy as np, pymc_gpc
+    >>> from pymc_gpc.structures import FITCPrior
+    >>> X = np.linspace(-2, 2, 200)[:, None]
+    >>> Xu = np.linspace(-2, 2, 10)[:, None]
+    >>> k = lambda A, B: np.exp(-0.5 * (A - B.T) ** 2)
+    >>> prior = FITCPrior(k(Xu, Xu) + 1e-8 * np.eye(10), k(Xu, X), np.ones(200))
+    >>> res = pymc_gpc.ep(prior, np.sign(X[:, 0] + 0.1), pymc_gpc.likelihoods.Probit())
+    >>> type(res.dlog_z_dK).__name__
+    'FITCGradient'
     """
 
     sequential = False  # no rank-one sequential EP sweeps (they need the dense Sigma)
