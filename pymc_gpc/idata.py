@@ -109,7 +109,7 @@ def default_sampler(model=None):
     matrix of ``default_init``, for at most ``PYMC_NUTS_MAX`` sampled values; nutpie above
     that, where it is installed (else PyMC's).
 
-    Measured (``benchmarks/sampling_hard.py``, README "Where EP is hard"; ESS/s, medians
+    Measured (``benchmarks/sampling_hard.py``, ``benchmarks/results/sampling_size.md``; ESS/s, medians
     of two seeds): with 4-9 hyperparameters PyMC's NUTS with the dense mass matrix was
     1.2-1.6x faster than nutpie (Pima, Crabs, a separable circle: more ESS per draw); with
     12, 22 and 32 (breast cancer's first 10, 20 and all 30 inputs, the same 300 rows)
