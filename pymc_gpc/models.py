@@ -57,8 +57,7 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
     NUTS's first tuning iterations travel far. With ``pymc_gpc.sample``'s dense mass
     matrix, starting at 0 saved about 4.5-10 % of the gradient evaluations of
     2 x (500 + 500) iterations on Pima and Crabs (``benchmarks/mass_matrix.py``, three
-    seeds each; runs of the same seed then varied by about 3 % with what the process had
-    evaluated before, which no longer carries over: ``ops.ApproxMarginalOp.reset_warm_starts``).
+    seeds each).
 
     Returns
     -------
