@@ -500,10 +500,11 @@ class ApproxMarginalOp(Op):
         Called whenever a graph holding this Op is compiled (``prepare_node`` for PyTensor's
         Python and C linkers, the numba ``funcify`` below), so every ``pm.sample`` starts
         from the same state and a run with a given ``random_seed`` repeats its draws exactly
-        (its process-based chains fork after the compilation; README, "Warm starts", lists
-        what still depends on history within the tolerance). Without it, a run's warm
-        starts came from whatever the process evaluated before, and since warm starts move
-        the solution within the solver's tolerance, the same seed gave different draws.
+        (its process-based chains fork after the compilation; the docs' diagnostics page,
+        "Reproducibility", lists what still depends on history within the tolerance).
+        Otherwise a run's warm starts would come from whatever the process evaluated
+        before, and since warm starts move the solution within the solver's tolerance,
+        the same seed would give different draws.
         """
         self._shared["threads"] = PerThread(_thread_state)
         for key in self._shared.get("compiled", ()):  # the compiled path's (``compiled_ep``)
