@@ -51,9 +51,9 @@ from .numerics.special import exp_inplace
 
 # From this many continuous columns on, their distances and pullback go through one BLAS
 # product each (``_product_distance``, ``_product_pullback``) instead of O(n^2 d) loops.
-# Measured at n = 300 (one thread): 30 columns 0.22 + 0.29 ms against 0.52 + 0.82 ms for the
-# loops; 10 columns 0.10 + 0.15 against 0.15 + 0.32; at 4-7 columns the two are within
-# 0.05 ms of each other, so small inputs (Pima's 7, Crabs' 5) keep the loops.
+# The products win clearly from about 10 columns (2-3x at 30) and are level with the loops
+# at 4-7, so small inputs (Pima's 7, Crabs' 5) keep the loops
+# (benchmarks/results/kernel_products.md).
 PRODUCT_MIN_COLUMNS = 8
 
 
