@@ -468,7 +468,7 @@ class FITCPosterior:
         and one per sign otherwise), column block by column block (``_column_blocks``),
         P formed in one pass in dK_uf (``_gradient_block_terms``), the only m x n array
         made (rather than 5 m^2 n with three m x n temporaries, as a direct transcription
-        would take: about half the time at n = 10^4 to 10^5).
+        would take: a half to two thirds of the time at n = 10^4 to 10^5).
 
         ``rough=True`` runs those two m^2 n products (L_uu^{-T} P and the dsyrk) in single
         precision, P formed in double and rounded once: 0.67-0.76 of the time here
