@@ -9,6 +9,7 @@ of pages are generated at build time, into folders that git ignores:
 """
 
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -102,5 +103,34 @@ def _setup_generated(app):
     _generate.api_pages(DOCS / "api.rst", DOCS / "generated")
 
 
+_SECTION_RULE = re.compile(r"^\s*-{3,}\s*$")
+_ITEM = re.compile(r"^(\s*)(\*{0,2}[A-Za-z_][\w, *]*?) : (.+)$")
+_ITEM_SECTIONS = {"Parameters", "Other Parameters", "Attributes", "Returns", "Yields", "Raises", "Warns"}
+
+
+def _description_in_type_slot(text):
+    """Whether ``text`` after ``name :`` is a description rather than a type (the package's
+    docstrings often write ``name : what it is.`` on one line)."""
+    text = text.strip()
+    return len(text) > 40 or text.endswith((".", ";", ":", ",")) or "``" in text
+
+
+def _split_descriptions(app, what, name, obj, options, lines):
+    """Move a description written in numpydoc's type slot to the line below, so that it is
+    rendered as a description, not as a bold italic type (runs before numpydoc)."""
+    section, out = None, []
+    for i, line in enumerate(lines):
+        if i + 1 < len(lines) and _SECTION_RULE.match(lines[i + 1]) and line.strip():
+            section = line.strip()
+        m = _ITEM.match(line) if section in _ITEM_SECTIONS else None
+        if m and _description_in_type_slot(m.group(3)):
+            indent, names, text = m.groups()
+            out += [indent + names, indent + "    " + text]
+        else:
+            out.append(line)
+    lines[:] = out
+
+
 def setup(app):
     app.connect("builder-inited", _setup_generated)
+    app.connect("autodoc-process-docstring", _split_descriptions, priority=100)
