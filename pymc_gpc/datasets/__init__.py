@@ -126,6 +126,11 @@ def load_fgl():
     >>> glass = load_fgl()
     >>> glass.X.shape, len(set(glass.y))
     ((214, 9), 6)
+
+    Returns
+    -------
+    Labelled
+        ``X`` (214, 9) unstandardised, ``y`` the type names, ``feature_names``.
     """
     header, rows = _read_csv("fgl.csv")
     X = _columns(header, rows, FGL_FEATURES)
@@ -142,6 +147,11 @@ def load_tissue_gene_expression():
     >>> tissue = load_tissue_gene_expression()
     >>> tissue.X.shape
     (189, 500)
+
+    Returns
+    -------
+    Labelled
+        ``X`` (189, 500), ``y`` the tissue names, ``feature_names``.
     """
     header, rows = _read_csv("tissue_gene_expression.csv")
     X = np.array([[float(v) for v in r[1:]] for r in rows])
