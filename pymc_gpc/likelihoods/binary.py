@@ -306,6 +306,18 @@ class Likelihood:
 
     Subclasses set ``param_names``, ``kind`` (their index in the compiled dispatch
     ``tilted_site`` / ``log_lik_site``) and extend ``check_params``.
+
+    Every approximation talks to a likelihood only through its numeric contract: the EP
+    tilted moments (log Z_i and its derivatives in the cavity mean and variance and in the
+    parameter), log p(y | f) and its derivatives in f (Laplace), expected log-likelihoods
+    under a Gaussian (mean field, EM-EP's bound) and the predictive p(y* = 1 | mu*, s2*).
+
+    Examples
+    --------
+    >>> import pymc_gpc
+    >>> lik = pymc_gpc.likelihoods.ProbitNoise(sigma=2.0)
+    >>> isinstance(lik, pymc_gpc.likelihoods.Likelihood), lik.param_names
+    (True, ('sigma',))
     """
 
     param_names: tuple = ()
