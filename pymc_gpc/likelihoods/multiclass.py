@@ -106,6 +106,12 @@ class MulticlassLikelihood:
     ``n_classes`` is set from the data (``marginal_likelihood``), or given here.
     Subclasses set ``approximations`` and implement ``log_prob(y, F)`` (log p(y_i|f_i)
     for latent values (c, ...) ) and ``probabilities(F)`` ((c, ...) class probabilities).
+
+    Examples
+    --------
+    >>> import pymc_gpc
+    >>> isinstance(pymc_gpc.likelihoods.Softmax(), pymc_gpc.likelihoods.MulticlassLikelihood)
+    True
     """
 
     approximations: tuple = ()
