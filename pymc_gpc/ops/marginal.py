@@ -380,6 +380,10 @@ def reset_warm_starts():
     >>> first = nutpie.sample(compiled, seed=1)       # doctest: +SKIP
     >>> pymc_gpc.reset_warm_starts()                  # doctest: +SKIP
     >>> again = nutpie.sample(compiled, seed=1)       # the same draws as ``first``  # doctest: +SKIP
+
+    Returns
+    -------
+    None
     """
     for op in list(_LIVE_OPS.values()):
         op.reset_warm_starts()
