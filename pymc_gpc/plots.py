@@ -39,6 +39,10 @@ def plot_relevance(result, *, var_name=None, feature_names=None, ax=None):
     --------
     >>> result = pymc_gpc.fit(model, method="type2")  # doctest: +SKIP
     >>> pymc_gpc.plots.plot_relevance(result, feature_names=pima.feature_names)  # doctest: +SKIP
+
+    Returns
+    -------
+    matplotlib.axes.Axes
     """
     plt = _pyplot()
     ax = ax or plt.subplots(figsize=(6, 3))[1]
@@ -70,6 +74,10 @@ def plot_history(result, ax=None):
     Examples
     --------
     >>> pymc_gpc.plots.plot_history(pymc_gpc.fit(model, method="em-ep"))  # doctest: +SKIP
+
+    Returns
+    -------
+    matplotlib.axes.Axes
     """
     plt = _pyplot()
     ax = ax or plt.subplots(figsize=(6, 3))[1]
@@ -99,6 +107,10 @@ def plot_decision_boundary(gp, X, y, *, point=None, idata=None, model=None, grid
     Examples
     --------
     >>> pymc_gpc.plots.plot_decision_boundary(gp, X, y, point=result.point)  # doctest: +SKIP
+
+    Returns
+    -------
+    matplotlib.axes.Axes
     """
     plt = _pyplot()
     X = np.asarray(X, float)
