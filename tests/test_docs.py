@@ -50,3 +50,35 @@ def test_readme_is_short_and_carries_no_run_log():
     assert "fresh clone" not in text.lower() and not re.search(r"\bissue \d+", text, flags=re.I)
     for target in re.findall(r"\]\(((?!https?:)[^)#]+)", text):  # relative links point to files
         assert (ROOT / target).exists(), target
+
+
+# The API pages' examples that run in a second or two (no model compilation); the others
+# build PyMC models or sample and are marked ``# doctest: +SKIP`` or left to the README test.
+QUICK_EXAMPLES = [
+    "pymc_gpc.approximations.ep.ep", "pymc_gpc.approximations.laplace.laplace",
+    "pymc_gpc.approximations.meanfield.meanfield", "pymc_gpc.approximations.adf.adf",
+    "pymc_gpc.approximations.softmax_laplace.softmax_laplace",
+    "pymc_gpc.approximations.multinomial_probit_ep.multinomial_probit_ep",
+    "pymc_gpc.structures.dense.DensePrior", "pymc_gpc.structures.fitc.FITCPrior",
+    "pymc_gpc.likelihoods.binary.Likelihood", "pymc_gpc.likelihoods.binary.Probit",
+    "pymc_gpc.likelihoods.binary.ProbitBias", "pymc_gpc.likelihoods.binary.ProbitNoise",
+    "pymc_gpc.likelihoods.binary.StepLabelNoise", "pymc_gpc.likelihoods.binary.Logistic",
+    "pymc_gpc.likelihoods.multiclass.Softmax", "pymc_gpc.likelihoods.multiclass.MultinomialProbit",
+    "pymc_gpc.likelihoods.multiclass.MulticlassLikelihood", "pymc_gpc.kernels.MixedARD",
+    "pymc_gpc.datasets.load", "pymc_gpc.datasets.load_fgl", "pymc_gpc.datasets.load_tissue_gene_expression",
+]
+
+
+@pytest.mark.parametrize("name", QUICK_EXAMPLES)
+def test_docstring_examples_run(name):
+    import doctest
+    import importlib
+
+    module, _, attr = name.rpartition(".")
+    obj = getattr(importlib.import_module(module), attr)
+    tests = doctest.DocTestFinder(recurse=False).find(obj, name, globs={})
+    assert tests and tests[0].examples, f"{name} has no Examples"
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    for test in tests:
+        runner.run(test)
+    assert runner.summarize(verbose=False).failed == 0
