@@ -469,7 +469,7 @@ class MarginalMeanField(_ApproximateMarginal):
 
 
 class MarginalADF(_ApproximateMarginal):
-    """GP classifier with the sequential online (ADF) approximation (Csato et al. 2000, sec. 5).
+    """GP classifier with the sequential online (ADF) approximation (Csato et al. 2000, section 5).
 
     The potential is sum_t log <p(y_t | a)>_{t-1} from one pass in data order
     (``sweeps=1``), or EP's log Z after revisits (``sweeps > 1``). It has **no
