@@ -7,7 +7,7 @@ from the solution at hyperparameters 2 % away (as NUTS or an optimiser would); m
 over repeats. ADF has no gradient and no warm start: its time is the evidence alone.
 
 Run:  OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/approximations.py
-Writes benchmarks/results/approximations.md (README.md is not touched).
+Writes benchmarks/results/approximations.md.
 """
 
 import os
@@ -17,6 +17,7 @@ for _v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import pathlib
 
+from _provenance import write_results  # noqa: E402  (benchmarks/_provenance.py)
 import numpy as np
 from engine import median_time, rbf, synthetic
 
@@ -71,7 +72,7 @@ def main():
          f"on {os.cpu_count()} cores (timings from a shared machine are noisy).", ""] + table
     ) + "\n"
     OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(text)
+    write_results(OUT, text)
     print(text)
 
 

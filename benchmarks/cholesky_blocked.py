@@ -25,6 +25,7 @@ for _v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 import pathlib
 import time
 
+from _provenance import write_results  # noqa: E402  (benchmarks/_provenance.py)
 import numpy as np
 from numba import njit
 
@@ -143,7 +144,7 @@ def main():
             lines.append(f"| {np.dtype(dtype).name} | {n} | {ref_ms:.3f} | " + " | ".join(f"{t:.3f}" for t in blocked)
                          + f" | {min(blocked) / ref_ms:.2f} | {inv_ms:.3f} |")
             print(lines[-1], flush=True)
-    OUT.write_text("\n".join(lines) + "\n")
+    write_results(OUT, "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

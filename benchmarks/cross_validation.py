@@ -19,7 +19,7 @@ Methods, each the mean test error over folds with the standard error of the mean
 * EP-NUTS: this project's Barber & Williams model (EP + probit, ARD, N(-3, 3^2)
   priors), predictions averaged over 2 chains x 300 draws (``--no-nuts`` skips it).
 
-Writes benchmarks/results/cross_validation.md and the table in README.md (cv-table marker).
+Writes benchmarks/results/cross_validation.md.
 """
 
 import argparse
@@ -27,9 +27,9 @@ import pathlib
 import time
 import warnings
 
+from _provenance import write_results  # noqa: E402  (benchmarks/_provenance.py)
 import numpy as np
 
-from engine import update_readme
 
 import pymc_gpc
 from pymc_gpc.datasets import _columns, _read_csv, load_pima
@@ -127,9 +127,8 @@ def main():
                          f"| {PAPER[name].get(label, '-')} |")
         lines.append("")
     text = "\n".join(lines)
-    update_readme("cv-table", lines)
     OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(text)
+    write_results(OUT, text, peers=('scikit-learn',))
     print(text)
 
 

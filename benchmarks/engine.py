@@ -9,8 +9,7 @@ and, on Pima at a fixed kernel, the same evidence + gradient by scikit-learn (La
 and GPy (EP), when they are installed.
 
 Run:  OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/engine.py [--quick]
-Writes benchmarks/results/engine.md and, unless --quick, the two tables in README.md
-(between the engine-table and pima-table markers). Timings are medians over repeats.
+Writes benchmarks/results/engine.md. Timings are medians over repeats.
 """
 
 import os
@@ -20,10 +19,10 @@ for _v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import argparse
 import pathlib
-import re
 import time
 import warnings
 
+from _provenance import write_results  # noqa: E402  (benchmarks/_provenance.py)
 import numpy as np
 from scipy.linalg import lapack
 
@@ -33,17 +32,6 @@ from pymc_gpc.datasets import load_pima
 from pymc_gpc.ops.marginal import SAMPLING_DEFAULTS
 
 OUT = pathlib.Path(__file__).parent / "results" / "engine.md"
-README = pathlib.Path(__file__).parent.parent / "README.md"
-
-
-def update_readme(marker, table_lines):
-    """Replace the block between <!-- marker --> and <!-- /marker --> in README.md."""
-    text = README.read_text()
-    block = f"<!-- {marker} -->\n" + "\n".join(table_lines) + f"\n<!-- /{marker} -->"
-    new, count = re.subn(rf"<!-- {marker} -->.*?<!-- /{marker} -->", block, text, flags=re.S)
-    if count != 1:
-        raise RuntimeError(f"README.md has no <!-- {marker} --> block")
-    README.write_text(new)
 
 
 def median_time(fn, repeats):
@@ -176,11 +164,8 @@ def main():
         + pima_table
     )
     text = "\n".join(lines) + "\n"
-    if not args.quick:
-        update_readme("engine-table", engine_table)
-        update_readme("pima-table", pima_table)
     OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(text)
+    write_results(OUT, text, peers=('scikit-learn', 'GPy'))
     print(text)
 
 

@@ -48,6 +48,7 @@ import sys
 import time
 import warnings
 
+from _provenance import write_results  # noqa: E402  (benchmarks/_provenance.py)
 import numpy as np
 from scipy.linalg import cholesky, solve_triangular
 from scipy.sparse.linalg import LinearOperator, gmres
@@ -377,7 +378,7 @@ def main():
         results.append(study(name))
         print(f"{name}: {time.perf_counter() - t:.0f} s", flush=True)
     text = report(results)
-    (OUT.parent / args.out).write_text("\n".join(text) + "\n")
+    write_results((OUT.parent / args.out), "\n".join(text) + "\n")
     print("\n".join(text))
 
 

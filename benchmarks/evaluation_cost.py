@@ -33,6 +33,7 @@ import pathlib
 import sys
 import time
 
+from _provenance import write_results  # noqa: E402  (benchmarks/_provenance.py)
 import numpy as np
 
 import pymc_gpc
@@ -139,7 +140,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", nargs="+", default=["pima", "breast-cancer"])
     rows = [measure(name) for name in ap.parse_args().data]
-    OUT.write_text(table(rows))
+    write_results(OUT, table(rows))
     print(OUT.read_text())
 
 

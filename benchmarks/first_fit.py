@@ -8,12 +8,17 @@ no on-disk cache holds its graphs; the engine's own numba code is cached), twice
 first fit includes compilation, the second is the fit on a built model.
 
     OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/first_fit.py
+
+Writes benchmarks/results/first_fit.md.
 """
 
 import json
+import pathlib
 import subprocess
 import sys
 import time
+
+from _provenance import write_results  # benchmarks/_provenance.py
 
 CHILD = r"""
 import json, sys, time
@@ -49,14 +54,18 @@ def run(mode, seed, approximation):
 
 def main():
     seed = int(time.time())
-    print("| approximation | compiled with | first fit (s) | second fit (s) | log evidence | iterations |")
-    print("|---|---|---|---|---|---|")
+    lines = ["# A new model's first fit: numba against FAST_COMPILE", "",
+             "| approximation | compiled with | first fit (s) | second fit (s) | log evidence | iterations |",
+             "|---|---|---|---|---|---|"]
+    print("\n".join(lines[2:]))
     for approximation in ("laplace", "ep"):
         for mode in ("numba", "FAST_COMPILE"):  # the same new model for both
             r = run(mode, seed, approximation)
-            print(f"| {approximation} | {mode} | {r['first']:.2f} | {r['second']:.2f} | "
-                  f"{r['log_evidence']:.6f} | {r['n_iter']} |", flush=True)
+            lines.append(f"| {approximation} | {mode} | {r['first']:.2f} | {r['second']:.2f} | "
+                         f"{r['log_evidence']:.6f} | {r['n_iter']} |")
+            print(lines[-1], flush=True)
         seed += 1
+    write_results(pathlib.Path(__file__).parent / "results" / "first_fit.md", "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

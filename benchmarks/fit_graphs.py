@@ -22,6 +22,7 @@ import pathlib
 import time
 import warnings
 
+from _provenance import write_results  # noqa: E402  (benchmarks/_provenance.py)
 import numpy as np
 
 import pymc_gpc
@@ -109,7 +110,7 @@ def main():
         lines.append(f"| {name} | {fc[3]} / {vm[3]} | {fc[0]:.2f} / {vm[0]:.2f} | {fc[1] * 1e3:.2f} / "
                      f"{vm[1] * 1e3:.2f} | {fc[1] / vm[1]:.1f}x | {diff:.1e} | {ffc[0]:.2f} / {fvm[0]:.2f} | "
                      f"{ffc[1].n_iter} / {fvm[1].n_iter} | {ffc[1].log_evidence:.6f} / {fvm[1].log_evidence:.6f} |")
-    OUT.write_text("\n".join(lines) + "\n")
+    write_results(OUT, "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

@@ -41,6 +41,7 @@ import pathlib
 import time
 import warnings
 
+from _provenance import write_results  # noqa: E402  (benchmarks/_provenance.py)
 import numpy as np
 
 import pymc_gpc
@@ -185,7 +186,7 @@ def main():
               " predictive variance in brackets):", "", "| genes | SVM | Laplace-MAP | EP |", "|---|---|---|---|"]
     for genes, r in TAN.items():
         lines.append(f"| {genes} | {r['SVM']} | {r['Laplace-MAP']} | {r['EP']} |")
-    OUT.write_text("\n".join(lines) + "\n")
+    write_results(OUT, "\n".join(lines) + "\n", peers=('scikit-learn',))
     print(OUT.read_text())
 
 

@@ -29,6 +29,7 @@ import time
 import warnings
 
 import arviz as az
+from _provenance import write_results  # noqa: E402  (benchmarks/_provenance.py)
 import numpy as np
 
 import pymc_gpc
@@ -101,7 +102,7 @@ def main():
         "",
         *table(rows),
     ]
-    OUT.write_text("\n".join(text) + "\n")
+    write_results(OUT, "\n".join(text) + "\n", peers=('jax', 'numpyro', 'blackjax', 'nutpie'))
     print("\n".join(text))
 
 

@@ -20,6 +20,7 @@ import sys
 import time
 
 import numpy as np
+from _provenance import write_results  # noqa: E402  (benchmarks/_provenance.py, copied beside this file)
 
 try:
     from pymc_gpc.approximations import jax_engine
@@ -85,8 +86,8 @@ def main():
             lines.append(row)
             print(row, flush=True)
     if args.out:
-        with open(args.out, "w") as fh:
-            fh.write("\n".join(lines) + "\n")
+        write_results(args.out, "\n".join(lines) + "\n", peers=("jax", "jaxlib"),
+                      note=f"device: {dev.device_kind} ({dev.platform})")
 
 
 if __name__ == "__main__":

@@ -12,16 +12,16 @@ lengthscale, v0, v1 and a latent noise v2), hyperparameters by EM-EP from the sa
 start. "fixed" keeps eps = 0 (the paper's "former" EP); "adapted" updates eps by the
 paper's rule r / n and by mean(1 - omega_i).
 
-Writes benchmarks/results/label_noise.md and the table in README.md (noise-table marker).
+Writes benchmarks/results/label_noise.md.
 """
 
 import pathlib
 import time
 import warnings
 
+from _provenance import write_results  # noqa: E402  (benchmarks/_provenance.py)
 import numpy as np
 
-from engine import update_readme
 from sampling_hard import breast_cancer
 
 import pymc_gpc
@@ -66,9 +66,8 @@ def main():
                   f"{secs:.0f}s", flush=True)
         lines.append(f"| {n_flip} | {n_flip / len(y):.3f} | " + " | ".join(cells) + " |")
     text = "\n".join(lines) + "\n"
-    update_readme("noise-table", lines)
     OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(text)
+    write_results(OUT, text, peers=('scikit-learn',))
     print(text)
 
 

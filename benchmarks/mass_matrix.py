@@ -25,6 +25,7 @@ import time
 import warnings
 
 import arviz as az
+from _provenance import write_results  # noqa: E402  (benchmarks/_provenance.py)
 import numpy as np
 import pymc as pm
 
@@ -92,7 +93,7 @@ def main():
             lines.append(f"| {name} | {seed} | {at0} | {at3} | {100.0 * (1 - at0 / at3):.1f} % |")
             print(lines[-1], flush=True)
     OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text("\n".join(lines) + "\n")
+    write_results(OUT, "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

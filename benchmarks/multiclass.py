@@ -21,8 +21,8 @@ Run:  OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/multiclass.py t
       OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/multiclass.py nuts-cv --draws 200 --only softmax
       OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/multiclass.py nuts-cv --draws 200 --only softmax --per-class --out multiclass_nuts_cv_per_class.md
 Writes benchmarks/results/multiclass_timing.md / multiclass.md / multiclass_nuts.md /
-multiclass_nuts_cv.md
-(README.md is not touched). ``nuts-cv``: NUTS on every fold (or ``--folds``), the
+multiclass_nuts_cv.md.
+``nuts-cv``: NUTS on every fold (or ``--folds``), the
 NUTS-averaged and MAP-II test errors side by side; ``--per-class``: one ARD kernel per class
 (66 sampled values) instead of the shared one (11).
 """
@@ -37,6 +37,7 @@ import pathlib
 import time
 import warnings
 
+from _provenance import write_results  # noqa: E402  (benchmarks/_provenance.py)
 import numpy as np
 from engine import rbf
 
@@ -128,7 +129,7 @@ def _timing(ns, cs, repeats):
         base = rows[i + 1] if i % 2 == 0 else None
         ratio = f"{tc / base[3]:.2f} / {tw / base[4]:.2f}" if base else ""
         lines.append(f"| {n} | {c} | {name} | {tc:.1f} | {tw:.1f} | {ic:.1f} / {iw:.1f} | {ratio} |")
-    (RESULTS / "multiclass_timing.md").write_text("\n".join(lines) + "\n")
+    write_results((RESULTS / "multiclass_timing.md"), "\n".join(lines) + "\n", peers=('scikit-learn', 'nutpie'))
     print("\n".join(lines))
 
 
@@ -232,7 +233,7 @@ def cv(nuts_fold=None, folds=10, only=None, out="multiclass.md"):
     lines.append("| Barber & Williams (1997), GP softmax MAP | | 23.3 % | ~24 h (1997 hardware) |")
     if nuts_fold is not None:
         lines += ["", *nuts(data, fold, nuts_fold)]
-    (RESULTS / out).write_text("\n".join(lines) + "\n")
+    write_results((RESULTS / out), "\n".join(lines) + "\n", peers=('scikit-learn', 'nutpie'))
     print("\n".join(lines))
 
 
@@ -335,7 +336,7 @@ if __name__ == "__main__":
         data = load_fgl()
         lines = nuts(data, stratified_folds(data.y, 10, seed=0), args.fold, args.draws, args.draws, args.only,
                      args.per_class)
-        (RESULTS / (args.out or "multiclass_nuts.md")).write_text("\n".join(lines) + "\n")
+        write_results((RESULTS / (args.out or "multiclass_nuts.md")), "\n".join(lines) + "\n", peers=('scikit-learn', 'nutpie'))
         print("\n".join(lines))
     elif args.task == "nuts-cv":
         from pymc_gpc.datasets import load_fgl, stratified_folds
@@ -343,7 +344,7 @@ if __name__ == "__main__":
         data = load_fgl()
         lines = nuts_cv(data, stratified_folds(data.y, 10, seed=0), args.draws, args.draws, args.only,
                         args.per_class, args.folds)
-        (RESULTS / (args.out or "multiclass_nuts_cv.md")).write_text("\n".join(lines) + "\n")
+        write_results((RESULTS / (args.out or "multiclass_nuts_cv.md")), "\n".join(lines) + "\n", peers=('scikit-learn', 'nutpie'))
         print("\n".join(lines))
     else:
         cv(args.nuts, only=args.only, out=args.out or "multiclass.md")

@@ -16,8 +16,8 @@ Run from the repository root (BLAS at one thread):
 * The relevance experiment (ARD, sec. 5.1) over several draws: one inverse
   lengthscale per input against one shared, by type-II ML.
 
-Writes benchmarks/results/point_estimates.md and the tables in README.md between the
-fit-table and papers-table markers (unless --quick).
+Writes benchmarks/results/point_estimates.md (``--type2-only``: point_estimates_type2.md;
+``--quick``: nothing, the tables are printed).
 """
 
 import argparse
@@ -25,10 +25,10 @@ import pathlib
 import time
 import warnings
 
+from _provenance import write_results  # noqa: E402  (benchmarks/_provenance.py)
 import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
-from engine import update_readme
 
 import pymc_gpc
 from pymc_gpc import likelihoods as L
@@ -157,8 +157,8 @@ def fmt_row(name, t, first, ev, m, nit):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="one repeat, two draws of each experiment, no README")
-    ap.add_argument("--type2-only", action="store_true", help="only the Pima type-II table (README's fit-table)")
+    ap.add_argument("--quick", action="store_true", help="one repeat, two draws of each experiment; print, write no file")
+    ap.add_argument("--type2-only", action="store_true", help="only the Pima type-II table (results/point_estimates_type2.md)")
     args = ap.parse_args()
     repeats, seeds = (1, range(2)) if args.quick else (5, range(10))
     fit_table = [
@@ -166,7 +166,9 @@ def main():
         "|---|---|---|---|---|---|---|",
     ] + [fmt_row(*row) for row in type2_rows(repeats)]
     if args.type2_only:
-        update_readme("fit-table", fit_table)
+        write_results(OUT.parent / "point_estimates_type2.md",
+                      "\n".join(["## Type-II ML on Pima (200 x 7), ARD RBF", ""] + fit_table) + "\n",
+                      peers=("scikit-learn", "GPy"))
         print("\n".join(fit_table))
         return
     circle = circle_rows(seeds)
@@ -196,10 +198,7 @@ def main():
         papers.append(f"| {seed} | {em:.2f} / {es:.2f} | {xm:.2f} / {xs:.2f} | {' '.join(f'{v:.1f}' for v in lm)} |")
     text = "\n".join(["## Type-II ML on Pima (200 x 7), ARD RBF", ""] + fit_table + ["", "## Kim & Ghahramani's synthetic experiments", ""] + papers) + "\n"
     if not args.quick:
-        update_readme("fit-table", fit_table)
-        update_readme("papers-table", papers)
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(text)
+        write_results(OUT, text, peers=("scikit-learn", "GPy"))
     print(text)
 
 

@@ -1,19 +1,21 @@
 """Prediction time over posterior draws: the batched path of ``gp.predict`` against the
 per-draw compiled graph it replaced (a cold solve per draw), interleaved, in one process.
 
-The README's case: Ripley's Pima, the main job's model (``ard_classifier``), 2 chains x
+The main job's case: Ripley's Pima, the main job's model (``ard_classifier``), 2 chains x
 (500 + 500) draws, 332 test points averaged over all 1000 draws.
 
     OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/prediction.py
 
-Prints the times (median of ``--repeats``) and the largest difference between the two
-averaged predictions.
+Prints and writes (``benchmarks/results/prediction_batched.md``) the times (median of
+``--repeats``) and the largest difference between the two averaged predictions.
 """
 
 import argparse
+import pathlib
 import time
 
 import numpy as np
+from _provenance import write_results  # noqa: E402  (benchmarks/_provenance.py)
 import pytensor
 import pymc as pm
 from pytensor.graph.traversal import ancestors
@@ -37,6 +39,9 @@ def per_draw_graph(gp, model, Xnew, idata):
     return np.mean(probs, axis=0)
 
 
+OUT = pathlib.Path(__file__).parent / "results" / "prediction_batched.md"
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=3)
@@ -53,7 +58,13 @@ def main():
         with model:
             idata = pymc_gpc.sample(draws=500, tune=500, chains=2, random_seed=1, progressbar=False)
     post = idata["posterior"]
-    print(f"{post.sizes['chain'] * post.sizes['draw']} draws, {len(data.X_test)} test points")
+    lines = []
+
+    def say(text):
+        print(text)
+        lines.append(text)
+
+    say(f"{post.sizes['chain'] * post.sizes['draw']} draws, {len(data.X_test)} test points")
     # warm-up: compile both (numba caches) before timing
     gp.predict(data.X_test[:5], idata=idata, max_draws=5, progressbar=False)
     per_draw_graph(gp, model, data.X_test[:5], idata.isel(draw=slice(0, 2)))
@@ -66,11 +77,13 @@ def main():
         p_old = per_draw_graph(gp, model, data.X_test, idata)
         times["per-draw graph"].append(time.perf_counter() - t)
     for k, v in times.items():
-        print(f"{k}: median {np.median(v):.2f} s ({', '.join(f'{x:.2f}' for x in v)})")
-    print(f"ratio: {np.median(times['per-draw graph']) / np.median(times['batched']):.1f}x")
-    print(f"max |p_batched - p_per_draw| = {np.max(np.abs(p_new - p_old)):.2e}")
+        say(f"{k}: median {np.median(v):.2f} s ({', '.join(f'{x:.2f}' for x in v)})")
+    say(f"ratio: {np.median(times['per-draw graph']) / np.median(times['batched']):.1f}x")
+    say(f"max |p_batched - p_per_draw| = {np.max(np.abs(p_new - p_old)):.2e}")
     errors = np.sum((p_new > 0.5) != (data.y_test > 0))
-    print(f"test errors {errors}/{len(data.y_test)}")
+    say(f"test errors {errors}/{len(data.y_test)}")
+    write_results(OUT, "# Prediction over posterior draws: batched against per-draw graphs\n\n"
+                  + "\n\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

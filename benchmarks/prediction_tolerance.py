@@ -1,23 +1,30 @@
 """Prediction over posterior draws at EP tolerances 1e-8, 1e-4, 1e-3: time and the largest
-change of the averaged probabilities (README "Use", ``pymc_gpc.prediction``).
+change of the averaged probabilities (``pymc_gpc.prediction``; docs: binary classification, predictions).
 
 Pima and Crabs, ``ard_classifier``, 2 x (500 + 500) draws (seed 1), medians of 3.
 Run: OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/prediction_tolerance.py
+Writes benchmarks/results/prediction_tolerance.md.
 """
 
+import pathlib
 import time
 
 import numpy as np
+from _provenance import write_results  # noqa: E402  (benchmarks/_provenance.py)
 
 import pymc_gpc
 from pymc_gpc import prediction
 from pymc_gpc.datasets import load
 
 
+OUT = pathlib.Path(__file__).parent / "results" / "prediction_tolerance.md"
+
+
 def main():
     default = dict(prediction.PREDICTION_DEFAULTS["ep"])
-    print("| data | tol | median time | max abs change of p vs 1e-8 | test errors |")
-    print("|---|---|---|---|---|")
+    lines = ["# Prediction over posterior draws at EP tolerances 1e-8, 1e-4, 1e-3", "",
+             "| data | tol | median time | max abs change of p vs 1e-8 | test errors |", "|---|---|---|---|---|"]
+    print("\n".join(lines[2:]))
     for name in ("pima", "crabs"):
         d = load(name)
         model, gp = pymc_gpc.ard_classifier(d.X_train, d.y_train)
@@ -34,9 +41,11 @@ def main():
                 times.append(time.perf_counter() - t)
             ref = p if ref is None else ref
             errors = int(np.sum(np.where(p > 0.5, 1, -1) != d.y_test))
-            print(f"| {name} | {tol:g} | {np.median(times):.2f} s | {np.max(np.abs(p - ref)):.1e} | "
-                  f"{errors}/{len(d.y_test)} |", flush=True)
+            lines.append(f"| {name} | {tol:g} | {np.median(times):.2f} s | {np.max(np.abs(p - ref)):.1e} | "
+                         f"{errors}/{len(d.y_test)} |")
+            print(lines[-1], flush=True)
     prediction.PREDICTION_DEFAULTS["ep"] = default
+    write_results(OUT, "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

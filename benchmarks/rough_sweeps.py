@@ -30,6 +30,7 @@ import pathlib
 import sys
 import time
 
+from _provenance import write_results  # noqa: E402  (benchmarks/_provenance.py)
 import numpy as np
 
 from pymc_gpc.approximations import ep as E
@@ -124,7 +125,7 @@ def main():
         results.append(study(name))
         print("\n".join(report(results)[-1:]), flush=True)
     text = report(results)
-    OUT.write_text("\n".join(text) + "\n")
+    write_results(OUT, "\n".join(text) + "\n")
     print("\n".join(text))
 
 

@@ -5,8 +5,7 @@ bias term, log-hyperparameters ~ N(-3, 3^2) (Barber & Williams), probit likeliho
 Both models use PyMC's NUTS with 2 chains in 2 processes and the same draws, each
 with its own sampler defaults: this package through ``pymc_gpc.sample`` (a dense mass
 matrix over its d + 2 hyperparameters, ``idata.default_init``), pm.gp.Latent through
-``pm.sample`` (PyMC's diagonal one; a dense one over Latent's 209 values was slower, see
-the README); this package is also run with nutpie (threads). Both use the same kernel
+``pm.sample`` (PyMC's diagonal one; a dense one over Latent's 209 values was slower); this package is also run with nutpie (threads). Both use the same kernel
 (``MixedARD``, as ``ard_classifier`` does). Reported: wall time of the sampling call (``pm.sample``, or
 ``pymc_gpc.sample``, which adds the log_likelihood group in milliseconds; compilation included,
 from the compile caches: each model is first run for 5+5 draws, as any earlier run of
@@ -29,8 +28,7 @@ a row without a Latent run of the same seed has no ratio.
 
 Run:  OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/sampling.py [--draws 500 --tune 500 --seeds 1 2 3 4 5
       --data pima crabs breast-cancer separable --methods ep-pymc ep-nutpie latent --out FILE]
-Writes benchmarks/results/sampling.md and the README table between the sampling-table markers
-(with ``--out``: only that file in benchmarks/results).
+Writes benchmarks/results/sampling.md (with ``--out``: that file in benchmarks/results instead).
 """
 
 import os
@@ -45,6 +43,7 @@ import time
 import warnings
 
 import arviz as az
+from _provenance import write_results  # noqa: E402  (benchmarks/_provenance.py)
 import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
@@ -54,7 +53,6 @@ from pymc_gpc.kernels import MixedARD
 from pymc_gpc.models import LOG_V0_START, classification_metrics
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from engine import update_readme  # noqa: E402
 from sampling_hard import DATASETS  # noqa: E402
 
 OUT = pathlib.Path(__file__).parent / "results" / "sampling.md"
@@ -180,8 +178,7 @@ def main():
     ap.add_argument("--data", nargs="+", default=["pima", "crabs"], choices=["pima", "crabs", "breast-cancer", "separable"])
     ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     ap.add_argument("--out", default=None,
-                    help="write this results file (in benchmarks/results) instead of sampling.md and leave the "
-                         "README's table alone")
+                    help="write this results file (in benchmarks/results) instead of sampling.md")
     args = ap.parse_args()
     warnings.filterwarnings("ignore")
     rows = []
@@ -207,9 +204,7 @@ def main():
               "maximum (a row is not one run)\n\n")
     out = OUT if args.out is None else OUT.parent / args.out
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(header + "\n".join(table) + "\n\nEvery run:\n\n" + "\n".join(runs) + "\n")
-    if args.out is None:
-        update_readme("sampling-table", table)
+    write_results(out, header + "\n".join(table) + "\n\nEvery run:\n\n" + "\n".join(runs) + "\n", peers=('nutpie',))
     print("\n".join(table))
 
 

@@ -40,6 +40,7 @@ import time
 import warnings
 
 import arviz as az
+from _provenance import write_results  # noqa: E402  (benchmarks/_provenance.py)
 import numpy as np
 import pymc as pm
 
@@ -170,7 +171,7 @@ def main():
         *(f"| {r['data']} | {r['seed']} | {r['method']} | {r['wall']:.0f} | {r['ess']:.0f} | {r['ess_s']:.2f} | {r['sampling']:.1f} | "
           f"{r['div']} | {r['steps']:.1f} | {r['ms_eval']:.2f} | {r['sweeps']:.2f} |" for r in rows),
     ]
-    (OUT.parent / args.out).write_text("\n".join(text) + "\n")
+    write_results((OUT.parent / args.out), "\n".join(text) + "\n", peers=('nutpie', 'scikit-learn'))
     print("\n".join(text))
 
 

@@ -20,7 +20,7 @@ Only NumPy, SciPy, numba and the engine are used (no PyMC/PyTensor), so that it 
 on a machine without them.
 
 Run:  OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/sparse.py [--quick]
-Writes benchmarks/results/sparse.md (README.md is not touched).
+Writes benchmarks/results/sparse.md.
       python benchmarks/sparse.py --warm N M [N M ...]: only the warm time at tol 1e-2 for
       these (n, m), printed (medians of 5 repeats).
       python benchmarks/sparse.py --gradient: the single-precision gradient of the sampler's
@@ -43,6 +43,7 @@ import sys
 import time
 import tracemalloc
 
+from _provenance import write_results  # noqa: E402  (benchmarks/_provenance.py)
 import numpy as np
 from scipy.cluster.vq import kmeans
 
@@ -214,7 +215,7 @@ def threads_main():
              "| n | m | in turn (s) | two threads (s) | ratio |", "|---|---|---|---|---|"]
     lines += [f"| {n} | {m} | {a:.2f} | {b:.2f} | {b / a:.2f} |" for n, m, a, b in rows]
     out = OUT.with_name("sparse_threads.md")
-    out.write_text("\n".join(lines) + "\n")
+    write_results(out, "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 
@@ -325,7 +326,7 @@ def gradient_main():
     lines += ["", f"Rounding error at most {worst:.1e}; below the tolerance's error in {below} of {len(acc)} cases.",
               "", f"Total run time {time.time() - started:.0f} s."]
     out = OUT.with_name("sparse_gradient.md")
-    out.write_text("\n".join(lines) + "\n")
+    write_results(out, "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 
@@ -370,7 +371,7 @@ def write(scale, acc, started):
     for name, lz, gap, err, lp in acc:
         lines.append(f"| {name} | {lz:.2f} | {gap:+.2f} | {err} | {lp:.4f} |")
     lines += ["", f"Total run time {time.time() - started:.0f} s."]
-    OUT.write_text("\n".join(lines) + "\n")
+    write_results(OUT, "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

@@ -22,6 +22,7 @@ import pathlib
 import sys
 import time
 
+from _provenance import write_results  # noqa: E402  (benchmarks/_provenance.py)
 import numpy as np
 
 import pymc_gpc
@@ -93,7 +94,7 @@ def em_ep_main(ms):
     for r in rows:
         lines.append(f"| {r['n']} | {r['m']} | {r['time']:.1f} | {r['iters']} | {r['converged']} | {r['log_ev']:.2f} | "
                      f"{r['eps']:.4f} | {r['log_l']} | {r['errors']} | {r['mean_log_pred']:.4f} |")
-    (OUT.parent / "sparse_em_ep.md").write_text("\n".join(lines) + "\n")
+    write_results((OUT.parent / "sparse_em_ep.md"), "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 
@@ -112,7 +113,7 @@ def main():
         test = (f"{r['errors']} | {r['mean_log_pred']:.4f}") if "errors" in r else "- | -"
         lines.append(f"| {r['n']} | {r['m']} | {r['time']:.1f} | {r['iters']} | {r['converged']} | "
                      f"{r['log_ev']:.2f} | {test} |")
-    OUT.write_text("\n".join(lines) + "\n")
+    write_results(OUT, "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

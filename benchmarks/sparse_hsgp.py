@@ -37,6 +37,7 @@ import time
 import warnings
 
 import arviz as az
+from _provenance import write_results  # noqa: E402  (benchmarks/_provenance.py)
 import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
@@ -155,7 +156,7 @@ def main():
                     *([lambda: run_sklearn(data, args.sklearn_rows)] if args.sklearn else [])):
             rows.append(run())
             print(rows[-1], flush=True)
-    OUT.write_text(table(rows, args))
+    write_results(OUT, table(rows, args), peers=('nutpie', 'scikit-learn'))
     print(OUT.read_text())
 
 

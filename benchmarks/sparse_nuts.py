@@ -18,6 +18,7 @@ import sys
 import time
 
 import arviz as az
+from _provenance import write_results  # noqa: E402  (benchmarks/_provenance.py)
 import numpy as np
 
 import pymc_gpc
@@ -54,7 +55,7 @@ def main():
         *[f"| {k} | {r['mean']:.3f} | {r['sd']:.3f} | {r['ess_bulk']:.0f} | {r['r_hat']:.3f} |"
           for k, r in summary.iterrows()],
     ]
-    OUT.write_text("\n".join(lines) + "\n")
+    write_results(OUT, "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

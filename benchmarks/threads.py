@@ -52,6 +52,7 @@ import subprocess
 import sys
 import time
 import warnings
+from _provenance import write_results  # noqa: E402  (benchmarks/_provenance.py)
 
 OUT = pathlib.Path(__file__).parent / "results" / "threads.md"
 CORES = [int(c) for c in os.environ.get("THREADS_CORES", "1,2").split(",")]  # the runs of a child, in order
@@ -164,7 +165,7 @@ def main():
         text.append(f"| {name} | {draws} + {draws} | {variant} | {np.median(walls[1]):.1f} / {np.median(walls[2]):.1f} | "
                     f"{int(np.median(evals[1]))} / {int(np.median(evals[2]))} | {np.median(sweeps):.2f} | {m[1]:.2f} / {m[2]:.2f} | "
                     f"{m[2] / m[1]:.2f} |")
-    (OUT.parent / args.out).write_text("\n".join(text) + "\n")
+    write_results((OUT.parent / args.out), "\n".join(text) + "\n", peers=('nutpie',))
     print("\n".join(text))
 
 

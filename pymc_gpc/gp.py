@@ -358,6 +358,31 @@ class MarginalEP(_ApproximateMarginal):
         while sampling, tol defaults to 1e-2 (``pymc_gpc.ops.marginal.SAMPLING_DEFAULTS``),
         while ``pymc_gpc.fit`` and ``predict`` at a point use the engine's 1e-8 (``predict``
         over posterior draws 1e-3: ``pymc_gpc.prediction``).
+
+    The potential is EP's approximation of the log marginal likelihood (Rasmussen &
+    Williams eq. 3.65, in the stable form of their Alg. 3.5), with the gradient at the
+    fixed point, dlog Z / dK = (b b^T - (K + S~^-1)^-1) / 2 with b = (K + S~^-1)^-1 mu~ (mu~ the site means).
+
+    Raises
+    ------
+    ValueError
+        When the likelihood is not an instance of ``pymc_gpc.likelihoods``, ``approx`` is
+        not None or "FITC", or ``marginal_likelihood`` is given bad inputs (non-finite
+        values, labels that are not two classes, mismatched lengths).
+
+    Examples
+    --------
+    >>> import pymc as pm, pytensor.tensor as pt, pymc_gpc
+    >>> from pymc_gpc.datasets import load
+    >>> pima = load("pima")
+    >>> X, y, d = pima.X_train, pima.y_train, pima.X_train.shape[1]
+    >>> with pm.Model() as model:
+    ...     log_ls = pm.Normal("log_ls", 0, 1, shape=d)
+    ...     cov = pm.gp.cov.ExpQuad(d, ls=pt.exp(log_ls))
+    ...     gp = pymc_gpc.MarginalEP(cov_func=cov, likelihood=pymc_gpc.likelihoods.Probit())
+    ...     log_q = gp.marginal_likelihood("y", X=X, y=y)
+    ...     idata = pymc_gpc.sample()  # doctest: +SKIP
+    >>> p = gp.predict(pima.X_test, idata=idata)  # doctest: +SKIP
     """
 
     approximation = "ep"
@@ -368,6 +393,30 @@ class MarginalLaplace(_ApproximateMarginal):
 
     Parameters as for ``MarginalEP``; solver options go to ``pymc_gpc.laplace``.
     The step likelihood has no Laplace approximation (ValueError).
+
+    The potential is Laplace's approximation at the posterior mode (Rasmussen & Williams
+    eq. 3.32, Alg. 3.1); its gradient includes the mode's implicit dependence on K
+    (Alg. 5.1), in adjoint form (Margossian et al. 2020).
+
+    Raises
+    ------
+    ValueError
+        For the step likelihood (piecewise constant: no Laplace approximation), or bad
+        inputs as for ``MarginalEP``.
+
+    Examples
+    --------
+    >>> import pymc as pm, pytensor.tensor as pt, pymc_gpc
+    >>> from pymc_gpc.datasets import load
+    >>> pima = load("pima")
+    >>> X, y, d = pima.X_train, pima.y_train, pima.X_train.shape[1]
+    >>> with pm.Model() as model:
+    ...     log_ls = pm.Normal("log_ls", 0, 1, shape=d)
+    ...     cov = pm.gp.cov.ExpQuad(d, ls=pt.exp(log_ls))
+    ...     gp = pymc_gpc.MarginalLaplace(cov_func=cov, likelihood=pymc_gpc.likelihoods.Logistic())
+    ...     log_q = gp.marginal_likelihood("y", X=X, y=y)
+    >>> result = pymc_gpc.fit(model, method="type2", progressbar=False)
+    >>> p = gp.predict(pima.X_test, point=result.point)
     """
 
     approximation = "laplace"
@@ -389,6 +438,25 @@ class MarginalMeanField(_ApproximateMarginal):
     variant : "ensemble" (mean field I: the potential is -F of eq. 7, a lower bound on
         the log evidence) or "naive" (mean field II: -F of eq. 10, not a bound).
     **solver_options : passed to ``pymc_gpc.meanfield`` (damping, tol, max_sweeps).
+
+    Raises
+    ------
+    ValueError
+        For a ``variant`` other than "ensemble" or "naive", ``approx="FITC"`` or a
+        multi-class likelihood.
+
+    Examples
+    --------
+    >>> import pymc as pm, pytensor.tensor as pt, pymc_gpc
+    >>> from pymc_gpc.datasets import load
+    >>> pima = load("pima")
+    >>> X, y, d = pima.X_train, pima.y_train, pima.X_train.shape[1]
+    >>> with pm.Model() as model:
+    ...     log_ls = pm.Normal("log_ls", 0, 1, shape=d)
+    ...     cov = pm.gp.cov.ExpQuad(d, ls=pt.exp(log_ls))
+    ...     gp = pymc_gpc.MarginalMeanField(cov_func=cov, likelihood=pymc_gpc.likelihoods.Probit(), variant="naive")
+    ...     log_q = gp.marginal_likelihood("y", X=X, y=y)
+    >>> result = pymc_gpc.fit(model, method="type2", progressbar=False)
     """
 
     approximation = "meanfield"
@@ -401,7 +469,7 @@ class MarginalMeanField(_ApproximateMarginal):
 
 
 class MarginalADF(_ApproximateMarginal):
-    """GP classifier with the sequential online (ADF) approximation (Csato et al. 2000, sec. 5).
+    """GP classifier with the sequential online (ADF) approximation (Csato et al. 2000, section 5).
 
     The potential is sum_t log <p(y_t | a)>_{t-1} from one pass in data order
     (``sweeps=1``), or EP's log Z after revisits (``sweeps > 1``). It has **no
@@ -414,6 +482,24 @@ class MarginalADF(_ApproximateMarginal):
     ----------
     cov_func, likelihood, jitter : as for ``MarginalEP``; every likelihood is supported.
     sweeps : passes through the data (``pymc_gpc.adf``).
+
+    Raises
+    ------
+    ValueError
+        For ``approx="FITC"`` or a multi-class likelihood.
+
+    Examples
+    --------
+    >>> import pymc as pm, pytensor.tensor as pt, pymc_gpc
+    >>> from pymc_gpc.datasets import load
+    >>> pima = load("pima")
+    >>> X, y, d = pima.X_train, pima.y_train, pima.X_train.shape[1]
+    >>> with pm.Model() as model:
+    ...     log_ls = pm.Normal("log_ls", 0, 1, shape=d)
+    ...     cov = pm.gp.cov.ExpQuad(d, ls=pt.exp(log_ls))
+    ...     gp = pymc_gpc.MarginalADF(cov_func=cov, likelihood=pymc_gpc.likelihoods.Probit())
+    ...     log_q = gp.marginal_likelihood("y", X=X, y=y)
+    >>> result = pymc_gpc.fit(model, method="em-ep", progressbar=False)  # doctest: +SKIP
     """
 
     approximation = "adf"

@@ -30,6 +30,25 @@ def add_log_likelihood(idata, model=None):
     """Add a ``log_likelihood`` group from each classifier's ``{name}_loo`` draws.
 
     After this, ``az.loo(idata)`` and ``az.compare`` work without refitting. Returns idata.
+
+    Parameters
+    ----------
+    idata : arviz.InferenceData
+        A sampling result of a model with one or more classifiers from this package.
+    model : pm.Model, optional
+        The model (default: the model on the context stack).
+
+    Returns
+    -------
+    arviz.InferenceData
+        ``idata``, with the ``log_likelihood`` group added.
+
+    Examples
+    --------
+    >>> with model:
+    ...     idata = pm.sample()  # doctest: +SKIP
+    ...     pymc_gpc.add_log_likelihood(idata)  # doctest: +SKIP
+    >>> az.loo(idata)  # doctest: +SKIP
     """
     model = pm.modelcontext(model)
     post = idata["posterior"]
@@ -60,6 +79,16 @@ def default_init(model=None):
     (500 + 500), from ``ard_classifier``'s initial point: 52.3 against 32.2 per 1000
     evaluations, medians). With many values (a latent function sampled alongside) the dense
     estimate from a few hundred tuning draws is poor, so there the diagonal default stays.
+
+    Returns
+    -------
+    str
+        ``"jitter+adapt_full"`` or ``"jitter+adapt_diag"``.
+
+    Examples
+    --------
+    >>> from pymc_gpc.idata import default_init
+    >>> pm.sample(init=default_init(model), model=model)  # doctest: +SKIP
     """
     return "jitter+adapt_full" if _sampled_size(model) <= DENSE_MASS_MAX else "jitter+adapt_diag"
 
@@ -80,13 +109,24 @@ def default_sampler(model=None):
     matrix of ``default_init``, for at most ``PYMC_NUTS_MAX`` sampled values; nutpie above
     that, where it is installed (else PyMC's).
 
-    Measured (``benchmarks/sampling_hard.py``, README "Where EP is hard"; ESS/s, medians
+    Measured (``benchmarks/sampling_hard.py``, ``benchmarks/results/sampling_size.md``; ESS/s, medians
     of two seeds): with 4-9 hyperparameters PyMC's NUTS with the dense mass matrix was
     1.2-1.6x faster than nutpie (Pima, Crabs, a separable circle: more ESS per draw); with
     12, 22 and 32 (breast cancer's first 10, 20 and all 30 inputs, the same 300 rows)
     nutpie was 1.3-1.7x faster (less time per evaluation, and fewer steps per draw).
     The boundary lies somewhere between 9 and 12 values; which of the dimension and the
     cost of an evaluation decides it is not separated by these data.
+
+    Returns
+    -------
+    str
+        ``"pymc"`` or ``"nutpie"``.
+
+    Examples
+    --------
+    >>> from pymc_gpc.idata import default_sampler
+    >>> default_sampler(model)  # doctest: +SKIP
+    'pymc'
     """
     if _sampled_size(model) <= PYMC_NUTS_MAX:
         return "pymc"
@@ -113,6 +153,30 @@ def sample(*args, model=None, **kwargs):
     PyMC's warning that its dense adaptation is experimental is not shown (a
     ``warnings.catch_warnings`` block, which is not thread-safe: concurrent calls from
     several threads may leave the warning filters of one of them in place).
+
+    Parameters
+    ----------
+    *args, **kwargs
+        Passed to ``pm.sample`` (``draws``, ``tune``, ``chains``, ``random_seed``,
+        ``nuts_sampler``, ``init``, ...), over the defaults above.
+    model : pm.Model, optional
+        The model (default: the model on the context stack).
+
+    Returns
+    -------
+    arviz.InferenceData
+        ``pm.sample``'s result with the ``log_likelihood`` group added.
+
+    Raises
+    ------
+    ImportError
+        For ``nuts_sampler="numpyro"`` or ``"blackjax"`` without the ``jax`` extra.
+
+    Examples
+    --------
+    >>> with model:  # a model with a pymc_gpc classifier
+    ...     idata = pymc_gpc.sample(draws=500, tune=500, random_seed=1)  # doctest: +SKIP
+    >>> az.loo(idata)  # doctest: +SKIP
     """
     model = pm.modelcontext(model)
     kwargs["nuts_sampler"] = kwargs.get("nuts_sampler") or default_sampler(model)

@@ -51,9 +51,9 @@ from .numerics.special import exp_inplace
 
 # From this many continuous columns on, their distances and pullback go through one BLAS
 # product each (``_product_distance``, ``_product_pullback``) instead of O(n^2 d) loops.
-# Measured at n = 300 (one thread): 30 columns 0.22 + 0.29 ms against 0.52 + 0.82 ms for the
-# loops; 10 columns 0.10 + 0.15 against 0.15 + 0.32; at 4-7 columns the two are within
-# 0.05 ms of each other, so small inputs (Pima's 7, Crabs' 5) keep the loops.
+# The products win clearly from about 10 columns (2-3x at 30) and are level with the loops
+# at 4-7, so small inputs (Pima's 7, Crabs' 5) keep the loops
+# (benchmarks/results/kernel_products.md).
 PRODUCT_MIN_COLUMNS = 8
 
 
@@ -357,6 +357,19 @@ class MixedARD(Covariance):
     l : inverse squared lengthscales, one per column (length ``input_dim``) or one shared.
     discrete : indices (or a boolean mask) of the discrete columns; the rest are continuous.
     active_dims : as for every ``pm.gp.cov`` kernel.
+
+    The covariance is Kim & Ghahramani's eq. 10,
+    k(x, x') = v0 exp(-1/2 sum_m l_m d_m(x_m, x'_m)) + v1 + v2 delta(x, x'), with d_m the
+    squared difference on continuous columns and the Hamming distance (0 or 1) on discrete
+    ones.
+
+    Examples
+    --------
+    >>> import pymc as pm, pytensor.tensor as pt, pymc_gpc
+    >>> with pm.Model():
+    ...     log_l = pm.Normal("log_l", -3, 3, shape=4)
+    ...     log_v0 = pm.Normal("log_v0", -3, 3)
+    ...     cov = pymc_gpc.kernels.MixedARD(4, v0=pt.exp(log_v0), l=pt.exp(log_l), discrete=[3])
     """
 
     def __init__(self, input_dim, *, v0, l, v1=0.0, v2=0.0, discrete=(), active_dims=None):

@@ -57,12 +57,27 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
     NUTS's first tuning iterations travel far. With ``pymc_gpc.sample``'s dense mass
     matrix, starting at 0 saved about 4.5-10 % of the gradient evaluations of
     2 x (500 + 500) iterations on Pima and Crabs (``benchmarks/mass_matrix.py``, three
-    seeds each; runs of the same seed then varied by about 3 % with what the process had
-    evaluated before, which no longer carries over: ``ops.ApproxMarginalOp.reset_warm_starts``).
+    seeds each).
 
     Returns
     -------
     (model, gp)
+
+    Raises
+    ------
+    ValueError
+        For an unknown ``approximation``, a ``prior`` that is not a finite (mean, sd > 0)
+        pair, bad inputs, or ``inducing`` with mean field or ADF.
+
+    Examples
+    --------
+    >>> import pymc_gpc
+    >>> from pymc_gpc.datasets import load
+    >>> pima = load("pima")
+    >>> model, gp = pymc_gpc.ard_classifier(pima.X_train, pima.y_train, feature_names=pima.feature_names)
+    >>> with model:
+    ...     idata = pymc_gpc.sample()  # doctest: +SKIP
+    >>> p = gp.predict(pima.X_test, idata=idata)  # doctest: +SKIP
     """
     if approximation not in APPROXIMATIONS:
         raise ValueError(f"approximation must be one of {sorted(APPROXIMATIONS)}, got {approximation!r}")
@@ -134,6 +149,15 @@ def label_noise_classifier(X, y, *, epsilon=None, lengthscales="multiple", laten
     Returns
     -------
     (model, gp)
+
+    Examples
+    --------
+    >>> import pymc_gpc
+    >>> from pymc_gpc.models import label_noise_classifier
+    >>> from pymc_gpc.datasets import load
+    >>> pima = load("pima")
+    >>> model, gp = label_noise_classifier(pima.X_train, pima.y_train)
+    >>> result = pymc_gpc.fit(model, method="em-ep", progressbar=False)  # doctest: +SKIP
     """
     from .likelihoods.binary import StepLabelNoise
 

@@ -34,6 +34,15 @@ def plot_relevance(result, *, var_name=None, feature_names=None, ax=None):
 
     ``result``: a ``FitResult`` or point dict (bars), or an ArviZ sampling result
     (posterior mean with a 94 % interval per input).
+
+    Examples
+    --------
+    >>> result = pymc_gpc.fit(model, method="type2")  # doctest: +SKIP
+    >>> pymc_gpc.plots.plot_relevance(result, feature_names=pima.feature_names)  # doctest: +SKIP
+
+    Returns
+    -------
+    matplotlib.axes.Axes
     """
     plt = _pyplot()
     ax = ax or plt.subplots(figsize=(6, 3))[1]
@@ -60,7 +69,16 @@ def plot_relevance(result, *, var_name=None, feature_names=None, ax=None):
 
 
 def plot_history(result, ax=None):
-    """Log evidence per iteration of ``fit``; EM-EP adds its bound and epsilon (right axis)."""
+    """Log evidence per iteration of ``fit``; EM-EP adds its bound and epsilon (right axis).
+
+    Examples
+    --------
+    >>> pymc_gpc.plots.plot_history(pymc_gpc.fit(model, method="em-ep"))  # doctest: +SKIP
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+    """
     plt = _pyplot()
     ax = ax or plt.subplots(figsize=(6, 3))[1]
     history = result.history
@@ -85,6 +103,14 @@ def plot_decision_boundary(gp, X, y, *, point=None, idata=None, model=None, grid
     """Filled contours of p(y* = +1) over the box of two-column inputs X, with the data.
 
     ``point`` or ``idata`` as for ``gp.predict``; the 0.5 contour is the decision boundary.
+
+    Examples
+    --------
+    >>> pymc_gpc.plots.plot_decision_boundary(gp, X, y, point=result.point)  # doctest: +SKIP
+
+    Returns
+    -------
+    matplotlib.axes.Axes
     """
     plt = _pyplot()
     X = np.asarray(X, float)

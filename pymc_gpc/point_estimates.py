@@ -90,7 +90,15 @@ FIT_FORWARD_MODE = PYTHON_VM_FORWARD_MODE
 
 
 class RunawayHyperparameterWarning(UserWarning):
-    """A type-II / MAP-II optimum that is not one: some hyperparameters drift without bound."""
+    """A type-II / MAP-II optimum that is not one: some hyperparameters drift without bound.
+
+    Examples
+    --------
+    >>> import warnings
+    >>> with warnings.catch_warnings():  # doctest: +SKIP
+    ...     warnings.simplefilter("error", pymc_gpc.RunawayHyperparameterWarning)
+    ...     pymc_gpc.fit(model, method="type2")
+    """
 
 
 @dataclass
@@ -116,6 +124,13 @@ class FitResult:
         rises towards a limit as v0 -> infinity; ``_runaway``). ``converged`` is then
         False and a ``RunawayHyperparameterWarning`` names them; the hyperpriors of
         ``method="map"`` keep them finite.
+
+    Examples
+    --------
+    >>> result = pymc_gpc.fit(model, method="map", progressbar=False)  # doctest: +SKIP
+    >>> result.point["log_v0"], result.n_iter, result.runaway  # doctest: +SKIP
+    >>> tree = result.to_inference_data()  # doctest: +SKIP
+    >>> az.summary(tree)  # doctest: +SKIP
     """
 
     method: str
@@ -174,6 +189,29 @@ def fit(model=None, method="type2", *, start=None, epsilon_rule="errors", prior=
     Returns
     -------
     FitResult
+
+    Raises
+    ------
+    ValueError
+        For an unknown ``method`` or ``epsilon_rule``, a model without a classifier from
+        this package, or ADF (no gradient) with "type2" or "map".
+
+    Warns
+    -----
+    RunawayHyperparameterWarning
+        When type-II ML drifts without bound (separable data); ``method="map"`` keeps the
+        hyperparameters finite.
+
+    Examples
+    --------
+    >>> import pymc_gpc
+    >>> from pymc_gpc.datasets import load
+    >>> pima = load("pima")
+    >>> model, gp = pymc_gpc.ard_classifier(pima.X_train, pima.y_train)
+    >>> result = pymc_gpc.fit(model, method="type2", progressbar=False)
+    >>> result.log_evidence, result.converged  # doctest: +SKIP
+    (-99.58..., True)
+    >>> p = gp.predict(pima.X_test, point=result.point)
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")

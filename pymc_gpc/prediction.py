@@ -38,14 +38,13 @@ from .validation import trusted_kernel
 __all__ = ["latent_predictions", "PREDICTION_DEFAULTS", "KERNEL_MODE", "POINT_KERNEL_MODE"]
 
 PREDICTION_DEFAULTS = {"ep": {"tol": 1e-3}}
-# The kernels' graph is compiled without numba: numba compiled a new one at its first
-# call for 3.5-5.5 s (Pima, 332 test points), against 0.05-0.2 s, for 0.4 ms more per
-# draw (1000 draws: 1.3-1.4 s against 0.9 s of kernel evaluations; shared machine).
+# The kernels' graph is compiled without numba: numba's compilation at the first call
+# takes seconds, PyTensor's Python VM a fraction of one, for a little more time per draw
+# (benchmarks/results/engine_notes.md, "Prediction's compile modes").
 KERNEL_MODE = PYTHON_VM_MODE  # see python_vm
 # For one point (``predict(point=...)``) the kernels run once, and their compilation is
 # what counts: the merge and clip rewrites only (``python_vm``). Over many draws FAST_COMPILE's
-# rewrites pay: 0.1 ms less per call on Pima and Crabs (1.0 against 1.1 ms, 0.24 against
-# 0.35 ms) for 10 ms more compilation.
+# rewrites pay: less time per call for a little more compilation (engine_notes.md).
 POINT_KERNEL_MODE = PYTHON_VM_FORWARD_MODE
 
 
@@ -80,8 +79,8 @@ def latent_predictions(approximation, likelihood, options, y, kernel_fn, draws, 
     Notes
     -----
     Solving contiguous blocks of draws in two threads (the solvers release the GIL) was
-    tried and was 0.88x as fast on the shared 2-core machine of its measurement, so the
-    draws are solved in one thread.
+    tried and was slower on a shared 2-core machine (engine_notes.md), so the draws are
+    solved in one thread.
     """
     options = prediction_options(options)
     means, variances, thetas = [], [], []

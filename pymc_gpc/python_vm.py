@@ -1,16 +1,15 @@
 r"""The compile mode of the small graphs that ``fit`` and ``predict`` run once per iteration
 or per draw: PyTensor's FAST_COMPILE (Python linker, NumPy per node), plus one rewrite.
 
-Why not numba: numba compiles a graph it has not seen at its first call, 8-12 s for a new
-model's kernel and pullback graphs on Pima, 36 s for Forensic Glass with one ARD kernel per
-class, against a fraction of a second here (``benchmarks/first_fit.py``).
+Why not numba: numba compiles a graph it has not seen at its first call, seconds to tens
+of seconds for a new model's kernel and pullback graphs, against a fraction of a second
+here (``benchmarks/first_fit.py``, ``benchmarks/results/fit_graphs.md``).
 
 The rewrite. The Python linker runs an elementwise node through the NumPy ufunc its scalar
 op names; a scalar op without one goes through a Python-level loop over the elements.
 ``Clip`` has none, and every stationary ``pm.gp.cov`` kernel clips its squared distances
-at zero (``Stationary.square_dist``): on Forensic Glass (193 x 193 per class) those clips
-were 80-87 % of the kernel and pullback graphs' time (8.6-9 ms each, against 0.3 ms for
-the kernel's exponential). ``clip(x, lo, hi)`` is rewritten to
+at zero (``Stationary.square_dist``): on Forensic Glass those clips were most of the
+kernel and pullback graphs' time (``benchmarks/results/fit_graphs.md``). ``clip(x, lo, hi)`` is rewritten to
 ``minimum(maximum(x, lo), hi)``: the same values, and the same gradient (at a tie x = lo,
 both pass the cotangent to x).
 """
@@ -50,8 +49,7 @@ PYTHON_VM_MODE = get_mode("FAST_COMPILE").including(_TAG)
 # Graphs without a gradient (the kernels that ``fit`` and ``predict`` evaluate): the same
 # linker, with only the merge rewrite (shared subexpressions computed once) and the clip
 # rewrite. FAST_COMPILE's canonicalisation pays where ``pt.grad``'s output needs
-# simplifying: Forensic Glass's pullback graph (six ARD kernels, 193 points) ran 9.6 ms a
-# call with it and 51 ms without. A forward graph runs about as fast without it (the
-# kernels of ``predict`` on that data: 7.0 against 6.6 ms a call) and compiles 3x faster
-# (0.12 against 0.39 s), which is most of a one-point prediction.
+# simplifying (Forensic Glass's pullback graph ran about 5x slower without it). A forward
+# graph runs about as fast without it and compiles about 3x faster, which is most of a
+# one-point prediction.
 PYTHON_VM_FORWARD_MODE = Mode(linker=PYTHON_VM_MODE.linker, optimizer=RewriteDatabaseQuery(include=["merge", _TAG]))

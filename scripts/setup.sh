@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Create .venv with a Python >= 3.12 and install pymc-gpc with its test extras.
+# Create .venv with a Python >= 3.12 and install pymc-gpc with its test, plot and docs extras.
 # Sourced by scripts/run.sh and scripts/test.sh; does nothing when already up to date.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -47,9 +47,9 @@ MSG
 fi
 
 if [ ! -f "$STAMP" ] || [ "$ROOT/pyproject.toml" -nt "$STAMP" ]; then
-    echo "setup: installing pymc-gpc and its test extras into .venv" >&2
+    echo "setup: installing pymc-gpc and its test, plot and docs extras into .venv" >&2
     "$VENV/bin/python" -m pip install --quiet --upgrade pip
-    "$VENV/bin/python" -m pip install --quiet -e "$ROOT[test,plot]"
+    "$VENV/bin/python" -m pip install --quiet -e "$ROOT[test,plot,docs]"
     touch "$STAMP"
 fi
 

@@ -145,6 +145,22 @@ def adf(
         starts from the prior, because its result depends on where it starts.
     with_grad : ignored; the result never carries a gradient (module docstring).
     with_loo : return ``loo_log_p`` (free here; None otherwise).
+
+    Returns
+    -------
+    ApproximationResult
+        With ``dlog_z_dK`` and ``dlog_z_dparams`` None.
+
+    Examples
+    --------
+    >>> import numpy as np, pymc_gpc
+    >>> from pymc_gpc.likelihoods import Probit
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.normal(size=(50, 2))
+    >>> y = np.where(X[:, 0] > 0, 1, -1)
+    >>> K = np.exp(-0.5 * ((X[:, None] - X[None]) ** 2).sum(-1))
+    >>> online = pymc_gpc.adf(2.0 * K, y, Probit())            # one pass
+    >>> revisited = pymc_gpc.adf(2.0 * K, y, Probit(), sweeps=20)  # converges to EP
     """
     if int(sweeps) != sweeps or sweeps < 1:
         raise ValueError(f"sweeps must be a positive integer, got {sweeps}")

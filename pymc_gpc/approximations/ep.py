@@ -82,6 +82,11 @@ class EPState:
     (``_parallel``, ``_parallel_compiled``): along a sampler's trajectory successive steps
     are alike. Warm starts keep it as it is (``ops.marginal.WarmStarts`` extrapolates only
     the sites).
+
+    Examples
+    --------
+    >>> res = pymc_gpc.ep(K, y, Probit())                    # doctest: +SKIP
+    >>> res2 = pymc_gpc.ep(K2, y, Probit(), state=res.state)  # doctest: +SKIP
     """
 
     tau: np.ndarray
@@ -248,6 +253,33 @@ def ep(
     with_grad : compute ``dlog_z_dK`` and ``dlog_z_dparams``.
     with_loo : return ``loo_log_p`` (free here: the tilted normalisers; None otherwise,
         as every solver does).
+
+    Returns
+    -------
+    ApproximationResult
+        ``log_z`` (R&W eq. 3.65), ``dlog_z_dK`` = (b b^T - (K + S~^-1)^-1) / 2 with
+        b = (K + S~^-1)^-1 mu~ (the gradient at the fixed point), ``dlog_z_dparams`` (the sum
+        of d log Z_i / d theta at fixed cavities), the posterior, ``loo_log_p`` and the
+        ``EPState`` for a warm start.
+
+    Raises
+    ------
+    ValueError
+        For bad inputs (non-finite or non-symmetric K, labels, mismatched sizes), an
+        unknown ``method``, ``damping`` outside (0, 1], or a warm-start state of the wrong size.
+
+    Examples
+    --------
+    >>> import numpy as np, pymc_gpc
+    >>> from pymc_gpc.likelihoods import Probit
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.normal(size=(50, 2))
+    >>> y = np.where(X[:, 0] > 0, 1, -1)
+    >>> K = np.exp(-0.5 * ((X[:, None] - X[None]) ** 2).sum(-1))
+    >>> res = pymc_gpc.ep(2.0 * K, y, Probit())
+    >>> res.converged
+    True
+    >>> warm = pymc_gpc.ep(2.04 * K, y, Probit(), state=res.state)  # fewer sweeps
     """
     if method not in ("parallel", "sequential"):
         raise ValueError(f"method must be 'parallel' or 'sequential', got {method!r}")

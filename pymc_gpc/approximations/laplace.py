@@ -36,7 +36,13 @@ class LaplaceState:
     """The last mode, to warm-start from: its representer weights a (f^ = K a) and,
     optionally, its latent values f^. With f^, the next solve's first Newton step is
     linearised there, not at K a for the new K (``laplace``; measured in
-    ``softmax_laplace._WARM_START``)."""
+    ``softmax_laplace._WARM_START``).
+
+    Examples
+    --------
+    >>> res = pymc_gpc.laplace(K, y, Logistic())                    # doctest: +SKIP
+    >>> res2 = pymc_gpc.laplace(K2, y, Logistic(), state=res.state)  # doctest: +SKIP
+    """
 
     a: np.ndarray
     f: np.ndarray = None
@@ -99,6 +105,30 @@ def laplace(
     stops shrinking at the rounding level (``newton_converged``).
     ``with_loo``: compute ``loo_log_p`` (LA-LOO, ``_loo_log_p``); None otherwise; "deferred":
     return, as ``loo_later``, a function that computes it (``ops.marginal``'s ``defer_loo``).
+
+    Returns
+    -------
+    ApproximationResult
+        ``log_z`` = -a^T f / 2 + log p(y | f) - log|B| / 2 at the mode f (R&W eq. 3.32),
+        its gradient in K including the mode's implicit dependence (R&W Alg. 5.1, adjoint
+        form), the posterior, the LA-LOO terms and the ``LaplaceState``.
+
+    Raises
+    ------
+    ValueError
+        For the step likelihood (no Laplace approximation) or bad inputs.
+
+    Examples
+    --------
+    >>> import numpy as np, pymc_gpc
+    >>> from pymc_gpc.likelihoods import Probit
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.normal(size=(50, 2))
+    >>> y = np.where(X[:, 0] > 0, 1, -1)
+    >>> K = np.exp(-0.5 * ((X[:, None] - X[None]) ** 2).sum(-1))
+    >>> res = pymc_gpc.laplace(2.0 * K, y, pymc_gpc.likelihoods.Logistic())
+    >>> res.converged
+    True
     """
     if not likelihood.supports_laplace:
         raise ValueError(laplace_unsupported_message(likelihood))

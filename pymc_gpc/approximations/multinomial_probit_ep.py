@@ -102,9 +102,9 @@ def _inner_ep_site(m, C, k, tau, nu, tol, max_sweeps, Sw, mw, Sb):
     work buffers (no allocation per site). Returns (sum_j [log Zhat_j - log int q_j g_j],
     sweeps, largest last change).
 
-    (Written with an array per product and per outer product, as first, the inner EP
-    took about 34 ms of a 170 ms warm evaluation at n = 200, c = 6; without allocation and
-    with Sw b in O(c), 9 ms of 143 ms: profiled, 5 evaluations, 2026-11-26.)
+    (Written with an array per product and per outer product, the inner EP took a fifth
+    of a warm evaluation; without allocation and with Sw b in O(c), a sixteenth:
+    benchmarks/results/engine_notes.md.)
     """
     c = m.shape[0]
     Sw[:c, :c] = C  # posterior covariance of w = (f, u)
@@ -246,8 +246,8 @@ def multinomial_probit_ep(K, y, likelihood=None, params=None, *, state=None, tol
         few inner sweeps suffice: the outer test (no site moves by more than tol) is met
         only at the inner fixed point too. Against 50 inner sweeps, 3 left the outer
         sweep counts and log Z (1e-13) unchanged on random 3-, 4- and 6-class problems
-        and cut an evaluation at n = 200, c = 6, tol 1e-8 by 15-25 % (warm 223 -> 189
-        ms, cold 291 -> 241 ms in one run), by 0-10 % with 3 or 4 classes.
+        and cut an evaluation at n = 200, c = 6 by 15-25 %, by 0-10 % with 3 or 4 classes
+        (benchmarks/results/engine_notes.md).
     with_grad : compute dlog Z / dK (``dlog_z_dK``, (c, n, n)).
     with_loo : compute ``loo_log_p`` (None otherwise).
     rough_gradient : form every posterior's H_k = L_M^{-1} E_k in single precision
@@ -264,6 +264,15 @@ def multinomial_probit_ep(K, y, likelihood=None, params=None, *, state=None, tol
     ApproximationResult with a = b (the posterior mean is K_k b_k), mean (c, n), var
     (n, c, c) the posterior covariance of each observation's c latent values, and
     loo_log_p = log Zhat_i (the tilted normalisers, Opper & Winther 2000).
+
+    Examples
+    --------
+    >>> import numpy as np, pymc_gpc
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.normal(size=(60, 2))
+    >>> y = np.digitize(X[:, 0], [-0.5, 0.5])
+    >>> K = np.exp(-0.5 * ((X[:, None] - X[None]) ** 2).sum(-1))
+    >>> res = pymc_gpc.multinomial_probit_ep(np.stack([2.0 * K] * 3), y)
     """
     likelihood = MultinomialProbit() if likelihood is None else likelihood
     if not isinstance(likelihood, MulticlassLikelihood) or "ep" not in likelihood.approximations:

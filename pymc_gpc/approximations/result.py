@@ -32,6 +32,11 @@ class ApproximationResult:
     loo_later : where the solver was asked for ``with_loo="deferred"`` (Laplace), a function
         of no arguments that returns ``loo_log_p``; it holds its own copies of the
         vectors it needs.
+
+    Examples
+    --------
+    >>> res = pymc_gpc.ep(K, y, pymc_gpc.likelihoods.Probit())  # doctest: +SKIP
+    >>> mean, var = res.predict_latent(K_cross, k_diag)         # doctest: +SKIP
     """
 
     method: str

@@ -149,6 +149,15 @@ def softmax_laplace(K, y, likelihood=None, params=None, *, state=None, tol=1e-10
     -------
     ApproximationResult with a, mean (c, n), var (n, c, c) the per-observation
     posterior covariances, and loo_log_p (LA-LOO, ``_loo_log_p``).
+
+    Examples
+    --------
+    >>> import numpy as np, pymc_gpc
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.normal(size=(60, 2))
+    >>> y = np.digitize(X[:, 0], [-0.5, 0.5])                        # 3 classes, coded 0..2
+    >>> K = np.exp(-0.5 * ((X[:, None] - X[None]) ** 2).sum(-1))
+    >>> res = pymc_gpc.softmax_laplace(np.stack([2.0 * K] * 3), y)    # (c, n, n): one K per class
     """
     likelihood = Softmax() if likelihood is None else likelihood
     if not isinstance(likelihood, MulticlassLikelihood) or "laplace" not in likelihood.approximations:

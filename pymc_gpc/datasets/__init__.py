@@ -118,7 +118,20 @@ class Labelled:
 
 
 def load_fgl():
-    """Forensic glass: X (214, 9) unstandardised (standardise per fold), y the 6 type names."""
+    """Forensic glass: X (214, 9) unstandardised (standardise per fold), y the 6 type names.
+
+    Examples
+    --------
+    >>> from pymc_gpc.datasets import load_fgl
+    >>> glass = load_fgl()
+    >>> glass.X.shape, len(set(glass.y))
+    ((214, 9), 6)
+
+    Returns
+    -------
+    Labelled
+        ``X`` (214, 9) unstandardised, ``y`` the type names, ``feature_names``.
+    """
     header, rows = _read_csv("fgl.csv")
     X = _columns(header, rows, FGL_FEATURES)
     y = np.array([r[header.index("type")] for r in rows])
@@ -126,7 +139,20 @@ def load_fgl():
 
 
 def load_tissue_gene_expression():
-    """Tissue gene expression: X (189, 500) log2 expression, unstandardised; y the tissue names."""
+    """Tissue gene expression: X (189, 500) log2 expression, unstandardised; y the tissue names.
+
+    Examples
+    --------
+    >>> from pymc_gpc.datasets import load_tissue_gene_expression
+    >>> tissue = load_tissue_gene_expression()
+    >>> tissue.X.shape
+    (189, 500)
+
+    Returns
+    -------
+    Labelled
+        ``X`` (189, 500), ``y`` the tissue names, ``feature_names``.
+    """
     header, rows = _read_csv("tissue_gene_expression.csv")
     X = np.array([[float(v) for v in r[1:]] for r in rows])
     y = np.array([r[0] for r in rows])
@@ -146,7 +172,26 @@ def stratified_folds(y, k=10, seed=0):
 
 
 def load(name, standardise=True):
-    """Load a bundled data set by name: "pima", "crabs" or "default"."""
+    """Load a bundled data set by name: "pima", "crabs" or "default".
+
+    Returns
+    -------
+    Split
+        ``X_train``, ``y_train``, ``X_test``, ``y_test`` (labels in {-1, +1}) and
+        ``feature_names``.
+
+    Raises
+    ------
+    ValueError
+        For a name that is not bundled.
+
+    Examples
+    --------
+    >>> from pymc_gpc.datasets import load
+    >>> pima = load("pima")
+    >>> pima.X_train.shape, pima.X_test.shape
+    ((200, 7), (332, 7))
+    """
     loaders = {"pima": load_pima, "crabs": load_crabs, "default": load_default}
     if name not in loaders:
         raise ValueError(f"unknown data set {name!r}; bundled: {sorted(loaders)}")

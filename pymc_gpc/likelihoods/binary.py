@@ -306,6 +306,18 @@ class Likelihood:
 
     Subclasses set ``param_names``, ``kind`` (their index in the compiled dispatch
     ``tilted_site`` / ``log_lik_site``) and extend ``check_params``.
+
+    Every approximation talks to a likelihood only through its numeric contract: the EP
+    tilted moments (log Z_i and its derivatives in the cavity mean and variance and in the
+    parameter), log p(y | f) and its derivatives in f (Laplace), expected log-likelihoods
+    under a Gaussian (mean field, EM-EP's bound) and the predictive p(y* = 1 | mu*, s2*).
+
+    Examples
+    --------
+    >>> import pymc_gpc
+    >>> lik = pymc_gpc.likelihoods.ProbitNoise(sigma=2.0)
+    >>> isinstance(lik, pymc_gpc.likelihoods.Likelihood), lik.param_names
+    (True, ('sigma',))
     """
 
     param_names: tuple = ()
@@ -424,7 +436,14 @@ def laplace_unsupported_message(lik):
 
 
 class Probit(Likelihood):
-    r"""p(y | f) = \Phi(y f)  (Tan eq. 5)."""
+    r"""p(y | f) = \Phi(y f)  (Tan eq. 5).
+
+    Examples
+    --------
+    >>> import pymc as pm, pymc_gpc
+    >>> lik = pymc_gpc.likelihoods.Probit()
+    >>> gp = pymc_gpc.MarginalEP(cov_func=pm.gp.cov.ExpQuad(2, ls=1.0), likelihood=lik)
+    """
 
     kind = PROBIT
 
@@ -433,7 +452,20 @@ class Probit(Likelihood):
 
 
 class ProbitBias(Likelihood):
-    r"""p(y | f) = \Phi(y (f + b))  (Tan eq. 6), with a bias ``b``."""
+    r"""p(y | f) = \Phi(y (f + b))  (Tan eq. 6), with a bias ``b``.
+
+    Parameters
+    ----------
+    bias : float or PyMC variable
+        The shift b (default 0).
+
+    Examples
+    --------
+    >>> import pymc as pm, pymc_gpc
+    >>> lik = pymc_gpc.likelihoods.ProbitBias(bias=0.5)
+    >>> with pm.Model():
+    ...     lik = pymc_gpc.likelihoods.ProbitBias(bias=pm.Normal("b", 0, 1))  # learned
+    """
 
     param_names = ("bias",)
     kind = PROBIT_BIAS
@@ -443,7 +475,20 @@ class ProbitBias(Likelihood):
 
 
 class ProbitNoise(Likelihood):
-    r"""p(y | f) = \Phi(y f / \sigma)  (Tan eq. 7): latent Gaussian noise of sd ``sigma``."""
+    r"""p(y | f) = \Phi(y f / \sigma)  (Tan eq. 7): latent Gaussian noise of sd ``sigma``.
+
+    Parameters
+    ----------
+    sigma : float or PyMC variable
+        The latent noise's scale, > 0 (default 1).
+
+    Examples
+    --------
+    >>> import pymc as pm, pymc_gpc
+    >>> lik = pymc_gpc.likelihoods.ProbitNoise(sigma=2.0)
+    >>> with pm.Model():
+    ...     lik = pymc_gpc.likelihoods.ProbitNoise(sigma=pm.HalfNormal("sigma", 1))
+    """
 
     param_names = ("sigma",)
     kind = PROBIT_NOISE
@@ -462,6 +507,18 @@ class StepLabelNoise(Likelihood):
     r"""p(y | f) = \epsilon + (1 - 2\epsilon) H(y f)  (Kim & Ghahramani; Tan eq. 4).
 
     ``epsilon`` is the probability that a label is flipped; EP only.
+
+    Parameters
+    ----------
+    epsilon : float or PyMC variable
+        The label-flip probability, in [0, 0.5) (default 0).
+
+    Examples
+    --------
+    >>> import pymc as pm, pymc_gpc
+    >>> lik = pymc_gpc.likelihoods.StepLabelNoise(epsilon=0.05)
+    >>> with pm.Model():
+    ...     lik = pymc_gpc.likelihoods.StepLabelNoise(epsilon=pm.Beta("eps", 1, 20))
     """
 
     param_names = ("epsilon",)
@@ -504,6 +561,12 @@ class Logistic(Likelihood):
 
     Under EP its tilted moments come from an adaptive trapezoidal rule accurate to
     about 1e-13 relative (see ``_logistic_tilted``).
+
+    Examples
+    --------
+    >>> import pymc as pm, pymc_gpc
+    >>> lik = pymc_gpc.likelihoods.Logistic()
+    >>> gp = pymc_gpc.MarginalLaplace(cov_func=pm.gp.cov.ExpQuad(2, ls=1.0), likelihood=lik)
     """
 
     kind = LOGISTIC

@@ -106,6 +106,12 @@ class MulticlassLikelihood:
     ``n_classes`` is set from the data (``marginal_likelihood``), or given here.
     Subclasses set ``approximations`` and implement ``log_prob(y, F)`` (log p(y_i|f_i)
     for latent values (c, ...) ) and ``probabilities(F)`` ((c, ...) class probabilities).
+
+    Examples
+    --------
+    >>> import pymc_gpc
+    >>> isinstance(pymc_gpc.likelihoods.Softmax(), pymc_gpc.likelihoods.MulticlassLikelihood)
+    True
     """
 
     approximations: tuple = ()
@@ -180,6 +186,18 @@ class Softmax(MulticlassLikelihood):
 
     Log-concave; integrated out by Laplace's method (``MarginalLaplace``), with
     W = diag(pi) - pi pi^T per observation (Rasmussen & Williams 2006, sec. 3.5).
+
+    Parameters
+    ----------
+    n_classes : int, optional
+        The number of classes c (default: from the labels given to ``marginal_likelihood``).
+
+    Examples
+    --------
+    >>> import pymc as pm, pymc_gpc
+    >>> lik = pymc_gpc.likelihoods.Softmax()
+    >>> covs = [pm.gp.cov.ExpQuad(2, ls=1.0) for _ in range(3)]  # one kernel per class
+    >>> gp = pymc_gpc.MarginalLaplace(cov_func=covs, likelihood=lik)
     """
 
     approximations = ("laplace",)
@@ -210,6 +228,17 @@ class MultinomialProbit(MulticlassLikelihood):
 
     Riihimaki, Jylanki & Vehtari (2013), eq. 3; integrated out by nested EP
     (``MarginalEP``). Here the u-integral is a 32-node Gauss-Hermite rule.
+
+    Parameters
+    ----------
+    n_classes : int, optional
+        The number of classes c (default: from the labels given to ``marginal_likelihood``).
+
+    Examples
+    --------
+    >>> import pymc as pm, pymc_gpc
+    >>> lik = pymc_gpc.likelihoods.MultinomialProbit()
+    >>> gp = pymc_gpc.MarginalEP(cov_func=pm.gp.cov.ExpQuad(2, ls=1.0), likelihood=lik)
     """
 
     approximations = ("ep",)

@@ -78,6 +78,14 @@ class ApproximationFailedWarning(RuntimeWarning):
 
     The value is used and the evaluation's status output is 1. (Failures, status 2,
     are not warned about: their value is -inf and the sampler rejects the point.)
+
+    Examples
+    --------
+    >>> import warnings
+    >>> with warnings.catch_warnings():   # doctest: +SKIP
+    ...     warnings.simplefilter("ignore", pymc_gpc.ops.ApproximationFailedWarning)
+    ...     idata = pymc_gpc.sample(model=model)
+    >>> int((idata.sample_stats["y_status"] == 1).sum())   # doctest: +SKIP
     """
 
 
@@ -91,34 +99,16 @@ NO_GRADIENT = ("adf",)  # the online evidence has no gradient (adf.py)
 # point, so its error is second order in the last site change, the gradient's first
 # order. Both depend slightly on the chain's history (the warm start), so the leapfrog
 # map is only approximately reversible and the target is perturbed at the level of the
-# value error; the evidence that this does not matter is the posterior comparison below.
-# Along a Pima NUTS trajectory (1,500 evaluations, warm-started) against a
-# 1e-12 solve:
-#
-#   tol    sweeps  |log Z error| median (max)   gradient error median (max), relative
-#   1e-3   2.98    5e-7 (2e-5)                  6e-4 (7e-3)
-#   1e-2   2.15    3e-5 (6e-4)                  5e-3 (5e-2)
-#   3e-2   1.93    6e-5 (9e-3)                  7e-3 (1.2e-1)
-#
-# At 1e-2 one Pima chain of 500 + 500 iterations took 17.6 s against 25.0 s at 1e-3, with
-# a similar step size (0.39 vs 0.34) and acceptance (0.84 vs 0.85). Posterior means and
-# sds of two runs of 4 x 1500 draws at 1e-2 against two at 1e-7 agree within Monte Carlo
-# error (pooled: |z| <= 2.3 over the nine hyperparameter means, |z| <= 2.0 over the sds;
-# two runs at 1e-7 differ by up to |z| = 2.1). ``pymc_gpc.fit`` and prediction use the
-# engine defaults (1e-8).
+# value error. At 1e-2 that error is far below the posterior's Monte Carlo error: the
+# posterior matches runs at 1e-7, and a chain is markedly faster than at 1e-3 (the errors
+# by tolerance and the comparison: benchmarks/results/engine_notes.md, "Sampler
+# tolerances"). ``pymc_gpc.fit`` and prediction use the engine defaults (1e-8).
 SAMPLING_DEFAULTS = {"ep": {"tol": 1e-2},
-                     # nested EP (its tol is on the inner site parameters): at n = 200, c = 6, 1e-4
-                     # took 9 sweeps against 17 at 1e-8, with log Z 1.4e-8 away. Nested EP's log Z
-                     # converges more slowly in the site change than binary EP's: along 120
-                     # leapfrog points of Forensic Glass (n = 193, c = 6), each warm from the last,
-                     # against 1e-10 (|log Z error| and relative gradient error, medians; one
-                     # posterior per sweep, a converged solve returning its last sweep's own):
-                     #   tol 1e-4: 9.3 sweeps, 1.7e-6, 1.2e-3; 5e-5: 10.0, 5e-7, 6.6e-4;
-                     #   1e-3: 6.5, 2e-4, 1.9e-2; 1e-2: 3.1, 3e-2, 0.36
-                     # (until 2026-11-26 21:25 a solve built one more posterior after the last
-                     # sweep: 1e-4 then gave 8e-7 and 8e-4 for 10.3 posteriors per solve)
-                     # and H_k in single precision in every sweep (``multinomial_probit_ep``'s
-                     # ``rough_gradient``: about 0.93 of the time there, errors unchanged)
+                     # nested EP (its tol is on the inner site parameters): its log Z converges
+                     # more slowly in the site change than binary EP's, so a tighter tol keeps
+                     # its error and the gradient's at binary EP's level at 1e-2
+                     # (engine_notes.md, "Sampler tolerances"); and H_k in single precision
+                     # in every sweep (``multinomial_probit_ep``'s ``rough_gradient``)
                      "ep-multiclass": {"tol": 1e-4, "rough_gradient": True},
                      # the mode's n^3 products for the gradient in single precision
                      # (``softmax_laplace``'s ``rough_gradient``); log q stays double
@@ -383,6 +373,17 @@ def reset_warm_starts():
     Compiling a graph with the Op does this already (``ApproxMarginalOp.reset_warm_starts``);
     call it to repeat a seeded run with a function compiled once, e.g. a
     ``nutpie.compile_pymc_model`` result passed to ``nutpie.sample`` twice.
+
+    Examples
+    --------
+    >>> compiled = nutpie.compile_pymc_model(model)   # doctest: +SKIP
+    >>> first = nutpie.sample(compiled, seed=1)       # doctest: +SKIP
+    >>> pymc_gpc.reset_warm_starts()                  # doctest: +SKIP
+    >>> again = nutpie.sample(compiled, seed=1)       # the same draws as ``first``  # doctest: +SKIP
+
+    Returns
+    -------
+    None
     """
     for op in list(_LIVE_OPS.values()):
         op.reset_warm_starts()
@@ -413,6 +414,14 @@ class ApproxMarginalOp(Op):
     increments from concurrent threads are not locked); its evaluations include those of
     the compiled path (``ops.compiled_ep``) under this Op's keys, which equal Ops on
     equal data share.
+
+    Examples
+    --------
+    The GP classes build this Op; by hand:
+
+    >>> from pymc_gpc.ops import ApproxMarginalOp
+    >>> op = ApproxMarginalOp("ep", pymc_gpc.likelihoods.Probit)                    # doctest: +SKIP
+    >>> outputs = op(K, params, y)   # log Z first; the LOO terms, iterations and status last  # doctest: +SKIP
     """
 
     __props__ = ("approximation", "likelihood_type", "options", "hyper_names", "defer_loo")
@@ -495,10 +504,11 @@ class ApproxMarginalOp(Op):
         Called whenever a graph holding this Op is compiled (``prepare_node`` for PyTensor's
         Python and C linkers, the numba ``funcify`` below), so every ``pm.sample`` starts
         from the same state and a run with a given ``random_seed`` repeats its draws exactly
-        (its process-based chains fork after the compilation; README, "Warm starts", lists
-        what still depends on history within the tolerance). Without it, a run's warm
-        starts came from whatever the process evaluated before, and since warm starts move
-        the solution within the solver's tolerance, the same seed gave different draws.
+        (its process-based chains fork after the compilation; the docs' diagnostics page,
+        "Reproducibility", lists what still depends on history within the tolerance).
+        Otherwise a run's warm starts would come from whatever the process evaluated
+        before, and since warm starts move the solution within the solver's tolerance,
+        the same seed would give different draws.
         """
         self._shared["threads"] = PerThread(_thread_state)
         for key in self._shared.get("compiled", ()):  # the compiled path's (``compiled_ep``)
@@ -702,9 +712,8 @@ class ApproxMarginalOp(Op):
 # Approximations whose LOO terms cost a noticeable share of an evaluation, so that an Op
 # whose ``loo`` output goes unused computes them only if a deterministic asks for them
 # (``defer_unused_loo``): Laplace's LA-LOO averages the likelihood over each cavity
-# (logistic: by quadrature, 1.3 ms at n = 200 against 2.5 ms for a warm solve; softmax:
-# c-variate quasi-Monte Carlo, about a fifth of a warm solve at n = 193, c = 6). EP's come
-# free with its tilted moments.
+# (logistic: by quadrature, about half a warm solve; softmax: c-variate quasi-Monte Carlo,
+# about a fifth; benchmarks/results/engine_notes.md). EP's come free with its tilted moments.
 DEFERRED_LOO = ("laplace", "laplace-multiclass")
 
 
@@ -730,6 +739,14 @@ class LatentPredictiveOp(Op):
     Inputs: K (n, n), theta (p,), y (n,), K_cross (n, m), K_star (m, m) or its
     diagonal (m,). Outputs: mean (m,) and the variance (m,) or covariance (m, m).
     No gradient: used for prediction and ``pm.sample_posterior_predictive``.
+
+    Examples
+    --------
+    The GP classes build this Op; by hand:
+
+    >>> from pymc_gpc.ops import LatentPredictiveOp
+    >>> op = LatentPredictiveOp("ep", pymc_gpc.likelihoods.Probit)                    # doctest: +SKIP
+    >>> mean, var = op(K, params, y, K_cross, k_star_diag)   # doctest: +SKIP
     """
 
     __props__ = ("approximation", "likelihood_type", "options", "full_cov")
@@ -771,10 +788,9 @@ class LatentPredictiveOp(Op):
 # Whether binary EP's numba implementation is the compiled one (``ops.compiled_ep``: no
 # Python, no GIL per evaluation) rather than the object-mode call of ``perform``; read when
 # a graph is compiled (environment variable PYMC_GPC_COMPILED_EP=0 switches it off, or set
-# this). Measured against the object-mode Op (2026-11-27, README "Where EP is hard"): PyMC's
-# logp_dlogp_function on Pima 1.55-1.59 against 1.60-1.67 ms per evaluation; nutpie's
-# sampling on Pima 1.48 / 1.50 against 1.58 / 1.87 ms per evaluation with one / two threads;
-# a ``pymc_gpc.sample`` call compiles as fast (the engine is reached through a symbol).
+# this). It is faster per evaluation than the object-mode Op, with one thread and
+# markedly with two (no GIL to share), and compiles as fast, since the engine is reached
+# through a symbol (benchmarks/results/engine_notes.md).
 COMPILED_EP = os.environ.get("PYMC_GPC_COMPILED_EP", "1") == "1"
 
 # Ops whose numba implementation has been built in this process, by cache key

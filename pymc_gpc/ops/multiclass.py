@@ -25,6 +25,14 @@ class MulticlassMarginalOp(ApproxMarginalOp):
 
     Parameters as for ``ApproxMarginalOp``; ``approximation`` is "laplace-multiclass"
     or "ep-multiclass" and ``likelihood_type`` a ``MulticlassLikelihood`` subclass.
+
+    Examples
+    --------
+    The GP classes build this Op; by hand:
+
+    >>> from pymc_gpc.ops import MulticlassMarginalOp
+    >>> op = MulticlassMarginalOp("laplace", pymc_gpc.likelihoods.Softmax)                    # doctest: +SKIP
+    >>> outputs = op(K_stack, params, y)   # K_stack: (c, n, n)  # doctest: +SKIP
     """
 
     def __init__(self, approximation, likelihood_type, options=(), hyper_names=(), defer_loo=False):
@@ -50,6 +58,14 @@ class MulticlassPredictiveOp(LatentPredictiveOp):
     Inputs: K (c, n, n), y (n,) codes, K_cross (c, n, m), K_star (c, m) prior variances
     or (c, m, m) with ``full_cov``. Outputs: mean (c, m) and the per-point c x c
     covariances (m, c, c), or the joint (c m, c m) class-major covariance. No gradient.
+
+    Examples
+    --------
+    The GP classes build this Op; by hand:
+
+    >>> from pymc_gpc.ops import MulticlassPredictiveOp
+    >>> op = MulticlassPredictiveOp("laplace", pymc_gpc.likelihoods.Softmax)                    # doctest: +SKIP
+    >>> mean, cov = op(K_stack, y, K_cross, K_star)   # doctest: +SKIP
     """
 
     def make_node(self, K, y, K_cross, K_star):

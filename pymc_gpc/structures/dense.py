@@ -468,6 +468,19 @@ class DensePrior:
 
     The approximations ask a prior structure for its diagonal, products K v and the
     posterior at given site precisions (``structures`` package docstring).
+
+    Parameters
+    ----------
+    K : (n, n) ndarray
+        Symmetric positive semi-definite prior covariance.
+
+    Examples
+    --------
+    >>> import numpy as np, pymc_gpc
+    >>> from pymc_gpc.structures import DensePrior
+    >>> X = np.linspace(-2, 2, 30)[:, None]
+    >>> K = np.exp(-0.5 * (X - X.T) ** 2) + 1e-8 * np.eye(30)
+    >>> res = pymc_gpc.ep(DensePrior(K), np.sign(X[:, 0] + 0.1), pymc_gpc.likelihoods.Probit())
     """
 
     sequential = True  # sequential EP's rank-one sweeps work on the dense Sigma

@@ -1,0 +1,107 @@
+"""The provenance header every results file in ``benchmarks/results/`` starts with.
+
+``write_results(path, text, peers=...)`` writes ``text`` after a header that says how the
+figures were made: the command, the commit (and whether the tree had changes), the date,
+the machine, NumPy's BLAS and its thread settings, and the versions of pymc-gpc's
+dependencies and of the peers compared. The docs' benchmark pages show the header as it
+is; the README and the docs quote the latest figure and link to the file, so a results
+file is rewritten in place when re-measured and its history is git's.
+"""
+
+import datetime
+import importlib.metadata
+import os
+import platform
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CORE = ("pymc-gpc", "pymc", "pytensor", "numpy", "scipy", "numba", "arviz")
+MARKER = "<!-- provenance: written by benchmarks/_provenance.py -->"
+
+
+def _git(*args):
+    try:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+
+
+def _version(dist):
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _blas():
+    """NumPy's BLAS as its build configuration names it, with the thread settings."""
+    name = "unknown"
+    try:
+        import numpy as np
+
+        info = np.show_config(mode="dicts").get("Build Dependencies", {}).get("blas", {})
+        name = " ".join(str(info.get(k, "")) for k in ("name", "version")).strip() or name
+    except Exception:  # noqa: BLE001 - a header must never stop a benchmark
+        pass
+    threads = ", ".join(f"{k}={os.environ[k]}" for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+                        if k in os.environ) or "thread variables unset"
+    return f"{name} ({threads})"
+
+
+def _machine():
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    load = ""
+    if hasattr(os, "getloadavg"):
+        load = f", load {os.getloadavg()[0]:.1f} at the start"
+    return f"{platform.node()}: {cpu}, {os.cpu_count()} logical cores{load}; {platform.system()} {platform.release()}"
+
+
+def header(peers=(), command=None, note=None):
+    """The provenance block (Markdown) for a results file written now.
+
+    Parameters
+    ----------
+    peers : distribution names of the other packages compared (e.g. ``("scikit-learn", "GPy")``).
+    command : the command line; default: this process's, from the repository root.
+    note : one more line, e.g. what else ran on the machine.
+    """
+    if command is None:
+        argv = [os.path.relpath(sys.argv[0], ROOT) if sys.argv and sys.argv[0] else "python", *sys.argv[1:]]
+        command = "python " + " ".join(shlex.quote(a) for a in argv)
+    commit = _git("rev-parse", "--short", "HEAD") or "unknown"
+    if _git("status", "--porcelain", "--untracked-files=no", "--", "pymc_gpc", "benchmarks"):
+        commit += " (with uncommitted changes)"
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    versions = ", ".join(f"{d} {v}" for d in CORE if (v := _version(d)))
+    peer_versions = ", ".join(f"{d} {_version(d) or 'not installed'}" for d in peers) or "none"
+    lines = [
+        MARKER,
+        f"- **command**: `{command}`",
+        f"- **commit**: {commit}",
+        f"- **date**: {now}",
+        f"- **machine**: {_machine()}",
+        f"- **BLAS**: {_blas()}",
+        f"- **versions**: Python {platform.python_version()}, {versions}",
+        f"- **peers**: {peer_versions}",
+    ]
+    if note:
+        lines.append(f"- **note**: {note}")
+    return "\n".join(lines) + "\n\n"
+
+
+def write_results(path, text, peers=(), command=None, note=None):
+    """Write ``text`` to ``path`` (a results file) after its provenance header; returns path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(header(peers, command=command, note=note) + text.lstrip("\n"))
+    return path
