@@ -112,11 +112,15 @@ class MulticlassLikelihood:
     param_names: tuple = ()
     n_params = 0
     n_draws = 4096  # draws for Gaussian expectations (``predict``)
+    predictives = ("integrate", "mean")  # what ``predict`` can return (its docstring)
+    predictive = "integrate"  # the default (set per subclass, by the measurements there)
 
-    def __init__(self, n_classes=None):
+    def __init__(self, n_classes=None, predictive=None):
         if n_classes is not None and (int(n_classes) != n_classes or n_classes < 2):
             raise ValueError(f"n_classes must be an integer >= 2, got {n_classes!r}")
         self.n_classes = None if n_classes is None else int(n_classes)
+        if predictive is not None:
+            self.predictive = self._check_predictive(predictive)
 
     def params_tensor(self):
         """No parameters: an empty PyTensor vector (the Op's parameter input)."""
@@ -133,22 +137,47 @@ class MulticlassLikelihood:
     def probabilities(self, F):
         raise NotImplementedError
 
-    def predict(self, mean, cov, size=None):
-        """Class probabilities (m, c) averaged over f* ~ N(mean[i], cov[i]).
+    def predict(self, mean, cov, size=None, predictive=None):
+        """Class probabilities (m, c) at m new points from the latent predictive N(mean[i], cov[i]).
 
-        mean : (m, c); cov : (m, c, c); size : number of draws (default ``n_draws``).
+        mean : (m, c); cov : (m, c, c); size : number of draws (default ``n_draws``);
+        predictive : one of ``PREDICTIVES`` (default: this likelihood's ``predictive``):
+
+        * "integrate": p_k = E[p(k | f*)] under f* ~ N(mean, cov) (R&W 2006, eq. 3.40 and
+          Alg. 3.4, line 10), by the fixed quasi-random draws;
+        * "mean": p_k = p(k | mean), the plug-in at the latent predictive mean (R&W 2006,
+          eq. 3.25's MAP prediction);
+        * "probit" (softmax only): p_k = softmax_k(mean_k / sqrt(1 + pi cov_kk / 8)), the
+          probit-style approximation of the Gaussian-softmax integral (MacKay 1992's
+          kappa applied per class; Lu, Ie & Sha 2020, "mean-field approximation").
         """
-        p = self.probabilities(_gaussian_draws(mean, cov, size or self.n_draws))  # (c, m, s)
-        p = p.mean(axis=-1).T
+        predictive = self._check_predictive(predictive)
+        mean = np.asarray(mean, float)
+        if predictive == "mean":
+            p = self.probabilities(mean.T).T
+        elif predictive == "probit":
+            var = np.diagonal(np.asarray(cov, float), axis1=1, axis2=2)
+            p = self.probabilities((mean / np.sqrt(1.0 + np.pi / 8.0 * var)).T).T
+        else:
+            p = self.probabilities(_gaussian_draws(mean, cov, size or self.n_draws))  # (c, m, s)
+            p = p.mean(axis=-1).T
         return p / p.sum(axis=1, keepdims=True)
+
+    def _check_predictive(self, predictive):
+        predictive = self.predictive if predictive is None else predictive
+        if predictive not in self.predictives:
+            raise ValueError(f"predictive must be one of {self.predictives} for {type(self).__name__}, "
+                             f"got {predictive!r}")
+        return predictive
 
     def expected_prob(self, y, mean, cov, size=None):
         """E[p(y_i | f_i)] under f_i ~ N(mean[i], cov[i]): (m,)."""
-        p = self.predict(mean, cov, size)
+        p = self.predict(mean, cov, size, predictive="integrate")
         return p[np.arange(p.shape[0]), np.asarray(y, dtype=int)]
 
     def __repr__(self):
-        return f"{type(self).__name__}()"
+        own = self.predictive != type(self).predictive
+        return f"{type(self).__name__}({f'predictive={self.predictive!r}' if own else ''})"
 
 
 @njit(nogil=True, cache=True)
@@ -183,6 +212,7 @@ class Softmax(MulticlassLikelihood):
     """
 
     approximations = ("laplace",)
+    predictives = ("integrate", "mean", "probit")
 
     def log_lik(self, y, F):
         """log p(y_i | f_i) (n,) and the class probabilities pi (c, n) (``_softmax_log_lik``)."""
