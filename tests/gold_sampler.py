@@ -20,7 +20,7 @@ class probabilities as the draw average of E[p(y* = k | f*)] over that condition
 (by Monte Carlo, a few draws of f* per draw of f).
 
 Likelihoods (``kind``): "softmax" p(k | f) = exp f_k / sum_j exp f_j; "probit-multi" the
-multinomial probit E_u prod_{j != k} Phi(u + f_k - f_j), u ~ N(0, 1) (a 40-node
+multinomial probit E_u prod_{j != k} Phi(u + f_k - f_j), u ~ N(0, 1) (a 24-node
 Gauss-Hermite rule in u); binary (c = 1, y in {0, 1} for classes -1 / +1) "probit"
 Phi(y f) and "logistic" 1 / (1 + exp(-y f)).
 
@@ -34,7 +34,7 @@ from numba import njit
 
 KINDS = {"softmax": 0, "probit-multi": 1, "probit": 2, "logistic": 3}
 
-_U, _UW = np.polynomial.hermite_e.hermegauss(40)
+_U, _UW = np.polynomial.hermite_e.hermegauss(24)
 _LOG_UW = np.log(_UW / np.sqrt(2.0 * np.pi))
 
 
@@ -58,6 +58,16 @@ def _log_lik_point(kind, yi, F, i, u, log_uw):
             s += math.exp(F[k, i] - m)
         return F[yi, i] - m - math.log(s)
     if kind == 1:
+        # sum_q w_q prod_j Phi(u_q + f_y - f_j) directly; in logs only where that underflows
+        p = 0.0
+        for q in range(u.shape[0]):
+            t = 1.0
+            for j in range(c):
+                if j != yi:
+                    t *= 0.5 * math.erfc(-(u[q] + F[yi, i] - F[j, i]) / math.sqrt(2.0))
+            p += math.exp(log_uw[q]) * t
+        if p > 1e-280:
+            return math.log(p)
         best = -np.inf
         terms = np.empty(u.shape[0])
         for q in range(u.shape[0]):
