@@ -13,7 +13,8 @@ e^2.4, e^3.4):
   ("integrate") within 0.02 of the exact ones on average (0.05 at most); the plug-in at the
   latent mean is off by 0.05 or more; log Z within 4 AIS standard errors + 0.15;
 * softmax Laplace: log Z below the exact one (Kuss & Rasmussen 2005) by less than 1; the
-  default predictive's class probabilities within 0.08 of the exact ones on average.
+  default predictive's class probabilities within 0.08 of the exact ones on average, and
+  at the MAP-II amplitudes closer than those integrated over Laplace's Gaussian.
 """
 
 import numpy as np
@@ -101,5 +102,13 @@ def test_softmax_laplace_against_exact(amps_name):
     res, mean, cov, lik = approximation("softmax", amps_name)
     # Laplace's evidence lies below the exact one (Kuss & Rasmussen 2005, sec. 7)
     assert log_z - 1.0 < res.log_z < log_z + 2 * err, (res.log_z, log_z, err)
+    # its latent mean is too small (the mode lies nearer zero than the posterior mean):
+    # RMS relative error 0.22 (equal amplitudes) and 0.38 (MAP-II's), measured
+    rel = np.sqrt(np.mean((mean - mean_g) ** 2) / np.mean(mean_g**2))
+    low, high = {"equal": (0.1, 0.35), "map2": (0.25, 0.5)}[amps_name]
+    assert low < rel < high and np.sum(mean**2) < np.sum(mean_g**2), rel
     p = lik.predict(mean, cov)  # the default predictive
     assert np.mean(np.abs(p - p_g)) < 0.08, np.abs(p - p_g).mean()
+    if amps_name == "map2":  # why the default is the plug-in: closer than integrating over Laplace's Gaussian
+        integrated = lik.predict(mean, cov, predictive="integrate")
+        assert np.mean(np.abs(p - p_g)) < np.mean(np.abs(integrated - p_g))
