@@ -34,6 +34,7 @@ from ..numerics.special import log_ndtr_array
 
 # Draws for Gaussian expectations (per dimension c and number, cached).
 _DRAWS = {}
+_BLOCK = 1 << 18  # latent values (classes x rows x draws) per block of ``predict``
 
 # Gauss-Hermite rule (probabilists') for the integral over u in the multinomial probit.
 _U_NODES, _U_WEIGHTS = np.polynomial.hermite_e.hermegauss(32)
@@ -162,8 +163,14 @@ class MulticlassLikelihood:
             var = np.diagonal(np.asarray(cov, float), axis1=1, axis2=2)
             p = self.probabilities((mean / np.sqrt(1.0 + np.pi / 8.0 * var)).T).T
         else:
-            p = self.probabilities(_gaussian_draws(mean, cov, size or self.n_draws))  # (c, m, s)
-            p = p.mean(axis=-1).T
+            # in blocks of rows: the draws (c, rows, s) and the multinomial probit's
+            # u-quadrature (nodes, c - 1, rows, s) stay a few MB (at 797 points, 10 classes
+            # and 1024 draws, all rows at once held about 5 GB)
+            size = size or self.n_draws
+            cov = np.asarray(cov, float)
+            rows = max(1, _BLOCK // (mean.shape[1] * size))
+            p = np.concatenate([self.probabilities(_gaussian_draws(mean[r:r + rows], cov[r:r + rows], size))
+                                .mean(axis=-1).T for r in range(0, mean.shape[0], rows)] or [np.empty((0, mean.shape[1]))])
         return p / p.sum(axis=1, keepdims=True)
 
     def _check_predictive(self, predictive):
