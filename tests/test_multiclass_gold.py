@@ -117,3 +117,23 @@ def test_softmax_laplace_against_exact(amps_name):
     if amps_name == "map2":  # why the default is the plug-in: closer than integrating over Laplace's Gaussian
         integrated = lik.predict(mean, cov, predictive="integrate")
         assert np.mean(np.abs(p - p_g)) < np.mean(np.abs(integrated - p_g))
+
+
+def test_predictive_option():
+    """The choice of predictive: per call or per likelihood; the plug-in is the softmax of the
+    mean itself; an unknown name (or "probit" for the multinomial probit) is refused."""
+    from scipy.special import softmax
+
+    rng = np.random.default_rng(0)
+    mean = rng.normal(size=(4, 3)) * 2
+    A = rng.normal(size=(4, 3, 3))
+    cov = A @ np.transpose(A, (0, 2, 1))
+    assert np.allclose(L.Softmax().predict(mean, cov), softmax(mean, axis=1))  # the default
+    integrated = L.Softmax(predictive="integrate").predict(mean, cov)
+    assert np.allclose(integrated, L.Softmax().predict(mean, cov, predictive="integrate"))
+    assert np.max(np.abs(integrated - softmax(mean, axis=1))) > 0.05
+    assert repr(L.Softmax(predictive="integrate")) == "Softmax(predictive='integrate')"
+    with pytest.raises(ValueError, match="predictive must be one of"):
+        L.Softmax(predictive="median")
+    with pytest.raises(ValueError, match="predictive must be one of"):
+        L.MultinomialProbit().predict(mean, cov, predictive="probit")

@@ -145,12 +145,12 @@ class MulticlassLikelihood:
         """Class probabilities (m, c) at m new points from the latent predictive N(mean[i], cov[i]).
 
         mean : (m, c); cov : (m, c, c); size : number of draws (default ``n_draws``);
-        predictive : one of ``PREDICTIVES`` (default: this likelihood's ``predictive``):
+        predictive : one of ``predictives`` (default: this likelihood's ``predictive``):
 
-        * "integrate": p_k = E[p(k | f*)] under f* ~ N(mean, cov) (R&W 2006, eq. 3.40 and
+        * "integrate": p_k = E[p(k | f*)] under f* ~ N(mean, cov) (R&W 2006, sec. 3.5 and
           Alg. 3.4, line 10), by the fixed quasi-random draws;
-        * "mean": p_k = p(k | mean), the plug-in at the latent predictive mean (R&W 2006,
-          eq. 3.25's MAP prediction);
+        * "mean": p_k = p(k | mean), the plug-in at the latent predictive mean (the "MAP
+          prediction" of R&W 2006, sec. 3.4.2);
         * "probit" (softmax only): p_k = softmax_k(mean_k / sqrt(1 + pi cov_kk / 8)), the
           probit-style approximation of the Gaussian-softmax integral (MacKay 1992's
           kappa applied per class; Lu, Ie & Sha 2020, "mean-field approximation").
@@ -222,7 +222,7 @@ class Softmax(MulticlassLikelihood):
 
     ``predict`` returns by default (``predictive="mean"``) the softmax of Laplace's latent
     predictive mean, pi(E_q[f*]), not the average of the softmax over Laplace's latent
-    predictive Gaussian (``predictive="integrate"``, R&W eq. 3.40). Laplace's mode lies
+    predictive Gaussian (``predictive="integrate"``, R&W 2006, sec. 3.5). Laplace's mode lies
     closer to zero than the posterior mean, and its Gaussian is centred there (Kuss &
     Rasmussen 2005, sec. 7): integrating the softmax over it pulls the probabilities
     further towards uniform than the exact predictive, while the plug-in at the mean is
@@ -233,7 +233,7 @@ class Softmax(MulticlassLikelihood):
     (benchmarks/results/multiclass_gold.md: 3 classes, synthetic, Forensic Glass and
     digits subsets, per-class amplitudes 4 or e^1.4..e^3.4) the mean absolute error of the
     class probabilities was 0.020-0.040 with "mean", 0.027-0.076 with "integrate" and
-    0.030-0.073 with "probit" (closest in 6 of 6 problem settings, by 0.002-0.046); held-out
+    0.030-0.073 with "probit" (closest in 6 of 6 settings, by 0.002-0.043 over the next); held-out
     figures there too.
     """
 
