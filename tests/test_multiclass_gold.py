@@ -19,7 +19,14 @@ e^2.4, e^3.4):
   the mean by 0.7 or 1.3 leaves these ranges); log Z below the exact one (Kuss & Rasmussen
   2005) by less than 1; the
   default predictive's class probabilities within 0.08 of the exact ones on average, and
-  at the MAP-II amplitudes closer than those integrated over Laplace's Gaussian.
+  at the MAP-II amplitudes closer than those integrated over Laplace's Gaussian;
+* two classes, a separable set, probit: EP's probabilities within 0.015 of exact and its log
+  Z within 4 AIS standard errors + 0.1 at amplitudes 1 and 25; Laplace within 0.03 at
+  amplitude 1, off by more than 0.05 at 25 with its latent mean 30-70 % too small.
+
+Checked to fail when broken: dropping the between-class covariances of the latent
+predictive, scaling the latent mean by 0.7 or 1.3, or doubling the binary predictive
+variance each fail at least one test.
 """
 
 import numpy as np
@@ -137,3 +144,34 @@ def test_predictive_option():
         L.Softmax(predictive="median")
     with pytest.raises(ValueError, match="predictive must be one of"):
         L.MultinomialProbit().predict(mean, cov, predictive="probit")
+
+
+# Two classes, a separable 1-d set (20 points, labels by sign(x - 0.2)), probit likelihood:
+# measured mean |dp| against exact EP 0.0016 / 0.0071, Laplace 0.019 / 0.118 at amplitude
+# 1 / 25; Laplace's latent mean RMS relative error 0.09 / 0.49 (results file: the larger
+# binary audit).
+@pytest.mark.parametrize("amp", [1.0, 25.0])
+def test_binary_separable_ep_close_laplace_washed_out(amp):
+    from pymc_gpc import ep, laplace
+
+    Xb = np.linspace(-3, 3, 20)
+    yb = np.where(Xb > 0.2, 1.0, -1.0)
+    K = se(Xb, Xb, 1.0, amp) + 1e-8 * np.eye(20)
+    Kx, ks = se(Xb, XS, 1.0, amp), np.full(len(XS), amp)
+    draws = gs.sample_latents(K, yb, "probit", n_chains=4, n_iter=20000, burn=2000, thin=10, seed=0)
+    assert gs.rhat_ess(draws)[0] < 1.05
+    mean_g, _, p_g, _ = gs.predictive(K, Kx, ks, draws, "probit", per_draw=16)
+    log_z, err = gs.log_evidence_ais(K, yb, "probit", n_particles=32, n_temps=200, seed=1)
+    lik = L.Probit()
+    res = ep(K, yb, lik, with_grad=False, with_loo=False)
+    m, v = res.posterior.predict(res.a, Kx, ks)
+    assert np.mean(np.abs(lik.predict(m, v) - p_g[:, 0])) < 0.015
+    assert abs(res.log_z - log_z) < 4 * err + 0.1
+    res = laplace(K, yb, lik, with_grad=False, with_loo=False)
+    m, v = res.posterior.predict(res.a, Kx, ks)
+    dp = np.mean(np.abs(lik.predict(m, v) - p_g[:, 0]))
+    rel = np.sqrt(np.mean((m - mean_g[:, 0]) ** 2) / np.mean(mean_g**2))
+    if amp == 1.0:
+        assert dp < 0.03 and rel < 0.15
+    else:  # Kuss & Rasmussen (2005): Laplace's mean far too small on separable data
+        assert dp > 0.05 and 0.3 < rel < 0.7 and res.log_z < log_z
