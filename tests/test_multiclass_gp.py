@@ -136,7 +136,10 @@ def test_predict_loo_and_fit(setup):
     m_ref, S_ref = res.posterior.predict(res.a, K_cross, np.full((3, 3), v))
     np.testing.assert_allclose(mean, m_ref, atol=1e-5)
     np.testing.assert_allclose(cov, S_ref, atol=1e-5)
-    np.testing.assert_allclose(p, _quadrature(lik, mean, cov), atol=2e-3)
+    if lik is Softmax:  # the softmax's default predictive: the plug-in at the latent mean
+        np.testing.assert_allclose(p, softmax_probabilities(mean).T, atol=1e-12)
+    else:  # the multinomial probit's: averaged over the latent predictive
+        np.testing.assert_allclose(p, _quadrature(lik, mean, cov), atol=2e-3)
     # the MAP point's evidence gradient vanishes (prior included): fit converged
     assert np.isfinite(fit.log_evidence)
     with model:
@@ -337,13 +340,16 @@ def test_gene_expression_linear_kernel_with_more_genes_than_samples():
         fit = pymc_gpc.fit(method="map", progressbar=False)
     assert np.isfinite(fit.log_evidence) and fit.converged
     p, mean, cov = gp.predict(Xte, point=fit.point, return_latent=True)
-    # p is the softmax averaged over the latent predictive: 7 classes, so by plain Monte
-    # Carlo with independent draws (50000 per point: standard error below 2.3e-3)
+    # p is the softmax of the latent predictive mean (the default); its average over the
+    # latent predictive, checked by plain Monte Carlo with independent draws (7 classes,
+    # 50000 per point: standard error below 2.3e-3)
+    np.testing.assert_allclose(p, softmax_probabilities(mean).T, atol=1e-12)
+    integrated = gp.likelihood.predict(mean.T, cov, predictive="integrate")
     z = np.random.default_rng(1).standard_normal((50000, 7))
     for i in range(len(Xte)):
         draws = mean[:, i] + z @ np.linalg.cholesky(cov[i] + 1e-12 * np.eye(7)).T
         e = np.exp(draws - draws.max(axis=1, keepdims=True))
-        np.testing.assert_allclose(p[i], (e / e.sum(axis=1, keepdims=True)).mean(axis=0), atol=0.012)
+        np.testing.assert_allclose(integrated[i], (e / e.sum(axis=1, keepdims=True)).mean(axis=0), atol=0.012)
     errors = int(np.sum(gp.classes[np.argmax(p, axis=1)] != data.y[~train]))
     centroids = np.array([Xtr[data.y[train] == c].mean(axis=0) for c in gp.classes])
     nearest = gp.classes[np.argmin(((Xte[:, None, :] - centroids) ** 2).sum(axis=-1), axis=1)]

@@ -202,7 +202,7 @@ def test_two_class_softmax_laplace_is_logistic_laplace_on_the_summed_kernel():
     np.testing.assert_allclose(cov[:, 0, 0] + cov[:, 1, 1] - 2 * cov[:, 0, 1], vb, atol=1e-9)
     # the two sides' expectations: 4096 and 512 quasi-random draws against the trapezoidal
     # rule (observed 3.5e-5 and 6.1e-4)
-    np.testing.assert_allclose(Softmax().predict(mean.T, cov)[:, 0], Logistic().predict(mb, vb), atol=3e-4)
+    np.testing.assert_allclose(Softmax(predictive="integrate").predict(mean.T, cov)[:, 0], Logistic().predict(mb, vb), atol=3e-4)
     np.testing.assert_allclose(multi.loo_log_p, binary.loo_log_p, atol=2e-3)
 
 
@@ -213,7 +213,9 @@ def test_softmax_predict_and_expected_prob_against_quadrature():
     rng = np.random.default_rng(12)
     mean, cov = _gaussians(rng, 6, 3, 2.0)
     ref = np.array([gaussian_expectation(softmax_probabilities, mean[i], cov[i], nodes=28) for i in range(6)])
-    np.testing.assert_allclose(Softmax().predict(mean, cov), ref, atol=3e-4)
+    np.testing.assert_allclose(Softmax(predictive="integrate").predict(mean, cov), ref, atol=3e-4)
+    # the default predictive is the plug-in at the latent mean
+    np.testing.assert_allclose(Softmax().predict(mean, cov), softmax_probabilities(mean.T).T, atol=1e-12)
     y = rng.integers(0, 3, 6)
     np.testing.assert_allclose(Softmax().expected_prob(y, mean, cov), ref[np.arange(6), y], atol=3e-4)
     np.testing.assert_allclose(Softmax().expected_prob(y, mean, cov, size=LOO_DRAWS), ref[np.arange(6), y], atol=3e-3)
