@@ -13,6 +13,7 @@ import warnings
 import numpy as np
 import pymc as pm
 import xarray as xr
+from pytensor.graph.traversal import ancestors
 
 from .ops.jax_registration import JAX_SAMPLERS, jax_available, missing_jax_message
 from .ops.marginal import sampling_tolerance
@@ -148,14 +149,17 @@ install_log_likelihood_route()
 def sample_posterior_predictive(idata, *args, model=None, **kwargs):
     """``pm.sample_posterior_predictive`` without its warning that Potentials are ignored,
     where that is harmless: every potential of the model is a GP classifier's evidence and
-    ``idata``'s posterior holds every free variable, so the draws (e.g. of
-    ``gp.conditional``) use hyperparameters that the evidence already shaped. Otherwise
-    the warning is PyMC's, shown as usual."""
+    ``idata``'s posterior holds every free variable the potentials depend on, so the draws
+    (e.g. of ``gp.conditional``) use hyperparameters that the evidence already shaped.
+    Otherwise the warning is PyMC's, shown as usual."""
     model = pm.modelcontext(model)
     names = set(gp_names(model))
     post = _group(idata, "posterior") if not isinstance(idata, xr.Dataset) else idata
+    # free variables missing from the posterior are drawn afresh: harmless where the
+    # potentials do not depend on them (``gp.conditional``'s latents)
+    shaping = set(ancestors(model.potentials))
     harmless = (post is not None and all(p.name in names for p in model.potentials)
-                and all(rv.name in post for rv in model.free_RVs))
+                and all(rv.name in post or rv not in shaping for rv in model.free_RVs))
     with warnings.catch_warnings():
         if harmless:
             warnings.filterwarnings("ignore", message="The effect of Potentials on other parameters is ignored",

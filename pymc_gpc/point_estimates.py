@@ -270,7 +270,10 @@ class _Objective:
 
     def evidence_and_grad(self, point):
         """objective, log evidence and the objective's gradient in the targets (None if it failed)."""
-        pairs, rest = self.kernels(point)
+        try:
+            pairs, rest = self.kernels(point)
+        except ValueError:  # a prior structure refusing non-finite kernels (FITCPrior)
+            return -np.inf, -np.inf, None
         log_z, cotangents = 0.0, []
         for j, (K, theta) in enumerate(pairs):
             try:
