@@ -128,6 +128,20 @@ def test_compile_dlogp_matches_finite_differences(dataset):
     assert np.max(np.abs(grad - fd)) <= 1e-6 * np.max(np.abs(fd))
 
 
+def test_only_the_package_sampler_gets_the_loose_tolerance():
+    from pymc_gpc.ops.marginal import ApproxMarginalOp, sampling_tolerance
+
+    def ops(fn):
+        return [nd.op for nd in fn.maker.fgraph.toposort() if isinstance(nd.op, ApproxMarginalOp)]
+
+    model, _ = _binary()
+    plain = model.compile_fn(model.logp(), inputs=model.value_vars, point_fn=False, mode="FAST_COMPILE")
+    with sampling_tolerance():
+        sampler = model.compile_fn(model.logp(), inputs=model.value_vars, point_fn=False, mode="FAST_COMPILE")
+    assert [op.sampling for op in ops(plain)] == [False]
+    assert [op.sampling for op in ops(sampler)] == [True]
+
+
 def test_hessian_from_the_gradient_matches_a_tight_solve():
     """A Laplace approximation of the hyperparameter posterior (as pymc-extras' fit_laplace
     builds it) from finite differences of ``compile_dlogp``: as at EP tol 1e-9."""
