@@ -41,8 +41,8 @@ def _reject_symbolic(x, name):
     if isinstance(x, Variable):
         raise ValueError(
             f"{name} must be data (a NumPy array, pandas object or pm.Data container), not a "
-            f"PyTensor expression or random variable ({x!r}): the EP/Laplace Op needs the values "
-            "to check them when the model is built"
+            f"PyTensor variable such as an expression or random variable ({x!r}): the EP/Laplace "
+            "Op needs the values to check them when the model is built"
         )
 
 
