@@ -302,3 +302,23 @@ def test_multiclass_latents_feed_categorical_and_no_potential_warning():
         pp = pymc_gpc.sample_posterior_predictive(idata, var_names=["f", "y_new"], random_seed=1,
                                                   progressbar=False)
     assert pp["posterior_predictive"]["y_new"].shape == (1, 3, 5)
+
+
+@pytest.mark.parametrize("kind", ["multiclass", "fitc"])
+def test_pm_data_inputs_predict_as_arrays(kind):
+    X, y = _data()
+    X_new = np.random.default_rng(7).normal(size=(3, 2))
+    probabilities = []
+    for as_data in (False, True):
+        with pm.Model() as model:
+            inputs = pm.Data("X", X) if as_data else X
+            log_ls = pm.Normal("log_ls", 0.0, 1.0)
+            cov = pm.gp.cov.ExpQuad(2, ls=pt.exp(log_ls))
+            if kind == "multiclass":
+                gp = pymc_gpc.MarginalLaplace(cov_func=cov, likelihood=Softmax())
+                gp.marginal_likelihood("y", X=inputs, y=np.array(list("abc") * 8))
+            else:
+                gp = pymc_gpc.MarginalEP(cov_func=cov, likelihood=Probit(), approx="FITC")
+                gp.marginal_likelihood("y", X=inputs, y=y, Xu=X[:6])
+        probabilities.append(gp.predict(X_new, point=model.initial_point()))
+    np.testing.assert_allclose(probabilities[1], probabilities[0], rtol=1e-10)
