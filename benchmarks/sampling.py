@@ -123,7 +123,8 @@ def row(method, data, idata, wall, p, tune):
     steps = float(np.asarray(stats["n_steps"]).mean())
     # the tuning steps are not in the trace: counted at the kept draws' rate
     evaluations = steps * (n_draws + tune * chains)
-    sweeps = np.asarray(idata["posterior"]["y_n_iter"]).mean() if "y_n_iter" in idata["posterior"] else np.nan
+    sweeps = next((np.asarray(idata[g]["y_n_iter"]).mean() for g in ("sample_stats", "posterior")
+                   if "y_n_iter" in idata[g]), np.nan)  # pymc_gpc.sample: sample_stats
     m = classification_metrics(p, data.y_test)
     return {
         "data": data.name, "method": method, "wall": wall, "ess": ess, "ess_s": ess / wall,

@@ -13,8 +13,8 @@ from . import kernels, likelihoods  # noqa: E402
 from .approximations.ep import EPState, ep  # noqa: E402
 from .approximations.adf import adf  # noqa: E402
 from .gp import MarginalADF, MarginalEP, MarginalLaplace, MarginalMeanField  # noqa: E402
-from .point_estimates import FitResult, RunawayHyperparameterWarning, fit  # noqa: E402
-from .idata import add_log_likelihood, sample  # noqa: E402
+from .point_estimates import FitResult, FitStartError, RunawayHyperparameterWarning, fit  # noqa: E402
+from .idata import add_log_likelihood, sample, sample_posterior_predictive  # noqa: E402
 from .ops import reset_warm_starts  # noqa: E402
 from .models import ard_classifier  # noqa: E402
 from .approximations.laplace import LaplaceState, laplace  # noqa: E402
@@ -34,6 +34,8 @@ __all__ = [
     "sample",
     "fit",
     "FitResult",
+    "FitStartError",
+    "sample_posterior_predictive",
     "RunawayHyperparameterWarning",
     "add_log_likelihood",
     "reset_warm_starts",

@@ -200,7 +200,7 @@ def run(args):
         summary = summary.astype(float).round(3)
         min_ess = float(summary["ess_bulk"].min())
         divergences = int(np.asarray(idata["sample_stats"]["diverging"]).sum())
-        status = np.asarray(idata["posterior"]["y_status"])
+        status = np.asarray(idata["sample_stats"]["y_status"])  # pymc_gpc.sample's layout
         report += [
             f"- sampling time: {fit_time:.1f} s ({args.chains} chains x ({args.tune} tune + {args.draws} draws), {args.sampler})",
             f"- min bulk ESS over hyperparameters: {min_ess:.0f} ({min_ess / fit_time:.2f} ESS/s)",

@@ -29,6 +29,7 @@ import pymc as pm
 import pytensor
 import pytensor.tensor as pt
 from pymc.gp.util import JITTER_DEFAULT
+from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.traversal import ancestors
 from pytensor.tensor.random.op import RandomVariable
 
@@ -37,7 +38,7 @@ from .ops.marginal import ApproxMarginalOp, LatentPredictiveOp
 from .ops.sparse import SPARSE_APPROXIMATIONS, SparseMarginalOp, SparsePredictiveOp
 from .prediction import KERNEL_MODE, POINT_KERNEL_MODE, PREDICTION_DEFAULTS, latent_predictions
 from .structures.fitc import FITCPrior
-from .validation import as_signed_labels, check_inputs
+from .validation import as_signed_labels, binary_classes, check_inputs, data_input
 
 __all__ = ["MarginalEP", "MarginalLaplace", "MarginalMeanField", "MarginalADF"]
 
@@ -74,7 +75,8 @@ class _ApproximateMarginal:
         self.likelihood = likelihood
         self.jitter = float(jitter)
         self.solver_options = tuple(sorted(solver_options.items()))
-        self.X = self.y = self.name = self.Xu = self.model = None
+        self.X = self.y = self.name = self.Xu = self.model = self.classes = None
+        self._n_inputs = None
 
     # -- building blocks -------------------------------------------------------------
 
@@ -118,14 +120,24 @@ class _ApproximateMarginal:
             return pm.modelcontext(model)
         return self.model if self.model is not None else pm.modelcontext(None)
 
-    def _check_new_inputs(self, Xnew):
+    def _check_new_inputs(self, Xnew, symbolic=False):
+        """Xnew checked (finite, 2-D, the training inputs' columns) as an array, or with
+        ``symbolic`` a ``pm.Data`` container's tensor (checked at its current values)."""
         self._check_fitted()
-        Xnew = check_inputs(Xnew, name="Xnew")
-        if Xnew.shape[1] != self.X.shape[1]:
+        values, tensor = data_input(Xnew, "Xnew")
+        Xnew = check_inputs(values, name="Xnew")
+        if Xnew.shape[1] != self._n_inputs:
             raise ValueError(
-                f"Xnew has {Xnew.shape[1]} columns but the training inputs X have {self.X.shape[1]}"
+                f"Xnew has {Xnew.shape[1]} columns but the training inputs X have {self._n_inputs}"
             )
+        if symbolic and tensor is not None:
+            return _as_input_matrix(tensor)
         return Xnew
+
+    def _labels(self):
+        """The training labels as an array (a ``pm.Data`` container's current values)."""
+        y = self.y
+        return np.asarray(y.eval() if isinstance(y, pytensor.graph.basic.Variable) else y, dtype=float)
 
     def _prior_inputs(self):
         """The evidence Op's prior inputs at the training X: [K], or with FITC [K_uu, K_uf,
@@ -157,9 +169,13 @@ class _ApproximateMarginal:
             the hyperparameter values; 2 failed: log q = -inf, the sampler rejects), and
             the per-observation log predictive as ``{name}_loo`` (used by
             ``pymc_gpc.add_log_likelihood`` for ``az.loo``).
-        X : (n, d) inputs (array, DataFrame, or 1-D for one input dimension).
+        X : (n, d) inputs (array, DataFrame, or 1-D for one input dimension), or a
+            ``pm.Data`` container of them (checked at its current values).
         y : (n,) binary labels: {-1, +1}, {0, 1}, booleans, or two distinct strings
-            (more classes: a multi-class likelihood, ``gp_multiclass``).
+            (more classes: a multi-class likelihood, ``gp_multiclass``); or a ``pm.Data``
+            container of numeric or boolean labels (values above 0 are the positive class).
+            ``self.classes`` then holds the two labels, the one ``predict`` gives the
+            probability of last.
         Xu : (m, d) inducing inputs, with ``approx="FITC"`` only (required there): an
             array (e.g. ``pm.gp.util.kmeans_inducing_points(m, X)``) or a tensor of random
             variables, which then get gradients too. m <= n.
@@ -168,17 +184,27 @@ class _ApproximateMarginal:
         -------
         The log-evidence tensor.
         """
-        X = check_inputs(X)
-        y = as_signed_labels(y)
-        if X.shape[0] != y.shape[0]:
-            raise ValueError(f"X has {X.shape[0]} rows but y has {y.shape[0]} labels")
+        X_values, X_tensor = data_input(X, "X")
+        X = check_inputs(X_values)
+        y_values, y_tensor = data_input(y, "y")
+        if y_tensor is not None and not (np.issubdtype(np.asarray(y_values).dtype, np.number)
+                                         or np.asarray(y_values).dtype == bool):
+            raise ValueError("y as a pm.Data container must hold numeric or boolean labels ({0, 1}, {-1, +1})")
+        signed = as_signed_labels(y_values)
+        if X.shape[0] != signed.shape[0]:
+            raise ValueError(f"X has {X.shape[0]} rows but y has {signed.shape[0]} labels")
         Xu = self._check_inducing(Xu, X)
+        self.classes = binary_classes(y_values)
+        self._n_inputs = X.shape[1]
+        if X_tensor is not None:
+            X = _as_input_matrix(X_tensor)
+        y = signed if y_tensor is None else pt.switch(pt.gt(pt.flatten(y_tensor), 0), 1.0, -1.0)
         model = pm.modelcontext(None)
         self.X, self.y, self.name, self.Xu, self.model = X, y, name, Xu, model
         priors, params = self._prior_inputs(), self.likelihood.params_tensor()
         hyper_names, hyper = self._hyperparameters(model, [*priors, params])
         log_z, *_, loo, n_iter, status = self._op(hyper_names)(*priors, params, y, hyper)
-        return _add_evidence_terms(model, name, y.shape[0], log_z, loo, n_iter, status)
+        return _add_evidence_terms(model, name, signed.shape[0], log_z, loo, n_iter, status)
 
     def _check_inducing(self, Xu, X):
         """Xu as a constant array or a tensor, checked against X (before any heavy work)."""
@@ -211,8 +237,18 @@ class _ApproximateMarginal:
         or directly from ``predict``. The variable is added to ``model=`` if given, else
         to the model that ``marginal_likelihood`` added the potential to (so it may be
         called after the ``with pm.Model()`` block).
+
+        ``Xnew`` may be a ``pm.Data`` container: ``pm.set_data({"Xnew": ...})`` then moves the
+        predictions to other inputs (any number of rows), as for a GLM.
+
+        PyMC's ``sample_posterior_predictive`` warns that Potentials are ignored. For these
+        draws that is harmless: they depend only on the hyperparameters, whose posterior
+        draws the evidence potential already shaped (the warning is about variables drawn
+        afresh from their priors). ``pymc_gpc.sample_posterior_predictive`` runs it without
+        that warning where every potential is a classifier's and the posterior holds every
+        free variable.
         """
-        Xnew = self._check_new_inputs(Xnew)
+        Xnew = self._check_new_inputs(Xnew, symbolic=True)
         mean, cov = self._build_predictive(Xnew, full_cov=True)
         cov = cov + jitter * pt.eye(Xnew.shape[0])
         with self._model(kwargs.pop("model", None)):
@@ -220,7 +256,8 @@ class _ApproximateMarginal:
 
     def predict(self, Xnew, *, point=None, idata=None, model=None, return_latent=False, max_draws=None,
                 progressbar=True):
-        """Class probabilities p(y* = +1) at ``Xnew``.
+        """Class probabilities p(y* = gp.classes[1]) at ``Xnew``: of the positive class, the
+        label coded +1 (True, 1, +1, or the later of two strings in sorted order).
 
         Parameters
         ----------
@@ -247,7 +284,7 @@ class _ApproximateMarginal:
         """
         if (point is None) == (idata is None):
             raise ValueError("give exactly one of point= or idata=")
-        Xnew = self._check_new_inputs(Xnew)
+        Xnew = self._check_new_inputs(Xnew)  # a pm.Data container: its current values
         model = self._model(model)
         fn, names = self._compile_kernels(Xnew, model, KERNEL_MODE if idata is not None else POINT_KERNEL_MODE)
         points = [point] if point is not None else _posterior_points(idata, names, max_draws)
@@ -258,7 +295,7 @@ class _ApproximateMarginal:
         draws = [tuple(np.asarray(pt_[n]) for n in names) for pt_ in points]
         defaults = PREDICTION_DEFAULTS.get(self.approximation, {}) if idata is not None else {}
         means, vars_, thetas = latent_predictions(
-            self.approximation, self.likelihood, {**defaults, **dict(self.solver_options)}, self.y, fn, draws,
+            self.approximation, self.likelihood, {**defaults, **dict(self.solver_options)}, self._labels(), fn, draws,
             progressbar=progressbar and idata is not None, retry_options=self._op().retry_schedule,
         )
         probs = [self._probabilities(m, v, th) for m, v, th in zip(means, vars_, thetas)]
@@ -286,7 +323,8 @@ class _ApproximateMarginal:
         outputs = self._prediction_inputs(Xnew)
         outputs = [pt.as_tensor_variable(o).astype("float64") for o in outputs]
         graph = list(ancestors(outputs))
-        inputs = [v for v in graph if v in model.named_vars.values()]
+        named = set(model.named_vars.values())
+        inputs = [v for v in graph if v in named and not isinstance(v, SharedVariable)]  # pm.Data: its values
         foreign = [v.name or str(v) for v in graph if v.owner is not None and isinstance(v.owner.op, RandomVariable)
                    and v not in model.named_vars.values()]
         if foreign:
@@ -299,6 +337,12 @@ class _ApproximateMarginal:
                 return (FITCPrior(Kuu, Kuf, k_diag), *rest)
             return kernels, [v.name for v in inputs]
         return fn, [v.name for v in inputs]
+
+
+def _as_input_matrix(X):
+    """A pm.Data container's tensor as (n, d) float64 (a vector is one input dimension)."""
+    X = pt.as_tensor_variable(X).astype("float64")
+    return X[:, None] if X.ndim == 1 else X
 
 
 def _add_evidence_terms(model, name, n, log_z, loo, n_iter, status):
@@ -355,8 +399,10 @@ class MarginalEP(_ApproximateMarginal):
         O(n m^2) time and O(n m) memory, as ``pm.gp.MarginalApprox(approx="FITC")``;
         ``marginal_likelihood`` then takes the inducing inputs ``Xu``.
     **solver_options : passed to ``pymc_gpc.ep`` (method, damping, tol, max_sweeps);
-        while sampling, tol defaults to 1e-2 (``pymc_gpc.ops.marginal.SAMPLING_DEFAULTS``),
-        while ``pymc_gpc.fit`` and ``predict`` at a point use the engine's 1e-8 (``predict``
+        in ``pymc_gpc.sample``'s sampler tol defaults to 1e-2
+        (``pymc_gpc.ops.marginal.SAMPLING_DEFAULTS``), while every other use of the model's
+        logp and gradient (``pm.sample``, ``pm.find_MAP``, ``model.compile_dlogp``, ADVI),
+        ``pymc_gpc.fit`` and ``predict`` at a point get the engine's 1e-8 (``predict``
         over posterior draws 1e-3: ``pymc_gpc.prediction``).
 
     The potential is EP's approximation of the log marginal likelihood (Rasmussen &

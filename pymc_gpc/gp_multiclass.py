@@ -32,10 +32,10 @@ import pymc as pm
 import pytensor.tensor as pt
 from pymc.gp.util import JITTER_DEFAULT
 
-from .gp import MarginalEP, MarginalLaplace, _add_evidence_terms
+from .gp import MarginalEP, MarginalLaplace, _add_evidence_terms, _as_input_matrix
 from .likelihoods.multiclass import MulticlassLikelihood
 from .ops.multiclass import MulticlassMarginalOp, MulticlassPredictiveOp
-from .validation import as_class_codes, check_inputs
+from .validation import as_class_codes, check_inputs, data_input
 
 
 class MulticlassMarginal:
@@ -74,6 +74,7 @@ class MulticlassMarginal:
         self.solver_options = tuple(sorted(solver_options.items()))
         self.approx = None
         self.X = self.y = self.name = self.classes = self.model = None
+        self._n_inputs = None
 
     @property
     def n_classes(self):
@@ -109,21 +110,30 @@ class MulticlassMarginal:
         ----------
         name : name of the potential; ``{name}_loo`` (per observation, for ``az.loo``),
             ``{name}_n_iter`` and ``{name}_status`` are added as for the binary classifiers.
-        X : (n, d) inputs (array, DataFrame, or 1-D for one input dimension).
+        X : (n, d) inputs (array, DataFrame, or 1-D for one input dimension), or a
+            ``pm.Data`` container of them (checked at its current values).
         y : (n,) labels of c >= 2 classes: integers, strings, booleans or a pandas
-            categorical; ``self.classes`` then holds them in column order.
+            categorical (a Series or a bare ``pd.Categorical``); ``self.classes`` then
+            holds them in column order.
 
         Returns
         -------
         The log-evidence tensor.
         """
-        X = check_inputs(X)
+        X_values, X_tensor = data_input(X, "X")
+        X = check_inputs(X_values)
+        if data_input(y, "y")[1] is not None:
+            raise ValueError("y as a pm.Data container serves binary labels; give multi-class labels as an array, "
+                             "list or pandas object (X may be pm.Data)")
         codes, classes = as_class_codes(y, n_classes=self.likelihood.n_classes)
         if self.cov_funcs is not None and len(self.cov_funcs) != len(classes):
             raise ValueError(f"cov_func lists {len(self.cov_funcs)} covariances but y holds {len(classes)} classes")
         if X.shape[0] != codes.shape[0]:
             raise ValueError(f"X has {X.shape[0]} rows but y has {codes.shape[0]} labels")
         model = pm.modelcontext(None)
+        self._n_inputs = X.shape[1]
+        if X_tensor is not None:
+            X = _as_input_matrix(X_tensor)
         self.X, self.y, self.name, self.classes, self.model = X, codes.astype(float), name, classes, model
         K, params = self._kernel(X), self.likelihood.params_tensor()
         hyper_names, hyper = self._hyperparameters(model, [K])
@@ -131,18 +141,22 @@ class MulticlassMarginal:
         return _add_evidence_terms(model, name, codes.shape[0], log_z, loo, n_iter, status)
 
     def conditional(self, name, Xnew, *, jitter=JITTER_DEFAULT, **kwargs):
-        """The c latent functions at ``Xnew`` under q: a deterministic ``name`` of shape (c, m).
+        """The c latent functions at ``Xnew`` under q: a deterministic ``name`` of shape (m, c),
+        columns in the order of ``self.classes`` (as ``predict``'s probabilities), so that
+        ``pm.Categorical(..., p=pm.math.softmax(f, axis=-1))`` takes it directly.
 
         Drawn jointly (with their between-class correlations) as a ``pm.MvNormal`` named
         ``{name}_stacked`` of length c m (class-major); use with
-        ``pm.sample_posterior_predictive(idata, var_names=[name])``.
+        ``pm.sample_posterior_predictive(idata, var_names=[name])``. ``Xnew`` may be a
+        ``pm.Data`` container (``pm.set_data`` then moves the predictions), as for the
+        binary ``conditional``, whose note on PyMC's Potentials warning applies here too.
         """
-        Xnew = self._check_new_inputs(Xnew)
+        Xnew = self._check_new_inputs(Xnew, symbolic=True)
         mean, cov = self._build_predictive(Xnew, full_cov=True)
         cm = self.n_classes * Xnew.shape[0]
         with self._model(kwargs.pop("model", None)):
             f = pm.MvNormal(f"{name}_stacked", mu=mean.reshape((cm,)), cov=cov + jitter * pt.eye(cm), **kwargs)
-            return pm.Deterministic(name, f.reshape((self.n_classes, Xnew.shape[0])))
+            return pm.Deterministic(name, f.reshape((self.n_classes, Xnew.shape[0])).T)
 
     def predict(self, Xnew, *, point=None, idata=None, model=None, return_latent=False, max_draws=None,
                 progressbar=True):

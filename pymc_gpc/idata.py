@@ -7,13 +7,16 @@ term that PSIS-LOO needs is the leave-one-out predictive log q(y_i | y_{-i}, the
 Laplace give it for free from their cavities, recorded per draw in ``{name}_loo``.
 """
 
+import functools
 import warnings
 
 import numpy as np
 import pymc as pm
 import xarray as xr
+from pytensor.graph.traversal import ancestors
 
 from .ops.jax_registration import JAX_SAMPLERS, jax_available, missing_jax_message
+from .ops.marginal import sampling_tolerance
 
 
 def gp_names(model=None):
@@ -26,10 +29,53 @@ def gp_names(model=None):
     ]
 
 
-def add_log_likelihood(idata, model=None):
-    """Add a ``log_likelihood`` group from each classifier's ``{name}_loo`` draws.
+# The per-evaluation outputs that ``marginal_likelihood`` records as deterministics and that
+# ``add_log_likelihood`` moves: ``{name}_loo`` to ``log_likelihood`` (as ``name``), these to
+# ``sample_stats`` (solver diagnostics, as a sampler's tree depth).
+DIAGNOSTICS = ("_n_iter", "_status")
 
-    After this, ``az.loo(idata)`` and ``az.compare`` work without refitting. Returns idata.
+
+def _group(idata, group):
+    """An xarray Dataset of ``group`` (DataTree node or Dataset), or None."""
+    try:
+        node = idata[group]
+    except KeyError:
+        return None
+    return node.to_dataset() if hasattr(node, "to_dataset") else node
+
+
+def _drop_unused_coords(ds, keep=("chain", "draw")):
+    used = {d for v in ds.data_vars.values() for d in v.dims} | set(keep)
+    return ds.drop_vars([c for c in ds.coords if c not in used and not set(ds[c].dims) & used])
+
+
+def _pointwise_terms(idata, name, model):
+    """``{name}_loo`` draws: from the posterior where PyMC recorded them, else computed."""
+    post = _group(idata, "posterior")
+    if post is None:
+        raise ValueError("idata has no posterior group")
+    if f"{name}_loo" in post:
+        return post[f"{name}_loo"]
+    free = [rv.name for rv in model.free_RVs]
+    computed = pm.compute_deterministics(post[[n for n in free if n in post]], var_names=[f"{name}_loo"],
+                                         model=model, progressbar=False)
+    return computed[f"{name}_loo"]
+
+
+def add_log_likelihood(idata, model=None):
+    """Give the sampling result the layout ArviZ expects for a GP classifier; returns idata.
+
+    * ``log_likelihood``: the pointwise leave-one-out terms log q(y_i | y_-i, theta) of each
+      classifier, as variable ``name`` (from its ``{name}_loo`` draws, or computed at the
+      posterior draws where the posterior lacks them), so ``az.loo(idata)`` and
+      ``az.compare`` work;
+    * ``sample_stats``: the solver diagnostics ``{name}_n_iter`` and ``{name}_status``;
+    * ``posterior``: the model's parameters only (``{name}_loo``, ``_n_iter`` and
+      ``_status`` removed), so ``az.summary(idata)`` and ``az.plot_trace(idata)`` show
+      the hyperparameters.
+
+    ``pymc_gpc.sample`` calls it; call it on the result of a plain ``pm.sample``. Calling it
+    twice changes nothing.
 
     Parameters
     ----------
@@ -41,7 +87,7 @@ def add_log_likelihood(idata, model=None):
     Returns
     -------
     arviz.InferenceData
-        ``idata``, with the ``log_likelihood`` group added.
+        ``idata``, with the ``log_likelihood`` group added and the diagnostics moved.
 
     Examples
     --------
@@ -51,14 +97,93 @@ def add_log_likelihood(idata, model=None):
     >>> az.loo(idata)  # doctest: +SKIP
     """
     model = pm.modelcontext(model)
-    post = idata["posterior"]
-    data = {}
-    for name in gp_names(model):
-        da = post[f"{name}_loo"]
-        data[name] = da.to_dataset(name=name)[name] if hasattr(da, "to_dataset") else da
-    if data:
-        idata["log_likelihood"] = xr.Dataset(data)
+    names = gp_names(model)
+    if not names:
+        return idata
+    post = _group(idata, "posterior")
+    ll = _group(idata, "log_likelihood")
+    data = dict(ll.data_vars) if ll is not None else {}
+    for name in names:
+        if name not in data:
+            data[name] = _pointwise_terms(idata, name, model).rename(name)
+    idata["log_likelihood"] = xr.Dataset(data)
+    stats = _group(idata, "sample_stats")
+    moved = {f"{name}{suffix}": post[f"{name}{suffix}"] for name in names for suffix in DIAGNOSTICS
+             if f"{name}{suffix}" in post}
+    if moved:
+        stats = xr.Dataset(moved) if stats is None else stats.assign(moved)
+        idata["sample_stats"] = stats
+    drop = [v for name in names for v in (f"{name}_loo", *(f"{name}{s}" for s in DIAGNOSTICS)) if v in post]
+    if drop:
+        idata["posterior"] = _drop_unused_coords(post.drop_vars(drop))
     return idata
+
+
+def _compute_log_density(original):
+    """PyMC's ``compute_log_density`` (behind ``pm.compute_log_likelihood`` and
+    ``pm.sample(idata_kwargs={"log_likelihood": True})``), extended to the GP classifiers'
+    pointwise terms: PyMC computes the elementwise log density of observed variables, and
+    a classifier's evidence is a potential, not one, so PyMC alone would return an empty
+    group. Models without a classifier, and ``kind="prior"``, go to PyMC unchanged."""
+
+    @functools.wraps(original)
+    def compute_log_density(idata, *, var_names=None, extend_inferencedata=True, model=None, kind="likelihood",
+                            **kwargs):
+        model = pm.modelcontext(model)
+        names = gp_names(model) if kind == "likelihood" else []
+        ours = [n for n in names if var_names is None or n in var_names]
+        if not ours:
+            return original(idata, var_names=var_names, extend_inferencedata=extend_inferencedata, model=model,
+                            kind=kind, **kwargs)
+        theirs = None if var_names is None else [n for n in var_names if n not in names]
+        if theirs is None:
+            theirs = [rv.name for rv in model.observed_RVs]
+        data = {}
+        if theirs:
+            data.update(original(idata, var_names=theirs, extend_inferencedata=False, model=model, kind=kind,
+                                 **kwargs).data_vars)
+        for name in ours:
+            data[name] = _pointwise_terms(idata, name, model).rename(name)
+        dataset = xr.Dataset(data)
+        if extend_inferencedata:
+            idata["log_likelihood"] = dataset
+            return idata
+        return dataset
+
+    compute_log_density._pymc_gpc = True
+    return compute_log_density
+
+
+def install_log_likelihood_route():
+    """Route PyMC's log-likelihood functions to the classifiers' pointwise terms (once)."""
+    import pymc.stats.log_density as log_density
+
+    if not getattr(log_density.compute_log_density, "_pymc_gpc", False):
+        log_density.compute_log_density = _compute_log_density(log_density.compute_log_density)
+
+
+install_log_likelihood_route()
+
+
+def sample_posterior_predictive(idata, *args, model=None, **kwargs):
+    """``pm.sample_posterior_predictive`` without its warning that Potentials are ignored,
+    where that is harmless: every potential of the model is a GP classifier's evidence and
+    ``idata``'s posterior holds every free variable the potentials depend on, so the draws
+    (e.g. of ``gp.conditional``) use hyperparameters that the evidence already shaped.
+    Otherwise the warning is PyMC's, shown as usual."""
+    model = pm.modelcontext(model)
+    names = set(gp_names(model))
+    post = _group(idata, "posterior") if not isinstance(idata, xr.Dataset) else idata
+    # free variables missing from the posterior are drawn afresh: harmless where the
+    # potentials do not depend on them (``gp.conditional``'s latents)
+    shaping = set(ancestors(model.potentials))
+    harmless = (post is not None and all(p.name in names for p in model.potentials)
+                and all(rv.name in post or rv not in shaping for rv in model.free_RVs))
+    with warnings.catch_warnings():
+        if harmless:
+            warnings.filterwarnings("ignore", message="The effect of Potentials on other parameters is ignored",
+                                    category=UserWarning)
+        return pm.sample_posterior_predictive(idata, *args, model=model, **kwargs)
 
 
 # Up to this many sampled values, ``sample`` gives PyMC's NUTS a dense mass matrix.
@@ -139,7 +264,13 @@ def default_sampler(model=None):
 
 def sample(*args, model=None, **kwargs):
     """``pm.sample`` with this package's defaults, then ``add_log_likelihood``: the result
-    is ready for ``az.loo``.
+    is ready for ``az.loo``, ``az.summary`` and ``az.plot_trace`` (the pointwise terms in
+    ``log_likelihood``, the solver diagnostics in ``sample_stats``).
+
+    The sampler evaluates the evidence at the sampling tolerances
+    (``ops.marginal.SAMPLING_DEFAULTS``: EP's tol 1e-2; ``ops.marginal.sampling_tolerance``),
+    a speed device measured for NUTS; every other use of the model's logp and gradient
+    (plain ``pm.sample`` included) gets the engine's accuracy.
 
     ``nuts_sampler="numpyro"`` or ``"blackjax"`` runs PyMC's JAX samplers on the Ops' JAX
     implementation (``ops/jax.py``; needs ``pip install pymc-gpc[jax]``).
@@ -186,5 +317,6 @@ def sample(*args, model=None, **kwargs):
         kwargs["init"] = default_init(model)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="QuadPotentialFullAdapt is an experimental feature")
-        idata = pm.sample(*args, model=model, **kwargs)
+        with sampling_tolerance():
+            idata = pm.sample(*args, model=model, **kwargs)
     return add_log_likelihood(idata, model)

@@ -65,7 +65,7 @@ from .python_vm import PYTHON_VM_FORWARD_MODE, PYTHON_VM_MODE
 from .structures.dense import NotPositiveDefiniteError, chol_lower, inv_lower
 from .validation import trusted_kernel
 
-__all__ = ["fit", "FitResult", "METHODS", "EPSILON_RULES", "RunawayHyperparameterWarning"]
+__all__ = ["fit", "FitResult", "FitStartError", "METHODS", "EPSILON_RULES", "RunawayHyperparameterWarning"]
 
 METHODS = ("type2", "map", "em-ep")
 EPSILON_RULES = ("omega", "errors")
@@ -87,6 +87,12 @@ RUNAWAY_EFFECT = 1e-3
 FIT_MODE = PYTHON_VM_MODE
 # ... and the kernel graph, which has no gradient, with fewer rewrites (``python_vm``)
 FIT_FORWARD_MODE = PYTHON_VM_FORWARD_MODE
+
+
+class FitStartError(ValueError):
+    """``fit(method="type2" | "map")`` cannot start: the objective or its gradient is not
+    finite at the start point (e.g. a lengthscale whose prior allows 0 or negative values,
+    or a kernel that is not positive definite there). The message names the values."""
 
 
 class RunawayHyperparameterWarning(UserWarning):
@@ -144,7 +150,9 @@ class FitResult:
     runaway: tuple = ()
 
     def to_inference_data(self):
-        """An ArviZ ``DataTree``: the point as a one-draw ``posterior`` plus ``fit_history``."""
+        """An ArviZ ``DataTree``: the point as a one-draw ``posterior`` (the model's parameters),
+        its pointwise LOO terms in ``log_likelihood`` and solver diagnostics in
+        ``sample_stats`` (``pymc_gpc.add_log_likelihood``), plus ``fit_history``."""
         import arviz as az
 
         model = self.model
@@ -159,7 +167,9 @@ class FitResult:
             n_iter=self.n_iter, message=self.message, runaway=", ".join(self.runaway),
         )
         tree["fit_history"] = history
-        return tree
+        from .idata import add_log_likelihood  # the pointwise terms and diagnostics out of the posterior
+
+        return add_log_likelihood(tree, model)
 
 
 def fit(model=None, method="type2", *, start=None, epsilon_rule="errors", prior=False,
@@ -298,7 +308,10 @@ class _Objective:
 
     def evidence_and_grad(self, point):
         """objective, log evidence and the objective's gradient in the targets (None if it failed)."""
-        pairs, rest = self.kernels(point)
+        try:
+            pairs, rest = self.kernels(point)
+        except ValueError:  # a prior structure refusing non-finite kernels (FITCPrior)
+            return -np.inf, -np.inf, None
         log_z, cotangents = 0.0, []
         for j, (K, theta) in enumerate(pairs):
             try:
@@ -434,6 +447,7 @@ def _maximise(model, point, method, maxiter, tol, progressbar):
                          "provide; use method='em-ep' or another approximation")
     objective = _objective_for(model, _other_terms(model, include_priors=method == "map"), model.continuous_value_vars)
     x0 = _ravel(point, objective.free)
+    _check_start(objective, point, method)
     history = {"objective": [], "log_evidence": []}
     last = {}
 
@@ -465,6 +479,30 @@ def _maximise(model, point, method, maxiter, tol, progressbar):
         history={k: np.asarray(v, float) for k, v in history.items()},
         converged=bool(res.success) and not runaway, n_iter=int(res.nit), message=message, model=model,
         runaway=tuple(runaway),
+    )
+
+
+def _check_start(objective, point, method):
+    """Raise ``FitStartError`` where the objective or its gradient is not finite at ``point``:
+    L-BFGS-B would stop there at once and report success (a zero gradient)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        value, log_z, grad = objective.evidence_and_grad(point)
+    if grad is not None and np.isfinite(value) and np.all(np.isfinite(grad)):
+        return
+    values = ", ".join(f"{v.name}={np.round(np.asarray(point[v.name], float), 4).tolist()}" for v in objective.free)
+    if not np.isfinite(log_z):
+        why = ("the GP classification log evidence is -inf there (the approximation failed: e.g. a kernel "
+               "that is not positive definite, a zero or negative lengthscale or amplitude)")
+    elif not np.isfinite(value):
+        why = ("the other terms of the objective are not finite there"
+               + (" (the hyperpriors: a value outside a prior's support?)" if method == "map" else ""))
+    else:
+        why = "the gradient is not finite there"
+    raise FitStartError(
+        f"fit(method={method!r}) cannot start: the objective is {value} at the start point ({values}; unconstrained "
+        f"values); {why}. Give start= values inside the domain, or priors whose initial point is valid "
+        "(e.g. a lengthscale as pt.exp of a Normal, or a positive distribution)."
     )
 
 

@@ -40,10 +40,28 @@ def _reject_symbolic(x, name):
         return
     if isinstance(x, Variable):
         raise ValueError(
-            f"{name} must be data (a NumPy array or pandas object), not a PyTensor variable "
-            f"or pm.Data container ({x!r}): the EP/Laplace Op needs the values when the model "
-            "is built"
+            f"{name} must be data (a NumPy array, pandas object or pm.Data container), not a "
+            f"PyTensor variable such as an expression or random variable ({x!r}): the EP/Laplace "
+            "Op needs the values to check them when the model is built"
         )
+
+
+def data_input(x, name):
+    """(values, tensor): a ``pm.Data`` container (a shared variable) or a constant tensor gives
+    its current values and itself, anything else (arrays, pandas) itself and None. Other
+    PyTensor variables (random variables, expressions) are refused: the classifiers need
+    the values to check them before any heavy work."""
+    try:
+        from pytensor.compile.sharedvalue import SharedVariable
+        from pytensor.graph.basic import Constant
+    except ImportError:  # pragma: no cover
+        return x, None
+    if isinstance(x, SharedVariable):
+        return x.get_value(), x
+    if isinstance(x, Constant):
+        return x.data, x
+    _reject_symbolic(x, name)
+    return x, None
 
 
 def _label_vector(y, name):
@@ -101,6 +119,21 @@ def as_signed_labels(y, name="y", require_both=True):
     if require_both and len(np.unique(out)) != 2:
         raise ValueError(f"{name} holds only one class ({sorted(values)}); a classifier needs two")
     return out
+
+
+def binary_classes(y, name="y"):
+    """The two labels of binary ``y`` in the order of the signed coding: (label coded -1,
+    label coded +1), as ``as_signed_labels`` codes them (False / True, 0 / 1, -1 / +1, or two
+    strings in sorted order). ``y`` must be valid labels (``as_signed_labels`` first)."""
+    if getattr(getattr(y, "dtype", None), "name", None) == "category":
+        y = np.asarray(y)
+    arr = _label_vector(y, name)
+    if arr.dtype == bool:
+        return np.array([False, True])
+    if not np.issubdtype(arr.dtype, np.number):
+        return np.unique(arr.astype(str))
+    values = set(np.unique(arr.astype(float)).tolist())
+    return np.array([-1, 1]) if values <= {-1.0, 1.0} and -1.0 in values else np.array([0, 1])
 
 
 def check_kernel_matrix(K, n, name="K"):
@@ -183,8 +216,9 @@ def as_class_codes(y, name="y", n_classes=None):
     _reject_symbolic(y, name)
     categories = None
     if getattr(getattr(y, "dtype", None), "name", None) == "category":
-        categories = np.asarray(y.cat.categories)
-        codes = np.asarray(y.cat.codes, dtype=np.int64)
+        cat = y.cat if hasattr(y, "cat") else y  # a Series' accessor, or a bare pd.Categorical
+        categories = np.asarray(cat.categories)
+        codes = np.asarray(cat.codes, dtype=np.int64)
         if np.any(codes < 0):
             raise ValueError(f"{name} contains missing values at positions {np.flatnonzero(codes < 0)[:10].tolist()}")
         y = codes

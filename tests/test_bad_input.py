@@ -76,8 +76,9 @@ def conditional(Xnew):
 
 
 def pm_data_X():
+    """A random variable as X (pm.Data containers are accepted, checked at their values)."""
     with pm.Model():
-        Xd = pm.Data("Xd", X0)
+        Xd = pm.Normal("Xd", size=X0.shape)
         gp = pymc_gpc.MarginalEP(cov_func=pm.gp.cov.ExpQuad(2, ls=1.0), likelihood=L.Probit())
         gp.marginal_likelihood("y", X=Xd, y=Y0)
 

@@ -175,7 +175,7 @@ def test_short_sampling_run():
         idata = pymc_gpc.sample(draws=40, tune=40, chains=1, random_seed=4, progressbar=False,
                                 compute_convergence_checks=False)
     assert int(idata.sample_stats["diverging"].sum()) == 0
-    assert np.all(idata.posterior["y_status"].values == 0)
+    assert np.all(idata.sample_stats["y_status"].values == 0)
     p = gp.predict(X[:5], idata=idata, model=model, max_draws=10)
     assert p.shape == (5,) and np.all((p > 0) & (p < 1))
 

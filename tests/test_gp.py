@@ -84,7 +84,7 @@ def test_short_sampling_run_gives_arviz_results_with_loo():
                                 nuts_sampler="pymc", compute_convergence_checks=False)
     assert "log_likelihood" in idata.children
     assert idata["log_likelihood"]["y"].shape == (1, 60, 40)
-    assert np.all(np.asarray(idata["posterior"]["y_status"]) == 0)
+    assert np.all(np.asarray(idata["sample_stats"]["y_status"]) == 0)  # diagnostics: sample_stats
     loo = az.loo(idata)
     assert np.isfinite(float(loo.elpd))
     p = gp.predict(X, idata=idata, model=model, max_draws=10)

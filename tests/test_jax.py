@@ -234,6 +234,6 @@ def test_numpyro_posterior_agrees_with_pymc_nuts_and_blackjax_runs():
         assert abs(a["mean"].iloc[0] - b["mean"].iloc[0]) <= 4 * se + 0.02
         se_sd = float(np.hypot(a["mcse_sd"].iloc[0], b["mcse_sd"].iloc[0]))
         assert abs(a["sd"].iloc[0] - b["sd"].iloc[0]) <= 4 * se_sd + 0.02
-    for idata in (jx, bj):
-        assert np.all(np.asarray(idata["posterior"]["y_status"]) == 0)
+    for idata, group in ((jx, "sample_stats"), (bj, "posterior")):  # pymc_gpc.sample's layout, pm.sample's
+        assert np.all(np.asarray(idata[group]["y_status"]) == 0)
         assert np.all(np.isfinite(np.asarray(idata["posterior"]["log_amp"])))

@@ -83,10 +83,11 @@ def test_potential_value_and_gradient(setup, shared):
 @pytest.mark.parametrize("key, cls, lik", [("laplace-multiclass", pymc_gpc.MarginalLaplace, Softmax),
                                            ("ep-multiclass", pymc_gpc.MarginalEP, MultinomialProbit)])
 def test_sampler_asks_for_a_rough_gradient_and_fit_does_not(monkeypatch, key, cls, lik):
-    """The Op's solves (``pm.sample``'s logp and gradient) ask ``softmax_laplace`` and
-    ``multinomial_probit_ep`` for the rough gradient (``SAMPLING_DEFAULTS``); the gradients
+    """The Op's solves in ``pymc_gpc.sample``'s sampler (graphs compiled within
+    ``sampling_tolerance()``) ask ``softmax_laplace`` and ``multinomial_probit_ep`` for the
+    rough gradient (``SAMPLING_DEFAULTS``); ``model.compile_dlogp()`` elsewhere, the gradients
     ``pymc_gpc.fit``'s optimiser uses and predictions are exact."""
-    from pymc_gpc.ops.marginal import SOLVERS
+    from pymc_gpc.ops.marginal import SOLVERS, sampling_tolerance
 
     original, asked = SOLVERS[key], []
 
@@ -99,7 +100,12 @@ def test_sampler_asks_for_a_rough_gradient_and_fit_does_not(monkeypatch, key, cl
     X, labels, _ = _data()
     model, gp = _model(cls, lik, X, labels, shared=True)
     point = {"log_ls": np.array([0.2]), "log_v": np.array(0.7)}
-    model.compile_dlogp()(point)
+    model.compile_dlogp()(point)  # a third-party consumer: the engine's accuracy
+    assert asked and not any(rough for rough, _ in asked)
+    asked.clear()
+    with sampling_tolerance():
+        sampler_dlogp = model.compile_dlogp()
+    sampler_dlogp(point)
     assert asked and all(rough and not direct for rough, direct in asked)
     asked.clear()
     with model:

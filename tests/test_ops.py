@@ -314,16 +314,17 @@ def test_reset_warm_starts_clears_every_op_also_equal_ones():
 
 
 def test_sampling_tolerance_keeps_value_and_gradient_at_the_fixed_point():
-    """The Op's default EP tolerance (ops.SAMPLING_DEFAULTS, 1e-2) along a warm-started
-    path of nearby kernels, as NUTS evaluates them: the evidence stays within 1e-3 and
-    dlogZ/dK within 5e-2 (relative) of a tight solve, while the sweeps drop."""
+    """The sampler's EP tolerance (ops.SAMPLING_DEFAULTS, 1e-2: the Op's ``sampling`` copy,
+    which ``pymc_gpc.sample`` compiles) along a warm-started path of nearby kernels, as NUTS
+    evaluates them: the evidence stays within 1e-3 and dlogZ/dK within 5e-2 (relative) of
+    a tight solve, while the sweeps drop."""
     from pymc_gpc.ops.marginal import SAMPLING_DEFAULTS
 
     assert SAMPLING_DEFAULTS["ep"]["tol"] == 1e-2
     rng = np.random.default_rng(21)
     X, y = random_problem(rng, 60, d=3)
     K = pt.dmatrix("K")
-    loose = ApproxMarginalOp("ep", L.Probit)(K, pt.zeros(0), y)
+    loose = ApproxMarginalOp("ep", L.Probit, sampling=True)(K, pt.zeros(0), y)
     tight = ApproxMarginalOp("ep", L.Probit, (("tol", 1e-12),))(K, pt.zeros(0), y)
     f = pytensor.function([K], [loose[0], loose[1], loose[4], tight[0], tight[1], tight[4]])
     log_ls = np.log([1.0, 2.0, 0.7])

@@ -57,7 +57,7 @@ def _dense_binary_only(op, base):
 @jax_funcify.register(ApproxMarginalOp)
 def jax_funcify_ApproxMarginalOp(op, node=None, **kwargs):
     _dense_binary_only(op, ApproxMarginalOp)
-    marginal = jax_engine.marginal_fn(op.approximation, op._lik.kind, **_options(op, sampling=True))
+    marginal = jax_engine.marginal_fn(op.approximation, op._lik.kind, **_options(op, sampling=op.sampling))
 
     def approx_marginal(K, params, y, hyper=None):
         return marginal(K, params, y)

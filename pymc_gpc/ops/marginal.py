@@ -38,8 +38,10 @@ solution within the solver's tolerance; compiling a graph with the Op clears it
 repeats itself.
 """
 
+import contextlib
 import copy
 import dataclasses
+import inspect
 import itertools
 import os
 import threading
@@ -113,6 +115,38 @@ SAMPLING_DEFAULTS = {"ep": {"tol": 1e-2},
                      # the mode's n^3 products for the gradient in single precision
                      # (``softmax_laplace``'s ``rough_gradient``); log q stays double
                      "laplace-multiclass": {"rough_gradient": True}}
+
+
+# The engine's own defaults that the Op's compiled paths need explicitly (``ep_warm`` and
+# ``ops.compiled_ep`` take tol as an argument): ``ep``'s signature default.
+ENGINE_DEFAULTS = {"ep": {"tol": inspect.signature(ep).parameters["tol"].default}}
+
+_sampling = threading.local()
+
+
+@contextlib.contextmanager
+def sampling_tolerance():
+    """Graphs compiled within this block evaluate the evidence Ops at the sampler's
+    tolerances (``SAMPLING_DEFAULTS``: EP's tol 1e-2) instead of the engine's (1e-8).
+
+    ``pymc_gpc.sample`` compiles its sampler inside this block: the loose tolerance is a
+    speed device for NUTS (see ``SAMPLING_DEFAULTS``). Every other graph with the Ops
+    (``model.compile_logp`` / ``compile_dlogp``, ``pm.find_MAP``, ADVI, pathfinder, a
+    Laplace approximation from a Hessian, plain ``pm.sample``) gets the engine's
+    accuracy, as do options given to the GP's constructor (``tol=...``) everywhere.
+    Works by a graph rewrite at compilation (``use_sampling_tolerance``), so the compiled
+    function keeps the sampler's Ops in worker processes too.
+    """
+    _sampling.depth = getattr(_sampling, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _sampling.depth -= 1
+
+
+def sampling_tolerance_active():
+    """Whether graphs compiled now in this thread get the sampler's tolerances."""
+    return getattr(_sampling, "depth", 0) > 0
 
 
 def prediction_options(options):
@@ -397,8 +431,9 @@ class ApproxMarginalOp(Op):
     approximation : a key of ``SOLVERS``: "ep", "laplace", "meanfield" or "adf".
     likelihood_type : a ``pymc_gpc.likelihoods.Likelihood`` subclass; its parameter
         values are the second input, so they may be random variables.
-    options : tuple of (name, value) pairs passed to the solver, over
-        ``SAMPLING_DEFAULTS`` (EP's tol is 1e-2 here, 1e-8 in ``ep``).
+    options : tuple of (name, value) pairs passed to the solver, over the engine's
+        defaults (EP's tol 1e-8), or over ``SAMPLING_DEFAULTS`` (EP's tol 1e-2) where
+        ``sampling`` is set.
     hyper_names : tuple of (name, size) pairs naming the optional fourth input, a
         vector of the model's hyperparameter values (gradient-disconnected). It is used
         only to name the point in the non-convergence warning.
@@ -408,6 +443,11 @@ class ApproxMarginalOp(Op):
         runs), and the copy shares its original's warm starts and recent results, so the
         deterministics at a draw (``y_loo``) compute the LOO terms from the result NUTS
         already has.
+    sampling : use ``SAMPLING_DEFAULTS`` under the Op's options; set only by the rewrite
+        ``use_sampling_tolerance`` on graphs compiled within ``sampling_tolerance()``
+        (``pymc_gpc.sample``), on a copy that shares its warm starts with the other
+        sampling copies of the same Op (not with the Op itself, whose recent results
+        are at the engine's accuracy).
 
     ``counts`` (not a prop, not pickled) tallies, per Op instance, the evaluations,
     retries taken, non-converged and failed results since construction (diagnostics:
@@ -424,9 +464,10 @@ class ApproxMarginalOp(Op):
     >>> outputs = op(K, params, y)   # log Z first; the LOO terms, iterations and status last  # doctest: +SKIP
     """
 
-    __props__ = ("approximation", "likelihood_type", "options", "hyper_names", "defer_loo")
+    __props__ = ("approximation", "likelihood_type", "options", "hyper_names", "defer_loo", "sampling")
 
-    def __init__(self, approximation, likelihood_type, options=(), hyper_names=(), defer_loo=False):
+    def __init__(self, approximation, likelihood_type, options=(), hyper_names=(), defer_loo=False,
+                 sampling=False):
         if approximation not in SOLVERS:
             raise ValueError(f"approximation must be one of {sorted(SOLVERS)}, got {approximation!r}")
         self.approximation = approximation
@@ -434,6 +475,7 @@ class ApproxMarginalOp(Op):
         self.options = tuple(options)
         self.hyper_names = tuple((str(n), int(k)) for n, k in hyper_names)
         self.defer_loo = bool(defer_loo)
+        self.sampling = bool(sampling)
         self._lik = likelihood_type()
         self._start_fresh()
 
@@ -525,6 +567,18 @@ class ApproxMarginalOp(Op):
         twin._shared = self._shared
         return twin
 
+    def sampling_twin(self):
+        """This Op with ``sampling`` set; the sampling copies of one Op (and of its
+        ``deferring_loo`` copies) share their warm starts and recent results."""
+        twin = copy.copy(self)
+        twin.sampling = True
+        shared = self._shared.setdefault("sampling_shared", {})
+        fresh = "threads" not in shared
+        twin._shared = shared
+        if fresh:
+            twin.reset_warm_starts()
+        return twin
+
     @property
     def compiles_ep(self):
         """Whether the numba implementation runs this Op's common case compiled
@@ -587,9 +641,10 @@ class ApproxMarginalOp(Op):
         return ", ".join(parts)
 
     def _solver_options(self):
-        """The solver's options: ``SAMPLING_DEFAULTS`` under the Op's, and the LOO deferred
-        where ``defer_loo`` is set."""
-        options = {**SAMPLING_DEFAULTS.get(self.approximation, {}), **dict(self.options)}
+        """The solver's options: ``SAMPLING_DEFAULTS`` (with ``sampling``) or the engine's
+        ``ENGINE_DEFAULTS`` under the Op's, and the LOO deferred where ``defer_loo`` is set."""
+        defaults = SAMPLING_DEFAULTS if self.sampling else ENGINE_DEFAULTS
+        options = {**defaults.get(self.approximation, {}), **dict(self.options)}
         if self.defer_loo:
             options["with_loo"] = "deferred"
         return options
@@ -731,6 +786,20 @@ def defer_unused_loo(fgraph, node):
 
 # after the canonical rewrites and before in-place ones; in every mode that rewrites at all
 optdb.register("pymc_gpc_defer_unused_loo", in2out(defer_unused_loo), "fast_run", "fast_compile", position=48.9)
+
+
+@node_rewriter(None)
+def use_sampling_tolerance(fgraph, node):
+    """Within ``sampling_tolerance()``, an ``ApproxMarginalOp`` becomes its ``sampling_twin``."""
+    op = node.op
+    if not isinstance(op, ApproxMarginalOp) or op.sampling or not sampling_tolerance_active():
+        return None
+    return op.sampling_twin().make_node(*node.inputs).outputs
+
+
+# before ``defer_unused_loo`` (whose copies keep the ``sampling`` prop)
+optdb.register("pymc_gpc_sampling_tolerance", in2out(use_sampling_tolerance), "fast_run", "fast_compile",
+               position=48.8)
 
 
 class LatentPredictiveOp(Op):

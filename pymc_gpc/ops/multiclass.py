@@ -35,10 +35,11 @@ class MulticlassMarginalOp(ApproxMarginalOp):
     >>> outputs = op(K_stack, params, y)   # K_stack: (c, n, n)  # doctest: +SKIP
     """
 
-    def __init__(self, approximation, likelihood_type, options=(), hyper_names=(), defer_loo=False):
+    def __init__(self, approximation, likelihood_type, options=(), hyper_names=(), defer_loo=False,
+                 sampling=False):
         if approximation not in MULTICLASS_APPROXIMATIONS:
             raise ValueError(f"approximation must be one of {MULTICLASS_APPROXIMATIONS}, got {approximation!r}")
-        super().__init__(approximation, likelihood_type, options, hyper_names, defer_loo)
+        super().__init__(approximation, likelihood_type, options, hyper_names, defer_loo, sampling)
 
     def make_node(self, K, params, y, hyper=None):
         K = pt.as_tensor_variable(K).astype("float64")

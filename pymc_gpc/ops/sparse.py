@@ -58,10 +58,11 @@ class SparseMarginalOp(ApproxMarginalOp):
     n_kernel_inputs = 3
     loo_output = 5
 
-    def __init__(self, approximation, likelihood_type, options=(), hyper_names=(), defer_loo=False):
+    def __init__(self, approximation, likelihood_type, options=(), hyper_names=(), defer_loo=False,
+                 sampling=False):
         if approximation not in SPARSE_APPROXIMATIONS:
             raise ValueError(f"the FITC prior supports {SPARSE_APPROXIMATIONS}, got {approximation!r}")
-        super().__init__(approximation, likelihood_type, options, hyper_names, defer_loo)
+        super().__init__(approximation, likelihood_type, options, hyper_names, defer_loo, sampling)
 
     def prior_from(self, Kuu, Kuf, k_diag):
         return FITCPrior(Kuu, Kuf, k_diag)
