@@ -170,7 +170,29 @@ def sample_posterior_predictive(idata, *args, model=None, **kwargs):
     where that is harmless: every potential of the model is a GP classifier's evidence and
     ``idata``'s posterior holds every free variable the potentials depend on, so the draws
     (e.g. of ``gp.conditional``) use hyperparameters that the evidence already shaped.
-    Otherwise the warning is PyMC's, shown as usual."""
+    Otherwise the warning is PyMC's, shown as usual.
+
+    Parameters
+    ----------
+    idata : arviz.InferenceData or xarray.Dataset
+        The posterior draws (e.g. from ``pymc_gpc.sample``).
+    *args, **kwargs
+        Passed on to ``pm.sample_posterior_predictive`` (e.g. ``var_names``).
+    model : pm.Model, optional
+        The model (default: the model on the context stack).
+
+    Returns
+    -------
+    arviz.InferenceData
+        What ``pm.sample_posterior_predictive`` returns.
+
+    Examples
+    --------
+    >>> with model:  # doctest: +SKIP
+    ...     pm.set_data({"X": X_new})
+    ...     f_new = gp.conditional("f_new", X_new)
+    ...     pp = pymc_gpc.sample_posterior_predictive(idata, var_names=["f_new"])
+    """
     model = pm.modelcontext(model)
     names = set(gp_names(model))
     post = _group(idata, "posterior") if not isinstance(idata, xr.Dataset) else idata

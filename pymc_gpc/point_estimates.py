@@ -92,7 +92,15 @@ FIT_FORWARD_MODE = PYTHON_VM_FORWARD_MODE
 class FitStartError(ValueError):
     """``fit(method="type2" | "map")`` cannot start: the objective or its gradient is not
     finite at the start point (e.g. a lengthscale whose prior allows 0 or negative values,
-    or a kernel that is not positive definite there). The message names the values."""
+    or a kernel that is not positive definite there). The message names the values.
+
+    Examples
+    --------
+    >>> try:  # doctest: +SKIP
+    ...     result = pymc_gpc.fit(model, method="map")
+    ... except pymc_gpc.FitStartError as err:
+    ...     print(err)  # which values, and whether the evidence or the gradient failed
+    """
 
 
 class RunawayHyperparameterWarning(UserWarning):
