@@ -189,8 +189,10 @@ def sample_posterior_predictive(idata, *args, model=None, **kwargs):
     Examples
     --------
     >>> with model:  # doctest: +SKIP
-    ...     pm.set_data({"X": X_new})
+    ...     X_new = pm.Data("X_new", X_test)          # new inputs, apart from the training X
     ...     f_new = gp.conditional("f_new", X_new)
+    ...     pp = pymc_gpc.sample_posterior_predictive(idata, var_names=["f_new"])
+    ...     pm.set_data({"X_new": X_other})          # other inputs, any number of rows
     ...     pp = pymc_gpc.sample_posterior_predictive(idata, var_names=["f_new"])
     """
     model = pm.modelcontext(model)
