@@ -65,7 +65,7 @@ def _pointwise_terms(idata, name, model):
 def add_log_likelihood(idata, model=None):
     """Give the sampling result the layout ArviZ expects for a GP classifier; returns idata.
 
-    * ``log_likelihood``: the pointwise leave-one-out terms log q(y_i | y_-i, theta) of each
+    * ``log_likelihood``: the pointwise leave-one-out terms ``log q(y_i | y_-i, theta)`` of each
       classifier, as variable ``name`` (from its ``{name}_loo`` draws, or computed at the
       posterior draws where the posterior lacks them), so ``az.loo(idata)`` and
       ``az.compare`` work;
