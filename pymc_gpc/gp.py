@@ -10,7 +10,8 @@ likelihood, then ``marginal_likelihood(name, X, y)`` adds
 
 to the model as a ``pm.Potential``. NUTS then samples the kernel and likelihood
 hyperparameters only (Barber & Williams 1997; Kim & Ghahramani 2003), and
-``predict`` averages p(y* = 1) over the posterior draws (Barber & Williams eq. 9).
+``predict`` averages p(y* = gp.classes[1]) over the posterior draws (Barber & Williams
+eq. 9).
 
 Example
 -------
@@ -20,7 +21,7 @@ Example
 ...     cov = pt.exp(log_v0) * pm.gp.cov.ExpQuad(d, ls=pt.exp(-0.5 * log_w))
 ...     gp = pymc_gpc.MarginalEP(cov_func=cov, likelihood=pymc_gpc.likelihoods.Probit())
 ...     gp.marginal_likelihood("y", X=X, y=y)
-...     idata = pm.sample()
+...     idata = pymc_gpc.sample()   # NUTS at the sampler's EP tolerance; plain pm.sample is slower
 >>> p = gp.predict(Xnew, idata=idata)
 """
 

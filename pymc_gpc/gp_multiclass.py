@@ -24,8 +24,13 @@ Example
 ...     covs = [pm.gp.cov.ExpQuad(d, ls=pt.exp(log_ls[k])) for k in range(3)]
 ...     gp = pymc_gpc.MarginalLaplace(cov_func=covs, likelihood=pymc_gpc.likelihoods.Softmax())
 ...     gp.marginal_likelihood("y", X=X, y=labels)   # 3 classes: ints, strings, categorical
-...     idata = pm.sample()
+...     idata = pymc_gpc.sample()                   # plain pm.sample works, more slowly
 >>> p = gp.predict(Xnew, idata=idata)                # (m, 3); columns follow gp.classes
+
+The softmax predicts at Laplace's latent predictive mean by default
+(``Softmax(predictive="mean")``; ``"integrate"`` and ``"probit"`` are the options), the
+multinomial probit integrates over nested EP's latent predictive; the ``{name}_loo`` terms
+always integrate.
 """
 
 import pymc as pm
@@ -179,7 +184,11 @@ class MulticlassMarginal:
 
         Notes
         -----
-        As the binary ``predict``: one compiled kernel function, each draw's
+        The probabilities come from ``self.likelihood.predict`` with the likelihood's own
+        ``predictive``: for ``Softmax`` the plug-in at Laplace's latent predictive mean
+        (``"mean"``, the default) unless it was built with ``predictive="integrate"`` or
+        ``"probit"``; for ``MultinomialProbit`` the integral over the latent predictive
+        (``"integrate"``). As the binary ``predict``: one compiled kernel function, each draw's
         approximation warm-started from the previous draw's (``pymc_gpc.prediction``).
         """
         return super().predict(Xnew, point=point, idata=idata, model=model, return_latent=return_latent,

@@ -65,7 +65,7 @@ def _pointwise_terms(idata, name, model):
 def add_log_likelihood(idata, model=None):
     """Give the sampling result the layout ArviZ expects for a GP classifier; returns idata.
 
-    * ``log_likelihood``: the pointwise leave-one-out terms log q(y_i | y_-i, theta) of each
+    * ``log_likelihood``: the pointwise leave-one-out terms ``log q(y_i | y_-i, theta)`` of each
       classifier, as variable ``name`` (from its ``{name}_loo`` draws, or computed at the
       posterior draws where the posterior lacks them), so ``az.loo(idata)`` and
       ``az.compare`` work;
@@ -189,8 +189,10 @@ def sample_posterior_predictive(idata, *args, model=None, **kwargs):
     Examples
     --------
     >>> with model:  # doctest: +SKIP
-    ...     pm.set_data({"X": X_new})
+    ...     X_new = pm.Data("X_new", X_test)          # new inputs, apart from the training X
     ...     f_new = gp.conditional("f_new", X_new)
+    ...     pp = pymc_gpc.sample_posterior_predictive(idata, var_names=["f_new"])
+    ...     pm.set_data({"X_new": X_other})          # other inputs, any number of rows
     ...     pp = pymc_gpc.sample_posterior_predictive(idata, var_names=["f_new"])
     """
     model = pm.modelcontext(model)
