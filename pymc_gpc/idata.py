@@ -165,7 +165,7 @@ def install_log_likelihood_route():
 install_log_likelihood_route()
 
 
-def sample_posterior_predictive(idata, *args, model=None, **kwargs):
+def sample_posterior_predictive(idata, model=None, **kwargs):
     """``pm.sample_posterior_predictive`` without its warning that Potentials are ignored,
     where that is harmless: every potential of the model is a GP classifier's evidence and
     ``idata``'s posterior holds every free variable the potentials depend on, so the draws
@@ -176,10 +176,11 @@ def sample_posterior_predictive(idata, *args, model=None, **kwargs):
     ----------
     idata : arviz.InferenceData or xarray.Dataset
         The posterior draws (e.g. from ``pymc_gpc.sample``).
-    *args, **kwargs
-        Passed on to ``pm.sample_posterior_predictive`` (e.g. ``var_names``).
     model : pm.Model, optional
-        The model (default: the model on the context stack).
+        The model (default: the model on the context stack); second positional parameter,
+        as in ``pm.sample_posterior_predictive``.
+    **kwargs
+        Passed on to ``pm.sample_posterior_predictive`` (e.g. ``var_names``).
 
     Returns
     -------
@@ -207,7 +208,7 @@ def sample_posterior_predictive(idata, *args, model=None, **kwargs):
         if harmless:
             warnings.filterwarnings("ignore", message="The effect of Potentials on other parameters is ignored",
                                     category=UserWarning)
-        return pm.sample_posterior_predictive(idata, *args, model=model, **kwargs)
+        return pm.sample_posterior_predictive(idata, model=model, **kwargs)
 
 
 # Up to this many sampled values, ``sample`` gives PyMC's NUTS a dense mass matrix.

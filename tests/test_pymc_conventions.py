@@ -322,3 +322,16 @@ def test_pm_data_inputs_predict_as_arrays(kind):
                 gp.marginal_likelihood("y", X=inputs, y=y, Xu=X[:6])
         probabilities.append(gp.predict(X_new, point=model.initial_point()))
     np.testing.assert_allclose(probabilities[1], probabilities[0], rtol=1e-10)
+
+
+# -- 7. review fixes -------------------------------------------------------------------------
+
+
+def test_sample_posterior_predictive_takes_the_model_positionally():
+    model, gp = _binary()
+    with model:
+        gp.conditional("f", np.zeros((2, 2)))
+    idata = xr.DataTree.from_dict({"posterior": xr.Dataset(
+        {"log_ls": (("chain", "draw"), np.zeros((1, 3))), "log_amp": (("chain", "draw"), np.zeros((1, 3)))})})
+    pp = pymc_gpc.sample_posterior_predictive(idata, model, var_names=["f"], random_seed=1, progressbar=False)
+    assert pp["posterior_predictive"]["f"].shape == (1, 3, 2)
