@@ -39,7 +39,14 @@ from .ops.marginal import ApproxMarginalOp, LatentPredictiveOp
 from .ops.sparse import SPARSE_APPROXIMATIONS, SparseMarginalOp, SparsePredictiveOp
 from .prediction import KERNEL_MODE, POINT_KERNEL_MODE, PREDICTION_DEFAULTS, latent_predictions
 from .structures.fitc import FITCPrior
-from .validation import as_signed_labels, binary_classes, check_inputs, data_input
+from .validation import (
+    as_signed_labels,
+    binary_classes,
+    check_inputs,
+    check_training_values,
+    checked_training_tensor,
+    data_input,
+)
 
 __all__ = ["MarginalEP", "MarginalLaplace", "MarginalMeanField", "MarginalADF"]
 
@@ -78,6 +85,7 @@ class _ApproximateMarginal:
         self.solver_options = tuple(sorted(solver_options.items()))
         self.X = self.y = self.name = self.Xu = self.model = self.classes = None
         self._n_inputs = None
+        self._training_container = None  # (pm.Data tensor of X, its values at marginal_likelihood)
 
     # -- building blocks -------------------------------------------------------------
 
@@ -135,15 +143,35 @@ class _ApproximateMarginal:
             return _as_input_matrix(tensor)
         return Xnew
 
+    def _record_training_container(self, X_tensor, X_values):
+        """Record a training ``pm.Data`` container of X and its values at ``marginal_likelihood``."""
+        self._training_container = None if X_tensor is None else (X_tensor, np.array(X_values, copy=True))
+
+    def _check_training_container(self):
+        """ValueError when the training ``pm.Data`` container of X no longer holds the values the
+        evidence was built with (``pm.set_data`` on it): new inputs go in a separate container."""
+        if self._training_container is not None:
+            tensor, values = self._training_container
+            check_training_values(tensor.name, values, tensor.get_value())
+
+    def _training_inputs(self):
+        """The training X for the predictive graph: a ``pm.Data`` container's tensor passed
+        through a check that raises ValueError when it is evaluated at other values than
+        those the evidence was built with."""
+        if self._training_container is None:
+            return self.X
+        tensor, values = self._training_container
+        return _as_input_matrix(checked_training_tensor(tensor, values))
+
     def _labels(self):
         """The training labels as an array (a ``pm.Data`` container's current values)."""
         y = self.y
         return np.asarray(y.eval() if isinstance(y, pytensor.graph.basic.Variable) else y, dtype=float)
 
-    def _prior_inputs(self):
-        """The evidence Op's prior inputs at the training X: [K], or with FITC [K_uu, K_uf,
-        diag K_ff] (K_uu and diag K_ff jittered, as the dense K's diagonal)."""
-        X = self.X
+    def _prior_inputs(self, X=None):
+        """The evidence Op's prior inputs at the training X (or ``X``): [K], or with FITC [K_uu,
+        K_uf, diag K_ff] (K_uu and diag K_ff jittered, as the dense K's diagonal)."""
+        X = self.X if X is None else X
         if self.approx == "FITC":
             Xu = self.Xu
             Kuu = self.cov_func(Xu) + self.jitter * pt.eye(Xu.shape[0])
@@ -153,9 +181,10 @@ class _ApproximateMarginal:
     def _build_predictive(self, Xnew, full_cov):
         op_type = SparsePredictiveOp if self.approx == "FITC" else LatentPredictiveOp
         op = op_type(self.approximation, type(self.likelihood), self.solver_options, full_cov)
-        K_cross = self.cov_func(self.Xu if self.approx == "FITC" else self.X, Xnew)
+        X = self._training_inputs()
+        K_cross = self.cov_func(self.Xu if self.approx == "FITC" else X, Xnew)
         K_star = self.cov_func(Xnew) if full_cov else self.cov_func(Xnew, diag=True)
-        return op(*self._prior_inputs(), self.likelihood.params_tensor(), self.y, K_cross, K_star)
+        return op(*self._prior_inputs(X), self.likelihood.params_tensor(), self.y, K_cross, K_star)
 
     # -- public verbs ----------------------------------------------------------------
 
@@ -197,6 +226,7 @@ class _ApproximateMarginal:
         Xu = self._check_inducing(Xu, X)
         self.classes = binary_classes(y_values)
         self._n_inputs = X.shape[1]
+        self._record_training_container(X_tensor, X_values)
         if X_tensor is not None:
             X = _as_input_matrix(X_tensor)
         y = signed if y_tensor is None else pt.switch(pt.gt(pt.flatten(y_tensor), 0), 1.0, -1.0)
@@ -250,6 +280,7 @@ class _ApproximateMarginal:
         free variable.
         """
         Xnew = self._check_new_inputs(Xnew, symbolic=True)
+        self._check_training_container()
         mean, cov = self._build_predictive(Xnew, full_cov=True)
         cov = cov + jitter * pt.eye(Xnew.shape[0])
         with self._model(kwargs.pop("model", None)):
@@ -286,6 +317,7 @@ class _ApproximateMarginal:
         if (point is None) == (idata is None):
             raise ValueError("give exactly one of point= or idata=")
         Xnew = self._check_new_inputs(Xnew)  # a pm.Data container: its current values
+        self._check_training_container()
         model = self._model(model)
         fn, names = self._compile_kernels(Xnew, model, KERNEL_MODE if idata is not None else POINT_KERNEL_MODE)
         points = [point] if point is not None else _posterior_points(idata, names, max_draws)

@@ -335,3 +335,43 @@ def test_sample_posterior_predictive_takes_the_model_positionally():
         {"log_ls": (("chain", "draw"), np.zeros((1, 3))), "log_amp": (("chain", "draw"), np.zeros((1, 3)))})})
     pp = pymc_gpc.sample_posterior_predictive(idata, model, var_names=["f"], random_seed=1, progressbar=False)
     assert pp["posterior_predictive"]["f"].shape == (1, 3, 2)
+
+
+def _data_model(X, y):
+    with pm.Model() as model:
+        X_data = pm.Data("X", X)
+        log_ls = pm.Normal("log_ls", 0.0, 1.0)
+        gp = pymc_gpc.MarginalEP(cov_func=pm.gp.cov.ExpQuad(2, ls=pt.exp(log_ls)), likelihood=Probit())
+        gp.marginal_likelihood("y", X=X_data, y=y)
+        gp.conditional("f", np.zeros((3, 2)))
+    return model, gp
+
+
+@pytest.mark.parametrize("rows", [24, 30])
+def test_changing_the_training_container_is_refused(rows):
+    X, y = _data()
+    model, gp = _data_model(X, y)
+    idata = xr.DataTree.from_dict({"posterior": xr.Dataset({"log_ls": (("chain", "draw"), np.zeros((1, 3)))})})
+    X_other = np.random.default_rng(9).normal(size=(rows, 2))
+    with model:
+        pm.set_data({"X": X_other})
+        with pytest.raises(ValueError, match=r"training inputs.*'X'.*separate pm.Data container"):
+            pymc_gpc.sample_posterior_predictive(idata, var_names=["f"], random_seed=1, progressbar=False)
+        with pytest.raises(ValueError, match=r"training inputs.*'X'.*separate pm.Data container"):
+            gp.conditional("f2", np.zeros((3, 2)))
+    with pytest.raises(ValueError, match=r"training inputs.*'X'.*separate pm.Data container"):
+        gp.predict(np.zeros((3, 2)), point=model.initial_point())
+    with model:
+        pm.set_data({"X": X})  # back to the training inputs: predictions work again
+        pp = pymc_gpc.sample_posterior_predictive(idata, var_names=["f"], random_seed=1, progressbar=False)
+    assert np.all(np.isfinite(pp["posterior_predictive"]["f"].values))
+
+
+def test_latent_predictive_op_refuses_mismatched_sizes():
+    from pymc_gpc.ops import LatentPredictiveOp
+
+    op = LatentPredictiveOp("ep", Probit)
+    K = np.eye(5)
+    mean, var = op(K, np.zeros(0), np.ones(4), np.zeros((5, 2)), np.ones(2))
+    with pytest.raises(ValueError, match="training"):
+        mean.eval()
