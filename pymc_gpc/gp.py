@@ -229,7 +229,7 @@ class _ApproximateMarginal:
         self._record_training_container(X_tensor, X_values)
         if X_tensor is not None:
             X = _as_input_matrix(X_tensor)
-        y = signed if y_tensor is None else pt.switch(pt.gt(pt.flatten(y_tensor), 0), 1.0, -1.0)
+        y = signed if y_tensor is None else _signed_label_tensor(y_tensor, self.classes)
         model = pm.modelcontext(None)
         self.X, self.y, self.name, self.Xu, self.model = X, y, name, Xu, model
         priors, params = self._prior_inputs(), self.likelihood.params_tensor()
@@ -370,6 +370,23 @@ class _ApproximateMarginal:
                 return (FITCPrior(Kuu, Kuf, k_diag), *rest)
             return kernels, [v.name for v in inputs]
         return fn, [v.name for v in inputs]
+
+
+def _signed_label_tensor(y_tensor, classes):
+    """A ``pm.Data`` container of binary labels as -1 / +1 (values above 0 are +1), checked
+    wherever it is evaluated (the evidence, ``predict``, ``conditional``): a ValueError when
+    the container holds labels other than the two of ``classes`` it was built with (e.g.
+    ``pm.set_data`` to {1, 2}, which the coding would otherwise turn into all +1)."""
+    from pytensor.raise_op import CheckAndRaise
+
+    values = pt.flatten(y_tensor).astype("float64")
+    low, high = (float(c) for c in classes)
+    coded = pt.all(pt.or_(pt.eq(values, low), pt.eq(values, high)))
+    message = (f"the labels' pm.Data container {y_tensor.name!r} holds values other than the two classes "
+               f"{low:g} and {high:g} it was built with (pm.set_data of labels must keep that coding; "
+               "values above 0 are the positive class)")
+    values = CheckAndRaise(ValueError, message)(values, coded)
+    return pt.switch(pt.gt(values, 0), 1.0, -1.0)
 
 
 def _as_input_matrix(X):

@@ -375,3 +375,25 @@ def test_latent_predictive_op_refuses_mismatched_sizes():
     mean, var = op(K, np.zeros(0), np.ones(4), np.zeros((5, 2)), np.ones(2))
     with pytest.raises(ValueError, match="training"):
         mean.eval()
+
+
+def test_labels_container_keeps_its_coding():
+    X, y = _data()
+    with pm.Model() as model:
+        labels = pm.Data("labels", y)
+        log_ls = pm.Normal("log_ls", 0.0, 1.0)
+        gp = pymc_gpc.MarginalEP(cov_func=pm.gp.cov.ExpQuad(2, ls=pt.exp(log_ls)), likelihood=Probit())
+        gp.marginal_likelihood("y", X=X, y=labels)
+    logp = model.compile_logp()
+    point = model.initial_point()
+    assert np.isfinite(logp(point))
+    with model:
+        pm.set_data({"labels": 1 - y})  # the same coding: accepted
+    assert np.isfinite(logp(point))
+    gp.predict(np.zeros((2, 2)), point=point)
+    with model:
+        pm.set_data({"labels": y + 1})  # {1, 2}: every label would be coded +1
+    with pytest.raises(ValueError, match=r"'labels' holds values other than the two classes 0 and 1"):
+        logp(point)
+    with pytest.raises(ValueError, match=r"'labels' holds values other than the two classes 0 and 1"):
+        gp.predict(np.zeros((2, 2)), point=point)
