@@ -67,8 +67,9 @@ def add_log_likelihood(idata, model=None):
 
     * ``log_likelihood``: the pointwise leave-one-out terms ``log q(y_i | y_-i, theta)`` of each
       classifier, as variable ``name`` (from its ``{name}_loo`` draws, or computed at the
-      posterior draws where the posterior lacks them), so ``az.loo(idata)`` and
-      ``az.compare`` work;
+      posterior draws where the posterior lacks them), and the elementwise log density of
+      the model's other observed variables (``pm.compute_log_likelihood``), so
+      ``az.loo(idata)`` and ``az.compare`` work;
     * ``sample_stats``: the solver diagnostics ``{name}_n_iter`` and ``{name}_status``;
     * ``posterior``: the model's parameters only (``{name}_loo``, ``_n_iter`` and
       ``_status`` removed), so ``az.summary(idata)`` and ``az.plot_trace(idata)`` show
@@ -106,6 +107,10 @@ def add_log_likelihood(idata, model=None):
     for name in names:
         if name not in data:
             data[name] = _pointwise_terms(idata, name, model).rename(name)
+    observed = [rv.name for rv in model.observed_RVs if rv.name not in data]
+    if observed:  # the model's other observed variables, by PyMC's own elementwise log density
+        data.update(pm.compute_log_likelihood(idata, var_names=observed, extend_inferencedata=False, model=model,
+                                              progressbar=False).data_vars)
     idata["log_likelihood"] = xr.Dataset(data)
     stats = _group(idata, "sample_stats")
     moved = {f"{name}{suffix}": post[f"{name}{suffix}"] for name in names for suffix in DIAGNOSTICS

@@ -397,3 +397,19 @@ def test_labels_container_keeps_its_coding():
         logp(point)
     with pytest.raises(ValueError, match=r"'labels' holds values other than the two classes 0 and 1"):
         gp.predict(np.zeros((2, 2)), point=point)
+
+
+def test_add_log_likelihood_keeps_the_other_observed_variables():
+    X, y = _data()
+    with pm.Model() as model:
+        log_ls = pm.Normal("log_ls", 0.0, 1.0)
+        gp = pymc_gpc.MarginalEP(cov_func=pm.gp.cov.ExpQuad(2, ls=pt.exp(log_ls)), likelihood=Probit())
+        gp.marginal_likelihood("y", X=X, y=y)
+        pm.Normal("obs", mu=log_ls, sigma=1.0, observed=np.array([0.1, -0.3, 0.5]))
+    idata = pymc_gpc.sample(model=model, draws=10, tune=10, chains=1, random_seed=1, progressbar=False,
+                            compute_convergence_checks=False)
+    assert sorted(idata["log_likelihood"].data_vars) == ["obs", "y"]
+    assert idata["log_likelihood"]["obs"].shape == (1, 10, 3)
+    post = idata["posterior"]["log_ls"].values
+    expected = -0.5 * (np.array([0.1, -0.3, 0.5]) - post[..., None]) ** 2 - 0.5 * np.log(2 * np.pi)
+    np.testing.assert_allclose(idata["log_likelihood"]["obs"].values, expected, rtol=1e-6)
