@@ -413,3 +413,18 @@ def test_add_log_likelihood_keeps_the_other_observed_variables():
     post = idata["posterior"]["log_ls"].values
     expected = -0.5 * (np.array([0.1, -0.3, 0.5]) - post[..., None]) ** 2 - 0.5 * np.log(2 * np.pi)
     np.testing.assert_allclose(idata["log_likelihood"]["obs"].values, expected, rtol=1e-6)
+
+
+def test_fitc_shape_error_surfaces_as_itself():
+    class WrongDiag(pm.gp.cov.ExpQuad):  # a user's covariance whose diagonal has the wrong length
+        def diag(self, X):
+            return pt.ones((X.shape[0] - 1,))
+
+    X, y = _data()
+    with pm.Model() as model:
+        log_ls = pm.Normal("log_ls", 0.0, 1.0)
+        gp = pymc_gpc.MarginalEP(cov_func=WrongDiag(2, ls=pt.exp(log_ls)), likelihood=Probit(), approx="FITC")
+        gp.marginal_likelihood("y", X=X, y=y, Xu=X[:5])
+    with pytest.raises(ValueError, match="FITC shapes do not match") as info:
+        pymc_gpc.fit(model, method="type2", progressbar=False)
+    assert not isinstance(info.value, pymc_gpc.FitStartError)
