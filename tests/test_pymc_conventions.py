@@ -428,3 +428,23 @@ def test_fitc_shape_error_surfaces_as_itself():
     with pytest.raises(ValueError, match="FITC shapes do not match") as info:
         pymc_gpc.fit(model, method="type2", progressbar=False)
     assert not isinstance(info.value, pymc_gpc.FitStartError)
+
+
+def test_package_sampler_solves_at_the_sampling_tolerance(monkeypatch):
+    from pymc_gpc.ops.marginal import ENGINE_DEFAULTS, SAMPLING_DEFAULTS, ApproxMarginalOp
+
+    original, tols = ApproxMarginalOp._solver_options, []
+
+    def recording(self):
+        options = original(self)
+        tols.append(options["tol"])
+        return options
+
+    monkeypatch.setattr(ApproxMarginalOp, "_solver_options", recording)
+    model, _ = _binary()
+    pymc_gpc.sample(model=model, draws=5, tune=5, chains=1, cores=1, nuts_sampler="pymc", random_seed=1,
+                    progressbar=False, compute_convergence_checks=False)
+    assert tols and set(tols) == {SAMPLING_DEFAULTS["ep"]["tol"]} == {1e-2}
+    tols.clear()
+    model.compile_dlogp()(model.initial_point())
+    assert tols and set(tols) == {ENGINE_DEFAULTS["ep"]["tol"]}
