@@ -145,7 +145,8 @@ class _ApproximateMarginal:
 
     def _record_training_container(self, X_tensor, X_values):
         """Record a training ``pm.Data`` container of X and its values at ``marginal_likelihood``."""
-        self._training_container = None if X_tensor is None else (X_tensor, np.array(X_values, copy=True))
+        changeable = isinstance(X_tensor, SharedVariable)  # a constant tensor cannot change
+        self._training_container = (X_tensor, np.array(X_values, copy=True)) if changeable else None
 
     def _check_training_container(self):
         """ValueError when the training ``pm.Data`` container of X no longer holds the values the
