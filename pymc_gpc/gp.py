@@ -201,10 +201,14 @@ class _ApproximateMarginal:
             the per-observation log predictive as ``{name}_loo`` (used by
             ``pymc_gpc.add_log_likelihood`` for ``az.loo``).
         X : (n, d) inputs (array, DataFrame, or 1-D for one input dimension), or a
-            ``pm.Data`` container of them (checked at its current values).
+            ``pm.Data`` container of them (checked at its current values; its values are
+            recorded: ``predict`` and ``conditional`` raise ValueError after a
+            ``pm.set_data`` on it, since new inputs go in a separate container passed to them).
         y : (n,) binary labels: {-1, +1}, {0, 1}, booleans, or two distinct strings
             (more classes: a multi-class likelihood, ``gp_multiclass``); or a ``pm.Data``
-            container of numeric or boolean labels (values above 0 are the positive class).
+            container of numeric or boolean labels (values above 0 are the positive class;
+            a ``pm.set_data`` to labels outside the two it was built with raises ValueError
+            where the container is evaluated).
             ``self.classes`` then holds the two labels, the one ``predict`` gives the
             probability of last.
         Xu : (m, d) inducing inputs, with ``approx="FITC"`` only (required there): an
