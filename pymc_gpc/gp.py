@@ -39,7 +39,14 @@ from .ops.marginal import ApproxMarginalOp, LatentPredictiveOp
 from .ops.sparse import SPARSE_APPROXIMATIONS, SparseMarginalOp, SparsePredictiveOp
 from .prediction import KERNEL_MODE, POINT_KERNEL_MODE, PREDICTION_DEFAULTS, latent_predictions
 from .structures.fitc import FITCPrior
-from .validation import as_signed_labels, binary_classes, check_inputs, data_input
+from .validation import (
+    as_signed_labels,
+    binary_classes,
+    check_inputs,
+    check_training_values,
+    checked_training_tensor,
+    data_input,
+)
 
 __all__ = ["MarginalEP", "MarginalLaplace", "MarginalMeanField", "MarginalADF"]
 
@@ -78,6 +85,7 @@ class _ApproximateMarginal:
         self.solver_options = tuple(sorted(solver_options.items()))
         self.X = self.y = self.name = self.Xu = self.model = self.classes = None
         self._n_inputs = None
+        self._training_container = None  # (pm.Data tensor of X, its values at marginal_likelihood)
 
     # -- building blocks -------------------------------------------------------------
 
@@ -135,15 +143,36 @@ class _ApproximateMarginal:
             return _as_input_matrix(tensor)
         return Xnew
 
+    def _record_training_container(self, X_tensor, X_values):
+        """Record a training ``pm.Data`` container of X and its values at ``marginal_likelihood``."""
+        changeable = isinstance(X_tensor, SharedVariable)  # a constant tensor cannot change
+        self._training_container = (X_tensor, np.array(X_values, copy=True)) if changeable else None
+
+    def _check_training_container(self):
+        """ValueError when the training ``pm.Data`` container of X no longer holds the values the
+        evidence was built with (``pm.set_data`` on it): new inputs go in a separate container."""
+        if self._training_container is not None:
+            tensor, values = self._training_container
+            check_training_values(tensor.name, values, tensor.get_value())
+
+    def _training_inputs(self):
+        """The training X for the predictive graph: a ``pm.Data`` container's tensor passed
+        through a check that raises ValueError when it is evaluated at other values than
+        those the evidence was built with."""
+        if self._training_container is None:
+            return self.X
+        tensor, values = self._training_container
+        return _as_input_matrix(checked_training_tensor(tensor, values))
+
     def _labels(self):
         """The training labels as an array (a ``pm.Data`` container's current values)."""
         y = self.y
         return np.asarray(y.eval() if isinstance(y, pytensor.graph.basic.Variable) else y, dtype=float)
 
-    def _prior_inputs(self):
-        """The evidence Op's prior inputs at the training X: [K], or with FITC [K_uu, K_uf,
-        diag K_ff] (K_uu and diag K_ff jittered, as the dense K's diagonal)."""
-        X = self.X
+    def _prior_inputs(self, X=None):
+        """The evidence Op's prior inputs at the training X (or ``X``): [K], or with FITC [K_uu,
+        K_uf, diag K_ff] (K_uu and diag K_ff jittered, as the dense K's diagonal)."""
+        X = self.X if X is None else X
         if self.approx == "FITC":
             Xu = self.Xu
             Kuu = self.cov_func(Xu) + self.jitter * pt.eye(Xu.shape[0])
@@ -153,9 +182,10 @@ class _ApproximateMarginal:
     def _build_predictive(self, Xnew, full_cov):
         op_type = SparsePredictiveOp if self.approx == "FITC" else LatentPredictiveOp
         op = op_type(self.approximation, type(self.likelihood), self.solver_options, full_cov)
-        K_cross = self.cov_func(self.Xu if self.approx == "FITC" else self.X, Xnew)
+        X = self._training_inputs()
+        K_cross = self.cov_func(self.Xu if self.approx == "FITC" else X, Xnew)
         K_star = self.cov_func(Xnew) if full_cov else self.cov_func(Xnew, diag=True)
-        return op(*self._prior_inputs(), self.likelihood.params_tensor(), self.y, K_cross, K_star)
+        return op(*self._prior_inputs(X), self.likelihood.params_tensor(), self.y, K_cross, K_star)
 
     # -- public verbs ----------------------------------------------------------------
 
@@ -171,10 +201,14 @@ class _ApproximateMarginal:
             the per-observation log predictive as ``{name}_loo`` (used by
             ``pymc_gpc.add_log_likelihood`` for ``az.loo``).
         X : (n, d) inputs (array, DataFrame, or 1-D for one input dimension), or a
-            ``pm.Data`` container of them (checked at its current values).
+            ``pm.Data`` container of them (checked at its current values; its values are
+            recorded: ``predict`` and ``conditional`` raise ValueError after a
+            ``pm.set_data`` on it, since new inputs go in a separate container passed to them).
         y : (n,) binary labels: {-1, +1}, {0, 1}, booleans, or two distinct strings
             (more classes: a multi-class likelihood, ``gp_multiclass``); or a ``pm.Data``
-            container of numeric or boolean labels (values above 0 are the positive class).
+            container of numeric or boolean labels (values above 0 are the positive class;
+            a ``pm.set_data`` to labels outside the two it was built with raises ValueError
+            where the container is evaluated).
             ``self.classes`` then holds the two labels, the one ``predict`` gives the
             probability of last.
         Xu : (m, d) inducing inputs, with ``approx="FITC"`` only (required there): an
@@ -197,9 +231,10 @@ class _ApproximateMarginal:
         Xu = self._check_inducing(Xu, X)
         self.classes = binary_classes(y_values)
         self._n_inputs = X.shape[1]
+        self._record_training_container(X_tensor, X_values)
         if X_tensor is not None:
             X = _as_input_matrix(X_tensor)
-        y = signed if y_tensor is None else pt.switch(pt.gt(pt.flatten(y_tensor), 0), 1.0, -1.0)
+        y = signed if y_tensor is None else _signed_label_tensor(y_tensor, self.classes)
         model = pm.modelcontext(None)
         self.X, self.y, self.name, self.Xu, self.model = X, y, name, Xu, model
         priors, params = self._prior_inputs(), self.likelihood.params_tensor()
@@ -250,6 +285,7 @@ class _ApproximateMarginal:
         free variable.
         """
         Xnew = self._check_new_inputs(Xnew, symbolic=True)
+        self._check_training_container()
         mean, cov = self._build_predictive(Xnew, full_cov=True)
         cov = cov + jitter * pt.eye(Xnew.shape[0])
         with self._model(kwargs.pop("model", None)):
@@ -286,6 +322,7 @@ class _ApproximateMarginal:
         if (point is None) == (idata is None):
             raise ValueError("give exactly one of point= or idata=")
         Xnew = self._check_new_inputs(Xnew)  # a pm.Data container: its current values
+        self._check_training_container()
         model = self._model(model)
         fn, names = self._compile_kernels(Xnew, model, KERNEL_MODE if idata is not None else POINT_KERNEL_MODE)
         points = [point] if point is not None else _posterior_points(idata, names, max_draws)
@@ -338,6 +375,23 @@ class _ApproximateMarginal:
                 return (FITCPrior(Kuu, Kuf, k_diag), *rest)
             return kernels, [v.name for v in inputs]
         return fn, [v.name for v in inputs]
+
+
+def _signed_label_tensor(y_tensor, classes):
+    """A ``pm.Data`` container of binary labels as -1 / +1 (values above 0 are +1), checked
+    wherever it is evaluated (the evidence, ``predict``, ``conditional``): a ValueError when
+    the container holds labels other than the two of ``classes`` it was built with (e.g.
+    ``pm.set_data`` to {1, 2}, which the coding would otherwise turn into all +1)."""
+    from pytensor.raise_op import CheckAndRaise
+
+    values = pt.flatten(y_tensor).astype("float64")
+    low, high = (float(c) for c in classes)
+    coded = pt.all(pt.or_(pt.eq(values, low), pt.eq(values, high)))
+    message = (f"the labels' pm.Data container {y_tensor.name!r} holds values other than the two classes "
+               f"{low:g} and {high:g} it was built with (pm.set_data of labels must keep that coding; "
+               "values above 0 are the positive class)")
+    values = CheckAndRaise(ValueError, message)(values, coded)
+    return pt.switch(pt.gt(values, 0), 1.0, -1.0)
 
 
 def _as_input_matrix(X):

@@ -80,6 +80,7 @@ class MulticlassMarginal:
         self.approx = None
         self.X = self.y = self.name = self.classes = self.model = None
         self._n_inputs = None
+        self._training_container = None
 
     @property
     def n_classes(self):
@@ -102,9 +103,10 @@ class MulticlassMarginal:
 
     def _build_predictive(self, Xnew, full_cov):
         op = MulticlassPredictiveOp(self.approximation, type(self.likelihood), self.solver_options, full_cov)
-        K_cross = pt.stack([f(self.X, Xnew) for f in self._funcs()])
+        X = self._training_inputs()
+        K_cross = pt.stack([f(X, Xnew) for f in self._funcs()])
         K_star = pt.stack([f(Xnew) if full_cov else f(Xnew, diag=True) for f in self._funcs()])
-        return op(self._kernel(self.X), self.y, K_cross, K_star)
+        return op(self._kernel(X), self.y, K_cross, K_star)
 
     # -- public verbs ----------------------------------------------------------------
 
@@ -137,6 +139,7 @@ class MulticlassMarginal:
             raise ValueError(f"X has {X.shape[0]} rows but y has {codes.shape[0]} labels")
         model = pm.modelcontext(None)
         self._n_inputs = X.shape[1]
+        self._record_training_container(X_tensor, X_values)
         if X_tensor is not None:
             X = _as_input_matrix(X_tensor)
         self.X, self.y, self.name, self.classes, self.model = X, codes.astype(float), name, classes, model
@@ -157,6 +160,7 @@ class MulticlassMarginal:
         binary ``conditional``, whose note on PyMC's Potentials warning applies here too.
         """
         Xnew = self._check_new_inputs(Xnew, symbolic=True)
+        self._check_training_container()
         mean, cov = self._build_predictive(Xnew, full_cov=True)
         cm = self.n_classes * Xnew.shape[0]
         with self._model(kwargs.pop("model", None)):

@@ -67,8 +67,9 @@ def add_log_likelihood(idata, model=None):
 
     * ``log_likelihood``: the pointwise leave-one-out terms ``log q(y_i | y_-i, theta)`` of each
       classifier, as variable ``name`` (from its ``{name}_loo`` draws, or computed at the
-      posterior draws where the posterior lacks them), so ``az.loo(idata)`` and
-      ``az.compare`` work;
+      posterior draws where the posterior lacks them), and the elementwise log density of
+      the model's other observed variables (``pm.compute_log_likelihood``), so
+      ``az.loo(idata)`` and ``az.compare`` work;
     * ``sample_stats``: the solver diagnostics ``{name}_n_iter`` and ``{name}_status``;
     * ``posterior``: the model's parameters only (``{name}_loo``, ``_n_iter`` and
       ``_status`` removed), so ``az.summary(idata)`` and ``az.plot_trace(idata)`` show
@@ -106,6 +107,10 @@ def add_log_likelihood(idata, model=None):
     for name in names:
         if name not in data:
             data[name] = _pointwise_terms(idata, name, model).rename(name)
+    observed = [rv.name for rv in model.observed_RVs if rv.name not in data]
+    if observed:  # the model's other observed variables, by PyMC's own elementwise log density
+        data.update(pm.compute_log_likelihood(idata, var_names=observed, extend_inferencedata=False, model=model,
+                                              progressbar=False).data_vars)
     idata["log_likelihood"] = xr.Dataset(data)
     stats = _group(idata, "sample_stats")
     moved = {f"{name}{suffix}": post[f"{name}{suffix}"] for name in names for suffix in DIAGNOSTICS
@@ -165,7 +170,7 @@ def install_log_likelihood_route():
 install_log_likelihood_route()
 
 
-def sample_posterior_predictive(idata, *args, model=None, **kwargs):
+def sample_posterior_predictive(idata, model=None, **kwargs):
     """``pm.sample_posterior_predictive`` without its warning that Potentials are ignored,
     where that is harmless: every potential of the model is a GP classifier's evidence and
     ``idata``'s posterior holds every free variable the potentials depend on, so the draws
@@ -176,10 +181,11 @@ def sample_posterior_predictive(idata, *args, model=None, **kwargs):
     ----------
     idata : arviz.InferenceData or xarray.Dataset
         The posterior draws (e.g. from ``pymc_gpc.sample``).
-    *args, **kwargs
-        Passed on to ``pm.sample_posterior_predictive`` (e.g. ``var_names``).
     model : pm.Model, optional
-        The model (default: the model on the context stack).
+        The model (default: the model on the context stack); second positional parameter,
+        as in ``pm.sample_posterior_predictive``.
+    **kwargs
+        Passed on to ``pm.sample_posterior_predictive`` (e.g. ``var_names``).
 
     Returns
     -------
@@ -207,7 +213,7 @@ def sample_posterior_predictive(idata, *args, model=None, **kwargs):
         if harmless:
             warnings.filterwarnings("ignore", message="The effect of Potentials on other parameters is ignored",
                                     category=UserWarning)
-        return pm.sample_posterior_predictive(idata, *args, model=model, **kwargs)
+        return pm.sample_posterior_predictive(idata, model=model, **kwargs)
 
 
 # Up to this many sampled values, ``sample`` gives PyMC's NUTS a dense mass matrix.

@@ -63,6 +63,7 @@ from .ops.marginal import NO_GRADIENT, ApproxMarginalOp, _solve_with_retries
 from .progress import Progress
 from .python_vm import PYTHON_VM_FORWARD_MODE, PYTHON_VM_MODE
 from .structures.dense import NotPositiveDefiniteError, chol_lower, inv_lower
+from .structures.fitc import NonFiniteKernelError
 from .validation import trusted_kernel
 
 __all__ = ["fit", "FitResult", "FitStartError", "METHODS", "EPSILON_RULES", "RunawayHyperparameterWarning"]
@@ -318,7 +319,8 @@ class _Objective:
         """objective, log evidence and the objective's gradient in the targets (None if it failed)."""
         try:
             pairs, rest = self.kernels(point)
-        except ValueError:  # a prior structure refusing non-finite kernels (FITCPrior)
+        except NonFiniteKernelError:  # a prior structure refusing non-finite kernels (FITCPrior); other
+            # ValueErrors (e.g. FITC shapes that do not match) are errors of the model: they propagate
             return -np.inf, -np.inf, None
         log_z, cotangents = 0.0, []
         for j, (K, theta) in enumerate(pairs):

@@ -238,3 +238,97 @@ def as_class_codes(y, name="y", n_classes=None):
     if n_classes is not None and c != n_classes:
         raise ValueError(f"{name} holds {c} classes but the likelihood was given n_classes={n_classes}")
     return codes.astype(np.int64), classes
+
+
+def _changed_training_message(name, recorded, current):
+    """The ValueError message for a training ``pm.Data`` container whose value changed."""
+    what = (f"has {np.shape(current)[0]} rows, not the {np.shape(recorded)[0]} the evidence was built with"
+            if np.shape(current) != np.shape(recorded) else "holds other values than the evidence was built with")
+    return (f"the training inputs' pm.Data container {name!r} {what} (pm.set_data after marginal_likelihood?): "
+            "predictions condition on the training inputs of marginal_likelihood; put new inputs in a separate "
+            "pm.Data container (e.g. pm.Data(\"X_new\", ...)) and pass it to gp.conditional or gp.predict")
+
+
+def check_training_values(name, recorded, current):
+    """ValueError unless ``current`` (a training container's value now) equals ``recorded``
+    (its value when ``marginal_likelihood`` built the evidence)."""
+    current = np.asarray(current)
+    if current.shape != recorded.shape or not np.array_equal(current, recorded):
+        raise ValueError(_changed_training_message(name, recorded, current))
+
+
+def checked_training_tensor(tensor, values):
+    """``tensor`` (a training ``pm.Data`` container) passed through an Op that raises
+    ``check_training_values``'s ValueError when it is evaluated at other values than
+    ``values`` (those recorded at ``marginal_likelihood``)."""
+    return TrainingValuesCheck(values, tensor.name or "X")(tensor)
+
+
+def _training_values_op():
+    import hashlib
+
+    import pytensor.tensor as pt
+    from pytensor.graph.basic import Apply
+    from pytensor.graph.op import Op
+
+    class TrainingValuesCheck(Op):
+        """Identity on a training container's tensor that raises ValueError when its value
+        is not the one recorded (``check_training_values``)."""
+
+        __props__ = ("name", "digest")
+        view_map = {0: [0]}
+
+        def __init__(self, values, name):
+            self.values = np.array(values, copy=True)
+            self.values.setflags(write=False)
+            self.name = name
+            self.digest = hashlib.sha256(
+                str((self.values.dtype.str, self.values.shape)).encode() + np.ascontiguousarray(self.values).tobytes()
+            ).hexdigest()
+
+        def make_node(self, x):
+            x = pt.as_tensor_variable(x)
+            return Apply(self, [x], [x.type()])
+
+        def perform(self, node, inputs, output_storage):
+            check_training_values(self.name, self.values, inputs[0])
+            output_storage[0][0] = inputs[0]
+
+        def infer_shape(self, node, shapes):
+            return [shapes[0]]
+
+        def pullback(self, inputs, outputs, cotangents):
+            return [cotangents[0]]
+
+    return TrainingValuesCheck
+
+
+TrainingValuesCheck = _training_values_op()
+
+
+def _register_training_check_numba():
+    """The numba backend runs the check in object mode (without PyTensor's fallback warning)."""
+    try:
+        import numba
+        from pytensor.link.numba.dispatch.basic import get_numba_type, numba_njit, register_funcify_and_cache_key
+    except ImportError:  # pragma: no cover
+        return
+
+    @register_funcify_and_cache_key(TrainingValuesCheck)
+    def funcify(op, node, **kwargs):
+        ret_sig = get_numba_type(node.outputs[0].type)
+
+        def run(x):
+            check_training_values(op.name, op.values, x)
+            return x
+
+        @numba_njit
+        def check(x):
+            with numba.objmode(ret=ret_sig):
+                ret = run(x)
+            return ret
+
+        return check, None  # a closure over the Op: not cached
+
+
+_register_training_check_numba()

@@ -322,3 +322,129 @@ def test_pm_data_inputs_predict_as_arrays(kind):
                 gp.marginal_likelihood("y", X=inputs, y=y, Xu=X[:6])
         probabilities.append(gp.predict(X_new, point=model.initial_point()))
     np.testing.assert_allclose(probabilities[1], probabilities[0], rtol=1e-10)
+
+
+# -- 7. review fixes -------------------------------------------------------------------------
+
+
+def test_sample_posterior_predictive_takes_the_model_positionally():
+    model, gp = _binary()
+    with model:
+        gp.conditional("f", np.zeros((2, 2)))
+    idata = xr.DataTree.from_dict({"posterior": xr.Dataset(
+        {"log_ls": (("chain", "draw"), np.zeros((1, 3))), "log_amp": (("chain", "draw"), np.zeros((1, 3)))})})
+    pp = pymc_gpc.sample_posterior_predictive(idata, model, var_names=["f"], random_seed=1, progressbar=False)
+    assert pp["posterior_predictive"]["f"].shape == (1, 3, 2)
+
+
+def _data_model(X, y):
+    with pm.Model() as model:
+        X_data = pm.Data("X", X)
+        log_ls = pm.Normal("log_ls", 0.0, 1.0)
+        gp = pymc_gpc.MarginalEP(cov_func=pm.gp.cov.ExpQuad(2, ls=pt.exp(log_ls)), likelihood=Probit())
+        gp.marginal_likelihood("y", X=X_data, y=y)
+        gp.conditional("f", np.zeros((3, 2)))
+    return model, gp
+
+
+@pytest.mark.parametrize("rows", [24, 30])
+def test_changing_the_training_container_is_refused(rows):
+    X, y = _data()
+    model, gp = _data_model(X, y)
+    idata = xr.DataTree.from_dict({"posterior": xr.Dataset({"log_ls": (("chain", "draw"), np.zeros((1, 3)))})})
+    X_other = np.random.default_rng(9).normal(size=(rows, 2))
+    with model:
+        pm.set_data({"X": X_other})
+        with pytest.raises(ValueError, match=r"training inputs.*'X'.*separate pm.Data container"):
+            pymc_gpc.sample_posterior_predictive(idata, var_names=["f"], random_seed=1, progressbar=False)
+        with pytest.raises(ValueError, match=r"training inputs.*'X'.*separate pm.Data container"):
+            gp.conditional("f2", np.zeros((3, 2)))
+    with pytest.raises(ValueError, match=r"training inputs.*'X'.*separate pm.Data container"):
+        gp.predict(np.zeros((3, 2)), point=model.initial_point())
+    with model:
+        pm.set_data({"X": X})  # back to the training inputs: predictions work again
+        pp = pymc_gpc.sample_posterior_predictive(idata, var_names=["f"], random_seed=1, progressbar=False)
+    assert np.all(np.isfinite(pp["posterior_predictive"]["f"].values))
+
+
+def test_latent_predictive_op_refuses_mismatched_sizes():
+    from pymc_gpc.ops import LatentPredictiveOp
+
+    op = LatentPredictiveOp("ep", Probit)
+    K = np.eye(5)
+    mean, var = op(K, np.zeros(0), np.ones(4), np.zeros((5, 2)), np.ones(2))
+    with pytest.raises(ValueError, match="training"):
+        mean.eval()
+
+
+def test_labels_container_keeps_its_coding():
+    X, y = _data()
+    with pm.Model() as model:
+        labels = pm.Data("labels", y)
+        log_ls = pm.Normal("log_ls", 0.0, 1.0)
+        gp = pymc_gpc.MarginalEP(cov_func=pm.gp.cov.ExpQuad(2, ls=pt.exp(log_ls)), likelihood=Probit())
+        gp.marginal_likelihood("y", X=X, y=labels)
+    logp = model.compile_logp()
+    point = model.initial_point()
+    assert np.isfinite(logp(point))
+    with model:
+        pm.set_data({"labels": 1 - y})  # the same coding: accepted
+    assert np.isfinite(logp(point))
+    gp.predict(np.zeros((2, 2)), point=point)
+    with model:
+        pm.set_data({"labels": y + 1})  # {1, 2}: every label would be coded +1
+    with pytest.raises(ValueError, match=r"'labels' holds values other than the two classes 0 and 1"):
+        logp(point)
+    with pytest.raises(ValueError, match=r"'labels' holds values other than the two classes 0 and 1"):
+        gp.predict(np.zeros((2, 2)), point=point)
+
+
+def test_add_log_likelihood_keeps_the_other_observed_variables():
+    X, y = _data()
+    with pm.Model() as model:
+        log_ls = pm.Normal("log_ls", 0.0, 1.0)
+        gp = pymc_gpc.MarginalEP(cov_func=pm.gp.cov.ExpQuad(2, ls=pt.exp(log_ls)), likelihood=Probit())
+        gp.marginal_likelihood("y", X=X, y=y)
+        pm.Normal("obs", mu=log_ls, sigma=1.0, observed=np.array([0.1, -0.3, 0.5]))
+    idata = pymc_gpc.sample(model=model, draws=10, tune=10, chains=1, random_seed=1, progressbar=False,
+                            compute_convergence_checks=False)
+    assert sorted(idata["log_likelihood"].data_vars) == ["obs", "y"]
+    assert idata["log_likelihood"]["obs"].shape == (1, 10, 3)
+    post = idata["posterior"]["log_ls"].values
+    expected = -0.5 * (np.array([0.1, -0.3, 0.5]) - post[..., None]) ** 2 - 0.5 * np.log(2 * np.pi)
+    np.testing.assert_allclose(idata["log_likelihood"]["obs"].values, expected, rtol=1e-6)
+
+
+def test_fitc_shape_error_surfaces_as_itself():
+    class WrongDiag(pm.gp.cov.ExpQuad):  # a user's covariance whose diagonal has the wrong length
+        def diag(self, X):
+            return pt.ones((X.shape[0] - 1,))
+
+    X, y = _data()
+    with pm.Model() as model:
+        log_ls = pm.Normal("log_ls", 0.0, 1.0)
+        gp = pymc_gpc.MarginalEP(cov_func=WrongDiag(2, ls=pt.exp(log_ls)), likelihood=Probit(), approx="FITC")
+        gp.marginal_likelihood("y", X=X, y=y, Xu=X[:5])
+    with pytest.raises(ValueError, match="FITC shapes do not match") as info:
+        pymc_gpc.fit(model, method="type2", progressbar=False)
+    assert not isinstance(info.value, pymc_gpc.FitStartError)
+
+
+def test_package_sampler_solves_at_the_sampling_tolerance(monkeypatch):
+    from pymc_gpc.ops.marginal import ENGINE_DEFAULTS, SAMPLING_DEFAULTS, ApproxMarginalOp
+
+    original, tols = ApproxMarginalOp._solver_options, []
+
+    def recording(self):
+        options = original(self)
+        tols.append(options["tol"])
+        return options
+
+    monkeypatch.setattr(ApproxMarginalOp, "_solver_options", recording)
+    model, _ = _binary()
+    pymc_gpc.sample(model=model, draws=5, tune=5, chains=1, cores=1, nuts_sampler="pymc", random_seed=1,
+                    progressbar=False, compute_convergence_checks=False)
+    assert tols and set(tols) == {SAMPLING_DEFAULTS["ep"]["tol"]} == {1e-2}
+    tols.clear()
+    model.compile_dlogp()(model.initial_point())
+    assert tols and set(tols) == {ENGINE_DEFAULTS["ep"]["tol"]}

@@ -16,6 +16,9 @@ Registered here:
 * ``LatentPredictiveOp`` (prediction, ``conditional``).
 * Not their subclasses: FITC (``ops.sparse``) and multi-class Ops raise
   ``NotImplementedError`` saying that they run on the numba backend.
+* ``validation.TrainingValuesCheck`` (a training ``pm.Data`` container in a predictive
+  graph): the identity, since a traced value cannot be compared in Python; ``predict`` and
+  ``conditional`` check the container's value when they are called.
 * ``ARDKernelOp`` and ``ARDKernelPullbackOp`` of ``kernels.py`` (``ard_classifier``): the
   kernel as jnp code, which JAX differentiates exactly.
 
@@ -32,6 +35,7 @@ from pytensor.link.jax.dispatch import jax_funcify
 
 from ..approximations import jax_engine
 from ..kernels import ARDKernelOp, ARDKernelPullbackOp
+from ..validation import TrainingValuesCheck
 from .marginal import SAMPLING_DEFAULTS, ApproxMarginalOp, LatentPredictiveOp
 
 
@@ -109,3 +113,11 @@ def jax_funcify_ARDKernelPullbackOp(op, node=None, **kwargs):
         return s, jnp.sum(A), jnp.sum(G), jnp.trace(G[:k, :k])
 
     return ard_kernel_pullback
+
+
+@jax_funcify.register(TrainingValuesCheck)
+def jax_funcify_TrainingValuesCheck(op, node=None, **kwargs):
+    def training_values(x):
+        return x
+
+    return training_values

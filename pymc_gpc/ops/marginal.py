@@ -802,6 +802,20 @@ optdb.register("pymc_gpc_sampling_tolerance", in2out(use_sampling_tolerance), "f
                position=48.8)
 
 
+def check_training_sizes(n, **shapes):
+    """ValueError unless every leading dimension in ``shapes`` (name: shape) is the number
+    ``n`` of training labels: a predictive Op given kernels of other training inputs (a
+    training ``pm.Data`` container changed after ``marginal_likelihood``) says so instead of
+    returning NaN."""
+    bad = {name: tuple(int(v) for v in shape) for name, shape in shapes.items() if any(v != n for v in shape)}
+    if bad:
+        raise ValueError(
+            f"the prediction's training kernels have shapes {bad} but there are {n} training labels: the training "
+            "inputs changed after marginal_likelihood (pm.set_data on the training container?); put new inputs "
+            "in a separate pm.Data container (e.g. pm.Data(\"X_new\", ...)) passed to gp.conditional"
+        )
+
+
 class LatentPredictiveOp(Op):
     """Mean and variance (or covariance) of f* under q, given (K, theta, y, K_cross, K_star).
 
@@ -835,6 +849,7 @@ class LatentPredictiveOp(Op):
     def perform(self, node, inputs, output_storage):
         K, params, y, K_cross, K_star = inputs
         m = K_cross.shape[1]
+        check_training_sizes(y.shape[0], K=K.shape, K_cross=K_cross.shape[:1])
         try:
             res = _solve(self.approximation, K, y, self._lik, params, None, prediction_options(self.options))
             mean = K_cross.T @ res.a

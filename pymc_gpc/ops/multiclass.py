@@ -15,7 +15,14 @@ import pytensor.tensor as pt
 from pytensor.gradient import grad_not_implemented
 from pytensor.graph.basic import Apply
 
-from .marginal import SOLVERS, ApproxMarginalOp, LatentPredictiveOp, _register_numba, prediction_options
+from .marginal import (
+    SOLVERS,
+    ApproxMarginalOp,
+    LatentPredictiveOp,
+    _register_numba,
+    check_training_sizes,
+    prediction_options,
+)
 
 MULTICLASS_APPROXIMATIONS = ("laplace-multiclass", "ep-multiclass")
 
@@ -77,6 +84,7 @@ class MulticlassPredictiveOp(LatentPredictiveOp):
     def perform(self, node, inputs, output_storage):
         K, y, K_cross, K_star = inputs
         c, _, m = K_cross.shape
+        check_training_sizes(y.shape[0], K=K.shape[1:], K_cross=K_cross.shape[1:2])
         try:
             res = SOLVERS[self.approximation](K, y, self._lik, None, **prediction_options(self.options))
             mean, cov = res.posterior.predict(res.a, K_cross, K_star, full_cov=self.full_cov)

@@ -32,6 +32,7 @@ from .marginal import (
     ApproximationFailedWarning,
     ApproxMarginalOp,
     LatentPredictiveOp,
+    check_training_sizes,
     _solve,
     _loo_or_placeholder,
     _solve_with_retries,
@@ -173,6 +174,7 @@ class SparsePredictiveOp(LatentPredictiveOp):
     def perform(self, node, inputs, output_storage):
         Kuu, Kuf, k_diag, params, y, Kus, K_star = inputs
         m = Kus.shape[1]
+        check_training_sizes(y.shape[0], K_uf=Kuf.shape[1:], k_diag=k_diag.shape)
         try:
             res = _solve(self.approximation, FITCPrior(Kuu, Kuf, k_diag), y, self._lik, params, None,
                          prediction_options(self.options))

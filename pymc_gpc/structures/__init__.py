@@ -38,7 +38,7 @@ iteration. ``fitc``: the inducing-point prior Q + Lambda in O(n m^2). A new stru
 """
 
 from .dense import DensePrior
-from .fitc import FITCGradient, FITCPrior
+from .fitc import FITCGradient, FITCPrior, NonFiniteKernelError
 
 
 def is_structure(K):
@@ -46,4 +46,4 @@ def is_structure(K):
     return hasattr(K, "posterior") and hasattr(K, "matvec")
 
 
-__all__ = ["DensePrior", "FITCPrior", "FITCGradient", "is_structure"]
+__all__ = ["DensePrior", "FITCPrior", "FITCGradient", "NonFiniteKernelError", "is_structure"]

@@ -210,6 +210,11 @@ def _inducing_precision(V, d):
     return A
 
 
+class NonFiniteKernelError(ValueError):
+    """A prior structure given kernel values that are NaN or inf (e.g. a lengthscale of 0):
+    the objective is -inf there, which a point estimate's line search may step back from."""
+
+
 class FITCPrior:
     r"""The FITC prior covariance K~ = Q + Lambda (module docstring), never formed.
 
@@ -241,7 +246,7 @@ class FITCPrior:
             raise ValueError(f"FITC shapes do not match: Kuu {Kuu.shape}, Kuf {Kuf.shape}, k_diag {k_diag.shape}")
         for name, arr in (("Kuu", Kuu), ("Kuf", Kuf), ("k_diag", k_diag)):
             if not np.all(np.isfinite(arr)):
-                raise ValueError(f"{name} contains NaN or inf")
+                raise NonFiniteKernelError(f"{name} contains NaN or inf")
         if n and np.min(k_diag) < 0.0:
             raise ValueError(f"k_diag has a negative entry ({np.min(k_diag):.3g}): not a covariance")
         self.n, self.m = n, m
