@@ -14,6 +14,7 @@ from pymc_gpc import ep, laplace
 from pymc_gpc import likelihoods as L
 
 from .conftest import random_problem
+from .conftest import se_kernel as rbf
 
 
 def build(X, y, cls=pymc_gpc.MarginalEP, likelihood=None, sigma_prior=False, **options):
@@ -26,10 +27,6 @@ def build(X, y, cls=pymc_gpc.MarginalEP, likelihood=None, sigma_prior=False, **o
         gp = cls(cov_func=cov, likelihood=likelihood or L.Probit(), **options)
         gp.marginal_likelihood("y", X=X, y=y)
     return model, gp
-
-
-def rbf(X, Z, ls, amp):
-    return amp * np.exp(-0.5 * (((X[:, None, :] - Z[None, :, :]) / ls) ** 2).sum(-1))
 
 
 @pytest.mark.parametrize("cls, approx", [(pymc_gpc.MarginalEP, ep), (pymc_gpc.MarginalLaplace, laplace)])
