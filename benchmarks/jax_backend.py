@@ -30,6 +30,7 @@ import warnings
 
 import arviz as az
 from _provenance import write_results  # noqa: E402  (benchmarks/_provenance.py)
+from sampling_hard import diagnostic  # noqa: E402  (pymc_gpc.sample: diagnostics in sample_stats)
 import numpy as np
 
 import pymc_gpc
@@ -60,7 +61,7 @@ def run(data, sampler, draws, tune, seed):
         "sampling": float(sampling_time) if sampling_time is not None else None,
         "ess": float(summary["ess_bulk"].min()), "div": int(np.asarray(stats["diverging"]).sum()),
         "rhat": float(summary["r_hat"].max()),
-        "sweeps": float(np.asarray(idata["posterior"]["y_n_iter"]).mean()),
+        "sweeps": float(diagnostic(idata, "y_n_iter").mean()),
         "log_v0": float(np.asarray(idata["posterior"]["log_v0"]).mean()),
         "log_v0_mcse": float(az.summary(idata, var_names=["log_v0"])["mcse_mean"].iloc[0]),
     }

@@ -53,7 +53,7 @@ from pymc_gpc.kernels import MixedARD
 from pymc_gpc.models import LOG_V0_START, classification_metrics
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from sampling_hard import DATASETS  # noqa: E402
+from sampling_hard import DATASETS, diagnostic  # noqa: E402
 
 OUT = pathlib.Path(__file__).parent / "results" / "sampling.md"
 HYPER = ["log_w", "log_v0", "log_v1"]
@@ -123,8 +123,7 @@ def row(method, data, idata, wall, p, tune):
     steps = float(np.asarray(stats["n_steps"]).mean())
     # the tuning steps are not in the trace: counted at the kept draws' rate
     evaluations = steps * (n_draws + tune * chains)
-    sweeps = next((np.asarray(idata[g]["y_n_iter"]).mean() for g in ("sample_stats", "posterior")
-                   if "y_n_iter" in idata[g]), np.nan)  # pymc_gpc.sample: sample_stats
+    sweeps = diagnostic(idata, "y_n_iter", missing=np.nan).mean()  # nan for pm.gp.Latent
     m = classification_metrics(p, data.y_test)
     return {
         "data": data.name, "method": method, "wall": wall, "ess": ess, "ess_s": ess / wall,

@@ -52,6 +52,18 @@ OUT = pathlib.Path(__file__).parent / "results" / "sampling_hard.md"
 HYPER = ["log_w", "log_v0", "log_v1"]
 
 
+def diagnostic(idata, name, missing=None):
+    """A solver diagnostic (``y_n_iter``, ``y_status``) at the kept draws: in ``sample_stats``
+    after ``pymc_gpc.sample`` (or ``add_log_likelihood``), in the posterior after a plain
+    ``pm.sample``; ``missing`` (as an array) where neither has it, if given."""
+    for group in ("sample_stats", "posterior"):
+        if group in idata and name in idata[group]:
+            return np.asarray(idata[group][name])
+    if missing is not None:
+        return np.asarray(missing)
+    raise KeyError(f"{name} is in neither sample_stats nor the posterior")
+
+
 def breast_cancer(n_train=300, seed=0, n_inputs=30):
     """scikit-learn's breast-cancer data, a fixed random 300-row training subset, standardised;
     only its first ``n_inputs`` columns (the same rows: the number of hyperparameters
@@ -117,7 +129,7 @@ def run(data, label, seed, draws, tune, tol=None):
         "sampling": sampling, "ess_sampling": ess / sampling,
         "div": int(np.asarray(stats["diverging"]).sum()), "steps": float(steps.mean()),
         "ms_eval": 1e3 * wall * 2 / evals,
-        "sweeps": float(np.asarray(idata["posterior"]["y_n_iter"]).mean()),
+        "sweeps": float(diagnostic(idata, "y_n_iter").mean()),
         "log_v0": float(np.asarray(idata["posterior"]["log_v0"]).mean()),
     }
 

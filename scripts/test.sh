@@ -3,4 +3,6 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 cd "$ROOT"
-exec "$VENV/bin/python" -m pytest -q -n 2 "$@"
+# --dist loadfile: each file's tests on one worker, so module-scoped fixtures (the fitted
+# models of tests/test_pymc_conventions.py) are built once, not once per worker.
+exec "$VENV/bin/python" -m pytest -q -n 2 --dist loadfile "$@"

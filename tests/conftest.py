@@ -116,6 +116,15 @@ def rng():
     return np.random.default_rng(20261122)
 
 
+def se_kernel(A, B, ls, amp):
+    """The squared-exponential kernel amp exp(-|(a - b) / ls|^2 / 2) between the rows of A and
+    B (pm.gp.cov.ExpQuad's, scaled); ``ls`` a scalar or one per column; 1-D inputs are one
+    column. The one copy for the tests (written with numpy, not the package)."""
+    A, B = np.asarray(A, float), np.asarray(B, float)
+    A, B = (A[:, None] if A.ndim == 1 else A), (B[:, None] if B.ndim == 1 else B)
+    return amp * np.exp(-0.5 * (((A[:, None, :] - B[None, :, :]) / ls) ** 2).sum(-1))
+
+
 def random_problem(rng, n, d=2, flip=0.15):
     X = rng.normal(size=(n, d))
     y = np.where(X[:, 0] + 0.5 * X[:, 1] ** 2 - 0.3 > 0, 1.0, -1.0)

@@ -32,6 +32,8 @@ import math
 import numpy as np
 from numba import njit
 
+from .multiclass_reference import multinomial_probit_probabilities, softmax_probabilities
+
 KINDS = {"softmax": 0, "probit-multi": 1, "probit": 2, "logistic": 3}
 
 _U, _UW = np.polynomial.hermite_e.hermegauss(24)
@@ -276,17 +278,11 @@ def class_probabilities(kind, F):
     """p(y = k | f) for F (c, s): (c, s); binary kinds give p(y = +1) (1, s)."""
     F = np.asarray(F, float)
     if kind == "softmax":
-        e = np.exp(F - F.max(axis=0))
-        return e / e.sum(axis=0)
+        return softmax_probabilities(F)
     from scipy.special import log_ndtr
 
-    if kind == "probit-multi":
-        c = F.shape[0]
-        out = np.empty_like(F)
-        for k in range(c):
-            d = F[k][None] - np.delete(F, k, axis=0)
-            s = log_ndtr(_U[:, None, None] + d[None]).sum(axis=1) + _LOG_UW[:, None]
-            out[k] = np.exp(np.logaddexp.reduce(s, axis=0))
+    if kind == "probit-multi":  # the sampler's 24-node u-rule, normalised over the classes
+        out = multinomial_probit_probabilities(F, u_nodes=len(_U))
         return out / out.sum(axis=0)
     if kind == "probit":
         return np.exp(log_ndtr(F))

@@ -16,12 +16,9 @@ from pymc_gpc import likelihoods as L
 from pymc_gpc.structures import FITCPrior
 
 from .conftest import random_problem
+from .conftest import se_kernel as rbf
 
 JITTER = 1e-6
-
-
-def rbf(A, B, ls, amp):
-    return amp * np.exp(-0.5 * (((A[:, None, :] - B[None, :, :]) / ls) ** 2).sum(-1))
 
 
 def fitc_prior(X, Xu, ls, amp):

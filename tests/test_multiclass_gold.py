@@ -37,16 +37,13 @@ from pymc_gpc import multinomial_probit_ep, softmax_laplace
 
 from . import gold_sampler as gs
 from . import multiclass_reference as mr
+from .conftest import se_kernel as se
 
 X = np.sort(np.random.default_rng(4).uniform(-3, 3, 12))
 Y = np.array([0, 0, 0, 1, 0, 1, 1, 1, 2, 1, 2, 2])
 XS = np.linspace(-4, 4, 9)
 AMPS = {"equal": np.full(3, 4.0), "map2": np.exp([1.4, 2.4, 3.4])}
 SOLVERS = {"softmax": (softmax_laplace, L.Softmax), "probit-multi": (multinomial_probit_ep, L.MultinomialProbit)}
-
-
-def se(A, B, ls, amp):
-    return amp * np.exp(-0.5 * (A[:, None] - B[None]) ** 2 / ls**2)
 
 
 def problem(amps):

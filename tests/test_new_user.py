@@ -22,12 +22,9 @@ from pymc_gpc import prediction, progress
 from pymc_gpc.datasets import load
 
 from .conftest import random_problem
+from .conftest import se_kernel as rbf
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def rbf(X, Z, ls, amp):
-    return amp * np.exp(-0.5 * (((X[:, None, :] - Z[None, :, :]) / ls) ** 2).sum(-1))
 
 
 def small_model(X, y, **options):

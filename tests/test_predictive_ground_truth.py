@@ -17,13 +17,10 @@ from pymc_gpc import ep
 from pymc_gpc import likelihoods as L
 
 from .conftest import random_problem
+from .conftest import se_kernel as _se
 from .ground_truth import gaussian_with_sites, laplace_mode
 
 JITTER = 1e-6  # pymc.gp.util.JITTER_DEFAULT: the GP's on K, and conditional's on the new block
-
-
-def _se(A, B, ls, amp):
-    return amp * np.exp(-0.5 * (((A[:, None, :] - B[None, :, :]) / ls) ** 2).sum(-1))
 
 
 def _model(cls, X, y, lik):
