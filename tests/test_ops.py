@@ -166,7 +166,7 @@ def test_op_takes_the_fast_path_only_where_it_applies(monkeypatch):
         out = ApproxMarginalOp("ep", lik, options)(K, theta, labels)
         return pytensor.function([K, theta], [out[0], out[5]])(Kv, np.asarray(th, dtype=float))
 
-    want = ep(Kv, y, L.Probit(), tol=1e-2).log_z
+    want = ep(Kv, y, L.Probit()).log_z  # outside sampling the Op solves at the engine's tolerance
     assert float(evaluate(y)[0]) == pytest.approx(want, rel=1e-12) and not calls
     assert float(evaluate((y > 0).astype(float))[0]) == pytest.approx(want, rel=1e-12) and len(calls) == 1
     evaluate(y, options=(("damping", 0.8),))
