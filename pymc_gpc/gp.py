@@ -36,6 +36,7 @@ from pytensor.tensor.random.op import RandomVariable
 
 from .likelihoods.binary import Likelihood, laplace_unsupported_message
 from .ops.marginal import ApproxMarginalOp, LatentPredictiveOp
+from .ops.training_check import checked_training_tensor
 from .ops.sparse import SPARSE_APPROXIMATIONS, SparseMarginalOp, SparsePredictiveOp
 from .prediction import KERNEL_MODE, POINT_KERNEL_MODE, PREDICTION_DEFAULTS, latent_predictions
 from .structures.fitc import FITCPrior
@@ -44,7 +45,6 @@ from .validation import (
     binary_classes,
     check_inputs,
     check_training_values,
-    checked_training_tensor,
     data_input,
 )
 

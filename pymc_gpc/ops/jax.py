@@ -16,7 +16,7 @@ Registered here:
 * ``LatentPredictiveOp`` (prediction, ``conditional``).
 * Not their subclasses: FITC (``ops.sparse``) and multi-class Ops raise
   ``NotImplementedError`` saying that they run on the numba backend.
-* ``validation.TrainingValuesCheck`` (a training ``pm.Data`` container in a predictive
+* ``training_check.TrainingValuesCheck`` (a training ``pm.Data`` container in a predictive
   graph): the identity, since a traced value cannot be compared in Python; ``predict`` and
   ``conditional`` check the container's value when they are called.
 * ``ARDKernelOp`` and ``ARDKernelPullbackOp`` of ``kernels.py`` (``ard_classifier``): the
@@ -35,7 +35,7 @@ from pytensor.link.jax.dispatch import jax_funcify
 
 from ..approximations import jax_engine
 from ..kernels import ARDKernelOp, ARDKernelPullbackOp
-from ..validation import TrainingValuesCheck
+from .training_check import TrainingValuesCheck
 from .marginal import SAMPLING_DEFAULTS, ApproxMarginalOp, LatentPredictiveOp
 
 
