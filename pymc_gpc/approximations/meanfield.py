@@ -49,7 +49,7 @@ c -> m, so the fixed point becomes m = K grad log p(y|m), Laplace's mode f^, the
 precisions below become Laplace's W (the same predictive), and
 -F -> log Z_Laplace + (1/2) log|I + W K| - KL0. Checked against a direct optimisation of the
 factorised KL bound in ``tests/test_meanfield.py``; measured in
-``benchmarks/results/binary_gold.md`` (gap to the exact evidence within 3-12 nats of KL0). Writing m = K alpha, the fixed point is
+``benchmarks/results/binary_gold.md`` (gap to the exact evidence KL0 less 3-15 nats). Writing m = K alpha, the fixed point is
 alpha = alpha(c) with c = (K - diag(s^2)) alpha: the naive equations (9) below with
 K_ii replaced by 1/Lambda_i, as the paper remarks; there, -F equals the naive
 G(alpha) of eq. (10) with that replacement plus (1/2) sum_i log s_i^2 - (1/2) log|K|.
