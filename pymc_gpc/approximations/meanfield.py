@@ -44,13 +44,14 @@ variance terms cancel and -F above remains. Its terms -(1/2) sum_i log Lambda_i 
 = -KL0, where KL0 = KL(prod_i N(0, 1/Lambda_i) || N(0, K)) >= 0 (Hadamard's inequality), depend
 on K alone: it is what the factorised family loses on the prior itself, zero for a diagonal K
 and unbounded as K nears singularity (smooth kernel, dense inputs, small jitter: at jitter
-1e-8 on 30-60 points it is 85-220 nats). As s_i^2 = 1/Lambda_i -> 0, Z_i -> p(y_i|c_i) and
+1e-8 on 30-60 points it is 85-230 nats). As s_i^2 = 1/Lambda_i -> 0, Z_i -> p(y_i|c_i) and
 c -> m, so the fixed point becomes m = K grad log p(y|m), Laplace's mode f^, the site
 precisions below become Laplace's W (the same predictive), and
 -F -> log Z_Laplace + (1/2) log|I + W K| - KL0. Checked against a direct optimisation of the
 factorised KL bound in ``tests/test_meanfield.py``; measured in
-``benchmarks/results/binary_gold.md`` (gap to the exact evidence KL0 less 3-15 nats). Writing m = K alpha, the fixed point is
-alpha = alpha(c) with c = (K - diag(s^2)) alpha: the naive equations (9) below with
+``benchmarks/results/binary_gold.md`` (gap to the exact evidence KL0 less 3-15 nats).
+
+Writing m = K alpha, the fixed point is alpha = alpha(c) with c = (K - diag(s^2)) alpha: the naive equations (9) below with
 K_ii replaced by 1/Lambda_i, as the paper remarks; there, -F equals the naive
 G(alpha) of eq. (10) with that replacement plus (1/2) sum_i log s_i^2 - (1/2) log|K|.
 Both variants are solved by Newton's method on alpha (``_newton``) rather than the
