@@ -51,8 +51,8 @@ precisions below become Laplace's W (the same predictive), and
 factorised KL bound in ``tests/test_meanfield.py``; measured in
 ``benchmarks/results/binary_gold.md`` (gap to the exact evidence KL0 less 3-15 nats).
 
-Writing m = K alpha, the fixed point is alpha = alpha(c) with c = (K - diag(s^2)) alpha: the naive equations (9) below with
-K_ii replaced by 1/Lambda_i, as the paper remarks; there, -F equals the naive
+Writing m = K alpha, the fixed point is alpha = alpha(c) with c = (K - diag(s^2)) alpha:
+the naive equations (9) below with K_ii replaced by 1/Lambda_i, as the paper remarks; there, -F equals the naive
 G(alpha) of eq. (10) with that replacement plus (1/2) sum_i log s_i^2 - (1/2) log|K|.
 Both variants are solved by Newton's method on alpha (``_newton``) rather than the
 paper's plain iteration, which needs thousands of sweeps when K is ill-conditioned.
