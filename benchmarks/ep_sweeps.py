@@ -64,7 +64,7 @@ from sampling_hard import DATASETS as HARD  # noqa: E402
 
 OUT = pathlib.Path(__file__).parent / "results" / "ep_sweeps.md"
 DATASETS = {**HARD, "pima": lambda: load("pima")}
-TOL = 1e-2  # SAMPLING_DEFAULTS["ep"]["tol"]
+TOL = 1e-2  # APPROXIMATIONS["ep"].sampling_defaults["tol"] (approximations.registry)
 JITTER = 1e-6
 LIK = Probit()
 TH = LIK.check_params(LIK._th(None))

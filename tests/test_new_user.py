@@ -138,6 +138,8 @@ def test_batched_predictions_equal_independent_per_draw_solves(options, atol, at
 
 
 def test_batched_predictions_warm_start_each_draw_from_the_previous(monkeypatch):
+    from pymc_gpc.approximations.registry import APPROXIMATIONS
+
     calls = []
     real = prediction._solve_with_retries
 
@@ -152,7 +154,7 @@ def test_batched_predictions_warm_start_each_draw_from_the_previous(monkeypatch)
     gp.predict(X[:3], idata=draws_idata(rng, n_chains=1, n_draws=6), progressbar=False)
     assert len(calls) == 6 and calls[0][0] is None
     assert all(state is not None for state, _ in calls[1:])
-    assert all(opts["tol"] == prediction.PREDICTION_DEFAULTS["ep"]["tol"] and not opts["with_grad"]
+    assert all(opts["tol"] == APPROXIMATIONS["ep"].prediction_defaults["tol"] and not opts["with_grad"]
                for _, opts in calls)
 
 

@@ -152,11 +152,14 @@ def test_warm_fast_path_returns_what_ep_returns(lik):
 def test_op_takes_the_fast_path_only_where_it_applies(monkeypatch):
     """Signed labels and the default schedule: no call of ep(); 0/1 labels, a damping
     option or an invalid likelihood parameter: through ep(), with its checks."""
-    from pymc_gpc.ops import marginal as ops
+    import dataclasses
+
+    from pymc_gpc.approximations.registry import APPROXIMATIONS
 
     calls = []
-    solver = ops.SOLVERS["ep"]
-    monkeypatch.setitem(ops.SOLVERS, "ep", lambda *a, **k: calls.append(1) or solver(*a, **k))
+    solver = APPROXIMATIONS["ep"].solver
+    monkeypatch.setitem(APPROXIMATIONS, "ep", dataclasses.replace(
+        APPROXIMATIONS["ep"], solver=lambda *a, **k: calls.append(1) or solver(*a, **k)))
     X, y = random_problem(np.random.default_rng(9), 25, d=2)
     D = ((X[:, None] - X[None]) ** 2).sum(-1)
     Kv = np.exp(-0.5 * D) + 1e-6 * np.eye(25)
@@ -314,13 +317,13 @@ def test_reset_warm_starts_clears_every_op_also_equal_ones():
 
 
 def test_sampling_tolerance_keeps_value_and_gradient_at_the_fixed_point():
-    """The sampler's EP tolerance (ops.SAMPLING_DEFAULTS, 1e-2: the Op's ``sampling`` copy,
+    """The sampler's EP tolerance (the registry's sampling_defaults, 1e-2: the Op's ``sampling`` copy,
     which ``pymc_gpc.sample`` compiles) along a warm-started path of nearby kernels, as NUTS
     evaluates them: the evidence stays within 1e-3 and dlogZ/dK within 5e-2 (relative) of
     a tight solve, while the sweeps drop."""
-    from pymc_gpc.ops.marginal import SAMPLING_DEFAULTS
+    from pymc_gpc.approximations.registry import APPROXIMATIONS
 
-    assert SAMPLING_DEFAULTS["ep"]["tol"] == 1e-2
+    assert APPROXIMATIONS["ep"].sampling_defaults["tol"] == 1e-2
     rng = np.random.default_rng(21)
     X, y = random_problem(rng, 60, d=3)
     K = pt.dmatrix("K")

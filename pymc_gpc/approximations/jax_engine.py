@@ -45,6 +45,7 @@ import jax.numpy as jnp
 from jax.scipy.linalg import cho_solve, solve_triangular
 
 from ..likelihoods import binary_jax as lik
+from . import registry
 
 jax.config.update("jax_enable_x64", True)
 
@@ -395,10 +396,7 @@ def solver(approximation, kind, **options):
 
     EP's ``method="sequential"`` runs the parallel schedule here (the same fixed point).
     """
-    if approximation not in SOLVERS:
-        raise NotImplementedError(
-            f"the JAX backend implements EP and Laplace (MarginalEP, MarginalLaplace), not {approximation!r}; "
-            "sample that model with PyMC's NUTS or nutpie (nuts_sampler='pymc' or 'nutpie')")
+    registry.check_backend(approximation, "dense", "jax", "ApproxMarginalOp")
     if approximation == "laplace" and not lik.SUPPORTS_LAPLACE[kind]:
         raise ValueError("the step likelihood has no Laplace approximation: use EP")
     unknown = set(options) - set(OPTIONS[approximation])

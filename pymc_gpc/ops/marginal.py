@@ -3,7 +3,7 @@ r"""PyTensor Ops: the approximate marginal likelihood and the latent predictive.
 ``ApproxMarginalOp`` maps (K, theta, y) to
 
 * ``log_z``: log q(y | K, theta) by EP, Laplace, mean field (I or II) or online ADF
-  (``SOLVERS``),
+  (``approximations.registry``),
 * ``dlog_z_dK`` (n, n) and ``dlog_z_dtheta`` (p,): its gradient, computed in the same
   pass (the solver's fixed point gives both); ADF has none (NaN, and ``pullback``
   raises a clear error),
@@ -41,7 +41,6 @@ repeats itself.
 import contextlib
 import copy
 import dataclasses
-import inspect
 import itertools
 import os
 import threading
@@ -58,12 +57,9 @@ from pytensor.graph.op import Op
 from pytensor.graph.rewriting.basic import in2out, node_rewriter
 
 from .._numba_cache import cache_key
-from ..approximations.adf import adf
-from ..approximations.ep import EPState, ep, ep_warm
-from ..approximations.laplace import laplace
-from ..approximations.meanfield import meanfield
-from ..approximations.multinomial_probit_ep import multinomial_probit_ep
-from ..approximations.softmax_laplace import softmax_laplace
+from ..approximations import registry
+from ..approximations.ep import EPState, ep_warm
+from ..approximations.registry import SOLVERS  # noqa: F401  (ops.multiclass reads it here)
 from ..numerics.workspace import POOL
 from ..validation import trusted_kernel
 from . import thread_state
@@ -91,46 +87,16 @@ class ApproximationFailedWarning(RuntimeWarning):
     """
 
 
-SOLVERS = {"ep": ep, "laplace": laplace, "meanfield": meanfield, "adf": adf,
-           # several classes: K is (c, n, n), y holds class codes (ops/multiclass.py)
-           "laplace-multiclass": softmax_laplace, "ep-multiclass": multinomial_probit_ep}
-NO_GRADIENT = ("adf",)  # the online evidence has no gradient (adf.py)
-
-# Solver defaults inside a sampler, where options the user did not set come from here
-# before the engine's own defaults. The evidence is stationary in the sites at EP's fixed
-# point, so its error is second order in the last site change, the gradient's first
-# order. Both depend slightly on the chain's history (the warm start), so the leapfrog
-# map is only approximately reversible and the target is perturbed at the level of the
-# value error. At 1e-2 that error is far below the posterior's Monte Carlo error: the
-# posterior matches runs at 1e-7, and a chain is markedly faster than at 1e-3 (the errors
-# by tolerance and the comparison: benchmarks/results/engine_notes.md, "Sampler
-# tolerances"). ``pymc_gpc.fit`` and prediction use the engine defaults (1e-8).
-SAMPLING_DEFAULTS = {"ep": {"tol": 1e-2},
-                     # nested EP (its tol is on the inner site parameters): its log Z converges
-                     # more slowly in the site change than binary EP's, so a tighter tol keeps
-                     # its error and the gradient's at binary EP's level at 1e-2
-                     # (engine_notes.md, "Sampler tolerances"); and H_k in single precision
-                     # in every sweep (``multinomial_probit_ep``'s ``rough_gradient``)
-                     "ep-multiclass": {"tol": 1e-4, "rough_gradient": True},
-                     # the mode's n^3 products for the gradient in single precision
-                     # (``softmax_laplace``'s ``rough_gradient``); log q stays double
-                     "laplace-multiclass": {"rough_gradient": True}}
-
-
-# The engine's own defaults that the Op's compiled paths need explicitly (``ep_warm`` and
-# ``ops.compiled_ep`` take tol as an argument): ``ep``'s signature default.
-ENGINE_DEFAULTS = {"ep": {"tol": inspect.signature(ep).parameters["tol"].default}}
-
 _sampling = threading.local()
 
 
 @contextlib.contextmanager
 def sampling_tolerance():
     """Graphs compiled within this block evaluate the evidence Ops at the sampler's
-    tolerances (``SAMPLING_DEFAULTS``: EP's tol 1e-2) instead of the engine's (1e-8).
+    tolerances (the registry's ``sampling_defaults``: EP's tol 1e-2) instead of the engine's (1e-8).
 
     ``pymc_gpc.sample`` compiles its sampler inside this block: the loose tolerance is a
-    speed device for NUTS (see ``SAMPLING_DEFAULTS``). Every other graph with the Ops
+    speed device for NUTS (``approximations.registry``). Every other graph with the Ops
     (``model.compile_logp`` / ``compile_dlogp``, ``pm.find_MAP``, ADVI, pathfinder, a
     Laplace approximation from a Hessian, plain ``pm.sample``) gets the engine's
     accuracy, as do options given to the GP's constructor (``tol=...``) everywhere.
@@ -155,21 +121,13 @@ def prediction_options(options):
 
 
 def _solve(approximation, K, y, lik, params, state, options):
-    return SOLVERS[approximation](K, y, lik, params, state=state, **options)
+    return registry.APPROXIMATIONS[approximation].solver(K, y, lik, params, state=state, **options)
 
 
 def _retry_options(approximation, options):
-    """The fallback schedule after a non-converged run: damped, then sequential."""
-    if approximation == "adf":
-        return []
-    if approximation == "ep-multiclass":
-        return [dict(options, damping=0.5, max_sweeps=2 * options.get("max_sweeps", 100))]
-    if approximation != "ep":
-        return [dict(options, max_iter=4 * options.get("max_iter", 100))]
-    return [
-        dict(options, damping=0.5, max_sweeps=2 * options.get("max_sweeps", 300)),
-        dict(options, method="sequential", damping=0.7, max_sweeps=2 * options.get("max_sweeps", 300)),
-    ]
+    """The fallback schedule after a non-converged run: the registry's for the approximation's
+    default structure (dense EP: damped, then sequential)."""
+    return registry.get(approximation).retry_schedule(options)
 
 
 def _solve_with_retries(approximation, K, y, lik, params, state, options, retry_options=None):
@@ -428,11 +386,12 @@ class ApproxMarginalOp(Op):
 
     Parameters
     ----------
-    approximation : a key of ``SOLVERS``: "ep", "laplace", "meanfield" or "adf".
+    approximation : a key of ``approximations.registry.APPROXIMATIONS``: "ep", "laplace",
+        "meanfield" or "adf".
     likelihood_type : a ``pymc_gpc.likelihoods.Likelihood`` subclass; its parameter
         values are the second input, so they may be random variables.
     options : tuple of (name, value) pairs passed to the solver, over the engine's
-        defaults (EP's tol 1e-8), or over ``SAMPLING_DEFAULTS`` (EP's tol 1e-2) where
+        defaults (EP's tol 1e-8), or over the registry's ``sampling_defaults`` (EP's tol 1e-2) where
         ``sampling`` is set.
     hyper_names : tuple of (name, size) pairs naming the optional fourth input, a
         vector of the model's hyperparameter values (gradient-disconnected). It is used
@@ -443,7 +402,7 @@ class ApproxMarginalOp(Op):
         runs), and the copy shares its original's warm starts and recent results, so the
         deterministics at a draw (``y_loo``) compute the LOO terms from the result NUTS
         already has.
-    sampling : use ``SAMPLING_DEFAULTS`` under the Op's options; set only by the rewrite
+    sampling : use the registry's ``sampling_defaults`` under the Op's options; set only by the rewrite
         ``use_sampling_tolerance`` on graphs compiled within ``sampling_tolerance()``
         (``pymc_gpc.sample``), on a copy that shares its warm starts with the other
         sampling copies of the same Op (not with the Op itself, whose recent results
@@ -468,8 +427,7 @@ class ApproxMarginalOp(Op):
 
     def __init__(self, approximation, likelihood_type, options=(), hyper_names=(), defer_loo=False,
                  sampling=False):
-        if approximation not in SOLVERS:
-            raise ValueError(f"approximation must be one of {sorted(SOLVERS)}, got {approximation!r}")
+        registry.get(approximation)  # ValueError naming the known ones
         self.approximation = approximation
         self.likelihood_type = likelihood_type
         self.options = tuple(options)
@@ -486,15 +444,20 @@ class ApproxMarginalOp(Op):
     # ``pymc_gpc.fit`` reads a node through these three (``ops.sparse`` has three inputs).
     n_kernel_inputs = 1
 
-    def prior_from(self, K):
+    @staticmethod
+    def prior_from(K):
         """What the solvers take as the prior, from the values of the first inputs."""
         return K
 
-    def retry_schedule(self, options):
-        """The option sets tried after a non-converged run (``_solve_with_retries``)."""
-        return _retry_options(self.approximation, options)
+    # The option sets tried after a non-converged run (``_solve_with_retries``), by approximation.
+    retry_schedule_for = staticmethod(_retry_options)
 
-    def kernel_cotangents(self, result):
+    def retry_schedule(self, options):
+        """The option sets tried after a non-converged run of this Op's approximation."""
+        return self.retry_schedule_for(self.approximation, options)
+
+    @staticmethod
+    def kernel_cotangents(result):
         """The solver's gradient in each of the first inputs."""
         return (result.dlog_z_dK,)
 
@@ -641,10 +604,11 @@ class ApproxMarginalOp(Op):
         return ", ".join(parts)
 
     def _solver_options(self):
-        """The solver's options: ``SAMPLING_DEFAULTS`` (with ``sampling``) or the engine's
-        ``ENGINE_DEFAULTS`` under the Op's, and the LOO deferred where ``defer_loo`` is set."""
-        defaults = SAMPLING_DEFAULTS if self.sampling else ENGINE_DEFAULTS
-        options = {**defaults.get(self.approximation, {}), **dict(self.options)}
+        """The solver's options: the registry's ``sampling_defaults`` (with ``sampling``) or
+        ``engine_defaults`` under the Op's, and the LOO deferred where ``defer_loo`` is set."""
+        entry = registry.APPROXIMATIONS[self.approximation]
+        defaults = entry.sampling_defaults if self.sampling else entry.engine_defaults
+        options = {**defaults, **dict(self.options)}
         if self.defer_loo:
             options["with_loo"] = "deferred"
         return options
@@ -756,7 +720,7 @@ class ApproxMarginalOp(Op):
                 ]
         if isinstance(g.type, DisconnectedType):
             return [disconnected_type()] * 4
-        if self.approximation in NO_GRADIENT:
+        if not registry.APPROXIMATIONS[self.approximation].has_gradient:
             msg = ("the online (ADF) evidence has no gradient in pymc-gpc; use a gradient-free "
                    "step method, or MarginalEP / MarginalMeanField")
             return [grad_not_implemented(self, 0, K, msg), grad_not_implemented(self, 1, params, msg),
@@ -764,20 +728,12 @@ class ApproxMarginalOp(Op):
         return [g * outputs[1], g * outputs[2], disconnected_type(), disconnected_type()]
 
 
-# Approximations whose LOO terms cost a noticeable share of an evaluation, so that an Op
-# whose ``loo`` output goes unused computes them only if a deterministic asks for them
-# (``defer_unused_loo``): Laplace's LA-LOO averages the likelihood over each cavity
-# (logistic: by quadrature, about half a warm solve; softmax: c-variate quasi-Monte Carlo,
-# about a fifth; benchmarks/results/engine_notes.md). EP's come free with its tilted moments.
-DEFERRED_LOO = ("laplace", "laplace-multiclass")
-
-
 @node_rewriter(None)
 def defer_unused_loo(fgraph, node):
     """An ``ApproxMarginalOp`` whose ``loo`` output has no client in the graph (the logp and
     gradient that NUTS evaluates) becomes its ``deferring_loo`` copy."""
     op = node.op
-    if not isinstance(op, ApproxMarginalOp) or op.defer_loo or op.approximation not in DEFERRED_LOO:
+    if not isinstance(op, ApproxMarginalOp) or op.defer_loo or not registry.APPROXIMATIONS[op.approximation].deferred_loo:
         return None
     if fgraph.clients.get(node.outputs[op.loo_output]):
         return None

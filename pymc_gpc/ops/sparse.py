@@ -23,6 +23,7 @@ import pytensor.tensor as pt
 from pytensor.gradient import DisconnectedType, disconnected_type, grad_not_implemented
 from pytensor.graph.basic import Apply
 
+from ..approximations import registry
 from ..structures.fitc import FITCPrior
 from ..validation import trusted_kernel
 from .marginal import (
@@ -39,15 +40,10 @@ from .marginal import (
     prediction_options,
 )
 
-SPARSE_APPROXIMATIONS = ("ep", "laplace")
-
-
 def sparse_retry_options(approximation, options):
-    """Damped EP (no sequential schedule for FITC), or more Newton iterations."""
-    if approximation == "laplace":
-        return [dict(options, max_iter=4 * options.get("max_iter", 100))]
-    sweeps = options.get("max_sweeps", 300)
-    return [dict(options, damping=0.5, max_sweeps=2 * sweeps), dict(options, damping=0.25, max_sweeps=4 * sweeps)]
+    """The registry's FITC schedule: damped EP (no sequential schedule for FITC), or more
+    Newton iterations."""
+    return registry.get(approximation).retry_schedule(options, "fitc")
 
 
 class SparseMarginalOp(ApproxMarginalOp):
@@ -61,17 +57,17 @@ class SparseMarginalOp(ApproxMarginalOp):
 
     def __init__(self, approximation, likelihood_type, options=(), hyper_names=(), defer_loo=False,
                  sampling=False):
-        if approximation not in SPARSE_APPROXIMATIONS:
-            raise ValueError(f"the FITC prior supports {SPARSE_APPROXIMATIONS}, got {approximation!r}")
+        registry.check_structure(approximation, "fitc")
         super().__init__(approximation, likelihood_type, options, hyper_names, defer_loo, sampling)
 
-    def prior_from(self, Kuu, Kuf, k_diag):
+    @staticmethod
+    def prior_from(Kuu, Kuf, k_diag):
         return FITCPrior(Kuu, Kuf, k_diag)
 
-    def retry_schedule(self, options):
-        return sparse_retry_options(self.approximation, options)
+    retry_schedule_for = staticmethod(sparse_retry_options)
 
-    def kernel_cotangents(self, result):
+    @staticmethod
+    def kernel_cotangents(result):
         return tuple(result.dlog_z_dK)
 
     def make_node(self, Kuu, Kuf, k_diag, params, y, hyper=None):
