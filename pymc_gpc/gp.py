@@ -414,7 +414,7 @@ class MarginalEP(_ApproximateMarginal):
         ``marginal_likelihood`` then takes the inducing inputs ``Xu``.
     **solver_options : passed to ``pymc_gpc.ep`` (method, damping, tol, max_sweeps);
         in ``pymc_gpc.sample``'s sampler tol defaults to 1e-2
-        (``pymc_gpc.ops.marginal.SAMPLING_DEFAULTS``), while every other use of the model's
+        (``pymc_gpc.approximations.registry``), while every other use of the model's
         logp and gradient (``pm.sample``, ``pm.find_MAP``, ``model.compile_dlogp``, ADVI),
         ``pymc_gpc.fit`` and ``predict`` at a point get the engine's 1e-8 (``predict``
         over posterior draws 1e-3: ``pymc_gpc.prediction``).

@@ -58,7 +58,8 @@ from pytensor.graph.traversal import ancestors
 
 from .likelihoods.binary import StepLabelNoise
 from .approximations import registry
-from .ops.marginal import ApproxMarginalOp, _solve_with_retries
+from .approximations.solve import solve_with_retries
+from .ops.marginal import ApproxMarginalOp
 from .progress import Progress
 from .python_vm import PYTHON_VM_FORWARD_MODE, PYTHON_VM_MODE
 from .structures.dense import NotPositiveDefiniteError
@@ -305,7 +306,7 @@ class _Objective:
         # K comes from a covariance function, as in the Op: no symmetry or PSD check (one
         # Cholesky factorisation per class and solve); an indefinite K still fails the solve
         with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"), trusted_kernel():
-            result, _ = _solve_with_retries(node.op.approximation, K, self.labels[j], node.op._lik, theta,
+            result, _ = solve_with_retries(node.op.approximation, K, self.labels[j], node.op._lik, theta,
                                             self.states[j], options,
                                             self.structures[j].retry_schedule(node.op.approximation, options))
         if np.isfinite(result.log_z):

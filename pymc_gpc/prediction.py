@@ -30,7 +30,7 @@ loop (the draws' rows then stack to (S, m, c)).
 """
 
 import numpy as np
-from .ops.marginal import _solve_with_retries, prediction_options
+from .approximations.solve import prediction_options, solve_with_retries
 from .progress import Progress
 from .python_vm import PYTHON_VM_FORWARD_MODE, PYTHON_VM_MODE
 from .validation import trusted_kernel
@@ -101,7 +101,7 @@ def _one_draw(approximation, likelihood, options, y, K, theta, K_cross, k_diag, 
     """(mean, var, state for the next draw) at one draw, warm-started from ``state``."""
     try:  # K comes from a covariance function, as in the Op: no extra PSD check
         with trusted_kernel(), np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
-            result, _ = _solve_with_retries(approximation, K, y, likelihood, theta, state, options, retry_options)
+            result, _ = solve_with_retries(approximation, K, y, likelihood, theta, state, options, retry_options)
         mean, var = result.predict_latent(K_cross, k_diag)
     except (ValueError, np.linalg.LinAlgError):  # NotPositiveDefiniteError is a LinAlgError
         # binary: K_cross (n, m) -> mean, var (m,); c classes: (c, n, m) -> (c, m), (m, c, c)

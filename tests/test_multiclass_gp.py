@@ -90,7 +90,7 @@ def test_sampler_asks_for_a_rough_gradient_and_fit_does_not(monkeypatch, key, cl
     import dataclasses
 
     from pymc_gpc.approximations.registry import APPROXIMATIONS
-    from pymc_gpc.ops.marginal import sampling_tolerance
+    from pymc_gpc.ops.rewrites import sampling_tolerance
 
     original, asked = APPROXIMATIONS[key].solver, []
 

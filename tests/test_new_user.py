@@ -141,13 +141,13 @@ def test_batched_predictions_warm_start_each_draw_from_the_previous(monkeypatch)
     from pymc_gpc.approximations.registry import APPROXIMATIONS
 
     calls = []
-    real = prediction._solve_with_retries
+    real = prediction.solve_with_retries
 
     def spy(approximation, K, y, lik, params, state, options, *rest):
         calls.append((state, options))
         return real(approximation, K, y, lik, params, state, options, *rest)
 
-    monkeypatch.setattr(prediction, "_solve_with_retries", spy)
+    monkeypatch.setattr(prediction, "solve_with_retries", spy)
     rng = np.random.default_rng(3)
     X, y = random_problem(rng, 30)
     _, gp = small_model(X, y)

@@ -129,7 +129,8 @@ def test_compile_dlogp_matches_finite_differences(dataset):
 
 
 def test_only_the_package_sampler_gets_the_loose_tolerance():
-    from pymc_gpc.ops.marginal import ApproxMarginalOp, sampling_tolerance
+    from pymc_gpc.ops.marginal import ApproxMarginalOp
+    from pymc_gpc.ops.rewrites import sampling_tolerance
 
     def ops(fn):
         return [nd.op for nd in fn.maker.fgraph.toposort() if isinstance(nd.op, ApproxMarginalOp)]

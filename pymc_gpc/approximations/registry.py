@@ -39,7 +39,7 @@ class UnsupportedCombinationError(ValueError, NotImplementedError):
     NotImplementedError, what the JAX backend's registration raises for a model it cannot run."""
 
 
-# -- retry schedules (``ops.marginal.solve_with_retries``) ----------------------------
+# -- retry schedules (``approximations.solve.solve_with_retries``) ----------------------------
 
 
 def no_retries(options):
@@ -88,13 +88,13 @@ class Approximation:
         a non-converged run; the first structure's is the default.
     has_gradient : whether the evidence has a gradient (ADF's has none).
     sampling_defaults : solver options inside ``pymc_gpc.sample``'s sampler, under the
-        user's (``ops.marginal.sampling_tolerance``).
+        user's (``ops.rewrites.sampling_tolerance``).
     engine_defaults : the engine's defaults that compiled paths need explicitly
-        (``ep_warm`` and ``ops.compiled_ep`` take tol as an argument).
+        (``ep_warm`` and ``backends.numba.compiled_ep`` take tol as an argument).
     prediction_defaults : solver options when predicting over posterior draws
         (``pymc_gpc.prediction``).
     deferred_loo : whether its LOO terms cost enough of an evaluation to be computed only
-        when a deterministic asks for them (``ops.marginal.defer_unused_loo``).
+        when a deterministic asks for them (``ops.rewrites.defer_unused_loo``).
     backends : the backends that implement it (``BACKENDS``).
     multiclass : the name of its variant for multi-class likelihoods, if any.
     """

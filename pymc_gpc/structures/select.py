@@ -89,7 +89,7 @@ class PriorStructure(Protocol):
 
     def retry_schedule(self, approximation, options):
         """The option dicts tried, in order, after a non-converged run of ``approximation``
-        with ``options`` (``ops.marginal.solve_with_retries``)."""
+        with ``options`` (``approximations.solve.solve_with_retries``)."""
 
     def q_covariance(self, q):
         """The covariance A of q(f) in a solver result ``q``, in the form

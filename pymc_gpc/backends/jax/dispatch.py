@@ -4,7 +4,7 @@ PyMC's JAX samplers (``pm.sample(nuts_sampler="numpyro" | "blackjax")``) turn th
 log density into a JAX function (``pymc.sampling.jax.get_jaxified_logp``) and
 differentiate it with JAX itself, so the Ops' ``pullback`` is not used there: the
 gradient lives in the JAX function, as the ``jax.custom_vjp`` of
-``approximations.jax_engine.marginal_fn`` (the exact fixed-point / implicit gradient,
+``backends.jax.engine.marginal_fn`` (the exact fixed-point / implicit gradient,
 never automatic differentiation through the EP or Newton loop).
 
 Registered here:
@@ -22,7 +22,7 @@ Registered here:
 * ``ARDKernelOp`` and ``ARDKernelPullbackOp`` of ``kernels.py`` (``ard_classifier``): the
   kernel as jnp code, which JAX differentiates exactly.
 
-Importing this module imports jax and PyTensor's JAX dispatch; ``jax_registration``
+Importing this module imports jax and PyTensor's JAX dispatch; ``registration``
 (installed when ``pymc_gpc`` is imported) imports it right after PyTensor's JAX dispatch
 is first imported (by PyMC's JAX samplers, ``mode="JAX"``), so that ``import pymc_gpc``
 does not pay for importing jax (0.5-0.9 s here).
@@ -33,12 +33,12 @@ import jax.numpy as jnp
 import numpy as np
 from pytensor.link.jax.dispatch import jax_funcify
 
-from ..approximations import jax_engine
-from ..kernels import ARDKernelOp, ARDKernelPullbackOp
-from .training_check import TrainingValuesCheck
-from ..approximations import registry
-from ..structures.select import structure_of_op
-from .marginal import ApproxMarginalOp, LatentPredictiveOp
+from ...approximations import registry
+from ...kernels import ARDKernelOp, ARDKernelPullbackOp
+from ...ops.marginal import ApproxMarginalOp, LatentPredictiveOp
+from ...ops.training_check import TrainingValuesCheck
+from ...structures.select import structure_of_op
+from . import engine as jax_engine
 
 
 def _options(op, sampling):
