@@ -4,7 +4,7 @@ For n = 200 ... 4000 (synthetic 5-d data, probit, ARD squared-exponential kernel
   * floor: one Cholesky factorisation plus one inverse from it (LAPACK dpotrf + dpotri);
   * EP and Laplace, cold (from zero) and warm-started from the solution at hyperparameters
     2 % away (a NUTS leapfrog step is of that order), value and gradient together; EP
-    at the engine's tolerance (1e-8) and, warm, at the sampler's (``ops.SAMPLING_DEFAULTS``);
+    at the engine's tolerance (1e-8) and, warm, at the sampler's (the registry's ``sampling_defaults``);
 and, on Pima at a fixed kernel, the same evidence + gradient by scikit-learn (Laplace)
 and GPy (EP), when they are installed.
 
@@ -29,7 +29,9 @@ from scipy.linalg import lapack
 from pymc_gpc import ep, laplace
 from pymc_gpc import likelihoods as L
 from pymc_gpc.datasets import load_pima
-from pymc_gpc.ops.marginal import SAMPLING_DEFAULTS
+from pymc_gpc.approximations.registry import APPROXIMATIONS
+
+SAMPLING_DEFAULTS = {"ep": dict(APPROXIMATIONS["ep"].sampling_defaults)}
 
 OUT = pathlib.Path(__file__).parent / "results" / "engine.md"
 

@@ -57,14 +57,16 @@ import pymc_gpc
 from pymc_gpc.approximations import ep as E
 from pymc_gpc.datasets import load
 from pymc_gpc.likelihoods import Probit
+from pymc_gpc.backends.numba import dispatch as D
 from pymc_gpc.ops import marginal as M
+from pymc_gpc.ops import warm_start
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from sampling_hard import DATASETS as HARD  # noqa: E402
 
 OUT = pathlib.Path(__file__).parent / "results" / "ep_sweeps.md"
 DATASETS = {**HARD, "pima": lambda: load("pima")}
-TOL = 1e-2  # SAMPLING_DEFAULTS["ep"]["tol"]
+TOL = 1e-2  # APPROXIMATIONS["ep"].sampling_defaults["tol"] (approximations.registry)
 JITTER = 1e-6
 LIK = Probit()
 TH = LIK.check_params(LIK._th(None))
@@ -73,7 +75,7 @@ TH = LIK.check_params(LIK._th(None))
 def record(data, tune=300, draws=300, seed=1):
     """The hyperparameter vectors of every solve of one NUTS chain (in order), and the sampler's stats.
 
-    The chain runs the object-mode Op (``ops.marginal.COMPILED_EP`` off), whose Python
+    The chain runs the object-mode Op (``backends.numba.dispatch.COMPILED_EP`` off), whose Python
     ``_perform`` is where the solves are recorded; the trajectory is the same kind.
     """
     log = []
@@ -86,14 +88,14 @@ def record(data, tune=300, draws=300, seed=1):
 
     model, _ = pymc_gpc.ard_classifier(data.X_train, data.y_train)
     M.ApproxMarginalOp._perform = recording
-    compiled, M.COMPILED_EP = M.COMPILED_EP, False  # the compiled Op never calls _perform
+    compiled, D.COMPILED_EP = D.COMPILED_EP, False  # the compiled Op never calls _perform
     try:
         with model, warnings.catch_warnings():
             warnings.simplefilter("ignore")
             idata = pymc_gpc.sample(draws=draws, tune=tune, chains=1, cores=1, random_seed=seed,
                                     progressbar=False, compute_convergence_checks=False)
     finally:
-        M.ApproxMarginalOp._perform, M.COMPILED_EP = original, compiled
+        M.ApproxMarginalOp._perform, D.COMPILED_EP = original, compiled
     return log, float(np.asarray(idata["sample_stats"]["n_steps"]).mean())
 
 
@@ -150,7 +152,7 @@ def nearest_in_K(stored_K, stored_s, K):
 
 def replay(kernel, y, points, predictor, size=6):
     """Sweeps per evaluation along ``points`` with warm starts from ``predictor``."""
-    warm = M.WarmStarts(size)
+    warm = warm_start.WarmStarts(size)
     stored_x, stored_s, stored_K, last, sweeps = [], [], [], None, []
     for h in points:
         if predictor == "nearest K":
@@ -182,7 +184,7 @@ def iteration_variants(kernel, y, points, variants=((1.0, 0), (0.8, 0), (0.5, 0)
     package's iteration (damping 1, memory 5)."""
     out, first = {}, []
     for damping, memory in variants:
-        warm, sweeps, n = M.WarmStarts(), [], len(y)
+        warm, sweeps, n = warm_start.WarmStarts(), [], len(y)
         for h in points:
             st = warm.guess(h)
             tau, nu = (np.zeros(n), np.zeros(n)) if st is None else (st.tau.copy(), st.nu.copy())
@@ -205,7 +207,7 @@ def step_lengths(points, size=6):
 
 def errors_by_sweeps(kernel, y, points, every=10, ks=(2, 3, 4, 5, 6)):
     """Median and max |log Z error| and relative gradient error after k sweeps from the package's warm start."""
-    warm = M.WarmStarts()
+    warm = warm_start.WarmStarts()
     errs = {k: [] for k in ks}
     for i, h in enumerate(points):
         K = kernel(h)
@@ -281,7 +283,7 @@ def newton_variants(kernel, y, points):
     from its own converged states): Newton-GMRES, and the chords with the Jacobian's Sigma of
     the previous evaluation or of the solve's start (``newton_gmres``)."""
     out = {"Newton-GMRES": [], "chord, Sigma of the previous evaluation": [], "chord, Sigma at the start": []}
-    warm = {key: M.WarmStarts() for key in out}
+    warm = {key: warm_start.WarmStarts() for key in out}
     previous = None
     for h in points:
         K = kernel(h)

@@ -3,7 +3,7 @@
 For each data set, one NUTS chain (``ep_sweeps.record``: ``pymc_gpc.sample``, 200 tune +
 200 draws, seed 1) gives the hyperparameter points the sampler evaluated; the second half
 of them (at most the last 1000) is replayed, in order, through the model's compiled ``logp_dlogp_function`` (the
-numba backend, as PyMC's NUTS calls it; with the object-mode Op, ``ops.marginal.COMPILED_EP``
+numba backend, as PyMC's NUTS calls it; with the object-mode Op, ``backends.numba.dispatch.COMPILED_EP``
 off, since the passes patch the Op's Python): once untimed (so that every path the replay takes,
 retries included, is compiled), then three times:
 
@@ -39,6 +39,7 @@ import numpy as np
 import pymc_gpc
 from pymc_gpc.approximations import ep as E
 from pymc_gpc.likelihoods import Probit
+from pymc_gpc.backends.numba import dispatch as numba_dispatch
 from pymc_gpc.ops import marginal as M
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
@@ -60,11 +61,11 @@ def measure(name):
     log, _ = record(data, tune=200, draws=200)
     points = [h for h, _, _ in log[len(log) // 2:]][-MAX_EVALUATIONS:]
     model, _ = pymc_gpc.ard_classifier(data.X_train, data.y_train)
-    compiled, M.COMPILED_EP = M.COMPILED_EP, False  # the passes patch the object-mode Op's Python
+    compiled, numba_dispatch.COMPILED_EP = numba_dispatch.COMPILED_EP, False  # the passes patch the object-mode Op's Python
     try:
         f = model.logp_dlogp_function(ravel_inputs=True)
     finally:
-        M.COMPILED_EP = compiled
+        numba_dispatch.COMPILED_EP = compiled
     f.set_extra_values({})
     original_perform, original_solve = M.ApproxMarginalOp.perform, M.ApproxMarginalOp._perform
     inputs, outputs, solve_times = [], [], []

@@ -6,7 +6,7 @@ exponential with lengthscales 1.5 and amplitude 2, jitter 1e-8), float64. One ca
 with Anderson acceleration): timed after a compiling call, median of ``--repeats``, at the
 engine's tolerance 1e-8 and at the sampler's 1e-2, with the sweeps taken.
 
-Runs without PyMC: it imports ``pymc_gpc.approximations.jax_engine`` if it can, else the
+Runs without PyMC: it imports ``pymc_gpc.backends.jax.engine`` if it can, else the
 two engine files copied beside this script as a package ``gpcjax`` (how it ran on the
 accelerator machine). Prints a markdown table; ``--out FILE`` also writes it.
 
@@ -23,7 +23,7 @@ import numpy as np
 from _provenance import write_results  # noqa: E402  (benchmarks/_provenance.py, copied beside this file)
 
 try:
-    from pymc_gpc.approximations import jax_engine
+    from pymc_gpc.backends.jax import engine as jax_engine
 except Exception:  # no PyMC here (ImportError or worse): the engine files carried beside this script
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from gpcjax.approximations import jax_engine

@@ -6,6 +6,7 @@ Run: OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/prediction_toler
 Writes benchmarks/results/prediction_tolerance.md.
 """
 
+import dataclasses
 import pathlib
 import time
 
@@ -13,7 +14,7 @@ import numpy as np
 from _provenance import write_results  # noqa: E402  (benchmarks/_provenance.py)
 
 import pymc_gpc
-from pymc_gpc import prediction
+from pymc_gpc.approximations import registry
 from pymc_gpc.datasets import load
 
 
@@ -21,7 +22,7 @@ OUT = pathlib.Path(__file__).parent / "results" / "prediction_tolerance.md"
 
 
 def main():
-    default = dict(prediction.PREDICTION_DEFAULTS["ep"])
+    default = registry.APPROXIMATIONS["ep"]
     lines = ["# Prediction over posterior draws at EP tolerances 1e-8, 1e-4, 1e-3", "",
              "| data | tol | median time | max abs change of p vs 1e-8 | test errors |", "|---|---|---|---|---|"]
     print("\n".join(lines[2:]))
@@ -33,7 +34,7 @@ def main():
         gp.predict(d.X_test[:5], idata=idata, max_draws=5, progressbar=False)  # compile
         ref = None
         for tol in (1e-8, 1e-4, 1e-3):
-            prediction.PREDICTION_DEFAULTS["ep"]["tol"] = tol
+            registry.APPROXIMATIONS["ep"] = dataclasses.replace(default, prediction_defaults={"tol": tol})
             times = []
             for _ in range(3):
                 t = time.perf_counter()
@@ -44,7 +45,7 @@ def main():
             lines.append(f"| {name} | {tol:g} | {np.median(times):.2f} s | {np.max(np.abs(p - ref)):.1e} | "
                          f"{errors}/{len(d.y_test)} |")
             print(lines[-1], flush=True)
-    prediction.PREDICTION_DEFAULTS["ep"] = default
+    registry.APPROXIMATIONS["ep"] = default
     write_results(OUT, "\n".join(lines) + "\n")
 
 

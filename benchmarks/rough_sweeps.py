@@ -34,7 +34,7 @@ from _provenance import write_results  # noqa: E402  (benchmarks/_provenance.py)
 import numpy as np
 
 from pymc_gpc.approximations import ep as E
-from pymc_gpc.ops.marginal import WarmStarts
+from pymc_gpc.ops.warm_start import WarmStarts
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from ep_sweeps import ARD, DATASETS, LIK, TH, TOL, record  # noqa: E402

@@ -6,7 +6,7 @@ whatever it did while holding the GIL the other chain waited for: the Op's Pytho
 the compiled EP loop, numba's dispatch of that loop, and the making and destroying of a
 Python thread state at every block (numba's PyGILState_Ensure / Release on a thread Python
 did not start). Since then the kernel's exponential runs compiled, and binary EP's common
-case too (``ops.compiled_ep``, the default; PYMC_GPC_COMPILED_EP=0 gives the object-mode
+case too (``backends.numba.compiled_ep``, the default; PYMC_GPC_COMPILED_EP=0 gives the object-mode
 Op): an evaluation enters Python only where that declines. ``--paths`` runs both. With
 no Python in the Op the two-thread cost on Pima fell from 1.19 to 1.01
 (``results/threads_sampling_only.md``). Up to 2026-11-27 each timed call was a whole
@@ -22,7 +22,7 @@ after an untimed 5 + 5 run; with ``--baseline DIR LABEL`` also another version o
 package (through ``PYTHONPATH``), in its own process.
 
 Columns: wall time of the call; Op evaluations (both chains, warm-up included; counted at
-the object-mode entry, and by ``ops.thread_state``'s tallies on the compiled path); EP sweeps
+the object-mode entry, and by ``backends.numba.thread_state``'s tallies on the compiled path); EP sweeps
 per evaluation (the sweeps of the compiled solves, ``ep.ep_warm`` and the compiled path's,
 over those evaluations: an answer from the recent results counts as an
 evaluation without sweeps, so this is a little below the sampler's own figure, and equal
@@ -62,6 +62,7 @@ DRAWS = {"pima": 300, "breast-cancer": 150, "crabs": 300}
 def child(name, repeats, draws):
     """One variant in this process: the timed runs, as JSON lines on stdout."""
     import pymc_gpc
+    from pymc_gpc.backends.numba import dispatch as D
     from pymc_gpc.ops import marginal as M
 
     sys.path.insert(0, str(pathlib.Path(__file__).parent))
@@ -69,13 +70,13 @@ def child(name, repeats, draws):
     from pymc_gpc.datasets import load
 
     calls = [0]
-    registered = M._perform_registered
+    registered = D._perform_registered
 
     def counting(key, inputs):
         calls[0] += 1
         return registered(key, inputs)
 
-    M._perform_registered = counting
+    D._perform_registered = counting
     sweeps, solve = [0], M.ep_warm
 
     def counting_sweeps(*args, **kwargs):
@@ -84,8 +85,8 @@ def child(name, repeats, draws):
         return out
 
     M.ep_warm = counting_sweeps
-    try:  # the compiled path's tallies (``ops.thread_state``; code before it has none)
-        from pymc_gpc.ops import thread_state
+    try:  # the compiled path's tallies (``backends.numba.thread_state``; code before it has none)
+        from pymc_gpc.backends.numba import thread_state
     except ImportError:
         thread_state = None
 

@@ -25,6 +25,8 @@ Example
 >>> p = gp.predict(Xnew, idata=idata)
 """
 
+import functools
+
 import numpy as np
 import pymc as pm
 import pytensor
@@ -35,11 +37,12 @@ from pytensor.graph.traversal import ancestors
 from pytensor.tensor.random.op import RandomVariable
 
 from .likelihoods.binary import Likelihood, laplace_unsupported_message
-from .ops.marginal import ApproxMarginalOp, LatentPredictiveOp
+from .likelihoods.multiclass import MulticlassLikelihood
+from .model_terms import add_evidence_terms, as_input_matrix
 from .ops.training_check import checked_training_tensor
-from .ops.sparse import SPARSE_APPROXIMATIONS, SparseMarginalOp, SparsePredictiveOp
-from .prediction import KERNEL_MODE, POINT_KERNEL_MODE, PREDICTION_DEFAULTS, latent_predictions
-from .structures.fitc import FITCPrior
+from .approximations import registry
+from .prediction import KERNEL_MODE, POINT_KERNEL_MODE, latent_predictions
+from .structures.select import select_structure
 from .validation import (
     as_signed_labels,
     binary_classes,
@@ -58,19 +61,16 @@ class _ApproximateMarginal:
 
     def __new__(cls, *args, **kwargs):
         """A multi-class likelihood (``likelihoods.multiclass``) builds the multi-class
-        variant of this classifier (``gp_multiclass``), or raises ValueError if this
+        variant of this classifier (the subclass of ``cls`` whose approximation is the
+        registry's ``multiclass_variant``: ``gp_multiclass``), or raises ValueError if this
         approximation cannot integrate it out."""
-        from .likelihoods.multiclass import MulticlassLikelihood
-
         likelihood = kwargs.get("likelihood")
         if isinstance(likelihood, MulticlassLikelihood) and not hasattr(cls, "n_classes"):
-            from .gp_multiclass import multiclass_class
-
-            cls = multiclass_class(cls, likelihood)
+            cls = _subclass_for(cls, registry.multiclass_variant(cls.approximation, likelihood, cls.__name__))
         return super().__new__(cls)
 
     def __init__(self, *, cov_func, likelihood, jitter=JITTER_DEFAULT, approx=None, **solver_options):
-        self.approx = _check_approx(approx, self.approximation)
+        self.approx = registry.check_approx(approx, self.approximation)
         if not isinstance(likelihood, Likelihood):
             raise ValueError(
                 f"likelihood must be a pymc_gpc.likelihoods.Likelihood instance, got {likelihood!r}"
@@ -89,14 +89,15 @@ class _ApproximateMarginal:
 
     # -- building blocks -------------------------------------------------------------
 
-    def _kernel(self, X):
-        n = X.shape[0]
-        return self.cov_func(X) + self.jitter * pt.eye(n)
+    @property
+    def structure(self):
+        """The prior structure (``structures.select``) of this GP's likelihood and ``approx``."""
+        return select_structure(self.likelihood, self.approx)
 
     def _op(self, hyper_names=()):
-        """The evidence Op of this GP's prior (dense, or ``ops.sparse`` with FITC)."""
-        op_type = SparseMarginalOp if self.approx == "FITC" else ApproxMarginalOp
-        return op_type(self.approximation, type(self.likelihood), self.solver_options, hyper_names)
+        """The evidence Op of this GP's prior structure."""
+        return self.structure.marginal_op(self.approximation, type(self.likelihood), self.solver_options,
+                                          hyper_names)
 
     @staticmethod
     def _hyperparameters(model, outputs):
@@ -140,7 +141,7 @@ class _ApproximateMarginal:
                 f"Xnew has {Xnew.shape[1]} columns but the training inputs X have {self._n_inputs}"
             )
         if symbolic and tensor is not None:
-            return _as_input_matrix(tensor)
+            return as_input_matrix(tensor)
         return Xnew
 
     def _record_training_container(self, X_tensor, X_values):
@@ -162,7 +163,7 @@ class _ApproximateMarginal:
         if self._training_container is None:
             return self.X
         tensor, values = self._training_container
-        return _as_input_matrix(checked_training_tensor(tensor, values))
+        return as_input_matrix(checked_training_tensor(tensor, values))
 
     def _labels(self):
         """The training labels as an array (a ``pm.Data`` container's current values)."""
@@ -170,20 +171,15 @@ class _ApproximateMarginal:
         return np.asarray(y.eval() if isinstance(y, pytensor.graph.basic.Variable) else y, dtype=float)
 
     def _prior_inputs(self, X=None):
-        """The evidence Op's prior inputs at the training X (or ``X``): [K], or with FITC [K_uu,
-        K_uf, diag K_ff] (K_uu and diag K_ff jittered, as the dense K's diagonal)."""
-        X = self.X if X is None else X
-        if self.approx == "FITC":
-            Xu = self.Xu
-            Kuu = self.cov_func(Xu) + self.jitter * pt.eye(Xu.shape[0])
-            return [Kuu, self.cov_func(Xu, X), self.cov_func(X, diag=True) + self.jitter]
-        return [self._kernel(X)]
+        """The evidence Op's kernel inputs at the training X (or ``X``): the structure's
+        ``kernel_inputs`` ([K], or with FITC [K_uu, K_uf, diag K_ff])."""
+        return self.structure.kernel_inputs(self, self.X if X is None else X)
 
     def _build_predictive(self, Xnew, full_cov):
-        op_type = SparsePredictiveOp if self.approx == "FITC" else LatentPredictiveOp
-        op = op_type(self.approximation, type(self.likelihood), self.solver_options, full_cov)
+        structure = self.structure
+        op = structure.predictive_op(self.approximation, type(self.likelihood), self.solver_options, full_cov)
         X = self._training_inputs()
-        K_cross = self.cov_func(self.Xu if self.approx == "FITC" else X, Xnew)
+        K_cross = structure.cross_covariances(self, X, Xnew)
         K_star = self.cov_func(Xnew) if full_cov else self.cov_func(Xnew, diag=True)
         return op(*self._prior_inputs(X), self.likelihood.params_tensor(), self.y, K_cross, K_star)
 
@@ -228,42 +224,19 @@ class _ApproximateMarginal:
         signed = as_signed_labels(y_values)
         if X.shape[0] != signed.shape[0]:
             raise ValueError(f"X has {X.shape[0]} rows but y has {signed.shape[0]} labels")
-        Xu = self._check_inducing(Xu, X)
+        Xu = self.structure.check_inducing(Xu, X)
         self.classes = binary_classes(y_values)
         self._n_inputs = X.shape[1]
         self._record_training_container(X_tensor, X_values)
         if X_tensor is not None:
-            X = _as_input_matrix(X_tensor)
+            X = as_input_matrix(X_tensor)
         y = signed if y_tensor is None else _signed_label_tensor(y_tensor, self.classes)
         model = pm.modelcontext(None)
         self.X, self.y, self.name, self.Xu, self.model = X, y, name, Xu, model
         priors, params = self._prior_inputs(), self.likelihood.params_tensor()
         hyper_names, hyper = self._hyperparameters(model, [*priors, params])
         log_z, *_, loo, n_iter, status = self._op(hyper_names)(*priors, params, y, hyper)
-        return _add_evidence_terms(model, name, signed.shape[0], log_z, loo, n_iter, status)
-
-    def _check_inducing(self, Xu, X):
-        """Xu as a constant array or a tensor, checked against X (before any heavy work)."""
-        if self.approx != "FITC":
-            if Xu is not None:
-                raise ValueError("Xu (inducing inputs) is for approx='FITC'; this GP uses the dense kernel")
-            return None
-        if Xu is None:
-            raise ValueError("approx='FITC' needs inducing inputs: marginal_likelihood(name, X, y, Xu=Xu), "
-                             "e.g. Xu = pm.gp.util.kmeans_inducing_points(m, X)")
-        n, d = X.shape
-        if isinstance(Xu, pytensor.graph.basic.Variable):
-            if Xu.ndim != 2:
-                raise ValueError(f"Xu must be a 2-D (m, {d}) tensor, got {Xu.ndim} dimensions")
-            m, cols = Xu.type.shape
-        else:
-            Xu = check_inputs(Xu, name="Xu")
-            m, cols = Xu.shape
-        if cols is not None and cols != d:
-            raise ValueError(f"Xu has {cols} columns but the training inputs X have {d}")
-        if m is not None and m > n:
-            raise ValueError(f"Xu has m = {m} inducing inputs, more than the n = {n} data points")
-        return Xu
+        return add_evidence_terms(model, name, signed.shape[0], log_z, loo, n_iter, status)
 
     def conditional(self, name, Xnew, *, jitter=JITTER_DEFAULT, **kwargs):
         """The latent f* at ``Xnew`` under q, as a ``pm.MvNormal`` (for posterior predictive).
@@ -331,10 +304,11 @@ class _ApproximateMarginal:
             if missing:
                 raise ValueError(f"point is missing values for {missing}")
         draws = [tuple(np.asarray(pt_[n]) for n in names) for pt_ in points]
-        defaults = PREDICTION_DEFAULTS.get(self.approximation, {}) if idata is not None else {}
+        defaults = registry.get(self.approximation).prediction_defaults if idata is not None else {}
         means, vars_, thetas = latent_predictions(
             self.approximation, self.likelihood, {**defaults, **dict(self.solver_options)}, self._labels(), fn, draws,
-            progressbar=progressbar and idata is not None, retry_options=self._op().retry_schedule,
+            progressbar=progressbar and idata is not None,
+            retry_options=functools.partial(self.structure.retry_schedule, self.approximation),
         )
         probs = [self._probabilities(m, v, th) for m, v, th in zip(means, vars_, thetas)]
         p = np.mean(probs, axis=0)
@@ -348,7 +322,7 @@ class _ApproximateMarginal:
         The prior inputs are the (n, n) kernel K, or with FITC K_uu, K_uf and diag K_ff
         (the cross-covariances are then K_u*, (m, n*)).
         """
-        crosses = self.cov_func(self.Xu if self.approx == "FITC" else self.X, Xnew)
+        crosses = self.structure.cross_covariances(self, self.X, Xnew)
         return [*self._prior_inputs(), self.likelihood.params_tensor(), crosses, self.cov_func(Xnew, diag=True)]
 
     def _probabilities(self, mean, var, theta):
@@ -357,7 +331,8 @@ class _ApproximateMarginal:
 
     def _compile_kernels(self, Xnew, model, mode=KERNEL_MODE):
         """One function from the model variables to (prior, theta, K_cross, k_diag); the
-        prior is what the solver takes (K, or a ``structures.fitc.FITCPrior``)."""
+        prior is what the solver takes (the structure's ``prior_from``: K, or a
+        ``structures.fitc.FITCPrior``)."""
         outputs = self._prediction_inputs(Xnew)
         outputs = [pt.as_tensor_variable(o).astype("float64") for o in outputs]
         graph = list(ancestors(outputs))
@@ -369,12 +344,14 @@ class _ApproximateMarginal:
             raise ValueError(f"the covariance or likelihood depends on {foreign}, which are not variables of "
                              "the model given (model=); give the model the GP was added to")
         fn = pytensor.function(inputs, outputs, on_unused_input="ignore", mode=mode)
-        if self.approx == "FITC":
-            def kernels(*args):
-                Kuu, Kuf, k_diag, *rest = fn(*args)
-                return (FITCPrior(Kuu, Kuf, k_diag), *rest)
-            return kernels, [v.name for v in inputs]
-        return fn, [v.name for v in inputs]
+        structure = self.structure
+        k = structure.n_kernel_inputs
+
+        def kernels(*args):
+            values = fn(*args)
+            return (structure.prior_from(*values[:k]), *values[k:])
+
+        return kernels, [v.name for v in inputs]
 
 
 def _signed_label_tensor(y_tensor, classes):
@@ -394,35 +371,17 @@ def _signed_label_tensor(y_tensor, classes):
     return pt.switch(pt.gt(values, 0), 1.0, -1.0)
 
 
-def _as_input_matrix(X):
-    """A pm.Data container's tensor as (n, d) float64 (a vector is one input dimension)."""
-    X = pt.as_tensor_variable(X).astype("float64")
-    return X[:, None] if X.ndim == 1 else X
-
-
-def _add_evidence_terms(model, name, n, log_z, loo, n_iter, status):
-    """The potential ``name`` and its deterministics ``{name}_loo`` (dims ``{name}_obs``),
-    ``{name}_n_iter`` and ``{name}_status``; returns log_z."""
-    obs_dim = f"{name}_obs"
-    with model:
-        if obs_dim not in model.coords:
-            model.add_coord(obs_dim, np.arange(n))
-        pm.Potential(name, log_z)
-        pm.Deterministic(f"{name}_loo", loo, dims=obs_dim)
-        pm.Deterministic(f"{name}_n_iter", n_iter)
-        pm.Deterministic(f"{name}_status", status)
-    return log_z
-
-
-def _check_approx(approx, approximation):
-    """None (the dense kernel) or "FITC" (inducing points, EP and Laplace only)."""
-    if approx is None:
-        return None
-    if not isinstance(approx, str) or approx.upper() != "FITC":
-        raise ValueError(f"approx must be None (dense) or 'FITC', got {approx!r}")
-    if approximation not in SPARSE_APPROXIMATIONS:
-        raise ValueError(f"approx='FITC' is available for MarginalEP and MarginalLaplace, not {approximation!r}")
-    return "FITC"
+def _subclass_for(cls, approximation):
+    """The subclass of ``cls`` (at any depth) whose ``approximation`` is ``approximation``:
+    found among the classes defined, so that this module need not import ``gp_multiclass``
+    (which subclasses the classes here; ``pymc_gpc/__init__`` imports it)."""
+    for sub in cls.__subclasses__():
+        if sub.approximation == approximation:
+            return sub
+        found = _subclass_for(sub, approximation)
+        if found is not None:
+            return found
+    return None
 
 
 def _posterior_points(idata, names, max_draws):
@@ -455,7 +414,7 @@ class MarginalEP(_ApproximateMarginal):
         ``marginal_likelihood`` then takes the inducing inputs ``Xu``.
     **solver_options : passed to ``pymc_gpc.ep`` (method, damping, tol, max_sweeps);
         in ``pymc_gpc.sample``'s sampler tol defaults to 1e-2
-        (``pymc_gpc.ops.marginal.SAMPLING_DEFAULTS``), while every other use of the model's
+        (``pymc_gpc.approximations.registry``), while every other use of the model's
         logp and gradient (``pm.sample``, ``pm.find_MAP``, ``model.compile_dlogp``, ADVI),
         ``pymc_gpc.fit`` and ``predict`` at a point get the engine's 1e-8 (``predict``
         over posterior draws 1e-3: ``pymc_gpc.prediction``).

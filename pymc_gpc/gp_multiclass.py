@@ -37,7 +37,8 @@ import pymc as pm
 import pytensor.tensor as pt
 from pymc.gp.util import JITTER_DEFAULT
 
-from .gp import MarginalEP, MarginalLaplace, _add_evidence_terms, _as_input_matrix
+from .gp import MarginalEP, MarginalLaplace
+from .model_terms import add_evidence_terms as _add_evidence_terms, as_input_matrix as _as_input_matrix
 from .likelihoods.multiclass import MulticlassLikelihood
 from .ops.multiclass import MulticlassMarginalOp, MulticlassPredictiveOp
 from .validation import as_class_codes, check_inputs, data_input

@@ -15,8 +15,8 @@ import pymc as pm
 import xarray as xr
 from pytensor.graph.traversal import ancestors
 
-from .ops.jax_registration import JAX_SAMPLERS, jax_available, missing_jax_message
-from .ops.marginal import sampling_tolerance
+from .backends.jax.registration import JAX_SAMPLERS, jax_available, missing_jax_message
+from .ops.rewrites import sampling_tolerance
 
 
 def gp_names(model=None):
@@ -298,7 +298,7 @@ def sample(*args, model=None, **kwargs):
     ``log_likelihood``, the solver diagnostics in ``sample_stats``).
 
     The sampler evaluates the evidence at the sampling tolerances
-    (``ops.marginal.SAMPLING_DEFAULTS``: EP's tol 1e-2; ``ops.marginal.sampling_tolerance``),
+    (``approximations.registry``'s ``sampling_defaults``: EP's tol 1e-2; ``ops.rewrites.sampling_tolerance``),
     a speed device measured for NUTS; every other use of the model's logp and gradient
     (plain ``pm.sample`` included) gets the engine's accuracy.
 

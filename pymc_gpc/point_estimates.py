@@ -22,7 +22,7 @@ r"""Point estimates of the hyperparameters, on the same ``pm.Model`` that ``pm.s
                     - \tfrac12 \operatorname{tr}(K_\theta^{-1} A) + H(q) + \text{const}
 
     over the covariance hyperparameters (eq. 16-17; Tan eq. 17-18; for a FITC prior in
-    O(n m^2), ``fitc_covariance_bound``) and any smooth
+    O(n m^2), ``structures.em_bounds``) and any smooth
     likelihood parameter, by L-BFGS; the step likelihood's label-noise rate epsilon,
     when it is a free variable, is set in closed form by one of two rules:
     ``"errors"``: epsilon* = r / n, r the training errors of sign(E f) (eq. 18 and
@@ -41,10 +41,8 @@ the per-iteration history, and convergence flags; ``to_inference_data()`` gives 
 ArviZ ``DataTree`` for ``az.summary`` and plots.
 """
 
-import functools
 import warnings
 import weakref
-from collections import namedtuple
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -59,11 +57,14 @@ from pytensor.graph.replace import graph_replace
 from pytensor.graph.traversal import ancestors
 
 from .likelihoods.binary import StepLabelNoise
-from .ops.marginal import NO_GRADIENT, ApproxMarginalOp, _solve_with_retries
+from .approximations import registry
+from .approximations.solve import solve_with_retries
+from .ops.marginal import ApproxMarginalOp
 from .progress import Progress
 from .python_vm import PYTHON_VM_FORWARD_MODE, PYTHON_VM_MODE
-from .structures.dense import NotPositiveDefiniteError, chol_lower, inv_lower
+from .structures.dense import NotPositiveDefiniteError
 from .structures.fitc import NonFiniteKernelError
+from .structures.select import structure_of_op
 from .validation import trusted_kernel
 
 __all__ = ["fit", "FitResult", "FitStartError", "METHODS", "EPSILON_RULES", "RunawayHyperparameterWarning"]
@@ -265,9 +266,10 @@ class _Objective:
         if not self.free:
             raise ValueError("the model has no continuous free variables to fit")
         self.nodes = _marginal_nodes(model)
+        self.structures = [structure_of_op(node.op) for node in self.nodes]
         self.targets = list(targets)
         # a node's inputs: the prior's (K; or K_uu, K_uf, diag K_ff for FITC), theta, y, ...
-        self.sizes = [node.op.n_kernel_inputs + 1 for node in self.nodes]
+        self.sizes = [structure.n_kernel_inputs + 1 for structure in self.structures]
         self.labels = [np.asarray(node.inputs[k].eval(), dtype=float) for node, k in zip(self.nodes, self.sizes)]
         rest = model.logp(vars=rest_terms, jacobian=False) if rest_terms else pt.constant(0.0)
         kernels = [v for node, k in zip(self.nodes, self.sizes) for v in node.inputs[:k]]
@@ -283,9 +285,10 @@ class _Objective:
 
     def kernels(self, point):
         """[(K_j, theta_j)] and the value of ``rest`` at ``point``; K_j is what the solver takes
-        as the prior (the matrix K, or a ``FITCPrior``: ``ApproxMarginalOp.prior_from``)."""
+        as the prior (the matrix K, or a ``FITCPrior``: the structure's ``prior_from``)."""
         inputs, rest = self.kernel_inputs(point)
-        return [(node.op.prior_from(*arrays), theta) for node, (arrays, theta) in zip(self.nodes, inputs)], rest
+        return [(structure.prior_from(*arrays), theta)
+                for structure, (arrays, theta) in zip(self.structures, inputs)], rest
 
     def kernel_inputs(self, point):
         """[(prior input arrays_j, theta_j)] (K; or K_uu, K_uf, diag K_ff) and ``rest`` at ``point``."""
@@ -303,8 +306,9 @@ class _Objective:
         # K comes from a covariance function, as in the Op: no symmetry or PSD check (one
         # Cholesky factorisation per class and solve); an indefinite K still fails the solve
         with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"), trusted_kernel():
-            result, _ = _solve_with_retries(node.op.approximation, K, self.labels[j], node.op._lik, theta,
-                                            self.states[j], options, node.op.retry_schedule(options))
+            result, _ = solve_with_retries(node.op.approximation, K, self.labels[j], node.op._lik, theta,
+                                            self.states[j], options,
+                                            self.structures[j].retry_schedule(node.op.approximation, options))
         if np.isfinite(result.log_z):
             self.states[j] = result.state
         return result
@@ -328,7 +332,7 @@ class _Objective:
                 result = self.solve(j, K, theta)
             except (ValueError, np.linalg.LinAlgError):
                 return -np.inf, -np.inf, None
-            d_prior = self.nodes[j].op.kernel_cotangents(result)
+            d_prior = self.structures[j].kernel_cotangents(result)
             if not (np.isfinite(result.log_z) and all(np.all(np.isfinite(c)) for c in d_prior)):
                 return -np.inf, -np.inf, None
             log_z += result.log_z
@@ -451,7 +455,8 @@ def _evidence_outputs(outs, objective, point):
 
 def _maximise(model, point, method, maxiter, tol, progressbar):
     """L-BFGS-B on the objective of ``method`` over the unconstrained free variables."""
-    gradient_free = [n.op.approximation for n in _marginal_nodes(model) if n.op.approximation in NO_GRADIENT]
+    gradient_free = [n.op.approximation for n in _marginal_nodes(model)
+                     if not registry.get(n.op.approximation).has_gradient]
     if gradient_free:
         raise ValueError(f"{method} needs the evidence's gradient, which {gradient_free[0].upper()} does not "
                          "provide; use method='em-ep' or another approximation")
@@ -588,83 +593,6 @@ def _warn_runaway(method, names):
 # -- EM-EP ---------------------------------------------------------------------------
 
 
-def covariance_bound(K, h, A):
-    r"""The K-dependent part of the bound and its gradient in K (Kim & Ghahramani eq. 16-17).
-
-    .. math::
-
-        F_K = -\tfrac12 \log|K| - \tfrac12 h^T K^{-1} h - \tfrac12 \operatorname{tr}(K^{-1} A),
-        \qquad
-        \frac{\partial F_K}{\partial K} = \tfrac12 \big(K^{-1} (h h^T + A) K^{-1} - K^{-1}\big).
-
-    Raises ``NotPositiveDefiniteError`` if K has no Cholesky factor.
-    """
-    L = chol_lower(K)
-    Li = np.tril(inv_lower(np.tril(L)))
-    K_inv = Li.T @ Li
-    b = K_inv @ h
-    P = K_inv @ A
-    value = -np.sum(np.log(np.diag(L))) - 0.5 * h @ b - 0.5 * np.trace(P)
-    grad = 0.5 * (np.outer(b, b) + P @ K_inv - K_inv)
-    return float(value), 0.5 * (grad + grad.T)
-
-
-class FITCCovariance(namedtuple("FITCCovariance", ["diag", "U"])):
-    """A = diag(diag) + U U^T (U: n x m): q(f)'s covariance under a FITC prior
-    (``structures.fitc.FITCPosterior.covariance_factors``), never formed."""
-
-    def marginal_variances(self):
-        return self.diag + np.einsum("ij,ij->i", self.U, self.U)
-
-
-# The FITC bound's Lambda is floored at this fraction of diag K_ff (where inducing inputs
-# coincide with data points Lambda_i is zero up to K_uu's jitter, and the bound needs
-# Lambda^-1); a floored entry has no gradient, as a clipped one in ``FITCPrior``.
-FITC_BOUND_FLOOR = 1e-10
-
-
-@functools.cache
-def _fitc_bound_fn():
-    r"""The compiled F_K of ``fitc_covariance_bound`` and its gradient (PyTensor autodiff of
-    an O(n m^2) graph): (Kuu, Kuf, k_diag, h, a0, U) -> (F_K, log|K~|, dKuu, dKuf, dk_diag)."""
-    Kuu, Kuf, U = pt.dmatrix("Kuu"), pt.dmatrix("Kuf"), pt.dmatrix("U")
-    k_diag, h, a0 = pt.dvector("k_diag"), pt.dvector("h"), pt.dvector("a0")
-    L = pt.linalg.cholesky(Kuu, lower=True)
-    V = pt.linalg.solve_triangular(L, Kuf, lower=True)
-    lam = pt.maximum(k_diag - (V**2).sum(axis=0), FITC_BOUND_FLOOR * k_diag)
-    C = pt.eye(Kuu.shape[0]) + (V / lam) @ V.T
-    Lc = pt.linalg.cholesky(C, lower=True)
-    logdet = pt.log(lam).sum() + 2.0 * pt.log(pt.diagonal(Lc)).sum()
-    # h^T K~^-1 h + tr(K~^-1 U U^T) = sum_i |Z_i|^2 / lam_i - |L_C^-1 V Lambda^-1 Z|_F^2, Z = [h U]
-    Z = pt.concatenate([h[:, None], U], axis=1)
-    quad = ((Z**2).sum(axis=1) / lam).sum() - (pt.linalg.solve_triangular(Lc, (V / lam) @ Z, lower=True) ** 2).sum()
-    # tr(K~^-1 diag(a0)) = sum a0 / lam - |L_C^-1 V diag(sqrt(a0) / lam)|_F^2
-    trace = (a0 / lam).sum() - (pt.linalg.solve_triangular(Lc, V * (pt.sqrt(a0) / lam), lower=True) ** 2).sum()
-    value = -0.5 * logdet - 0.5 * quad - 0.5 * trace
-    grads = pt.grad(value, [Kuu, Kuf, k_diag])
-    # numba, unlike the model's graphs (``FIT_MODE``): this graph is the same for every model, and
-    # its O(n m) elementwise work ran 1.8x faster so (n = 8000, m = 50: 22 against 40 ms)
-    return compile_fn([Kuu, Kuf, k_diag, h, a0, U], [value, logdet, *grads], mode="NUMBA")
-
-
-def fitc_covariance_bound(Kuu, Kuf, k_diag, h, A):
-    r"""``covariance_bound`` for the FITC prior K~ = Q + Lambda, in O(n m^2) (Woodbury, with
-    C = I + V Lambda^-1 V^T):
-
-    .. math::
-
-        \log|\tilde K| = \sum_i \log \Lambda_i + \log|C|, \qquad
-        \tilde K^{-1} = \Lambda^{-1} - \Lambda^{-1} V^T C^{-1} V \Lambda^{-1},
-
-    with A = diag(a0) + U U^T (``FITCCovariance``) and Lambda floored at
-    ``FITC_BOUND_FLOOR`` diag K_ff. Returns (F_K, (dF/dK_uu, dF/dK_uf, dF/d diag K_ff)),
-    the gradient by PyTensor's autodiff of that graph, and ``log|K~|`` as a third value."""
-    value, logdet, *grads = _fitc_bound_fn()(Kuu, Kuf, k_diag, h, A.diag, A.U)
-    if not np.isfinite(value):
-        raise NotPositiveDefiniteError("the FITC bound is not finite (an indefinite K_uu or C)")
-    return float(value), tuple(grads), float(logdet)
-
-
 def epsilon_update(rule, y, h, a_diag):
     """The closed-form M-step for the step likelihood's label-noise rate (module docstring)."""
     if rule == "errors":
@@ -678,7 +606,7 @@ def _epsilon_variable(model, node):
     """The value variable of a free label-noise rate of the step likelihood, or None if fixed."""
     if not isinstance(node.op._lik, StepLabelNoise):
         return None
-    sources = [v for v in ancestors([node.inputs[node.op.n_kernel_inputs]]) if v in model.value_vars]
+    sources = [v for v in ancestors([node.inputs[structure_of_op(node.op).n_kernel_inputs]]) if v in model.value_vars]
     if not sources:
         return None
     if len(sources) != 1 or model.values_to_rvs[sources[0]].ndim != 0:
@@ -708,7 +636,8 @@ class _EMEP:
             raise ValueError(f"em-ep needs exactly one GP classification term, the model has {len(nodes)}")
         self.model, self.rule = model, epsilon_rule
         self.epsilon_var = _epsilon_variable(model, nodes[0])
-        k = nodes[0].op.n_kernel_inputs  # the node's inputs: the prior's k arrays, then theta
+        self.structure = structure_of_op(nodes[0].op)
+        k = self.structure.n_kernel_inputs  # the node's inputs: the prior's k arrays, then theta
         dependent = set(ancestors(nodes[0].inputs[:k + 1]))
         targets = [v for v in model.continuous_value_vars if v in dependent and v is not self.epsilon_var]
         self.objective = _objective_for(model, list(model.free_RVs) if prior else [], targets)
@@ -720,18 +649,19 @@ class _EMEP:
         """(next point, log evidence at ``point``, bound F after the M-step, epsilon)."""
         objective = self.objective
         [(arrays, theta)], _ = objective.kernel_inputs(point)
-        q = _e_step(objective, objective.nodes[0].op.prior_from(*arrays), theta)
-        h, A = q.mean, _q_covariance(q)
+        structure = self.structure
+        q = _e_step(objective, structure.prior_from(*arrays), theta)
+        h, A = q.mean, structure.q_covariance(q)
         eps = np.nan
         if self.epsilon_var is not None:
-            eps = epsilon_update(self.rule, self.y, h, _marginal_variances(A))
+            eps = epsilon_update(self.rule, self.y, h, structure.marginal_variances(A))
             point = _set_value(self.model, point, self.epsilon_var, eps)
         point, value = _m_step(objective, point, h, A)
         if not objective.theta_free:  # the data term, constant during the M-step
             [(_, theta)], _ = objective.kernel_inputs(point)
             value += float(np.sum(objective.nodes[0].op._lik.expected_log_lik(
-                self.y, h, _marginal_variances(A), theta)[0]))
-        return point, q.log_z, value + _entropy_constant(arrays, q, A), eps
+                self.y, h, structure.marginal_variances(A), theta)[0]))
+        return point, q.log_z, value + _entropy_constant(structure, arrays, q, A), eps
 
     def log_evidence(self, point):
         [(K, theta)], _ = self.objective.kernels(point)
@@ -815,54 +745,32 @@ def _e_step(objective, K, theta):
     return result
 
 
-def _q_covariance(q):
-    """q(f)'s covariance A: a dense matrix, or ``FITCCovariance`` under a FITC prior."""
-    if hasattr(q.posterior, "covariance_factors"):
-        return FITCCovariance(*q.posterior.covariance_factors())
-    return q.posterior.full_cov()
-
-
-def _marginal_variances(A):
-    return A.marginal_variances() if isinstance(A, FITCCovariance) else np.diag(A)
-
-
-def _covariance_bound(arrays, h, A):
-    """F_K and its gradient in the prior's inputs (K; or K_uu, K_uf, diag K_ff), as a tuple."""
-    if isinstance(A, FITCCovariance):
-        value, grads, _ = fitc_covariance_bound(*arrays, h, A)
-        return value, grads
-    value, grad = covariance_bound(arrays[0], h, A)
-    return value, (grad,)
-
-
-def _entropy_constant(arrays, q, A):
+def _entropy_constant(structure, arrays, q, A):
     """F minus the M-step objective: H(q) - (n/2) log 2 pi = n/2 + log|A| / 2, log|A| = log|K| - log|B|
-    (FITC: log|K~| as ``fitc_covariance_bound`` takes it)."""
-    if isinstance(A, FITCCovariance):
-        log_det_K = fitc_covariance_bound(*arrays, q.mean, A)[2]
-    else:
-        log_det_K = 2.0 * np.sum(np.log(np.diag(chol_lower(arrays[0]))))
+    (log|K| from the structure's ``log_det_prior``; FITC: log|K~| as ``fitc_covariance_bound`` takes it)."""
+    log_det_K = structure.log_det_prior(arrays, q.mean, A)
     return 0.5 * len(q.mean) + 0.5 * (log_det_K - 2.0 * q.posterior.half_logdet_B())
 
 
 def m_step_objective(objective, point, h, A):
     """The M-step objective and its gradient in the targets (None outside K's domain).
 
-    F_K (``covariance_bound``; under a FITC prior, A a ``FITCCovariance``,
-    ``fitc_covariance_bound``) + sum_i E_q[log p(y_i | f_i, theta)] (+ log prior):
+    F_K (the structure's ``covariance_bound``: ``structures.em_bounds``) + sum_i E_q[log p(y_i | f_i, theta)]
+    (+ log prior):
     the bound F with q fixed, less its entropy term. The data term is left out when
     no target moves theta (it is then constant, and -inf for the step likelihood at
     eps = 0); ``_em_ep`` adds it back for the recorded bound.
     """
     [(arrays, theta)], rest = objective.kernel_inputs(point)
+    structure = objective.structures[0]
     try:
-        f_K, d_prior = _covariance_bound(arrays, h, A)
+        f_K, d_prior = structure.covariance_bound(arrays, h, A)
     except NotPositiveDefiniteError:
         return -np.inf, None
     ell, d_theta = np.zeros(1), np.zeros((1, theta.size))
     if objective.theta_free:  # otherwise the data term is a constant of the M-step (and -inf at eps = 0)
-        ell, d_theta = objective.nodes[0].op._lik.expected_log_lik(objective.labels[0], h, _marginal_variances(A),
-                                                                   theta)
+        ell, d_theta = objective.nodes[0].op._lik.expected_log_lik(objective.labels[0], h,
+                                                                   structure.marginal_variances(A), theta)
     grad = objective.pullback(point, [(*d_prior, np.asarray(d_theta.sum(axis=0), float).reshape(theta.shape))])
     return f_K + float(np.sum(ell)) + rest, grad
 

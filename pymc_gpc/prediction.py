@@ -15,7 +15,7 @@ Newton need a few iterations instead of a cold start's 10-13. Then, for each dra
 (Rasmussen & Williams 2006, Alg. 3.2 / 3.6, through ``ApproximationResult.predict_latent``).
 
 Averaged over draws (``gp.predict(idata=...)``), EP stops at a site change of 1e-3
-(``PREDICTION_DEFAULTS``; the engine's default, used for one point, is 1e-8): EP's
+(the registry's ``prediction_defaults``; the engine's default, used for one point, is 1e-8): EP's
 posterior mean and variances have an error of the order of the last site change, and
 averaged over 1000 posterior draws (2 x (500 + 500), ``ard_classifier``) the
 probabilities then differ from those at 1e-8 by at most 2.7e-5 on Pima (332 test
@@ -30,14 +30,13 @@ loop (the draws' rows then stack to (S, m, c)).
 """
 
 import numpy as np
-from .ops.marginal import _solve_with_retries, prediction_options
+from .approximations.solve import prediction_options, solve_with_retries
 from .progress import Progress
 from .python_vm import PYTHON_VM_FORWARD_MODE, PYTHON_VM_MODE
 from .validation import trusted_kernel
 
-__all__ = ["latent_predictions", "PREDICTION_DEFAULTS", "KERNEL_MODE", "POINT_KERNEL_MODE"]
+__all__ = ["latent_predictions", "KERNEL_MODE", "POINT_KERNEL_MODE"]
 
-PREDICTION_DEFAULTS = {"ep": {"tol": 1e-3}}
 # The kernels' graph is compiled without numba: numba's compilation at the first call
 # takes seconds, PyTensor's Python VM a fraction of one, for a little more time per draw
 # (benchmarks/results/engine_notes.md, "Prediction's compile modes").
@@ -54,10 +53,10 @@ def latent_predictions(approximation, likelihood, options, y, kernel_fn, draws, 
 
     Parameters
     ----------
-    approximation : "ep", "laplace", "meanfield" or "adf" (``ops.marginal.SOLVERS``).
+    approximation : "ep", "laplace", "meanfield" or "adf" (``approximations.registry``).
     likelihood : a ``pymc_gpc.likelihoods.Likelihood`` instance.
     options : the solver's keyword options (e.g. ``tol``; ``gp.predict`` puts
-        ``PREDICTION_DEFAULTS`` under the GP's own); run through ``prediction_options``
+        the registry's ``prediction_defaults`` under the GP's own); run through ``prediction_options``
         (no gradient, no LOO terms).
     y : (n,) training labels in {-1, +1}.
     kernel_fn : ``kernel_fn(*args) -> (K, theta, K_cross, k_diag)``: the training prior
@@ -102,7 +101,7 @@ def _one_draw(approximation, likelihood, options, y, K, theta, K_cross, k_diag, 
     """(mean, var, state for the next draw) at one draw, warm-started from ``state``."""
     try:  # K comes from a covariance function, as in the Op: no extra PSD check
         with trusted_kernel(), np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
-            result, _ = _solve_with_retries(approximation, K, y, likelihood, theta, state, options, retry_options)
+            result, _ = solve_with_retries(approximation, K, y, likelihood, theta, state, options, retry_options)
         mean, var = result.predict_latent(K_cross, k_diag)
     except (ValueError, np.linalg.LinAlgError):  # NotPositiveDefiniteError is a LinAlgError
         # binary: K_cross (n, m) -> mean, var (m,); c classes: (c, n, m) -> (c, m), (m, c, c)

@@ -137,8 +137,8 @@ def random_problem(rng, n, d=2, flip=0.15):
 
 @pytest.fixture
 def compiled_ep(monkeypatch):
-    """Binary EP's compiled numba implementation (``ops.compiled_ep``) for graphs compiled
-    in the test (``ops.marginal.COMPILED_EP``, on by default unless PYMC_GPC_COMPILED_EP=0)."""
-    from pymc_gpc.ops import marginal
+    """Binary EP's compiled numba implementation (``backends.numba.compiled_ep``) for graphs compiled
+    in the test (``backends.numba.dispatch.COMPILED_EP``, on by default unless PYMC_GPC_COMPILED_EP=0)."""
+    from pymc_gpc.backends.numba import dispatch
 
-    monkeypatch.setattr(marginal, "COMPILED_EP", True)
+    monkeypatch.setattr(dispatch, "COMPILED_EP", True)

@@ -341,7 +341,7 @@ def test_zero_tolerance_runs_to_the_sweep_limit():
 def test_warm_starts_keep_the_first_change_of_the_nearest_solution():
     # EPState.first_change forecasts a warm start's first sweep; WarmStarts extrapolates the
     # sites, not that forecast
-    from pymc_gpc.ops.marginal import WarmStarts
+    from pymc_gpc.ops.warm_start import WarmStarts
 
     warm = WarmStarts()
     warm.add(np.array([0.0]), EPState(np.ones(3), np.zeros(3), 0.5))

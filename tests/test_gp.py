@@ -193,6 +193,7 @@ def test_nutpie_samples_the_same_model():
 def test_nutpie_threads_keep_their_warm_starts(monkeypatch):
     """nutpie's Rust threads enter Python afresh at every evaluation (a new Python thread
     state each time): the warm starts must survive that (they did not with threading.local)."""
+    from pymc_gpc.backends.numba import dispatch as numba_dispatch
     from pymc_gpc.ops import marginal as ops
 
     rng = np.random.default_rng(12)
@@ -206,7 +207,7 @@ def test_nutpie_threads_keep_their_warm_starts(monkeypatch):
         return solve(K, y, lik, th, state, **kwargs)
 
     monkeypatch.setattr(ops, "ep_warm", recording)
-    monkeypatch.setattr(ops, "COMPILED_EP", False)  # the object-mode Op (``compiled_ep``: the test below)
+    monkeypatch.setattr(numba_dispatch, "COMPILED_EP", False)  # the object-mode Op (``compiled_ep``: the test below)
     with model:
         pm.sample(draws=30, tune=30, chains=1, random_seed=3, progressbar=False,
                   nuts_sampler="nutpie", compute_convergence_checks=False)
@@ -216,10 +217,11 @@ def test_nutpie_threads_keep_their_warm_starts(monkeypatch):
 
 def test_nutpie_threads_keep_their_warm_starts_compiled(compiled_ep):
     """nutpie runs the compiled logp on its Rust threads: each thread keeps its warm starts
-    in compiled memory (``ops.thread_state``), so only a thread's first evaluation starts
+    in compiled memory (``backends.numba.thread_state``), so only a thread's first evaluation starts
     cold (under threading.local in Python each evaluation had started cold), and the
-    evaluations run on the compiled path (``ops.compiled_ep``), not in Python."""
-    from pymc_gpc.ops import ApproxMarginalOp, thread_state
+    evaluations run on the compiled path (``backends.numba.compiled_ep``), not in Python."""
+    from pymc_gpc.backends.numba import thread_state
+    from pymc_gpc.ops import ApproxMarginalOp
 
     rng = np.random.default_rng(12)
     X, y = random_problem(rng, 30)

@@ -1,4 +1,4 @@
-"""The JAX backend (``approximations/jax_engine.py``, ``ops/jax.py``): values and gradients
+"""The JAX backend (``backends/jax/engine.py``, ``backends/jax/dispatch.py``): values and gradients
 against the numba path, failure semantics, vmap, prediction, the ARD kernel, and PyMC's
 JAX samplers (numpyro, blackjax) against PyMC's NUTS.
 
@@ -24,7 +24,7 @@ import pytensor.tensor as pt  # noqa: E402
 import pymc_gpc  # noqa: E402
 from pymc_gpc import ep, laplace  # noqa: E402
 from pymc_gpc import likelihoods as L  # noqa: E402
-from pymc_gpc.approximations import jax_engine  # noqa: E402
+from pymc_gpc.backends.jax import engine as jax_engine  # noqa: E402
 from pymc_gpc.ops import ApproxMarginalOp, LatentPredictiveOp  # noqa: E402
 
 from .conftest import random_problem  # noqa: E402

@@ -85,18 +85,21 @@ def test_potential_value_and_gradient(setup, shared):
 def test_sampler_asks_for_a_rough_gradient_and_fit_does_not(monkeypatch, key, cls, lik):
     """The Op's solves in ``pymc_gpc.sample``'s sampler (graphs compiled within
     ``sampling_tolerance()``) ask ``softmax_laplace`` and ``multinomial_probit_ep`` for the
-    rough gradient (``SAMPLING_DEFAULTS``); ``model.compile_dlogp()`` elsewhere, the gradients
+    rough gradient (the registry's ``sampling_defaults``); ``model.compile_dlogp()`` elsewhere, the gradients
     ``pymc_gpc.fit``'s optimiser uses and predictions are exact."""
-    from pymc_gpc.ops.marginal import SOLVERS, sampling_tolerance
+    import dataclasses
 
-    original, asked = SOLVERS[key], []
+    from pymc_gpc.approximations.registry import APPROXIMATIONS
+    from pymc_gpc.ops.rewrites import sampling_tolerance
+
+    original, asked = APPROXIMATIONS[key].solver, []
 
     def recording(*args, **kwargs):
         # (rough?, called by fit or predict: they pass with_grad, the Op does not)
         asked.append((kwargs.get("rough_gradient", False), "with_grad" in kwargs))
         return original(*args, **kwargs)
 
-    monkeypatch.setitem(SOLVERS, key, recording)
+    monkeypatch.setitem(APPROXIMATIONS, key, dataclasses.replace(APPROXIMATIONS[key], solver=recording))
     X, labels, _ = _data()
     model, gp = _model(cls, lik, X, labels, shared=True)
     point = {"log_ls": np.array([0.2]), "log_v": np.array(0.7)}

@@ -138,21 +138,23 @@ def test_batched_predictions_equal_independent_per_draw_solves(options, atol, at
 
 
 def test_batched_predictions_warm_start_each_draw_from_the_previous(monkeypatch):
+    from pymc_gpc.approximations.registry import APPROXIMATIONS
+
     calls = []
-    real = prediction._solve_with_retries
+    real = prediction.solve_with_retries
 
     def spy(approximation, K, y, lik, params, state, options, *rest):
         calls.append((state, options))
         return real(approximation, K, y, lik, params, state, options, *rest)
 
-    monkeypatch.setattr(prediction, "_solve_with_retries", spy)
+    monkeypatch.setattr(prediction, "solve_with_retries", spy)
     rng = np.random.default_rng(3)
     X, y = random_problem(rng, 30)
     _, gp = small_model(X, y)
     gp.predict(X[:3], idata=draws_idata(rng, n_chains=1, n_draws=6), progressbar=False)
     assert len(calls) == 6 and calls[0][0] is None
     assert all(state is not None for state, _ in calls[1:])
-    assert all(opts["tol"] == prediction.PREDICTION_DEFAULTS["ep"]["tol"] and not opts["with_grad"]
+    assert all(opts["tol"] == APPROXIMATIONS["ep"].prediction_defaults["tol"] and not opts["with_grad"]
                for _, opts in calls)
 
 

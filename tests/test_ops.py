@@ -14,7 +14,7 @@ from numba import types
 from pymc_gpc import ep, laplace
 from pymc_gpc import likelihoods as L
 from pymc_gpc.ops import STATUS_FAILED, ApproxMarginalOp
-from pymc_gpc.ops import thread_state
+from pymc_gpc.backends.numba import thread_state
 
 from .conftest import random_problem
 
@@ -152,11 +152,14 @@ def test_warm_fast_path_returns_what_ep_returns(lik):
 def test_op_takes_the_fast_path_only_where_it_applies(monkeypatch):
     """Signed labels and the default schedule: no call of ep(); 0/1 labels, a damping
     option or an invalid likelihood parameter: through ep(), with its checks."""
-    from pymc_gpc.ops import marginal as ops
+    import dataclasses
+
+    from pymc_gpc.approximations.registry import APPROXIMATIONS
 
     calls = []
-    solver = ops.SOLVERS["ep"]
-    monkeypatch.setitem(ops.SOLVERS, "ep", lambda *a, **k: calls.append(1) or solver(*a, **k))
+    solver = APPROXIMATIONS["ep"].solver
+    monkeypatch.setitem(APPROXIMATIONS, "ep", dataclasses.replace(
+        APPROXIMATIONS["ep"], solver=lambda *a, **k: calls.append(1) or solver(*a, **k)))
     X, y = random_problem(np.random.default_rng(9), 25, d=2)
     D = ((X[:, None] - X[None]) ** 2).sum(-1)
     Kv = np.exp(-0.5 * D) + 1e-6 * np.eye(25)
@@ -226,9 +229,9 @@ def test_warm_start_state_is_per_thread(compiled, monkeypatch):
     """Two threads evaluating the same Op never read each other's sites."""
     import threading
 
-    from pymc_gpc.ops import marginal
+    from pymc_gpc.backends.numba import dispatch
 
-    monkeypatch.setattr(marginal, "COMPILED_EP", compiled)
+    monkeypatch.setattr(dispatch, "COMPILED_EP", compiled)
     rng = np.random.default_rng(14)
     X, y = random_problem(rng, 30, d=2)
     op = ApproxMarginalOp("ep", L.Probit, (("tol", 1e-6),))  # tight: compared with ep() below
@@ -249,7 +252,7 @@ def test_warm_start_state_is_per_thread(compiled, monkeypatch):
     [t.join() for t in threads]
     for i in range(2):
         np.testing.assert_allclose(got[i], want[i], atol=1e-7)
-    if compiled:  # one state per worker thread, held by the compiled path (``ops.thread_state``)
+    if compiled:  # one state per worker thread, held by the compiled path (``backends.numba.thread_state``)
         (key,) = op._shared["compiled"]
         assert len(thread_state.threads(key)) == 2 and not op._threads.items
     else:
@@ -314,13 +317,13 @@ def test_reset_warm_starts_clears_every_op_also_equal_ones():
 
 
 def test_sampling_tolerance_keeps_value_and_gradient_at_the_fixed_point():
-    """The sampler's EP tolerance (ops.SAMPLING_DEFAULTS, 1e-2: the Op's ``sampling`` copy,
+    """The sampler's EP tolerance (the registry's sampling_defaults, 1e-2: the Op's ``sampling`` copy,
     which ``pymc_gpc.sample`` compiles) along a warm-started path of nearby kernels, as NUTS
     evaluates them: the evidence stays within 1e-3 and dlogZ/dK within 5e-2 (relative) of
     a tight solve, while the sweeps drop."""
-    from pymc_gpc.ops.marginal import SAMPLING_DEFAULTS
+    from pymc_gpc.approximations.registry import APPROXIMATIONS
 
-    assert SAMPLING_DEFAULTS["ep"]["tol"] == 1e-2
+    assert APPROXIMATIONS["ep"].sampling_defaults["tol"] == 1e-2
     rng = np.random.default_rng(21)
     X, y = random_problem(rng, 60, d=3)
     K = pt.dmatrix("K")
@@ -344,7 +347,7 @@ def test_sampling_tolerance_keeps_value_and_gradient_at_the_fixed_point():
 
 def test_warm_starts_extrapolate_along_the_trajectory():
     from pymc_gpc.approximations.ep import EPState
-    from pymc_gpc.ops.marginal import WarmStarts
+    from pymc_gpc.ops.warm_start import WarmStarts
 
     rng = np.random.default_rng(2)
     M, c = rng.normal(size=(8, 3)), np.abs(rng.normal(size=8)) + 5.0
@@ -386,7 +389,7 @@ def test_warm_starts_extrapolate_a_softmax_state_and_keep_a_missing_f_missing():
     """The softmax state's a and f are both extrapolated along the trajectory; a state
     without f (given by hand) gives a guess without f, not an error."""
     from pymc_gpc.approximations.softmax_laplace import SoftmaxLaplaceState
-    from pymc_gpc.ops.marginal import WarmStarts
+    from pymc_gpc.ops.warm_start import WarmStarts
 
     ws = WarmStarts()
     ws.add(np.zeros(1), SoftmaxLaplaceState(np.full((2, 3), 1.0), np.full((2, 3), -1.0)))
@@ -401,7 +404,7 @@ def test_warm_starts_extrapolate_a_softmax_state_and_keep_a_missing_f_missing():
 
 
 def test_recent_results_answer_repeated_points_exactly_and_only_those():
-    from pymc_gpc.ops.marginal import RecentResults
+    from pymc_gpc.ops.warm_start import RecentResults
 
     rng = np.random.default_rng(3)
     K, params, hyper = rng.normal(size=(4, 4)), np.array([0.3]), np.array([0.1, -0.2])
@@ -446,7 +449,7 @@ def test_op_evaluates_a_repeated_point_once():
 
 
 def test_recent_results_compute_deferred_loo_terms_once_and_only_when_asked():
-    from pymc_gpc.ops.marginal import RecentResults
+    from pymc_gpc.ops.warm_start import RecentResults
 
     K, params, y, hyper = np.eye(3), np.zeros(0), np.array([1.0, -1.0, 1.0]), np.array([0.5])
     outputs = (np.asarray(-2.0), np.ones((3, 3)), np.zeros(0), np.full(3, np.nan), np.asarray(4), np.asarray(0))
@@ -525,7 +528,7 @@ def test_per_thread_state_is_kept_per_thread_and_bounded():
     recently used state is dropped, without errors from concurrent first calls."""
     import threading
 
-    from pymc_gpc.ops.marginal import PerThread
+    from pymc_gpc.ops.warm_start import PerThread
 
     store = PerThread(dict, size=3)
     mine = store.get()
@@ -554,7 +557,7 @@ def test_per_thread_state_is_kept_per_thread_and_bounded():
 def _walk_functions(lik_type, X, y):
     """(log Z, dlog Z/dK, dlog Z/dtheta, LOO, sweeps, status) of an EP Op with a hyperparameter
     input as a function of (log_ls (2,), log_amp, theta), compiled twice: numba linker (the
-    compiled path, ``ops.compiled_ep``) and Python linker (``perform``), each with its own
+    compiled path, ``backends.numba.compiled_ep``) and Python linker (``perform``), each with its own
     Op. K enters both as the same array (computed in NumPy), so their inputs agree to the bit."""
     K, theta, hyper = pt.dmatrix("K"), pt.dvector("theta"), pt.dvector("hyper")
     fns, ops_ = [], []
@@ -635,7 +638,7 @@ def test_thread_state_blocks_keep_warm_starts_and_recent_results_exactly():
     ``RecentResults``): the same guess along a trajectory, the oldest dropped first, a
     recent result only for equal inputs, reset and release."""
     from pymc_gpc.approximations.ep import EPState
-    from pymc_gpc.ops.marginal import WarmStarts
+    from pymc_gpc.ops.warm_start import WarmStarts
 
     rng = np.random.default_rng(23)
     n, p, q = 5, 3, 1
@@ -687,7 +690,7 @@ def test_compiled_graphs_call_the_ep_engine_through_its_symbols(compiled_ep):
     import numba
     from pytensor.link.numba.dispatch.basic import numba_funcify
 
-    from pymc_gpc.ops import compiled_ep
+    from pymc_gpc.backends.numba import compiled_ep
 
     rng = np.random.default_rng(25)
     _, y = random_problem(rng, 12, d=2)
@@ -709,7 +712,7 @@ def test_where_the_compiled_function_fails_the_op_performs(compiled_ep, monkeypa
     import llvmlite.binding as llvm
     from numba import cfunc
 
-    from pymc_gpc.ops import compiled_ep as C
+    from pymc_gpc.backends.numba import compiled_ep as C
 
     evaluate_at, store_at = C.external()
 

@@ -18,6 +18,7 @@ from scipy import integrate, stats
 import pymc_gpc
 from pymc_gpc import likelihoods as L
 from pymc_gpc import point_estimates as PE
+from pymc_gpc.structures import em_bounds
 from pymc_gpc.datasets import synthetic
 from pymc_gpc.kernels import MixedARD
 from pymc_gpc.models import classification_metrics, label_noise_classifier
@@ -58,14 +59,14 @@ def test_covariance_bound_value_and_gradient():
     h = rng.normal(size=n)
     S = rng.normal(size=(n, n))
     A = S @ S.T / n + 0.1 * np.eye(n)
-    value, grad = PE.covariance_bound(K, h, A)
+    value, grad = em_bounds.covariance_bound(K, h, A)
     K_inv = np.linalg.inv(K)
     expected = -0.5 * np.linalg.slogdet(K)[1] - 0.5 * h @ K_inv @ h - 0.5 * np.trace(K_inv @ A)
     assert value == pytest.approx(expected, abs=1e-10)
     for i, j in [(0, 0), (1, 3), (5, 2), (4, 4)]:
         E = np.zeros((n, n))
         E[i, j] = E[j, i] = 1e-6
-        fd = (PE.covariance_bound(K + E, h, A)[0] - PE.covariance_bound(K - E, h, A)[0]) / 2e-6
+        fd = (em_bounds.covariance_bound(K + E, h, A)[0] - em_bounds.covariance_bound(K - E, h, A)[0]) / 2e-6
         analytic = grad[i, j] * (1 if i == j else 2)
         assert analytic == pytest.approx(fd, rel=1e-5, abs=1e-9)
 
@@ -83,12 +84,12 @@ def test_fitc_covariance_bound_equals_the_dense_bound_and_matches_finite_differe
     K = Q + np.diag(k_diag - np.diag(Q))
     w = rng.uniform(0.1, 2.0, n)
     post = FITCPrior(Kuu, Kuf, k_diag).posterior(w)
-    A = PE.FITCCovariance(*post.covariance_factors())
+    A = em_bounds.FITCCovariance(*post.covariance_factors())
     np.testing.assert_allclose(np.diag(A.diag) + A.U @ A.U.T, np.linalg.inv(np.linalg.inv(K) + np.diag(w)),
                                rtol=1e-9, atol=1e-12)
     h = rng.normal(size=n)
-    value, grads, log_det = PE.fitc_covariance_bound(Kuu, Kuf, k_diag, h, A)
-    dense, _ = PE.covariance_bound(K, h, np.diag(A.diag) + A.U @ A.U.T)
+    value, grads, log_det = em_bounds.fitc_covariance_bound(Kuu, Kuf, k_diag, h, A)
+    dense, _ = em_bounds.covariance_bound(K, h, np.diag(A.diag) + A.U @ A.U.T)
     assert value == pytest.approx(dense, abs=1e-9)
     assert log_det == pytest.approx(np.linalg.slogdet(K)[1], abs=1e-10)
     inputs = [Kuu, Kuf, k_diag]
@@ -97,7 +98,7 @@ def test_fitc_covariance_bound_equals_the_dense_bound_and_matches_finite_differe
         step[index] = 1e-6
         if which == 0:
             step = step + step.T - np.diag(np.diag(step))  # K_uu stays symmetric
-        f = [PE.fitc_covariance_bound(*[x + s * step if j == which else x for j, x in enumerate(inputs)], h, A)[0]
+        f = [em_bounds.fitc_covariance_bound(*[x + s * step if j == which else x for j, x in enumerate(inputs)], h, A)[0]
              for s in (1, -1)]
         analytic = np.sum(grads[which] * step) / 1e-6
         assert analytic == pytest.approx((f[0] - f[1]) / 2e-6, rel=1e-5, abs=1e-8)

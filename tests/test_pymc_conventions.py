@@ -129,7 +129,8 @@ def test_compile_dlogp_matches_finite_differences(dataset):
 
 
 def test_only_the_package_sampler_gets_the_loose_tolerance():
-    from pymc_gpc.ops.marginal import ApproxMarginalOp, sampling_tolerance
+    from pymc_gpc.ops.marginal import ApproxMarginalOp
+    from pymc_gpc.ops.rewrites import sampling_tolerance
 
     def ops(fn):
         return [nd.op for nd in fn.maker.fgraph.toposort() if isinstance(nd.op, ApproxMarginalOp)]
@@ -431,7 +432,8 @@ def test_fitc_shape_error_surfaces_as_itself():
 
 
 def test_package_sampler_solves_at_the_sampling_tolerance(monkeypatch):
-    from pymc_gpc.ops.marginal import ENGINE_DEFAULTS, SAMPLING_DEFAULTS, ApproxMarginalOp
+    from pymc_gpc.approximations.registry import APPROXIMATIONS
+    from pymc_gpc.ops.marginal import ApproxMarginalOp
 
     original, tols = ApproxMarginalOp._solver_options, []
 
@@ -444,7 +446,7 @@ def test_package_sampler_solves_at_the_sampling_tolerance(monkeypatch):
     model, _ = _binary()
     pymc_gpc.sample(model=model, draws=5, tune=5, chains=1, cores=1, nuts_sampler="pymc", random_seed=1,
                     progressbar=False, compute_convergence_checks=False)
-    assert tols and set(tols) == {SAMPLING_DEFAULTS["ep"]["tol"]} == {1e-2}
+    assert tols and set(tols) == {APPROXIMATIONS["ep"].sampling_defaults["tol"]} == {1e-2}
     tols.clear()
     model.compile_dlogp()(model.initial_point())
-    assert tols and set(tols) == {ENGINE_DEFAULTS["ep"]["tol"]}
+    assert tols and set(tols) == {APPROXIMATIONS["ep"].engine_defaults["tol"]}

@@ -80,7 +80,7 @@ class EPState:
     state (inf where unknown). A warm start takes it as the forecast of its own first
     sweep's change, which decides whether that sweep may run on a rough posterior
     (``_parallel``, ``_parallel_compiled``): along a sampler's trajectory successive steps
-    are alike. Warm starts keep it as it is (``ops.marginal.WarmStarts`` extrapolates only
+    are alike. Warm starts keep it as it is (``ops.warm_start.WarmStarts`` extrapolates only
     the sites).
 
     Examples
@@ -383,7 +383,7 @@ def ep_warm(K, y, likelihood, th, state, tol, max_sweeps=300, rough_ok=True):
 
 @njit(nogil=True, cache=True)
 def ep_warm_compiled(kind, K, y, th, tau, nu, forecast, tol, max_sweeps, n_params, rough_ok=True):
-    """``ep_warm``'s work, callable from compiled code (the compiled Op, ``ops.compiled_ep``):
+    """``ep_warm``'s work, callable from compiled code (the compiled Op, ``backends.numba.compiled_ep``):
     (converged with finite outputs, log_z, dlog_z_dK (Fortran-ordered), dlog_z_dparams (n_params,), the LOO
     terms, sweeps, tau, nu, first change); tau and nu are the start's sites (overwritten).
     dlog_z/dK = (b b^T - R) / 2 at the fixed point (the module docstring)."""

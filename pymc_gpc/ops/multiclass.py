@@ -15,11 +15,11 @@ import pytensor.tensor as pt
 from pytensor.gradient import grad_not_implemented
 from pytensor.graph.basic import Apply
 
+from ..backends.numba.dispatch import register_numba as _register_numba
 from .marginal import (
     SOLVERS,
     ApproxMarginalOp,
     LatentPredictiveOp,
-    _register_numba,
     check_training_sizes,
     prediction_options,
 )

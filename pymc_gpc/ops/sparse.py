@@ -16,38 +16,20 @@ the numba registration (inherited through the Op's type). The retries differ: FI
 no sequential EP, so a non-converged EP run is retried with damping 0.5 and then 0.25.
 """
 
-import warnings
-
 import numpy as np
 import pytensor.tensor as pt
 from pytensor.gradient import DisconnectedType, disconnected_type, grad_not_implemented
 from pytensor.graph.basic import Apply
 
+from ..approximations import registry
 from ..structures.fitc import FITCPrior
-from ..validation import trusted_kernel
-from .marginal import (
-    STATUS_CONVERGED,
-    STATUS_FAILED,
-    STATUS_NOT_CONVERGED,
-    ApproximationFailedWarning,
-    ApproxMarginalOp,
-    LatentPredictiveOp,
-    check_training_sizes,
-    _solve,
-    _loo_or_placeholder,
-    _solve_with_retries,
-    prediction_options,
-)
-
-SPARSE_APPROXIMATIONS = ("ep", "laplace")
+from .marginal import ApproxMarginalOp, LatentPredictiveOp
 
 
 def sparse_retry_options(approximation, options):
-    """Damped EP (no sequential schedule for FITC), or more Newton iterations."""
-    if approximation == "laplace":
-        return [dict(options, max_iter=4 * options.get("max_iter", 100))]
-    sweeps = options.get("max_sweeps", 300)
-    return [dict(options, damping=0.5, max_sweeps=2 * sweeps), dict(options, damping=0.25, max_sweeps=4 * sweeps)]
+    """The registry's FITC schedule: damped EP (no sequential schedule for FITC), or more
+    Newton iterations."""
+    return registry.get(approximation).retry_schedule(options, "fitc")
 
 
 class SparseMarginalOp(ApproxMarginalOp):
@@ -61,17 +43,17 @@ class SparseMarginalOp(ApproxMarginalOp):
 
     def __init__(self, approximation, likelihood_type, options=(), hyper_names=(), defer_loo=False,
                  sampling=False):
-        if approximation not in SPARSE_APPROXIMATIONS:
-            raise ValueError(f"the FITC prior supports {SPARSE_APPROXIMATIONS}, got {approximation!r}")
+        registry.check_structure(approximation, "fitc")
         super().__init__(approximation, likelihood_type, options, hyper_names, defer_loo, sampling)
 
-    def prior_from(self, Kuu, Kuf, k_diag):
+    @staticmethod
+    def prior_from(Kuu, Kuf, k_diag):
         return FITCPrior(Kuu, Kuf, k_diag)
 
-    def retry_schedule(self, options):
-        return sparse_retry_options(self.approximation, options)
+    retry_schedule_for = staticmethod(sparse_retry_options)
 
-    def kernel_cotangents(self, result):
+    @staticmethod
+    def kernel_cotangents(result):
         return tuple(result.dlog_z_dK)
 
     def make_node(self, Kuu, Kuf, k_diag, params, y, hyper=None):
@@ -88,55 +70,10 @@ class SparseMarginalOp(ApproxMarginalOp):
         Kuu, Kuf, k_diag, params, y, hyper = (*inputs, np.zeros(0))[:6]
         return Kuf, params, y, hyper
 
-    def _perform(self, inputs, output_storage):
-        Kuu, Kuf, k_diag, params, y = inputs[:5]
-        hyper = inputs[5] if len(inputs) > 5 else np.zeros(0)
-        n = y.shape[0]
-        options = self._solver_options()
-        self._counts["evaluations"] += 1
-        warm = self._warm_starts(n)
-        result, status, retries = None, STATUS_FAILED, 0
-        try:
-            prior = FITCPrior(Kuu, Kuf, k_diag)
-            with trusted_kernel():
-                result, retries = _solve_with_retries(
-                    self.approximation, prior, y, self._lik, params, warm.guess(hyper), options,
-                    self.retry_schedule(options))
-            ok = np.isfinite(result.log_z) and all(np.all(np.isfinite(g)) for g in result.dlog_z_dK) \
-                and np.all(np.isfinite(result.dlog_z_dparams))
-            status = (STATUS_CONVERGED if result.converged else STATUS_NOT_CONVERGED) if ok else STATUS_FAILED
-        except (ValueError, ArithmeticError, np.linalg.LinAlgError):
-            status = STATUS_FAILED
-        self._counts["retries"] += retries
-        if status == STATUS_FAILED:
-            self._counts["failed"] += 1
-            self._write(output_storage, -np.inf, (np.zeros_like(Kuu), np.zeros_like(Kuf), np.zeros(n)),
-                        np.zeros(len(params)), np.full(n, -np.inf), 0, status)
-            return None
-        if status == STATUS_NOT_CONVERGED:
-            self._counts["not_converged"] += 1
-            warnings.warn(
-                f"{self.approximation.upper()} (FITC) did not converge at "
-                f"{self._describe_point(params, hyper) or 'this point'} (last change "
+    def _not_converged_message(self, point, kernels, result, retries):
+        return (f"{self.approximation.upper()} (FITC) did not converge at {point or 'this point'} (last change "
                 f"{result.max_change:.2e} after {retries} damped retries). The value is used; "
-                "the evaluation's status output is 1.",
-                ApproximationFailedWarning,
-                stacklevel=2,
-            )
-        warm.add(hyper, result.state)
-        self._write(output_storage, result.log_z, result.dlog_z_dK, result.dlog_z_dparams,
-                    _loo_or_placeholder(result, n), result.n_iter, status)
-        return result.loo_later
-
-    @staticmethod
-    def _write(output_storage, log_z, grads, dth, loo, n_iter, status):
-        output_storage[0][0] = np.asarray(log_z, dtype=float)
-        for k, g in enumerate(grads):
-            output_storage[1 + k][0] = np.asarray(g, dtype=float)
-        output_storage[4][0] = np.asarray(dth, dtype=float).reshape(-1)
-        output_storage[5][0] = np.asarray(loo, dtype=float)
-        output_storage[6][0] = np.asarray(n_iter, dtype="int64")
-        output_storage[7][0] = np.asarray(status, dtype="int64")
+                "the evaluation's status output is 1.")
 
     def _fast_ep(self, *args, **kwargs):
         return None  # the compiled loop is the dense structure's
@@ -171,18 +108,15 @@ class SparsePredictiveOp(LatentPredictiveOp):
         ins = [pt.as_tensor_variable(v).astype("float64") for v in (Kuu, Kuf, k_diag, params, y, Kus, K_star)]
         return Apply(self, ins, [pt.dvector(), pt.dmatrix() if self.full_cov else pt.dvector()])
 
-    def perform(self, node, inputs, output_storage):
-        Kuu, Kuf, k_diag, params, y, Kus, K_star = inputs
-        m = Kus.shape[1]
-        check_training_sizes(y.shape[0], K_uf=Kuf.shape[1:], k_diag=k_diag.shape)
-        try:
-            res = _solve(self.approximation, FITCPrior(Kuu, Kuf, k_diag), y, self._lik, params, None,
-                         prediction_options(self.options))
-            if self.full_cov:
-                output_storage[0][0], output_storage[1][0] = res.posterior.predict_cov(res.a, Kus, K_star)
-            else:
-                output_storage[0][0], output_storage[1][0] = res.predict_latent(Kus, K_star)
-        except (ValueError, np.linalg.LinAlgError):
-            output_storage[0][0] = np.full(m, np.nan)
-            output_storage[1][0] = np.full((m, m) if self.full_cov else m, np.nan)
+    n_kernel_inputs = 3
+    prior_from = staticmethod(SparseMarginalOp.prior_from)
 
+    @staticmethod
+    def _training_shapes(kernels, K_cross):
+        Kuu, Kuf, k_diag = kernels
+        return {"K_uf": Kuf.shape[1:], "k_diag": k_diag.shape}
+
+    def _latent(self, res, Kus, K_star):
+        if self.full_cov:
+            return res.posterior.predict_cov(res.a, Kus, K_star)
+        return res.predict_latent(Kus, K_star)

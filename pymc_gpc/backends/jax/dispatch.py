@@ -4,13 +4,13 @@ PyMC's JAX samplers (``pm.sample(nuts_sampler="numpyro" | "blackjax")``) turn th
 log density into a JAX function (``pymc.sampling.jax.get_jaxified_logp``) and
 differentiate it with JAX itself, so the Ops' ``pullback`` is not used there: the
 gradient lives in the JAX function, as the ``jax.custom_vjp`` of
-``approximations.jax_engine.marginal_fn`` (the exact fixed-point / implicit gradient,
+``backends.jax.engine.marginal_fn`` (the exact fixed-point / implicit gradient,
 never automatic differentiation through the EP or Newton loop).
 
 Registered here:
 
 * ``ApproxMarginalOp`` (EP and Laplace; mean field and ADF raise ``NotImplementedError``
-  naming what works), with the options of the numba path (``SAMPLING_DEFAULTS``: EP's
+  naming what works), with the options of the numba path (the registry's ``sampling_defaults``: EP's
   tol is 1e-2 while sampling). The fourth input (hyperparameter values, used by the numba
   path for warm starts and warnings) is ignored: each evaluation starts cold.
 * ``LatentPredictiveOp`` (prediction, ``conditional``).
@@ -22,7 +22,7 @@ Registered here:
 * ``ARDKernelOp`` and ``ARDKernelPullbackOp`` of ``kernels.py`` (``ard_classifier``): the
   kernel as jnp code, which JAX differentiates exactly.
 
-Importing this module imports jax and PyTensor's JAX dispatch; ``jax_registration``
+Importing this module imports jax and PyTensor's JAX dispatch; ``registration``
 (installed when ``pymc_gpc`` is imported) imports it right after PyTensor's JAX dispatch
 is first imported (by PyMC's JAX samplers, ``mode="JAX"``), so that ``import pymc_gpc``
 does not pay for importing jax (0.5-0.9 s here).
@@ -33,34 +33,33 @@ import jax.numpy as jnp
 import numpy as np
 from pytensor.link.jax.dispatch import jax_funcify
 
-from ..approximations import jax_engine
-from ..kernels import ARDKernelOp, ARDKernelPullbackOp
-from .training_check import TrainingValuesCheck
-from .marginal import SAMPLING_DEFAULTS, ApproxMarginalOp, LatentPredictiveOp
+from ...approximations import registry
+from ...kernels import ARDKernelOp, ARDKernelPullbackOp
+from ...ops.marginal import ApproxMarginalOp, LatentPredictiveOp
+from ...ops.training_check import TrainingValuesCheck
+from ...structures.select import structure_of_op
+from . import engine as jax_engine
 
 
 def _options(op, sampling):
     options = dict(op.options)
     if sampling:
-        options = {**SAMPLING_DEFAULTS.get(op.approximation, {}), **options}
+        options = {**registry.get(op.approximation).sampling_defaults, **options}
     options.pop("with_grad", None)
     options.pop("with_loo", None)
     return options
 
 
-def _dense_binary_only(op, base):
-    """Subclasses (FITC's ``ops.sparse``, multi-class Ops) have no JAX implementation yet."""
-    if type(op) is not base:
-        raise NotImplementedError(
-            f"{type(op).__name__} has no JAX implementation: the JAX backend covers the dense binary "
-            "EP and Laplace Ops (FITC and multi-class models run on the default numba backend, "
-            "pymc_gpc.sample() / pm.sample() with nuts_sampler='pymc' or 'nutpie')"
-        )
+def _check_supported(op):
+    """The registry's ``check_backend``: FITC's and the multi-class Ops have no JAX
+    implementation yet, nor mean field and ADF (``UnsupportedCombinationError``, a
+    NotImplementedError naming what works)."""
+    registry.check_backend(op.approximation, structure_of_op(op).name, "jax", type(op).__name__)
 
 
 @jax_funcify.register(ApproxMarginalOp)
 def jax_funcify_ApproxMarginalOp(op, node=None, **kwargs):
-    _dense_binary_only(op, ApproxMarginalOp)
+    _check_supported(op)
     marginal = jax_engine.marginal_fn(op.approximation, op._lik.kind, **_options(op, sampling=op.sampling))
 
     def approx_marginal(K, params, y, hyper=None):
@@ -71,7 +70,7 @@ def jax_funcify_ApproxMarginalOp(op, node=None, **kwargs):
 
 @jax_funcify.register(LatentPredictiveOp)
 def jax_funcify_LatentPredictiveOp(op, node=None, **kwargs):
-    _dense_binary_only(op, LatentPredictiveOp)
+    _check_supported(op)
     predict = jax_engine.predictive_fn(op.approximation, op._lik.kind, op.full_cov, **_options(op, sampling=False))
 
     def latent_predictive(K, params, y, K_cross, K_star):

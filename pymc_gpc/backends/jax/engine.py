@@ -3,7 +3,7 @@ r"""EP and Laplace in JAX: the approximate marginal likelihood with its exact gr
 The JAX backend of ``ep.py`` and ``laplace.py`` (same iterations, same fixed points, same
 gradients), for PyMC's JAX samplers (numpyro, blackjax), ``pytensor.function(...,
 mode="JAX")`` and accelerators. Imports only jax and numpy (and the likelihoods'
-``binary_jax``), so it runs on a machine without PyMC. Float64 throughout: importing
+``backends.jax.likelihoods``), so it runs on a machine without PyMC. Float64 throughout: importing
 this module sets ``jax_enable_x64`` (PyTensor's JAX backend does the same for floatX
 float64).
 
@@ -44,7 +44,8 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.linalg import cho_solve, solve_triangular
 
-from ..likelihoods import binary_jax as lik
+from ...approximations import registry
+from . import likelihoods as lik
 
 jax.config.update("jax_enable_x64", True)
 
@@ -395,10 +396,7 @@ def solver(approximation, kind, **options):
 
     EP's ``method="sequential"`` runs the parallel schedule here (the same fixed point).
     """
-    if approximation not in SOLVERS:
-        raise NotImplementedError(
-            f"the JAX backend implements EP and Laplace (MarginalEP, MarginalLaplace), not {approximation!r}; "
-            "sample that model with PyMC's NUTS or nutpie (nuts_sampler='pymc' or 'nutpie')")
+    registry.check_backend(approximation, "dense", "jax", "ApproxMarginalOp")
     if approximation == "laplace" and not lik.SUPPORTS_LAPLACE[kind]:
         raise ValueError("the step likelihood has no Laplace approximation: use EP")
     unknown = set(options) - set(OPTIONS[approximation])

@@ -1,7 +1,7 @@
-"""Register the Ops' JAX implementations (``ops/jax.py``) once PyTensor's JAX backend is loaded.
+"""Register the Ops' JAX implementations (``backends/jax/dispatch.py``) once PyTensor's JAX backend is loaded.
 
 ``install()`` runs when ``pymc_gpc`` is imported. It imports nothing from jax: if
-``pytensor.link.jax.dispatch`` is already imported, ``ops/jax.py`` is imported at once;
+``pytensor.link.jax.dispatch`` is already imported, ``backends/jax/dispatch.py`` is imported at once;
 otherwise an import hook imports it right after PyTensor's JAX dispatch is first imported
 (``pm.sample(nuts_sampler="numpyro")``, ``pytensor.function(..., mode="JAX")``). Without
 jax installed nothing happens, and PyTensor / PyMC raise their own ImportError; the
@@ -14,7 +14,7 @@ import importlib.util
 import sys
 
 _TARGET = "pytensor.link.jax.dispatch"
-_MODULE = "pymc_gpc.ops.jax"
+_MODULE = "pymc_gpc.backends.jax.dispatch"
 
 JAX_SAMPLERS = ("numpyro", "blackjax")
 
@@ -30,7 +30,7 @@ def jax_available():
 
 
 class _RegisterAfterImport(importlib.abc.MetaPathFinder):
-    """Imports ``ops/jax.py`` right after ``pytensor.link.jax.dispatch`` has executed."""
+    """Imports ``backends/jax/dispatch.py`` right after ``pytensor.link.jax.dispatch`` has executed."""
 
     def find_spec(self, name, path, target=None):
         if name != _TARGET:

@@ -1,7 +1,7 @@
 r"""The binary likelihoods' numeric contract in JAX (``binary.py``, vectorised over sites).
 
 The same formulas as the numba kernels of ``binary.py``, in the same order, for the JAX
-backend (``approximations/jax_engine.py``): every function maps arrays of sites at once
+backend (``backends/jax/engine.py``): every function maps arrays of sites at once
 and is traceable by ``jax.jit`` and ``jax.vmap``. Imports only jax and numpy, so the
 engine runs where PyMC is not installed (an accelerator machine).
 

@@ -3,7 +3,7 @@
 Inside a sampler nearly every evaluation is the same case: EP with the default
 schedule, labels -1/+1, valid likelihood parameters, a warm start with non-negative
 sites, and a compiled loop that converges (``ApproxMarginalOp._fast_ep``). The numba
-implementation of the Op (``marginal._compiled_ep_function``) runs that case entirely
+implementation of the Op (``dispatch._compiled_ep_function``) runs that case entirely
 here, in nopython mode and without the GIL: the recent-result lookup, the warm-start
 guess and store (``thread_state``, per OS thread), ``ep.ep_warm_compiled`` and the
 outputs. Every other case (a point ``evaluate`` declines, a non-converged loop, a
@@ -25,8 +25,8 @@ import llvmlite.binding as llvm
 import numpy as np
 from numba import carray, cfunc, njit, types
 
-from ..approximations.ep import ep_warm_compiled
-from ..likelihoods.binary import PROBIT_NOISE, STEP_LABEL_NOISE
+from ...approximations.ep import ep_warm_compiled
+from ...likelihoods.binary import PROBIT_NOISE, STEP_LABEL_NOISE
 from . import thread_state as ts
 
 SYMBOLS = ("pymc_gpc_compiled_ep_evaluate", "pymc_gpc_compiled_ep_store")

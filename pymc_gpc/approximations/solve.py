@@ -1,0 +1,62 @@
+"""Solving one approximation at one point: the registry's solver by name, and the retries
+after a non-converged run (``approximations.registry``: one schedule per prior structure).
+
+Used by the evidence Ops (``ops.marginal``), ``pymc_gpc.fit`` (``point_estimates``) and
+prediction over posterior draws (``prediction``).
+"""
+
+import numpy as np
+
+from .registry import APPROXIMATIONS, get
+
+__all__ = ["solve", "solve_with_retries", "default_retries", "prediction_options"]
+
+
+def prediction_options(options):
+    """``options`` for a solve whose result only predicts: no gradient and no LOO terms."""
+    return dict(options, with_grad=False, with_loo=False)
+
+
+def solve(approximation, K, y, lik, params, state, options):
+    return APPROXIMATIONS[approximation].solver(K, y, lik, params, state=state, **options)
+
+
+def default_retries(approximation, options):
+    """The fallback schedule after a non-converged run: the registry's for the approximation's
+    default structure (dense EP: damped, then sequential)."""
+    return get(approximation).retry_schedule(options)
+
+
+def solve_with_retries(approximation, K, y, lik, params, state, options, retry_options=None):
+    """Solve, falling back on a cold start and then on ``default_retries``.
+
+    A warm start fitted to another K can be invalid at this one (negative EP sites of
+    the step likelihood can make K^-1 + S indefinite): if the warm-started run raises a
+    LinAlgError or gives a non-finite value, the solve is repeated from scratch. After a
+    non-converged run the retry schedule is tried (cold starts); a retry that raises is
+    skipped. Returns (result, number of retries taken); other exceptions, and a cold
+    start's, propagate. ``retry_options``: a schedule replacing ``default_retries`` (a prior
+    structure without sequential EP, ``ops.sparse``).
+    """
+    schedule = default_retries(approximation, options) if retry_options is None else retry_options
+    retries = 0
+    result = None
+    try:
+        result = solve(approximation, K, y, lik, params, state, options)
+    except np.linalg.LinAlgError:
+        if state is None:
+            raise
+    if state is not None and (result is None or not np.isfinite(result.log_z)):
+        retries += 1
+        result = solve(approximation, K, y, lik, params, None, options)
+    for retry in schedule if not result.converged else []:
+        retries += 1
+        try:
+            attempt = solve(approximation, K, y, lik, params, None, retry)
+        except np.linalg.LinAlgError:
+            continue
+        if np.isfinite(attempt.log_z) or not np.isfinite(result.log_z):
+            result = attempt
+        if result.converged:
+            break
+    return result, retries

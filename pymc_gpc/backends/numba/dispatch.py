@@ -1,0 +1,222 @@
+"""The numba backend's implementations of the package's Ops (``numba_funcify``).
+
+``register_numba`` makes numba-compiled graphs (PyMC's default backend, nutpie) run the
+Ops' Python ``perform`` through an object-mode block keyed by a string, so that numba can
+cache the whole graph on disk; binary EP's evidence Op (``compiles_ep``) gets a compiled
+function instead (``compiled_ep``), which answers its common case without Python and falls
+back on the Op's Python path (``_fallback_ep``) for the rest. ``ops/__init__`` calls
+``register_numba`` once for the dense Ops; ``ops.multiclass`` for its own.
+"""
+
+import os
+import weakref
+
+import numba
+import numpy as np
+
+from ..._numba_cache import cache_key
+from ...approximations.ep import EPState
+from ...likelihoods.binary import LIKELIHOODS
+from ...ops.marginal import ApproxMarginalOp, LatentPredictiveOp
+from . import thread_state
+
+# Whether binary EP's numba implementation is the compiled one (``compiled_ep``: no
+# Python, no GIL per evaluation) rather than the object-mode call of ``perform``; read when
+# a graph is compiled (environment variable PYMC_GPC_COMPILED_EP=0 switches it off, or set
+# this). It is faster per evaluation than the object-mode Op, with one thread and
+# markedly with two (no GIL to share), and compiles as fast, since the engine is reached
+# through a symbol (benchmarks/results/engine_notes.md).
+COMPILED_EP = os.environ.get("PYMC_GPC_COMPILED_EP", "1") == "1"
+
+
+def compiles_ep(op):
+    """Whether the numba implementation runs ``op``'s common case compiled (``compiled_ep``):
+    where ``COMPILED_EP`` is set, binary EP with the default schedule and one of the
+    package's likelihoods."""
+    return (COMPILED_EP and type(op) is ApproxMarginalOp and op.approximation == "ep"
+            and op.likelihood_type in LIKELIHOODS and dict(op.options).keys() <= {"tol", "max_sweeps"})
+
+# Ops whose numba implementation has been built in this process, by cache key
+# (``_numba_key``), held weakly; the compiled graph names its Op by that key. Equal Ops
+# on equal data share one key: the first one still alive answers (results are the
+# same; its warm starts and ``counts`` are shared).
+_NUMBA_OPS = {}
+
+
+def _numba_key(op, node):
+    """A key for ``op`` at ``node`` that is the same in every process: the Op's props
+    and the data of its constant inputs (the labels, usually), hashed."""
+    import hashlib
+
+    parts = [type(op).__qualname__, [(k, repr(v)) for k, v in op._props_dict().items()]]
+    for v in node.inputs:
+        data = getattr(v, "data", None)
+        if isinstance(data, np.ndarray):
+            parts.append(hashlib.sha256(np.ascontiguousarray(data).tobytes()).hexdigest())
+    return cache_key(*parts)
+
+
+def _perform_registered(key, inputs):
+    """Run the ``perform`` of the Op registered under ``key`` (called from compiled graphs)."""
+    op, n_outputs = next((ref(), k) for ref, k in _NUMBA_OPS[key] if ref() is not None)
+    storage = [[None] for _ in range(n_outputs)]
+    op.perform(None, list(inputs), storage)  # neither Op's perform reads the node
+    return tuple(s[0] for s in storage)
+
+
+def _registered_op(key):
+    """The first Op still alive among those registered under ``key``."""
+    return next(ref() for ref, _ in _NUMBA_OPS[key] if ref() is not None)
+
+
+def _fallback_ep(key, K, params, y, hyper, use_block, has_start, tau, nu, first_change):
+    """The Python path of a compiled EP evaluation that ``compiled_ep.evaluate`` left undone,
+    from its warm start (tau, nu, first_change where ``has_start``). Returns the six
+    outputs as the compiled code declares them, then (whether there is a solution to keep,
+    its tau, nu and first change). Without a block (``thread_state``'s table is full) the
+    Op's ``perform`` with its Python state."""
+    op = _registered_op(key)
+    storage = [[None] for _ in range(6)]
+    inputs = [K, params, y, hyper]
+    state = None
+    if not use_block:
+        op.perform(None, inputs, storage)
+    else:
+        guess = EPState(tau.copy(), nu.copy(), first_change) if has_start else None
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+            state, _ = op._evaluate(inputs, guess, storage)
+    log_z, dK, dth, loo, n_iter, status = (s[0] for s in storage)
+    outputs = (float(log_z), np.ascontiguousarray(dK, dtype=float), np.ascontiguousarray(dth, dtype=float),
+               np.ascontiguousarray(loo, dtype=float), int(n_iter), int(status))
+    if state is None:
+        return (*outputs, False, np.zeros(y.shape[0]), np.zeros(y.shape[0]), np.inf)
+    return (*outputs, True, np.ascontiguousarray(state.tau, dtype=float),
+            np.ascontiguousarray(state.nu, dtype=float), float(state.first_change))
+
+
+# The two object-mode steps of the compiled function, module-level and cached on disk
+# (closures calling closures made PyTensor's cache of the whole graph miss: 9 s of
+# compilation at every ``pm.sample``).
+@numba.njit(cache=True)
+def _allocate_block(key, n, p, q):
+    with numba.objmode():
+        thread_state.allocate(key, n, p, q)
+
+
+@numba.njit(cache=True)
+def _fallback_block(key, K, params, y, hyper, use_block, has, tau, nu, change):
+    with numba.objmode(log_z="float64", dK="float64[:, ::1]", dth="float64[::1]", loo="float64[::1]",
+                       n_iter="int64", status="int64", stored="boolean", tau_out="float64[::1]",
+                       nu_out="float64[::1]", change_out="float64"):
+        log_z, dK, dth, loo, n_iter, status, stored, tau_out, nu_out, change_out = _fallback_ep(
+            key, K, params, y, hyper, use_block, has, tau, nu, change)
+    return log_z, dK, dth, loo, n_iter, status, stored, tau_out, nu_out, change_out
+
+
+def _release_if_unused(key):
+    """Drop the compiled path's blocks of ``key`` once no Op of that key is alive (a
+    finalizer: the release itself waits for the next block made, ``release_later``)."""
+    if not any(ref() is not None for ref, _ in _NUMBA_OPS.get(key, ())):
+        thread_state.release_later(key)
+
+
+def register_numba(op_types=None):
+    """Run the Ops' Python ``perform`` from numba-compiled graphs, without a warning.
+
+    The heavy lifting is LAPACK and ``nogil`` numba kernels already, so the object-mode
+    call costs microseconds; registering it explicitly replaces PyTensor's fallback,
+    which warns at every compilation. The object-mode block calls a module-level
+    function with a string key (``_numba_key``) rather than a closure over the Op, so
+    that numba can cache the whole compiled graph on disk: a model's logp and gradient
+    then compile in well under a second from the second ``pm.sample`` on, instead of
+    about 5 s each time.
+
+    An Op for which ``compiles_ep`` holds (binary EP, by default) gets
+    ``_compiled_ep_function`` instead: its common case runs without Python
+    (``compiled_ep``), the rest through ``_fallback_ep``.
+    """
+    try:
+        import numba
+        from pytensor.link.numba.dispatch.basic import (
+            get_numba_type,
+            numba_njit,
+            register_funcify_and_cache_key,
+        )
+    except ImportError:  # pragma: no cover - numba backend unavailable
+        return
+
+    def funcify(op, node, **kwargs):
+        key = _numba_key(op, node)
+        refs = _NUMBA_OPS.setdefault(key, [])
+        refs[:] = [r for r in refs if r[0]() is not None]
+        if not any(r[0]() is op for r in refs):
+            refs.append((weakref.ref(op), len(node.outputs)))
+        compiled = compiles_ep(op)
+        if compiled and key not in op._shared.setdefault("compiled", set()):
+            op._shared["compiled"].add(key)
+            weakref.finalize(op, _release_if_unused, key)
+        for ref, _ in refs:  # any of them may answer the compiled graph (``_perform_registered``)
+            alive = ref()
+            if alive is not None and hasattr(alive, "reset_warm_starts"):
+                alive.reset_warm_starts()
+        ret_sig = numba.types.Tuple([get_numba_type(o.type) for o in node.outputs])
+        if compiled:
+            thread_state.reset(key)
+            return _compiled_ep_function(op, key, numba_njit, ret_sig), key + "_compiled"
+
+        @numba_njit
+        def perform(*inputs):
+            with numba.objmode(ret=ret_sig):
+                ret = _perform_registered(key, inputs)
+            return ret
+
+        return perform, key
+
+    for op_type in op_types or (ApproxMarginalOp, LatentPredictiveOp):
+        register_funcify_and_cache_key(op_type)(funcify)
+
+
+
+def _compiled_ep_function(op, key, numba_njit, ret_sig):
+    """The numba implementation of an Op for which ``compiles_ep`` holds: ``compiled_ep``'s C function
+    answers the common case without Python; the object-mode steps here make the thread's
+    block when it has none (``_allocate_block``), run the Python path from the compiled
+    warm start where it declined (``_fallback_block``, its result stored back by the second
+    C function), and the Op's ``perform`` where its code raised."""
+    from . import compiled_ep as C
+
+    evaluate_at, store_at = C.external()
+    h = thread_state.key_hash(key)
+    kind, n_params = op._lik.kind, op._lik.n_params
+    options = op._solver_options()
+    tol, max_sweeps = float(options["tol"]), int(options.get("max_sweeps", 300))
+
+    @numba_njit
+    def approx_marginal_ep(K, params, y, hyper):
+        n, p, q = y.shape[0], hyper.shape[0], params.shape[0]
+        if K.shape[0] == n and K.shape[1] == n:  # else the Op's perform: -inf, status 2
+            Kc, pc, yc, hc = (np.ascontiguousarray(K), np.ascontiguousarray(params), np.ascontiguousarray(y),
+                              np.ascontiguousarray(hyper))
+            dK, dth, loo, out = np.empty((n, n)), np.empty(q), np.empty(n), np.zeros(C.OUT)
+            tau, nu = np.empty(n), np.empty(n)
+            pointers = (Kc.ctypes, pc.ctypes, yc.ctypes, hc.ctypes, dK.ctypes, dth.ctypes, loo.ctypes, out.ctypes,
+                        tau.ctypes, nu.ctypes)
+            code = evaluate_at(h, kind, n_params, tol, max_sweeps, n, p, q, *pointers)
+            if code == C.NO_BLOCK:
+                _allocate_block(key, n, p, q)
+                code = evaluate_at(h, kind, n_params, tol, max_sweeps, n, p, q, *pointers)
+            if code == C.DONE:
+                return np.asarray(out[0]), dK, dth, loo, np.asarray(np.int64(out[1])), np.asarray(np.int64(out[2]))
+            if code != C.FAILED:  # declined, or no block (a full table): the Python path, from the warm start if any
+                log_z, dK2, dth2, loo2, n_iter, status, stored, tau2, nu2, change = _fallback_block(
+                    key, Kc, pc, yc, hc, code == C.DECLINED, out[C.HAS_START] > 0.0, tau, nu, out[C.FIRST_CHANGE])
+                if code == C.DECLINED and dK2.shape == (n, n) and dth2.size == q and loo2.size == n:
+                    out[0], out[1], out[2], out[C.HAS_START], out[C.FIRST_CHANGE] = log_z, n_iter, status, stored, change
+                    store_at(h, n, p, q, Kc.ctypes, pc.ctypes, yc.ctypes, hc.ctypes, dK2.ctypes, dth2.ctypes,
+                             loo2.ctypes, out.ctypes, tau2.ctypes, nu2.ctypes)
+                return np.asarray(log_z), dK2, dth2, loo2, np.asarray(n_iter), np.asarray(status)
+        with numba.objmode(ret=ret_sig):  # one block: two in one function failed LLVM's verifier
+            ret = _perform_registered(key, (K, params, y, hyper))
+        return ret
+
+    return approx_marginal_ep
