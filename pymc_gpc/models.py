@@ -119,7 +119,7 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
         likelihood = MULTICLASS_LIKELIHOODS[approximation]()
     likelihood = Probit() if likelihood is None else likelihood
     if isinstance(likelihood, MulticlassLikelihood):
-        classes = as_class_codes(y, n_classes=likelihood.n_classes)[1]
+        classes = as_class_codes(y, n_classes=likelihood.n_classes, warn=False)[1]
         with pm.Model(coords={"feature": names}) as model:
             cov = ard_kernels(d, classes, prior=prior, bias=bias, shared=per_class is False,
                               feature_names=names, log_v0_start=LOG_V0_START)
