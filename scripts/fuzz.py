@@ -169,7 +169,7 @@ def fuzz_one(X, y, approx, lik_name, draws, rng, structure="dense"):
     op = _find_op(model)
     shapes = {k: np.shape(v) for k, v in model.initial_point().items()}
     c = dict.fromkeys(COUNT_KEYS, 0)
-    before = dict(op.counts)
+    before = _op_counts(op)
     examples = []
     for _ in range(draws):
         point = {k: rng.normal(0.0, 3.0, size=s) for k, s in shapes.items()}
@@ -201,11 +201,23 @@ def fuzz_one(X, y, approx, lik_name, draws, rng, structure="dense"):
         else:
             c["nan_value"] += 1  # +inf: as bad as NaN for a sampler
             examples.append(f"value {v} at {point}")
-    c["not_converged"] = op.counts["not_converged"] - before["not_converged"]
-    c["failed"] = op.counts["failed"] - before["failed"]
-    c["retries"] = op.counts["retries"] - before["retries"]
-    c["evaluations"] = op.counts["evaluations"] - before["evaluations"]
+    after = _op_counts(op)
+    for key in ("not_converged", "failed", "retries", "evaluations"):
+        c[key] = after[key] - before[key]
     return c, examples
+
+
+def _op_counts(op):
+    """The Op's counters summed over its copies: a compiled graph may run a copy (the
+    logp graph's ``deferring_loo`` twin), which shares the Op's state but counts apart."""
+    from pymc_gpc.ops.marginal import _LIVE_OPS
+
+    family = [o for o in list(_LIVE_OPS.values()) if o is not op and getattr(o, "_shared", None) is op._shared]
+    counts = dict(op.counts)  # includes the compiled evaluations of the shared state, once
+    for o in family:
+        for key, value in o._counts.items():
+            counts[key] += value
+    return counts
 
 
 def _find_op(model):
