@@ -63,7 +63,7 @@ def gp_fit(Xtr, ytr, Xte, yte, names, approximation, per_class):
     errors, log_p = _scores(p, gp.classes, yte)
     n_hyper = sum(np.size(model.initial_point()[k]) for k in model.initial_point())
     return {"errors": errors, "log_p": log_p, "log_evidence": float(result.log_evidence), "seconds": seconds,
-            "n_hyper": n_hyper, "converged": bool(result.converged)}
+            "n_hyper": n_hyper, "converged": bool(result.converged), "n_iter": int(result.n_iter)}
 
 
 def sklearn_fit(Xtr, ytr, Xte, yte):
@@ -77,7 +77,7 @@ def sklearn_fit(Xtr, ytr, Xte, yte):
     seconds = time.perf_counter() - t
     errors, log_p = _scores(p, clf.classes_, yte)
     return {"errors": errors, "log_p": log_p, "log_evidence": None, "seconds": seconds,
-            "n_hyper": 6 * (Xtr.shape[1] + 1), "converged": True}
+            "n_hyper": 6 * (Xtr.shape[1] + 1), "converged": True, "n_iter": None}
 
 
 def main(argv=None):
@@ -114,14 +114,15 @@ def main(argv=None):
         "probability of the true class. Time: build + fit + predict, one BLAS thread, on a",
         "machine shared with other jobs.",
         "",
-        "| method | hyperparameters | test errors | test log p | log evidence | time |",
-        "|---|---|---|---|---|---|",
+        "| method | hyperparameters | test errors | test log p | log evidence | fit iterations | time |",
+        "|---|---|---|---|---|---|---|",
     ]
     for label, r in rows.items():
         ev = "" if r["log_evidence"] is None else f"{r['log_evidence']:.1f}"
         conv = "" if r["converged"] else " (fit not converged)"
+        it = "" if r["n_iter"] is None else str(r["n_iter"])
         lines.append(f"| {label} | {r['n_hyper']} | {r['errors']} / {len(yte)} | {r['log_p']:.3f} | {ev}{conv} | "
-                     f"{r['seconds']:.0f} s |")
+                     f"{it} | {r['seconds']:.0f} s |")
     (RESULTS / args.out).write_text(provenance + "\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -491,10 +491,11 @@ def ard_kernels(input_dim, classes, *, prior=(-3.0, 3.0), bias=True, shared=Fals
     >>> X = (glass.X - glass.X.mean(0)) / glass.X.std(0)
     >>> with pm.Model() as model:
     ...     covs = pymc_gpc.kernels.ard_kernels(X.shape[1], np.unique(glass.y))  # 6 kernels
-    ...     gp = pymc_gpc.MarginalLaplace(cov_func=covs, likelihood=pymc_gpc.likelihoods.Softmax())
-    ...     gp.marginal_likelihood("glass", X=X, y=glass.y)  # doctest: +SKIP
     >>> len(covs), model["log_w"].shape.eval().tolist()
     (6, [6, 9])
+    >>> with model:
+    ...     gp = pymc_gpc.MarginalLaplace(cov_func=covs, likelihood=pymc_gpc.likelihoods.Softmax())
+    ...     gp.marginal_likelihood("glass", X=X, y=glass.y)  # doctest: +SKIP
     """
     import pymc as pm
 
