@@ -18,13 +18,14 @@ import os
 import pathlib
 import sys
 import time
+import warnings
 
 import numpy as np
 
 from . import likelihoods as L
 from .datasets import Split, load
-from .cli_multiclass import is_multiclass, likelihood_for, test_report
-from .validation import as_signed_labels, check_inputs
+from .cli_multiclass import MULTICLASS_LIKELIHOODS, is_multiclass, likelihood_for, test_report
+from .validation import SingleMemberClassWarning, as_signed_labels, check_inputs
 
 LIKELIHOODS = {
     "probit": L.Probit,
@@ -49,7 +50,15 @@ def _parser():
         "--approximation", default="ep", choices=["ep", "laplace", "meanfield-ensemble", "meanfield-naive", "adf"],
         help="how the latent function is integrated out (adf has no gradient: use --method em-ep)",
     )
-    p.add_argument("--likelihood", default="probit", choices=sorted(LIKELIHOODS))
+    p.add_argument(
+        "--likelihood", default=None, choices=sorted(LIKELIHOODS) + sorted(MULTICLASS_LIKELIHOODS),
+        help="two classes: one of the binary likelihoods (default probit); more: softmax (with laplace, the "
+             "default there) or multinomial-probit (with ep, the default there)",
+    )
+    p.add_argument(
+        "--shared-kernel", action="store_true",
+        help="more than two classes: one ARD kernel shared by all classes instead of one per class",
+    )
     p.add_argument(
         "--inducing", type=int, default=None, metavar="M",
         help="FITC prior with M inducing inputs placed by k-means (ep or laplace): O(n M^2) per evaluation",
@@ -115,7 +124,9 @@ def load_split(args):
         raise ValueError("--target is required with a CSV file")
     Xtr, ytr, names = _read_csv(args.train, args.target)
     multiclass = is_multiclass(ytr)  # labels kept as read (cli_multiclass)
-    ytr_signed = ytr if multiclass else as_signed_labels(_label_values(ytr))
+    with warnings.catch_warnings():  # a single-member class: marginal_likelihood warns, once
+        warnings.simplefilter("ignore", SingleMemberClassWarning)
+        ytr_signed = ytr if multiclass else as_signed_labels(_label_values(ytr))
     Xte, yte = None, None
     if args.test:
         Xte, yte_raw, names_te = _read_csv(args.test, args.target, require_target=False)
@@ -168,18 +179,30 @@ def run(args):
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     multiclass = is_multiclass(data.y_train)
-    likelihood = likelihood_for(args.approximation) if multiclass else LIKELIHOODS[args.likelihood]()
+    if multiclass:
+        likelihood = likelihood_for(args.approximation, args.likelihood)
+    elif args.likelihood in MULTICLASS_LIKELIHOODS:
+        raise ValueError(f"--likelihood {args.likelihood} serves a target with more than two classes; this one has "
+                         f"two: use one of {sorted(LIKELIHOODS)}")
+    else:
+        likelihood = LIKELIHOODS[args.likelihood or "probit"]()
+    if args.shared_kernel and not multiclass:
+        raise ValueError("--shared-kernel serves a target with more than two classes (a binary model has one kernel)")
     approximation, _, variant = args.approximation.partition("-")
     model, gp = ard_classifier(
         data.X_train, data.y_train, approximation=approximation, likelihood=likelihood,
         feature_names=data.feature_names, **({"variant": variant} if variant else {}),
         **({"inducing": args.inducing} if args.inducing is not None else {}),
+        **({"per_class": not args.shared_kernel} if multiclass else {}),
     )
     report = [
         f"# pymc-gpc: {data.name}, {args.approximation.upper()} + "
-        f"{type(likelihood).__name__ if multiclass else args.likelihood}, {args.method}",
+        f"{type(likelihood).__name__ if multiclass else args.likelihood or 'probit'}, {args.method}",
         "",
-        f"- training points: {len(data.y_train)}, inputs: {data.X_train.shape[1]}",
+        f"- training points: {len(data.y_train)}, inputs: {data.X_train.shape[1]}"
+        + (f", classes: {len(gp.classes)}, "
+           f"{'one ARD kernel shared by the classes' if args.shared_kernel else 'one ARD kernel per class'}"
+           if multiclass else ""),
     ]
     t0 = time.perf_counter()
     with model:
@@ -288,10 +311,35 @@ def _plots(result, out, report):
         plt.close("all")
         report += ["", "Plots: trace.png (hyperparameter traces), relevance.png (ARD: log inverse squared lengthscale per input)."]
         return
-    from .plots import plot_fit
+    from .plots import plot_fit, plot_history
 
+    if np.ndim(result.point["log_w"]) > 1:  # one kernel per class: a relevance bar chart per class row
+        _plot_per_class_relevance(result.point["log_w"], out / "relevance.png")
+        ax = plot_history(result)
+        ax.figure.tight_layout()
+        ax.figure.savefig(out / "history.png")
+        plt.close("all")
+        report += ["", "Plots: relevance.png (ARD: log inverse squared lengthscale per input, one panel per class), "
+                   "history.png (log evidence per iteration)."]
+        return
     plot_fit(result, out / "relevance.png", out / "history.png")
     report += ["", "Plots: relevance.png (ARD: log inverse squared lengthscale per input), history.png (log evidence per iteration)."]
+
+
+def _plot_per_class_relevance(log_w, path):
+    """One bar chart of log w per class (rows of ``log_w``), on a shared y axis."""
+    import matplotlib.pyplot as plt
+
+    log_w = np.asarray(log_w, dtype=float)
+    c, d = log_w.shape
+    fig, axes = plt.subplots(c, 1, figsize=(6, 1.2 * c + 1), sharex=True, sharey=True)
+    for k, ax in enumerate(np.atleast_1d(axes)):
+        ax.bar(np.arange(d), log_w[k], color="C0")
+        ax.set_ylabel(f"class {k}", fontsize=8)
+    fig.suptitle("ARD relevance per class: log w (higher: the input matters more)")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
 
 
 def main(argv=None):

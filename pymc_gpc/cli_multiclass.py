@@ -2,8 +2,9 @@
 
 ``pymc-gpc train.csv --target type --approximation laplace`` (softmax) or ``ep``
 (multinomial probit, nested EP) builds ``models.ard_classifier`` with the multi-class
-likelihood; the report gains a confusion matrix on the test set and ``predictions.csv``
-holds one probability column per class.
+likelihood and one ARD kernel per class (``--shared-kernel``: one for all classes); the
+report gains a confusion matrix on the test set and ``predictions.csv`` holds one
+probability column per class.
 """
 
 import csv
@@ -13,18 +14,27 @@ import numpy as np
 from .likelihoods.multiclass import MultinomialProbit, Softmax
 
 LIKELIHOOD_FOR = {"laplace": Softmax, "ep": MultinomialProbit}
+# --likelihood names of the multi-class likelihoods, and the approximation each needs
+MULTICLASS_LIKELIHOODS = {"softmax": "laplace", "multinomial-probit": "ep"}
 
 
 def is_multiclass(y):
     return len(np.unique(np.asarray(y))) > 2
 
 
-def likelihood_for(approximation):
-    """The multi-class likelihood that ``approximation`` integrates out, or a ValueError."""
+def likelihood_for(approximation, likelihood=None):
+    """The multi-class likelihood that ``approximation`` integrates out, or a ValueError; a
+    ``--likelihood`` given (``likelihood``) must be that one, not a binary likelihood."""
     if approximation not in LIKELIHOOD_FOR:
         raise ValueError(
             f"the target has more than two classes: use --approximation laplace (softmax) or ep "
             f"(multinomial probit), not {approximation!r}"
+        )
+    if likelihood is not None and MULTICLASS_LIKELIHOODS.get(likelihood) != approximation:
+        fits = {v: k for k, v in MULTICLASS_LIKELIHOODS.items()}[approximation]
+        raise ValueError(
+            f"the target has more than two classes: --likelihood {likelihood} does not fit it with "
+            f"--approximation {approximation}; use --likelihood {fits} (or leave --likelihood out)"
         )
     return LIKELIHOOD_FOR[approximation]()
 

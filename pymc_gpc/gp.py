@@ -47,6 +47,7 @@ from .validation import (
     as_signed_labels,
     binary_classes,
     check_inputs,
+    check_kernel_columns,
     check_training_values,
     data_input,
 )
@@ -217,6 +218,7 @@ class _ApproximateMarginal:
         """
         X_values, X_tensor = data_input(X, "X")
         X = check_inputs(X_values)
+        check_kernel_columns(self.cov_func, X.shape[1])
         y_values, y_tensor = data_input(y, "y")
         if y_tensor is not None and not (np.issubdtype(np.asarray(y_values).dtype, np.number)
                                          or np.asarray(y_values).dtype == bool):

@@ -41,7 +41,7 @@ from .gp import MarginalEP, MarginalLaplace
 from .model_terms import add_evidence_terms as _add_evidence_terms, as_input_matrix as _as_input_matrix
 from .likelihoods.multiclass import MulticlassLikelihood
 from .ops.multiclass import MulticlassMarginalOp, MulticlassPredictiveOp
-from .validation import as_class_codes, check_inputs, data_input
+from .validation import as_class_codes, check_inputs, check_kernel_columns, data_input
 
 
 class MulticlassMarginal:
@@ -130,6 +130,7 @@ class MulticlassMarginal:
         """
         X_values, X_tensor = data_input(X, "X")
         X = check_inputs(X_values)
+        check_kernel_columns(self.cov_func, X.shape[1])
         if data_input(y, "y")[1] is not None:
             raise ValueError("y as a pm.Data container serves binary labels; give multi-class labels as an array, "
                              "list or pandas object (X may be pm.Data)")

@@ -34,6 +34,13 @@ these two Ops, 0.15 ms. Both run in numba's nopython mode, the exponential inclu
 (``numerics.special.exp_inplace``, vectorised), so a compiled logp never enters Python
 here. The pullback has no gradient itself: for Hessian-based tools
 build the kernel from ``pm.gp.cov`` instead.
+
+Several classes: ``ard_kernels(d, classes)`` creates one ARD kernel per class in the
+current model, its hyperparameters random variables with a leading ``class`` dimension
+(``log_w`` (c, d), ``log_v0`` and ``log_v1`` (c,)), and returns the list of c kernels that
+``MarginalLaplace(likelihood=Softmax())`` and ``MarginalEP(likelihood=MultinomialProbit())``
+take as ``cov_func``; ``per_class(factory, *hyperparameters)`` does the same for any
+kernel built from (c, ...) variables.
 """
 
 import numpy as np
@@ -398,3 +405,130 @@ class MixedARD(Covariance):
     def diag(self, X):
         X, _ = self._slice(X, None)
         return pt.alloc(self.v0 + self.v1 + self.v2, X.shape[0])
+
+
+def per_class(factory, *hyperparameters):
+    """One kernel per class from hyperparameters with a leading class dimension.
+
+    Returns ``[factory(h1[k], h2[k], ...) for k in range(c)]``: the list of c covariance
+    functions that the multi-class classifiers take as ``cov_func``, class k's built from
+    row k of every hyperparameter. c is the leading length of the hyperparameters, which
+    must be known when the model is built (give the variables ``shape`` or ``dims``).
+
+    Examples
+    --------
+    >>> import pymc as pm, pytensor.tensor as pt, pymc_gpc
+    >>> with pm.Model(coords={"class": ["a", "b", "c"], "feature": ["x0", "x1"]}):
+    ...     log_ls = pm.Normal("log_ls", 0, 1, dims=("class", "feature"))
+    ...     log_amp = pm.Normal("log_amp", 0, 3, dims="class")
+    ...     covs = pymc_gpc.kernels.per_class(
+    ...         lambda ls, amp: pt.exp(amp) * pm.gp.cov.ExpQuad(2, ls=pt.exp(ls)), log_ls, log_amp)
+    >>> len(covs)
+    3
+    """
+    if not hyperparameters:
+        raise ValueError("per_class needs at least one hyperparameter with a leading class dimension")
+    tensors = [pt.as_tensor_variable(h) for h in hyperparameters]
+    lengths = set()
+    for k, t in enumerate(tensors):
+        if t.ndim == 0:
+            raise ValueError(f"hyperparameter {k} is a scalar: per_class needs a leading class dimension "
+                             "(shape (c,) or (c, ...))")
+        c = t.type.shape[0]
+        if c is None:
+            try:
+                c = int(t.shape[0].eval())
+            except Exception:  # noqa: BLE001 - a symbolic length cannot be evaluated here
+                raise ValueError(f"hyperparameter {k} has no known leading length; give it shape= or dims=") from None
+        lengths.add(int(c))
+    if len(lengths) != 1:
+        raise ValueError(f"the hyperparameters' leading (class) lengths differ: {sorted(lengths)}")
+    c = lengths.pop()
+    if c < 2:
+        raise ValueError(f"per_class needs c >= 2 classes, got a leading length of {c}")
+    return [factory(*(t[k] for t in tensors)) for k in range(c)]
+
+
+def ard_kernels(input_dim, classes, *, prior=(-3.0, 3.0), bias=True, shared=False,
+                feature_names=None, log_v0_start=0.0):
+    r"""Barber & Williams' ARD kernel for several classes: one per class (default) or shared.
+
+    Creates, in the current ``pm.Model``, the random variables
+
+    - ``log_w`` (dims ``("class", "feature")``): log inverse squared lengthscales,
+    - ``log_v0`` (dims ``"class"``): log amplitudes,
+    - ``log_v1`` (dims ``"class"``, with ``bias``): log bias variances,
+
+    each Normal(*prior), and returns the c kernels
+    :math:`k_k(x, x') = v_{0k} \exp(-\tfrac12 \sum_m w_{km} (x_m - x'_m)^2) + v_{1k}`
+    (``MixedARD``), a list that ``MarginalLaplace(likelihood=Softmax())`` and
+    ``MarginalEP(likelihood=MultinomialProbit())`` take as ``cov_func``. With
+    ``shared=True`` the variables have no class dimension and one kernel is returned,
+    which all classes share (the form to compare against: see the user guide's
+    "several classes").
+
+    Parameters
+    ----------
+    input_dim : number of input columns d.
+    classes : the number of classes c, or the class labels in column order (e.g.
+        ``gp.classes`` or ``np.unique(y)``; they become the ``class`` coordinate).
+    prior : (mean, sd) of the Normal prior on every log-hyperparameter.
+    bias : include the bias variance v1.
+    shared : one kernel for all classes instead of one per class.
+    feature_names : the ``feature`` coordinate (default x0, x1, ...).
+    log_v0_start : where log v0 starts (clipped to within one prior sd of the prior mean),
+        as in ``pymc_gpc.ard_classifier``.
+
+    Returns
+    -------
+    A list of c covariance functions, or one with ``shared=True``.
+
+    Examples
+    --------
+    >>> import numpy as np, pymc as pm, pymc_gpc
+    >>> from pymc_gpc.datasets import load_fgl
+    >>> glass = load_fgl()
+    >>> X = (glass.X - glass.X.mean(0)) / glass.X.std(0)
+    >>> with pm.Model() as model:
+    ...     covs = pymc_gpc.kernels.ard_kernels(X.shape[1], np.unique(glass.y))  # 6 kernels
+    >>> len(covs), model["log_w"].shape.eval().tolist()
+    (6, [6, 9])
+    >>> with model:
+    ...     gp = pymc_gpc.MarginalLaplace(cov_func=covs, likelihood=pymc_gpc.likelihoods.Softmax())
+    ...     gp.marginal_likelihood("glass", X=X, y=glass.y)  # doctest: +SKIP
+    """
+    import pymc as pm
+
+    mu, sd = (float(v) for v in prior)
+    if not (np.isfinite(mu) and np.isfinite(sd) and sd > 0):
+        raise ValueError(f"prior needs a finite mean and a finite sd > 0, got (mean, sd) = ({mu}, {sd})")
+    d = int(input_dim)
+    labels = [f"class{k}" for k in range(int(classes))] if np.ndim(classes) == 0 else [str(v) for v in classes]
+    c = len(labels)
+    if c < 2 and not shared:
+        raise ValueError(f"ard_kernels needs c >= 2 classes, got {c}")
+    features = list(feature_names) if feature_names is not None else [f"x{m}" for m in range(d)]
+    if len(features) != d:
+        raise ValueError(f"feature_names has {len(features)} names for {d} input columns")
+    model = pm.modelcontext(None)
+    for dim, values in (("feature", features), ("class", labels)):
+        if dim == "class" and shared:
+            continue
+        if dim not in model.coords:
+            model.add_coord(dim, values)
+        elif len(model.coords[dim]) != len(values):
+            raise ValueError(f"the model's {dim!r} coordinate has {len(model.coords[dim])} values, "
+                             f"not the {len(values)} given")
+    start = float(np.clip(log_v0_start, mu - sd, mu + sd))
+    if shared:
+        log_w = pm.Normal("log_w", mu, sd, dims="feature")
+        log_v0 = pm.Normal("log_v0", mu, sd, initval=start)
+        v1 = pt.exp(pm.Normal("log_v1", mu, sd)) if bias else 0.0
+        return MixedARD(d, v0=pt.exp(log_v0), l=pt.exp(log_w), v1=v1)
+    log_w = pm.Normal("log_w", mu, sd, dims=("class", "feature"))
+    log_v0 = pm.Normal("log_v0", mu, sd, dims="class", initval=np.full(c, start))
+    if bias:
+        log_v1 = pm.Normal("log_v1", mu, sd, dims="class")
+        return per_class(lambda w, v0, v1: MixedARD(d, v0=pt.exp(v0), l=pt.exp(w), v1=pt.exp(v1)),
+                         log_w, log_v0, log_v1)
+    return per_class(lambda w, v0: MixedARD(d, v0=pt.exp(v0), l=pt.exp(w)), log_w, log_v0)

@@ -16,9 +16,10 @@ import pymc as pm
 import pytensor.tensor as pt
 
 from .gp import MarginalADF, MarginalEP, MarginalLaplace, MarginalMeanField
-from .kernels import MixedARD
+from .kernels import MixedARD, ard_kernels
 from .likelihoods.binary import Probit
-from .validation import check_inputs
+from .likelihoods.multiclass import MulticlassLikelihood, MultinomialProbit, Softmax
+from .validation import as_class_codes, check_inputs
 
 # Where the chains start log v0 (``ard_classifier``'s docstring); comparisons that
 # build the same model by hand (the benchmark's and the notebook's pm.gp.Latent) use it.
@@ -31,17 +32,28 @@ APPROXIMATIONS = {
     "adf": MarginalADF,
 }
 
+# The multi-class likelihood ``ard_classifier`` gives a target with more than two classes.
+MULTICLASS_LIKELIHOODS = {"laplace": Softmax, "ep": MultinomialProbit}
+
 
 def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.0),
-                   feature_names=None, bias=True, name="y", inducing=None, **solver_options):
-    """Build ``pm.Model`` + GP for binary classification with an ARD squared-exponential kernel.
+                   feature_names=None, bias=True, name="y", inducing=None, per_class=None,
+                   **solver_options):
+    """Build ``pm.Model`` + GP with an ARD squared-exponential kernel, for two classes or more.
 
     Parameters
     ----------
-    X, y : training inputs (n, d) and binary labels.
+    X, y : training inputs (n, d) and labels: two classes, or more (then a multi-class
+        likelihood, ``per_class`` kernels by default).
     approximation : "ep", "laplace", "meanfield" (with ``variant="ensemble"`` or
         ``"naive"`` among the solver options) or "adf" (no gradient: not for NUTS).
-    likelihood : a ``pymc_gpc.likelihoods`` instance (default ``Probit()``).
+        More than two classes: "laplace" (softmax) or "ep" (multinomial probit, nested EP).
+    likelihood : a ``pymc_gpc.likelihoods`` instance (default ``Probit()`` for two classes,
+        ``Softmax()`` with Laplace and ``MultinomialProbit()`` with EP for more).
+    per_class : with a multi-class likelihood, one ARD kernel per class (True, the
+        default: ``log_w`` has dims ``("class", "feature")``, ``log_v0`` and ``log_v1``
+        dims ``"class"``; ``kernels.ard_kernels``) or one shared by all classes (False:
+        the binary model's variables). Not for a binary likelihood.
     prior : (mean, sd) of the Normal prior on every log-hyperparameter.
     feature_names : names for the ``feature`` coordinate of ``log_w``.
     bias : include the constant term v1.
@@ -67,7 +79,8 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
     ------
     ValueError
         For an unknown ``approximation``, a ``prior`` that is not a finite (mean, sd > 0)
-        pair, bad inputs, or ``inducing`` with mean field or ADF.
+        pair, bad inputs, ``inducing`` with mean field or ADF, or ``per_class`` with a
+        binary likelihood.
 
     Examples
     --------
@@ -78,6 +91,13 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
     >>> with model:
     ...     idata = pymc_gpc.sample()  # doctest: +SKIP
     >>> p = gp.predict(pima.X_test, idata=idata)  # doctest: +SKIP
+
+    Several classes (one ARD kernel per class unless ``per_class=False``):
+
+    >>> from pymc_gpc.datasets import load_fgl
+    >>> glass = load_fgl()
+    >>> model, gp = pymc_gpc.ard_classifier(glass.X, glass.y, approximation="laplace")  # doctest: +SKIP
+    >>> result = pymc_gpc.fit(model, method="map")  # doctest: +SKIP
     """
     if approximation not in APPROXIMATIONS:
         raise ValueError(f"approximation must be one of {sorted(APPROXIMATIONS)}, got {approximation!r}")
@@ -92,7 +112,27 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
     names = list(feature_names) if feature_names is not None else [f"x{m}" for m in range(d)]
     if len(names) != d:
         raise ValueError(f"feature_names has {len(names)} names for {d} input columns")
+    if likelihood is None and _several_classes(y):
+        if approximation not in MULTICLASS_LIKELIHOODS:
+            raise ValueError(f"y holds more than two classes: use approximation='laplace' (softmax) or 'ep' "
+                             f"(multinomial probit), not {approximation!r}")
+        likelihood = MULTICLASS_LIKELIHOODS[approximation]()
     likelihood = Probit() if likelihood is None else likelihood
+    if isinstance(likelihood, MulticlassLikelihood):
+        classes = as_class_codes(y, n_classes=likelihood.n_classes, warn=False)[1]
+        with pm.Model(coords={"feature": names}) as model:
+            cov = ard_kernels(d, classes, prior=prior, bias=bias, shared=per_class is False,
+                              feature_names=names, log_v0_start=LOG_V0_START)
+            extra = {"approx": "FITC"} if inducing is not None else {}
+            gp = APPROXIMATIONS[approximation](cov_func=cov, likelihood=likelihood, **extra, **solver_options)
+            if inducing is None:
+                gp.marginal_likelihood(name, X=X, y=y)
+            else:  # multi-class FITC: marginal_likelihood takes Xu where the classifier supports it
+                gp.marginal_likelihood(name, X=X, y=y, Xu=_inducing_inputs(inducing, X))
+        return model, gp
+    if per_class is not None:
+        raise ValueError(f"per_class={per_class!r} serves multi-class likelihoods (Softmax, MultinomialProbit); "
+                         f"{type(likelihood).__name__} has one latent function")
     with pm.Model(coords={"feature": names}) as model:
         log_w = pm.Normal("log_w", mu, sd, dims="feature")
         log_v0 = pm.Normal("log_v0", mu, sd, initval=float(np.clip(LOG_V0_START, mu - sd, mu + sd)))  # see the docstring
@@ -105,6 +145,17 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
             gp = APPROXIMATIONS[approximation](cov_func=cov, likelihood=likelihood, approx="FITC", **solver_options)
             gp.marginal_likelihood(name, X=X, y=y, Xu=_inducing_inputs(inducing, X))
     return model, gp
+
+
+def _several_classes(y):
+    """Whether labels ``y`` hold more than two distinct values (a pandas categorical: categories)."""
+    if getattr(getattr(y, "dtype", None), "name", None) == "category":
+        cat = y.cat if hasattr(y, "cat") else y
+        return len(cat.categories) > 2
+    arr = np.asarray(y.to_numpy() if hasattr(y, "to_numpy") else y)
+    if arr.dtype == object:
+        arr = arr.astype(str)
+    return arr.ndim >= 1 and len(np.unique(arr)) > 2
 
 
 def _inducing_inputs(inducing, X):

@@ -2,6 +2,7 @@
 
 import contextlib
 import threading
+import warnings
 
 import numpy as np
 
@@ -15,6 +16,45 @@ _trust = threading.local()
 _MULTICLASS_HINT = ("; for more than two classes use a multi-class likelihood: "
                     "MarginalLaplace(likelihood=pymc_gpc.likelihoods.Softmax()) or "
                     "MarginalEP(likelihood=pymc_gpc.likelihoods.MultinomialProbit())")
+
+
+class SingleMemberClassWarning(UserWarning):
+    """A class has a single member in the training labels: its latent function is fitted
+    to one point, its predictive probabilities and any per-class hyperparameters rest on
+    it alone, and a cross-validation fold or test split may hold no member of it."""
+
+
+def warn_single_member_classes(labels, counts, name="y"):
+    """``SingleMemberClassWarning`` naming every class (label) with exactly one member."""
+    single = [labels[k] for k in range(len(labels)) if counts[k] == 1]
+    if single:
+        shown = ", ".join(repr(v.item() if hasattr(v, "item") else v) for v in single[:10])
+        many = len(single) > 1
+        warnings.warn(
+            f"{name}: class{'es' if many else ''} {shown} ha{'ve' if many else 's'} a single member in the training "
+            f"labels; {'their latent functions rest' if many else 'its latent function rests'} on one point "
+            "(merge or drop rare classes, or collect more data)", SingleMemberClassWarning, stacklevel=3)
+
+
+def check_kernel_columns(cov_func, n_columns, name="cov_func"):
+    """ValueError when a ``pm.gp.cov`` covariance (or any of a list of them) reads more
+    columns than X has: its ``input_dim`` above ``n_columns``, or an ``active_dims`` index
+    outside ``range(n_columns)``. Raised where the model is built, before PyMC's IndexError
+    from slicing X. Kernels without ``input_dim`` (``Constant``, ``WhiteNoise``) pass."""
+    funcs = list(cov_func) if isinstance(cov_func, (list, tuple)) else [cov_func]
+    for k, f in enumerate(funcs):
+        label = f"{name}[{k}]" if isinstance(cov_func, (list, tuple)) else name
+        input_dim = getattr(f, "input_dim", None)
+        if input_dim is None:
+            continue
+        if int(input_dim) > n_columns:
+            raise ValueError(f"{label} has input_dim = {int(input_dim)} but X has {n_columns} column"
+                             f"{'s' if n_columns != 1 else ''}: give the kernel input_dim = {n_columns} "
+                             "(and active_dims for a subset of the columns)")
+        active = np.asarray(getattr(f, "active_dims", ()), dtype=int)
+        if active.size and (active.max() >= n_columns or active.min() < -n_columns):
+            raise ValueError(f"{label} reads columns {active.tolist()} (active_dims) but X has {n_columns} "
+                             f"column{'s' if n_columns != 1 else ''}")
 
 
 @contextlib.contextmanager
@@ -91,6 +131,8 @@ def as_signed_labels(y, name="y", require_both=True):
     if arr.dtype == bool:
         if require_both and (arr.all() or not arr.any()):
             raise ValueError(f"{name} holds only one class; a classifier needs two")
+        if require_both:
+            warn_single_member_classes([False, True], [int((~arr).sum()), int(arr.sum())], name)
         return np.where(arr, 1.0, -1.0)
     if not np.issubdtype(arr.dtype, np.number):
         # two distinct non-numeric labels (e.g. "No"/"Yes"): sorted, the second is +1
@@ -100,6 +142,8 @@ def as_signed_labels(y, name="y", require_both=True):
                 f"{name} must hold exactly two classes; found {len(values)}: {values[:10].tolist()}"
                 + (_MULTICLASS_HINT if len(values) > 2 else "")
             )
+        if require_both:
+            warn_single_member_classes(values, [int(np.sum(arr.astype(str) == v)) for v in values], name)
         return np.where(arr.astype(str) == values[1], 1.0, -1.0)
     arr = arr.astype(float)
     if not require_both and np.all(np.abs(arr) == 1.0):  # already signed (the solvers' hot path)
@@ -118,6 +162,10 @@ def as_signed_labels(y, name="y", require_both=True):
         )
     if require_both and len(np.unique(out)) != 2:
         raise ValueError(f"{name} holds only one class ({sorted(values)}); a classifier needs two")
+    if require_both:
+        labels = sorted(values)
+        warn_single_member_classes([int(v) if float(v).is_integer() else v for v in labels],
+                                   [int(np.sum(arr == v)) for v in labels], name)
     return out
 
 
@@ -201,13 +249,14 @@ def check_inputs(X, name="X"):
     return arr
 
 
-def as_class_codes(y, name="y", n_classes=None):
+def as_class_codes(y, name="y", n_classes=None, warn=True):
     """Class labels as integer codes 0..c-1 and the labels in code (column) order.
 
     Accepts integers, strings, booleans or a pandas categorical (whose categories, in
     their order, are the classes: a category without observations is still a class).
     Other labels are sorted. ``n_classes``, if given, must match the number found (the
-    likelihood's). Raises ValueError for NaN/inf, fewer than two classes, wrong shape.
+    likelihood's). Raises ValueError for NaN/inf, fewer than two classes, wrong shape;
+    with ``warn``, a ``SingleMemberClassWarning`` names every class with one member.
 
     Returns
     -------
@@ -237,6 +286,8 @@ def as_class_codes(y, name="y", n_classes=None):
         raise ValueError(f"{name} holds only one class ({classes.tolist()}); a classifier needs two")
     if n_classes is not None and c != n_classes:
         raise ValueError(f"{name} holds {c} classes but the likelihood was given n_classes={n_classes}")
+    if warn:
+        warn_single_member_classes(classes, np.bincount(codes.astype(np.int64), minlength=c), name)
     return codes.astype(np.int64), classes
 
 

@@ -57,6 +57,28 @@ def fitted():
     return build(X0, Y0)
 
 
+def build_fitc(X, y, d=2):
+    """``build`` with the FITC prior (4 inducing inputs from the rows of X)."""
+    with pm.Model() as model:
+        cov = pm.math.exp(pm.Normal("log_amp", 0, 1)) * pm.gp.cov.ExpQuad(d, ls=1.0)
+        gp = pymc_gpc.MarginalEP(cov_func=cov, likelihood=L.Probit(), approx="FITC")
+        gp.marginal_likelihood("y", X=X, y=y, Xu=np.asarray(X)[:4])
+    return model, gp
+
+
+def build_multiclass(X, y, dims=(2, 2, 2), cls=pymc_gpc.MarginalLaplace, likelihood=None):
+    """Three classes, one ExpQuad per class with input_dim ``dims[k]``."""
+    with pm.Model() as model:
+        amp = pm.math.exp(pm.Normal("log_amp", 0, 1))
+        covs = [amp * pm.gp.cov.ExpQuad(d, ls=1.0) for d in dims]
+        gp = cls(cov_func=covs, likelihood=likelihood or L.Softmax())
+        gp.marginal_likelihood("y", X=X, y=y)
+    return model, gp
+
+
+Y3 = np.arange(10) % 3
+
+
 def with_nan(a, where=(0, 0), value=np.nan):
     a = np.array(a, dtype=float)
     a[where] = value
@@ -162,6 +184,15 @@ BAD += [
     ("ml-y-2d", lambda: build(X0, np.ones((10, 2))), "one-dimensional"),
     ("ml-X-string-column", lambda: build(pd.DataFrame({"a": X0[:, 0], "b": ["u"] * 10}), Y0), "X must be numeric"),
     ("ml-X-pm-data", pm_data_X, "X must be data .* not a PyTensor variable"),
+    # a kernel that reads more columns than X has: named before PyMC's IndexError
+    ("ml-kernel-input-dim", lambda: build(X0, Y0, d=3), "cov_func has input_dim = 3 but X has 2 columns"),
+    ("ml-kernel-input-dim-1d-X", lambda: build(X0[:, 0], Y0), "cov_func has input_dim = 2 but X has 1 column:"),
+    ("ml-kernel-input-dim-fitc", lambda: build_fitc(X0, Y0, d=5), "cov_func has input_dim = 5 but X has 2 columns"),
+    ("ml-kernel-input-dim-softmax", lambda: build_multiclass(X0, Y3, dims=(2, 4, 2)),
+     r"cov_func\[1\] has input_dim = 4 but X has 2 columns"),
+    ("ml-kernel-input-dim-nested-ep", lambda: build_multiclass(X0, Y3, dims=(3, 3, 3), cls=pymc_gpc.MarginalEP,
+                                                               likelihood=L.MultinomialProbit()),
+     r"cov_func\[0\] has input_dim = 3 but X has 2 columns"),
     # predict / conditional
     ("predict-Xnew-columns", lambda: predict(np.zeros((4, 3))), "Xnew has 3 columns but the training inputs X have 2"),
     ("predict-Xnew-1d-for-2-columns", lambda: predict(np.zeros(4)), "Xnew has 1 columns but the training inputs X have 2"),
@@ -183,6 +214,11 @@ BAD += [
     ("ard-laplace-step", lambda: pymc_gpc.ard_classifier(X0, Y0, approximation="laplace", likelihood=L.StepLabelNoise(0.1)), "no Laplace approximation"),
     ("ard-prior-sd-0", lambda: pymc_gpc.ard_classifier(X0, Y0, prior=(-3.0, 0.0)), r"finite sd > 0"),
     ("ard-prior-not-pair", lambda: pymc_gpc.ard_classifier(X0, Y0, prior=3.0), r"prior must be a pair \(mean, sd\)"),
+    ("ard-per-class-binary", lambda: pymc_gpc.ard_classifier(X0, Y0, per_class=True), "per_class=True serves multi-class"),
+    ("ard-three-classes-adf", lambda: pymc_gpc.ard_classifier(X0, Y3, approximation="adf"),
+     "more than two classes: use approximation='laplace'"),
+    ("ard-three-classes-binary-likelihood", lambda: pymc_gpc.ard_classifier(X0, Y3, likelihood=L.Probit()),
+     "two classes"),
 ]
 
 
@@ -236,6 +272,16 @@ CLI_BAD = [
     ("cli-draws-0", lambda tmp: ["--data", "crabs", "--draws", "0"], "--draws must be >= 1"),
     ("cli-chains-0", lambda tmp: ["--data", "crabs", "--chains", "0"], "--chains must be >= 1"),
     ("cli-tune-negative", lambda tmp: ["--data", "crabs", "--tune", "-1"], "--tune must be >= 0"),
+    ("cli-logistic-on-six-classes", lambda tmp: [write(tmp / "a.csv", "a,y\n" + "".join(f"{i},{'uvwxyz'[i % 6]}\n" for i in range(18))),
+                                                 "--target", "y", "--likelihood", "logistic"],
+     "more than two classes: --likelihood logistic does not fit it with --approximation ep; use --likelihood multinomial-probit"),
+    ("cli-softmax-with-ep", lambda tmp: [write(tmp / "a.csv", "a,y\n" + "".join(f"{i},{'uvw'[i % 3]}\n" for i in range(9))),
+                                         "--target", "y", "--likelihood", "softmax"],
+     "--likelihood softmax does not fit it with --approximation ep; use --likelihood multinomial-probit"),
+    ("cli-softmax-on-two-classes", lambda tmp: ["--data", "crabs", "--likelihood", "softmax", "--approximation", "laplace"],
+     "--likelihood softmax serves a target with more than two classes"),
+    ("cli-shared-kernel-on-two-classes", lambda tmp: ["--data", "crabs", "--shared-kernel"],
+     "--shared-kernel serves a target with more than two classes"),
 ]
 
 
@@ -346,6 +392,34 @@ def test_out_of_range_random_parameter_is_minus_inf_not_an_error(make_lik, value
     assert np.all(np.isfinite(grad))
     value, grad, status = fn({"log_amp": np.array(0.0), value_name: np.array(good_value)})
     assert np.isfinite(value) and status == 0 and np.all(np.isfinite(grad))
+
+
+@pytest.mark.parametrize("y, label", [
+    (np.array([1, -1, -1, -1, 1, -1, -1, -1, -1, -1]) * 1.0, None),  # two members of +1: no warning
+    (np.array([0, 1, 1, 1, 1, 1, 1, 1, 1, 1]), "0"),
+    (np.array(["a"] + ["b"] * 9), "'a'"),
+    (np.array([True] + [False] * 9), "True"),
+])
+def test_a_single_member_class_warns_naming_it(y, label):
+    """Binary labels: a class with one member in the training labels is a warning naming it."""
+    if label is None:  # two members in each class: no warning
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", pymc_gpc.validation.SingleMemberClassWarning)
+            build(X0, y)
+        return
+    with pytest.warns(pymc_gpc.validation.SingleMemberClassWarning, match=rf"class {label} has a single member"):
+        build(X0, y)
+
+
+@pytest.mark.parametrize("cls, likelihood", [(pymc_gpc.MarginalLaplace, L.Softmax),
+                                             (pymc_gpc.MarginalEP, L.MultinomialProbit)])
+def test_a_single_member_class_warns_naming_it_multiclass(cls, likelihood):
+    """Several classes: the warning names the class with one member (not the others)."""
+    y = np.array(["rare"] + ["head"] * 3 + ["tabl"] * 3 + ["glass"] * 3)
+    with pytest.warns(pymc_gpc.validation.SingleMemberClassWarning, match=r"y: class 'rare' has a single member"):
+        build_multiclass(X0, y, dims=(2,) * 4, cls=cls, likelihood=likelihood())
 
 
 def test_table_sizes():

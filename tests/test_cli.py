@@ -48,3 +48,19 @@ def test_bad_csv_is_a_clear_error(tmp_path, capsys):
     assert "more than two classes: use --approximation laplace (softmax) or ep" in capsys.readouterr().err
     assert main([str(path), "--target", "nope", "--out", str(tmp_path)]) == 2
     assert "no column 'nope'" in capsys.readouterr().err
+
+
+def test_multiclass_shared_kernel_and_likelihood_check(tmp_path, capsys):
+    """A 3-class column: --shared-kernel fits one kernel for all classes; a binary
+    --likelihood on it is an error, not ignored."""
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(30, 2))
+    y = np.array(["p", "q", "r"])[np.argmax(X @ np.array([[2.0, -2.0, 0.0], [0.0, 1.0, -2.0]]), axis=1)]
+    path = tmp_path / "train.csv"
+    path.write_text("a,b,kind\n" + "".join(f"{u:.5f},{v:.5f},{k}\n" for (u, v), k in zip(X, y)))
+    args = [str(path), "--target", "kind", "--method", "map", "--approximation", "laplace", "--no-progress"]
+    assert main(args + ["--shared-kernel", "--out", str(tmp_path / "out")]) == 0
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "classes: 3, one ARD kernel shared by the classes" in report
+    assert main(args + ["--likelihood", "logistic", "--out", str(tmp_path / "bad")]) == 2
+    assert "--likelihood logistic does not fit it" in capsys.readouterr().err
