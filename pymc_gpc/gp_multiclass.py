@@ -27,19 +27,37 @@ Example
 ...     idata = pymc_gpc.sample()                   # plain pm.sample works, more slowly
 >>> p = gp.predict(Xnew, idata=idata)                # (m, 3); columns follow gp.classes
 
+Inducing points: ``approx="FITC"`` gives each class the FITC prior K~_k = Q_k + Lambda_k
+(``structures.multiclass_fitc``: O(c^2 m^2 n) time and O(c m n) memory per posterior, no
+n x n matrix); ``marginal_likelihood(name, X, y, Xu=...)`` then takes the inducing inputs,
+one (m, d) set shared by the classes, or one per class (a list of c of them or a (c, m, d)
+array), arrays or random variables (which get gradients too).
+
 The softmax predicts at Laplace's latent predictive mean by default
 (``Softmax(predictive="mean")``; ``"integrate"`` and ``"probit"`` are the options), the
 multinomial probit integrates over nested EP's latent predictive; the ``{name}_loo`` terms
 always integrate.
 """
 
+import numpy as np
 import pymc as pm
+import pytensor
 import pytensor.tensor as pt
 from pymc.gp.util import JITTER_DEFAULT
+from pytensor.compile.sharedvalue import SharedVariable
+from pytensor.graph.traversal import ancestors
+from pytensor.tensor.random.op import RandomVariable
 
 from .gp import MarginalEP, MarginalLaplace, _add_evidence_terms, _as_input_matrix
 from .likelihoods.multiclass import MulticlassLikelihood
-from .ops.multiclass import MulticlassMarginalOp, MulticlassPredictiveOp
+from .ops.multiclass import (
+    MulticlassMarginalOp,
+    MulticlassPredictiveOp,
+    MulticlassSparseMarginalOp,
+    MulticlassSparsePredictiveOp,
+)
+from .prediction import KERNEL_MODE
+from .structures.multiclass_fitc import MulticlassFITCPrior
 from .validation import as_class_codes, check_inputs, data_input
 
 
@@ -51,7 +69,9 @@ class MulticlassMarginal:
     cov_func : a ``pm.gp.cov`` covariance shared by the c classes, or a list of c of them.
     likelihood : a ``pymc_gpc.likelihoods.MulticlassLikelihood`` (``Softmax`` for
         Laplace, ``MultinomialProbit`` for EP).
-    jitter : added to the diagonal of every K_k.
+    jitter : added to the diagonal of every K_k (with FITC: of every K_uu,k and diag K_ff,k).
+    approx : None (dense n x n kernels) or "FITC" (inducing points: ``marginal_likelihood``
+        then needs ``Xu``; module docstring).
     **solver_options : passed to the solver (``softmax_laplace``: tol, max_iter;
         ``multinomial_probit_ep``: tol, damping, max_sweeps, inner_tol).
     """
@@ -60,9 +80,8 @@ class MulticlassMarginal:
     approximation_name = None
 
     def __init__(self, *, cov_func, likelihood, jitter=JITTER_DEFAULT, approx=None, **solver_options):
-        if approx is not None:
-            raise ValueError(f"approx={approx!r}: inducing points (FITC) serve binary likelihoods only; "
-                             "a multi-class likelihood uses the dense kernels (approx=None)")
+        if approx is not None and not (isinstance(approx, str) and approx.upper() == "FITC"):
+            raise ValueError(f"approx must be None (dense) or 'FITC', got {approx!r}")
         if not isinstance(likelihood, MulticlassLikelihood):
             raise ValueError(f"likelihood must be a multi-class likelihood, got {likelihood!r}")
         funcs = list(cov_func) if isinstance(cov_func, (list, tuple)) else [cov_func]
@@ -77,8 +96,8 @@ class MulticlassMarginal:
         self.likelihood = likelihood
         self.jitter = float(jitter)
         self.solver_options = tuple(sorted(solver_options.items()))
-        self.approx = None
-        self.X = self.y = self.name = self.classes = self.model = None
+        self.approx = None if approx is None else "FITC"
+        self.X = self.y = self.name = self.classes = self.model = self.Xu = None
         self._n_inputs = None
         self._training_container = None
 
@@ -99,18 +118,105 @@ class MulticlassMarginal:
         return pt.stack([f(X) + eye for f in self.cov_funcs])
 
     def _op(self, hyper_names=()):
-        return MulticlassMarginalOp(self.approximation, type(self.likelihood), self.solver_options, hyper_names)
+        op_type = MulticlassSparseMarginalOp if self.approx == "FITC" else MulticlassMarginalOp
+        return op_type(self.approximation, type(self.likelihood), self.solver_options, hyper_names)
+
+    def _inducing(self):
+        """The c inducing-input sets (one shared set repeated)."""
+        return self.Xu if isinstance(self.Xu, list) else [self.Xu] * self.n_classes
+
+    def _prior_inputs(self, X=None):
+        """[K (c, n, n)], or with FITC [K_uu (c, m, m), K_uf (c, m, n), diag K_ff (c, n)] (K_uu and
+        diag K_ff jittered), at the training X (or ``X``)."""
+        X = self.X if X is None else X
+        if self.approx != "FITC":
+            return [self._kernel(X)]
+        shared = self.cov_funcs is None and not isinstance(self.Xu, list)
+        pairs = [(self.cov_func, self.Xu)] if shared else list(zip(self._funcs(), self._inducing()))
+        Kuu = [f(Xu) + self.jitter * pt.eye(Xu.shape[0]) for f, Xu in pairs]
+        Kuf = [f(Xu, X) for f, Xu in pairs]
+        kd = [f(X, diag=True) + self.jitter for f, _ in pairs]
+        if shared:
+            Kuu, Kuf, kd = Kuu * self.n_classes, Kuf * self.n_classes, kd * self.n_classes
+        if self.cov_funcs is None and isinstance(self.Xu, list):
+            kd = kd[:1] * self.n_classes
+        return [pt.stack(Kuu), pt.stack(Kuf), pt.stack(kd)]
+
+    def _crosses(self, X, Xnew):
+        """The cross-covariances the predictive takes: K(X, X*) (c, n, n*), or K(Xu, X*) (c, m, n*)."""
+        if self.approx == "FITC":
+            return pt.stack([f(Xu, Xnew) for f, Xu in zip(self._funcs(), self._inducing())])
+        return pt.stack([f(X, Xnew) for f in self._funcs()])
 
     def _build_predictive(self, Xnew, full_cov):
-        op = MulticlassPredictiveOp(self.approximation, type(self.likelihood), self.solver_options, full_cov)
         X = self._training_inputs()
-        K_cross = pt.stack([f(X, Xnew) for f in self._funcs()])
+        K_cross = self._crosses(X, Xnew)
         K_star = pt.stack([f(Xnew) if full_cov else f(Xnew, diag=True) for f in self._funcs()])
+        if self.approx == "FITC":
+            op = MulticlassSparsePredictiveOp(self.approximation, type(self.likelihood), self.solver_options,
+                                              full_cov)
+            return op(*self._prior_inputs(X), self.y, K_cross, K_star)
+        op = MulticlassPredictiveOp(self.approximation, type(self.likelihood), self.solver_options, full_cov)
         return op(self._kernel(X), self.y, K_cross, K_star)
+
+    def _check_inducing(self, Xu, X, c):
+        """Xu as one (m, d) set (an array or a tensor) or a list of c of them (from a list or a
+        (c, m, d) array or tensor), checked against X: ValueError for a wrong column count,
+        sets of different sizes, m > n, or Xu without approx='FITC'."""
+        if self.approx != "FITC":
+            if Xu is not None:
+                raise ValueError("Xu (inducing inputs) is for approx='FITC'; this GP uses the dense kernels")
+            return None
+        if Xu is None:
+            raise ValueError("approx='FITC' needs inducing inputs: marginal_likelihood(name, X, y, Xu=Xu), "
+                             "e.g. Xu = pm.gp.util.kmeans_inducing_points(m, X)")
+        n, d = X.shape
+        if isinstance(Xu, (list, tuple)):
+            sets = list(Xu)
+            if len(sets) != c:
+                raise ValueError(f"Xu lists {len(sets)} inducing sets but y holds {c} classes")
+        elif isinstance(Xu, pytensor.graph.basic.Variable):
+            if Xu.ndim == 3:
+                sets = [Xu[k] for k in range(c)]
+                if Xu.type.shape[0] is not None and Xu.type.shape[0] != c:
+                    raise ValueError(f"Xu holds {Xu.type.shape[0]} inducing sets but y holds {c} classes")
+            elif Xu.ndim == 2:
+                sets = None
+            else:
+                raise ValueError(f"Xu must be a 2-D (m, {d}) or 3-D (c, m, {d}) tensor, got {Xu.ndim} dimensions")
+        else:
+            arr = np.asarray(Xu)
+            if arr.ndim == 3:
+                if arr.shape[0] != c:
+                    raise ValueError(f"Xu holds {arr.shape[0]} inducing sets but y holds {c} classes")
+                sets = list(arr)
+            else:
+                sets = None
+        checked = [self._check_inducing_set(v, n, d) for v in (sets if sets is not None else [Xu])]
+        sizes = {v.type.shape[0] if isinstance(v, pytensor.graph.basic.Variable) else v.shape[0] for v in checked}
+        sizes.discard(None)
+        if len(sizes) > 1:
+            raise ValueError(f"every class needs the same number m of inducing inputs, got {sorted(sizes)}")
+        return checked if sets is not None else checked[0]
+
+    @staticmethod
+    def _check_inducing_set(Xu, n, d):
+        if isinstance(Xu, pytensor.graph.basic.Variable):
+            if Xu.ndim != 2:
+                raise ValueError(f"Xu must be a 2-D (m, {d}) tensor, got {Xu.ndim} dimensions")
+            m, cols = Xu.type.shape
+        else:
+            Xu = check_inputs(Xu, name="Xu")
+            m, cols = Xu.shape
+        if cols is not None and cols != d:
+            raise ValueError(f"Xu has {cols} columns but the training inputs X have {d}")
+        if m is not None and m > n:
+            raise ValueError(f"Xu has m = {m} inducing inputs, more than the n = {n} data points")
+        return Xu
 
     # -- public verbs ----------------------------------------------------------------
 
-    def marginal_likelihood(self, name, X, y):
+    def marginal_likelihood(self, name, X, y, Xu=None):
         """Add log q(y | X, theta) to the model as a potential named ``name``.
 
         Parameters
@@ -122,6 +228,10 @@ class MulticlassMarginal:
         y : (n,) labels of c >= 2 classes: integers, strings, booleans or a pandas
             categorical (a Series or a bare ``pd.Categorical``); ``self.classes`` then
             holds them in column order.
+        Xu : with ``approx="FITC"`` only (required there): the inducing inputs, one (m, d) set
+            shared by the classes, or a list of c sets or a (c, m, d) array (one per class,
+            all of one size m <= n); arrays or tensors of random variables (which then get
+            gradients too).
 
         Returns
         -------
@@ -137,15 +247,17 @@ class MulticlassMarginal:
             raise ValueError(f"cov_func lists {len(self.cov_funcs)} covariances but y holds {len(classes)} classes")
         if X.shape[0] != codes.shape[0]:
             raise ValueError(f"X has {X.shape[0]} rows but y has {codes.shape[0]} labels")
+        Xu = self._check_inducing(Xu, X, len(classes))
         model = pm.modelcontext(None)
         self._n_inputs = X.shape[1]
         self._record_training_container(X_tensor, X_values)
         if X_tensor is not None:
             X = _as_input_matrix(X_tensor)
         self.X, self.y, self.name, self.classes, self.model = X, codes.astype(float), name, classes, model
-        K, params = self._kernel(X), self.likelihood.params_tensor()
-        hyper_names, hyper = self._hyperparameters(model, [K])
-        log_z, _, _, loo, n_iter, status = self._op(hyper_names)(K, params, self.y, hyper)
+        self.Xu = Xu
+        priors, params = self._prior_inputs(), self.likelihood.params_tensor()
+        hyper_names, hyper = self._hyperparameters(model, priors)
+        log_z, *_, loo, n_iter, status = self._op(hyper_names)(*priors, params, self.y, hyper)
         return _add_evidence_terms(model, name, codes.shape[0], log_z, loo, n_iter, status)
 
     def conditional(self, name, Xnew, *, jitter=JITTER_DEFAULT, **kwargs):
@@ -199,10 +311,31 @@ class MulticlassMarginal:
                                max_draws=max_draws, progressbar=progressbar)
 
     def _prediction_inputs(self, Xnew):
-        """[K (c, n, n), theta, K_cross (c, n, m), prior variances (c, m)]."""
+        """[K (c, n, n), theta, K_cross (c, n, m), prior variances (c, m)]; with FITC
+        [K_uu, K_uf, diag K_ff, theta, K_u* (c, m, n*), prior variances (c, n*)]."""
         funcs = self._funcs()
-        return [*self._prior_inputs(), self.likelihood.params_tensor(), pt.stack([f(self.X, Xnew) for f in funcs]),
+        return [*self._prior_inputs(), self.likelihood.params_tensor(), self._crosses(self.X, Xnew),
                 pt.stack([f(Xnew, diag=True) for f in funcs])]
+
+    def _compile_kernels(self, Xnew, model, mode=KERNEL_MODE):
+        """One function from the model variables to (prior, theta, K_cross, k_diag); the prior
+        is what the solvers take (the (c, n, n) stack, or a ``MulticlassFITCPrior``)."""
+        outputs = [pt.as_tensor_variable(o).astype("float64") for o in self._prediction_inputs(Xnew)]
+        graph = list(ancestors(outputs))
+        named = set(model.named_vars.values())
+        inputs = [v for v in graph if v in named and not isinstance(v, SharedVariable)]
+        foreign = [v.name or str(v) for v in graph if v.owner is not None and isinstance(v.owner.op, RandomVariable)
+                   and v not in model.named_vars.values()]
+        if foreign:
+            raise ValueError(f"the covariance or likelihood depends on {foreign}, which are not variables of "
+                             "the model given (model=); give the model the GP was added to")
+        fn = pytensor.function(inputs, outputs, on_unused_input="ignore", mode=mode)
+        if self.approx == "FITC":
+            def kernels(*args):
+                Kuu, Kuf, k_diag, *rest = fn(*args)
+                return (MulticlassFITCPrior(Kuu, Kuf, k_diag), *rest)
+            return kernels, [v.name for v in inputs]
+        return fn, [v.name for v in inputs]
 
     def _probabilities(self, mean, cov, theta):
         """(m, c) probabilities from the latent means (c, m) and covariances (m, c, c)."""
