@@ -228,3 +228,23 @@ def test_failure_is_minus_inf_with_status():
     f = _op_functions("laplace", y)[0]
     Kuf[1, 0, 0] = np.nan
     assert f(Kuu, Kuf, kd) == -np.inf
+
+
+def test_shared_kernel_and_inducing_set_equal_their_per_class_copies():
+    """One covariance and one (m, d) Xu (the CLI's ``--inducing``) is the per-class model with
+    c equal copies of both: the same potential and gradient."""
+    X, y, Xu = problem(8, n=30, m=5)
+
+    def model(shared):
+        with pm.Model() as mdl:
+            log_ls = pm.Normal("log_ls", 0, 1)
+            cov = pm.gp.cov.ExpQuad(2, ls=pt.exp(log_ls))
+            gp = pymc_gpc.MarginalLaplace(cov_func=cov if shared else [cov] * 3, likelihood=Softmax(),
+                                          approx="FITC", tol=1e-12)
+            gp.marginal_likelihood("y", X=X, y=y, Xu=Xu[0] if shared else np.stack([Xu[0]] * 3))
+        return mdl
+
+    a, b = model(True), model(False)
+    point = {"log_ls": np.array(0.2)}
+    assert a.compile_logp(mode=VM)(point) == pytest.approx(b.compile_logp(mode=VM)(point), rel=1e-10)
+    np.testing.assert_allclose(a.compile_dlogp(mode=VM)(point), b.compile_dlogp(mode=VM)(point), rtol=1e-8)
