@@ -142,11 +142,14 @@ inducing values). Time per evaluation = structure + solve + gradient in every cl
 |---|---|---|---|---|---|---|
 {chr(10).join(trows)}
 
-Goal: under 1 s at n = 10^4, c = 5, m = 200. Not met: one posterior forms A in
-c (c + 1) m^2 n = 1.2e10 flops and the site covariances and gradient need a pass of
-2 c^2 m^2 n more, so a warm Laplace evaluation (3 Newton steps plus the mode's posterior)
-is about 7e10 flops, several seconds at one thread; every nested-EP sweep pays a posterior
-and a pass.
+Goal: under 1 s at n = 10^4, c = 5, m = 200. Not met. One posterior forms A in
+c (c + 1) m^2 n = 1.2e10 flops, and the site covariances with the gradient's V_k R_kk need a
+pass of 2 c^2 m^2 n = 2e10 more. A warm Laplace evaluation forms A twice (its first Newton
+step's and the mode's; the steps between solve by CG preconditioned with the last A) and makes
+one pass: about 5e10 flops with the gradient, several seconds at one thread. Every nested-EP
+sweep forms A and makes a pass. The floor of this exact scheme is the mode's A and its pass,
+O(c^2 m^2 n); below it needs another method (e.g. the log-determinant and the site
+covariances by stochastic estimation, which this package does not do).
 
 Peak memory: tracemalloc's peak of the NumPy allocations during the evaluation (the kernel
 inputs excluded), and, in a fresh process without tracemalloc, the process's ru_maxrss
