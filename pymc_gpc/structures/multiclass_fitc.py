@@ -43,13 +43,16 @@ blocks gives the site covariances, diag R and V_k R_kk together.
 
 Cost and memory (n observations, c classes, m inducing inputs per class): A in
 c (c + 1) m^2 n flops, its factorisation (c m)^3 / 3, the pass of F 2 c^2 m^2 n: O(c^2 m^2 n)
-time per posterior, O(c m n) memory (the c V_k, V_k R_kk, the gradient in K_uf; F over
-column blocks), never a cn x cn, n x n or c m x n array. The capacitance is the (c m) x (c m)
-A; no cheaper exact scheme was attempted here (an iterative solve in z would trade the
-c^2 m^2 n products for a number of O(c m n) iterations, and lose the exact log-determinant).
-Newton steps of the softmax Laplace after the first solve A x = b for the new weights by
-conjugate gradients preconditioned with the last factorised A (``FITCNewtonPreconditioner``,
-O(c m n) a step), so that a warm evaluation forms A twice (the first step's and the mode's).
+time per factorised posterior. Memory O(c m n): the c V_k, V_k R_kk (c, m, n) and the
+gradient in K_uf (c, m, n); the F_l (c m x n each, c^2 m n together) exist only over column
+blocks; never a cn x cn or n x n matrix. The capacitance is the (c m) x (c m) A, factorised
+exactly, so the log-determinant is exact. Newton steps of the softmax Laplace after the
+first solve A x = b at the new weights by conjugate gradients preconditioned with the last
+factorised A (``FITCNewtonPreconditioner``, O(c m n + c^2 m^2) a step), so that a warm
+evaluation forms A twice (its first step's and the mode's) instead of once per step; nested
+EP forms A and makes the pass at every sweep (its site covariances need them). Below
+O(c^2 m^2 n) per evaluation an exact scheme was not found: the mode's log|A| and the
+site covariances need A's factor and the pass.
 
 Interface (what ``approximations.softmax_laplace`` and ``multinomial_probit_ep`` ask of a
 multi-class prior, as of ``CoupledBlockPosterior``):
