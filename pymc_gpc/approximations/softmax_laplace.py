@@ -263,6 +263,8 @@ def softmax_laplace(K, y, likelihood=None, params=None, *, state=None, tol=1e-10
         if converged:
             break
     post = coupled_posterior(K, pi, rough_gradient=rough_gradient)
+    if with_grad and hasattr(post, "expect_gradient"):  # one pass for S and the gradient (multiclass_fitc)
+        post.expect_gradient()
     log_z = psi - post.half_logdet_B()
     S = post.site_covariances()
     dK = _gradient(post, a, S) if with_grad else None
