@@ -55,9 +55,9 @@ from numba import njit
 
 from ..likelihoods.multiclass import MulticlassLikelihood, MultinomialProbit
 from ..numerics.special import inv_mills, log_ndtr
+from ..structures import is_structure
 from .ep import _ANDERSON_MEMORY, _Anderson
 from .result import ApproximationResult
-from ..structures import is_structure
 from .softmax_laplace import check_multiclass_inputs, coupled_posterior
 
 

@@ -92,16 +92,17 @@ MulticlassFITCGradient.__doc__ = """d log Z / d(K_uu (c, m, m), K_uf (c, m, n), 
 _BLOCK_FLOATS = 1 << 21
 
 
-def _precision(V, Wt):
+def _precision(V, WtT):
     """A = I + P^T W~ P (lower triangle, Fortran-ordered): block (k, l) is
-    V_k diag(W~_kl) V_l^T, by dsyrk on the diagonal (W~_kk >= 0) and dgemm below it."""
+    V_k diag(W~_kl) V_l^T, by dsyrk on the diagonal (W~_kk >= 0) and dgemm below it;
+    ``WtT`` is W~ as (c, c, n), so that each weight vector is contiguous."""
     c, (m, n) = len(V), V[0].shape
     A = np.zeros((c * m, c * m), order="F")
     for k in range(c):
         rows = slice(k * m, (k + 1) * m)
-        A[rows, rows] = blas.dsyrk(1.0, V[k] * np.sqrt(np.maximum(Wt[:, k, k], 0.0)), lower=1)
+        A[rows, rows] = blas.dsyrk(1.0, V[k] * np.sqrt(np.maximum(WtT[k, k], 0.0)), lower=1)
         for l in range(k):
-            A[rows, l * m:(l + 1) * m] = (V[k] * Wt[:, k, l]) @ V[l].T
+            A[rows, l * m:(l + 1) * m] = (V[k] * WtT[k, l]) @ V[l].T
     A[np.diag_indices(c * m)] += 1.0
     return A
 
@@ -288,7 +289,8 @@ class MulticlassFITCPosterior:
             raise NotPositiveDefiniteError("the coupled weights must be >= 0 with a positive sum per observation")
         self.Wt, logdet = _effective_precision(prior, d)
         self._half_logdet_sites = 0.5 * float(np.sum(logdet))
-        self.L_A = chol_lower(_precision(prior.V, self.Wt), overwrite=True)
+        self._WtT = np.ascontiguousarray(np.transpose(self.Wt, (1, 2, 0)))  # (c, c, n)
+        self.L_A = chol_lower(_precision(prior.V, self._WtT), overwrite=True)
         self._A_inv = None
         self._pass = self._S = None
         self._with_VR = False
@@ -343,25 +345,26 @@ class MulticlassFITCPosterior:
         return FITCNewtonPreconditioner(self.prior, self.L_A)
 
     def _column_pass(self):
-        """S_i = P_i A^{-1} P_i^T (n, c, c) and V_k R_kk (c, m, n) in one pass of
+        """S_i = P_i A^{-1} P_i^T (n, c, c) and V_k R_kk (c arrays (m, n)) in one pass of
         F_l = (A^{-1})_{:,l} V_l over column blocks (module docstring); computed once."""
         if self._pass is None:
             prior = self.prior
             c, m, n = prior.c, prior.m, prior.n
-            Ai, V, Wt = self.A_inv, prior.V, self.Wt
+            Ai, V, WtT = self.A_inv, prior.V, self._WtT
             S = np.empty((n, c, c))
-            VR = np.empty((c, m, n))
+            VR = [np.empty((m, n), order="F") for _ in range(c)]  # Fortran, as the V_k
             for cols in _column_blocks(n, c, m):
-                F = [Ai[:, l * m:(l + 1) * m] @ V[l][:, cols] for l in range(c)]  # each (c m, b)
+                # each (c m, b), Fortran-ordered as the V_k (A^{-1} is symmetric)
+                F = [(V[l][:, cols].T @ Ai[l * m:(l + 1) * m]).T for l in range(c)]
                 for k in range(c):
                     rows = slice(k * m, (k + 1) * m)
                     Vk = V[k][:, cols]
                     for l in range(k, c):
                         S[cols, k, l] = np.einsum("rb,rb->b", Vk, F[l][rows])
                         S[cols, l, k] = S[cols, k, l]
-                    acc = F[0][rows] * Wt[cols, 0, k]
+                    acc = F[0][rows] * WtT[0, k, cols]
                     for l in range(1, c):
-                        acc += F[l][rows] * Wt[cols, l, k]
+                        acc += F[l][rows] * WtT[l, k, cols]
                     VR[k][:, cols] = acc
             self._pass = S, VR
         return self._pass
@@ -428,7 +431,8 @@ class MulticlassFITCPosterior:
             for x, y, ct in outer:
                 diag_G = diag_G + ct * np.asarray(x)[k] * np.asarray(y)[k]
             diag_G = np.where(prior.unclipped[k], diag_G, 0.0)
-            VG = scale_R * VR[k] - Vk * diag_G  # V_k G'_k (m, n)
+            VG = np.multiply(VR[k], scale_R)  # V_k G'_k (m, n), Fortran-ordered as V_k
+            VG -= Vk * diag_G
             if outer:  # sum_t c_t/2 (V x_t y_t^T + V y_t x_t^T), one product
                 left = np.column_stack([0.5 * ct * (Vk @ np.asarray(v)[k]) for x, y, ct in outer for v in (x, y)])
                 right = np.vstack([np.asarray(v)[k] for x, y, ct in outer for v in (y, x)])
