@@ -167,13 +167,17 @@ the yardstick is the rate of the product that forms A's blocks, a 200 x 10^4 x 2
 {chr(10).join(trows)}
 
 Goal: under 1 s at n = 10^4, c = 5, m = 200. Not met. One posterior forms A in
-c (c + 1) m^2 n = 1.2e10 flops, and the site covariances with the gradient's V_k R_kk need a
-pass of 2 c^2 m^2 n = 2e10 more. A warm Laplace evaluation forms A twice (its first Newton
-step's and the mode's; the steps between solve by CG preconditioned with the last A) and makes
-one pass: about 5e10 flops with the gradient, several seconds at one thread. Every nested-EP
-sweep forms A and makes a pass. The floor of this exact scheme is the mode's A and its pass,
-O(c^2 m^2 n); below it needs another method (e.g. the log-determinant and the site
-covariances by stochastic estimation, which this package does not do).
+c (c + 1) m^2 n = 1.2e10 flops; the site covariances with the gradient's V_k R_kk need a pass
+of 2 c^2 m^2 n = 2e10 more. A warm Laplace evaluation forms A twice (its first Newton step's
+and the mode's; the steps between solve by CG preconditioned with the last A) and makes one
+pass: about 5e10 flops with the gradient, 1.5 s at the dgemm rate above. The rest of the
+measured time is memory-bound NumPy work on the m x n arrays (the weighted copies of V_k that
+A's blocks need, the pass's combinations, the gradient's terms) and the c FITC structures,
+which a shared machine slows most. Every nested-EP sweep forms A and its site covariances
+(by triangular products, another c (c + 1) m^2 n), and the gradient's pass comes once at the
+end. The floor of this exact scheme is the mode's A and its pass, O(c^2 m^2 n); below it
+needs another method (e.g. the log-determinant and the site covariances by stochastic
+estimation, which this package does not do).
 
 Peak memory: tracemalloc's peak of the NumPy allocations during the evaluation (the kernel
 inputs excluded), and, in a fresh process without tracemalloc, the process's peak resident
