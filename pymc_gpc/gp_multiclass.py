@@ -27,6 +27,12 @@ Example
 ...     idata = pymc_gpc.sample()                   # plain pm.sample works, more slowly
 >>> p = gp.predict(Xnew, idata=idata)                # (m, 3); columns follow gp.classes
 
+Inducing points: ``approx="FITC"`` gives each class the FITC prior K~_k = Q_k + Lambda_k
+(``structures.multiclass_fitc``: O(c^2 m^2 n) time and O(c m n) memory per posterior, no
+n x n matrix); ``marginal_likelihood(name, X, y, Xu=...)`` then takes the inducing inputs,
+one (m, d) set shared by the classes, or one per class (a list of c of them or a (c, m, d)
+array), arrays or random variables (which get gradients too).
+
 The softmax predicts at Laplace's latent predictive mean by default
 (``Softmax(predictive="mean")``; ``"integrate"`` and ``"probit"`` are the options), the
 multinomial probit integrates over nested EP's latent predictive; the ``{name}_loo`` terms
@@ -38,9 +44,8 @@ import pytensor.tensor as pt
 from pymc.gp.util import JITTER_DEFAULT
 
 from .gp import MarginalEP, MarginalLaplace
-from .model_terms import add_evidence_terms as _add_evidence_terms, as_input_matrix as _as_input_matrix
 from .likelihoods.multiclass import MulticlassLikelihood
-from .ops.multiclass import MulticlassMarginalOp, MulticlassPredictiveOp
+from .model_terms import add_evidence_terms as _add_evidence_terms, as_input_matrix as _as_input_matrix
 from .validation import as_class_codes, check_inputs, check_kernel_columns, data_input
 
 
@@ -52,7 +57,9 @@ class MulticlassMarginal:
     cov_func : a ``pm.gp.cov`` covariance shared by the c classes, or a list of c of them.
     likelihood : a ``pymc_gpc.likelihoods.MulticlassLikelihood`` (``Softmax`` for
         Laplace, ``MultinomialProbit`` for EP).
-    jitter : added to the diagonal of every K_k.
+    jitter : added to the diagonal of every K_k (with FITC: of every K_uu,k and diag K_ff,k).
+    approx : None (dense n x n kernels) or "FITC" (inducing points: ``marginal_likelihood``
+        then needs ``Xu``; module docstring).
     **solver_options : passed to the solver (``softmax_laplace``: tol, max_iter;
         ``multinomial_probit_ep``: tol, damping, max_sweeps, inner_tol).
     """
@@ -61,9 +68,9 @@ class MulticlassMarginal:
     approximation_name = None
 
     def __init__(self, *, cov_func, likelihood, jitter=JITTER_DEFAULT, approx=None, **solver_options):
-        if approx is not None:
-            raise ValueError(f"approx={approx!r}: inducing points (FITC) serve binary likelihoods only; "
-                             "a multi-class likelihood uses the dense kernels (approx=None)")
+        if approx is not None and not (isinstance(approx, str) and approx.upper() == "FITC"):
+            raise ValueError(f"approx must be None (dense) or 'FITC', got {approx!r}")
+        approx = None if approx is None else "FITC"
         if not isinstance(likelihood, MulticlassLikelihood):
             raise ValueError(f"likelihood must be a multi-class likelihood, got {likelihood!r}")
         funcs = list(cov_func) if isinstance(cov_func, (list, tuple)) else [cov_func]
@@ -78,8 +85,8 @@ class MulticlassMarginal:
         self.likelihood = likelihood
         self.jitter = float(jitter)
         self.solver_options = tuple(sorted(solver_options.items()))
-        self.approx = None
-        self.X = self.y = self.name = self.classes = self.model = None
+        self.approx = approx
+        self.X = self.y = self.name = self.classes = self.model = self.Xu = None
         self._n_inputs = None
         self._training_container = None
 
@@ -99,19 +106,17 @@ class MulticlassMarginal:
             return pt.stack([self.cov_func(X) + eye] * self.n_classes)
         return pt.stack([f(X) + eye for f in self.cov_funcs])
 
-    def _op(self, hyper_names=()):
-        return MulticlassMarginalOp(self.approximation, type(self.likelihood), self.solver_options, hyper_names)
-
     def _build_predictive(self, Xnew, full_cov):
-        op = MulticlassPredictiveOp(self.approximation, type(self.likelihood), self.solver_options, full_cov)
+        """The predictive Op of this GP's prior structure at ``Xnew`` (no theta input)."""
+        structure = self.structure
+        op = structure.predictive_op(self.approximation, type(self.likelihood), self.solver_options, full_cov)
         X = self._training_inputs()
-        K_cross = pt.stack([f(X, Xnew) for f in self._funcs()])
         K_star = pt.stack([f(Xnew) if full_cov else f(Xnew, diag=True) for f in self._funcs()])
-        return op(self._kernel(X), self.y, K_cross, K_star)
+        return op(*self._prior_inputs(X), self.y, structure.cross_covariances(self, X, Xnew), K_star)
 
     # -- public verbs ----------------------------------------------------------------
 
-    def marginal_likelihood(self, name, X, y):
+    def marginal_likelihood(self, name, X, y, Xu=None):
         """Add log q(y | X, theta) to the model as a potential named ``name``.
 
         Parameters
@@ -123,6 +128,10 @@ class MulticlassMarginal:
         y : (n,) labels of c >= 2 classes: integers, strings, booleans or a pandas
             categorical (a Series or a bare ``pd.Categorical``); ``self.classes`` then
             holds them in column order.
+        Xu : with ``approx="FITC"`` only (required there): the inducing inputs, one (m, d) set
+            shared by the classes, or a list of c sets or a (c, m, d) array (one per class,
+            all of one size m <= n); arrays or tensors of random variables (which then get
+            gradients too).
 
         Returns
         -------
@@ -139,15 +148,17 @@ class MulticlassMarginal:
             raise ValueError(f"cov_func lists {len(self.cov_funcs)} covariances but y holds {len(classes)} classes")
         if X.shape[0] != codes.shape[0]:
             raise ValueError(f"X has {X.shape[0]} rows but y has {codes.shape[0]} labels")
+        Xu = self.structure.check_inducing(Xu, X, n_classes=len(classes))
         model = pm.modelcontext(None)
         self._n_inputs = X.shape[1]
         self._record_training_container(X_tensor, X_values)
         if X_tensor is not None:
             X = _as_input_matrix(X_tensor)
         self.X, self.y, self.name, self.classes, self.model = X, codes.astype(float), name, classes, model
-        K, params = self._kernel(X), self.likelihood.params_tensor()
-        hyper_names, hyper = self._hyperparameters(model, [K])
-        log_z, _, _, loo, n_iter, status = self._op(hyper_names)(K, params, self.y, hyper)
+        self.Xu = Xu
+        priors, params = self._prior_inputs(), self.likelihood.params_tensor()
+        hyper_names, hyper = self._hyperparameters(model, priors)
+        log_z, *_, loo, n_iter, status = self._op(hyper_names)(*priors, params, self.y, hyper)
         return _add_evidence_terms(model, name, codes.shape[0], log_z, loo, n_iter, status)
 
     def conditional(self, name, Xnew, *, jitter=JITTER_DEFAULT, **kwargs):
@@ -201,10 +212,11 @@ class MulticlassMarginal:
                                max_draws=max_draws, progressbar=progressbar)
 
     def _prediction_inputs(self, Xnew):
-        """[K (c, n, n), theta, K_cross (c, n, m), prior variances (c, m)]."""
-        funcs = self._funcs()
-        return [*self._prior_inputs(), self.likelihood.params_tensor(), pt.stack([f(self.X, Xnew) for f in funcs]),
-                pt.stack([f(Xnew, diag=True) for f in funcs])]
+        """[prior inputs..., theta, cross-covariances, prior variances (c, n*)]: the prior inputs
+        are K (c, n, n), or with FITC K_uu, K_uf and diag K_ff (the crosses then K_u* (c, m, n*))."""
+        crosses = self.structure.cross_covariances(self, self.X, Xnew)
+        return [*self._prior_inputs(), self.likelihood.params_tensor(), crosses,
+                pt.stack([f(Xnew, diag=True) for f in self._funcs()])]
 
     def _probabilities(self, mean, cov, theta):
         """(m, c) probabilities from the latent means (c, m) and covariances (m, c, c)."""

@@ -55,10 +55,10 @@ from numba import njit
 
 from ..likelihoods.multiclass import MulticlassLikelihood, MultinomialProbit
 from ..numerics.special import inv_mills, log_ndtr
-from ..structures.multiclass import CoupledBlockPosterior
+from ..structures import is_structure
 from .ep import _ANDERSON_MEMORY, _Anderson
 from .result import ApproximationResult
-from .softmax_laplace import check_multiclass_inputs
+from .softmax_laplace import check_multiclass_inputs, coupled_posterior
 
 
 @dataclass
@@ -233,7 +233,9 @@ def multinomial_probit_ep(K, y, likelihood=None, params=None, *, state=None, tol
 
     Parameters
     ----------
-    K : (c, n, n) prior covariances (or one (n, n), shared by the c classes).
+    K : (c, n, n) prior covariances (or one (n, n), shared by the c classes), or a prior
+        structure such as ``structures.multiclass_fitc.MulticlassFITCPrior`` (``dlog_z_dK``
+        is then a ``MulticlassFITCGradient``).
     y : (n,) class codes 0..c-1.
     likelihood : a ``MultinomialProbit`` (the default).
     params : must be empty.
@@ -283,7 +285,7 @@ def multinomial_probit_ep(K, y, likelihood=None, params=None, *, state=None, tol
     if not 0.0 < damping <= 1.0:
         raise ValueError(f"damping must be in (0, 1], got {damping}")
     K, y = check_multiclass_inputs(K, y, likelihood.n_classes)
-    c, n = K.shape[0], y.size
+    c, n = (K.c if is_structure(K) else K.shape[0]), y.size
     if state is None:
         tau, nu = np.zeros((n, c - 1)), np.zeros((n, c - 1))
     else:
@@ -344,7 +346,7 @@ def multinomial_probit_ep(K, y, likelihood=None, params=None, *, state=None, tol
 def _posterior(K, y, tau, nu, rough_gradient=False):
     """q(f) from the inner sites: (posterior, b, mean (c, n), site covariances, d, h)."""
     d, h, _ = outer_sites(y, tau, nu)
-    post = CoupledBlockPosterior(K, d, rough_gradient=rough_gradient)
+    post = coupled_posterior(K, d, rough_gradient=rough_gradient)
     b = post.weights(h)
     mean = post.K_times(b)
     return post, b, mean, post.site_covariances(), d, h

@@ -10,7 +10,7 @@ raised here, naming what works.
 
 Names are the ``approximation`` attribute of the GP classes (``gp.MarginalEP.approximation
 == "ep"``) and the first argument of the Ops (``ops.marginal.ApproxMarginalOp``). The prior
-structures are named as in ``structures.select`` ("dense", "fitc", "dense-multiclass").
+structures are named as in ``structures.select`` ("dense", "fitc", "dense-multiclass", "fitc-multiclass").
 """
 
 import inspect
@@ -30,7 +30,7 @@ __all__ = ["Approximation", "APPROXIMATIONS", "SOLVERS", "UnsupportedCombination
 
 BACKENDS = ("numba", "jax")
 # the prior structures each backend implements (PyTensor's Python VM runs the numba Ops' perform)
-BACKEND_STRUCTURES = {"numba": ("dense", "fitc", "dense-multiclass"), "jax": ("dense",)}
+BACKEND_STRUCTURES = {"numba": ("dense", "fitc", "dense-multiclass", "fitc-multiclass"), "jax": ("dense",)}
 
 
 class UnsupportedCombinationError(ValueError, NotImplementedError):
@@ -136,11 +136,13 @@ APPROXIMATIONS = {a.name: a for a in (
     Approximation("meanfield", meanfield, "MarginalMeanField", _frozen(dense=newton_retries)),
     Approximation("adf", adf, "MarginalADF", _frozen(dense=no_retries), has_gradient=False),
     Approximation(
-        "laplace-multiclass", softmax_laplace, "MarginalLaplace", _frozen(**{"dense-multiclass": newton_retries}),
+        "laplace-multiclass", softmax_laplace, "MarginalLaplace", 
+        _frozen(**{"dense-multiclass": newton_retries, "fitc-multiclass": newton_retries}),
         # the mode's n^3 products for the gradient in single precision; log q stays double
         sampling_defaults=_frozen(rough_gradient=True), deferred_loo=True),
     Approximation(
-        "ep-multiclass", multinomial_probit_ep, "MarginalEP", _frozen(**{"dense-multiclass": nested_ep_retries}),
+        "ep-multiclass", multinomial_probit_ep, "MarginalEP", 
+        _frozen(**{"dense-multiclass": nested_ep_retries, "fitc-multiclass": nested_ep_retries}),
         # nested EP's tol is on the inner site parameters; its log Z converges more slowly in
         # the site change than binary EP's (engine_notes.md, "Sampler tolerances")
         sampling_defaults=_frozen(tol=1e-4, rough_gradient=True)),
@@ -178,7 +180,7 @@ def check_structure(name, structure):
     """``UnsupportedCombinationError`` unless approximation ``name`` serves ``structure``."""
     if structure not in get(name).structures:
         names = tuple(a.name for a in _serving(structure))
-        label = {"fitc": "FITC"}.get(structure, structure)
+        label = {"fitc": "FITC", "fitc-multiclass": "multi-class FITC"}.get(structure, structure)
         raise UnsupportedCombinationError(f"the {label} prior supports {names}, got {name!r}")
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..likelihoods.multiclass import MulticlassLikelihood, Softmax
+from ..structures import is_structure
 from ..structures.multiclass import BlockKernel, CoupledBlockPosterior, coupled_W_times
 from ..validation import check_kernel_matrix
 from .laplace import newton_converged
@@ -84,15 +85,21 @@ def check_multiclass_inputs(K, y, n_classes=None):
     """K as a (c, n, n) float array (a single (n, n) K is shared) and y as codes 0..c-1.
 
     y may be float codes (the Op passes labels as floats). ``n_classes`` defaults to
-    K's first dimension, else to max(y) + 1.
+    K's first dimension, else to max(y) + 1. A prior structure with ``c`` and ``n``
+    (``structures.multiclass_fitc.MulticlassFITCPrior``) is returned as it is, its sizes
+    checked against y and ``n_classes``.
     """
-    y = np.asarray(y)
-    if y.ndim != 1 or y.size == 0:
-        raise ValueError(f"y must be a non-empty vector of class codes, got shape {y.shape}")
-    codes = np.asarray(y, dtype=float)
-    if not np.all(np.isfinite(codes)) or np.any(codes != np.round(codes)) or codes.min() < 0:
-        raise ValueError("y must hold class codes 0..c-1 (see pymc_gpc.validation.as_class_codes)")
-    codes = codes.astype(np.int64)
+    if is_structure(K):
+        codes = _class_codes(y)
+        c = K.c
+        if n_classes is not None and n_classes != c:
+            raise ValueError(f"the likelihood has {n_classes} classes but the prior has {c}")
+        if K.n != codes.size:
+            raise ValueError(f"the prior has {K.n} observations but y has {codes.size} labels")
+        if codes.max() >= c:
+            raise ValueError(f"y holds class code {codes.max()} but the prior has only {c} classes")
+        return K, codes
+    codes = _class_codes(y)
     n = codes.size
     K = np.asarray(K, dtype=float)
     if K.ndim == 2:
@@ -109,6 +116,23 @@ def check_multiclass_inputs(K, y, n_classes=None):
         check_kernel_matrix(K[k], n, name=f"K[{k}]")
     # no copy of a C-ordered float K (as the Ops pass it): nothing here writes into K
     return np.ascontiguousarray(K), codes
+
+
+def coupled_posterior(K, d, **options):
+    """q(f) at coupled weights d (c, n) for a (c, n, n) stack K (``CoupledBlockPosterior``)
+    or a prior structure (its ``posterior``)."""
+    return K.posterior(d, **options) if is_structure(K) else CoupledBlockPosterior(K, d, **options)
+
+
+def _class_codes(y):
+    """y (n,) as int64 class codes (ValueError otherwise)."""
+    y = np.asarray(y)
+    if y.ndim != 1 or y.size == 0:
+        raise ValueError(f"y must be a non-empty vector of class codes, got shape {y.shape}")
+    codes = np.asarray(y, dtype=float)
+    if not np.all(np.isfinite(codes)) or np.any(codes != np.round(codes)) or codes.min() < 0:
+        raise ValueError("y must hold class codes 0..c-1 (see pymc_gpc.validation.as_class_codes)")
+    return codes.astype(np.int64)
 
 
 def _psi(a, f, lp):
@@ -129,7 +153,9 @@ def softmax_laplace(K, y, likelihood=None, params=None, *, state=None, tol=1e-10
 
     Parameters
     ----------
-    K : (c, n, n) prior covariances (or one (n, n), shared by the c classes).
+    K : (c, n, n) prior covariances (or one (n, n), shared by the c classes), or a prior
+        structure such as ``structures.multiclass_fitc.MulticlassFITCPrior`` (each class's
+        inducing-point prior; ``dlog_z_dK`` is then a ``MulticlassFITCGradient``).
     y : (n,) class codes 0..c-1.
     likelihood : a ``Softmax`` (the default).
     params : must be empty (the softmax has no parameters).
@@ -166,13 +192,13 @@ def softmax_laplace(K, y, likelihood=None, params=None, *, state=None, tol=1e-10
     if params is not None:
         likelihood.check_params(params)
     K, y = check_multiclass_inputs(K, y, likelihood.n_classes)
-    c, n = K.shape[0], y.size
+    c, n = (K.c if is_structure(K) else K.shape[0]), y.size
     Y = np.zeros((c, n))
     Y[y, np.arange(n)] = 1.0
     a = np.zeros((c, n)) if state is None else np.array(state.a, dtype=float)
     if a.shape != (c, n):
         raise ValueError(f"warm-start state has shape {a.shape}, data needs {(c, n)}")
-    K_times = BlockKernel(K)
+    K_times = K if is_structure(K) else BlockKernel(K)
     from_f = state is not None and state.f is not None
     if from_f:
         # the first Newton step linearised at the last mode's f (``_WARM_START``): taken in
@@ -202,7 +228,7 @@ def softmax_laplace(K, y, likelihood=None, params=None, *, state=None, tol=1e-10
         if not by_cg:
             # a rough (single-precision) posterior: this step and the preconditioner of the
             # next ones only need a direction, and the mode's posterior below is exact
-            post = CoupledBlockPosterior(K, pi, rough=not confirm)
+            post = coupled_posterior(K, pi, rough=not confirm)
             pre, rough_step = post.preconditioner(), post.rough
             a_newton = post.weights(v)
         da = a_newton - a
@@ -236,7 +262,9 @@ def softmax_laplace(K, y, likelihood=None, params=None, *, state=None, tol=1e-10
             continue
         if converged:
             break
-    post = CoupledBlockPosterior(K, pi, rough_gradient=rough_gradient)
+    post = coupled_posterior(K, pi, rough_gradient=rough_gradient)
+    if with_grad and hasattr(post, "expect_gradient"):  # one pass for S and the gradient (multiclass_fitc)
+        post.expect_gradient()
     log_z = psi - post.half_logdet_B()
     S = post.site_covariances()
     dK = _gradient(post, a, S) if with_grad else None

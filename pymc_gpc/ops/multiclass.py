@@ -6,25 +6,26 @@ its c cotangents) and class codes 0..c-1 as labels. It keeps everything else of 
 binary Op: outputs (log_z, dlog_z/dK (c, n, n), dlog_z/dtheta (empty), loo (n,),
 n_iter, status), ``pullback`` (cotangent times the gradient), -inf and status 2 on
 failure, retries, per-thread warm starts, recent results and the numba registration.
-The approximations are ``SOLVERS["laplace-multiclass"]`` (softmax, ``softmax_laplace``)
-and ``SOLVERS["ep-multiclass"]`` (multinomial probit, ``multinomial_probit_ep``).
+The approximations are the registry's "laplace-multiclass" (softmax, ``softmax_laplace``)
+and "ep-multiclass" (multinomial probit, ``multinomial_probit_ep``).
+
+With inducing points (``approx="FITC"``), ``MulticlassSparseMarginalOp`` takes each class's
+FITC prior instead, (K_uu (c, m, m), K_uf (c, m, n), diag K_ff (c, n), theta, y[, hyper]),
+and returns the gradient in those three (``structures.multiclass_fitc``), as
+``ops.sparse.SparseMarginalOp`` does for one class; ``MulticlassSparsePredictiveOp`` is its
+predictive, in O(n* c m) memory.
 """
 
 import numpy as np
 import pytensor.tensor as pt
-from pytensor.gradient import grad_not_implemented
 from pytensor.graph.basic import Apply
 
-from ..backends.numba.dispatch import register_numba as _register_numba
-from .marginal import (
-    SOLVERS,
-    ApproxMarginalOp,
-    LatentPredictiveOp,
-    check_training_sizes,
-    prediction_options,
-)
-
-MULTICLASS_APPROXIMATIONS = ("laplace-multiclass", "ep-multiclass")
+from ..approximations import registry
+from ..approximations.solve import prediction_options, solve
+from ..structures.multiclass_fitc import MulticlassFITCPrior
+from ..validation import trusted_kernel
+from .marginal import ApproxMarginalOp, LatentPredictiveOp, check_training_sizes
+from .sparse import SparseMarginalOp
 
 
 class MulticlassMarginalOp(ApproxMarginalOp):
@@ -38,14 +39,15 @@ class MulticlassMarginalOp(ApproxMarginalOp):
     The GP classes build this Op; by hand:
 
     >>> from pymc_gpc.ops import MulticlassMarginalOp
-    >>> op = MulticlassMarginalOp("laplace", pymc_gpc.likelihoods.Softmax)                    # doctest: +SKIP
+    >>> op = MulticlassMarginalOp("laplace-multiclass", pymc_gpc.likelihoods.Softmax)   # doctest: +SKIP
     >>> outputs = op(K_stack, params, y)   # K_stack: (c, n, n)  # doctest: +SKIP
     """
 
+    structure_name = "dense-multiclass"
+
     def __init__(self, approximation, likelihood_type, options=(), hyper_names=(), defer_loo=False,
                  sampling=False):
-        if approximation not in MULTICLASS_APPROXIMATIONS:
-            raise ValueError(f"approximation must be one of {MULTICLASS_APPROXIMATIONS}, got {approximation!r}")
+        registry.check_structure(approximation, self.structure_name)
         super().__init__(approximation, likelihood_type, options, hyper_names, defer_loo, sampling)
 
     def make_node(self, K, params, y, hyper=None):
@@ -60,6 +62,51 @@ class MulticlassMarginalOp(ApproxMarginalOp):
         return Apply(self, [K, params, y, hyper], outputs)
 
 
+def _fitc_multiclass_retries(approximation, options):
+    return registry.get(approximation).retry_schedule(options, "fitc-multiclass")
+
+
+class MulticlassSparseMarginalOp(MulticlassMarginalOp):
+    """log q(y | each class's FITC prior, theta) and its gradient in every class's K_uu, K_uf
+    and diag K_ff.
+
+    Inputs: K_uu (c, m, m), K_uf (c, m, n), k_diag (c, n), theta, y (class codes as floats)
+    and the optional hyperparameter vector. Outputs: log_z, dlog_z/dK_uu (c, m, m),
+    dlog_z/dK_uf (c, m, n), dlog_z/dk_diag (c, n), dlog_z/dtheta (empty), loo (n,), n_iter,
+    status. Warm starts, recent results, retries, the failure contract and the numba
+    registration are ``ApproxMarginalOp``'s; the input layout, pullback and recent-result
+    key are ``ops.sparse.SparseMarginalOp``'s. ``pymc_gpc.fit`` reads it through
+    ``n_kernel_inputs``, ``prior_from`` and ``kernel_cotangents``.
+    """
+
+    structure_name = "fitc-multiclass"
+    n_kernel_inputs = 3
+    loo_output = 5
+
+    @staticmethod
+    def prior_from(Kuu, Kuf, k_diag):
+        return MulticlassFITCPrior(Kuu, Kuf, k_diag)
+
+    retry_schedule_for = staticmethod(_fitc_multiclass_retries)
+    kernel_cotangents = staticmethod(SparseMarginalOp.kernel_cotangents)
+    _recent_key = SparseMarginalOp._recent_key
+    _not_converged_message = SparseMarginalOp._not_converged_message
+    _fast_ep = SparseMarginalOp._fast_ep
+    connection_pattern = SparseMarginalOp.connection_pattern
+    pullback = SparseMarginalOp.pullback
+
+    def make_node(self, Kuu, Kuf, k_diag, params, y, hyper=None):
+        ins = [pt.as_tensor_variable(v).astype("float64") for v in (Kuu, Kuf, k_diag, params, y)]
+        for name, v, nd in (("Kuu", ins[0], 3), ("Kuf", ins[1], 3), ("k_diag", ins[2], 2)):
+            if v.ndim != nd:
+                raise ValueError(f"{name} must have {nd} dimensions (one slice per class), got {v.ndim}")
+        hyper = pt.zeros((0,), dtype="float64") if hyper is None else pt.as_tensor_variable(hyper).astype("float64")
+        ins.append(hyper)
+        outputs = [pt.dscalar(), pt.dtensor3(), pt.dtensor3(), pt.dmatrix(), pt.dvector(), pt.dvector(),
+                   pt.lscalar(), pt.lscalar()]
+        return Apply(self, ins, outputs)
+
+
 class MulticlassPredictiveOp(LatentPredictiveOp):
     """Mean (c, m) and covariance of f* under q, given (K, y, K_cross, K_star).
 
@@ -72,21 +119,32 @@ class MulticlassPredictiveOp(LatentPredictiveOp):
     The GP classes build this Op; by hand:
 
     >>> from pymc_gpc.ops import MulticlassPredictiveOp
-    >>> op = MulticlassPredictiveOp("laplace", pymc_gpc.likelihoods.Softmax)                    # doctest: +SKIP
+    >>> op = MulticlassPredictiveOp("laplace-multiclass", pymc_gpc.likelihoods.Softmax)   # doctest: +SKIP
     >>> mean, cov = op(K_stack, y, K_cross, K_star)   # doctest: +SKIP
     """
 
-    def make_node(self, K, y, K_cross, K_star):
-        ins = [pt.as_tensor_variable(v).astype("float64") for v in (K, y, K_cross, K_star)]
+    n_kernel_inputs = 1
+    prior_from = staticmethod(ApproxMarginalOp.prior_from)
+
+    def make_node(self, *inputs):
+        """Inputs: the ``n_kernel_inputs`` prior tensors, y, K_cross, K_star."""
+        ins = [pt.as_tensor_variable(v).astype("float64") for v in inputs]
         out_cov = pt.dmatrix() if self.full_cov else pt.dtensor3()
         return Apply(self, ins, [pt.dmatrix(), out_cov])
 
+    @staticmethod
+    def _training_shapes(kernels, K_cross):
+        return {"K": kernels[0].shape[1:], "K_cross": K_cross.shape[1:2]}
+
     def perform(self, node, inputs, output_storage):
-        K, y, K_cross, K_star = inputs
-        c, _, m = K_cross.shape
-        check_training_sizes(y.shape[0], K=K.shape[1:], K_cross=K_cross.shape[1:2])
+        k = self.n_kernel_inputs
+        kernels, (y, K_cross, K_star) = inputs[:k], inputs[k:]
+        c, m = K_cross.shape[0], K_cross.shape[2]
+        check_training_sizes(y.shape[0], **self._training_shapes(kernels, K_cross))
         try:
-            res = SOLVERS[self.approximation](K, y, self._lik, None, **prediction_options(self.options))
+            with trusted_kernel():  # the kernels come from covariance functions
+                res = solve(self.approximation, self.prior_from(*kernels), y, self._lik, None, None,
+                            prediction_options(self.options))
             mean, cov = res.posterior.predict(res.a, K_cross, K_star, full_cov=self.full_cov)
         except (ValueError, np.linalg.LinAlgError):  # NotPositiveDefiniteError is a LinAlgError
             mean = np.full((c, m), np.nan)
@@ -94,8 +152,20 @@ class MulticlassPredictiveOp(LatentPredictiveOp):
         output_storage[0][0] = mean
         output_storage[1][0] = cov
 
-    def pullback(self, inputs, outputs, cotangents):
-        return [grad_not_implemented(self, i, v, "prediction has no gradient") for i, v in enumerate(inputs)]
 
+class MulticlassSparsePredictiveOp(MulticlassPredictiveOp):
+    """Mean (c, n*) and covariance of f* under q with each class's FITC prior, O(n* c m) memory.
 
-_register_numba((MulticlassMarginalOp, MulticlassPredictiveOp))
+    Inputs: K_uu (c, m, m), K_uf (c, m, n), k_diag (c, n), y (n,) codes, K_u* (c, m, n*) and
+    the prior variances (c, n*) at the new inputs, or K_** (c, n*, n*) with ``full_cov``.
+    Outputs as ``MulticlassPredictiveOp`` (``MulticlassFITCPosterior.predict``: Q_*f and
+    K_**'s diagonal, as the binary FITC predictive). No gradient.
+    """
+
+    n_kernel_inputs = 3
+    prior_from = staticmethod(MulticlassSparseMarginalOp.prior_from)
+
+    @staticmethod
+    def _training_shapes(kernels, K_cross):
+        Kuu, Kuf, k_diag = kernels
+        return {"K_uf": Kuf.shape[2:], "k_diag": k_diag.shape[1:]}

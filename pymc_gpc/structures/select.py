@@ -28,14 +28,20 @@ import pytensor.tensor as pt
 
 from ..likelihoods.multiclass import MulticlassLikelihood
 from ..ops.marginal import ApproxMarginalOp, LatentPredictiveOp
-from ..ops.multiclass import MulticlassMarginalOp, MulticlassPredictiveOp
+from ..ops.multiclass import (
+    MulticlassMarginalOp,
+    MulticlassPredictiveOp,
+    MulticlassSparseMarginalOp,
+    MulticlassSparsePredictiveOp,
+)
 from ..ops.sparse import SparseMarginalOp, SparsePredictiveOp
 from ..validation import check_inputs
 from .em_bounds import FITCCovariance, covariance_bound, fitc_covariance_bound
 from .dense import chol_lower
 
-__all__ = ["PriorStructure", "DenseBinary", "FITCBinary", "DenseMulticlass", "STRUCTURES", "select_structure",
-           "structure_of_op", "DENSE_BINARY", "FITC_BINARY", "DENSE_MULTICLASS"]
+__all__ = ["PriorStructure", "DenseBinary", "FITCBinary", "DenseMulticlass", "FITCMulticlass", "STRUCTURES",
+           "select_structure", "structure_of_op", "DENSE_BINARY", "FITC_BINARY", "DENSE_MULTICLASS",
+           "FITC_MULTICLASS"]
 
 
 class PriorStructure(Protocol):
@@ -64,11 +70,11 @@ class PriorStructure(Protocol):
     predictive_op: type
     n_kernel_inputs: int
 
-    def check_inducing(self, Xu, X):
+    def check_inducing(self, Xu, X, n_classes=None):
         """``Xu`` (inducing inputs given to ``marginal_likelihood``, or None) checked against
-        the training inputs X (an (n, d) array): what the GP keeps as ``gp.Xu``. ValueError
-        where this structure takes no inducing inputs and some were given, or needs them
-        and they are missing or do not fit X."""
+        the training inputs X (an (n, d) array) and, for several classes, their number:
+        what the GP keeps as ``gp.Xu``. ValueError where this structure takes no inducing
+        inputs and some were given, or needs them and they are missing or do not fit X."""
 
     def kernel_inputs(self, gp, X):
         """The evidence Op's kernel tensors at the training inputs X (a tensor): dense
@@ -115,7 +121,7 @@ class DenseBinary:
     predictive_op = LatentPredictiveOp
     n_kernel_inputs = 1
 
-    def check_inducing(self, Xu, X):
+    def check_inducing(self, Xu, X, n_classes=None):
         if Xu is not None:
             raise ValueError("Xu (inducing inputs) is for approx='FITC'; this GP uses the dense kernel")
         return None
@@ -158,7 +164,7 @@ class FITCBinary(DenseBinary):
     predictive_op = SparsePredictiveOp
     n_kernel_inputs = 3
 
-    def check_inducing(self, Xu, X):
+    def check_inducing(self, Xu, X, n_classes=None):
         """Xu as a constant array or a tensor, checked against X (before any heavy work)."""
         if Xu is None:
             raise ValueError("approx='FITC' needs inducing inputs: marginal_likelihood(name, X, y, Xu=Xu), "
@@ -214,8 +220,67 @@ class DenseMulticlass(DenseBinary):
         return pt.stack([f(X, Xnew) for f in gp._funcs()])
 
 
+class FITCMulticlass(DenseMulticlass):
+    """c independent GPs, each with its FITC prior K~_k = Q_k + Lambda_k
+    (``structures.multiclass_fitc``), from the (c, m, m), (c, m, n) and (c, n) stacks of
+    K_uu (jittered), K_uf and diag K_ff (jittered). The inducing inputs are one (m, d) set
+    shared by the classes or one per class (``gp.Xu`` a list of c sets)."""
+
+    name = "fitc-multiclass"
+    marginal_op = MulticlassSparseMarginalOp
+    predictive_op = MulticlassSparsePredictiveOp
+    n_kernel_inputs = 3
+
+    def check_inducing(self, Xu, X, n_classes=None):
+        """Xu as one (m, d) set (an array or a tensor) or a list of c of them (from a list or a
+        (c, m, d) array or tensor), checked against X: ValueError for a wrong column count,
+        sets of different sizes, a number of sets other than ``n_classes``, or m > n."""
+        if Xu is None:
+            return FITC_BINARY.check_inducing(None, X)
+        c = n_classes
+        symbolic = isinstance(Xu, pytensor.graph.basic.Variable)
+        if isinstance(Xu, (list, tuple)):
+            sets = list(Xu)
+        elif (Xu.ndim if symbolic else np.ndim(Xu)) == 3:
+            count = Xu.type.shape[0] if symbolic else np.shape(Xu)[0]
+            if count is not None and count != c:
+                raise ValueError(f"Xu holds {count} inducing sets but y holds {c} classes")
+            sets = [Xu[k] for k in range(c)] if symbolic else list(np.asarray(Xu))
+        else:
+            return FITC_BINARY.check_inducing(Xu, X)
+        if len(sets) != c:
+            raise ValueError(f"Xu lists {len(sets)} inducing sets but y holds {c} classes")
+        checked = [FITC_BINARY.check_inducing(v, X) for v in sets]
+        sizes = {v.type.shape[0] if isinstance(v, pytensor.graph.basic.Variable) else v.shape[0] for v in checked}
+        sizes.discard(None)
+        if len(sizes) > 1:
+            raise ValueError(f"every class needs the same number m of inducing inputs, got {sorted(sizes)}")
+        return checked
+
+    @staticmethod
+    def _inducing(gp):
+        """The c inducing-input sets (one shared set repeated)."""
+        return gp.Xu if isinstance(gp.Xu, list) else [gp.Xu] * gp.n_classes
+
+    def kernel_inputs(self, gp, X):
+        shared = gp.cov_funcs is None and not isinstance(gp.Xu, list)
+        pairs = [(gp.cov_func, gp.Xu)] if shared else list(zip(gp._funcs(), self._inducing(gp)))
+        Kuu = [f(Xu) + gp.jitter * pt.eye(Xu.shape[0]) for f, Xu in pairs]
+        Kuf = [f(Xu, X) for f, Xu in pairs]
+        kd = [f(X, diag=True) + gp.jitter for f, _ in pairs]
+        if shared:  # one kernel and one inducing set: built once, used by every class
+            Kuu, Kuf, kd = Kuu * gp.n_classes, Kuf * gp.n_classes, kd * gp.n_classes
+        if gp.cov_funcs is None and isinstance(gp.Xu, list):  # one kernel: diag K_ff built once
+            kd = kd[:1] * gp.n_classes
+        return [pt.stack(Kuu), pt.stack(Kuf), pt.stack(kd)]
+
+    def cross_covariances(self, gp, X, Xnew):
+        return pt.stack([f(Xu, Xnew) for f, Xu in zip(gp._funcs(), self._inducing(gp))])
+
+
 DENSE_BINARY, FITC_BINARY, DENSE_MULTICLASS = DenseBinary(), FITCBinary(), DenseMulticlass()
-STRUCTURES = (DENSE_BINARY, FITC_BINARY, DENSE_MULTICLASS)
+FITC_MULTICLASS = FITCMulticlass()
+STRUCTURES = (DENSE_BINARY, FITC_BINARY, DENSE_MULTICLASS, FITC_MULTICLASS)
 
 
 def select_structure(likelihood, approx):
@@ -225,14 +290,13 @@ def select_structure(likelihood, approx):
     Raises
     ------
     ValueError
-        For a multi-class likelihood with ``approx`` set (no multi-class FITC yet).
+        For an ``approx`` other than None and "FITC".
     """
+    if approx not in (None, "FITC"):
+        raise ValueError(f"approx must be None (dense) or 'FITC', got {approx!r}")
     if isinstance(likelihood, MulticlassLikelihood):
-        if approx is not None:
-            raise ValueError(f"approx={approx!r}: inducing points (FITC) serve binary likelihoods only; "
-                             "a multi-class likelihood uses the dense kernels (approx=None)")
-        return DENSE_MULTICLASS
-    return FITC_BINARY if approx == "FITC" else DENSE_BINARY
+        return DENSE_MULTICLASS if approx is None else FITC_MULTICLASS
+    return DENSE_BINARY if approx is None else FITC_BINARY
 
 
 def structure_of_op(op):
