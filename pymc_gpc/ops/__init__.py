@@ -12,14 +12,20 @@ from .marginal import (
     LatentPredictiveOp,
     reset_warm_starts,
 )
-from .multiclass import MulticlassMarginalOp, MulticlassPredictiveOp
+from .multiclass import (
+    MulticlassMarginalOp,
+    MulticlassPredictiveOp,
+    MulticlassSparseMarginalOp,
+    MulticlassSparsePredictiveOp,
+)
 from .rewrites import register_rewrites
 from ..backends.jax import registration as jax_registration
 from ..backends.numba.dispatch import register_numba
 
-register_numba()  # the numba implementations of ApproxMarginalOp and LatentPredictiveOp
+register_numba()  # the numba implementations of ApproxMarginalOp, LatentPredictiveOp and their subclasses
 register_rewrites()  # the sampling-tolerance and deferred-LOO graph rewrites
 jax_registration.install()  # the JAX implementations, once PyTensor's JAX backend is imported
 
 __all__ = ["ApproxMarginalOp", "LatentPredictiveOp", "ApproximationFailedWarning", "STATUS_FAILED", "reset_warm_starts",
-           "MulticlassMarginalOp", "MulticlassPredictiveOp"]
+           "MulticlassMarginalOp", "MulticlassPredictiveOp", "MulticlassSparseMarginalOp",
+           "MulticlassSparsePredictiveOp"]

@@ -33,12 +33,15 @@ and its posterior answers
 ``dense``: a dense n x n kernel matrix K, through B = I + W^1/2 K W^1/2 (and through
 chol K for negative site precisions); its compiled parallel-EP loop
 (``approximations.ep._parallel_compiled``) is a dense specialisation of the same
-iteration. ``fitc``: the inducing-point prior Q + Lambda in O(n m^2). A new structure
-(multi-class blocks, HSGP bases) is a new module here answering the same questions.
+iteration. ``fitc``: the inducing-point prior Q + Lambda in O(n m^2). ``multiclass``: c
+dense class GPs coupled through the likelihood; ``multiclass_fitc``: the same with each
+class's FITC prior, O(c^2 m^2 n). ``select`` chooses one of them for a (likelihood,
+approx) pair. A new structure (HSGP bases) is a new module here answering the same questions.
 """
 
 from .dense import DensePrior
 from .fitc import FITCGradient, FITCPrior, NonFiniteKernelError
+from .multiclass_fitc import MulticlassFITCGradient, MulticlassFITCPrior
 
 
 def is_structure(K):
@@ -46,4 +49,5 @@ def is_structure(K):
     return hasattr(K, "posterior") and hasattr(K, "matvec")
 
 
-__all__ = ["DensePrior", "FITCPrior", "FITCGradient", "NonFiniteKernelError", "is_structure"]
+__all__ = ["DensePrior", "FITCPrior", "FITCGradient", "NonFiniteKernelError", "MulticlassFITCPrior",
+           "MulticlassFITCGradient", "is_structure"]

@@ -5,7 +5,8 @@ Ops' Python ``perform`` through an object-mode block keyed by a string, so that 
 cache the whole graph on disk; binary EP's evidence Op (``compiles_ep``) gets a compiled
 function instead (``compiled_ep``), which answers its common case without Python and falls
 back on the Op's Python path (``_fallback_ep``) for the rest. ``ops/__init__`` calls
-``register_numba`` once for the dense Ops; ``ops.multiclass`` for its own.
+``register_numba`` once, for ApproxMarginalOp and LatentPredictiveOp (their subclasses, FITC
+and multi-class, dispatch to the same implementation).
 """
 
 import os
