@@ -67,8 +67,7 @@ STRUCTURES = {  # in run order: a partial table (an interrupted run) holds the f
     "dense-multiclass": (list(MULTICLASS), "multiclass"),
     "fitc": (_binary(("ep", "laplace")), "binary"),
     "dense": (_binary(APPROXIMATIONS), "binary"),
-    # Multi-class FITC goes here once gp_multiclass takes approx="FITC":
-    # "fitc-multiclass": (list(MULTICLASS), "multiclass"),  (``build_multiclass`` passes Xu for "fitc-*")
+    "fitc-multiclass": (list(MULTICLASS), "multiclass"),  # ``build_multiclass`` passes Xu for "fitc-*"
 }
 
 
