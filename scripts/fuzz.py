@@ -1,9 +1,10 @@
 """Fuzz the user path at extreme hyperparameters: never a NaN, never an exception.
 
 Structures (``STRUCTURES``): the dense binary prior, the FITC binary prior (EP and
-Laplace, 15 inducing inputs placed by k-means) and the dense multi-class prior (softmax
+Laplace, 15 inducing inputs placed by k-means), the dense multi-class prior (softmax
 Laplace, multinomial probit with nested EP; one ARD kernel per class from
-``pymc_gpc.kernels.ard_kernels``, as ``ard_classifier`` builds it).
+``pymc_gpc.kernels.ard_kernels``, as ``ard_classifier`` builds it) and the same with
+each class's FITC prior (15 k-means inducing inputs shared by the classes).
 
 Binary: for every likelihood x approximation (dense: EP, Laplace and both mean fields, 19
 combinations, the step likelihood has no Laplace; ADF has no gradient to fuzz; FITC: EP
