@@ -28,7 +28,7 @@ AREAS = {
         "Softmax Laplace and multinomial-probit nested EP on Forensic Glass (cross-validation, "
         "NUTS) and their cost against c binary classifiers; every approximation against exact "
         "sampling, and the predictives held out on digits, Forensic Glass and wine.",
-        ("multiclass",),
+        ("multiclass", "per_class"),
     ),
     "large_data": (
         "Large data (FITC)",

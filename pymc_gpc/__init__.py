@@ -18,6 +18,7 @@ from .point_estimates import FitResult, FitStartError, RunawayHyperparameterWarn
 from .idata import add_log_likelihood, sample, sample_posterior_predictive  # noqa: E402
 from .ops import reset_warm_starts  # noqa: E402
 from .models import ard_classifier  # noqa: E402
+from .validation import SingleMemberClassWarning  # noqa: E402
 from .approximations.laplace import LaplaceState, laplace  # noqa: E402
 from .approximations.meanfield import MeanFieldState, meanfield  # noqa: E402
 from .approximations.result import ApproximationResult  # noqa: E402
@@ -36,6 +37,7 @@ __all__ = [
     "fit",
     "FitResult",
     "FitStartError",
+    "SingleMemberClassWarning",
     "sample_posterior_predictive",
     "RunawayHyperparameterWarning",
     "add_log_likelihood",

@@ -61,7 +61,8 @@ def _parser():
     )
     p.add_argument(
         "--inducing", type=int, default=None, metavar="M",
-        help="FITC prior with M inducing inputs placed by k-means (ep or laplace): O(n M^2) per evaluation",
+        help="FITC prior with M inducing inputs placed by k-means (ep or laplace): O(n M^2) per evaluation, "
+             "O(c^2 n M^2) with c > 2 classes",
     )
     p.add_argument(
         "--sampler", default="pymc", choices=["pymc", "nutpie"],
@@ -202,7 +203,8 @@ def run(args):
         f"- training points: {len(data.y_train)}, inputs: {data.X_train.shape[1]}"
         + (f", classes: {len(gp.classes)}, "
            f"{'one ARD kernel shared by the classes' if args.shared_kernel else 'one ARD kernel per class'}"
-           if multiclass else ""),
+           if multiclass else "")
+        + (f", FITC prior with {args.inducing} inducing inputs (k-means)" if args.inducing is not None else ""),
     ]
     t0 = time.perf_counter()
     with model:

@@ -64,3 +64,23 @@ def test_multiclass_shared_kernel_and_likelihood_check(tmp_path, capsys):
     assert "classes: 3, one ARD kernel shared by the classes" in report
     assert main(args + ["--likelihood", "logistic", "--out", str(tmp_path / "bad")]) == 2
     assert "--likelihood logistic does not fit it" in capsys.readouterr().err
+
+
+def test_multiclass_inducing(tmp_path):
+    """--inducing on a 3-class column: one ARD kernel per class with the FITC prior (the
+    report names it), MAP-II, test errors on separable-ish data, probabilities per class."""
+    rng = np.random.default_rng(6)
+    X = rng.normal(size=(90, 2))
+    y = np.array(["p", "q", "r"])[np.argmax(X @ np.array([[2.0, -2.0, 0.0], [0.0, 1.0, -2.0]]), axis=1)]
+    for name, rows in (("train.csv", slice(0, 60)), ("test.csv", slice(60, 90))):
+        (tmp_path / name).write_text("a,b,kind\n" + "".join(f"{u:.5f},{v:.5f},{k}\n"
+                                                            for (u, v), k in zip(X[rows], y[rows])))
+    out = tmp_path / "out"
+    assert main([str(tmp_path / "train.csv"), "--target", "kind", "--test", str(tmp_path / "test.csv"), "--method",
+                 "map", "--approximation", "laplace", "--inducing", "10", "--no-progress", "--out", str(out)]) == 0
+    report = (out / "report.md").read_text()
+    assert "classes: 3" in report and "FITC prior with 10 inducing inputs" in report
+    assert int(report.split("test errors: ")[1].split(" /")[0]) <= 5  # 30 test points, linear boundaries
+    rows = list(csv.DictReader(open(out / "predictions.csv")))
+    assert len(rows) == 30
+    assert all(abs(sum(float(r[f"p_{c}"]) for c in "pqr") - 1.0) < 1e-9 for r in rows)
