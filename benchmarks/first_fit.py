@@ -1,5 +1,5 @@
 """A new model's first ``fit``: kernel/pullback graphs compiled by numba against
-``point_estimates.FIT_MODE`` / ``FIT_FORWARD_MODE`` (PyTensor's Python linker; the pullback
+``estimation.objective.FIT_MODE`` / ``FIT_FORWARD_MODE`` (PyTensor's Python linker; the pullback
 with FAST_COMPILE's rewrites and ``python_vm``'s clip rewrite, the kernels with the merge
 and clip rewrites only), each in a fresh process.
 
@@ -24,7 +24,7 @@ CHILD = r"""
 import json, sys, time
 import numpy as np
 import pymc_gpc
-from pymc_gpc import point_estimates
+from pymc_gpc.estimation import objective as point_estimates
 from pymc_gpc.datasets import load_pima
 
 mode, seed, approximation = sys.argv[1], int(sys.argv[2]), sys.argv[3]

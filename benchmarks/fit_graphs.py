@@ -27,7 +27,7 @@ import numpy as np
 
 import pymc_gpc
 from pymc_gpc import likelihoods as L
-from pymc_gpc import point_estimates as pe
+from pymc_gpc.estimation import objective as pe
 from pymc_gpc.datasets import load_crabs, load_fgl, load_pima, stratified_folds
 from pymc_gpc.python_vm import PYTHON_VM_FORWARD_MODE, PYTHON_VM_MODE
 
@@ -52,7 +52,7 @@ def models():
 def graph_times(model, mode):
     pe.FIT_MODE = pe.FIT_FORWARD_MODE = mode  # both graphs, as before the forward mode existed
     t = time.perf_counter()
-    objective = pe._Objective(model, pe._other_terms(model, include_priors=True), model.continuous_value_vars)
+    objective = pe.Objective(model, pe.other_terms(model, include_priors=True), model.continuous_value_vars)
     compile_s = time.perf_counter() - t
     inputs = objective._inputs(model.initial_point())
     kernels = objective.forward(*inputs)

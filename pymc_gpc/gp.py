@@ -346,14 +346,7 @@ class _ApproximateMarginal:
             raise ValueError(f"the covariance or likelihood depends on {foreign}, which are not variables of "
                              "the model given (model=); give the model the GP was added to")
         fn = pytensor.function(inputs, outputs, on_unused_input="ignore", mode=mode)
-        structure = self.structure
-        k = structure.n_kernel_inputs
-
-        def kernels(*args):
-            values = fn(*args)
-            return (structure.prior_from(*values[:k]), *values[k:])
-
-        return kernels, [v.name for v in inputs]
+        return self.structure.prior_function(fn), [v.name for v in inputs]
 
 
 def _signed_label_tensor(y_tensor, classes):

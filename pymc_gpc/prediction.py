@@ -17,12 +17,10 @@ Newton need a few iterations instead of a cold start's 10-13. Then, for each dra
 Averaged over draws (``gp.predict(idata=...)``), EP stops at a site change of 1e-3
 (the registry's ``prediction_defaults``; the engine's default, used for one point, is 1e-8): EP's
 posterior mean and variances have an error of the order of the last site change, and
-averaged over 1000 posterior draws (2 x (500 + 500), ``ard_classifier``) the
-probabilities then differ from those at 1e-8 by at most 2.7e-5 on Pima (332 test
-points) and 8.3e-6 on Crabs (120), far below the Monte Carlo error of the average
-(about 1e-3 and more), with the same test errors; prediction took 2.01 s against 2.41 s
-at 1e-4 and 3.50 s at 1e-8 on Pima, 0.82 / 0.93 / 1.34 s on Crabs (medians of 3, one
-run, load about 1). A ``tol`` given to the GP's constructor is used instead.
+averaged over posterior draws the probabilities then differ from those at 1e-8 far below
+the Monte Carlo error of the average, in less time (``benchmarks/results/
+prediction_tolerance.md``; engine_notes.md, "Prediction's tolerance"). A ``tol`` given
+to the GP's constructor is used instead.
 
 ``latent_predictions`` only asks the solver's result for ``predict_latent``; a
 multi-class result whose ``predict_latent`` returns (m, c) arrays goes through the same

@@ -243,12 +243,12 @@ def test_pyproject_license_is_an_spdx_string():
 def test_fit_and_predict_compile_their_graphs_without_numba():
     """numba compiled a new model's kernel and pullback graphs for 8-12 s at their first
     call; FAST_COMPILE takes a fraction of a second (benchmarks/first_fit.py)."""
-    from pymc_gpc import point_estimates as pe
+    from pymc_gpc.estimation import objective
 
     rng = np.random.default_rng(6)
     X, y = random_problem(rng, 15)
     model, gp = small_model(X, y)
-    objective = pe._objective_for(model, pe._other_terms(model, include_priors=False), model.continuous_value_vars)
+    objective = objective.objective_for(model, objective.other_terms(model, include_priors=False), model.continuous_value_vars)
     from pymc_gpc.prediction import POINT_KERNEL_MODE
 
     fn, _ = gp._compile_kernels(X[:2], model)

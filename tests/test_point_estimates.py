@@ -18,6 +18,7 @@ from scipy import integrate, stats
 import pymc_gpc
 from pymc_gpc import likelihoods as L
 from pymc_gpc import point_estimates as PE
+from pymc_gpc.estimation import em_ep, objective as OBJ
 from pymc_gpc.structures import em_bounds
 from pymc_gpc.datasets import synthetic
 from pymc_gpc.kernels import MixedARD
@@ -214,24 +215,24 @@ CIRCLE_START = dict(log_v0=0.0, log_v1=np.log(1e-8), log_v2=np.log(1e-6), log_l=
 def test_em_ep_m_step_maximises_the_bound():
     d = synthetic.circle(n_train=30, n_test=10, seed=1)
     model, _ = _circle_model(d, None)
-    objective = PE._objective_for(model, [], [v for v in model.continuous_value_vars if v.name != "epsilon_interval__"])
+    objective = OBJ.objective_for(model, [], [v for v in model.continuous_value_vars if v.name != "epsilon_interval__"])
     objective.theta_free = False
-    point = PE._start_point(model, dict(CIRCLE_START, epsilon=0.05))
+    point = OBJ.start_point(model, dict(CIRCLE_START, epsilon=0.05))
     [(K, theta)], _ = objective.kernels(point)
-    q = PE._e_step(objective, K, theta)
+    q = em_ep.e_step(objective, K, theta)
     h, A = q.mean, q.posterior.full_cov()
-    before, grad = PE.m_step_objective(objective, point, h, A)
+    before, grad = em_ep.m_step_objective(objective, point, h, A)
     # gradient of the M-step objective against central differences
-    x0 = PE._ravel(point, objective.targets)
+    x0 = OBJ.ravel(point, objective.targets)
     for k in range(len(x0.data)):
         e = np.zeros_like(x0.data)
         e[k] = 1e-5
-        f = [PE.m_step_objective(objective, PE._unravel(x0.data + s * e, x0, point), h, A)[0]
+        f = [em_ep.m_step_objective(objective, OBJ.unravel(x0.data + s * e, x0, point), h, A)[0]
              for s in (1, -1)]
         assert grad[k] == pytest.approx((f[0] - f[1]) / 2e-5, rel=1e-4, abs=1e-6)
-    new_point, after = PE._m_step(objective, point, h, A)
+    new_point, after = em_ep.m_step(objective, point, h, A)
     assert after > before + 1e-3
-    assert after == pytest.approx(PE.m_step_objective(objective, new_point, h, A)[0], abs=1e-8)
+    assert after == pytest.approx(em_ep.m_step_objective(objective, new_point, h, A)[0], abs=1e-8)
 
 
 def test_em_ep_reproduces_the_circle_experiment():

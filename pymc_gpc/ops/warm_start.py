@@ -31,11 +31,8 @@ class WarmStarts:
         s = s_a + t (s_a - s_b), \qquad t = \frac{(x - x_a)^T (x_a - x_b)}{|x_a - x_b|^2},
 
     used for 0 < t <= 2; otherwise s_a itself. A start error of O(h) becomes O(h^2)
-    for a small step h; NUTS's steps on Pima are not small (median 2.6 in the
-    log-hyperparameters) and the gain is slight: replaying 1,500 evaluations at tol
-    1e-2 took 2.12 sweeps each against 2.14 from the nearest stored solution, 2.19 from
-    the last one and about 6 cold (the first sweep's site change stays near 0.07 with
-    any of these starts, also when extrapolating in K instead of the hyperparameters).
+    for a small step h; NUTS's steps are not small, and the gain over the nearest stored
+    solution is slight (``benchmarks/results/engine_notes.md``, "Warm starts").
     A state array that is non-negative at s_a (EP's site precisions for log-concave
     likelihoods) but not after extrapolation falls back to s_a. With no
     hyperparameter vector (an Op built without the fourth input), the last solution.
@@ -159,8 +156,8 @@ class PerThread:
 
     Not ``threading.local``: nutpie's chains are Rust threads that enter Python through
     numba's object-mode blocks, and each entry creates and then destroys a Python thread
-    state, taking ``threading.local`` data with it (every evaluation then started cold:
-    6.0 instead of 2.9 EP sweeps on Pima). The states of the ``size`` most recently used
+    state, taking ``threading.local`` data with it (every evaluation then started cold;
+    ``benchmarks/results/engine_notes.md``, "Warm starts"). The states of the ``size`` most recently used
     threads are kept (default: twice the CPU count, at least 32); a finished thread's id
     may be reused, which at worst gives a new thread a warm start from another chain
     (results stay within tolerance). The dict is only changed under the lock; a hit

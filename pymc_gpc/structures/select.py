@@ -89,6 +89,11 @@ class PriorStructure(Protocol):
         """What the solvers take as the prior, from the values of the ``n_kernel_inputs``
         kernel inputs: the matrix K itself, or a structure object (``FITCPrior``)."""
 
+    def prior_function(self, fn):
+        """``fn`` (a compiled function whose outputs start with the ``n_kernel_inputs`` kernel
+        inputs) as a function whose outputs start with ``prior_from`` of them instead: ``fn``
+        itself where the kernel input is the prior (dense), else a wrapper (FITC)."""
+
     def kernel_cotangents(self, result):
         """The solver result's gradient of log q in each kernel input, as a tuple of
         ``n_kernel_inputs`` arrays (shaped as the inputs)."""
@@ -134,6 +139,9 @@ class DenseBinary:
 
     def prior_from(self, *arrays):
         return self.marginal_op.prior_from(*arrays)
+
+    def prior_function(self, fn):
+        return fn
 
     def kernel_cotangents(self, result):
         return self.marginal_op.kernel_cotangents(result)
@@ -190,6 +198,15 @@ class FITCBinary(DenseBinary):
 
     def cross_covariances(self, gp, X, Xnew):
         return gp.cov_func(gp.Xu, Xnew)
+
+    def prior_function(self, fn):
+        k = self.n_kernel_inputs
+
+        def prior_and_rest(*args):
+            values = fn(*args)
+            return (self.prior_from(*values[:k]), *values[k:])
+
+        return prior_and_rest
 
     def q_covariance(self, q):
         return FITCCovariance(*q.posterior.covariance_factors())

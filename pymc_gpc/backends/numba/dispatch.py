@@ -96,8 +96,8 @@ def _fallback_ep(key, K, params, y, hyper, use_block, has_start, tau, nu, first_
 
 
 # The two object-mode steps of the compiled function, module-level and cached on disk
-# (closures calling closures made PyTensor's cache of the whole graph miss: 9 s of
-# compilation at every ``pm.sample``).
+# (closures calling closures made PyTensor's cache of the whole graph miss: the graph was
+# compiled again at every ``pm.sample``; engine_notes.md, "Numba compilation").
 @numba.njit(cache=True)
 def _allocate_block(key, n, p, q):
     with numba.objmode():
@@ -129,8 +129,8 @@ def register_numba(op_types=None):
     which warns at every compilation. The object-mode block calls a module-level
     function with a string key (``_numba_key``) rather than a closure over the Op, so
     that numba can cache the whole compiled graph on disk: a model's logp and gradient
-    then compile in well under a second from the second ``pm.sample`` on, instead of
-    about 5 s each time.
+    then come from the cache from the second ``pm.sample`` on
+    (``benchmarks/results/engine_notes.md``, "Numba compilation").
 
     An Op for which ``compiles_ep`` holds (binary EP, by default) gets
     ``_compiled_ep_function`` instead: its common case runs without Python

@@ -1,0 +1,166 @@
+"""Type-II maximum likelihood and MAP-II: L-BFGS-B on the objective over the model's
+unconstrained free variables, with a check of the start and of hyperparameters drifting
+without bound (``RunawayHyperparameterWarning``)."""
+
+import warnings
+
+import numpy as np
+import scipy.optimize
+
+from ..approximations import registry
+from ..progress import Progress
+from .objective import all_values, marginal_nodes, objective_for, other_terms, ravel, unravel
+from .result import FitResult, FitStartError, RunawayHyperparameterWarning
+
+__all__ = ["maximise", "RUNAWAY_LIMIT", "RUNAWAY_STEP", "RUNAWAY_TOL", "RUNAWAY_EFFECT"]
+
+
+# type2 / map: an unconstrained value beyond RUNAWAY_LIMIT (e.g. a log-amplitude of 10,
+# an amplitude of 2e4) along which the objective still does not fall within
+# RUNAWAY_STEP further out is reported as drifting without bound (``_runaway``)
+RUNAWAY_LIMIT = 10.0
+
+
+RUNAWAY_STEP = 2.0
+
+
+RUNAWAY_TOL = 1e-3
+
+
+RUNAWAY_EFFECT = 1e-3
+
+
+def maximise(model, point, method, maxiter, tol, progressbar):
+    """L-BFGS-B on the objective of ``method`` over the unconstrained free variables."""
+    gradient_free = [n.op.approximation for n in marginal_nodes(model)
+                     if not registry.get(n.op.approximation).has_gradient]
+    if gradient_free:
+        raise ValueError(f"{method} needs the evidence's gradient, which {gradient_free[0].upper()} does not "
+                         "provide; use method='em-ep' or another approximation")
+    objective = objective_for(model, other_terms(model, include_priors=method == "map"), model.continuous_value_vars)
+    x0 = ravel(point, objective.free)
+    _check_start(objective, point, method)
+    history = {"objective": [], "log_evidence": []}
+    last = {}
+
+    def negative(x):
+        value, log_z, grad = objective.evidence_and_grad(unravel(x, x0, point))
+        if grad is None or not np.isfinite(value) or not np.all(np.isfinite(grad)):
+            return 1e300, np.zeros_like(x)  # outside the evidence's domain: L-BFGS-B backtracks
+        last.update(objective=value, log_evidence=log_z)
+        return -value, -grad
+
+    label = "type-II ML" if method == "type2" else "MAP-II"
+    with Progress(label, maxiter, progressbar) as bar:
+        def callback(intermediate_result):
+            for key in history:
+                history[key].append(last.get(key, np.nan))
+            bar.show(len(history["objective"]), f"log evidence {last.get('log_evidence', np.nan):.4f}")
+
+        res = scipy.optimize.minimize(negative, x0.data, jac=True, method="L-BFGS-B", callback=callback,
+                                      options=dict(maxiter=maxiter, ftol=tol, gtol=1e-6))
+    best = unravel(res.x, x0, point)
+    value, log_z, _ = objective.evidence_and_grad(best)
+    runaway = _runaway(objective, res.x, x0, point, value, model)
+    message = str(res.message)
+    if runaway:
+        message += f"; drifting without bound: {', '.join(runaway)}"
+        _warn_runaway(method, runaway)
+    return FitResult(
+        method=method, point=all_values(model, best, objective), log_evidence=float(log_z),
+        history={k: np.asarray(v, float) for k, v in history.items()},
+        converged=bool(res.success) and not runaway, n_iter=int(res.nit), message=message, model=model,
+        runaway=tuple(runaway),
+    )
+
+
+def _check_start(objective, point, method):
+    """Raise ``FitStartError`` where the objective or its gradient is not finite at ``point``:
+    L-BFGS-B would stop there at once and report success (a zero gradient)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        value, log_z, grad = objective.evidence_and_grad(point)
+    if grad is not None and np.isfinite(value) and np.all(np.isfinite(grad)):
+        return
+    values = ", ".join(f"{v.name}={np.round(np.asarray(point[v.name], float), 4).tolist()}" for v in objective.free)
+    if not np.isfinite(log_z):
+        why = ("the GP classification log evidence is -inf there (the approximation failed: e.g. a kernel "
+               "that is not positive definite, a zero or negative lengthscale or amplitude)")
+    elif not np.isfinite(value):
+        why = ("the other terms of the objective are not finite there"
+               + (" (the hyperpriors: a value outside a prior's support?)" if method == "map" else ""))
+    else:
+        why = "the gradient is not finite there"
+    raise FitStartError(
+        f"fit(method={method!r}) cannot start: the objective is {value} at the start point ({values}; unconstrained "
+        f"values); {why}. Give start= values inside the domain, or priors whose initial point is valid "
+        "(e.g. a lengthscale as pt.exp of a Normal, or a positive distribution)."
+    )
+
+
+def _element_names(layout, model):
+    """A name per element of the raveled unconstrained vector, with coordinate labels."""
+    names = []
+    for name, shape, size, _ in layout.point_map_info:
+        if not shape:
+            names.append(name)
+            continue
+        dims = model.named_vars_to_dims.get(name, ())
+        labels = (list(model.coords[dims[0]]) if len(shape) == 1 and dims and model.coords.get(dims[0]) is not None
+                  else None)
+        for k, index in enumerate(np.ndindex(*shape)):
+            key = labels[k] if labels is not None else ",".join(map(str, index))
+            names.append(f"{name}[{key}]")
+    return names
+
+
+def _runaway(objective, x, layout, point, value, model):
+    """Elements of ``x`` beyond ``RUNAWAY_LIMIT`` along which the objective does not fall
+    although the model still changes.
+
+    An optimum of the objective that exists is a point where moving any coordinate
+    further out by ``RUNAWAY_STEP`` lowers it. A coordinate that is already far out,
+    along which the objective still rises (or stays within ``RUNAWAY_TOL``) while the
+    kernel matrices or likelihood parameters still change (relative change above
+    ``RUNAWAY_EFFECT``), is one the optimiser stopped on only because the gains became
+    small (L-BFGS's relative tolerance), not at a maximum: e.g. the amplitude on
+    separable data. A lengthscale gone to infinity (an input switched off, as ARD does
+    for irrelevant inputs) leaves K unchanged further out and is not reported.
+    """
+    names = _element_names(layout, model)
+    here = unravel(x, layout, point)
+    drifting = []
+    for i in np.flatnonzero(np.abs(x) > RUNAWAY_LIMIT):
+        further = np.array(x, float)
+        further[i] += RUNAWAY_STEP * np.sign(x[i])
+        there = unravel(further, layout, point)
+        if _relative_change(objective, here, there) < RUNAWAY_EFFECT:
+            continue
+        beyond, _, _ = objective.evidence_and_grad(there)
+        if np.isfinite(beyond) and beyond >= value - RUNAWAY_TOL:
+            drifting.append(names[i])
+    return drifting
+
+
+def _relative_change(objective, a, b):
+    """The largest relative change of the GP terms' kernels and likelihood parameters from a to b."""
+    pairs_a, _ = objective.kernel_inputs(a)
+    pairs_b, _ = objective.kernel_inputs(b)
+    change = 0.0
+    for (arrays_a, tha), (arrays_b, thb) in zip(pairs_a, pairs_b):
+        for Ka, Kb in zip(arrays_a, arrays_b):
+            change = max(change, np.linalg.norm(Kb - Ka) / max(np.linalg.norm(Ka), 1e-300))
+        if np.size(tha):
+            change = max(change, float(np.max(np.abs(thb - tha) / np.maximum(np.abs(tha), 1e-300))))
+    return change
+
+
+def _warn_runaway(method, names):
+    advice = ("use method='map' (the hyperpriors keep them finite) or fix them" if method == "type2"
+              else "use tighter hyperpriors or fix them")
+    warnings.warn(
+        f"{'type-II ML' if method == 'type2' else 'MAP-II'} has no finite optimum in {', '.join(names)}: "
+        f"beyond |{RUNAWAY_LIMIT:g}| in the unconstrained space, the objective still rises (or is flat) "
+        f"further out (e.g. an amplitude on separable data); {advice}",
+        RunawayHyperparameterWarning, stacklevel=3,
+    )
