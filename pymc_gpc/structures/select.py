@@ -247,6 +247,7 @@ class FITCMulticlass(DenseMulticlass):
     marginal_op = MulticlassSparseMarginalOp
     predictive_op = MulticlassSparsePredictiveOp
     n_kernel_inputs = 3
+    prior_function = FITCBinary.prior_function
 
     def check_inducing(self, Xu, X, n_classes=None):
         """Xu as one (m, d) set (an array or a tensor) or a list of c of them (from a list or a
