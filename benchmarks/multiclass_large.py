@@ -33,7 +33,6 @@ for _v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 import argparse
 import json
 import pathlib
-import sys
 import time
 import warnings
 
