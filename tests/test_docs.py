@@ -72,6 +72,7 @@ QUICK_EXAMPLES = [
     "pymc_gpc.likelihoods.multiclass.Softmax", "pymc_gpc.likelihoods.multiclass.MultinomialProbit",
     "pymc_gpc.likelihoods.multiclass.MulticlassLikelihood", "pymc_gpc.kernels.MixedARD",
     "pymc_gpc.datasets.load", "pymc_gpc.datasets.load_fgl", "pymc_gpc.datasets.load_tissue_gene_expression",
+    "pymc_gpc.datasets.load_diamonds",
 ]
 
 
