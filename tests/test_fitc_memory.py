@@ -1,4 +1,5 @@
-"""FITC at n = 20,000, m = 100: evidence + gradient (EP and Laplace) within 1 GB.
+"""FITC at n = 20,000, m = 100: evidence + gradient (EP and Laplace) within 1 GB; several
+classes (c = 5, softmax Laplace) within 1.5 GB.
 
 Run in a fresh Python process whose peak resident memory (``VmHWM`` of
 /proc/self/status, imports included) is read at the end: a single dense
@@ -57,3 +58,46 @@ def test_evidence_and_gradient_at_n_20000_stay_under_1_gb():
         assert converged and finite and log_z < 0
         assert shapes == [[100, 100], [100, 20_000], [20_000]]
     assert out["peak_mb"] < 1024, out
+
+
+MULTICLASS_SCRIPT = r"""
+import json, sys
+import numpy as np
+from pymc_gpc import likelihoods as L, softmax_laplace
+from pymc_gpc.structures import MulticlassFITCPrior
+
+rng = np.random.default_rng(1)
+n, m, c, d = int(sys.argv[1]), 100, 5, 3
+X = rng.normal(size=(n, d))
+y = np.argmax(X @ rng.normal(size=(d, c)) + 0.5 * rng.normal(size=(n, c)), axis=1).astype(float)
+Xu = X[rng.choice(n, m, replace=False)]
+
+def k(A, B, ls):
+    return 2.0 * np.exp(-0.5 * ((A[:, None, :] - B[None, :, :]) ** 2).sum(-1) / ls**2)
+
+ls = np.linspace(1.0, 2.0, c)
+prior = MulticlassFITCPrior(np.stack([k(Xu, Xu, l) + 1e-6 * np.eye(m) for l in ls]),
+                            np.stack([k(Xu, X, l) for l in ls]), np.full((c, n), 2.0 + 1e-6))
+res = softmax_laplace(prior, y, L.Softmax())
+g = res.dlog_z_dK
+out = {"log_z": float(res.log_z), "converged": bool(res.converged), "shapes": [list(a.shape) for a in g],
+       "finite": bool(all(np.all(np.isfinite(a)) for a in g))}
+with open("/proc/self/status") as status:
+    out["peak_mb"] = int([line for line in status if line.startswith("VmHWM:")][0].split()[1]) / 1024
+print(json.dumps(out))
+"""
+
+
+def test_multiclass_evidence_and_gradient_at_c_5_n_20000_stay_under_1_5_gb():
+    """Softmax Laplace with each class's FITC prior (c = 5, n = 20,000, m = 100): evidence and
+    gradient in every class's K_uu, K_uf, diag K_ff within 1.5 GB (a dense c n x c n matrix
+    would take 80 GB, one n x n 3.2 GB)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    for n in (300, 20_000):  # the first run compiles (or loads) the numba kernels
+        proc = subprocess.run([sys.executable, "-c", MULTICLASS_SCRIPT, str(n)], capture_output=True, text=True,
+                              env=env, cwd=ROOT, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["converged"] and out["finite"] and out["log_z"] < 0
+    assert out["shapes"] == [[5, 100, 100], [5, 100, 20_000], [5, 20_000]]
+    assert out["peak_mb"] < 1536, out
