@@ -233,16 +233,3 @@ class MulticlassEP(MulticlassMarginal, MarginalEP):
     """``MarginalEP`` with a multi-class likelihood (multinomial probit, nested EP)."""
 
     approximation = "ep-multiclass"
-
-
-def multiclass_class(cls, likelihood):
-    """The multi-class classifier class for the binary class ``cls`` and ``likelihood``, or
-    a ValueError when that approximation cannot integrate the likelihood out."""
-    if issubclass(cls, MarginalLaplace) and "laplace" in likelihood.approximations:
-        return MulticlassLaplace
-    if issubclass(cls, MarginalEP) and "ep" in likelihood.approximations:
-        return MulticlassEP
-    raise ValueError(
-        f"{cls.__name__} cannot integrate out the multi-class likelihood {likelihood!r}: use "
-        "MarginalLaplace(likelihood=Softmax()) or MarginalEP(likelihood=MultinomialProbit())"
-    )

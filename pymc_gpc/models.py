@@ -17,6 +17,7 @@ import pytensor.tensor as pt
 
 from .gp import MarginalADF, MarginalEP, MarginalLaplace, MarginalMeanField
 from .kernels import MixedARD, ard_kernels
+from .approximations import registry
 from .likelihoods.binary import Probit
 from .likelihoods.multiclass import MulticlassLikelihood, MultinomialProbit, Softmax
 from .validation import as_class_codes, check_inputs
@@ -25,12 +26,11 @@ from .validation import as_class_codes, check_inputs
 # build the same model by hand (the benchmark's and the notebook's pm.gp.Latent) use it.
 LOG_V0_START = 0.0
 
-APPROXIMATIONS = {
-    "ep": MarginalEP,
-    "laplace": MarginalLaplace,
-    "meanfield": MarginalMeanField,
-    "adf": MarginalADF,
-}
+# ``approximation=`` names: the registry's entries whose classifier class is built for them
+# (the multi-class entries are variants reached through the same classes).
+_CLASSES = {cls.__name__: cls for cls in (MarginalEP, MarginalLaplace, MarginalMeanField, MarginalADF)}
+APPROXIMATIONS = {a.name: _CLASSES[a.classifier] for a in registry.APPROXIMATIONS.values()
+                  if _CLASSES[a.classifier].approximation == a.name}
 
 # The multi-class likelihood ``ard_classifier`` gives a target with more than two classes.
 MULTICLASS_LIKELIHOODS = {"laplace": Softmax, "ep": MultinomialProbit}

@@ -50,7 +50,6 @@ from pytensor.graph.op import Op
 
 from ..approximations import registry
 from ..approximations.ep import ep_warm
-from ..approximations.registry import SOLVERS  # noqa: F401  (ops.multiclass reads it here)
 from ..approximations.solve import default_retries, prediction_options, solve, solve_with_retries
 from ..validation import trusted_kernel
 from ..backends.numba import thread_state
