@@ -303,7 +303,7 @@ def sample(*args, model=None, **kwargs):
     (plain ``pm.sample`` included) gets the engine's accuracy.
 
     ``nuts_sampler="numpyro"`` or ``"blackjax"`` runs PyMC's JAX samplers on the Ops' JAX
-    implementation (``ops/jax.py``; needs ``pip install pymc-gpc[jax]``).
+    implementation (``backends/jax/dispatch.py``; needs ``pip install pymc-gpc[jax]``).
 
     Defaults: the sampler measured faster for the model's size (``default_sampler``):
     PyMC's own NUTS (``nuts_sampler="pymc"``, chains in processes) for at most

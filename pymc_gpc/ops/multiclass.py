@@ -16,6 +16,8 @@ and returns the gradient in those three (``structures.multiclass_fitc``), as
 predictive, in O(n* c m) memory.
 """
 
+import contextlib
+
 import numpy as np
 import pytensor.tensor as pt
 from pytensor.graph.basic import Apply
@@ -125,6 +127,9 @@ class MulticlassPredictiveOp(LatentPredictiveOp):
 
     n_kernel_inputs = 1
     prior_from = staticmethod(ApproxMarginalOp.prior_from)
+    # The dense stack is checked (symmetric, positive definite) as the binary predictive's K;
+    # the FITC prior validates its own inputs.
+    trusted_kernels = False
 
     def make_node(self, *inputs):
         """Inputs: the ``n_kernel_inputs`` prior tensors, y, K_cross, K_star."""
@@ -142,7 +147,7 @@ class MulticlassPredictiveOp(LatentPredictiveOp):
         c, m = K_cross.shape[0], K_cross.shape[2]
         check_training_sizes(y.shape[0], **self._training_shapes(kernels, K_cross))
         try:
-            with trusted_kernel():  # the kernels come from covariance functions
+            with trusted_kernel() if self.trusted_kernels else contextlib.nullcontext():
                 res = solve(self.approximation, self.prior_from(*kernels), y, self._lik, None, None,
                             prediction_options(self.options))
             mean, cov = res.posterior.predict(res.a, K_cross, K_star, full_cov=self.full_cov)
@@ -164,6 +169,7 @@ class MulticlassSparsePredictiveOp(MulticlassPredictiveOp):
 
     n_kernel_inputs = 3
     prior_from = staticmethod(MulticlassSparseMarginalOp.prior_from)
+    trusted_kernels = True
 
     @staticmethod
     def _training_shapes(kernels, K_cross):

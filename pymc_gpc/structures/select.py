@@ -25,6 +25,7 @@ from typing import Protocol
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
+from pytensor.raise_op import Assert
 
 from ..likelihoods.multiclass import MulticlassLikelihood
 from ..ops.marginal import ApproxMarginalOp, LatentPredictiveOp
@@ -263,6 +264,8 @@ class FITCMulticlass(DenseMulticlass):
             count = Xu.type.shape[0] if symbolic else np.shape(Xu)[0]
             if count is not None and count != c:
                 raise ValueError(f"Xu holds {count} inducing sets but y holds {c} classes")
+            if count is None:  # checked where the graph runs
+                Xu = Assert(f"Xu must hold one inducing set per class ({c})")(Xu, pt.eq(Xu.shape[0], c))
             sets = [Xu[k] for k in range(c)] if symbolic else list(np.asarray(Xu))
         else:
             return FITC_BINARY.check_inducing(Xu, X)

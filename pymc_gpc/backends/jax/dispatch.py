@@ -9,13 +9,14 @@ never automatic differentiation through the EP or Newton loop).
 
 Registered here:
 
-* ``ApproxMarginalOp`` (EP and Laplace; mean field and ADF raise ``NotImplementedError``
-  naming what works), with the options of the numba path (the registry's ``sampling_defaults``: EP's
+* ``ApproxMarginalOp`` (EP and Laplace; mean field and ADF raise
+  ``registry.UnsupportedCombinationError``, a ``NotImplementedError``, naming what works), with the options of the numba path (the registry's ``sampling_defaults``: EP's
   tol is 1e-2 while sampling). The fourth input (hyperparameter values, used by the numba
   path for warm starts and warnings) is ignored: each evaluation starts cold.
 * ``LatentPredictiveOp`` (prediction, ``conditional``).
 * Not their subclasses: FITC (``ops.sparse``) and multi-class Ops raise
-  ``NotImplementedError`` saying that they run on the numba backend.
+  ``registry.UnsupportedCombinationError`` (a ``NotImplementedError`` and a ``ValueError``)
+  saying that they run on the numba backend.
 * ``training_check.TrainingValuesCheck`` (a training ``pm.Data`` container in a predictive
   graph): the identity, since a traced value cannot be compared in Python; ``predict`` and
   ``conditional`` check the container's value when they are called.
