@@ -459,7 +459,7 @@ def ard_kernels(input_dim, classes, *, prior=(-3.0, 3.0), bias=True, shared=Fals
     - ``log_v0`` (dims ``"class"``): log amplitudes,
     - ``log_v1`` (dims ``"class"``, with ``bias``): log bias variances,
 
-    each Normal(*prior), and returns the c kernels
+    each Normal(``*prior``), and returns the c kernels
     :math:`k_k(x, x') = v_{0k} \exp(-\tfrac12 \sum_m w_{km} (x_m - x'_m)^2) + v_{1k}`
     (``MixedARD``), a list that ``MarginalLaplace(likelihood=Softmax())`` and
     ``MarginalEP(likelihood=MultinomialProbit())`` take as ``cov_func``. With

@@ -83,4 +83,4 @@ def test_multiclass_inducing(tmp_path):
     assert int(report.split("test errors: ")[1].split(" /")[0]) <= 5  # 30 test points, linear boundaries
     rows = list(csv.DictReader(open(out / "predictions.csv")))
     assert len(rows) == 30
-    assert all(abs(sum(float(r[f"p_{c}"]) for c in "pqr") - 1.0) < 1e-9 for r in rows)
+    assert all(abs(sum(float(r[f"p_{c}"]) for c in "pqr") - 1.0) < 1e-5 for r in rows)  # 6 decimals
