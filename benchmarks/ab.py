@@ -45,7 +45,7 @@ out = []
 for name, approx, m in json.loads(sys.argv[1]):
     X, y = data(name)
     model, gp = pymc_gpc.ard_classifier(X, y, approximation=approx, **({"inducing": m} if m else {}))
-    fn = model.compile_fn([model.logp(), *model.dlogp()], point_fn=False)
+    fn = model.compile_fn([model.logp(), model.dlogp()], point_fn=False)
     ip = model.initial_point()
     names = [v.name for v in model.value_vars]
     base = [np.asarray(ip[n], dtype=float) for n in names]
