@@ -2,7 +2,8 @@
 
 ``python benchmarks/ab.py --a OLD_TREE --b NEW_TREE`` times, for each (data set,
 approximation, prior), one compiled ``[logp, dlogp]`` function of ``ard_classifier``'s model
-at a cycle of fixed points near the start (warm starts as under a sampler), in a fresh
+along a seeded random walk from the start (every point new, warm-started as under a
+sampler), in a fresh
 process per tree and round, the trees alternating (A B A B ...) so that the machine's drift
 falls on both. Reports the median seconds per evaluation of each tree and their ratio B/A,
 and writes ``benchmarks/results/ab.md``. Used to check that a refactor did not slow an
@@ -45,22 +46,24 @@ out = []
 for name, approx, m in json.loads(sys.argv[1]):
     X, y = data(name)
     model, gp = pymc_gpc.ard_classifier(X, y, approximation=approx, **({"inducing": m} if m else {}))
-    fn = model.compile_fn([model.logp(), model.dlogp()], point_fn=False)
+    fn = model.compile_fn([model.logp(), model.dlogp()], inputs=model.value_vars, point_fn=False)
     ip = model.initial_point()
     names = [v.name for v in model.value_vars]
     base = [np.asarray(ip[n], dtype=float) for n in names]
     rng = np.random.default_rng(0)
-    points = [[b + 0.05 * rng.normal(size=b.shape) for b in base] for _ in range(8)]
+    points, current = [], base
+    for _ in range(8 * (int(sys.argv[2]) + 1)):  # a random walk: every point new (no recent-result hits)
+        current = [c + 0.02 * rng.normal(size=c.shape) for c in current]
+        points.append(current)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for p in points:  # warm-up: compilation, caches
+        for p in points[:8]:  # warm-up: compilation, the first warm starts
             fn(*p)
         times = []
-        for _ in range(int(sys.argv[2])):
-            for p in points:
-                t = time.perf_counter()
-                fn(*p)
-                times.append(time.perf_counter() - t)
+        for p in points[8:]:
+            t = time.perf_counter()
+            fn(*p)
+            times.append(time.perf_counter() - t)
     out.append(float(np.median(times)))
 print(json.dumps(out))
 """
@@ -81,7 +84,7 @@ def main(argv=None):
     parser.add_argument("--a", required=True, help="the old source tree (a checkout's root)")
     parser.add_argument("--b", required=True, help="the new source tree")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (A B) of fresh processes")
-    parser.add_argument("--inner", type=int, default=5, help="passes over the 8 points per process")
+    parser.add_argument("--inner", type=int, default=5, help="timed evaluations per process, in eights")
     parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "ab.md"))
     args = parser.parse_args(argv)
     a, b = [], []
@@ -93,8 +96,10 @@ def main(argv=None):
     label = lambda s: s.strip("/").split("/")[-1]
     lines = ["# Paired A/B: evidence + gradient per evaluation", "",
              f"A = `{label(args.a)}`, B = `{label(args.b)}`: {args.rounds} alternating rounds of fresh processes, "
-             f"each {args.inner} passes over 8 fixed points near `ard_classifier`'s start (warm starts), "
-             "one BLAS thread; median seconds per evaluation.", "",
+             f"each timing {8 * args.inner} evaluations along a seeded random walk (steps of 0.02 in every "
+             "unconstrained parameter) from `ard_classifier`'s start, after 8 warm-up steps: every point is "
+             "new (no recent-result hits), warm-started from the last, as under a sampler. One BLAS thread; "
+             "median seconds per evaluation.", "",
              "| data | approximation | prior | A ms | B ms | B / A |", "|---|---|---|---|---|---|"]
     for (name, approx, m), ta, tb in zip(CASES, a, b):
         prior = f"FITC, m = {m}" if m else "dense"

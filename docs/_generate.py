@@ -40,7 +40,7 @@ AREAS = {
         "Engine",
         "Evidence and gradient per evaluation against the Cholesky floor, scikit-learn and GPy; "
         "the approximations side by side; EP sweeps; prediction; where an evaluation's time goes.",
-        ("engine", "approximations", "binary_gold", "prediction", "ep_sweeps", "rough_sweeps", "cholesky_blocked",
+        ("engine", "ab", "approximations", "binary_gold", "prediction", "ep_sweeps", "rough_sweeps", "cholesky_blocked",
          "evaluation_cost", "kernel_products"),
     ),
     "backends": (
