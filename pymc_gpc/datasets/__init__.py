@@ -171,15 +171,10 @@ def load_tissue_gene_expression():
 
 
 @dataclass
-class MulticlassSplit:
-    """A train/test split with integer class labels 0..c-1 (``class_names[k]`` names class k)."""
+class MulticlassSplit(Split):
+    """A train/test split (``Split``'s fields) with integer class labels 0..c-1
+    (``class_names[k]`` names class k)."""
 
-    name: str
-    X_train: np.ndarray
-    y_train: np.ndarray
-    X_test: np.ndarray
-    y_test: np.ndarray
-    feature_names: tuple
     class_names: tuple
 
 
