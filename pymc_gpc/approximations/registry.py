@@ -30,7 +30,7 @@ __all__ = ["Approximation", "APPROXIMATIONS", "SOLVERS", "UnsupportedCombination
 
 BACKENDS = ("numba", "jax")
 # the prior structures each backend implements (PyTensor's Python VM runs the numba Ops' perform)
-BACKEND_STRUCTURES = {"numba": ("dense", "fitc", "dense-multiclass", "fitc-multiclass"), "jax": ("dense",)}
+BACKEND_STRUCTURES = {"numba": ("dense", "fitc", "dense-multiclass", "fitc-multiclass"), "jax": ("dense", "fitc")}
 
 
 class UnsupportedCombinationError(ValueError, NotImplementedError):
@@ -214,8 +214,8 @@ def check_backend(name, structure, backend, op_name):
     prior ``structure`` (``op_name``: the Op's type, for the message)."""
     if structure not in BACKEND_STRUCTURES[backend]:
         raise UnsupportedCombinationError(
-            f"{op_name} has no JAX implementation: the JAX backend covers the dense binary "
-            "EP and Laplace Ops (FITC and multi-class models run on the default numba backend, "
+            f"{op_name} has no JAX implementation: the JAX backend covers the binary "
+            "EP and Laplace Ops, dense and FITC (multi-class models run on the default numba backend, "
             "pymc_gpc.sample() / pm.sample() with nuts_sampler='pymc' or 'nutpie')"
         )
     if backend not in get(name).backends:

@@ -46,15 +46,15 @@ from jax.scipy.linalg import cho_solve, solve_triangular
 
 from ...approximations import registry
 from . import likelihoods as lik
+from .common import (  # noqa: F401  (the shared pieces, importable from here as before)
+    _ANDERSON_MEMORY, _MIN_CAVITY_FRACTION, _MIN_RELATIVE_VAR, STATUS_CONVERGED, STATUS_FAILED,
+    STATUS_NOT_CONVERGED, _anderson, _empty_history, _ep_log_z, _ep_update, _factor_ok, _finish, _push,
+    _reset, _signed, ep_fixed_point, laplace_loo, newton_mode)
 
 jax.config.update("jax_enable_x64", True)
 
-STATUS_CONVERGED, STATUS_NOT_CONVERGED, STATUS_FAILED = 0, 1, 2
-_ANDERSON_MEMORY = 5
 _IDENTITY_MIN = 1e-4  # structures.dense: below this w_i K_ii, Sigma_ii directly
 _DIRECT_COLUMNS = 128  # at most this many sites per sweep get the direct formula (_var_nonneg)
-_MIN_RELATIVE_VAR = 1e-14
-_MIN_CAVITY_FRACTION = 1e-10
 _INDEFINITE_JITTER = 1e-10
 
 
@@ -103,6 +103,8 @@ def _var_nonneg(K, w, Li, sw):
 class _Dense:
     """The linear algebra of q(f) through B (all w >= 0), as ``structures.dense.LatentPosterior``."""
 
+    nonneg_sites = True
+
     def __init__(self, K):
         self.K = K
 
@@ -123,10 +125,22 @@ class _Dense:
         sw, Li = F["sw"], F["M"]
         return sw[:, None] * (Li.T @ Li) * sw[None, :]
 
+    def mean_weights(self, F, v):
+        b = self.weights(F, v)
+        return self.K @ b, b
+
+    def matvec(self, v):
+        return self.K @ v
+
+    def prior_var(self):
+        return jnp.diag(self.K)
+
 
 class _DenseIndefinite:
     """q(f) through chol(K) for site precisions of either sign (``IndefiniteSitePosterior``):
     C = I + L_K^T S L_K = L_C L_C^T, Sigma = M M^T with M = L_K L_C^-T, |B| = |C|."""
+
+    nonneg_sites = False
 
     def __init__(self, K):
         self.K = K
@@ -153,14 +167,20 @@ class _DenseIndefinite:
         w, M = F["w"], F["M"]
         return jnp.diag(w) - w[:, None] * (M @ M.T) * w[None, :]
 
+    def mean_weights(self, F, v):
+        b = self.weights(F, v)
+        return self.K @ b, b
+
+    def matvec(self, v):
+        return self.K @ v
+
+    def prior_var(self):
+        return jnp.diag(self.K)
+
 
 def _structure(K, kind):
     """The representation EP needs: through chol(K) where sites may be negative (step likelihood)."""
     return _DenseIndefinite(K) if kind == lik.STEP_LABEL_NOISE else _Dense(K)
-
-
-def _factor_ok(F):
-    return jnp.isfinite(F["half_logdet"]) & jnp.all(jnp.isfinite(F["M"]))
 
 
 # ---------------------------------------------------------------------------------
@@ -168,121 +188,11 @@ def _factor_ok(F):
 # ---------------------------------------------------------------------------------
 
 
-def _ep_update(kind, y, th, S, F, tau, nu, damping):
-    """Cavities, tilted moments and damped new sites from the posterior F at sites (tau, nu)
-    (``ep._parallel_update``). Returns a dict with the map's value (tau_g, nu_g), the
-    scale-free change, and what the evidence needs at (tau, nu)."""
-    var = S.var(F)
-    b = S.weights(F, nu)
-    mean = S.K @ b
-    prior_var = jnp.diag(S.K)
-    floor = jnp.where(jnp.min(tau) >= 0.0, 1.0 / prior_var, _MIN_CAVITY_FRACTION / var)
-    tau_c = jnp.maximum(1.0 / var - tau, floor)
-    nu_c = mean / var - nu
-    t = lik.tilted(kind, y, nu_c / tau_c, 1.0 / tau_c, th)
-    alpha, gamma = t[1], t[2]
-    denom = 1.0 + gamma / tau_c
-    tau_g = damping * (-gamma / denom) + (1.0 - damping) * tau
-    nu_g = damping * ((alpha - gamma * nu_c / tau_c) / denom) + (1.0 - damping) * nu
-    d = jnp.maximum(jnp.abs(tau_g - tau) * var, jnp.abs(nu_g - nu) * jnp.sqrt(var))
-    change = jnp.where(jnp.all(jnp.isfinite(d)), jnp.max(d), jnp.nan)
-    return {"tau_g": tau_g, "nu_g": nu_g, "change": change, "var": var, "b": b, "mean": mean,
-            "tau_c": tau_c, "nu_c": nu_c, "tilted": t}
-
-
-def _ep_log_z(half_logdet, tau, nu, u):
-    """log Z_EP in GPML infEP's stable form (``ep._log_z``)."""
-    tau_c, nu_c, mean = u["tau_c"], u["nu_c"], u["mean"]
-    s = tau + tau_c
-    terms = (u["tilted"][0] + 0.5 * nu * mean + 0.5 * nu_c * (tau / tau_c * nu_c - 2.0 * nu) / s
-             - 0.5 * nu ** 2 / s + 0.5 * jnp.log1p(tau / tau_c))
-    return jnp.sum(terms) - half_logdet
-
-
-def _anderson(hist, f, g, memory):
-    """Anderson (type II) step g - dG^T gamma, gamma = argmin |f - dF^T gamma| over the
-    stored differences (``ep._anderson_mix``); unused rows are zero (cut by lstsq)."""
-    dF, dG, count = hist["dF"], hist["dG"], hist["count"]
-    rcond = jnp.finfo(f.dtype).eps * f.shape[0]
-    gamma = jnp.linalg.lstsq(dF.T, f, rcond=rcond)[0]
-    return jnp.where(count > 0, g - gamma @ dG, g)
-
-
-def _push(hist, f, g, memory):
-    """Store f - f_prev and g - g_prev in the ring buffer (nothing on the first step)."""
-    slot = hist["count"] % memory
-    add = hist["have_prev"]
-    dF = jnp.where(add, hist["dF"].at[slot].set(f - hist["f_prev"]), hist["dF"])
-    dG = jnp.where(add, hist["dG"].at[slot].set(g - hist["g_prev"]), hist["dG"])
-    return {"dF": dF, "dG": dG, "count": hist["count"] + add.astype(hist["count"].dtype),
-            "f_prev": f, "g_prev": g, "have_prev": jnp.array(True)}
-
-
-def _empty_history(n, memory, dtype):
-    z = jnp.zeros((memory, 2 * n), dtype)
-    return {"dF": z, "dG": z, "count": jnp.array(0, jnp.int64), "f_prev": jnp.zeros(2 * n, dtype),
-            "g_prev": jnp.zeros(2 * n, dtype), "have_prev": jnp.array(False)}
-
-
-def _reset(hist):
-    return {**hist, "dF": jnp.zeros_like(hist["dF"]), "dG": jnp.zeros_like(hist["dG"]),
-            "count": jnp.zeros_like(hist["count"]), "have_prev": jnp.array(False)}
-
-
 def ep_solve(K, th, y, *, kind, tol=1e-8, max_sweeps=300, damping=1.0, memory=_ANDERSON_MEMORY):
     """Parallel EP to convergence (module docstring). Returns a dict: log_z, dK, dth, loo,
     n_iter, status, and the posterior (b, F) for prediction. ``kind`` is static."""
-    n = y.shape[0]
     S = _structure(K, kind)
-    zeros = jnp.zeros(n, K.dtype)
-    F0 = S.factor(zeros)
-
-    state = {"tau": zeros, "nu": zeros, "F": F0, "u": _ep_update(kind, y, th, S, F0, zeros, zeros, damping),
-             "hist": _empty_history(n, memory, K.dtype), "best": jnp.array(jnp.inf, K.dtype),
-             "sweeps": jnp.array(1, jnp.int64), "phase": jnp.array(0, jnp.int64), "phase_sweeps": jnp.array(1, jnp.int64), "damping": jnp.array(damping, K.dtype),
-             "failed": ~_factor_ok(F0)}
-
-    def keep_going(s):
-        limit = jnp.where(s["phase"] == 0, max_sweeps, 2 * max_sweeps)
-        more = (s["phase"] == 0) | (s["phase_sweeps"] < limit)
-        return ~(s["u"]["change"] < tol) & ~s["failed"] & more
-
-    def body(s):
-        """One sweep: the next sites (Anderson; zero sites when phase 0 is exhausted or gave a
-        non-finite change: phase 1, damped), their posterior, and the EP map there."""
-        u, tau, nu = s["u"], s["tau"], s["nu"]
-        restart = (s["phase"] == 0) & ((s["phase_sweeps"] >= max_sweeps) | ~jnp.isfinite(u["change"]))
-        grew = restart | (u["change"] > 1e3 * s["best"])  # residual grew 1000-fold: restart Anderson
-        h = jax.lax.cond(grew, _reset, lambda x: x, s["hist"])
-        g = jnp.concatenate([u["tau_g"], u["nu_g"]])
-        f = jnp.concatenate([u["var"], jnp.sqrt(u["var"])]) * (g - jnp.concatenate([tau, nu]))
-        h = _push(h, f, g, memory)
-        x = _anderson(h, f, g, memory) if memory > 0 else g
-        astray = ~jnp.all(jnp.isfinite(x)) | ((jnp.min(x[:n]) < 0.0) & (jnp.min(u["tau_g"]) >= 0.0))
-        h = jax.lax.cond(astray | restart, _reset, lambda x: x, h)
-        x = jnp.where(restart, 0.0, jnp.where(astray, g, x))
-        tau_x, nu_x = x[:n], x[n:]
-        if isinstance(S, _Dense):
-            tau_x = jnp.maximum(tau_x, 0.0)
-        F = S.factor(tau_x)
-
-        def halve(c):  # K^-1 + S indefinite at the new sites: halve the step (ep._proper_posterior)
-            tx, nx, _, k = c
-            tx, nx = 0.5 * (tau + tx), 0.5 * (nu + nx)
-            return tx, nx, S.factor(tx), k + 1
-
-        tau_x, nu_x, F, _ = jax.lax.while_loop(lambda c: ~_factor_ok(c[2]) & (c[3] < 20), halve,
-                                               (tau_x, nu_x, F, jnp.array(0, jnp.int64)))
-        damping_x = jnp.where(restart, jnp.asarray(0.5, K.dtype), s["damping"])
-        u_new = _ep_update(kind, y, th, S, F, tau_x, nu_x, damping_x)
-        phase = jnp.where(restart, 1, s["phase"])
-        return {"tau": tau_x, "nu": nu_x, "F": F, "u": u_new, "hist": h,
-                "best": jnp.where(restart, jnp.inf, jnp.minimum(s["best"], u["change"])),
-                "sweeps": s["sweeps"] + 1, "phase": phase,
-                "phase_sweeps": jnp.where(restart, 1, s["phase_sweeps"] + 1), "damping": damping_x,
-                "failed": ~_factor_ok(F) | ((phase == 1) & ~jnp.isfinite(u_new["change"]))}
-
-    s = jax.lax.while_loop(keep_going, body, state)
+    s = ep_fixed_point(S, kind, y, th, tol=tol, max_sweeps=max_sweeps, damping=damping, memory=memory)
     u, F = s["u"], s["F"]
     log_z = _ep_log_z(F["half_logdet"], s["tau"], s["nu"], u)
     R = S.R(F)
@@ -293,22 +203,6 @@ def ep_solve(K, th, y, *, kind, tol=1e-8, max_sweeps=300, damping=1.0, memory=_A
                    extra={"a": u["b"], "R": R, "mean": u["mean"], "var": u["var"]})
 
 
-def _finish(log_z, dK, dth, loo, n_iter, converged, failed, th, kind, extra):
-    """Status and the failure convention: -inf value, zero gradient, -inf loo."""
-    ok = (~failed & lik.params_valid(kind, th) & jnp.isfinite(log_z)
-          & jnp.all(jnp.isfinite(dK)) & jnp.all(jnp.isfinite(dth)))
-    status = jnp.where(ok, jnp.where(converged, STATUS_CONVERGED, STATUS_NOT_CONVERGED), STATUS_FAILED)
-    return {
-        "log_z": jnp.where(ok, log_z, -jnp.inf),
-        "dK": jnp.where(ok, dK, 0.0),
-        "dth": jnp.where(ok, dth, 0.0),
-        "loo": jnp.where(ok, loo, -jnp.inf),
-        "n_iter": n_iter.astype(jnp.int64),
-        "status": status.astype(jnp.int64),
-        **extra,
-    }
-
-
 # ---------------------------------------------------------------------------------
 # Laplace (laplace.py)
 # ---------------------------------------------------------------------------------
@@ -317,50 +211,8 @@ def _finish(log_z, dK, dth, loo, n_iter, converged, failed, th, kind, extra):
 def laplace_solve(K, th, y, *, kind, tol=1e-10, max_iter=100):
     """Newton with backtracking to the mode, then Laplace's evidence and its total gradient
     (``laplace._gradient``: the mode's movement included in adjoint form). ``kind`` is static."""
-    n = y.shape[0]
     S = _Dense(K)
-
-    def psi(a, f, out):
-        return jnp.sum(out[0]) - 0.5 * a @ f
-
-    a0 = jnp.zeros(n, K.dtype)
-    out0 = lik.log_lik(kind, y, a0, th)
-    state = {"a": a0, "f": a0, "out": out0, "psi": psi(a0, a0, out0), "it": jnp.array(0, jnp.int64),
-             "change": jnp.array(jnp.inf, K.dtype)}
-
-    def converged(s):
-        return s["change"] <= tol * (1.0 + jnp.max(jnp.abs(s["f"])))
-
-    def keep_going(s):
-        return ~converged(s) & (s["it"] < 4 * max_iter) & jnp.isfinite(s["psi"])
-
-    def body(s):
-        a, f, out = s["a"], s["f"], s["out"]
-        w = jnp.maximum(-out[2], 0.0)
-        F = S.factor(w)
-        da = S.weights(F, w * f + out[1]) - a
-
-        def trial(step):
-            a_try = a + step * da
-            f_try = K @ a_try
-            out_try = lik.log_lik(kind, y, f_try, th)
-            return a_try, f_try, out_try, psi(a_try, f_try, out_try)
-
-        def shorten(c):
-            step, k, *_ = c
-            step = 0.5 * step
-            return (step, k + 1, *trial(step))
-
-        def worse(c):
-            return (c[5] < s["psi"] - 1e-12 * jnp.abs(s["psi"])) & (c[1] < 39)
-
-        c = jax.lax.while_loop(worse, shorten, (jnp.asarray(1.0, K.dtype), jnp.array(0, jnp.int64), *trial(jnp.asarray(1.0, K.dtype))))
-        _, _, a_try, f_try, out_try, psi_try = c
-        change = jnp.max(jnp.abs(f_try - f))
-        change = jnp.where(jnp.isfinite(change), change, jnp.inf)
-        return {"a": a_try, "f": f_try, "out": out_try, "psi": psi_try, "it": s["it"] + 1, "change": change}
-
-    s = jax.lax.while_loop(keep_going, body, state)
+    s = newton_mode(S, kind, y, th, tol=tol, max_iter=max_iter)
     a, f, out = s["a"], s["f"], s["out"]
     w = jnp.maximum(-out[2], 0.0)
     F = S.factor(w)
@@ -374,12 +226,8 @@ def laplace_solve(K, th, y, *, kind, tol=1e-10, max_iter=100):
     sigma_s2 = Ks2 - K @ (R @ Ks2)
     p = th.shape[0]
     dth = jnp.sum(out[4:4 + p], axis=1) + 0.5 * out[6:6 + p] @ var + out[5:5 + p] @ sigma_s2
-    # LA-LOO (laplace._loo_log_p): the cavity of site i of the Newton fixed point
-    nu = w * f + out[1]
-    tau_c = jnp.maximum(1.0 / var - w, 1.0 / jnp.diag(K))
-    mu_c = (f / var - nu) / tau_c
-    loo = lik.tilted(kind, y, mu_c, 1.0 / tau_c, th)[0]
-    return _finish(log_z, dK, dth, loo, s["it"], converged(s), ~_factor_ok(F), th, kind,
+    loo = laplace_loo(kind, y, th, f, var, w, out[1], jnp.diag(K))
+    return _finish(log_z, dK, dth, loo, s["it"], s["converged"], ~_factor_ok(F), th, kind,
                    extra={"a": a, "R": R, "mean": f, "var": var})
 
 
@@ -404,10 +252,6 @@ def solver(approximation, kind, **options):
         raise ValueError(f"the JAX backend's {approximation} does not take options {sorted(unknown)}")
     options.pop("method", None)
     return partial(SOLVERS[approximation], kind=kind, **options)
-
-
-def _signed(y):
-    return jnp.where(y > 0, 1.0, -1.0).astype(jnp.float64)
 
 
 def marginal_fn(approximation, kind, **options):

@@ -1,0 +1,268 @@
+r"""EP and Laplace with the FITC prior in JAX: the evidence and its exact gradient in
+(K_uu, K_uf, diag K_ff, theta), O(n m^2) time and O(n m) memory.
+
+The JAX backend of ``SparseMarginalOp`` / ``SparsePredictiveOp`` (``ops/sparse.py``): the
+same prior, posterior and gradient as ``structures.fitc`` (Snelson & Ghahramani 2006;
+Naish-Guzman & Holden 2008), the same EP sweep and Newton loop as the dense JAX engine
+(``common.py``: Anderson-accelerated parallel EP, Laplace with backtracking), so the same
+fixed points as the numba path. With V = L_uu^-1 K_uf and Lambda = diag(k_ff - diag V^T V)
+(clipped at 0), K~ = V^T V + Lambda; at site precisions w, d = w / (1 + w Lambda),
+A = I + V diag(d) V^T = L_A L_A^T, and every quantity EP and Newton need is an m x n
+product (``structures.fitc`` module docstring):
+
+* half log|B| = (1/2) sum log(1 + w Lambda) + sum log diag L_A;
+* diag Sigma = g Lambda + g^2 ||L_A^-1 V_i||^2 with g = 1 / (1 + w Lambda);
+* (I + W K~)^-1 v = g v - d V^T A^-1 V (g v).
+
+Gradient. With G = dlog Z / dK~ (EP: (b b^T - R)/2, R = (K~ + W^-1)^-1; Laplace: its
+implicit term added, ``laplace._gradient``), d/dV tr(G K~) = 2 V G and d/dLambda = diag G,
+where V G needs only V R = A^-1 V diag(d) (as V D V^T = A - I). Those two cotangents are
+pulled back through the prior's construction (K_uu, K_uf, k_ff) -> (V, Lambda) by
+``jax.vjp`` (the triangular solve, the Cholesky factor of K_uu, the clipping of Lambda):
+the chain rule of ``structures.fitc``'s dK_uu = -Bu G' Bu^T, dK_uf = 2 Bu G', dk_ff = diag G
+without forming G. The function's ``jax.custom_vjp`` returns cotangent x that gradient,
+never automatic differentiation through the EP or Newton loop.
+
+K_uu: symmetrised, and factorised with the smallest jitter of 0, 1e-10, ..., 1e-2 x its
+mean diagonal that gives a finite factor (``structures.fitc._chol_with_jitter``); the
+gradient is that of K_uu + jitter I. None: status 2.
+
+Failure semantics as ``engine``: status 0 converged, 1 not converged (value used), 2
+failed (-inf, zero gradient, loo -inf). EP's retry differs from the numba Op's (damping
+0.5 then 0.25): one damped phase from zero sites (damping 0.5, twice the sweeps), as the
+dense engine.
+
+``constrain``: an optional function applied to every array with one axis over the n
+training points (``sharding.py``: a ``with_sharding_constraint`` that splits that axis
+over a device mesh; XLA then turns the m x m reductions over the points into collective
+sums).
+"""
+
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+from jax.scipy.linalg import cho_solve, solve_triangular
+
+from ...approximations import registry
+from . import likelihoods as lik
+from .common import (_ANDERSON_MEMORY, _MIN_RELATIVE_VAR, STATUS_FAILED, _ep_log_z, _factor_ok, _finish,
+                     _signed, ep_fixed_point, laplace_loo, newton_mode)
+
+jax.config.update("jax_enable_x64", True)
+
+_JITTER_FALLBACK = (0.0, 1e-10, 1e-8, 1e-6, 1e-4, 1e-2)  # structures.fitc
+
+
+def _no_constraint(x, rows_axis):
+    return x
+
+
+def _jitter(Kuu):
+    """The smallest jitter of ``_JITTER_FALLBACK`` (times mean diag K_uu) that gives K_uu a
+    finite Cholesky factor (the last one if none does: the factor is then NaN)."""
+    m = Kuu.shape[0]
+    scale = jnp.maximum(jnp.mean(jnp.diag(Kuu)), 1e-300)
+    rel = jnp.asarray(_JITTER_FALLBACK)
+
+    def fails(k):
+        L = jnp.linalg.cholesky(Kuu + rel[k] * scale * jnp.eye(m, dtype=Kuu.dtype))
+        return ~jnp.all(jnp.isfinite(L)) & (k < len(_JITTER_FALLBACK) - 1)
+
+    k = jax.lax.while_loop(fails, lambda k: k + 1, jnp.array(0, jnp.int64))
+    return jax.lax.stop_gradient(rel[k] * scale)
+
+
+def prior_factors(Kuu, Kuf, k_diag, constrain=_no_constraint):
+    """(L_uu, V, Lambda) of the FITC prior (module docstring), differentiable in the inputs."""
+    Kuu = 0.5 * (Kuu + Kuu.T)
+    m = Kuu.shape[0]
+    L = jnp.linalg.cholesky(Kuu + _jitter(Kuu) * jnp.eye(m, dtype=Kuu.dtype))
+    V = constrain(solve_triangular(L, Kuf, lower=True), 1)
+    q = jnp.sum(V * V, axis=0)
+    lam = jnp.where(k_diag > q, k_diag - q, 0.0)
+    return L, V, lam
+
+
+class FITCStructure:
+    """q(f) under the FITC prior at site precisions w: the structure ``common.py``'s loops
+    ask (``structures.fitc.FITCPosterior``). Site precisions of either sign (K~^-1 + W is
+    positive definite exactly when 1 + w Lambda > 0 and A is)."""
+
+    nonneg_sites = False
+
+    def __init__(self, V, lam, constrain=_no_constraint):
+        self.V, self.lam, self.c = V, lam, constrain
+        self.diag = lam + jnp.sum(V * V, axis=0)
+
+    def factor(self, w):
+        V, c = self.V, self.c
+        denom = 1.0 + w * self.lam
+        g = 1.0 / denom
+        d = w * g
+        m = V.shape[0]
+        L_A = jnp.linalg.cholesky(jnp.eye(m, dtype=V.dtype) + (V * d) @ V.T)
+        C = c(solve_triangular(L_A, V, lower=True), 1)
+        half_logdet = 0.5 * jnp.sum(jnp.log(denom)) + jnp.sum(jnp.log(jnp.diag(L_A)))
+        return {"half_logdet": half_logdet, "M": L_A, "g": g, "d": d, "C": C, "c_sq": jnp.sum(C * C, axis=0)}
+
+    def var(self, F):
+        var = F["g"] * self.lam + F["g"] ** 2 * F["c_sq"]
+        return jnp.maximum(var, _MIN_RELATIVE_VAR * jnp.maximum(self.diag, 1e-300))
+
+    def _A_solve(self, F, x):
+        return cho_solve((F["M"], True), x)
+
+    def low_rank(self, F, s, v):
+        """diag(s) V^T A^-1 V diag(s) v."""
+        return s * (self.V.T @ self._A_solve(F, self.V @ (s * v)))
+
+    def mean_weights(self, F, v):
+        """(K~ b, b), b = g v - d V^T A^-1 V (g v) (``FITCPosterior.mean_and_weights``)."""
+        gv = F["g"] * v
+        Vt_z = self.V.T @ self._A_solve(F, self.V @ gv)
+        b = gv - F["d"] * Vt_z
+        return self.lam * b + Vt_z, b
+
+    def matvec(self, v):
+        return self.lam * v + self.V.T @ (self.V @ v)
+
+    def prior_var(self):
+        return self.diag
+
+    def R_times(self, F, v):
+        """(K~ + W^-1)^-1 v."""
+        return F["d"] * v - self.low_rank(F, F["d"], v)
+
+    def sigma_times(self, F, v):
+        """(K~^-1 + W)^-1 v."""
+        return F["g"] * self.lam * v + self.low_rank(F, F["g"], v)
+
+    def cotangents(self, F, outer, scale_R):
+        """d tr(G K~) / d(V, Lambda) for G = sum_k c_k (x_k y_k^T + y_k x_k^T)/2 + scale_R R
+        (module docstring): 2 V G and diag G."""
+        V = self.V
+        AVD = solve_triangular(F["M"].T, F["C"] * F["d"], lower=False)  # A^-1 V D = V R
+        dV = 2.0 * scale_R * AVD
+        dlam = scale_R * (F["d"] - F["d"] ** 2 * F["c_sq"])
+        for x, y, c in outer:
+            dV = dV + c * (jnp.outer(V @ x, y) + jnp.outer(V @ y, x))
+            dlam = dlam + c * x * y
+        return self.c(dV, 1), dlam
+
+
+def _kernel_gradient(pullback, S, F, outer, scale_R):
+    """d log Z / d(K_uu, K_uf, k_ff): the cotangents in (V, Lambda) pulled back."""
+    dV, dlam = S.cotangents(F, outer, scale_R)
+    m = S.V.shape[0]
+    return pullback((jnp.zeros((m, m), S.V.dtype), dV, dlam))
+
+
+def _prior(Kuu, Kuf, k_diag, constrain):
+    (L, V, lam), pullback = jax.vjp(partial(prior_factors, constrain=constrain), Kuu, Kuf, k_diag)
+    return L, FITCStructure(V, lam, constrain), pullback
+
+
+def ep_solve(Kuu, Kuf, k_diag, th, y, *, kind, tol=1e-8, max_sweeps=300, damping=1.0,
+             memory=_ANDERSON_MEMORY, constrain=_no_constraint):
+    """FITC EP (``approximations.ep`` with a ``FITCPrior``). Returns a dict: log_z, dK
+    (dKuu, dKuf, dk_diag), dth, loo, n_iter, status, and what prediction needs."""
+    y = constrain(y, 0)
+    L, S, pullback = _prior(Kuu, Kuf, k_diag, constrain)
+    s = ep_fixed_point(S, kind, y, th, tol=tol, max_sweeps=max_sweeps, damping=damping, memory=memory)
+    u, F = s["u"], s["F"]
+    log_z = _ep_log_z(F["half_logdet"], s["tau"], s["nu"], u)
+    dK = _kernel_gradient(pullback, S, F, [(u["b"], u["b"], 0.5)], -0.5)
+    dth = jnp.sum(u["tilted"][3:4], axis=1)[: th.shape[0]]
+    converged = u["change"] < tol
+    return _finish(log_z, tuple(dK), dth, u["tilted"][0], s["sweeps"], converged, s["failed"], th, kind,
+                   extra={"a": u["b"], "L_uu": L, "S": S, "F": F, "tau": s["tau"], "nu": s["nu"]})
+
+
+def laplace_solve(Kuu, Kuf, k_diag, th, y, *, kind, tol=1e-10, max_iter=100, constrain=_no_constraint):
+    """FITC Laplace (``approximations.laplace`` with a ``FITCPrior``), the gradient with the
+    mode's movement (``laplace._gradient``). Returns the dict of ``ep_solve``."""
+    y = constrain(y, 0)
+    L, S, pullback = _prior(Kuu, Kuf, k_diag, constrain)
+    s = newton_mode(S, kind, y, th, tol=tol, max_iter=max_iter)
+    a, f, out = s["a"], s["f"], s["out"]
+    w = jnp.maximum(-out[2], 0.0)
+    F = S.factor(w)
+    var = S.var(F)
+    log_z = s["psi"] - F["half_logdet"]
+    s2 = 0.5 * var * out[3]
+    u = s2 - S.R_times(F, S.matvec(s2))
+    dK = _kernel_gradient(pullback, S, F, [(a, a, 0.5), (u, a, 1.0)], -0.5)
+    sigma_s2 = S.sigma_times(F, s2)
+    p = th.shape[0]
+    dth = jnp.sum(out[4:4 + p], axis=1) + 0.5 * out[6:6 + p] @ var + out[5:5 + p] @ sigma_s2
+    loo = laplace_loo(kind, y, th, f, var, w, out[1], S.diag)
+    return _finish(log_z, tuple(dK), dth, loo, s["it"], s["converged"], ~_factor_ok(F), th, kind,
+                   extra={"a": a, "L_uu": L, "S": S, "F": F})
+
+
+SOLVERS = {"ep": ep_solve, "laplace": laplace_solve}
+OPTIONS = {"ep": ("tol", "max_sweeps", "damping", "method"), "laplace": ("tol", "max_iter")}
+
+
+def solver(approximation, kind, constrain=None, **options):
+    """The FITC solver (K_uu, K_uf, k_ff, th, y) -> dict, options bound (EP's
+    ``method`` is ignored: FITC's EP is parallel)."""
+    registry.check_backend(approximation, "fitc", "jax", "SparseMarginalOp")
+    if approximation == "laplace" and not lik.SUPPORTS_LAPLACE[kind]:
+        raise ValueError("the step likelihood has no Laplace approximation: use EP")
+    unknown = set(options) - set(OPTIONS[approximation])
+    if unknown:
+        raise ValueError(f"the JAX backend's FITC {approximation} does not take options {sorted(unknown)}")
+    options.pop("method", None)
+    return partial(SOLVERS[approximation], kind=kind, constrain=constrain or _no_constraint, **options)
+
+
+def marginal_fn(approximation, kind, constrain=None, **options):
+    """(K_uu, K_uf, k_ff, th, y) -> (log_z, dKuu, dKuf, dk_ff, dth, loo, n_iter, status), the
+    outputs of ``SparseMarginalOp``, with a ``custom_vjp``: the cotangent of log_z times the
+    returned gradient (the other outputs are treated as constants)."""
+    solve = solver(approximation, kind, constrain, **options)
+
+    def outputs(Kuu, Kuf, k_diag, th, y):
+        r = solve(Kuu, Kuf, k_diag, th, _signed(y))
+        return (r["log_z"], *r["dK"], r["dth"], r["loo"], r["n_iter"], r["status"])
+
+    @jax.custom_vjp
+    def marginal(Kuu, Kuf, k_diag, th, y):
+        return outputs(Kuu, Kuf, k_diag, th, y)
+
+    def fwd(Kuu, Kuf, k_diag, th, y):
+        out = outputs(Kuu, Kuf, k_diag, th, y)
+        return out, (out[1:5], y)
+
+    def bwd(res, cts):
+        grads, y = res
+        g = cts[0]
+        return (*(g * d for d in grads), jnp.zeros_like(y))
+
+    marginal.defvjp(fwd, bwd)
+    return marginal
+
+
+def predictive_fn(approximation, kind, full_cov=False, constrain=None, **options):
+    """(K_uu, K_uf, k_ff, th, y, K_u*, k_** or K_**) -> latent predictive mean and variance
+    (or covariance) under q (``FITCPosterior.predict``: f_* = V_*^T z + e_*, Cov(z | y) =
+    A^-1); NaN where the approximation failed."""
+    solve = solver(approximation, kind, constrain, **options)
+
+    def predict(Kuu, Kuf, k_diag, th, y, Kus, K_star):
+        r = solve(Kuu, Kuf, k_diag, th, _signed(y))
+        S, F = r["S"], r["F"]
+        Vs = solve_triangular(r["L_uu"], Kus, lower=True)
+        mean = Vs.T @ (S.V @ r["a"])
+        Cs = solve_triangular(F["M"], Vs, lower=True)
+        if full_cov:
+            cov = K_star - Vs.T @ Vs + Cs.T @ Cs
+            second = 0.5 * (cov + cov.T)
+        else:
+            second = jnp.maximum(K_star - jnp.sum(Vs * Vs, axis=0) + jnp.sum(Cs * Cs, axis=0), 0.0)
+        bad = r["status"] == STATUS_FAILED
+        return jnp.where(bad, jnp.nan, mean), jnp.where(bad, jnp.nan, second)
+
+    return predict
