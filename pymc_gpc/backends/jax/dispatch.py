@@ -14,9 +14,10 @@ Registered here:
   tol is 1e-2 while sampling). The fourth input (hyperparameter values, used by the numba
   path for warm starts and warnings) is ignored: each evaluation starts cold.
 * ``LatentPredictiveOp`` (prediction, ``conditional``).
-* Not their subclasses: FITC (``ops.sparse``) and multi-class Ops raise
-  ``registry.UnsupportedCombinationError`` (a ``NotImplementedError`` and a ``ValueError``)
-  saying that they run on the numba backend.
+* ``SparseMarginalOp`` and ``SparsePredictiveOp`` (FITC, ``backends/jax/fitc.py``), with
+  the training points split over a device mesh inside ``sharding.shard_rows()``.
+* Multi-class Ops raise ``registry.UnsupportedCombinationError`` (a ``NotImplementedError``
+  and a ``ValueError``) saying that they run on the numba backend.
 * ``training_check.TrainingValuesCheck`` (a training ``pm.Data`` container in a predictive
   graph): the identity, since a traced value cannot be compared in Python; ``predict`` and
   ``conditional`` check the container's value when they are called.
@@ -37,9 +38,12 @@ from pytensor.link.jax.dispatch import jax_funcify
 from ...approximations import registry
 from ...kernels import ARDKernelOp, ARDKernelPullbackOp
 from ...ops.marginal import ApproxMarginalOp, LatentPredictiveOp
+from ...ops.sparse import SparseMarginalOp, SparsePredictiveOp
 from ...ops.training_check import TrainingValuesCheck
 from ...structures.select import structure_of_op
 from . import engine as jax_engine
+from . import fitc as jax_fitc
+from . import sharding
 
 
 def _options(op, sampling):
@@ -78,6 +82,30 @@ def jax_funcify_LatentPredictiveOp(op, node=None, **kwargs):
         return predict(K, params, y, K_cross, K_star)
 
     return latent_predictive
+
+
+@jax_funcify.register(SparseMarginalOp)
+def jax_funcify_SparseMarginalOp(op, node=None, **kwargs):
+    _check_supported(op)
+    marginal = jax_fitc.marginal_fn(op.approximation, op._lik.kind, constrain=sharding.active_constraint(),
+                                    **_options(op, sampling=op.sampling))
+
+    def sparse_marginal(Kuu, Kuf, k_diag, params, y, hyper=None):
+        return marginal(Kuu, Kuf, k_diag, params, y)
+
+    return sparse_marginal
+
+
+@jax_funcify.register(SparsePredictiveOp)
+def jax_funcify_SparsePredictiveOp(op, node=None, **kwargs):
+    _check_supported(op)
+    predict = jax_fitc.predictive_fn(op.approximation, op._lik.kind, op.full_cov,
+                                     constrain=sharding.active_constraint(), **_options(op, sampling=False))
+
+    def sparse_predictive(Kuu, Kuf, k_diag, params, y, Kus, K_star):
+        return predict(Kuu, Kuf, k_diag, params, y, Kus, K_star)
+
+    return sparse_predictive
 
 
 def _distance_terms(X, Xs, discrete):
