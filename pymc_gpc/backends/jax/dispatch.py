@@ -56,9 +56,9 @@ def _options(op, sampling):
 
 
 def _check_supported(op):
-    """The registry's ``check_backend``: FITC's and the multi-class Ops have no JAX
-    implementation yet, nor mean field and ADF (``UnsupportedCombinationError``, a
-    NotImplementedError naming what works)."""
+    """The registry's ``check_backend``: the multi-class Ops have no JAX implementation
+    yet, nor mean field and ADF (``UnsupportedCombinationError``, a NotImplementedError
+    naming what works)."""
     registry.check_backend(op.approximation, structure_of_op(op).name, "jax", type(op).__name__)
 
 
