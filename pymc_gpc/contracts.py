@@ -12,7 +12,7 @@ against an existing class:
 ``MulticlassLikelihood``
     a c-class observation model p(y | f_1..f_c) (``likelihoods.multiclass``:
     ``Softmax``, ``MultinomialProbit``).
-``SolverPrior``
+``SolverPrior`` (binary: ``BinarySolverPrior``)
     the prior covariance as the solvers see it (``structures.dense.DensePrior``,
     ``structures.fitc.FITCPrior``, ``structures.multiclass_fitc.MulticlassFITCPrior``).
 ``LatentPosterior`` and ``MulticlassPosterior``
@@ -41,7 +41,7 @@ from typing import Protocol, runtime_checkable
 
 from .structures.select import PriorStructure
 
-__all__ = ["BinaryLikelihood", "MulticlassLikelihood", "SolverPrior", "LatentPosterior", "DenseLatentPosterior",
+__all__ = ["BinaryLikelihood", "MulticlassLikelihood", "SolverPrior", "BinarySolverPrior", "LatentPosterior", "DenseLatentPosterior",
            "FITCLatentPosterior", "MulticlassPosterior", "SolveResult", "PriorStructure", "conformance_gaps"]
 
 
@@ -165,6 +165,14 @@ class SolverPrior(Protocol):
 
     def dense(self):
         """K as a dense array (small problems and tests)."""
+
+
+@runtime_checkable
+class BinarySolverPrior(SolverPrior, Protocol):
+    """A binary prior: also says whether sequential EP's rank-one sweeps apply (they need the
+    dense Sigma: R&W Alg. 3.5 lines 6-9)."""
+
+    sequential: bool
 
 
 @runtime_checkable

@@ -64,8 +64,9 @@ def test_every_solver_prior_and_its_posteriors_conform(problem):
     K, fitc = problem["K"], problem["fitc"]
     w = np.linspace(0.1, 2.0, N)
     dense, sparse = DensePrior(K), FITCPrior(*fitc)
-    for prior in (dense, sparse, MulticlassFITCPrior(*(np.stack([a] * CLASSES) for a in fitc))):
-        _assert_conforms(prior, C.SolverPrior)
+    for prior in (dense, sparse):
+        _assert_conforms(prior, C.BinarySolverPrior)
+    _assert_conforms(MulticlassFITCPrior(*(np.stack([a] * CLASSES) for a in fitc)), C.SolverPrior)
     dense_posts = [dense.posterior(w), dense.posterior(w - 0.5)]  # non-negative and indefinite sites
     assert {type(p).__name__ for p in dense_posts} == {"LatentPosterior", "IndefiniteSitePosterior"}
     for post in dense_posts:
