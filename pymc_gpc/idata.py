@@ -264,13 +264,12 @@ def default_sampler(model=None):
     matrix of ``default_init``, for at most ``PYMC_NUTS_MAX`` sampled values; nutpie above
     that, where it is installed (else PyMC's).
 
-    Measured (``benchmarks/sampling_hard.py``, ``benchmarks/results/sampling_size.md``; ESS/s, medians
-    of two seeds): with 4-9 hyperparameters PyMC's NUTS with the dense mass matrix was
-    1.2-1.6x faster than nutpie (Pima, Crabs, a separable circle: more ESS per draw); with
-    12, 22 and 32 (breast cancer's first 10, 20 and all 30 inputs, the same 300 rows)
-    nutpie was 1.3-1.7x faster (less time per evaluation, and fewer steps per draw).
-    The boundary lies somewhere between 9 and 12 values; which of the dimension and the
-    cost of an evaluation decides it is not separated by these data.
+    The boundary is where the ESS per second of the two samplers crossed on benchmark
+    models (``benchmarks/sampling_hard.py``; figures in ``benchmarks/results/sampling_size.md``
+    and ``benchmarks/results/engine_notes.md``, "The default sampler by model size"): with a
+    few hyperparameters PyMC's NUTS with the dense mass matrix gets more ESS per draw; with
+    more, nutpie's cheaper evaluations and fewer steps per draw win. Which of the dimension
+    and the cost of an evaluation decides it is not separated by those data.
 
     Returns
     -------

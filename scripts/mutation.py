@@ -41,8 +41,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-LOO = "tests/test_loo_ground_truth.py"
-MULTI = "tests/test_multiclass_ground_truth.py"
+LOO = "tests/approximations/test_loo_ground_truth.py"
+MULTI = "tests/approximations/test_multiclass_ground_truth.py"
 
 
 @dataclass
@@ -85,10 +85,10 @@ FAULTS = [
     Fault("fitc-predictive-var", "pymc_gpc/structures/fitc.py",
           'var = k_diag_star - np.einsum("ij,ij->j", Vs, Vs) + np.einsum("ij,ij->j", Cs, Cs)',
           'var = k_diag_star - np.einsum("ij,ij->j", Vs, Vs) + 0.9 * np.einsum("ij,ij->j", Cs, Cs)',
-          ("tests/test_fitc.py", "-k", "prediction_matches_dense"), "FITC predictive variance"),
+          ("tests/structures/test_fitc.py", "-k", "prediction_matches_dense"), "FITC predictive variance"),
     Fault("dense-predictive-var", "pymc_gpc/structures/dense.py",
           'var = k_diag - np.einsum("ij,ij->j", V, V)', 'var = k_diag - 0.9 * np.einsum("ij,ij->j", V, V)',
-          ("tests/test_ep_schedules.py", "-k", "predictions_match_dense"), "binary dense predictive variance"),
+          ("tests/approximations/test_ep_schedules.py", "-k", "predictions_match_dense"), "binary dense predictive variance"),
     # -- multi-class ----------------------------------------------------------------------
     Fault("softmax-loo-marginal", "pymc_gpc/approximations/softmax_laplace.py",
           "C = np.linalg.solve(A, S)", "C = S.copy()",
@@ -125,7 +125,7 @@ FAULTS = [
           (MULTI, "-k", "predictive"), "CoupledBlockPosterior's predictive mean scaled by 0.9"),
     Fault("coupled-logdet-weight-sum", "pymc_gpc/structures/multiclass.py",
           "        - 0.5 * float(np.sum(np.log(self.s))))", "        + 0.5 * float(np.sum(np.log(self.s))))",
-          ("tests/test_multiclass.py", "-k", "multinomial_probit_ep_evidence_brute_force"),
+          ("tests/approximations/test_multiclass.py", "-k", "multinomial_probit_ep_evidence_brute_force"),
           "coupled log-determinant: the -(1/2) sum log s_i term sign-flipped (zero for the softmax)"),
     Fault("nested-ep-outer-location", "pymc_gpc/approximations/multinomial_probit_ep.py",
           "h[y, rows] = snu / s1", "h[y, rows] = snu / (s1 + 1.0)",
@@ -135,7 +135,7 @@ FAULTS = [
           (LOO, "-k", "fitc"), "FITC posterior: the weights' low-rank correction sign-flipped"),
     Fault("dense-predictive-mean", "pymc_gpc/structures/dense.py",
           "        self._exact()\n        mean = K_cross.T @ a\n", "        self._exact()\n        mean = 0.9 * K_cross.T @ a\n",
-          ("tests/test_ep_schedules.py", "-k", "predictions_match_dense"), "binary dense predictive mean scaled by 0.9"),
+          ("tests/approximations/test_ep_schedules.py", "-k", "predictions_match_dense"), "binary dense predictive mean scaled by 0.9"),
     Fault("multinomial-probit-scale", "pymc_gpc/likelihoods/multiclass.py",
           "d = F[k][None] - np.delete(F, k, axis=0)", "d = 0.9 * (F[k][None] - np.delete(F, k, axis=0))",
           (MULTI, "-k", "zero_covariance or multinomial_probit"), "multinomial probit: class differences scaled"),

@@ -24,7 +24,7 @@ multinomial probit E_u prod_{j != k} Phi(u + f_k - f_j), u ~ N(0, 1) (a 24-node
 Gauss-Hermite rule in u); binary (c = 1, y in {0, 1} for classes -1 / +1) "probit"
 Phi(y f) and "logistic" 1 / (1 + exp(-y f)).
 
-Used by tests/test_multiclass_gold.py and benchmarks/multiclass_gold.py.
+Used by tests/integration/test_multiclass_gold.py and benchmarks/multiclass_gold.py.
 """
 
 import math

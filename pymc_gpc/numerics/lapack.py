@@ -10,8 +10,9 @@ overwritten in place; the lower triangle is used throughout. Each returns LAPACK
 take float32 arrays (spotrf, slauum, strmm, strsm, strtri, ssyrk, sgemm: the rough
 posteriors of ``structures.dense`` and ``structures.fitc`` and the rough gradients); numba
 compiles one version per precision.
-scipy's ``scipy.linalg.blas`` wrappers hold the GIL too (dsyrk, ssyrk, dgemm measured:
-two threads took as long as one doing their work in turn).
+scipy's ``scipy.linalg.blas`` wrappers hold the GIL too: two threads calling them take
+as long as one doing their work in turn (``benchmarks/results/engine_notes.md``, "LAPACK
+and BLAS without the GIL").
 """
 
 import llvmlite.binding as llvm
@@ -168,9 +169,9 @@ def inv_lower(a):
     The blocked algorithm of LAPACK's dtrtri (lower case), block column by block
     column from the last: A21 <- -(A22^{-1} A21) A11^{-1} by one dtrmm and one dtrsm,
     then the diagonal block A11 by dtrtri. The same n^3/3 flops as a single dtrtri
-    call, mostly at BLAS-3 speed: OpenBLAS's own dtrtri runs at half the rate of its
-    Cholesky here (n = 200, one thread: dtrtri 290 us, dpotrf 150 us, this 172 us;
-    n = 1000: dtrtri 13.6 ms, this 10.5 ms).
+    call, mostly at BLAS-3 speed, where OpenBLAS's own dtrtri runs well below the rate of
+    its Cholesky (timings: ``benchmarks/results/engine_notes.md``, "The blocked triangular
+    inverse").
     """
     n = a.shape[0]
     if n == 0:

@@ -1,14 +1,13 @@
 """Large work arrays reused across evaluations instead of freshly mapped each time.
 
-An array above glibc's largest mmap threshold (32 MB) is a fresh mapping at every
-allocation, and its first touch faults in every page: at n = 10^5, m = 200 a FITC
-evaluation's four m x n arrays (V, its single-precision copy, E = A^-1 V and dlog Z / dK_uf)
-are 560 MB of new pages, about 0.2 s of system time per evaluation here. Worse, NumPy
-advises the kernel to back arrays of 4 MB and more with huge pages (``MADV_HUGEPAGE``);
-where transparent huge pages are ``madvise`` with ``defrag`` ``madvise`` (as on this
-machine), a fault may then stall in synchronous memory compaction (NumPy issue 31590):
-the same evaluation took 0.86-2.5 s, against 0.96-0.99 s with NumPy's advice off
-(``NUMPY_MADVISE_HUGEPAGE=0``).
+An array above glibc's largest mmap threshold is a fresh mapping at every allocation,
+and its first touch faults in every page: a large FITC evaluation's four m x n arrays
+(V, its single-precision copy, E = A^-1 V and dlog Z / dK_uf) are new pages at every
+evaluation, paid in system time. Worse, NumPy advises the kernel to back large arrays
+with huge pages (``MADV_HUGEPAGE``); where transparent huge pages are ``madvise`` with
+``defrag`` ``madvise``, a fault may then stall in synchronous memory compaction (NumPy
+issue 31590). The sizes and timings are in ``benchmarks/results/engine_notes.md``
+("Reused work arrays").
 
 ``ArrayPool.empty`` hands out an array it made before wherever nothing else refers to it
 any more (no result, view or PyTensor storage cell holds it: its reference count is the

@@ -27,7 +27,7 @@ from ..approximations.solve import prediction_options, solve
 from ..structures.multiclass_fitc import MulticlassFITCPrior
 from ..validation import trusted_kernel
 from .marginal import ApproxMarginalOp, LatentPredictiveOp, check_training_sizes
-from .sparse import SparseMarginalOp
+from .sparse import FITCInputs
 
 
 class MulticlassMarginalOp(ApproxMarginalOp):
@@ -68,7 +68,7 @@ def _fitc_multiclass_retries(approximation, options):
     return registry.get(approximation).retry_schedule(options, "fitc-multiclass")
 
 
-class MulticlassSparseMarginalOp(MulticlassMarginalOp):
+class MulticlassSparseMarginalOp(FITCInputs, MulticlassMarginalOp):
     """log q(y | each class's FITC prior, theta) and its gradient in every class's K_uu, K_uf
     and diag K_ff.
 
@@ -77,25 +77,18 @@ class MulticlassSparseMarginalOp(MulticlassMarginalOp):
     dlog_z/dK_uf (c, m, n), dlog_z/dk_diag (c, n), dlog_z/dtheta (empty), loo (n,), n_iter,
     status. Warm starts, recent results, retries, the failure contract and the numba
     registration are ``ApproxMarginalOp``'s; the input layout, pullback and recent-result
-    key are ``ops.sparse.SparseMarginalOp``'s. ``pymc_gpc.fit`` reads it through
-    ``n_kernel_inputs``, ``prior_from`` and ``kernel_cotangents``.
+    key are the mixin ``ops.sparse.FITCInputs``' (shared with ``SparseMarginalOp``).
+    ``pymc_gpc.fit`` reads it through ``n_kernel_inputs``, ``prior_from`` and
+    ``kernel_cotangents``.
     """
 
     structure_name = "fitc-multiclass"
-    n_kernel_inputs = 3
-    loo_output = 5
 
     @staticmethod
     def prior_from(Kuu, Kuf, k_diag):
         return MulticlassFITCPrior(Kuu, Kuf, k_diag)
 
     retry_schedule_for = staticmethod(_fitc_multiclass_retries)
-    kernel_cotangents = staticmethod(SparseMarginalOp.kernel_cotangents)
-    _recent_key = SparseMarginalOp._recent_key
-    _not_converged_message = SparseMarginalOp._not_converged_message
-    _fast_ep = SparseMarginalOp._fast_ep
-    connection_pattern = SparseMarginalOp.connection_pattern
-    pullback = SparseMarginalOp.pullback
 
     def make_node(self, Kuu, Kuf, k_diag, params, y, hyper=None):
         ins = [pt.as_tensor_variable(v).astype("float64") for v in (Kuu, Kuf, k_diag, params, y)]

@@ -32,38 +32,25 @@ def sparse_retry_options(approximation, options):
     return registry.get(approximation).retry_schedule(options, "fitc")
 
 
-class SparseMarginalOp(ApproxMarginalOp):
-    """log q(y | K_uu, K_uf, diag K_ff, theta) with the FITC prior, and its gradient.
+class FITCInputs:
+    """The FITC input handling that the binary and multi-class FITC evidence Ops share (a
+    mixin, listed before the Op's base class).
 
-    Parameters as ``ApproxMarginalOp``; ``approximation`` is "ep" or "laplace".
+    The inputs are (K_uu, K_uf, diag K_ff, theta, y[, hyper]), one slice per class for
+    several classes; the outputs log_z, the three kernel gradients, dlog_z/dtheta, loo,
+    n_iter and status. The mixin gives the Op that layout's ``n_kernel_inputs`` and
+    ``loo_output``, the cotangents (the solver's ``FITCGradient``: d/dK_uu, d/dK_uf,
+    d/d diag K_ff, derived in ``structures.fitc``), the recent-result key, the warning
+    after the damped retries, the connection pattern and the pullback. ``make_node``,
+    ``prior_from`` and the retry schedule stay with each Op.
     """
 
     n_kernel_inputs = 3
     loo_output = 5
 
-    def __init__(self, approximation, likelihood_type, options=(), hyper_names=(), defer_loo=False,
-                 sampling=False):
-        registry.check_structure(approximation, "fitc")
-        super().__init__(approximation, likelihood_type, options, hyper_names, defer_loo, sampling)
-
-    @staticmethod
-    def prior_from(Kuu, Kuf, k_diag):
-        return FITCPrior(Kuu, Kuf, k_diag)
-
-    retry_schedule_for = staticmethod(sparse_retry_options)
-
     @staticmethod
     def kernel_cotangents(result):
         return tuple(result.dlog_z_dK)
-
-    def make_node(self, Kuu, Kuf, k_diag, params, y, hyper=None):
-        ins = [pt.as_tensor_variable(v).astype("float64") for v in (Kuu, Kuf, k_diag, params, y)]
-        if hyper is None:
-            hyper = pt.zeros((0,), dtype="float64")
-        ins.append(pt.as_tensor_variable(hyper).astype("float64"))
-        outputs = [pt.dscalar(), pt.dmatrix(), pt.dmatrix(), pt.dvector(), pt.dvector(), pt.dvector(),
-                   pt.lscalar(), pt.lscalar()]
-        return Apply(self, ins, outputs)
 
     def _recent_key(self, inputs):
         """K_uf and the hyperparameters identify the point."""
@@ -93,6 +80,34 @@ class SparseMarginalOp(ApproxMarginalOp):
             return [disconnected_type()] * 6
         return [g * outputs[1], g * outputs[2], g * outputs[3], g * outputs[4], disconnected_type(),
                 disconnected_type()]
+
+
+class SparseMarginalOp(FITCInputs, ApproxMarginalOp):
+    """log q(y | K_uu, K_uf, diag K_ff, theta) with the FITC prior, and its gradient.
+
+    Parameters as ``ApproxMarginalOp``; ``approximation`` is "ep" or "laplace". The input
+    layout and pullback are ``FITCInputs``'.
+    """
+
+    def __init__(self, approximation, likelihood_type, options=(), hyper_names=(), defer_loo=False,
+                 sampling=False):
+        registry.check_structure(approximation, "fitc")
+        super().__init__(approximation, likelihood_type, options, hyper_names, defer_loo, sampling)
+
+    @staticmethod
+    def prior_from(Kuu, Kuf, k_diag):
+        return FITCPrior(Kuu, Kuf, k_diag)
+
+    retry_schedule_for = staticmethod(sparse_retry_options)
+
+    def make_node(self, Kuu, Kuf, k_diag, params, y, hyper=None):
+        ins = [pt.as_tensor_variable(v).astype("float64") for v in (Kuu, Kuf, k_diag, params, y)]
+        if hyper is None:
+            hyper = pt.zeros((0,), dtype="float64")
+        ins.append(pt.as_tensor_variable(hyper).astype("float64"))
+        outputs = [pt.dscalar(), pt.dmatrix(), pt.dmatrix(), pt.dvector(), pt.dvector(), pt.dvector(),
+                   pt.lscalar(), pt.lscalar()]
+        return Apply(self, ins, outputs)
 
 
 class SparsePredictiveOp(LatentPredictiveOp):

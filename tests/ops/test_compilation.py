@@ -1,0 +1,75 @@
+"""Compiled code is cached on disk: the package's numba kernels and the PyTensor graphs
+that contain its Ops (compilation, not run time, dominated short sampling runs)."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytensor.tensor as pt
+from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key
+
+from pymc_gpc import likelihoods as L
+from pymc_gpc.ops import ApproxMarginalOp, LatentPredictiveOp
+
+from ..conftest import random_problem
+
+_SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    import numpy as np
+    import pymc_gpc
+    from pymc_gpc import likelihoods as L
+    from pymc_gpc.approximations.ep import _parallel_compiled, _sequential_sweep
+    from pymc_gpc.approximations.adf import _steps
+    from pymc_gpc.likelihoods.binary import log_lik_map
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(30, 2)); y = np.sign(X[:, 0] + 0.1)
+    K = np.exp(-0.5 * ((X[:, None] - X[None]) ** 2).sum(-1)) + 1e-6 * np.eye(30)
+    pymc_gpc.ep(K, y, L.Probit())
+    pymc_gpc.ep(K, y, L.StepLabelNoise(0.1), method="sequential")
+    pymc_gpc.laplace(K, y, L.Logistic())
+    pymc_gpc.adf(K, y, L.Probit())
+    hits = {f.__name__: sum(f.stats.cache_hits.values())
+            for f in (_parallel_compiled, _sequential_sweep, _steps, log_lik_map)}
+    json.dump(hits, sys.stdout)
+    """
+)
+
+
+def test_numba_kernels_are_cached_on_disk(tmp_path):
+    # First process: compiles and writes the cache, with any "cannot cache" warning
+    # (ctypes pointers, closures) turned into an error. Second process: loads it.
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
+    cmd = [sys.executable, "-W", "error::numba.core.errors.NumbaWarning", "-c", _SCRIPT]
+    first = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert set(eval(first.stdout).values()) == {0}
+    second = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert all(hits >= 1 for hits in eval(second.stdout).values()), second.stdout
+
+
+def _node(op, y):
+    K = pt.dmatrix("K")
+    if isinstance(op, LatentPredictiveOp):
+        return op(K, pt.dvector("th"), y, pt.dmatrix("Kx"), pt.dvector("ks"))[0].owner
+    return op(K, pt.dvector("th"), y)[0].owner
+
+
+def test_op_graphs_get_a_cache_key_that_is_stable_and_names_the_data():
+    # A None key would make every graph containing the Op uncacheable (recompiled at
+    # every pm.sample); the key must not depend on the process, and must separate
+    # Ops that see different labels (their warm starts are kept apart).
+    X, y = random_problem(np.random.default_rng(0), 20)
+    keys = []
+    for op in (ApproxMarginalOp("ep", L.Probit), ApproxMarginalOp("ep", L.Probit),
+               ApproxMarginalOp("laplace", L.Probit), LatentPredictiveOp("ep", L.Probit)):
+        _, key = numba_funcify_and_cache_key(op, node=_node(op, y))
+        keys.append(key)
+    op = ApproxMarginalOp("ep", L.Probit)
+    _, other_labels = numba_funcify_and_cache_key(op, node=_node(op, -y))
+    assert all(isinstance(k, str) for k in keys)
+    assert keys[0] == keys[1]
+    assert len({keys[0], keys[2], keys[3], other_labels}) == 4
