@@ -592,6 +592,9 @@ def test_rough_site_covariances_against_the_dense_posterior():
     for method in (rough.half_logdet_B, lambda: rough.kernel_gradient([], -0.5)):
         with pytest.raises(RuntimeError, match="rough"):
             method()
+    # beyond single precision's condition bound: an exact posterior, the same blocks
+    big = 1e4 * K
+    assert not CoupledBlockPosterior(big, d, rough=True, rough_covariances=True).rough
 
 
 def test_softmax_laplace_with_rough_newton_steps_ends_at_the_exact_mode(monkeypatch):

@@ -321,9 +321,10 @@ class CoupledBlockPosterior(BlockPreconditioner):
         if self.rough_covariances:
             own = np.empty(self.d.shape)
             for k in range(self.K.shape[0]):
-                own[k], info = _rough_block_into(self.K[k], self.d[k], np.sqrt(self.d[k]), E[k].T)
+                var, info = _rough_block_into(self.K[k], self.d[k], np.sqrt(self.d[k]), E[k].T)
                 if info != 0:
                     return False
+                own[k] = var
             self._own = own
             return True
         for k in range(self.K.shape[0]):
