@@ -66,8 +66,9 @@ from .softmax_laplace import check_multiclass_inputs, coupled_posterior
 
 
 # Early sweeps from single-precision posteriors (``rough_sweeps``) while the sites still move
-# by more than this (relative): the rough map's own changes stall near 1e-4 at digits' scale
-# (its rounding), so the sweeps turn exact above that floor.
+# by more than this (relative): the rough map's own changes stall at the level of its
+# rounding (benchmarks/results/multiclass_gold.md, "Rough early sweeps"), so the sweeps turn
+# exact above that level.
 _ROUGH_UNTIL = 1e-3
 # ... or once this many rough sweeps in a row have not set a new smallest change.
 _ROUGH_STALL = 2
