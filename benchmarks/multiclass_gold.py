@@ -10,19 +10,27 @@ and covariance errors, and the class probabilities of each predictive
 (``MulticlassLikelihood.predict``) against the exact ones (Kuss & Rasmussen 2005's form).
 
 ``heldout``: MAP-II fits (one isotropic SE kernel per class) on digits (600 / 797, inputs
-/ 16), Forensic Glass (a stratified half split) and wine (scikit-learn's bundled set, not
-used while choosing); test errors and mean test log p of every predictive, against
+/ 16), Forensic Glass (a stratified half split), wine (scikit-learn's bundled set, not
+used while choosing) and iris (likewise, added after wine's result); test errors and mean test log p of every predictive, against
 scikit-learn's one-vs-rest GPC and multinomial logistic regression.
 
 ``binary``: EP, Laplace and mean field (binary, probit and logistic) against the same
 gold standard on a Pima subset, Crabs, and a near-separable synthetic set.
 
-``profile``: where nested EP's time goes at ten classes (digits-sized), by its parts.
+``profile``: nested EP's cost at ten classes (digits-sized), with and without its rough early
+sweeps, softmax Laplace beside; ``profile-fit``: a whole MAP-II fit of nested EP on digits,
+with and without them.
+
+``diagnose``: at nested EP's MAP-II hyperparameters on wine and Forensic Glass, the exact
+posterior predictive (gold sampler) against nested EP's predictives: is a held-out loss the
+approximation's or the model's?
 
 Run:  OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/multiclass_gold.py gold
       OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/multiclass_gold.py heldout [--only digits]
       OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/multiclass_gold.py binary
       OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/multiclass_gold.py profile
+      OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/multiclass_gold.py profile-fit
+      OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/multiclass_gold.py diagnose [--only wine]
 Each task prints its markdown section; benchmarks/results/multiclass_gold.md collects them.
 """
 
@@ -189,6 +197,10 @@ def heldout_data(name):
     if name == "glass":
         g = load_fgl()
         X, y = g.X, g.y
+    elif name == "iris":
+        from sklearn.datasets import load_iris
+
+        X, y = load_iris(return_X_y=True)
     else:
         w = load_wine()
         X, y = w.data, w.target
@@ -252,16 +264,66 @@ def heldout(names=("digits", "glass", "wine")):
     return lines
 
 
+def _stacks_per_class(Xtr, Xte, ls, amps, jitter=1e-8):
+    """(K, Kx, ks) with one lengthscale and one amplitude per class (MAP-II's kernels)."""
+    K = np.array([se(Xtr, Xtr, l, a) + jitter * np.eye(len(Xtr)) for l, a in zip(ls, amps)])
+    Kx = np.array([se(Xtr, Xte, l, a) for l, a in zip(ls, amps)])
+    ks = np.array([np.full(len(Xte), a) for a in amps])
+    return K, Kx, ks
+
+
+def diagnose(names=("wine", "glass"), n_iter=10000):
+    """Why a predictive wins or loses held out: at nested EP's MAP-II hyperparameters
+    (``_gp_fit``), the exact posterior predictive (``tests/gold_sampler.py``) against
+    nested EP's latent moments and its two predictives, per dataset."""
+    lines = ["| dataset | MAP-II log lengthscales / log amplitudes | predictive | test errors | "
+             "mean test log p | mean abs dp to exact |", "|---|---|---|---|---|---|"]
+    for name in names:
+        Xtr, ytr, Xte, yte = heldout_data(name)
+        classes = np.unique(ytr)
+        ytr, yte = np.searchsorted(classes, ytr), np.searchsorted(classes, yte)
+        lik = L.MultinomialProbit()
+        _, mean, cov, _, point = _gp_fit(Xtr, ytr, Xte, lik, pymc_gpc.MarginalEP)
+        ls, amps = np.exp(point["log_ls"]), np.exp(point["log_amp"])
+        K, Kx, ks = _stacks_per_class(Xtr, Xte, ls, amps)
+        draws = gs.sample_latents(K, ytr, "probit-multi", n_chains=4, n_iter=n_iter, burn=n_iter // 10,
+                                  thin=10, seed=0)
+        mean_g, cov_g, p_g, _ = gs.predictive(K, Kx, ks, draws, "probit-multi")
+        M = np.einsum("xskn,knm->xsmk", draws, np.array([np.linalg.solve(K[k], Kx[k]) for k in range(len(K))]))
+        rhat, ess = gs.rhat_ess(M[:, :, :20])
+        res = multinomial_probit_ep(K, ytr, with_grad=False, with_loo=False)
+        mean_a, cov_a = res.posterior.predict(res.a, Kx, ks)
+        mean_a = mean_a.T
+        hyp = f"{np.round(np.log(ls), 2).tolist()} / {np.round(np.log(amps), 2).tolist()}"
+        print(name, hyp, "R-hat", rhat, "ESS", ess, flush=True)
+        print(name, "mean err", float(np.sqrt(np.mean((mean_a - mean_g) ** 2)) / np.sqrt(np.mean(mean_g**2))),
+              "cov err", _rel_fro(cov_a, cov_g), "contrast err", _rel_fro(_contrast(cov_a), _contrast(cov_g)),
+              "fit's moments vs fixed-hyperparameter EP", float(np.max(np.abs(mean - mean_a))), flush=True)
+        rows = [("exact (gold sampler)", p_g)] + [(f"nested EP, {pred!r}", lik.predict(mean_a, cov_a, predictive=pred))
+                                                  for pred in lik.predictives]
+        rows.append(("exact latent moments, 'integrate'", lik.predict(mean_g, cov_g, predictive="integrate")))
+        rows.append(("exact latent moments, 'mean'", lik.predict(mean_g, cov_g, predictive="mean")))
+        for label, p in rows:
+            lp = float(np.mean(np.log(np.maximum(p[np.arange(len(yte)), yte], 1e-300))))
+            err = int(np.sum(np.argmax(p, 1) != yte))
+            lines.append(f"| {name} | {hyp} | {label} | {err} | {lp:.3f} | {np.mean(np.abs(p - p_g)):.4f} |")
+            print(lines[-1], flush=True)
+        worst = np.argsort(np.log(p_g[np.arange(len(yte)), yte]))[:5]
+        for i in worst:
+            print(name, "worst test point", i, "class", yte[i], "exact p", np.round(p_g[i], 3), "EP mean",
+                  np.round(mean_a[i], 2), "sd", np.round(np.sqrt(np.diag(cov_a[i])), 2), flush=True)
+    return lines
+
+
 # -- nested EP's cost at ten classes ------------------------------------------------------
 
 
-def profile(n=600, repeats=1):
-    """One cold and one warm (kernel 2 % away) nested-EP evaluation with gradient on digits'
-    first n training points (10 classes), at kernels like MAP-II's (per-class amplitudes
-    e^1.4 .. e^3.4, lengthscale 3), timed by part with cProfile; softmax Laplace beside."""
-    import cProfile
-    import pstats
-
+def profile(n=600, repeats=2):
+    """Cold and warm (kernel 2 % away) nested-EP evaluations with gradient on digits' first n
+    training points (10 classes), at kernels like MAP-II's (per-class amplitudes e^1.4 ..
+    e^3.4, lengthscale 3), with and without ``rough_sweeps``, alternated ``repeats`` times:
+    wall and CPU seconds (one BLAS thread), sweeps, and the two paths' log Z and gradient
+    differences; softmax Laplace beside. Compilation is done before timing."""
     from pymc_gpc.validation import trusted_kernel
 
     Xtr, ytr, _, _ = heldout_data("digits")
@@ -269,24 +331,59 @@ def profile(n=600, repeats=1):
     amps = np.exp(np.linspace(1.4, 3.4, 10))
     K = stacks(Xtr, Xtr[:1], 3.0, amps, jitter=1e-6)[0]
     K2 = stacks(Xtr, Xtr[:1], 3.0 * 1.02, amps, jitter=1e-6)[0]
-    out = []
-    prof = cProfile.Profile()
+
+    def timed(f):
+        t, cpu = time.perf_counter(), time.process_time()
+        r = f()
+        return r, time.perf_counter() - t, time.process_time() - cpu
+
+    out, last = [], {}
     with trusted_kernel():
-        for label, solve in (("nested EP", multinomial_probit_ep), ("softmax Laplace", softmax_laplace)):
-            if label == "nested EP":
-                prof.enable()
-            t = time.perf_counter()
-            r = solve(K, ytr, with_loo=False)
-            t_cold = time.perf_counter() - t
-            t = time.perf_counter()
-            r2 = solve(K2, ytr, state=r.state, with_loo=False)
-            t_warm = time.perf_counter() - t
-            prof.disable()
-            out.append(f"| {label} | {t_cold:.2f} s ({r.n_iter}) | {t_warm:.2f} s ({r2.n_iter}) |")
-            print(out[-1], flush=True)
-    st = pstats.Stats(prof)
-    st.sort_stats("tottime").print_stats(16)
-    st.sort_stats("cumulative").print_stats(16)
+        for solve in (multinomial_probit_ep, softmax_laplace):  # compile
+            solve(K[:, :30, :30], ytr[:30], with_loo=False)
+        for _ in range(repeats):
+            for label, solve in (("nested EP, all sweeps exact",
+                                  lambda K, **kw: multinomial_probit_ep(K, ytr, rough_sweeps=False, **kw)),
+                                 ("nested EP, rough early sweeps (default)",
+                                  lambda K, **kw: multinomial_probit_ep(K, ytr, **kw)),
+                                 ("softmax Laplace", lambda K, **kw: softmax_laplace(K, ytr, **kw))):
+                r, w1, c1 = timed(lambda: solve(K, with_loo=False))
+                r2, w2, c2 = timed(lambda: solve(K2, state=r.state, with_loo=False))
+                last[label] = (r, r2)
+                out.append(f"| {label} | {w1:.2f} s / {c1:.2f} s ({r.n_iter}) | {w2:.2f} s / {c2:.2f} s ({r2.n_iter}) |")
+                print(out[-1], flush=True)
+    (a, a2), (b, b2) = last["nested EP, all sweeps exact"], last["nested EP, rough early sweeps (default)"]
+    for x, y, which in ((a, b, "cold"), (a2, b2, "warm")):
+        gap = np.max(np.abs(x.dlog_z_dK - y.dlog_z_dK)) / np.max(np.abs(x.dlog_z_dK))
+        out.append(f"{which}: |log Z difference| {abs(x.log_z - y.log_z):.1e}, largest gradient difference "
+                   f"{gap:.1e} of the largest entry")
+        print(out[-1], flush=True)
+    return out
+
+
+def profile_fit(n=600):
+    """A whole MAP-II fit of nested EP on digits' n training points (``_gp_fit``'s model, no
+    prediction), with and without ``rough_sweeps``: wall and CPU seconds (one BLAS thread)."""
+    import pymc as pm
+    import pytensor.tensor as pt
+
+    Xtr, ytr, _, _ = heldout_data("digits")
+    Xtr, ytr = Xtr[:n], ytr[:n]
+    c, d = len(np.unique(ytr)), Xtr.shape[1]
+    out = []
+    for rough in (False, True):
+        t, cpu = time.perf_counter(), time.process_time()
+        with pm.Model():
+            log_ls = pm.Normal("log_ls", np.log(np.sqrt(d)), 1.5, shape=c)
+            log_amp = pm.Normal("log_amp", 0.0, 3.0, shape=c)
+            covs = [pt.exp(log_amp[k]) * pm.gp.cov.ExpQuad(d, ls=pt.exp(log_ls[k])) for k in range(c)]
+            gp = pymc_gpc.MarginalEP(cov_func=covs, likelihood=L.MultinomialProbit(), rough_sweeps=rough)
+            gp.marginal_likelihood("y", X=Xtr, y=ytr)
+            fit = pymc_gpc.fit(method="map", progressbar=False)
+        wall, cpu = time.perf_counter() - t, time.process_time() - cpu
+        point = {k: np.round(v, 4).tolist() for k, v in fit.point.items() if "__" not in k}
+        out.append(f"| rough_sweeps={rough} | {wall:.1f} s | {cpu:.1f} s | {point} |")
+        print(out[-1], flush=True)
     return out
 
 
@@ -365,7 +462,7 @@ def binary(n_iter=10000):
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
-    parser.add_argument("task", choices=["gold", "heldout", "binary", "profile"])
+    parser.add_argument("task", choices=["gold", "heldout", "binary", "profile", "profile-fit", "diagnose"])
     parser.add_argument("--n-iter", type=int, default=20000)
     parser.add_argument("--only", nargs="*")
     args = parser.parse_args()
@@ -378,3 +475,7 @@ if __name__ == "__main__":
         print("\n".join(profile()))
     elif args.task == "heldout":
         print("\n".join(heldout(args.only or ("digits", "glass", "wine"))))
+    elif args.task == "profile-fit":
+        print("\n".join(profile_fit()))
+    elif args.task == "diagnose":
+        print("\n".join(diagnose(args.only or ("wine", "glass"), args.n_iter)))

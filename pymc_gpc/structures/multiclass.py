@@ -45,9 +45,11 @@ from .dense import (
     _IDENTITY_MIN,
     LatentPosterior,
     NotPositiveDefiniteError,
+    _single_inverse_factor,
     chol_lower,
     inv_lower,
     lower_times,
+    marginal_variances,
     rough_R_into,
 )
 
@@ -97,6 +99,29 @@ def _site_covariance_blocks(LMi, Ht, d, index, Gd):
                 S[i, k, l] = acc
                 S[i, l, k] = acc
     return S
+
+
+@njit(nogil=True, cache=True)
+def _rough_block_into(K, w, sw, out):
+    """One class's E_k = W^1/2 B^{-1} W^1/2 into the Fortran-ordered float64 ``out`` and its own
+    marginal variances diag((K_k^{-1} + W_k)^{-1}) (``dense.marginal_variances``), both from
+    one single-precision factorisation (``dense._single_inverse_factor``, then slauum):
+    ``dense.rough_R_into`` with the variances kept. Returns (variances, info); info != 0:
+    not done (the condition bound or a factorisation failed)."""
+    n = K.shape[0]
+    single, info = _single_inverse_factor(K, sw)
+    if info != 0:
+        return np.empty(0), info
+    Li = np.zeros((n, n)).T  # Fortran-ordered double copy of the lower triangle
+    for j in range(n):
+        for i in range(j, n):
+            Li[i, j] = single[i, j]
+    own = marginal_variances(K, w, sw, Li)
+    info = lapack.lauum_lower(single)
+    for j in range(n):
+        for i in range(n):
+            out[i, j] = sw[i] * single[i, j] * sw[j]
+    return own, info
 
 
 def _single_H(LMi, E):
@@ -255,15 +280,23 @@ class CoupledBlockPosterior(BlockPreconditioner):
         the gradient then carry single-precision rounding; the factors, the
         log-determinant and the weights stay double. Honoured where cond(L_M) is at most
         ``MAX_COND_ROUGH_GRADIENT``; ``self.rough_H`` says whether it was.
+    rough_covariances : with ``rough``, a rough posterior that also serves
+        ``site_covariances`` (nested EP's early sweeps): each class's own marginal variances
+        from its single-precision factor (``_rough_block_into``) and the H_k in single
+        precision whatever cond(L_M) (their errors, about 6e-8 cond(L_M) relative to |E_k|,
+        are far below the sites' changes while the sweeps that use them last); L_M stays
+        double.
     """
 
     # where a rough gradient's products are formed in single precision (``H``)
     MAX_COND_ROUGH_GRADIENT = 1e4
 
-    def __init__(self, K, d, rough=False, rough_gradient=False):
+    def __init__(self, K, d, rough=False, rough_gradient=False, rough_covariances=False):
         self.K = K
         self.d = d
         self.rough_gradient = rough_gradient
+        self.rough_covariances = rough_covariances
+        self._own = None  # each class's own marginal variances (c, n), from a rough posterior
         self.rough_H = None  # decided when H is first formed
         self.s = d.sum(axis=0)
         E = np.empty(K.shape)  # (c, n, n), each E_k written in place (symmetric: E[k].T is E_k)
@@ -283,14 +316,24 @@ class CoupledBlockPosterior(BlockPreconditioner):
         self._LMi = None
 
     def _rough_E(self, E):
-        """E_k from single-precision factors into E; whether every class's succeeded."""
+        """E_k from single-precision factors into E (and, for ``rough_covariances``, each
+        class's own marginal variances); whether every class's succeeded."""
+        if self.rough_covariances:
+            own = np.empty(self.d.shape)
+            for k in range(self.K.shape[0]):
+                var, info = _rough_block_into(self.K[k], self.d[k], np.sqrt(self.d[k]), E[k].T)
+                if info != 0:
+                    return False
+                own[k] = var
+            self._own = own
+            return True
         for k in range(self.K.shape[0]):
             if rough_R_into(self.K[k], np.sqrt(self.d[k]), E[k].T) != 0:
                 return False
         return True
 
-    def _exact(self):
-        if self.rough:
+    def _exact(self, covariances=False):
+        if self.rough and not (covariances and self.rough_covariances):
             raise RuntimeError("a rough (single-precision) posterior serves Newton steps only: "
                                "it has no log-determinant, gradient, site covariances or predictions")
 
@@ -326,10 +369,11 @@ class CoupledBlockPosterior(BlockPreconditioner):
         With ``rough_gradient`` and cond(L_M) <= ``MAX_COND_ROUGH_GRADIENT`` (LAPACK's
         estimate), by single-precision triangular products (``_single_H``; H_k itself is
         then float32, and so are the gradient's products with it): errors about
-        6e-8 cond(L_M) relative to |E_k|."""
-        self._exact()
+        6e-8 cond(L_M) relative to |E_k|. A rough posterior's (``rough_covariances``) are
+        always single."""
+        self._exact(covariances=True)
         if self._H is None:
-            self.rough_H = bool(self.rough_gradient and self._suits_single())
+            self.rough_H = bool(self.rough or self.rough_gradient and self._suits_single())
             if self.rough_H:  # kept in single precision: its readers promote as they go
                 Ht = _single_H(self.LMi, self.E)
             else:
@@ -352,6 +396,7 @@ class CoupledBlockPosterior(BlockPreconditioner):
         product; ssyrk where H was formed in single precision, ``rough_gradient``; both
         with the GIL released, ``numerics.lapack``), the rest in one compiled pass.
         """
+        self._exact()
         X = np.array([np.asarray(x, dtype=float) for x, _, _ in outer])  # (t, c, n)
         Y = np.array([np.asarray(y, dtype=float) for _, y, _ in outer])
         coef = np.array([float(w) for _, _, w in outer])
@@ -380,10 +425,12 @@ class CoupledBlockPosterior(BlockPreconditioner):
         small the subtraction loses digits (as for the binary marginal variances,
         ``structures.dense``): those columns are H_k K_k[:, j] by a product. The c (c + 1) / 2
         column dot products per i run in one compiled pass (``_site_covariance_blocks``).
+        A rough posterior (``rough_covariances``) forms them from its single-precision
+        factors, for the sweeps of nested EP that do not end it.
         """
-        self._exact()
+        self._exact(covariances=True)
         c, n = self.d.shape
-        own = np.array([b.var_diag() for b in self.blocks])  # (c, n)
+        own = self._own if self.rough else np.array([b.var_diag() for b in self.blocks])  # (c, n)
         H = self.H
         direct = self.d * np.diagonal(self.K, axis1=1, axis2=2) < _IDENTITY_MIN  # the product's columns
         index = np.full((c, n), -1, dtype=np.int64)

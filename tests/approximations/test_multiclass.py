@@ -382,6 +382,42 @@ def test_multinomial_probit_ep_rough_gradient_moves_only_by_rounding(monkeypatch
     assert np.array_equal(same.dlog_z_dK, exact.dlog_z_dK)
 
 
+def test_multinomial_probit_ep_rough_sweeps_reach_the_exact_fixed_point(monkeypatch):
+    """``rough_sweeps``: the first sweeps from single-precision posteriors, the last exact. The
+    converged log Z and gradient equal those of a run with every sweep exact to 1e-8 (both at
+    tol 1e-10, so the difference is the fast path's, not the stopping rule's)."""
+    from pymc_gpc.approximations import multinomial_probit_ep as module
+
+    rng = np.random.default_rng(41)
+    n = 60
+    X = rng.uniform(-3, 3, n)
+    y = rng.integers(0, 4, n)
+    K = _K(X, [(0.8, 4.0), (1.3, 1.0), (0.5, 9.0), (1.0, 20.0)])
+    original, kinds = module._posterior, []
+
+    def recording(*args, **kwargs):
+        out = original(*args, **kwargs)
+        kinds.append(bool(getattr(out[0], "rough", False)))
+        return out
+
+    monkeypatch.setattr(module, "_posterior", recording)
+    fast = multinomial_probit_ep(K, y, tol=1e-10, with_loo=False)
+    kinds_fast = list(kinds)
+    kinds.clear()
+    exact = multinomial_probit_ep(K, y, tol=1e-10, with_loo=False, rough_sweeps=False)
+    assert kinds_fast[0] and not kinds_fast[-1] and not any(kinds)
+    assert fast.converged and exact.converged and not fast.posterior.rough
+    assert abs(fast.log_z - exact.log_z) < 1e-8
+    scale = np.max(np.abs(exact.dlog_z_dK))
+    np.testing.assert_allclose(fast.dlog_z_dK, exact.dlog_z_dK, rtol=0, atol=1e-8 * scale)
+    # warm-started from a neighbouring kernel, as along an optimiser's path
+    K2 = _K(X, [(0.82, 4.2), (1.3, 1.0), (0.5, 9.5), (1.0, 19.0)])
+    warm_fast = multinomial_probit_ep(K2, y, state=fast.state, tol=1e-10, with_loo=False)
+    warm_exact = multinomial_probit_ep(K2, y, state=exact.state, tol=1e-10, with_loo=False, rough_sweeps=False)
+    assert abs(warm_fast.log_z - warm_exact.log_z) < 1e-8
+    np.testing.assert_allclose(warm_fast.dlog_z_dK, warm_exact.dlog_z_dK, rtol=0, atol=1e-8 * scale)
+
+
 def test_multinomial_probit_ep_anderson_keeps_the_fixed_point(monkeypatch):
     """Anderson acceleration of the outer sweeps ends at the plain iteration's fixed point
     in fewer sweeps; an extrapolation with negative site precisions (forced here) is
@@ -526,6 +562,39 @@ def test_rough_block_posterior_serves_newton_steps_only():
     # single precision): the posterior is exact
     big = 1e9 * (1.0 + 1e-3 * K)
     assert not CoupledBlockPosterior(big, d, rough=True).rough
+
+
+def test_rough_site_covariances_against_the_dense_posterior():
+    """``rough_covariances``: the site covariances from single-precision factors are the
+    dense (K^-1 + W)^-1's blocks to single-precision rounding (not better: they are rough),
+    with coupled weights of nested EP's form (sum_k d_k != 1); no evidence or gradient."""
+    from pymc_gpc.structures.multiclass import CoupledBlockPosterior
+
+    rng = np.random.default_rng(17)
+    c, n = 3, 30
+    X = rng.uniform(-3, 3, n)
+    K = np.array([rbf(X, ls, v) + 1e-6 * np.eye(n) for ls, v in [(0.8, 4.0), (1.3, 1.0), (0.5, 9.0)]])
+    d = rng.uniform(0.05, 1.5, size=(c, n))
+    rough = CoupledBlockPosterior(K, d, rough=True, rough_covariances=True)
+    assert rough.rough
+    S = rough.site_covariances()
+    Kbig = np.zeros((c * n, c * n))
+    W = np.zeros((c * n, c * n))
+    for k in range(c):
+        Kbig[k * n:(k + 1) * n, k * n:(k + 1) * n] = K[k]
+    for i in range(n):
+        idx = np.arange(c) * n + i
+        W[np.ix_(idx, idx)] = np.diag(d[:, i]) - np.outer(d[:, i], d[:, i]) / d[:, i].sum()
+    Sigma = np.linalg.inv(np.linalg.inv(Kbig) + W)
+    exact = np.array([Sigma[np.ix_(np.arange(c) * n + i, np.arange(c) * n + i)] for i in range(n)])
+    gap = np.max(np.abs(S - exact)) / np.max(np.abs(exact))
+    assert 1e-10 < gap < 1e-4, gap
+    for method in (rough.half_logdet_B, lambda: rough.kernel_gradient([], -0.5)):
+        with pytest.raises(RuntimeError, match="rough"):
+            method()
+    # beyond single precision's condition bound: an exact posterior, the same blocks
+    big = 1e4 * K
+    assert not CoupledBlockPosterior(big, d, rough=True, rough_covariances=True).rough
 
 
 def test_softmax_laplace_with_rough_newton_steps_ends_at_the_exact_mode(monkeypatch):
