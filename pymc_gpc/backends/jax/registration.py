@@ -14,7 +14,7 @@ import importlib.util
 import sys
 
 _TARGET = "pytensor.link.jax.dispatch"
-_MODULE = "pymc_gpc.backends.jax.dispatch"
+_MODULE = "pymc_gpc.backends.jax.multiclass"  # imports backends/jax/dispatch.py first
 
 JAX_SAMPLERS = ("numpyro", "blackjax")
 
