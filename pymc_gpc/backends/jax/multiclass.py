@@ -86,16 +86,30 @@ def _class_block(Kk, dk):
     return F["half_logdet"], S.R(F), S.var(F)
 
 
+@jax.tree_util.register_pytree_node_class
 class _Coupled:
     r"""q(f) = N(K a, (K^{-1} + W)^{-1}), W_i = diag(d_i) - d_i d_i^T / s_i
     (``structures.multiclass.CoupledBlockPosterior``): R = (K + W^{-1})^{-1} = E - E R M^{-1} R^T E,
     \tfrac12 \log|I + K W| = \sum_k \tfrac12 \log|B_k| + \log|L_M| - \tfrac12 \sum_i \log s_i."""
+
+    _FIELDS = ("K", "d", "half_logdets", "E", "own_var", "LM", "s")
 
     def __init__(self, K, d):
         self.K, self.d = K, d
         self.half_logdets, self.E, self.own_var = jax.vmap(_class_block)(K, d)
         self.LM = jnp.linalg.cholesky(jnp.sum(self.E, axis=0))
         self.s = jnp.sum(d, axis=0)
+
+    # a pytree, so that a loop's state can carry it
+    def tree_flatten(self):
+        return tuple(getattr(self, f) for f in self._FIELDS), None
+
+    @classmethod
+    def tree_unflatten(cls, aux, children):
+        post = object.__new__(cls)
+        for f, v in zip(cls._FIELDS, children):
+            setattr(post, f, v)
+        return post
 
     def half_logdet_B(self):
         return (jnp.sum(self.half_logdets) + jnp.sum(jnp.log(jnp.diag(self.LM)))
@@ -120,17 +134,19 @@ class _Coupled:
         X = solve_triangular(self.LM, jnp.transpose(A, (1, 0, 2)).reshape(n, c * p), lower=True)
         return jnp.transpose(X.reshape(n, c, p), (1, 0, 2))
 
-    def R_blocks_and_site_covariances(self):
-        r"""R_kk = E_k - H_k^T H_k (H_k = L_M^{-1} E_k), and the c x c posterior covariances
-        Sigma_i (n, c, c): diag blocks (K_k^{-1} + D_k)^{-1}, plus G_k^T G_l with
-        G_k = H_k K_k (``CoupledBlockPosterior.site_covariances``)."""
+    def H_and_site_covariances(self):
+        r"""H_k = L_M^{-1} E_k (c, n, n) and the c x c posterior covariances Sigma_i (n, c, c):
+        diagonal blocks (K_k^{-1} + D_k)^{-1}, plus G_k^T G_l with G_k = H_k K_k
+        (``CoupledBlockPosterior.site_covariances``)."""
         H = self._left_LM_inv(self.E)
-        R_kk = self.E - jnp.einsum("kmi,kmj->kij", H, H)
         G = jnp.einsum("kmj,kji->kmi", H, self.K)
         S = jnp.einsum("kmi,lmi->ikl", G, G)
         c = self.d.shape[0]
-        S = S + jnp.eye(c, dtype=S.dtype)[None] * self.own_var.T[:, :, None]
-        return R_kk, S
+        return H, S + jnp.eye(c, dtype=S.dtype)[None] * self.own_var.T[:, :, None]
+
+    def R_blocks(self, H):
+        """R_kk = (K + W^-1)^-1_kk = E_k - H_k^T H_k, the blocks a block-diagonal K's gradient needs."""
+        return self.E - jnp.einsum("kmi,kmj->kij", H, H)
 
     def predict(self, a, K_cross, K_star, full_cov):
         """Latent predictive at m new points (R&W Alg. 3.4; ``CoupledBlockPosterior.predict``):
@@ -259,7 +275,8 @@ def softmax_laplace_solve(K, y, *, tol=1e-10, max_iter=100):
     a, f, pi = s["a"], s["f"], s["pi"]
     post = _Coupled(K, pi)
     log_z = s["psi"] - post.half_logdet_B()
-    R_kk, S = post.R_blocks_and_site_covariances()
+    H, S = post.H_and_site_covariances()
+    R_kk = post.R_blocks(H)
     sens = _mode_sensitivity(pi, S)
     u = sens - post.R_times(_stack_times(K, sens))
     dK = (0.5 * jnp.einsum("ki,kj->kij", a, a) - 0.5 * R_kk
@@ -321,10 +338,22 @@ def _factor_vectors(k, c, dtype):
             + (cols[None] == c).astype(dtype))
 
 
+def _site_terms(Bv, Sw, mw, tau, nu):
+    """sum_j [log Zhat_j - log int q_{-j} g_j] for one site's factors at the posterior N(mw, Sw)
+    that includes its inner sites (tau, nu) (``multinomial_probit_ep._inner_ep_site``, end)."""
+    v = jnp.einsum("ja,ab,jb->j", Bv, Sw, Bv)
+    mt = Bv @ mw
+    vc = 1.0 / (1.0 / v - tau)
+    mc = vc * (mt / v - nu)
+    log_zhat = log_ndtr(mc / jnp.sqrt(1.0 + vc))
+    log_g = -0.5 * jnp.log1p(vc * tau) - 0.5 * mc * mc / vc + 0.5 * (mc / vc + nu) ** 2 / (1.0 / vc + tau)
+    return jnp.sum(log_zhat - log_g)
+
+
 def _inner_site(m, C, k, tau, nu, tol, max_sweeps):
     """Inner EP for one site (``multinomial_probit_ep._inner_ep_site``): cavity N(m, C) over f_i,
-    factors Phi(u + f_k - f_j). Returns the new (tau, nu) and sum_j [log Zhat_j - log int q_j g_j]
-    at the returned sites."""
+    factors Phi(u + f_k - f_j), sequential rank-one updates from the sites (tau, nu). Returns
+    the new (tau, nu) and the site's evidence terms (``_site_terms``) at the sites given."""
     c = m.shape[0]
     Bv = _factor_vectors(k, c, m.dtype)
     Sw = jnp.zeros((c + 1, c + 1), m.dtype).at[:c, :c].set(C).at[c, c].set(1.0)
@@ -340,6 +369,7 @@ def _inner_site(m, C, k, tau, nu, tol, max_sweeps):
         return rank_one(Sw, mw, Sb, tau[jj], nu[jj], Bv[jj] @ Sb, Bv[jj] @ mw)
 
     Sw, mw = jax.lax.fori_loop(0, c - 1, warm, (Sw, mw))
+    terms = _site_terms(Bv, Sw, mw, tau, nu)
 
     def update(jj, carry):
         Sw, mw, tau, nu, change = carry
@@ -368,20 +398,9 @@ def _inner_site(m, C, k, tau, nu, tol, max_sweeps):
     def more(carry):
         return (carry[5] < max_sweeps) & ~(carry[4] <= tol)
 
-    Sw, mw, tau, nu, _, _ = jax.lax.while_loop(
+    _, _, tau, nu, _, _ = jax.lax.while_loop(
         more, sweep, (Sw, mw, tau, nu, jnp.array(jnp.inf, m.dtype), jnp.array(0, jnp.int64)))
-    # at the returned sites: the normalisers' part of the evidence
-    v = jnp.einsum("ja,ab,jb->j", Bv, Sw, Bv)
-    mt = Bv @ mw
-    vc = 1.0 / (1.0 / v - tau)
-    mc = vc * (mt / v - nu)
-    log_zhat = log_ndtr(mc / jnp.sqrt(1.0 + vc))
-    log_g = -0.5 * jnp.log1p(vc * tau) - 0.5 * mc * mc / vc + 0.5 * (mc / vc + nu) ** 2 / (1.0 / vc + tau)
-    return tau, nu, jnp.sum(log_zhat - log_g)
-
-
-def _inner_all(m, C, y, tau, nu, tol, max_sweeps):
-    return jax.vmap(_inner_site, in_axes=(0, 0, 0, 0, 0, None, None))(m, C, y, tau, nu, tol, max_sweeps)
+    return tau, nu, terms
 
 
 def _loo_log_z(m, C, y, tau, nu):
@@ -404,57 +423,68 @@ def _loo_log_z(m, C, y, tau, nu):
     return -0.5 * logdet + quad
 
 
-def _nested_ep_run(K, y, damping, max_sweeps, tol, inner_tol, inner_max_sweeps):
-    """Damped, Anderson-accelerated outer sweeps from zero sites (``multinomial_probit_ep``'s
-    loop). Returns (tau, nu, sweeps, converged): the sites the posterior is to be built from."""
-    c, n = K.shape[0], y.shape[0]
-    N = n * (c - 1)
-    zeros = jnp.zeros((n, c - 1), K.dtype)
-    state = {"tau": zeros, "nu": zeros, "hist": _empty_history(N, _ANDERSON_MEMORY, K.dtype),
-             "sweeps": jnp.array(0, jnp.int64), "converged": jnp.array(False), "done": jnp.array(False)}
-
-    def body(s):
-        tau, nu = s["tau"], s["nu"]
-        post, _, mean, d, h, _ = _ep_posterior(K, y, tau, nu)
-        m, C = _cavities(mean, post.R_blocks_and_site_covariances()[1], d, h)
-        new_tau, new_nu, _ = _inner_all(m, C, y, tau, nu, inner_tol, inner_max_sweeps)
-        new_tau = damping * new_tau + (1.0 - damping) * tau
-        new_nu = damping * new_nu + (1.0 - damping) * nu
-        change = jnp.maximum(jnp.max(jnp.abs(new_tau - tau) / (1.0 + jnp.abs(new_tau))),
-                             jnp.max(jnp.abs(new_nu - nu) / (1.0 + jnp.abs(new_nu))))
-        sweeps = s["sweeps"] + 1
-        converged = change <= tol
-        stop_map = ~jnp.isfinite(change) | (sweeps >= max_sweeps)  # the map's value, not an extrapolation
-        x_old = jnp.concatenate([tau.ravel(), nu.ravel()])
-        g = jnp.concatenate([new_tau.ravel(), new_nu.ravel()])
-        hist = _push(s["hist"], g - x_old, g, _ANDERSON_MEMORY)
-        x = _anderson(hist, g - x_old, g, _ANDERSON_MEMORY)
-        astray = ((jnp.min(x[:N]) < 0.0) & (jnp.min(new_tau) >= 0.0)) | ~jnp.all(jnp.isfinite(x))
-        hist = jax.lax.cond(astray, _reset, lambda v: v, hist)
-        x = jnp.where(astray | stop_map, g, x)
-        x = jnp.where(converged, x_old, x)  # converged: the sites the posterior in hand was built from
-        return {"tau": x[:N].reshape(n, c - 1), "nu": x[N:].reshape(n, c - 1), "hist": hist, "sweeps": sweeps,
-                "converged": converged, "done": converged | stop_map}
-
-    s = jax.lax.while_loop(lambda s: ~s["done"], body, state)
-    return s["tau"], s["nu"], s["sweeps"], s["converged"]
+def _ep_evaluate(K, y, tau, nu, damping, inner_tol, inner_max_sweeps):
+    """Everything at the inner sites (tau, nu): q(f), its evidence, the cavities, and the
+    damped EP map's new sites with the largest relative change (one outer sweep)."""
+    post, b, mean, d, h, log_const = _ep_posterior(K, y, tau, nu)
+    H, S = post.H_and_site_covariances()
+    m, C = _cavities(mean, S, d, h)
+    new_tau, new_nu, terms = jax.vmap(_inner_site, in_axes=(0, 0, 0, 0, 0, None, None))(
+        m, C, y, tau, nu, inner_tol, inner_max_sweeps)
+    new_tau = damping * new_tau + (1.0 - damping) * tau
+    new_nu = damping * new_nu + (1.0 - damping) * nu
+    change = jnp.maximum(jnp.max(jnp.abs(new_tau - tau) / (1.0 + jnp.abs(new_tau))),
+                         jnp.max(jnp.abs(new_nu - nu) / (1.0 + jnp.abs(new_nu))))
+    log_z = -post.half_logdet_B() + 0.5 * jnp.sum(h * mean) + jnp.sum(log_const) + jnp.sum(terms)
+    return {"log_z": log_z, "ok": post.ok(), "post": post, "H": H, "b": b, "m": m, "C": C, "terms": terms,
+            "new_tau": new_tau, "new_nu": new_nu, "change": jnp.where(jnp.isfinite(change), change, jnp.inf)}
 
 
 def nested_ep_solve(K, y, *, tol=1e-8, max_sweeps=100, damping=0.8, inner_tol=1e-10, inner_max_sweeps=3):
     """Nested EP to convergence, then EP's evidence, its gradient (b_k b_k^T - R_kk) / 2 and the
-    LOO terms log Zhat_i. K (c, n, n), y int codes."""
-    run = partial(_nested_ep_run, K, y, tol=tol, inner_tol=inner_tol, inner_max_sweeps=inner_max_sweeps)
-    first = run(damping=damping, max_sweeps=max_sweeps)
-    tau, nu, sweeps, converged = jax.lax.cond(
-        first[3], lambda: first, lambda: run(damping=0.5, max_sweeps=2 * max_sweeps))
-    post, b, mean, d, h, log_const = _ep_posterior(K, y, tau, nu)
-    R_kk, S = post.R_blocks_and_site_covariances()
-    m, C = _cavities(mean, S, d, h)
-    _, _, terms = _inner_all(m, C, y, tau, nu, jnp.inf, 0)
-    log_z = -post.half_logdet_B() + 0.5 * jnp.sum(h * mean) + jnp.sum(log_const) + jnp.sum(terms)
-    dK = 0.5 * jnp.einsum("ki,kj->kij", b, b) - 0.5 * R_kk
-    loo = _loo_log_z(m, C, y, tau, nu) + terms
-    return _finish(log_z, dK, loo, sweeps, converged, post.ok(), {"a": b, "post": post})
+    LOO terms log Zhat_i. K (c, n, n), y int codes.
+
+    One ``lax.while_loop``; each pass evaluates everything at its sites (``_ep_evaluate``,
+    traced once) and stops where the EP map moves no site by more than tol, so the
+    posterior in hand is at the returned sites. Otherwise the next sites are Anderson's
+    extrapolation (the map's value where it leaves the map's domain). After ``max_sweeps``
+    without convergence, a second phase restarts from zero sites with damping 0.5 for
+    ``2 * max_sweeps`` (the numba path's retry)."""
+    c, n = K.shape[0], y.shape[0]
+    N = n * (c - 1)
+    zeros = jnp.zeros((n, c - 1), K.dtype)
+    evaluate = partial(_ep_evaluate, K, y, inner_tol=inner_tol, inner_max_sweeps=inner_max_sweeps)
+    ev0 = jax.tree_util.tree_map(jnp.zeros_like, jax.eval_shape(evaluate, zeros, zeros, 1.0))
+    state = {"tau": zeros, "nu": zeros, "ev": ev0, "hist": _empty_history(N, _ANDERSON_MEMORY, K.dtype),
+             "sweeps": jnp.array(0, jnp.int64), "phase_sweeps": jnp.array(0, jnp.int64),
+             "phase": jnp.array(0, jnp.int64), "converged": jnp.array(False), "done": jnp.array(False)}
+
+    def body(s):
+        tau, nu = s["tau"], s["nu"]
+        damp = jnp.where(s["phase"] == 0, damping, 0.5)
+        ev = evaluate(tau, nu, damp)
+        phase_sweeps = s["phase_sweeps"] + 1
+        converged = ev["change"] <= tol
+        exhausted = ~jnp.isfinite(ev["change"]) | (phase_sweeps >= jnp.where(s["phase"] == 0, 1, 2) * max_sweeps)
+        restart = exhausted & ~converged & (s["phase"] == 0)
+        x_old = jnp.concatenate([tau.ravel(), nu.ravel()])
+        g = jnp.concatenate([ev["new_tau"].ravel(), ev["new_nu"].ravel()])
+        hist = _push(s["hist"], g - x_old, g, _ANDERSON_MEMORY)
+        x = _anderson(hist, g - x_old, g, _ANDERSON_MEMORY)
+        astray = ((jnp.min(x[:N]) < 0.0) & (jnp.min(ev["new_tau"]) >= 0.0)) | ~jnp.all(jnp.isfinite(x))
+        hist = jax.lax.cond(astray | restart, _reset, lambda v: v, hist)
+        x = jnp.where(astray, g, x)
+        x = jnp.where(restart, 0.0, jnp.where(converged | exhausted, x_old, x))
+        return {"tau": x[:N].reshape(n, c - 1), "nu": x[N:].reshape(n, c - 1), "ev": ev, "hist": hist,
+                "sweeps": s["sweeps"] + 1, "phase_sweeps": jnp.where(restart, 0, phase_sweeps),
+                "phase": jnp.where(restart, 1, s["phase"]), "converged": converged,
+                "done": converged | (exhausted & ~restart)}
+
+    s = jax.lax.while_loop(lambda s: ~s["done"], body, state)
+    ev, tau, nu = s["ev"], s["tau"], s["nu"]
+    dK = 0.5 * jnp.einsum("ki,kj->kij", ev["b"], ev["b"]) - 0.5 * ev["post"].R_blocks(ev["H"])
+    loo = _loo_log_z(ev["m"], ev["C"], y, tau, nu) + ev["terms"]
+    return _finish(ev["log_z"], dK, loo, s["sweeps"], s["converged"], ev["ok"], {"a": ev["b"], "post": ev["post"]})
 
 
 # ---------------------------------------------------------------------------------
