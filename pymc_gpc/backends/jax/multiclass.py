@@ -237,16 +237,18 @@ def softmax_laplace_solve(K, y, *, tol=1e-10, max_iter=100):
     a0 = jnp.zeros((c, n), K.dtype)
     lp0, pi0 = _softmax_log_lik(Y, a0)
     inf = jnp.array(jnp.inf, K.dtype)
+    post0 = jax.tree_util.tree_map(jnp.zeros_like, jax.eval_shape(_Coupled, K, pi0))
     state = {"a": a0, "f": a0, "pi": pi0, "psi": psi(a0, a0, lp0), "it": jnp.array(0, jnp.int64),
-             "change": inf, "previous": inf, "converged": jnp.array(False)}
-
-    def keep_going(s):
-        return ~s["converged"] & (s["it"] < 4 * max_iter) & jnp.isfinite(s["psi"])
+             "change": inf, "converged": jnp.array(False), "post": post0, "done": jnp.array(False)}
 
     def body(s):
+        """A Newton step from q(f) at the current pi; on the last pass (converged, out of
+        steps or a non-finite Psi) only that posterior, for the evidence (traced once)."""
         a, f, pi = s["a"], s["f"], s["pi"]
+        last = s["converged"] | (s["it"] >= 4 * max_iter) | ~jnp.isfinite(s["psi"])
+        post = _Coupled(K, pi)
         v = pi * f - pi * jnp.sum(pi * f, axis=0) + Y - pi
-        da = _Coupled(K, pi).weights(v) - a
+        da = post.weights(v) - a
 
         def trial(step):
             a_try = a + step * da
@@ -259,7 +261,7 @@ def softmax_laplace_solve(K, y, *, tol=1e-10, max_iter=100):
             return (step, k, *trial(step))
 
         def worse(t):
-            return (t[5] < s["psi"] - 1e-12 * jnp.abs(s["psi"])) & (t[1] < 39)
+            return ~last & (t[5] < s["psi"] - 1e-12 * jnp.abs(s["psi"])) & (t[1] < 39)
 
         one = jnp.asarray(1.0, K.dtype)
         _, _, a_new, f_new, pi_new, psi_new = jax.lax.while_loop(
@@ -268,12 +270,13 @@ def softmax_laplace_solve(K, y, *, tol=1e-10, max_iter=100):
         change = jnp.where(jnp.isfinite(change), change, jnp.inf)
         scale = 1.0 + jnp.max(jnp.abs(f_new))
         converged = (change <= tol * scale) | ((change <= _ROUNDING_LEVEL * scale) & (change >= 0.5 * s["change"]))
-        return {"a": a_new, "f": f_new, "pi": pi_new, "psi": psi_new, "it": s["it"] + 1, "change": change,
-                "previous": s["change"], "converged": converged}
+        new = {"a": a_new, "f": f_new, "pi": pi_new, "psi": psi_new, "it": s["it"] + 1, "change": change,
+               "converged": converged}
+        kept = {k: jnp.where(last, s[k], new[k]) for k in new}
+        return {**kept, "post": post, "done": last}
 
-    s = jax.lax.while_loop(keep_going, body, state)
-    a, f, pi = s["a"], s["f"], s["pi"]
-    post = _Coupled(K, pi)
+    s = jax.lax.while_loop(lambda s: ~s["done"], body, state)
+    a, f, pi, post = s["a"], s["f"], s["pi"], s["post"]
     log_z = s["psi"] - post.half_logdet_B()
     H, S = post.H_and_site_covariances()
     R_kk = post.R_blocks(H)
