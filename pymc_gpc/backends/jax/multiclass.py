@@ -167,8 +167,9 @@ class _Coupled:
 
 
 def _finish(log_z, dK, loo, n_iter, converged, ok, extra):
-    """Status and the failure convention: -inf value, zero gradient, -inf loo."""
-    ok = ok & jnp.isfinite(log_z) & jnp.all(jnp.isfinite(dK))
+    """Status and the failure convention: -inf value, zero gradient, -inf loo. A NaN LOO term
+    (a cavity without a Cholesky factor, where the numba path raises) is a failure too."""
+    ok = ok & jnp.isfinite(log_z) & jnp.all(jnp.isfinite(dK)) & ~jnp.any(jnp.isnan(loo))
     status = jnp.where(ok, jnp.where(converged, STATUS_CONVERGED, STATUS_NOT_CONVERGED), STATUS_FAILED)
     return {"log_z": jnp.where(ok, log_z, -jnp.inf), "dK": jnp.where(ok, dK, 0.0),
             "loo": jnp.where(ok, loo, -jnp.inf), "n_iter": n_iter.astype(jnp.int64),
