@@ -79,11 +79,17 @@ def _stack_times(A, v):
 
 
 def _class_block(Kk, dk):
-    """One class's factor of B_k (``engine._Dense``): half log|B_k|, E_k = D^1/2 B_k^-1 D^1/2 and
-    the marginal variances of (K_k^-1 + D_k)^-1 (O(n^2) given L^-1, stable for small d K)."""
+    """One class's factor of B_k = I + D_k^1/2 K_k D_k^1/2 (``engine._Dense``): half log|B_k|,
+    L_k^-1, D_k^1/2 and E_k = D_k^1/2 B_k^-1 D_k^1/2."""
     S = _Dense(Kk)
     F = S.factor(dk)
-    return F["half_logdet"], S.R(F), S.var(F)
+    return F["half_logdet"], F["M"], F["sw"], S.R(F)
+
+
+def _class_var(Kk, dk, Li, sw):
+    """The marginal variances of class k's own posterior (K_k^-1 + D_k)^-1 from L_k^-1
+    (``engine._Dense.var``: O(n^2), stable where d K is small)."""
+    return _Dense(Kk).var({"w": dk, "M": Li, "sw": sw})
 
 
 @jax.tree_util.register_pytree_node_class
@@ -92,11 +98,11 @@ class _Coupled:
     (``structures.multiclass.CoupledBlockPosterior``): R = (K + W^{-1})^{-1} = E - E R M^{-1} R^T E,
     \tfrac12 \log|I + K W| = \sum_k \tfrac12 \log|B_k| + \log|L_M| - \tfrac12 \sum_i \log s_i."""
 
-    _FIELDS = ("K", "d", "half_logdets", "E", "own_var", "LM", "s")
+    _FIELDS = ("K", "d", "half_logdets", "Li", "sw", "E", "LM", "s")
 
     def __init__(self, K, d):
         self.K, self.d = K, d
-        self.half_logdets, self.E, self.own_var = jax.vmap(_class_block)(K, d)
+        self.half_logdets, self.Li, self.sw, self.E = jax.vmap(_class_block)(K, d)
         self.LM = jnp.linalg.cholesky(jnp.sum(self.E, axis=0))
         self.s = jnp.sum(d, axis=0)
 
@@ -142,7 +148,8 @@ class _Coupled:
         G = jnp.einsum("kmj,kji->kmi", H, self.K)
         S = jnp.einsum("kmi,lmi->ikl", G, G)
         c = self.d.shape[0]
-        return H, S + jnp.eye(c, dtype=S.dtype)[None] * self.own_var.T[:, :, None]
+        own_var = jax.vmap(_class_var)(self.K, self.d, self.Li, self.sw)
+        return H, S + jnp.eye(c, dtype=S.dtype)[None] * own_var.T[:, :, None]
 
     def R_blocks(self, H):
         """R_kk = (K + W^-1)^-1_kk = E_k - H_k^T H_k, the blocks a block-diagonal K's gradient needs."""
