@@ -67,14 +67,14 @@ def _median_time(f, repeats):
     return float(np.median(times)), out
 
 
-def evaluation_rows(sizes, classes, repeats, with_numba=True):
+def evaluation_rows(sizes, classes, repeats, with_numba=True, rows=None, written=lambda rows: None):
     import jax
     import jax.numpy as jnp
 
     import pymc_gpc
     from pymc_gpc.backends.jax import multiclass as jmc
 
-    rows = []
+    rows = [] if rows is None else rows
     for label, (approximation, solver_name) in CASES.items():
         solver = getattr(pymc_gpc, solver_name)
         for n in sizes:
@@ -96,6 +96,7 @@ def evaluation_rows(sizes, classes, repeats, with_numba=True):
                     row.update(numba=t_nb, numba_iter=ref.n_iter, dlogz=abs(float(out[0]) - ref.log_z),
                                dgrad=float(np.max(np.abs(np.asarray(out[1]) - ref.dlog_z_dK))))
                 rows.append(row)
+                written(rows)
                 print(row, flush=True)
     return rows
 
@@ -190,10 +191,17 @@ def main():
         return
     from _provenance import write_results  # noqa: E402  (benchmarks/_provenance.py)
 
-    rows = evaluation_rows(args.sizes, args.classes, args.repeats)
-    samp, walls = ([], {}) if args.no_sampler else sampler_rows(args.draws, args.tune, args.seed)
-    write_results(OUT, render(rows, samp, walls, args), peers=("jax", "numpyro"))
+    rows, samp, walls = [], [], {}
 
+    def written(rows):  # the file is rewritten after each row: a long run leaves what it measured
+        write_results(OUT, render(rows, samp, walls, args), peers=("jax", "numpyro"))
+
+    evaluation_rows([n for n in args.sizes if n < 1000], args.classes, args.repeats, rows=rows, written=written)
+    if not args.no_sampler:
+        samp[:], sampler_walls = sampler_rows(args.draws, args.tune, args.seed)
+        walls.update(sampler_walls)
+        written(rows)
+    evaluation_rows([n for n in args.sizes if n >= 1000], args.classes, args.repeats, rows=rows, written=written)
 
 if __name__ == "__main__":
     main()
