@@ -203,5 +203,6 @@ def main():
         written(rows)
     evaluation_rows([n for n in args.sizes if n >= 1000], args.classes, args.repeats, rows=rows, written=written)
 
+
 if __name__ == "__main__":
     main()
