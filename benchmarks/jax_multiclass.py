@@ -146,7 +146,7 @@ def render(rows, samp, walls, args):
             f"{args.repeats} evaluations at n < 1000 and one at n = 1000, each a cold start with evidence, "
             "gradient and LOO terms.", "",
             "## One evaluation, numba against JAX", "",
-            "| approximation | n | c | numba (s) | JAX (s) | JAX / numba | JAX compile (s) | iterations numba / JAX "
+            "| approximation | n | c | numba (s) | JAX (s) | JAX / numba | JAX first call, compiling (s) | iterations numba / JAX "
             "| abs. diff. log Z | max abs. diff. gradient |",
             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
