@@ -30,7 +30,8 @@ __all__ = ["Approximation", "APPROXIMATIONS", "SOLVERS", "UnsupportedCombination
 
 BACKENDS = ("numba", "jax")
 # the prior structures each backend implements (PyTensor's Python VM runs the numba Ops' perform)
-BACKEND_STRUCTURES = {"numba": ("dense", "fitc", "dense-multiclass", "fitc-multiclass"), "jax": ("dense", "fitc")}
+BACKEND_STRUCTURES = {"numba": ("dense", "fitc", "dense-multiclass", "fitc-multiclass"),
+                      "jax": ("dense", "fitc", "dense-multiclass")}
 
 
 class UnsupportedCombinationError(ValueError, NotImplementedError):
@@ -139,13 +140,13 @@ APPROXIMATIONS = {a.name: a for a in (
         "laplace-multiclass", softmax_laplace, "MarginalLaplace", 
         _frozen(**{"dense-multiclass": newton_retries, "fitc-multiclass": newton_retries}),
         # the mode's n^3 products for the gradient in single precision; log q stays double
-        sampling_defaults=_frozen(rough_gradient=True), deferred_loo=True),
+        sampling_defaults=_frozen(rough_gradient=True), deferred_loo=True, backends=("numba", "jax")),
     Approximation(
         "ep-multiclass", multinomial_probit_ep, "MarginalEP", 
         _frozen(**{"dense-multiclass": nested_ep_retries, "fitc-multiclass": nested_ep_retries}),
         # nested EP's tol is on the inner site parameters; its log Z converges more slowly in
         # the site change than binary EP's (engine_notes.md, "Sampler tolerances")
-        sampling_defaults=_frozen(tol=1e-4, rough_gradient=True)),
+        sampling_defaults=_frozen(tol=1e-4, rough_gradient=True), backends=("numba", "jax")),
 )}
 
 
@@ -214,12 +215,13 @@ def check_backend(name, structure, backend, op_name):
     prior ``structure`` (``op_name``: the Op's type, for the message)."""
     if structure not in BACKEND_STRUCTURES[backend]:
         raise UnsupportedCombinationError(
-            f"{op_name} has no JAX implementation: the JAX backend covers the binary "
-            "EP and Laplace Ops, dense and FITC (multi-class models run on the default numba backend, "
-            "pymc_gpc.sample() / pm.sample() with nuts_sampler='pymc' or 'nutpie')"
+            f"{op_name} has no JAX implementation: the JAX backend covers the binary EP and "
+            "Laplace Ops, dense and FITC, and the dense multi-class Ops (multi-class FITC runs on "
+            "the default numba backend, pymc_gpc.sample() / pm.sample() with nuts_sampler='pymc' "
+            "or 'nutpie')"
         )
     if backend not in get(name).backends:
-        served = [a for a in APPROXIMATIONS.values() if backend in a.backends]
+        served = [a for a in APPROXIMATIONS.values() if backend in a.backends and a.multiclass]  # binary records
         raise UnsupportedCombinationError(
             f"the JAX backend implements {' and '.join(_title(a.name) for a in served)} "
             f"({', '.join(a.classifier for a in served)}), not {name!r}; "

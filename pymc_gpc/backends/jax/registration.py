@@ -14,7 +14,9 @@ import importlib.util
 import sys
 
 _TARGET = "pytensor.link.jax.dispatch"
-_MODULE = "pymc_gpc.backends.jax.dispatch"
+# the modules whose import registers the Ops with jax_funcify: the binary (dense and FITC) Ops,
+# then the multi-class ones
+_MODULES = ("pymc_gpc.backends.jax.dispatch", "pymc_gpc.backends.jax.multiclass")
 
 JAX_SAMPLERS = ("numpyro", "blackjax")
 
@@ -30,7 +32,7 @@ def jax_available():
 
 
 class _RegisterAfterImport(importlib.abc.MetaPathFinder):
-    """Imports ``backends/jax/dispatch.py`` right after ``pytensor.link.jax.dispatch`` has executed."""
+    """Imports the registering modules (``_MODULES``) right after ``pytensor.link.jax.dispatch`` has executed."""
 
     def find_spec(self, name, path, target=None):
         if name != _TARGET:
@@ -44,15 +46,20 @@ class _RegisterAfterImport(importlib.abc.MetaPathFinder):
 
         def exec_module(module):
             loader_exec(module)
-            importlib.import_module(_MODULE)
+            _register()
 
         spec.loader.exec_module = exec_module
         return spec
 
 
+def _register():
+    for module in _MODULES:
+        importlib.import_module(module)
+
+
 def install():
     """Register now if PyTensor's JAX dispatch is loaded, else when it is (see module docstring)."""
     if _TARGET in sys.modules:
-        importlib.import_module(_MODULE)
+        _register()
     elif jax_available() and not any(isinstance(f, _RegisterAfterImport) for f in sys.meta_path):
         sys.meta_path.insert(0, _RegisterAfterImport())
