@@ -138,6 +138,25 @@ def _Wt_times(Wt, v):
     return np.einsum("ikl,li->ki", Wt, v)
 
 
+def _newton_rhs(prior, Wt, v):
+    """P^T (v - W~ Lambda v), the right-hand side of ``_newton_weights``'s solve."""
+    return _Pt(prior, v - _Wt_times(Wt, prior.lam * v))
+
+
+def _newton_weights(prior, Wt, v, y):
+    r"""(I + W K~)^{-1} v = v - W~ (Lambda v + P y) for y = A^{-1} P^T (v - W~ Lambda v)
+    (``_newton_rhs``).
+
+    This is v - R K~ v (module docstring) with K~ v = P P^T v + Lambda v and
+    P^T W~ P = A - I: P^T W~ K~ v = (A - I) P^T v + P^T W~ Lambda v, so
+    A^{-1} P^T W~ K~ v = P^T v - y and K~ v - P A^{-1} P^T W~ K~ v = Lambda v + P y.
+    The solve's right-hand side is free of K~, whose large eigenvalues (up to n times a
+    kernel amplitude) would otherwise enter it and, through an iterative solve's residual
+    relative to it, the error of the Newton step (``FITCNewtonPreconditioner``).
+    """
+    return v - _Wt_times(Wt, prior.lam * v + _P(prior, y))
+
+
 class FITCNewtonPreconditioner:
     r"""Newton steps at new weights without a new factorisation: (I + W K~)^{-1} v =
     v - R K~ v needs A^{-1} once, at A = I + P^T W~ P for the new W~; it is solved by
@@ -161,8 +180,8 @@ class FITCNewtonPreconditioner:
             Wt, _ = _effective_precision(prior, np.asarray(d, dtype=float))
         except NotPositiveDefiniteError:
             return None
-        wv = _Wt_times(Wt, K_times(v))
-        b = _Pt(prior, wv)
+        v = np.asarray(v, dtype=float)
+        b = _newton_rhs(prior, Wt, v)
 
         def A_times(x):
             return x + _Pt(prior, _Wt_times(Wt, _P(prior, x)))
@@ -177,7 +196,7 @@ class FITCNewtonPreconditioner:
         stop = self.RTOL * float(np.linalg.norm(b))
         for _ in range(self.MAX_STEPS):
             if not np.linalg.norm(r) > stop:
-                return v - (wv - _Wt_times(Wt, _P(prior, x)))
+                return _newton_weights(prior, Wt, v, x)
             Ap = A_times(p)
             pAp = float(p @ Ap)
             if not (pAp > 0.0 and np.isfinite(pAp)):
@@ -330,9 +349,11 @@ class MulticlassFITCPosterior:
         return wv - self._Wt_times(self._P(z))
 
     def weights(self, v):
-        """(I + W K~)^{-1} v = v - R K~ v (Newton's next a from v = W f + g; EP's b from h)."""
+        """(I + W K~)^{-1} v = v - R K~ v (Newton's next a from v = W f + g; EP's b from h),
+        by ``_newton_weights``."""
         v = np.asarray(v, dtype=float)
-        return v - self.R_times(self.K_times(v))
+        y = cho_solve((self.L_A, True), _newton_rhs(self.prior, self.Wt, v), check_finite=False)
+        return _newton_weights(self.prior, self.Wt, v, y)
 
     def mean_and_weights(self, v):
         """(K~ b, b) for b = ``weights(v)``."""
