@@ -41,15 +41,21 @@ A - I is V_k Y_k^T, and (A - I) A^{-1} = I - A^{-1}); diag R_kk comes from
 R_ii = W~_i - W~_i S_i W~_i. So one pass of products F_l = (A^{-1})_{:,l} V_l over column
 blocks gives the site covariances, diag R and V_k R_kk together.
 
+W~_i has W_i's form, diag(delta_i) - delta_i delta_i^T / sum delta_i with delta = d / (1 + lambda d)
+(``_effective_precision``), so A - I = blockdiag(V_k diag(delta_k) V_k^T) - Q Q^T with Q the
+stacked V_k diag(q_k): one (c m) x n dsyrk (``_precision``).
+
 Cost and memory (n observations, c classes, m inducing inputs per class): A in
-c (c + 1) m^2 n flops, its factorisation (c m)^3 / 3, the pass of F 2 c^2 m^2 n: O(c^2 m^2 n)
+(c^2 + c) m^2 n flops (the dsyrk's c^2 m^2 n and c diagonal blocks), its factorisation (c m)^3 / 3, the pass of F 2 c^2 m^2 n: O(c^2 m^2 n)
 time per factorised posterior. Memory O(c m n): the c V_k, V_k R_kk (c, m, n) and the
 gradient in K_uf (c, m, n); the F_l (c m x n each, c^2 m n together) exist only over column
 blocks; never a cn x cn or n x n matrix. The capacitance is the (c m) x (c m) A, factorised
 exactly, so the log-determinant is exact. Newton steps of the softmax Laplace after the
 first solve A x = b at the new weights by conjugate gradients preconditioned with the last
 factorised A (``FITCNewtonPreconditioner``, O(c m n + c^2 m^2) a step), so that a warm
-evaluation forms A twice (its first step's and the mode's) instead of once per step; nested
+evaluation forms A twice (its first step's and the mode's) instead of once per step; the
+solve's right-hand side is free of K~ (``_newton_weights``), so that the CG's relative
+residual bounds the step's error also at large kernel amplitudes; nested
 EP forms A and its site covariances at every sweep, the latter by triangular products in
 c (c + 1) m^2 n (``_site_blocks``), the gradient's pass once at the end. Below
 O(c^2 m^2 n) per evaluation an exact scheme was not found: the mode's log|A| and the
