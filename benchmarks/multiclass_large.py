@@ -15,6 +15,9 @@ statistics; 10,000 training and 5,000 test diamonds by default; one BLAS thread)
 * scikit-learn's ``GaussianProcessClassifier`` (one-vs-rest, Laplace, kernel
   ``ConstantKernel * RBF`` with one lengthscale per input, its L-BFGS-B without restarts)
   on the first n of the training set for growing n.
+* ``--phase solver``: the same warm evaluation + gradient without PyTensor
+  (``solver_timing``: the priors built in NumPy, ``softmax_laplace`` called directly), with
+  the number of times A is formed and of Newton steps per call.
 * Warm evaluation + gradient of the FITC model's log density at n = 10^4, c = 5, m = 200:
   ``logp`` and its gradient compiled once; calls cycling through three points near the
   optimum (log hyperparameters moved by N(0, 0.02^2)), each warm-started by the previous.
@@ -115,6 +118,51 @@ def warm_timing(model, point, repeats=3, calls=9, seed=0):
             "median": float(np.median(times)), "min": float(np.min(times)), "cpu_median": float(np.median(cpu))}
 
 
+def solver_timing(data, m, point, calls=4, seed=0):
+    """Warm softmax Laplace FITC evaluations + gradients without PyTensor: the priors built
+    in NumPy at three points near ``point`` (log hyperparameters moved by N(0, 0.02^2)),
+    each call warm-started from the previous call's mode (CPU seconds, A formed, steps)."""
+    import pymc as pm
+
+    from pymc_gpc.approximations.softmax_laplace import softmax_laplace
+    from pymc_gpc.structures import multiclass_fitc
+
+    X, y = data.X_train, data.y_train
+    Xu = pm.gp.util.kmeans_inducing_points(m, X, seed=0)
+
+    def prior(log_w, log_v0):
+        def k(A, B, w, v0):
+            return v0 * np.exp(-0.5 * (((A[:, None, :] - B[None]) ** 2) * w).sum(-1))
+        c = len(log_v0)
+        Kuu = np.array([k(Xu, Xu, np.exp(log_w[j]), np.exp(log_v0[j])) + 1e-6 * np.eye(m) for j in range(c)])
+        Kuf = np.array([k(Xu, X, np.exp(log_w[j]), np.exp(log_v0[j])) for j in range(c)])
+        kd = np.array([np.full(len(X), np.exp(log_v0[j]) + 1e-6) for j in range(c)])
+        return multiclass_fitc.MulticlassFITCPrior(Kuu, Kuf, kd)
+
+    rng = np.random.default_rng(seed)
+    lw, lv = np.asarray(point["log_w"], dtype=float), np.asarray(point["log_v0"], dtype=float)
+    priors = [prior(lw + 0.02 * rng.normal(size=lw.shape), lv + 0.02 * rng.normal(size=lv.shape)) for _ in range(3)]
+    formed = [0]
+    precision = multiclass_fitc._precision
+
+    def counted(*args):
+        formed[0] += 1
+        return precision(*args)
+
+    multiclass_fitc._precision = counted
+    state, rows = softmax_laplace(priors[0], y, with_loo=False).state, []
+    for i in range(calls):
+        formed[0] = 0
+        t, c = time.perf_counter(), time.process_time()
+        res = softmax_laplace(priors[(i + 1) % 3], y, state=state, with_loo=False)
+        rows.append({"wall": time.perf_counter() - t, "cpu": time.process_time() - c, "A_formed": formed[0],
+                     "newton_steps": int(res.n_iter), "log_z": float(res.log_z)})
+        state = res.state
+        print(rows[-1], flush=True)
+    multiclass_fitc._precision = precision
+    return {"n": len(y), "m": m, "calls": rows, "cpu_median": float(np.median([r["cpu"] for r in rows]))}
+
+
 def logistic(data):
     from sklearn.linear_model import LogisticRegression, LogisticRegressionCV
 
@@ -161,7 +209,7 @@ def sklearn_gpc(data, sizes, budget):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--phase", default="all", choices=["all", "laplace", "warm", "ep", "logistic", "gpc", "report"])
+    ap.add_argument("--phase", default="all", choices=["all", "laplace", "warm", "solver", "ep", "logistic", "gpc", "report"])
     ap.add_argument("--warm-m", type=int, default=200)
     ap.add_argument("--n-train", type=int, default=10_000)
     ap.add_argument("--n-test", type=int, default=5000)
@@ -200,6 +248,10 @@ def main():
                 row["fit"] = fit_row
                 print({k: v for k, v in fit_row.items() if k != "point"}, flush=True)
             (work / f"{phase}.json").write_text(json.dumps(row))
+        elif phase == "solver":
+            point = json.loads((work / "laplace.json").read_text())["point"]
+            row = solver_timing(data, args.warm_m, point)
+            (work / "solver.json").write_text(json.dumps(row))
         elif phase == "logistic":
             (work / "logistic.json").write_text(json.dumps(logistic(data)))
         elif phase == "gpc":

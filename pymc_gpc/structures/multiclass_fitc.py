@@ -41,15 +41,21 @@ A - I is V_k Y_k^T, and (A - I) A^{-1} = I - A^{-1}); diag R_kk comes from
 R_ii = W~_i - W~_i S_i W~_i. So one pass of products F_l = (A^{-1})_{:,l} V_l over column
 blocks gives the site covariances, diag R and V_k R_kk together.
 
+W~_i has W_i's form, diag(delta_i) - delta_i delta_i^T / sum delta_i with delta = d / (1 + lambda d)
+(``_effective_precision``), so A - I = blockdiag(V_k diag(delta_k) V_k^T) - Q Q^T with Q the
+stacked V_k diag(q_k): one (c m) x n dsyrk (``_precision``).
+
 Cost and memory (n observations, c classes, m inducing inputs per class): A in
-c (c + 1) m^2 n flops, its factorisation (c m)^3 / 3, the pass of F 2 c^2 m^2 n: O(c^2 m^2 n)
+(c^2 + c) m^2 n flops (the dsyrk's c^2 m^2 n and c diagonal blocks), its factorisation (c m)^3 / 3, the pass of F 2 c^2 m^2 n: O(c^2 m^2 n)
 time per factorised posterior. Memory O(c m n): the c V_k, V_k R_kk (c, m, n) and the
 gradient in K_uf (c, m, n); the F_l (c m x n each, c^2 m n together) exist only over column
 blocks; never a cn x cn or n x n matrix. The capacitance is the (c m) x (c m) A, factorised
 exactly, so the log-determinant is exact. Newton steps of the softmax Laplace after the
 first solve A x = b at the new weights by conjugate gradients preconditioned with the last
 factorised A (``FITCNewtonPreconditioner``, O(c m n + c^2 m^2) a step), so that a warm
-evaluation forms A twice (its first step's and the mode's) instead of once per step; nested
+evaluation forms A twice (its first step's and the mode's) instead of once per step; the
+solve's right-hand side is free of K~ (``_newton_weights``), so that the CG's relative
+residual bounds the step's error also at large kernel amplitudes; nested
 EP forms A and its site covariances at every sweep, the latter by triangular products in
 c (c + 1) m^2 n (``_site_blocks``), the gradient's pass once at the end. Below
 O(c^2 m^2 n) per evaluation an exact scheme was not found: the mode's log|A| and the
@@ -92,34 +98,53 @@ MulticlassFITCGradient.__doc__ = """d log Z / d(K_uu (c, m, m), K_uf (c, m, n), 
 _BLOCK_FLOATS = 1 << 21
 
 
-def _precision(V, WtT):
-    """A = I + P^T W~ P (lower triangle, Fortran-ordered): block (k, l) is
-    V_k diag(W~_kl) V_l^T, by dsyrk on the diagonal (W~_kk >= 0) and dgemm below it;
-    ``WtT`` is W~ as (c, c, n), so that each weight vector is contiguous."""
+def _precision(V, delta):
+    """A = I + P^T W~ P (lower triangle, Fortran-ordered) for W~_i = diag(delta_i) -
+    q_i q_i^T, q_i = delta_i / sqrt(sum delta_i) (``_effective_precision``): the blocks
+    below the diagonal, V_k diag(W~_kl) V_l^T = -(V_k diag(q_k))(V_l diag(q_l))^T, are those
+    of one dsyrk of the stacked V_k diag(q_k) (c m x n), at a large product's speed; the
+    diagonal blocks V_k diag(W~_kk) V_k^T are then overwritten by a dsyrk each, with
+    W~_kk = delta_k (sum_{j != k} delta_j) / sum delta >= 0 (no cancellation)."""
     c, (m, n) = len(V), V[0].shape
-    A = np.zeros((c * m, c * m), order="F")
+    total = delta.sum(axis=0)
+    q = delta / np.sqrt(total)
+    Q = np.empty((c * m, n), order="F")
+    for k in range(c):
+        Q[k * m:(k + 1) * m] = V[k] * q[k]
+    A = blas.dsyrk(-1.0, Q, lower=1)
+    del Q
     for k in range(c):
         rows = slice(k * m, (k + 1) * m)
-        A[rows, rows] = blas.dsyrk(1.0, V[k] * np.sqrt(np.maximum(WtT[k, k], 0.0)), lower=1)
-        for l in range(k):
-            A[rows, l * m:(l + 1) * m] = (V[k] * WtT[k, l]) @ V[l].T
+        others = sum(delta[j] for j in range(c) if j != k)
+        A[rows, rows] = blas.dsyrk(1.0, V[k] * np.sqrt(delta[k] * others / total), lower=1)
     A[np.diag_indices(c * m)] += 1.0
     return A
 
 
 def _effective_precision(prior, d):
-    """W~_i = (I + W_i Lambda_i)^{-1} W_i (n, c, c, symmetrised) and log|I + W_i Lambda_i| (n,)
-    for the coupled weights d (c, n)."""
-    c = prior.c
-    D = d.T  # (n, c)
-    s = D.sum(axis=1)
-    W = D[:, :, None] * np.eye(c) - D[:, :, None] * D[:, None, :] / s[:, None, None]
-    B = np.eye(c) + W * prior.lam.T[:, None, :]  # I + W_i Lambda_i
-    sign, logdet = np.linalg.slogdet(B)
-    if not np.all(sign > 0):
+    r"""W~_i = (I + W_i Lambda_i)^{-1} W_i (n, c, c), log|I + W_i Lambda_i| (n,) and delta (c, n)
+    for the coupled weights d (c, n).
+
+    For W_i = diag(d_i) - d_i d_i^T / s_i (s_i = sum_k d_ik) and Lambda_i = diag(lambda_i),
+    Sherman-Morrison on I + Lambda_i W_i = E_i - Lambda_i d_i d_i^T / s_i, E_i = I + Lambda_i
+    diag(d_i), gives W~ of the same form with d replaced by delta = d / (1 + lambda d):
+
+    .. math::
+
+        \tilde W_i = \mathrm{diag}(\delta_i) - \frac{\delta_i \delta_i^T}{\sum_k \delta_{ik}},
+        \qquad \log|I + \Lambda_i W_i| = \sum_k \log(1 + \lambda_{ik} d_{ik})
+            + \log \frac{\sum_k \delta_{ik}}{s_i}.
+    """
+    lam = prior.lam
+    E = 1.0 + lam * d
+    if not (np.all(E > 0.0) and np.all(np.isfinite(E))):
         raise NotPositiveDefiniteError("I + Lambda_i W_i is not positive definite")
-    Wt = np.linalg.solve(B, W)  # (I + W Lambda)^{-1} W = W (I + Lambda W)^{-1}
-    return 0.5 * (Wt + np.transpose(Wt, (0, 2, 1))), logdet
+    delta = d / E
+    total = delta.sum(axis=0)
+    logdet = np.sum(np.log(E), axis=0) + np.log(total / d.sum(axis=0))
+    D = delta.T  # (n, c)
+    Wt = D[:, :, None] * np.eye(prior.c) - D[:, :, None] * D[:, None, :] / total[:, None, None]
+    return Wt, logdet, delta
 
 
 def _Pt(prior, u):
@@ -136,6 +161,25 @@ def _P(prior, z):
 def _Wt_times(Wt, v):
     """W~ v per observation, v (c, n)."""
     return np.einsum("ikl,li->ki", Wt, v)
+
+
+def _newton_rhs(prior, Wt, v):
+    """P^T (v - W~ Lambda v), the right-hand side of ``_newton_weights``'s solve."""
+    return _Pt(prior, v - _Wt_times(Wt, prior.lam * v))
+
+
+def _newton_weights(prior, Wt, v, y):
+    r"""(I + W K~)^{-1} v = v - W~ (Lambda v + P y) for y = A^{-1} P^T (v - W~ Lambda v)
+    (``_newton_rhs``).
+
+    This is v - R K~ v (module docstring) with K~ v = P P^T v + Lambda v and
+    P^T W~ P = A - I: P^T W~ K~ v = (A - I) P^T v + P^T W~ Lambda v, so
+    A^{-1} P^T W~ K~ v = P^T v - y and K~ v - P A^{-1} P^T W~ K~ v = Lambda v + P y.
+    The solve's right-hand side is free of K~, whose large eigenvalues (up to n times a
+    kernel amplitude) would otherwise enter it and, through an iterative solve's residual
+    relative to it, the error of the Newton step (``FITCNewtonPreconditioner``).
+    """
+    return v - _Wt_times(Wt, prior.lam * v + _P(prior, y))
 
 
 class FITCNewtonPreconditioner:
@@ -158,11 +202,11 @@ class FITCNewtonPreconditioner:
         in z runs to ``RTOL``, at most ``MAX_STEPS`` steps."""
         prior = self.prior
         try:
-            Wt, _ = _effective_precision(prior, np.asarray(d, dtype=float))
+            Wt, _, _ = _effective_precision(prior, np.asarray(d, dtype=float))
         except NotPositiveDefiniteError:
             return None
-        wv = _Wt_times(Wt, K_times(v))
-        b = _Pt(prior, wv)
+        v = np.asarray(v, dtype=float)
+        b = _newton_rhs(prior, Wt, v)
 
         def A_times(x):
             return x + _Pt(prior, _Wt_times(Wt, _P(prior, x)))
@@ -177,7 +221,7 @@ class FITCNewtonPreconditioner:
         stop = self.RTOL * float(np.linalg.norm(b))
         for _ in range(self.MAX_STEPS):
             if not np.linalg.norm(r) > stop:
-                return v - (wv - _Wt_times(Wt, _P(prior, x)))
+                return _newton_weights(prior, Wt, v, x)
             Ap = A_times(p)
             pAp = float(p @ Ap)
             if not (pAp > 0.0 and np.isfinite(pAp)):
@@ -287,10 +331,10 @@ class MulticlassFITCPosterior:
         self.s = d.sum(axis=0)
         if not np.all(self.s > 0.0) or np.min(d) < 0.0:
             raise NotPositiveDefiniteError("the coupled weights must be >= 0 with a positive sum per observation")
-        self.Wt, logdet = _effective_precision(prior, d)
+        self.Wt, logdet, delta = _effective_precision(prior, d)
         self._half_logdet_sites = 0.5 * float(np.sum(logdet))
         self._WtT = np.ascontiguousarray(np.transpose(self.Wt, (1, 2, 0)))  # (c, c, n)
-        self.L_A = chol_lower(_precision(prior.V, self._WtT), overwrite=True)
+        self.L_A = chol_lower(_precision(prior.V, delta), overwrite=True)
         self._A_inv = None
         self._pass = self._S = None
         self._with_VR = False
@@ -330,9 +374,11 @@ class MulticlassFITCPosterior:
         return wv - self._Wt_times(self._P(z))
 
     def weights(self, v):
-        """(I + W K~)^{-1} v = v - R K~ v (Newton's next a from v = W f + g; EP's b from h)."""
+        """(I + W K~)^{-1} v = v - R K~ v (Newton's next a from v = W f + g; EP's b from h),
+        by ``_newton_weights``."""
         v = np.asarray(v, dtype=float)
-        return v - self.R_times(self.K_times(v))
+        y = cho_solve((self.L_A, True), _newton_rhs(self.prior, self.Wt, v), check_finite=False)
+        return _newton_weights(self.prior, self.Wt, v, y)
 
     def mean_and_weights(self, v):
         """(K~ b, b) for b = ``weights(v)``."""

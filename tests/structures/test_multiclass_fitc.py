@@ -248,3 +248,61 @@ def test_shared_kernel_and_inducing_set_equal_their_per_class_copies():
     point = {"log_ls": np.array(0.2)}
     assert a.compile_logp(mode=VM)(point) == pytest.approx(b.compile_logp(mode=VM)(point), rel=1e-10)
     np.testing.assert_allclose(a.compile_dlogp(mode=VM)(point), b.compile_dlogp(mode=VM)(point), rtol=1e-8)
+
+
+def _coupled_W(d):
+    """The cn x cn class-major W of coupled weights d (c, n): W_i = diag(d_i) - d_i d_i^T / s_i."""
+    c, n = d.shape
+    W = np.zeros((c * n, c * n))
+    for i in range(n):
+        Wi = np.diag(d[:, i]) - np.outer(d[:, i], d[:, i]) / d[:, i].sum()
+        idx = np.arange(c) * n + i
+        W[np.ix_(idx, idx)] = Wi
+    return W
+
+
+def test_effective_precision_and_A_equal_their_definitions():
+    from pymc_gpc.structures.multiclass_fitc import _effective_precision, _precision
+
+    X, y, Xu = problem(seed=3, n=30, m=6)
+    prior = MulticlassFITCPrior(*fitc_inputs(X, Xu))
+    rng = np.random.default_rng(4)
+    d = rng.dirichlet(np.ones(3), size=30).T
+    d[1, :5] = 0.0  # a class without weight at some observations
+    Wt, logdet, delta = _effective_precision(prior, d)
+    for i in range(30):
+        Wi = np.diag(d[:, i]) - np.outer(d[:, i], d[:, i]) / d[:, i].sum()
+        B = np.eye(3) + Wi * prior.lam[:, i]  # I + W_i Lambda_i
+        np.testing.assert_allclose(Wt[i], np.linalg.solve(B, Wi), rtol=1e-12, atol=1e-14)
+        assert logdet[i] == pytest.approx(np.linalg.slogdet(B)[1], rel=1e-12, abs=1e-14)
+    P = np.zeros((3 * 30, 3 * 6))  # f = P z: blockdiag(V_k^T)
+    for k in range(3):
+        P[k * 30:(k + 1) * 30, k * 6:(k + 1) * 6] = prior.V[k].T
+    Wt_big = np.zeros((90, 90))
+    for i in range(30):
+        idx = np.arange(3) * 30 + i
+        Wt_big[np.ix_(idx, idx)] = Wt[i]
+    A = np.tril(_precision(prior.V, delta))
+    np.testing.assert_allclose(A, np.tril(np.eye(18) + P.T @ Wt_big @ P), rtol=1e-11, atol=1e-11)
+
+
+def test_newton_step_at_a_large_amplitude_matches_the_dense_solve():
+    # kernel amplitudes up to 1e4 (as at a MAP-II point of a large data set): the Newton
+    # step's f = K~ (I + W K~)^{-1} v, by the factorised posterior and by CG preconditioned
+    # with the posterior at other weights, against a dense LU solve
+    X, y, Xu = problem(seed=5, n=60, m=8)
+    hyp = [(0.8, 1e4), (0.6, 300.0), (1.2, 3.0)]
+    prior = MulticlassFITCPrior(*fitc_inputs(X, Xu, hyp=hyp))
+    rng = np.random.default_rng(6)
+    d = rng.dirichlet(0.5 * np.ones(3), size=60).T
+    v = 30.0 * rng.normal(size=(3, 60))
+    Kd = prior.dense()
+    K = np.zeros((180, 180))
+    for k in range(3):
+        K[k * 60:(k + 1) * 60, k * 60:(k + 1) * 60] = Kd[k]
+    f_ref = (K @ np.linalg.solve(np.eye(180) + _coupled_W(d) @ K, v.ravel())).reshape(3, 60)
+    other = prior.posterior(0.7 * d + 0.3 * rng.dirichlet(np.ones(3), size=60).T)
+    by_cg = other.preconditioner().solve_other_weights(prior, d, v, None, 0.0)
+    assert by_cg is not None
+    for a in (prior.posterior(d).weights(v), by_cg):
+        np.testing.assert_allclose(prior(a), f_ref, rtol=0, atol=1e-8 * np.max(np.abs(f_ref)))
