@@ -4,10 +4,10 @@ At fixed hyperparameters (SE kernel, probit likelihood, jitter 1e-8), each appro
 log evidence, latent predictive mean and variance, class probabilities and mean test log p
 are compared with the exact ones:
 
-* the 2-point problem of ``tests/test_posterior_gold.py``: exact evidence and predictive
+* the 2-point problem of ``tests/integration/test_posterior_gold.py``: exact evidence and predictive
   class probabilities in closed form (orthant probabilities), the exact latent posterior
   moments by 2-D quadrature;
-* the 30-point problem of ``tests/test_posterior_gold.py`` (sin(2x) labels, 30 % flips
+* the 30-point problem of ``tests/integration/test_posterior_gold.py`` (sin(2x) labels, 30 % flips
   by noise), a near-separable 2-d synthetic set (noiseless linear labels, 60 training
   points) and Crabs (60 training points): elliptical slice sampling (4 chains, R-hat and
   bulk ESS reported) and annealed importance sampling for log Z
@@ -60,7 +60,7 @@ def se(A, B, ls, amp):
 
 
 def two_point():
-    """tests/test_posterior_gold.py's X, Y and XS (test labels: the sign of x, as the training labels)."""
+    """tests/integration/test_posterior_gold.py's X, Y and XS (test labels: the sign of x, as the training labels)."""
     X = np.array([[-0.8], [0.6]])
     Y = np.array([-1.0, 1.0])
     XS = np.array([[-1.5], [0.0], [0.3], [2.0]])
@@ -68,7 +68,7 @@ def two_point():
 
 
 def thirty_point():
-    """tests/test_posterior_gold.py's 30-point set; 200 test points drawn the same way."""
+    """tests/integration/test_posterior_gold.py's 30-point set; 200 test points drawn the same way."""
     rng = np.random.default_rng(3)
     X = rng.uniform(-3, 3, size=(30, 1))
     y = np.where(np.sin(2.0 * X[:, 0]) + 0.3 * rng.normal(size=30) > 0, 1.0, -1.0)
@@ -209,7 +209,7 @@ def case(name, Xtr, ytr, Xte, yte, amp, ls, n_iter):
 def markdown(rows, mfs, n_iter):
     out = ["# Binary approximations against a gold standard: EP, Laplace, mean field, ADF", "",
            "Probit likelihood, SE kernel with the given amplitude (variance) and lengthscale, jitter 1e-8,",
-           "fixed hyperparameters. Gold: for the 2-point problem of `tests/test_posterior_gold.py`, the exact",
+           "fixed hyperparameters. Gold: for the 2-point problem of `tests/integration/test_posterior_gold.py`, the exact",
            "evidence and class probabilities in closed form and the latent moments by 2-D quadrature; for the",
            f"others, elliptical slice sampling ({n_iter} iterations x 4 chains, thinned by 10, max R-hat and min",
            f"bulk ESS over the training latents) and annealed importance sampling for log Z ({AIS[0]} particles,",

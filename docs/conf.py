@@ -4,7 +4,7 @@ Built with ``sphinx-build -W docs docs/_build/html`` (``bash scripts/docs.sh``).
 of pages are generated at build time, into folders that git ignores:
 
 * ``examples/*.ipynb``: copies of ``notebooks/*.ipynb``, rendered from their stored
-  outputs (myst-nb with execution off; ``tests/test_notebook.py`` executes them);
+  outputs (myst-nb with execution off; ``tests/integration/test_notebook.py`` executes them);
 * ``benchmarks/<area>.md``: one page per area, from ``benchmarks/results/*.md``.
 """
 
@@ -46,7 +46,7 @@ exclude_patterns = ["_build", "Thumbs.db", ".DS_Store", "**.ipynb_checkpoints", 
 myst_enable_extensions = ["dollarmath", "colon_fence", "deflist"]
 myst_heading_anchors = 3
 # The notebooks are rendered from their stored outputs: executing them here would make
-# the docs build take the tens of minutes of sampling they contain; tests/test_notebook.py
+# the docs build take the tens of minutes of sampling they contain; tests/integration/test_notebook.py
 # runs them (with few draws) so their code cannot rot.
 nb_execution_mode = "off"
 nb_merge_streams = True
@@ -79,7 +79,7 @@ html_show_sourcelink = False
 
 # No intersphinx: these machines cannot fetch inventories.
 
-# For nitpicky builds (``-n``, as tests/test_docs.py runs): references that cannot resolve
+# For nitpicky builds (``-n``, as tests/integration/test_docs.py runs): references that cannot resolve
 # without intersphinx (PyTensor's and PyMC's names, the inherited Op docstrings' ``Op.*``
 # and ``node.*``), and the package's modules, which have no API pages of their own. Any
 # other unresolved reference (a misspelt ``pymc_gpc`` function, class, method) is an error.

@@ -14,7 +14,7 @@ posterior mean of the field is <a(x)> = sum_j K(x, x_j) alpha_j (eq. 3; the pape
 alpha_j y_j is our alpha_j).
 
 Support: all five likelihoods, with an exact gradient in K and in the likelihood
-parameter (checked against finite differences in ``tests/test_meanfield.py``). Mean
+parameter (checked against finite differences in ``tests/approximations/test_meanfield.py``). Mean
 field I needs K^{-1}, so K must be strictly positive definite (a jitter or the
 paper's diagonal term v); with a nearly singular K its bound is valid but very loose
 (the factorised q cannot follow strong posterior correlations: at n = 1000 with
@@ -48,7 +48,7 @@ and unbounded as K nears singularity (smooth kernel, dense inputs, small jitter:
 c -> m, so the fixed point becomes m = K grad log p(y|m), Laplace's mode f^, the site
 precisions below become Laplace's W (the same predictive), and
 -F -> log Z_Laplace + (1/2) log|I + W K| - KL0. Checked against a direct optimisation of the
-factorised KL bound in ``tests/test_meanfield.py``; measured in
+factorised KL bound in ``tests/approximations/test_meanfield.py``; measured in
 ``benchmarks/results/binary_gold.md`` (gap to the exact evidence KL0 less 3-15 nats).
 
 Writing m = K alpha, the fixed point is alpha = alpha(c) with c = (K - diag(s^2)) alpha:

@@ -170,20 +170,6 @@ def test_mean_field_has_no_jax_implementation_and_says_what_works():
         pytensor.function([amp], out, mode="JAX")
 
 
-def test_fitc_has_no_jax_implementation_and_says_where_it_runs():
-    from pymc_gpc.ops.sparse import SparseMarginalOp
-
-    rng = np.random.default_rng(0)
-    X, Xu = rng.normal(size=(8, 2)), rng.normal(size=(3, 2))
-    y = np.sign(rng.normal(size=8))
-    amp = pt.dscalar("amp")
-    cov = amp * pm.gp.cov.ExpQuad(2, ls=1.0)
-    out = SparseMarginalOp("ep", L.Probit)(cov(Xu) + 1e-6 * pt.eye(3), cov(Xu, X), cov(X, diag=True),
-                                          pt.zeros(0), y)[0]
-    with pytest.raises(NotImplementedError, match="SparseMarginalOp.*numba backend"):
-        pytensor.function([amp], out, mode="JAX")
-
-
 def test_missing_jax_names_the_extra(monkeypatch):
     import pymc_gpc.idata as idata_module
 

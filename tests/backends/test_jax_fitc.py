@@ -30,7 +30,7 @@ from pymc_gpc import likelihoods as L  # noqa: E402
 from pymc_gpc.backends.jax import fitc as jax_fitc  # noqa: E402
 from pymc_gpc.structures import FITCPrior  # noqa: E402
 
-from .conftest import random_problem  # noqa: E402
+from ..conftest import random_problem  # noqa: E402
 
 LIKS = [(L.Probit, []), (L.ProbitBias, [0.4]), (L.ProbitNoise, [0.6]), (L.StepLabelNoise, [0.1]), (L.Logistic, [])]
 PAIRS = [(a, lik, th) for lik, th in LIKS for a in ("ep", "laplace") if lik.supports_laplace or a == "ep"]
