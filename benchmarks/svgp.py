@@ -128,6 +128,7 @@ def run_svgp(m, lr, max_epochs):
         wall, cpu = wall + time.perf_counter() - t0, cpu + time.process_time() - c0
         log_p, err = test_metrics(model, likelihood)
         curve.append((epoch, wall, log_p, err, cpu))
+        print("epoch", json.dumps(curve[-1]), file=sys.stderr, flush=True)
         best, since = (log_p, 0) if log_p > best + PLATEAU_TOL else (max(best, log_p), since + 1)
         if since >= PATIENCE:
             break
@@ -160,7 +161,7 @@ def _finish(kind, process):
     if process.returncode:
         raise RuntimeError(f"the {kind} run failed ({process.returncode})")
     row = json.loads(out.strip().splitlines()[-1])
-    print(kind, {k: v for k, v in row.items() if k != "curve"}, flush=True)
+    print(kind, json.dumps(row), flush=True)
     return row
 
 
