@@ -55,3 +55,35 @@ def test_flights_split_is_seeded_disjoint_and_standardised():
 def test_flights_refuses_impossible_sizes(n_train, n_test):
     with pytest.raises(ValueError, match=str(N_FLIGHTS)):
         load_flights(n_train=n_train, n_test=n_test)
+
+
+def test_map_fit_with_a_coarse_first_run_reaches_the_single_runs_optimum(monkeypatch):
+    """``fit``'s coarse first L-BFGS-B run (EP at tol 1e-3, ``type2._coarse_stage``) changes the
+    path, not the optimum: against one run at the engine's tolerances (the previous behaviour,
+    ``COARSE_FTOL = 0``), the same MAP-II point and evidence, a stationary point of the exact
+    objective (its gradient checked by PyMC's own dlogp), and a history ending at the evidence."""
+    from pymc_gpc import MarginalEP
+    from pymc_gpc import likelihoods as L
+    from pymc_gpc.estimation import type2
+    import pymc as pm
+    import pytensor.tensor as pt
+    import pymc_gpc
+
+    data = load_flights(n_train=120, n_test=0, seed=1)
+    X = data.X_train[:, [3, 5]]  # departure hour, distance
+    with pm.Model() as model:
+        log_ls = pm.Normal("log_ls", 0, 1, shape=2)
+        log_amp = pm.Normal("log_amp", 0, 1)
+        cov = pt.exp(log_amp) * pm.gp.cov.ExpQuad(2, ls=pt.exp(log_ls))
+        gp = MarginalEP(cov_func=cov, likelihood=L.Probit(), approx="FITC")
+        gp.marginal_likelihood("y", X=X, y=data.y_train, Xu=X[:10])
+    two = pymc_gpc.fit(model, method="map", progressbar=False)
+    monkeypatch.setattr(type2, "COARSE_FTOL", 0.0)
+    one = pymc_gpc.fit(model, method="map", progressbar=False)
+    assert two.converged and one.converged
+    assert two.log_evidence == pytest.approx(one.log_evidence, abs=1e-5)
+    for name in ("log_ls", "log_amp"):
+        np.testing.assert_allclose(two.point[name], one.point[name], atol=2e-3)
+    assert two.history["log_evidence"][-1] == pytest.approx(two.log_evidence, abs=1e-8)
+    point = {k: two.point[k] for k in ("log_ls", "log_amp")}
+    assert np.max(np.abs(model.compile_dlogp()(point))) < 1e-2
