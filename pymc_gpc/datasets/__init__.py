@@ -258,3 +258,4 @@ def load(name, standardise=True):
     if name not in loaders:
         raise ValueError(f"unknown data set {name!r}; bundled: {sorted(loaders)}")
     return loaders[name](standardise=standardise)
+from pymc_gpc.datasets.large_binary import FLIGHTS_FEATURES, load_flights  # noqa: E402 (needs Split above)

@@ -12,6 +12,7 @@ from pymc.pytensorf import compile as compile_fn
 from pytensor.graph.replace import graph_replace
 from pytensor.graph.traversal import ancestors
 
+from ..approximations import registry
 from ..approximations.solve import solve_with_retries
 from ..ops.marginal import ApproxMarginalOp
 from ..python_vm import PYTHON_VM_FORWARD_MODE, PYTHON_VM_MODE
@@ -64,6 +65,22 @@ class Objective:
         grads = pt.grad(pulled, self.targets) if self.targets else []
         self.backward = compile_fn(self.free + cotangents, grads, on_unused_input="ignore", mode=FIT_MODE)
         self.states = [None] * len(self.nodes)
+        self.overrides = [{} for _ in self.nodes]
+
+    def coarse_options(self):
+        """Per term, the solver options under which its evidence is trusted for predictions
+        (the registry's ``prediction_defaults``, e.g. EP's tol 1e-3 against the engine's 1e-8),
+        or {} where they are the term's own; ``set_overrides`` applies them."""
+        out = []
+        for node in self.nodes:
+            own = dict(node.op.options)
+            loose = dict(registry.get(node.op.approximation).prediction_defaults)
+            out.append({} if all(own.get(k) == v for k, v in loose.items()) else loose)
+        return out
+
+    def set_overrides(self, overrides):
+        """Solve term j with ``overrides[j]`` over its Op's options from now on ([{}, ...]: none)."""
+        self.overrides = [dict(o) for o in overrides]
 
     def _inputs(self, point):
         return [point[v.name] for v in self.free]
@@ -87,7 +104,7 @@ class Objective:
     def solve(self, j, K, theta, with_grad=True):
         """The approximation of term j, warm-started from its last call, with the Op's retry schedule."""
         node = self.nodes[j]
-        options = dict(node.op.options, with_grad=with_grad, with_loo=False)
+        options = {**dict(node.op.options), **self.overrides[j], "with_grad": with_grad, "with_loo": False}
         # K comes from a covariance function, as in the Op: no symmetry or PSD check (one
         # Cholesky factorisation per class and solve); an indefinite K still fails the solve
         with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"), trusted_kernel():
@@ -137,6 +154,7 @@ def objective_for(model, rest_terms, targets):
         cache[key] = Objective(model, rest_terms, targets)
     objective = cache[key]
     objective.states = [None] * len(objective.nodes)
+    objective.set_overrides([{} for _ in objective.nodes])
     return objective
 
 

@@ -30,6 +30,10 @@ RUNAWAY_TOL = 1e-3
 RUNAWAY_EFFECT = 1e-3
 
 
+# the relative objective change that ends the coarse first run (``_coarse_stage``)
+COARSE_FTOL = 1e-7
+
+
 def maximise(model, point, method, maxiter, tol, progressbar):
     """L-BFGS-B on the objective of ``method`` over the unconstrained free variables."""
     gradient_free = [n.op.approximation for n in marginal_nodes(model)
@@ -57,8 +61,12 @@ def maximise(model, point, method, maxiter, tol, progressbar):
                 history[key].append(last.get(key, np.nan))
             bar.show(len(history["objective"]), f"log evidence {last.get('log_evidence', np.nan):.4f}")
 
-        res = scipy.optimize.minimize(negative, x0.data, jac=True, method="L-BFGS-B", callback=callback,
-                                      options=dict(maxiter=maxiter, ftol=tol, gtol=1e-6))
+        def lbfgs(x, iterations, ftol):
+            return scipy.optimize.minimize(negative, x, jac=True, method="L-BFGS-B", callback=callback,
+                                           options=dict(maxiter=iterations, ftol=ftol, gtol=1e-6))
+
+        x, coarse_iter = _coarse_stage(objective, lbfgs, x0.data, maxiter, tol)
+        res = lbfgs(x, max(maxiter - coarse_iter, 1), tol)
     best = unravel(res.x, x0, point)
     value, log_z, _ = objective.evidence_and_grad(best)
     runaway = _runaway(objective, res.x, x0, point, value, model)
@@ -69,9 +77,32 @@ def maximise(model, point, method, maxiter, tol, progressbar):
     return FitResult(
         method=method, point=all_values(model, best, objective), log_evidence=float(log_z),
         history={k: np.asarray(v, float) for k, v in history.items()},
-        converged=bool(res.success) and not runaway, n_iter=int(res.nit), message=message, model=model,
+        converged=bool(res.success) and not runaway, n_iter=coarse_iter + int(res.nit), message=message, model=model,
         runaway=tuple(runaway),
     )
+
+
+def _coarse_stage(objective, lbfgs, x, maxiter, tol):
+    """The first of two L-BFGS-B runs: the evidence terms solved at the tolerances their
+    predictions use (``Objective.coarse_options``; EP: site change 1e-3 instead of 1e-8,
+    with single-precision sweeps), to a relative objective change ``COARSE_FTOL``.
+
+    Far from the optimum an evaluation needs only the evidence's trend: EP's warm-started
+    sweeps at tol 1e-8 are spent on digits that the next step discards. The second run
+    starts where this one stopped and converges at the engine's tolerances, so the
+    returned optimum, evidence and history's last entry are those of exact solves (the
+    criterion of the single run before). The inexact objective may stop this run with a
+    failed line search: only its point is kept. Returns (start of the exact run, iterations
+    used). Where no term has looser options (Laplace) there is one run."""
+    coarse = objective.coarse_options()
+    if not any(coarse) or tol >= COARSE_FTOL:
+        return x, 0
+    objective.set_overrides(coarse)
+    try:
+        res = lbfgs(x, maxiter, COARSE_FTOL)
+    finally:
+        objective.set_overrides([{} for _ in coarse])
+    return (res.x if np.isfinite(res.fun) and res.fun < 1e300 else x), int(res.nit)
 
 
 def _check_start(objective, point, method):

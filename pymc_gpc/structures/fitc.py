@@ -99,9 +99,9 @@ class _TriangularFactor:
 
     Where L is well conditioned (LAPACK's estimate of its 1-norm condition number at most
     ``MAX_COND``), L^{-1} is formed once (m^3/3 flops) and applied as a product: dtrmm runs
-    about 1.6x faster here than the solve dtrsm with m = 200 and 10^4 right-hand sides,
-    and its rounding error, about cond(L) times the unit roundoff, stays below 1e-10
-    relative. Otherwise (a K_uu factorised without jitter, an A near singular from
+    faster than the solve dtrsm with many right-hand sides (``engine_notes.md``, "FITC
+    structure"), and its rounding error, about cond(L) times the unit roundoff, stays below
+    1e-10 relative. Otherwise (a K_uu factorised without jitter, an A near singular from
     negative site precisions) it is a triangular solve. A float32 B (a rough posterior's
     sweep) is handled in single precision.
     """
@@ -145,9 +145,9 @@ class _TriangularFactor:
 def _column_blocks(m, n):
     """Slices of about 1 MB of columns of an m x n array.
 
-    The O(n m^2) products run over column blocks so that no m x n temporary is made:
-    at n = 10^5 a fresh 80 MB array is served by a new mapping whose first touch cost
-    up to 185 ms on the benchmark machine, more than the arithmetic of a product.
+    The O(n m^2) products run over column blocks so that no m x n temporary is made: a
+    fresh array of that size is served by a new mapping whose first touch can cost more
+    than the arithmetic of a product (``engine_notes.md``, "FITC structure").
     """
     step = max(256, (1 << 17) // max(m, 1))
     return [slice(j, min(j + step, n)) for j in range(0, n, step)]
@@ -303,7 +303,7 @@ class FITCPosterior:
 
     ``rough=True`` (honoured where every site precision is >= 0 and cond(L_A) <=
     ``MAX_COND_ROUGH``) forms A and C = L_A^{-1} V,
-    the two m^2 n products, in single precision (2.4x faster here at n = 10^4, m = 200):
+    the two m^2 n products, in single precision (``engine_notes.md``, "FITC structure"):
     the marginal variances then carry relative errors of about 1e-7 cond(L_A), and the
     means and weights are exact for the rounded A. It serves EP sweeps whose sites are
     only a step towards the fixed point (``approximations.ep._parallel``); it refuses the
@@ -315,14 +315,13 @@ class FITCPosterior:
     # else two triangular solves
     MAX_COND_INVERSE = 1e4
     # A rough posterior is kept only where cond(L_A) is at most this, else it is made exact:
-    # single-precision rounding bounds the variances' relative error by about 6e-8 cond(L_A)
-    # (6e-3 here, below the sampler's tol 1e-2; measured: 1e-6 to 7e-6 at n = 10^4, m = 200
-    # for cond(L_A) from 350 to 2.4e4)
+    # single-precision rounding bounds the variances' relative error by about 6e-8 cond(L_A),
+    # 6e-3 at the limit, below the sampler's tol 1e-2 (``engine_notes.md``, "FITC structure")
     MAX_COND_ROUGH = 1e5
     # The gradient's products are rounded to single precision (``kernel_gradient(rough=True)``)
-    # only where LAPACK's estimate of cond(L_uu) is at most this: measured up to 9e5 (ISLR's
-    # Default, m = 200), the rounding moved a hyperparameter gradient by at most 7.5e-4 of
-    # its value; beyond it the solves with L_uu would carry about 6e-8 cond(L_uu)
+    # only where LAPACK's estimate of cond(L_uu) is at most this (the largest measured, where
+    # the rounding stayed below EP's own error at the sampler's tolerance: ``engine_notes.md``,
+    # "FITC structure"); beyond it the solves with L_uu would carry about 6e-8 cond(L_uu)
     MAX_COND_ROUGH_GRADIENT = 1e6
 
     def __init__(self, prior, w, rough=False):
@@ -355,8 +354,8 @@ class FITCPosterior:
 
         Rough: the column norms of C = L_A^{-1} V in single precision (``_solve_columns``;
         C itself is not kept). Exact: E = A^{-1} V over column blocks, by dgemm with A^{-1} where
-        cond(L_A) <= ``MAX_COND_INVERSE`` (one product, 1.3x the time of a triangular
-        product here at m = 200, but the gradient's L_A^{-T} (C D) is then E D for free),
+        cond(L_A) <= ``MAX_COND_INVERSE`` (one product, dearer than a triangular product,
+        but the gradient's L_A^{-T} (C D) is then E D for free),
         else as L_A^{-T} (L_A^{-1} V_b); the norms are V_i . E_i, taken while the block is
         in cache. A = I + V D V^T has every eigenvalue >= 1 where every site precision is
         >= 0, so cond(A) stays moderate; negative sites (the step likelihood's EP) may
@@ -473,18 +472,14 @@ class FITCPosterior:
         and one per sign otherwise), column block by column block (``_column_blocks``),
         P formed in one pass in dK_uf (``_gradient_block_terms``), the only m x n array
         made (rather than 5 m^2 n with three m x n temporaries, as a direct transcription
-        would take: a half to two thirds of the time at n = 10^4 to 10^5).
+        would take; ``engine_notes.md``, "FITC structure").
 
         ``rough=True`` runs those two m^2 n products (L_uu^{-T} P and the dsyrk) in single
-        precision, P formed in double and rounded once: 0.67-0.76 of the time here
-        (n = 10^4 to 10^5, m = 100-200); honoured where cond(L_uu) <=
-        ``MAX_COND_ROUGH_GRADIENT``, else the gradient is double. Rounding moved the
-        gradient in a hyperparameter by at most 7.3e-5 of its value on synthetic data
-        (n = 2000 and 10^4, m = 50-200, four kernels each, random-subset and k-means Xu) and
-        7.5e-4 on ISLR's Default (n = 8000, m = 50 and 200; ``benchmarks/sparse.py
-        --gradient``), where stopping EP at the sampler's tol 1e-2 moved it by 5.7e-5 to 0.35,
-        more than the rounding at every point: for EP solves at the sampler's tolerances
-        only (``approximations.ep``).
+        precision, P formed in double and rounded once; honoured where cond(L_uu) <=
+        ``MAX_COND_ROUGH_GRADIENT``, else the gradient is double. The rounding moves a
+        hyperparameter's gradient by less than stopping EP at the sampler's tol 1e-2 does
+        (``engine_notes.md``, "FITC structure"; ``benchmarks/sparse.py --gradient``): for EP
+        solves at the sampler's tolerances only (``approximations.ep``).
         """
         if self.rough:  # (``rough=True`` here rounds an exact posterior's gradient)
             raise RuntimeError("a rough (single-precision) FITC posterior has no gradient")

