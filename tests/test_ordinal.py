@@ -257,7 +257,7 @@ def test_nuts_recovers_the_cutpoints():
         c = pm.Normal("c", 0.0, 2.0, shape=2, transform=pm.distributions.transforms.ordered, initval=[-0.5, 0.5])
         gp = pymc_gpc.MarginalEP(cov_func=pm.gp.cov.ExpQuad(1, ls=ls), likelihood=OrderedProbit(c, sigma=0.3))
         gp.marginal_likelihood("y", X=X, y=y)
-        idata = pymc_gpc.sample(draws=250, tune=250, chains=2, cores=1, random_seed=5, progressbar=False,
+        idata = pymc_gpc.sample(draws=200, tune=200, chains=2, cores=1, random_seed=5, progressbar=False,
                                 compute_convergence_checks=False, compile_kwargs={"mode": PYTHON_VM_MODE})
     assert int(idata.sample_stats["diverging"].sum()) == 0
     lo, hi = np.quantile(idata.posterior["c"].values.reshape(-1, 2), [0.025, 0.975], axis=0)
