@@ -267,3 +267,23 @@ def test_nuts_recovers_the_cutpoints():
         assert np.isfinite(float(az.loo(idata).elpd))
     p = gp.predict(X[:5], idata=idata, max_draws=20, progressbar=False)
     assert p.shape == (5, 3) and np.allclose(p.sum(axis=1), 1.0)
+
+
+# -- FITC ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("gp_class", [pymc_gpc.MarginalEP, pymc_gpc.MarginalLaplace], ids=lambda c: c.__name__)
+def test_fitc_with_inducing_inputs_at_the_data_equals_dense(gp_class):
+    """With Xu = X the FITC prior is the dense one: evidence and gradient agree to 1e-6."""
+    results = []
+    for approx in (None, "FITC"):
+        with pm.Model() as model:
+            ls = pm.LogNormal("ls", 0.0, 0.5)
+            c = pm.Normal("c", 0.0, 2.0, shape=2, transform=pm.distributions.transforms.ordered,
+                          initval=[-0.6, 0.4])
+            gp = gp_class(cov_func=pm.gp.cov.ExpQuad(2, ls=ls), likelihood=OrderedLogit(c), approx=approx)
+            gp.marginal_likelihood("y", X=X_SMALL, y=Y3, **({"Xu": X_SMALL} if approx else {}))
+        fn = model.compile_fn([model.logp(), model.dlogp()], mode=PYTHON_VM_MODE)
+        results.append(fn({"ls_log__": np.array(0.1), "c_ordered__": np.array([-0.6, 0.0])}))
+    assert abs(results[0][0] - results[1][0]) < 1e-6
+    np.testing.assert_allclose(results[0][1], results[1][1], rtol=0, atol=1e-6)
