@@ -287,3 +287,34 @@ def test_fitc_with_inducing_inputs_at_the_data_equals_dense(gp_class):
         results.append(fn({"ls_log__": np.array(0.1), "c_ordered__": np.array([-0.6, 0.0])}))
     assert abs(results[0][0] - results[1][0]) < 1e-6
     np.testing.assert_allclose(results[0][1], results[1][1], rtol=0, atol=1e-6)
+
+
+# -- JAX -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("lik", [OrderedProbit([-1.0, 0.2, 1.5], sigma=0.7), OrderedLogit([-1.0, 0.2, 1.5])],
+                         ids=lambda lik: type(lik).__name__)
+def test_jax_kernels_match_numba(lik):
+    """``backends.jax.likelihoods``' ordinal rows against the numba kernels, to 1e-8."""
+    jax = pytest.importorskip("jax", reason="the JAX backend needs the jax extra")
+    jax.config.update("jax_enable_x64", True)
+    import jax.numpy as jnp
+
+    from pymc_gpc.backends.jax import likelihoods as JL
+    from pymc_gpc.likelihoods.binary import log_lik_map, tilted_map
+    from pymc_gpc.likelihoods.ordinal import ordinal_log_lik_dparams, ordinal_tilted_dparams
+
+    r = np.random.default_rng(0)
+    y = r.integers(0, 4, 30).astype(float)
+    mu, s2, f = 3 * r.normal(size=30), np.exp(r.normal(size=30)), 3 * r.normal(size=30)
+    th = lik.params
+    J = [jnp.asarray(a) for a in (y, mu, s2, f, th)]
+    rows = np.asarray(JL.ordinal_tilted(lik.kind, J[0], J[1], J[2], J[4]))
+    np.testing.assert_allclose(rows[:3], tilted_map(lik.kind, y, mu, s2, th)[:3], rtol=1e-8, atol=1e-8)
+    np.testing.assert_allclose(JL.ordinal_scatter(lik.kind, J[0], J[4], *rows[3:6]),
+                               ordinal_tilted_dparams(lik.kind, y, mu, s2, th), rtol=1e-8, atol=1e-8)
+    rows = np.asarray(JL.ordinal_log_lik(lik.kind, J[0], J[3], J[4]))
+    np.testing.assert_allclose(rows[:4], log_lik_map(lik.kind, y, f, th)[:4], rtol=1e-8, atol=1e-8)
+    for j, want in enumerate(ordinal_log_lik_dparams(lik.kind, y, f, th)):
+        np.testing.assert_allclose(JL.ordinal_scatter(lik.kind, J[0], J[4], *rows[4 + 3 * j:7 + 3 * j]), want,
+                                   rtol=1e-8, atol=1e-8)
