@@ -25,6 +25,7 @@ import numpy as np
 from . import likelihoods as L
 from .datasets import Split, load
 from .cli_multiclass import MULTICLASS_LIKELIHOODS, is_multiclass, likelihood_for, test_report
+from .likelihoods.ordinal import OrderedLogit, OrderedProbit
 from .validation import SingleMemberClassWarning, as_signed_labels, check_inputs
 
 LIKELIHOODS = {
@@ -34,6 +35,8 @@ LIKELIHOODS = {
     "probit-noise": L.ProbitNoise,
     "step": L.StepLabelNoise,
 }
+# --likelihood names of the ordinal likelihoods (with --ordinal; ordered-probit the default)
+ORDINAL_LIKELIHOODS = {"ordered-probit": OrderedProbit, "ordered-logit": OrderedLogit}
 
 
 def _parser():
@@ -51,10 +54,17 @@ def _parser():
         help="how the latent function is integrated out (adf has no gradient: use --method em-ep)",
     )
     p.add_argument(
-        "--likelihood", default=None, choices=sorted(LIKELIHOODS) + sorted(MULTICLASS_LIKELIHOODS),
+        "--likelihood", default=None,
+        choices=sorted(LIKELIHOODS) + sorted(MULTICLASS_LIKELIHOODS) + sorted(ORDINAL_LIKELIHOODS),
         help="two classes: one of the binary likelihoods (default probit); more: softmax (with laplace, the "
              "default there) or multinomial-probit (with ep, the default there)",
     )
+    p.add_argument(
+        "--ordinal", action="store_true",
+        help="the target's classes are ordered (at least 3): ordered-probit (default) or ordered-logit "
+             "likelihood with free cutpoints, ep or laplace; numeric labels in numeric order, others need --levels",
+    )
+    p.add_argument("--levels", help="with --ordinal: the target's labels from lowest to highest, comma-separated")
     p.add_argument(
         "--shared-kernel", action="store_true",
         help="more than two classes: one ARD kernel shared by all classes instead of one per class",
@@ -124,7 +134,7 @@ def load_split(args):
     if not args.target:
         raise ValueError("--target is required with a CSV file")
     Xtr, ytr, names = _read_csv(args.train, args.target)
-    multiclass = is_multiclass(ytr)  # labels kept as read (cli_multiclass)
+    multiclass = is_multiclass(ytr) or args.ordinal  # labels kept as read (cli_multiclass, ordinal_levels)
     with warnings.catch_warnings():  # a single-member class: marginal_likelihood warns, once
         warnings.simplefilter("ignore", SingleMemberClassWarning)
         ytr_signed = ytr if multiclass else as_signed_labels(_label_values(ytr))
@@ -143,6 +153,23 @@ def load_split(args):
         Xtr = (Xtr - mean) / sd
         Xte = None if Xte is None else (Xte - mean) / sd
     return Split(pathlib.Path(args.train).stem, Xtr, ytr_signed, Xte, yte, names)
+
+
+def ordinal_levels(y, levels=None):
+    """The levels of an ordinal target read from a CSV, lowest first: ``levels`` (the
+    ``--levels`` text, comma-separated) or, for numeric labels, their numeric order."""
+    if levels is not None:
+        return [v.strip() for v in levels.split(",")]
+    values = np.unique(np.asarray(y).astype(str))
+    try:
+        return sorted(values.tolist(), key=float)
+    except ValueError:
+        raise ValueError(f"the ordinal target's labels {values[:10].tolist()} are not numbers: give their order "
+                         "with --levels LOWEST,...,HIGHEST") from None
+
+
+def _likelihood_name(likelihood):
+    return likelihood.__name__ if isinstance(likelihood, type) else type(likelihood).__name__
 
 
 def _label_values(y):
@@ -176,33 +203,48 @@ def run(args):
     _check_args(args)
     if args.inducing is not None and args.approximation not in ("ep", "laplace"):
         raise ValueError(f"--inducing works with --approximation ep or laplace, not {args.approximation}")
+    if args.levels is not None and not args.ordinal:
+        raise ValueError("--levels orders the labels of an --ordinal target")
+    if args.ordinal and args.approximation not in ("ep", "laplace"):
+        raise ValueError(f"--ordinal works with --approximation ep or laplace, not {args.approximation}")
+    if args.likelihood in ORDINAL_LIKELIHOODS and not args.ordinal:
+        raise ValueError(f"--likelihood {args.likelihood} needs --ordinal (a target with ordered classes)")
+    if args.ordinal and args.likelihood is not None and args.likelihood not in ORDINAL_LIKELIHOODS:
+        raise ValueError(f"--ordinal takes --likelihood {' or '.join(sorted(ORDINAL_LIKELIHOODS))}, "
+                         f"not {args.likelihood}")
     data = load_split(args)
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    multiclass = is_multiclass(data.y_train)
-    if multiclass:
+    multiclass = is_multiclass(data.y_train) or args.ordinal
+    levels = None
+    if args.ordinal:
+        levels = ordinal_levels(data.y_train, args.levels)
+        likelihood = ORDINAL_LIKELIHOODS[args.likelihood or "ordered-probit"]
+    elif multiclass:
         likelihood = likelihood_for(args.approximation, args.likelihood)
     elif args.likelihood in MULTICLASS_LIKELIHOODS:
         raise ValueError(f"--likelihood {args.likelihood} serves a target with more than two classes; this one has "
                          f"two: use one of {sorted(LIKELIHOODS)}")
     else:
         likelihood = LIKELIHOODS[args.likelihood or "probit"]()
-    if args.shared_kernel and not multiclass:
+    if args.shared_kernel and (not multiclass or args.ordinal):
         raise ValueError("--shared-kernel serves a target with more than two classes (a binary model has one kernel)")
     approximation, _, variant = args.approximation.partition("-")
     model, gp = ard_classifier(
         data.X_train, data.y_train, approximation=approximation, likelihood=likelihood,
         feature_names=data.feature_names, **({"variant": variant} if variant else {}),
         **({"inducing": args.inducing} if args.inducing is not None else {}),
-        **({"per_class": not args.shared_kernel} if multiclass else {}),
+        **({"per_class": not args.shared_kernel} if multiclass and not args.ordinal else {}),
+        **({"levels": levels} if args.ordinal else {}),
     )
     report = [
         f"# pymc-gpc: {data.name}, {args.approximation.upper()} + "
-        f"{type(likelihood).__name__ if multiclass else args.likelihood or 'probit'}, {args.method}",
+        f"{_likelihood_name(likelihood) if multiclass else args.likelihood or 'probit'}, {args.method}",
         "",
         f"- training points: {len(data.y_train)}, inputs: {data.X_train.shape[1]}"
         + (f", classes: {len(gp.classes)}, "
-           f"{'one ARD kernel shared by the classes' if args.shared_kernel else 'one ARD kernel per class'}"
+           + (f"ordered ({', '.join(map(str, gp.classes))}), free cutpoints" if args.ordinal else
+              'one ARD kernel shared by the classes' if args.shared_kernel else 'one ARD kernel per class')
            if multiclass else "")
         + (f", FITC prior with {args.inducing} inducing inputs (k-means)" if args.inducing is not None else ""),
     ]
@@ -218,7 +260,7 @@ def run(args):
             result = fit(model, method=args.method, progressbar=not args.no_progress)
             point = result.point
     fit_time = time.perf_counter() - t0
-    hyper = ["log_w", "log_v0", "log_v1"]
+    hyper = ["log_w", "log_v0", "log_v1"] + (["cutpoints"] if args.ordinal else [])
     if args.method == "nuts":
         summary = az.summary(idata, var_names=hyper)
         summary.to_csv(out / "summary.csv")

@@ -20,7 +20,8 @@ from .kernels import MixedARD, ard_kernels
 from .approximations import registry
 from .likelihoods.binary import Probit
 from .likelihoods.multiclass import MulticlassLikelihood, MultinomialProbit, Softmax
-from .validation import as_class_codes, check_inputs
+from .likelihoods.ordinal import OrdinalLikelihood
+from .validation import as_class_codes, as_ordinal_codes, check_inputs
 
 # Where the chains start log v0 (``ard_classifier``'s docstring); comparisons that
 # build the same model by hand (the benchmark's and the notebook's pm.gp.Latent) use it.
@@ -37,7 +38,7 @@ MULTICLASS_LIKELIHOODS = {"laplace": Softmax, "ep": MultinomialProbit}
 
 
 def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.0),
-                   feature_names=None, bias=True, name="y", inducing=None, per_class=None,
+                   feature_names=None, bias=True, name="y", inducing=None, per_class=None, levels=None,
                    **solver_options):
     """Build ``pm.Model`` + GP with an ARD squared-exponential kernel, for two classes or more.
 
@@ -49,7 +50,12 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
         ``"naive"`` among the solver options) or "adf" (no gradient: not for NUTS).
         More than two classes: "laplace" (softmax) or "ep" (multinomial probit, nested EP).
     likelihood : a ``pymc_gpc.likelihoods`` instance (default ``Probit()`` for two classes,
-        ``Softmax()`` with Laplace and ``MultinomialProbit()`` with EP for more).
+        ``Softmax()`` with Laplace and ``MultinomialProbit()`` with EP for more), or an
+        ordinal likelihood class (``pymc_gpc.OrderedProbit`` or ``OrderedLogit``, the class
+        itself): its K-1 cutpoints are then the model's variable ``cutpoints`` (dims
+        ``"cutpoint"``), N(0, 3^2) under the ordered transform, starting evenly spaced in [-1, 1].
+    levels : ordinal labels only: the K levels from lowest to highest (``y`` integers
+        0..K-1 or an ordered pandas categorical need none).
     per_class : with a multi-class likelihood, one ARD kernel per class (True, the
         default: ``log_w`` has dims ``("class", "feature")``, ``log_v0`` and ``log_v1``
         dims ``"class"``; ``kernels.ard_kernels``) or one shared by all classes (False:
@@ -118,6 +124,9 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
                              f"(multinomial probit), not {approximation!r}")
         likelihood = MULTICLASS_LIKELIHOODS[approximation]()
     likelihood = Probit() if likelihood is None else likelihood
+    if isinstance(likelihood, type) and issubclass(likelihood, OrdinalLikelihood):
+        return _ordinal_classifier(X, y, likelihood, approximation, (mu, sd), names, bias, name, inducing,
+                                   levels, solver_options)
     if isinstance(likelihood, MulticlassLikelihood):
         classes = as_class_codes(y, n_classes=likelihood.n_classes, warn=False)[1]
         with pm.Model(coords={"feature": names}) as model:
@@ -145,6 +154,39 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
             gp = APPROXIMATIONS[approximation](cov_func=cov, likelihood=likelihood, approx="FITC", **solver_options)
             gp.marginal_likelihood(name, X=X, y=y, Xu=_inducing_inputs(inducing, X))
     return model, gp
+
+
+def _ordinal_classifier(X, y, likelihood_class, approximation, prior, names, bias, name, inducing, levels,
+                        solver_options):
+    """``ard_classifier``'s ordinal model: the binary model's ARD kernel and free ordered cutpoints."""
+    n_levels = _ordinal_level_count(y, levels)
+    codes, classes = as_ordinal_codes(y, n_levels, levels)  # checked before the model is built
+    mu, sd = prior
+    with pm.Model(coords={"feature": names, "cutpoint": [f"{a}|{b}" for a, b in zip(classes[:-1], classes[1:])]}) \
+            as model:
+        log_w = pm.Normal("log_w", mu, sd, dims="feature")
+        log_v0 = pm.Normal("log_v0", mu, sd, initval=float(np.clip(LOG_V0_START, mu - sd, mu + sd)))
+        v1 = pt.exp(pm.Normal("log_v1", mu, sd)) if bias else 0.0
+        cut = pm.Normal("cutpoints", 0.0, 3.0, dims="cutpoint", transform=pm.distributions.transforms.ordered,
+                        initval=np.linspace(-1.0, 1.0, n_levels - 1))
+        cov = MixedARD(X.shape[1], v0=pt.exp(log_v0), l=pt.exp(log_w), v1=v1)
+        extra = {"approx": "FITC"} if inducing is not None else {}
+        gp = APPROXIMATIONS[approximation](cov_func=cov, likelihood=likelihood_class(cut), **extra, **solver_options)
+        gp.marginal_likelihood(name, X=X, y=y, levels=levels,
+                               **({"Xu": _inducing_inputs(inducing, X)} if inducing is not None else {}))
+    return model, gp
+
+
+def _ordinal_level_count(y, levels):
+    """K: the levels given, an ordered categorical's categories, or max + 1 of integer labels."""
+    if levels is not None:
+        return len(levels)
+    if getattr(getattr(y, "dtype", None), "name", None) == "category":
+        return len((y.cat if hasattr(y, "cat") else y).categories)
+    arr = np.asarray(y.to_numpy() if hasattr(y, "to_numpy") else y)
+    if np.issubdtype(arr.dtype, np.number) and arr.size and np.all(np.isfinite(arr)):
+        return int(np.max(arr)) + 1
+    return 0  # as_ordinal_codes then names what is missing
 
 
 def _several_classes(y):

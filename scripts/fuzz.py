@@ -4,7 +4,9 @@ Structures (``STRUCTURES``): the dense binary prior, the FITC binary prior (EP a
 Laplace, 15 inducing inputs placed by k-means), the dense multi-class prior (softmax
 Laplace, multinomial probit with nested EP; one ARD kernel per class from
 ``pymc_gpc.kernels.ard_kernels``, as ``ard_classifier`` builds it) and the same with
-each class's FITC prior (15 k-means inducing inputs shared by the classes).
+each class's FITC prior (15 k-means inducing inputs shared by the classes); the ordinal
+likelihoods (``OrderedProbit`` with sigma ~ HalfNormal(3), ``OrderedLogit``; cutpoints ~ N(0, 3^2)
+under the ordered transform) with EP and Laplace on the dense and FITC binary priors.
 
 Binary: for every likelihood x approximation (dense: EP, Laplace and both mean fields, 19
 combinations, the step likelihood has no Laplace; ADF has no gradient to fuzz; FITC: EP
@@ -54,6 +56,7 @@ from pymc_gpc.ops import ApproxMarginalOp, ApproximationFailedWarning
 LIKELIHOODS = ("Probit", "ProbitBias", "ProbitNoise", "StepLabelNoise", "Logistic")
 APPROXIMATIONS = ("ep", "laplace", "meanfield-ensemble", "meanfield-naive")  # ADF: no gradient
 MULTICLASS = (("laplace", "Softmax"), ("ep", "MultinomialProbit"))
+ORDINAL = [(a, lik) for a in ("ep", "laplace") for lik in ("OrderedProbit", "OrderedLogit")]
 N_INDUCING = 15
 COUNT_KEYS = ("draws", "finite", "neg_inf", "nan_value", "bad_grad", "exceptions",
               "not_converged", "failed", "retries", "other_warnings")
@@ -69,6 +72,8 @@ STRUCTURES = {  # in run order: a partial table (an interrupted run) holds the f
     "fitc": (_binary(("ep", "laplace")), "binary"),
     "dense": (_binary(APPROXIMATIONS), "binary"),
     "fitc-multiclass": (list(MULTICLASS), "multiclass"),  # ``build_multiclass`` passes Xu for "fitc-*"
+    "dense-ordinal": (ORDINAL, "ordinal"),
+    "fitc-ordinal": (ORDINAL, "ordinal"),
 }
 
 
@@ -111,7 +116,17 @@ def datasets(seed):
         f"glass ({len(classes)} classes, noisy, n=100)": (Xg, yg),
         f"glass, {int(moved.sum())} labels moved (n=100)": (Xg, yg_moved),
     }
-    return {"binary": binary, "multiclass": multiclass}
+    Xo = rng.normal(size=(80, 2))
+    latent = Xo[:, 0] + 0.5 * Xo[:, 1]
+    yo = np.digitize(latent + 0.3 * rng.normal(size=80), [-0.6, 0.6])
+    shifted = rng.random(80) < 0.10
+    yo_moved = np.where(shifted, np.clip(yo + rng.choice([-1, 1], size=80), 0, 2), yo)
+    ordinal = {
+        "3 ordered bands (separable, n=80)": (Xo, np.digitize(latent, [-0.6, 0.6])),
+        "3 ordered bands (noisy, n=80)": (Xo, yo),
+        f"3 ordered bands, {int((yo_moved != yo).sum())} labels moved (n=80)": (Xo, yo_moved),
+    }
+    return {"binary": binary, "multiclass": multiclass, "ordinal": ordinal}
 
 
 def build(X, y, approx, lik_name, structure="dense"):
@@ -126,7 +141,12 @@ def build(X, y, approx, lik_name, structure="dense"):
         log_v1 = pm.Normal("log_v1", -3.0, 3.0)
         cov = pt.exp(log_v0) * pm.gp.cov.ExpQuad(d, ls=pt.exp(-0.5 * log_w))
         cov = cov + pm.gp.cov.Constant(pt.exp(log_v1))
-        if lik_name == "ProbitBias":
+        if lik_name.startswith("Ordered"):
+            cut = pm.Normal("cutpoints", 0.0, 3.0, shape=2, transform=pm.distributions.transforms.ordered,
+                            initval=[-0.5, 0.5])
+            lik = (L.OrderedProbit(cut, sigma=pm.HalfNormal("sigma", 3.0)) if lik_name == "OrderedProbit"
+                   else L.OrderedLogit(cut))
+        elif lik_name == "ProbitBias":
             lik = L.ProbitBias(pm.Normal("bias", 0.0, 3.0))
         elif lik_name == "ProbitNoise":
             lik = L.ProbitNoise(pm.HalfNormal("sigma", 3.0))
@@ -136,7 +156,7 @@ def build(X, y, approx, lik_name, structure="dense"):
             lik = getattr(L, lik_name)()
         if approx.startswith("meanfield"):
             gp = pymc_gpc.MarginalMeanField(cov_func=cov, likelihood=lik, variant=approx.split("-")[1])
-        elif structure == "fitc":
+        elif structure.startswith("fitc"):
             cls = pymc_gpc.MarginalEP if approx == "ep" else pymc_gpc.MarginalLaplace
             gp = cls(cov_func=cov, likelihood=lik, approx="FITC")
             gp.marginal_likelihood("y", X=X, y=y, Xu=pm.gp.util.kmeans_inducing_points(N_INDUCING, X, seed=0))

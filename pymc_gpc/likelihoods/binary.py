@@ -15,7 +15,8 @@ any likelihood works with any approximation:
     p(y* = +1) = \int p(+1 | f) N(f; mu, s2) df (Tan, eq. 13).
 
 The compiled kernels work on one site; ``tilted_map`` / ``log_lik_map`` map them over arrays.
-Each likelihood has at most one parameter, carried as a length-0 or length-1 array.
+Each binary likelihood has at most one parameter, carried as a length-0 or length-1 array; the
+ordinal kinds (section "Ordinal", classes in ``ordinal.py``) carry their cutpoints and sigma.
 """
 
 import math
@@ -210,6 +211,297 @@ def _logistic_log_lik(y, f, th):
 
 
 # ---------------------------------------------------------------------------------
+# Ordinal: p(y = k | f) = F((b_{k+1} - f)/s) - F((b_k - f)/s) (Chu & Ghahramani 2005,
+# eq. 4), the kernels of ``ordinal.OrderedProbit`` / ``OrderedLogit``. Every derivative
+# comes from the partials of g(u_1, u_2) = log(F(u_1) - F(u_2)) at u_1 = (b_hi - f)/s,
+# u_2 = (b_lo - f)/s, written with the ratios a_j = F'(u_j) / D, D = F(u_1) - F(u_2).
+# ---------------------------------------------------------------------------------
+
+_LN2 = math.log(2.0)
+
+
+# ---------------------------------------------------------------------------------
+# The interval probability D = F(u_1) - F(u_2) and the partials of g = log D
+# ---------------------------------------------------------------------------------
+
+
+@njit(nogil=True, cache=True)
+def _log1mexp(x):
+    """log(1 - e^x) for x <= 0 (Maechler 2012: the branch at -log 2 keeps full precision)."""
+    if x > -_LN2:
+        return math.log(-math.expm1(x))
+    return math.log1p(-math.exp(x))
+
+
+@njit(nogil=True, cache=True)
+def _probit_two_sided(u1, u2):
+    """log(Phi(u1) - Phi(u2)) and N(u_j) / (Phi(u1) - Phi(u2)) for u1 > u2, from the lower
+    tail: D = Phi(u1) (1 - e^delta), delta = log Phi(u2) - log Phi(u1)."""
+    lp1 = log_ndtr(u1)
+    delta = log_ndtr(u2) - lp1
+    em = -math.expm1(delta)
+    return lp1 + math.log(em), inv_mills(u1) / em, inv_mills(u2) * math.exp(delta) / em
+
+
+@njit(nogil=True, cache=True)
+def _probit_interval(u1, has1, u2, has2):
+    """(log D, N(u1)/D, N(u2)/D) for D = Phi(u1) - Phi(u2) (a missing bound is +-inf).
+
+    An interval in the upper tail is reflected (Phi(u1) - Phi(u2) = Phi(-u2) - Phi(-u1)),
+    so that the difference is always formed where Phi is small and exact in logs."""
+    if not has2:
+        return log_ndtr(u1), inv_mills(u1), 0.0
+    if not has1:
+        return log_ndtr(-u2), 0.0, inv_mills(-u2)
+    if u1 + u2 > 0.0:
+        log_d, r_lo, r_hi = _probit_two_sided(-u2, -u1)
+        return log_d, r_hi, r_lo
+    return _probit_two_sided(u1, u2)
+
+
+@njit(nogil=True, cache=True)
+def _logit_interval(u1, has1, u2, has2):
+    """(log D, F'(u1)/D, F'(u2)/D) for D = sigma(u1) - sigma(u2), F' = sigma (1 - sigma),
+    from sigma(u1) - sigma(u2) = sigma(u1) sigma(-u2) (1 - e^(u2 - u1))."""
+    if not has2:
+        return log_sigmoid(u1), sigmoid(-u1), 0.0
+    if not has1:
+        return log_sigmoid(-u2), 0.0, sigmoid(u2)
+    l1me = _log1mexp(u2 - u1)
+    log_d = log_sigmoid(u1) + log_sigmoid(-u2) + l1me
+    a1 = math.exp(log_sigmoid(-u1) - log_sigmoid(-u2) - l1me)
+    a2 = math.exp(log_sigmoid(u2) - log_sigmoid(u1) - l1me)
+    return log_d, a1, a2
+
+
+@njit(nogil=True, cache=True)
+def _interval_partials(logit, u1, has1, u2, has2):
+    """g = log(F(u1) - F(u2)) and its partial derivatives to third order.
+
+    Returns (g, g1, g2, g11, g12, g22, g111, g112, g122, g222). With a_j = F'(u_j)/D,
+    b_j = F''(u_j)/D, c_j = F'''(u_j)/D (F''/F' = -u, F'''/F' = u^2 - 1 for Phi;
+    1 - 2 sigma and 1 - 6 sigma (1 - sigma) for the logistic):
+    g1 = a1, g2 = -a2, g11 = b1 - a1^2, g12 = a1 a2, g22 = -b2 - a2^2,
+    g111 = c1 - 3 a1 b1 + 2 a1^3, g112 = a2 b1 - 2 a1^2 a2, g122 = a1 b2 + 2 a1 a2^2,
+    g222 = -c2 - 3 a2 b2 - 2 a2^3. A missing bound contributes nothing (a_j = 0).
+    """
+    if logit:
+        g, a1, a2 = _logit_interval(u1, has1, u2, has2)
+        s1, s2 = sigmoid(u1), sigmoid(u2)
+        rb1, rb2 = 1.0 - 2.0 * s1, 1.0 - 2.0 * s2
+        rc1, rc2 = 1.0 - 6.0 * s1 * (1.0 - s1), 1.0 - 6.0 * s2 * (1.0 - s2)
+    else:
+        g, a1, a2 = _probit_interval(u1, has1, u2, has2)
+        rb1, rb2 = -u1, -u2
+        rc1, rc2 = u1 * u1 - 1.0, u2 * u2 - 1.0
+    b1, c1 = a1 * rb1, a1 * rc1
+    b2, c2 = a2 * rb2, a2 * rc2
+    return (g, a1, -a2, b1 - a1 * a1, a1 * a2, -b2 - a2 * a2,
+            c1 - 3.0 * a1 * b1 + 2.0 * a1 ** 3, a2 * b1 - 2.0 * a1 * a1 * a2,
+            a1 * b2 + 2.0 * a1 * a2 * a2, -c2 - 3.0 * a2 * b2 - 2.0 * a2 ** 3)
+
+
+@njit(nogil=True, cache=True)
+def _site_bounds(y, n_cut, th):
+    """(valid, has_hi, b_hi, has_lo, b_lo): the cutpoints around class y in 0..n_cut.
+    A label that is not one of those integers is not valid (its log-likelihood is -inf)."""
+    k = int(y) if abs(y) < 1e9 else -1
+    if k != y or k < 0 or k > n_cut:
+        return False, False, 0.0, False, 0.0
+    has_hi, has_lo = k < n_cut, k > 0
+    return True, has_hi, th[k] if has_hi else 0.0, has_lo, th[k - 1] if has_lo else 0.0
+
+
+@njit(nogil=True, cache=True)
+def _layout(kind, th):
+    """(logit, number of cutpoints, scale s) of the parameter vector th."""
+    if kind == ORDERED_LOGIT:
+        return True, th.shape[0], 1.0
+    return False, th.shape[0] - 1, th[th.shape[0] - 1]
+
+
+# ---------------------------------------------------------------------------------
+# Laplace: log p(y | f), its f-derivatives and their derivatives in (b_hi, b_lo, s)
+# ---------------------------------------------------------------------------------
+
+
+@njit(nogil=True, cache=True)
+def ordinal_log_lik_local(kind, y, f, th):
+    """log p(y | f) with u_j = (b_j - f)/s (d/df = -(d/du_1 + d/du_2)/s) and d/db_j = (d/du_j)/s:
+
+    d1 = -S1/s, d2 = S2/s^2, d3 = -S3/s^3 with S1 = g1 + g2, S2 = g11 + 2 g12 + g22,
+    S3 = g111 + 3 g112 + 3 g122 + g222; d/ds through du_j/ds = -u_j/s.
+
+    Returns (lp, d1, d2, d3, then (d/db_hi, d/db_lo, d/ds) of lp, of d1 and of d2): 13 values.
+    """
+    logit, n_cut, s = _layout(kind, th)
+    valid, has1, b1, has2, b2 = _site_bounds(y, n_cut, th)
+    if not valid:
+        return (-math.inf, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+    u1 = (b1 - f) / s if has1 else 0.0
+    u2 = (b2 - f) / s if has2 else 0.0
+    g, g1, g2, g11, g12, g22, g111, g112, g122, g222 = _interval_partials(logit, u1, has1, u2, has2)
+    s1, s2_ = g1 + g2, g11 + 2.0 * g12 + g22
+    t1, t2 = g111 + 2.0 * g112 + g122, g112 + 2.0 * g122 + g222  # d S2 / du_1, d S2 / du_2
+    ss = s * s
+    lp_s = -(u1 * g1 + u2 * g2) / s
+    d1_s = (s1 + u1 * (g11 + g12) + u2 * (g12 + g22)) / ss
+    d2_s = -(2.0 * s2_ + u1 * t1 + u2 * t2) / (ss * s)
+    if logit:
+        lp_s = d1_s = d2_s = 0.0
+    return (g, -s1 / s, s2_ / ss, -(g111 + 3.0 * g112 + 3.0 * g122 + g222) / (ss * s),
+            g1 / s, g2 / s, lp_s,
+            -(g11 + g12) / ss, -(g12 + g22) / ss, d1_s,
+            t1 / (ss * s), t2 / (ss * s), d2_s)
+
+
+# ---------------------------------------------------------------------------------
+# EP: tilted moments
+# ---------------------------------------------------------------------------------
+
+
+@njit(nogil=True, cache=True)
+def _ordered_probit_tilted_local(y, mu, s2, th):
+    """Z = Phi(z_1) - Phi(z_2), z_j = (b_j - mu) / sqrt(sigma^2 + s2) (Chu & Ghahramani 2005,
+    sec. 3.2): log Z = g(z_1, z_2), so with v = sigma^2 + s2
+    d/dmu = -S1/sqrt(v), d^2/dmu^2 = S2/v, d/db_j = g_j/sqrt(v),
+    d/dsigma = 2 sigma d/dv = -sigma (z_1 g1 + z_2 g2) / v.
+
+    Returns (log Z, d/dmu, d^2/dmu^2, d/db_hi, d/db_lo, d/dsigma)."""
+    n_cut = th.shape[0] - 1
+    sigma = th[n_cut]
+    valid, has1, b1, has2, b2 = _site_bounds(y, n_cut, th)
+    if not valid:
+        return -math.inf, 0.0, 0.0, 0.0, 0.0, 0.0
+    v = sigma * sigma + s2
+    sv = math.sqrt(v)
+    z1 = (b1 - mu) / sv if has1 else 0.0
+    z2 = (b2 - mu) / sv if has2 else 0.0
+    g, g1, g2, g11, g12, g22, _, _, _, _ = _interval_partials(False, z1, has1, z2, has2)
+    return g, -(g1 + g2) / sv, (g11 + 2.0 * g12 + g22) / v, g1 / sv, g2 / sv, -sigma * (z1 * g1 + z2 * g2) / v
+
+
+@njit(nogil=True, cache=True)
+def _ordered_logit_tilted_local(y, mu, s2, th):
+    """Tilted moments of p(y | f) N(f; mu, s2) for the ordered logit by the trapezoidal rule
+    of ``_logistic_tilted``: log p(y | f) is concave (the logistic density is
+    log-concave), so the integrand lies below a Gaussian of variance s2 around its mode
+    and m +- 9 sqrt(s2) holds it; p(y | f) has its poles at Im f = +-pi, so the steps
+    h = min(sqrt(s2)/4, 1/2) keep the discretisation error below exp(-30).
+    d log Z / d b_j = E[d log p / d b_j] under the tilted distribution.
+
+    Returns (log Z, d/dmu, d^2/dmu^2, d/db_hi, d/db_lo, 0)."""
+    valid, _, _, _, _ = _site_bounds(y, th.shape[0], th)
+    if not valid:
+        return -math.inf, 0.0, 0.0, 0.0, 0.0, 0.0
+    s = math.sqrt(s2)
+    m = mu
+    for _ in range(100):  # Newton on a strictly concave function
+        r = ordinal_log_lik_local(ORDERED_LOGIT, y, m, th)
+        step = -(r[1] - (m - mu) / s2) / (r[2] - 1.0 / s2)
+        m += step
+        if abs(step) <= 1e-12 * (1.0 + abs(m)):
+            break
+    h = max(min(0.25 * s, 0.5), 9.0 * s / _MAX_HALF_NODES)
+    half = int(math.ceil(9.0 * s / h))
+    g_m = ordinal_log_lik_local(ORDERED_LOGIT, y, m, th)[0] - 0.5 * (m - mu) ** 2 / s2
+    w_sum = wf_sum = w_hi = w_lo = 0.0
+    for k in range(-half, half + 1):
+        t = k * h
+        r = ordinal_log_lik_local(ORDERED_LOGIT, y, m + t, th)
+        w = math.exp(r[0] - 0.5 * (m + t - mu) ** 2 / s2 - g_m)
+        w_sum += w
+        wf_sum += w * t
+        w_hi += w * r[4]
+        w_lo += w * r[5]
+    mean_t = wf_sum / w_sum
+    var = 0.0
+    for k in range(-half, half + 1):
+        t = k * h
+        r = ordinal_log_lik_local(ORDERED_LOGIT, y, m + t, th)
+        var += math.exp(r[0] - 0.5 * (m + t - mu) ** 2 / s2 - g_m) * (t - mean_t) ** 2
+    var /= w_sum
+    lz = g_m + math.log(h * w_sum) - 0.5 * math.log(2.0 * math.pi * s2)
+    return lz, (m + mean_t - mu) / s2, (var - s2) / (s2 * s2), w_hi / w_sum, w_lo / w_sum, 0.0
+
+
+@njit(nogil=True, cache=True)
+def ordinal_tilted_local(kind, y, mu, s2, th):
+    """(log Z, d/dmu, d^2/dmu^2, d/db_hi, d/db_lo, d/dsigma) at one site."""
+    if kind == ORDERED_LOGIT:
+        return _ordered_logit_tilted_local(y, mu, s2, th)
+    return _ordered_probit_tilted_local(y, mu, s2, th)
+
+
+@njit(nogil=True, cache=True)
+def ordinal_tilted(kind, y, mu, s2, th):
+    """The ordinal kinds' entry of ``binary.tilted_site`` (the parameter slot is 0: the
+    parameter gradient is ``ordinal_tilted_dparams``'s)."""
+    r = ordinal_tilted_local(kind, y, mu, s2, th)
+    return r[0], r[1], r[2], 0.0
+
+
+@njit(nogil=True, cache=True)
+def ordinal_log_lik(kind, y, f, th):
+    """The ordinal kinds' entry of ``binary.log_lik_site`` (parameter slots 0, see above)."""
+    r = ordinal_log_lik_local(kind, y, f, th)
+    return r[0], r[1], r[2], r[3], 0.0, 0.0, 0.0
+
+
+# ---------------------------------------------------------------------------------
+# Parameter gradients: the local derivatives scattered into th's positions
+# ---------------------------------------------------------------------------------
+
+
+@njit(nogil=True, cache=True)
+def _scatter(kind, y, th, row, d_hi, d_lo, d_s):
+    """row[th index] += the derivatives in the site's upper and lower cutpoints and in sigma."""
+    logit, n_cut, _ = _layout(kind, th)
+    valid, has1, _, has2, _ = _site_bounds(y, n_cut, th)
+    if not valid:
+        return
+    k = int(y)
+    if has1:
+        row[k] += d_hi
+    if has2:
+        row[k - 1] += d_lo
+    if not logit:
+        row[n_cut] += d_s
+
+
+@njit(nogil=True, cache=True)
+def ordinal_tilted_dparams(kind, y, mu, s2, th):
+    """d log Z_i / d th at fixed cavities N(mu_i, s2_i): an (n, p) array."""
+    n, p = y.shape[0], th.shape[0]
+    out = np.zeros((n, p))
+    for i in range(n):
+        r = ordinal_tilted_local(kind, y[i], mu[i], s2[i], th)
+        _scatter(kind, y[i], th, out[i], r[3], r[4], r[5])
+    return out
+
+
+@njit(nogil=True, cache=True)
+def ordinal_tilted_dparams_sum(kind, y, mu, s2, th, dth):
+    """dth[:] = sum_i d log Z_i / d th (the compiled EP's parameter gradient)."""
+    dth[:] = 0.0
+    for i in range(y.shape[0]):
+        r = ordinal_tilted_local(kind, y[i], mu[i], s2[i], th)
+        _scatter(kind, y[i], th, dth, r[3], r[4], r[5])
+
+
+@njit(nogil=True, cache=True)
+def ordinal_log_lik_dparams(kind, y, f, th):
+    """d/d th of (log p, d1, d2) at each site: a (3, n, p) array."""
+    n, p = y.shape[0], th.shape[0]
+    out = np.zeros((3, n, p))
+    for i in range(n):
+        r = ordinal_log_lik_local(kind, y[i], f[i], th)
+        for j in range(3):
+            _scatter(kind, y[i], th, out[j, i], r[4 + 3 * j], r[5 + 3 * j], r[6 + 3 * j])
+    return out
+
+
+# ---------------------------------------------------------------------------------
 # Array maps over sites
 # ---------------------------------------------------------------------------------
 
@@ -218,7 +510,7 @@ def _logistic_log_lik(y, f, th):
 # function serves every likelihood, so that numba can cache it on disk (closures over
 # per-likelihood kernels cannot be cached) and compiled loops elsewhere (sequential EP,
 # ADF, parallel EP) take the likelihood as an integer argument.
-PROBIT, PROBIT_BIAS, PROBIT_NOISE, STEP_LABEL_NOISE, LOGISTIC = range(5)
+PROBIT, PROBIT_BIAS, PROBIT_NOISE, STEP_LABEL_NOISE, LOGISTIC, ORDERED_PROBIT, ORDERED_LOGIT = range(7)
 
 
 @njit(nogil=True, cache=True)
@@ -234,6 +526,8 @@ def tilted_site(kind, y, mu, s2, th):
         return _step_tilted(y, mu, s2, th)
     if kind == LOGISTIC:
         return _logistic_tilted(y, mu, s2, th)
+    if kind == ORDERED_PROBIT or kind == ORDERED_LOGIT:
+        return ordinal_tilted(kind, y, mu, s2, th)
     return np.nan, np.nan, np.nan, np.nan  # unreachable: Likelihood.__init_subclass__ checks kind
 
 
@@ -250,6 +544,8 @@ def log_lik_site(kind, y, f, th):
         return _no_log_lik(y, f, th)
     if kind == LOGISTIC:
         return _logistic_log_lik(y, f, th)
+    if kind == ORDERED_PROBIT or kind == ORDERED_LOGIT:
+        return ordinal_log_lik(kind, y, f, th)
     return np.nan, np.nan, np.nan, np.nan, np.nan, np.nan, np.nan  # unreachable (kind checked)
 
 
@@ -279,14 +575,27 @@ def log_lik_map(kind, y, f, th):
     return out
 
 
+@njit(nogil=True, cache=True)
+def tilted_dparams_sum(kind, y, mu, s2, th, row, dth):
+    """dth[:] = sum_i d log Z_i / d theta at the cavities N(mu_i, s2_i); ``row`` holds the
+    single-parameter kinds' per-site derivatives (``tilted_map``'s last row)."""
+    if kind == ORDERED_PROBIT or kind == ORDERED_LOGIT:
+        ordinal_tilted_dparams_sum(kind, y, mu, s2, th, dth)
+    elif dth.shape[0] > 0:
+        dth[0] = row.sum()
+
+
 class TiltedMoments:
-    """Per-site EP quantities at given cavities: log Z_i, d/dmu, d^2/dmu^2, d/dtheta."""
+    """Per-site EP quantities at given cavities: log Z_i, d/dmu, d^2/dmu^2, d/dtheta.
+
+    ``dparams``: the (n, p) derivatives in theta where they are not ``out``'s last row
+    (likelihoods with several parameters, ``ordinal``)."""
 
     __slots__ = ("log_z", "dlog_z", "d2log_z", "dlog_z_dparams")
 
-    def __init__(self, out, n_params):
+    def __init__(self, out, n_params, dparams=None):
         self.log_z, self.dlog_z, self.d2log_z = out[0], out[1], out[2]
-        self.dlog_z_dparams = out[3:4].T[:, :n_params]
+        self.dlog_z_dparams = out[3:4].T[:, :n_params] if dparams is None else dparams
 
 
 class LogLikDerivatives:
@@ -294,11 +603,13 @@ class LogLikDerivatives:
 
     __slots__ = ("lp", "d1", "d2", "d3", "lp_dparams", "d1_dparams", "d2_dparams")
 
-    def __init__(self, out, n_params):
+    def __init__(self, out, n_params, dparams=None):
+        """``dparams``: a (3, n, p) array of the theta-derivatives of (log p, d1, d2) where
+        they are not ``out``'s last three rows (``ordinal``)."""
         self.lp, self.d1, self.d2, self.d3 = out[0], out[1], out[2], out[3]
-        self.lp_dparams = out[4:5].T[:, :n_params]
-        self.d1_dparams = out[5:6].T[:, :n_params]
-        self.d2_dparams = out[6:7].T[:, :n_params]
+        if dparams is None:
+            dparams = out[4:7, :, None][:, :, :n_params]
+        self.lp_dparams, self.d1_dparams, self.d2_dparams = dparams
 
 
 class Likelihood:
@@ -322,12 +633,15 @@ class Likelihood:
 
     param_names: tuple = ()
     supports_laplace = True
-    kind = None  # PROBIT, ..., LOGISTIC
+    kind = None  # PROBIT, ..., ORDERED_LOGIT
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        if cls.kind not in range(LOGISTIC + 1):
-            raise TypeError(f"{cls.__name__}.kind must name a compiled kernel (PROBIT ... LOGISTIC), got {cls.kind!r}")
+        if cls.__dict__.get("_abstract", False):  # an intermediate base (``ordinal.OrdinalLikelihood``)
+            return
+        if cls.kind not in range(ORDERED_LOGIT + 1):
+            raise TypeError(f"{cls.__name__}.kind must name a compiled kernel (PROBIT ... ORDERED_LOGIT), "
+                            f"got {cls.kind!r}")
 
     def __init__(self, *values):
         self._values = values
@@ -377,6 +691,16 @@ class Likelihood:
         if params is None:
             return self.params
         return np.asarray(params, dtype=float).reshape(-1)
+
+    def check_labels(self, y, params=None):
+        """The solvers' labels as floats: here -1.0 / +1.0 (``validation.as_signed_labels``)."""
+        from ..validation import as_signed_labels
+
+        return as_signed_labels(y, require_both=False)
+
+    def tilted_moments(self, out, y, mu, s2, th):
+        """``TiltedMoments`` of ``tilted_map``'s rows ``out`` (computed at cavities N(mu, s2))."""
+        return TiltedMoments(out, self.n_params)
 
     def tilted(self, y, mu, s2, params=None):
         """EP tilted moments at cavities N(mu, s2); see the module docstring."""
@@ -576,3 +900,4 @@ class Logistic(Likelihood):
 
 
 LIKELIHOODS = (Probit, ProbitBias, ProbitNoise, StepLabelNoise, Logistic)
+

@@ -84,3 +84,40 @@ def test_multiclass_inducing(tmp_path):
     rows = list(csv.DictReader(open(out / "predictions.csv")))
     assert len(rows) == 30
     assert all(abs(sum(float(r[f"p_{c}"]) for c in "pqr") - 1.0) < 1e-5 for r in rows)  # 6 decimals
+
+
+def _ordinal_csv(path, n, seed, labels):
+    r = np.random.default_rng(seed)
+    X = r.normal(size=(n, 2))
+    y = np.digitize(X[:, 0] + 0.3 * r.normal(size=n), [-0.5, 0.5])
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["a", "b", "grade"])
+        for x, k in zip(X, y):
+            w.writerow(list(x) + [labels[k]])
+
+
+def test_ordinal_target(tmp_path, capsys):
+    """--ordinal: numeric labels in numeric order, strings in the order of --levels; the
+    report has the test errors and predictions.csv one probability column per level."""
+    _ordinal_csv(tmp_path / "train.csv", 40, 0, ["low", "mid", "high"])
+    _ordinal_csv(tmp_path / "test.csv", 30, 1, ["low", "mid", "high"])
+    code = main([str(tmp_path / "train.csv"), "--target", "grade", "--test", str(tmp_path / "test.csv"),
+                 "--ordinal", "--levels", "low,mid,high", "--method", "map", "--no-progress",
+                 "--out", str(tmp_path / "out")])
+    assert code == 0
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "OrderedProbit" in report and "ordered (low, mid, high)" in report
+    assert int(report.split("test errors: ")[1].split(" /")[0]) <= 12  # chance: about 20 of 30
+    rows = list(csv.DictReader(open(tmp_path / "out" / "predictions.csv")))
+    assert len(rows) == 30 and abs(sum(float(rows[0][f"p_{c}"]) for c in ("low", "mid", "high")) - 1) < 1e-9
+    # strings without --levels, and a binary target, are clear errors
+    assert main([str(tmp_path / "train.csv"), "--target", "grade", "--ordinal", "--no-progress",
+                 "--out", str(tmp_path / "o2")]) == 2
+    assert "--levels" in capsys.readouterr().err
+    _ordinal_csv(tmp_path / "num.csv", 30, 2, ["1", "2", "10"])
+    assert main([str(tmp_path / "num.csv"), "--target", "grade", "--ordinal", "--likelihood", "ordered-logit",
+                 "--approximation", "laplace", "--method", "map", "--no-progress", "--out", str(tmp_path / "o3")]) == 0
+    assert "ordered (1, 2, 10)" in (tmp_path / "o3" / "report.md").read_text()
+    assert main(["--data", "crabs", "--ordinal", "--method", "map", "--no-progress", "--out", str(tmp_path / "o4")]) == 2
+    assert "binary likelihood" in capsys.readouterr().err

@@ -1,6 +1,6 @@
 """The combination matrix a user can write, cell by cell (CPU backend).
 
-classifier (EP, Laplace, mean field, ADF) x likelihood (every binary and multi-class one)
+classifier (EP, Laplace, mean field, ADF) x likelihood (every binary, multi-class and ordinal one)
 x prior (dense, FITC) x verb (log p, its gradient, ``fit``, ``predict``). Each cell either
 works (finite log p and gradient, ``fit`` returns, ``predict`` gives probabilities) or is a
 ``ValueError`` at construction whose message names what works. The expected table below is
@@ -23,11 +23,13 @@ from pymc_gpc.structures.select import STRUCTURES
 
 BINARY = ("Probit", "ProbitBias", "ProbitNoise", "StepLabelNoise", "Logistic")
 MULTICLASS = ("Softmax", "MultinomialProbit")
+ORDINAL = ("OrderedProbit", "OrderedLogit")
 CLASSIFIERS = {"MarginalEP": pymc_gpc.MarginalEP, "MarginalLaplace": pymc_gpc.MarginalLaplace,
                "MarginalMeanField": pymc_gpc.MarginalMeanField, "MarginalADF": pymc_gpc.MarginalADF}
 LIKELIHOODS = {"Probit": L.Probit, "ProbitBias": lambda: L.ProbitBias(0.2), "ProbitNoise": lambda: L.ProbitNoise(0.7),
                "StepLabelNoise": lambda: L.StepLabelNoise(0.1), "Logistic": L.Logistic, "Softmax": L.Softmax,
-               "MultinomialProbit": L.MultinomialProbit}
+               "MultinomialProbit": L.MultinomialProbit, "OrderedProbit": lambda: L.OrderedProbit([-0.5, 0.5], sigma=0.8),
+               "OrderedLogit": lambda: L.OrderedLogit([-0.5, 0.5])}
 PRIORS = (None, "FITC")
 
 ALL = "logp grad fit predict"
@@ -50,6 +52,11 @@ def _expected():
         for name in CLASSIFIERS:
             works = (name, lik) in (("MarginalLaplace", "Softmax"), ("MarginalEP", "MultinomialProbit"))
             table[name, lik, approx] = ALL if works else f"{name} cannot integrate out the multi-class likelihood"
+    for lik, approx in itertools.product(ORDINAL, PRIORS):
+        table["MarginalEP", lik, approx] = table["MarginalLaplace", lik, approx] = ALL
+        for name in ("MarginalMeanField", "MarginalADF"):
+            table[name, lik, approx] = ("approx='FITC' is available for MarginalEP and MarginalLaplace" if approx
+                                        else f"{name} does not integrate out the ordinal likelihood")
     return table
 
 
@@ -61,7 +68,7 @@ def test_the_table_covers_every_combination():
     prior structure (dense or FITC, binary or several classes) has its cells."""
     exported = {name for name in L.__all__ if isinstance(getattr(L, name), type)
                 and issubclass(getattr(L, name), (L.Likelihood, L.MulticlassLikelihood))
-                and name not in ("Likelihood", "MulticlassLikelihood")}
+                and name not in ("Likelihood", "MulticlassLikelihood", "OrdinalLikelihood")}
     assert exported == set(LIKELIHOODS), "add the new likelihood's cells to EXPECTED"
     assert {a.classifier for a in registry.APPROXIMATIONS.values()} == set(CLASSIFIERS)
     assert {s.name for s in STRUCTURES} == {"dense", "fitc", "dense-multiclass", "fitc-multiclass"}, \
@@ -73,6 +80,7 @@ rng = np.random.default_rng(0)
 X = rng.normal(size=(14, 2))
 Y_BINARY = (X[:, 0] + 0.3 * rng.normal(size=14) > 0).astype(int)
 Y_MULTI = np.argmax(X @ np.array([[2.0, -2.0, 0.0], [0.0, 1.0, -2.0]]) + 0.3 * rng.normal(size=(14, 3)), axis=1)
+Y_ORDINAL = np.digitize(X[:, 0] + 0.3 * rng.normal(size=14), [-0.4, 0.4])
 XU = X[::3]
 
 
@@ -81,7 +89,7 @@ def _build(classifier, lik, approx):
         ls = pm.LogNormal("ls", 0.0, 0.5)
         gp = CLASSIFIERS[classifier](cov_func=pm.gp.cov.ExpQuad(2, ls=ls), likelihood=LIKELIHOODS[lik](),
                                      approx=approx)
-        y = Y_MULTI if lik in MULTICLASS else Y_BINARY
+        y = Y_MULTI if lik in MULTICLASS else Y_ORDINAL if lik in ORDINAL else Y_BINARY
         gp.marginal_likelihood("y", X=X, y=y, **({"Xu": XU} if approx else {}))
     return model, gp
 
@@ -109,7 +117,7 @@ def test_cell(classifier, lik, approx):
             point = {"ls": 1.0}
     p = gp.predict(X[:3], point=point, progressbar=False)
     assert np.all(np.isfinite(p)) and np.all((p >= 0) & (p <= 1))
-    if lik in MULTICLASS:
+    if lik in MULTICLASS or lik in ORDINAL:
         assert p.shape == (3, 3) and np.allclose(p.sum(axis=1), 1.0)
     else:
         assert p.shape == (3,)

@@ -183,3 +183,148 @@ def params_valid(kind, th):
     elif kind == STEP_LABEL_NOISE:
         ok = ok & (th[0] >= 0.0) & (th[0] < 0.5)
     return ok
+
+
+# ---------------------------------------------------------------------------------
+# Ordinal likelihoods (``likelihoods/ordinal.py``): site-local rows
+# ---------------------------------------------------------------------------------
+# The same formulas as the numba kernels, as (rows, n) arrays: the derivatives in each
+# site's upper and lower cutpoint and in sigma (``ordinal_scatter`` sums them into the
+# parameter vector). The engine's dispatch (``tilted`` / ``log_lik`` above) carries one
+# parameter row, so these are not among its kinds.
+
+ORDERED_PROBIT, ORDERED_LOGIT = 5, 6  # as binary.py
+_ORDINAL_HALF_NODES = 200
+
+
+def _log1mexp(x):
+    """log(1 - e^x) for x <= 0 (``ordinal._log1mexp``)."""
+    return jnp.where(x > -math.log(2.0), jnp.log(-jnp.expm1(jnp.minimum(x, -1e-300))),
+                     jnp.log1p(-jnp.exp(jnp.minimum(x, -math.log(2.0)))))
+
+
+def _ordinal_bounds(kind, y, th):
+    """(n_cut, scale, has_hi, b_hi, has_lo, b_lo, valid) for labels y (0..n_cut)."""
+    n_cut = th.shape[0] - (0 if kind == ORDERED_LOGIT else 1)
+    scale = 1.0 if kind == ORDERED_LOGIT else th[n_cut]
+    k = jnp.round(y).astype(jnp.int32)
+    valid = (k == y) & (k >= 0) & (k <= n_cut)
+    has_hi, has_lo = k < n_cut, k > 0
+    cut = th[:n_cut]
+    b_hi = jnp.where(has_hi, cut[jnp.clip(k, 0, n_cut - 1)], 0.0)
+    b_lo = jnp.where(has_lo, cut[jnp.clip(k - 1, 0, n_cut - 1)], 0.0)
+    return n_cut, scale, has_hi, b_hi, has_lo, b_lo, valid
+
+
+def _probit_two_sided(u1, u2):
+    lp1 = log_ndtr(u1)
+    delta = jnp.minimum(log_ndtr(u2) - lp1, 0.0)
+    em = -jnp.expm1(delta)
+    return lp1 + jnp.log(em), inv_mills(u1) / em, inv_mills(u2) * jnp.exp(delta) / em
+
+
+def _interval_partials(logit, u1, has1, u2, has2):
+    """``ordinal._interval_partials`` over arrays (a missing bound: its u is 0, has False)."""
+    if logit:
+        l1me = _log1mexp(jnp.minimum(u2 - u1, 0.0))
+        ls = jax.nn.log_sigmoid
+        g = jnp.where(has1 & has2, ls(u1) + ls(-u2) + l1me, jnp.where(has1, ls(u1), ls(-u2)))
+        a1 = jnp.where(has2, jnp.exp(ls(-u1) - ls(-u2) - l1me), jax.nn.sigmoid(-u1))
+        a2 = jnp.where(has1, jnp.exp(ls(u2) - ls(u1) - l1me), jax.nn.sigmoid(u2))
+        s1, s2 = jax.nn.sigmoid(u1), jax.nn.sigmoid(u2)
+        rb1, rb2, rc1, rc2 = 1.0 - 2.0 * s1, 1.0 - 2.0 * s2, 1.0 - 6.0 * s1 * (1 - s1), 1.0 - 6.0 * s2 * (1 - s2)
+    else:
+        reflect = u1 + u2 > 0.0
+        ld_r, lo_r, hi_r = _probit_two_sided(-u2, -u1)
+        ld_d, a1_d, a2_d = _probit_two_sided(u1, u2)
+        g = jnp.where(has1 & has2, jnp.where(reflect, ld_r, ld_d), jnp.where(has1, log_ndtr(u1), log_ndtr(-u2)))
+        a1 = jnp.where(has2, jnp.where(reflect, hi_r, a1_d), inv_mills(u1))
+        a2 = jnp.where(has1, jnp.where(reflect, lo_r, a2_d), inv_mills(-u2))
+        rb1, rb2, rc1, rc2 = -u1, -u2, u1 * u1 - 1.0, u2 * u2 - 1.0
+    a1, a2 = jnp.where(has1, a1, 0.0), jnp.where(has2, a2, 0.0)
+    b1, c1, b2, c2 = a1 * rb1, a1 * rc1, a2 * rb2, a2 * rc2
+    return (g, a1, -a2, b1 - a1 * a1, a1 * a2, -b2 - a2 * a2,
+            c1 - 3.0 * a1 * b1 + 2.0 * a1 ** 3, a2 * b1 - 2.0 * a1 * a1 * a2,
+            a1 * b2 + 2.0 * a1 * a2 * a2, -c2 - 3.0 * a2 * b2 - 2.0 * a2 ** 3)
+
+
+def ordinal_log_lik(kind, y, f, th):
+    """``ordinal.ordinal_log_lik_local`` at all sites: a (13, n) array (lp, d1, d2, d3, then
+    (d/db_hi, d/db_lo, d/ds) of lp, d1 and d2)."""
+    _, s, has1, b1, has2, b2, valid = _ordinal_bounds(kind, y, th)
+    u1 = jnp.where(has1, (b1 - f) / s, 0.0)
+    u2 = jnp.where(has2, (b2 - f) / s, 0.0)
+    g, g1, g2, g11, g12, g22, g111, g112, g122, g222 = _interval_partials(kind == ORDERED_LOGIT, u1, has1, u2, has2)
+    s1, s2_ = g1 + g2, g11 + 2.0 * g12 + g22
+    t1, t2 = g111 + 2.0 * g112 + g122, g112 + 2.0 * g122 + g222
+    ss = s * s
+    zero = jnp.zeros_like(f)
+    sig = kind != ORDERED_LOGIT
+    rows = [g, -s1 / s, s2_ / ss, -(g111 + 3.0 * g112 + 3.0 * g122 + g222) / (ss * s),
+            g1 / s, g2 / s, -(u1 * g1 + u2 * g2) / s if sig else zero,
+            -(g11 + g12) / ss, -(g12 + g22) / ss, (s1 + u1 * (g11 + g12) + u2 * (g12 + g22)) / ss if sig else zero,
+            t1 / (ss * s), t2 / (ss * s), -(2.0 * s2_ + u1 * t1 + u2 * t2) / (ss * s) if sig else zero]
+    rows = [jnp.where(valid, r, 0.0) for r in rows]
+    rows[0] = jnp.where(valid, g, -jnp.inf)
+    return jnp.stack(rows)
+
+
+def _ordered_logit_tilted(y, mu, s2, th):
+    """``ordinal._ordered_logit_tilted_local`` with a fixed trapezoidal grid (as
+    ``_logistic_tilted``): the mode by bisection on the concave log-integrand's slope."""
+    s = jnp.sqrt(s2)
+
+    def slope(m):
+        return ordinal_log_lik(ORDERED_LOGIT, y, m, th)[1] - (m - mu) / s2
+
+    def bisect(_, bracket):
+        lo, hi = bracket
+        mid = 0.5 * (lo + hi)
+        right = slope(mid) > 0.0
+        return jnp.where(right, mid, lo), jnp.where(right, hi, mid)
+
+    lo, hi = jax.lax.fori_loop(0, 80, bisect, (mu - s2 - 50.0, mu + s2 + 50.0))  # |d1| < 1 for the logit
+    m = 0.5 * (lo + hi)
+    h = 9.0 * s / _ORDINAL_HALF_NODES
+    t = jnp.arange(-_ORDINAL_HALF_NODES, _ORDINAL_HALF_NODES + 1, dtype=mu.dtype)[:, None] * h[None, :]
+    f = m[None, :] + t
+    out = jax.vmap(lambda fk: ordinal_log_lik(ORDERED_LOGIT, y, fk, th))(f)  # (nodes, 13, n)
+    g_m = ordinal_log_lik(ORDERED_LOGIT, y, m, th)[0] - 0.5 * (m - mu) ** 2 / s2
+    w = jnp.exp(out[:, 0] - 0.5 * (f - mu) ** 2 / s2 - g_m[None, :])
+    w_sum = w.sum(axis=0)
+    mean_t = (w * t).sum(axis=0) / w_sum
+    var = (w * (t - mean_t[None, :]) ** 2).sum(axis=0) / w_sum
+    lz = g_m + jnp.log(h * w_sum) - 0.5 * jnp.log(2.0 * jnp.pi * s2)
+    return (lz, (m + mean_t - mu) / s2, (var - s2) / (s2 * s2), (w * out[:, 4]).sum(0) / w_sum,
+            (w * out[:, 5]).sum(0) / w_sum, jnp.zeros_like(mu))
+
+
+def ordinal_tilted(kind, y, mu, s2, th):
+    """``ordinal.ordinal_tilted_local`` at all sites: a (6, n) array (log Z, d/dmu, d^2/dmu^2,
+    d/db_hi, d/db_lo, d/dsigma)."""
+    _, sigma, has1, b1, has2, b2, valid = _ordinal_bounds(kind, y, th)
+    if kind == ORDERED_LOGIT:
+        rows = list(_ordered_logit_tilted(y, mu, s2, th))
+    else:
+        v = sigma * sigma + s2
+        sv = jnp.sqrt(v)
+        z1 = jnp.where(has1, (b1 - mu) / sv, 0.0)
+        z2 = jnp.where(has2, (b2 - mu) / sv, 0.0)
+        g, g1, g2, g11, g12, g22, *_ = _interval_partials(False, z1, has1, z2, has2)
+        rows = [g, -(g1 + g2) / sv, (g11 + 2.0 * g12 + g22) / v, g1 / sv, g2 / sv, -sigma * (z1 * g1 + z2 * g2) / v]
+    rows = [jnp.where(valid, r, 0.0) for r in rows]
+    rows[0] = jnp.where(valid, rows[0], -jnp.inf)
+    return jnp.stack(rows)
+
+
+def ordinal_scatter(kind, y, th, d_hi, d_lo, d_sigma):
+    """(n, p): each site's derivatives in its upper and lower cutpoint and in sigma placed at
+    their positions in th (``ordinal._scatter``)."""
+    n_cut, _, has1, _, has2, _, valid = _ordinal_bounds(kind, y, th)
+    k = jnp.round(y).astype(jnp.int32)
+    cols = jnp.arange(th.shape[0])[None, :]
+    out = (jnp.where((cols == k[:, None]) & has1[:, None], d_hi[:, None], 0.0)
+           + jnp.where((cols == k[:, None] - 1) & has2[:, None], d_lo[:, None], 0.0))
+    if kind != ORDERED_LOGIT:
+        out = out + jnp.where(cols == n_cut, d_sigma[:, None], 0.0)
+    return jnp.where(valid[:, None], out, 0.0)
