@@ -10,6 +10,7 @@ from . import _numba_cache
 _numba_cache.install()  # before any cached numba function is defined
 
 from . import kernels, likelihoods  # noqa: E402
+from .likelihoods import OrderedLogit, OrderedProbit  # noqa: E402
 from .approximations.ep import EPState, ep  # noqa: E402
 from .approximations.adf import adf  # noqa: E402
 from .gp import MarginalADF, MarginalEP, MarginalLaplace, MarginalMeanField  # noqa: E402
@@ -28,6 +29,8 @@ from .approximations.multinomial_probit_ep import multinomial_probit_ep  # noqa:
 __all__ = [
     "likelihoods",
     "kernels",
+    "OrderedProbit",
+    "OrderedLogit",
     "MarginalEP",
     "MarginalLaplace",
     "MarginalMeanField",

@@ -38,12 +38,14 @@ from pytensor.tensor.random.op import RandomVariable
 
 from .likelihoods.binary import Likelihood, laplace_unsupported_message
 from .likelihoods.multiclass import MulticlassLikelihood
+from .likelihoods.ordinal import OrdinalLikelihood
 from .model_terms import add_evidence_terms, as_input_matrix
 from .ops.training_check import checked_training_tensor
 from .approximations import registry
 from .prediction import KERNEL_MODE, POINT_KERNEL_MODE, latent_predictions
 from .structures.select import select_structure
 from .validation import (
+    as_ordinal_codes,
     as_signed_labels,
     binary_classes,
     check_inputs,
@@ -76,6 +78,9 @@ class _ApproximateMarginal:
             raise ValueError(
                 f"likelihood must be a pymc_gpc.likelihoods.Likelihood instance, got {likelihood!r}"
             )
+        if isinstance(likelihood, OrdinalLikelihood) and self.approximation not in ("ep", "laplace"):
+            raise ValueError(f"{type(self).__name__} does not integrate out the ordinal likelihood "
+                             f"{type(likelihood).__name__}; use MarginalEP or MarginalLaplace")
         if not callable(cov_func):
             raise ValueError(f"cov_func must be a pm.gp.cov covariance function, got {cov_func!r}")
         if not jitter >= 0:
@@ -186,7 +191,7 @@ class _ApproximateMarginal:
 
     # -- public verbs ----------------------------------------------------------------
 
-    def marginal_likelihood(self, name, X, y, Xu=None):
+    def marginal_likelihood(self, name, X, y, Xu=None, levels=None):
         """Add log q(y | X, theta) to the model as a potential named ``name``.
 
         Parameters
@@ -208,9 +213,15 @@ class _ApproximateMarginal:
             where the container is evaluated).
             ``self.classes`` then holds the two labels, the one ``predict`` gives the
             probability of last.
+            With an ordinal likelihood (``OrderedProbit``, ``OrderedLogit``): integers
+            0..K-1, an ordered pandas categorical, or any labels with ``levels``; at least
+            3 levels (``validation.as_ordinal_codes``). ``self.classes`` then holds the K
+            levels, in the order of ``predict``'s columns.
         Xu : (m, d) inducing inputs, with ``approx="FITC"`` only (required there): an
             array (e.g. ``pm.gp.util.kmeans_inducing_points(m, X)``) or a tensor of random
             variables, which then get gradients too. m <= n.
+        levels : ordinal likelihoods only: the K labels from lowest to highest (for labels
+            such as strings that carry no order of their own).
 
         Returns
         -------
@@ -223,22 +234,42 @@ class _ApproximateMarginal:
         if y_tensor is not None and not (np.issubdtype(np.asarray(y_values).dtype, np.number)
                                          or np.asarray(y_values).dtype == bool):
             raise ValueError("y as a pm.Data container must hold numeric or boolean labels ({0, 1}, {-1, +1})")
-        signed = as_signed_labels(y_values)
-        if X.shape[0] != signed.shape[0]:
-            raise ValueError(f"X has {X.shape[0]} rows but y has {signed.shape[0]} labels")
+        coded, classes = self._coded_labels(y_values, levels)
+        if X.shape[0] != coded.shape[0]:
+            raise ValueError(f"X has {X.shape[0]} rows but y has {coded.shape[0]} labels")
         Xu = self.structure.check_inducing(Xu, X)
-        self.classes = binary_classes(y_values)
+        self.classes = classes
         self._n_inputs = X.shape[1]
         self._record_training_container(X_tensor, X_values)
         if X_tensor is not None:
             X = as_input_matrix(X_tensor)
-        y = signed if y_tensor is None else _signed_label_tensor(y_tensor, self.classes)
+        y = coded if y_tensor is None else self._label_tensor(y_tensor)
         model = pm.modelcontext(None)
         self.X, self.y, self.name, self.Xu, self.model = X, y, name, Xu, model
         priors, params = self._prior_inputs(), self.likelihood.params_tensor()
         hyper_names, hyper = self._hyperparameters(model, [*priors, params])
         log_z, *_, loo, n_iter, status = self._op(hyper_names)(*priors, params, y, hyper)
-        return add_evidence_terms(model, name, signed.shape[0], log_z, loo, n_iter, status)
+        return add_evidence_terms(model, name, coded.shape[0], log_z, loo, n_iter, status)
+
+    def _coded_labels(self, y_values, levels):
+        """(the labels as the solvers take them, the classes in ``predict``'s order): binary
+        labels as -1 / +1 and (label coded -1, label coded +1); ordinal ones as 0..K-1 and
+        the K levels (``validation.as_ordinal_codes``)."""
+        if isinstance(self.likelihood, OrdinalLikelihood):
+            if self.likelihood.n_classes is None:
+                raise ValueError(f"{type(self.likelihood).__name__} needs its cutpoints (K-1 of them for K classes)")
+            return as_ordinal_codes(y_values, self.likelihood.n_classes, levels)
+        if levels is not None:
+            raise ValueError("levels= orders the labels of an ordinal likelihood (OrderedProbit, OrderedLogit); "
+                             f"{type(self.likelihood).__name__} is binary")
+        return as_signed_labels(y_values), binary_classes(y_values)
+
+    def _label_tensor(self, y_tensor):
+        """A ``pm.Data`` container of labels coded as the solvers take them, checked wherever it
+        is evaluated (``_signed_label_tensor``, ``_ordinal_label_tensor``)."""
+        if isinstance(self.likelihood, OrdinalLikelihood):
+            return _ordinal_label_tensor(y_tensor, self.likelihood.n_classes)
+        return _signed_label_tensor(y_tensor, self.classes)
 
     def conditional(self, name, Xnew, *, jitter=JITTER_DEFAULT, **kwargs):
         """The latent f* at ``Xnew`` under q, as a ``pm.MvNormal`` (for posterior predictive).
@@ -269,7 +300,8 @@ class _ApproximateMarginal:
     def predict(self, Xnew, *, point=None, idata=None, model=None, return_latent=False, max_draws=None,
                 progressbar=True):
         """Class probabilities p(y* = gp.classes[1]) at ``Xnew``: of the positive class, the
-        label coded +1 (True, 1, +1, or the later of two strings in sorted order).
+        label coded +1 (True, 1, +1, or the later of two strings in sorted order). With an
+        ordinal likelihood, an (n*, K) array: p(y* = gp.classes[k]) in column k, rows summing to one.
 
         Parameters
         ----------
@@ -285,7 +317,7 @@ class _ApproximateMarginal:
 
         Returns
         -------
-        p, or (p, mean, var) with ``return_latent``.
+        p ((n*,), or (n*, K) for an ordinal likelihood), or (p, mean, var) with ``return_latent``.
 
         Notes
         -----
@@ -364,6 +396,18 @@ def _signed_label_tensor(y_tensor, classes):
                "values above 0 are the positive class)")
     values = CheckAndRaise(ValueError, message)(values, coded)
     return pt.switch(pt.gt(values, 0), 1.0, -1.0)
+
+
+def _ordinal_label_tensor(y_tensor, n_classes):
+    """A ``pm.Data`` container of ordinal labels 0..K-1, checked wherever it is evaluated: a
+    ValueError when it holds anything else (e.g. after ``pm.set_data``)."""
+    from pytensor.raise_op import CheckAndRaise
+
+    values = pt.flatten(y_tensor).astype("float64")
+    coded = pt.all(pt.eq(values, pt.round(values)) & pt.ge(values, 0) & pt.le(values, n_classes - 1))
+    message = (f"the labels' pm.Data container {y_tensor.name!r} holds values other than the integers "
+               f"0..{n_classes - 1} of the ordinal likelihood's {n_classes} classes")
+    return CheckAndRaise(ValueError, message)(values, coded)
 
 
 def _subclass_for(cls, approximation):

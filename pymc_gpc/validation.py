@@ -291,6 +291,74 @@ def as_class_codes(y, name="y", n_classes=None, warn=True):
     return codes.astype(np.int64), classes
 
 
+BINARY_HINT = ("; for two classes use a binary likelihood (pymc_gpc.likelihoods.Probit, ProbitBias or "
+               "Logistic)")
+
+
+def check_ordinal_levels(n_classes, what):
+    """ValueError unless an ordinal model has at least three ordered levels."""
+    if n_classes < 3:
+        raise ValueError(f"an ordinal likelihood needs at least 3 ordered levels; {what} gives {n_classes}"
+                         + BINARY_HINT)
+
+
+def as_ordinal_codes(y, n_classes, levels=None, name="y"):
+    """Ordinal labels as float codes 0..K-1 and the levels in code order.
+
+    Accepts integers 0..K-1 (the levels are then 0..K-1), an ordered pandas categorical
+    (its categories, in their order, are the levels), or any labels with ``levels``, the
+    K labels from lowest to highest. ``n_classes`` is K, the likelihood's number of
+    classes (its cutpoints plus one). Raises ValueError for fewer than 3 levels, a label
+    outside the levels (or outside 0..K-1), an unordered categorical or strings without
+    ``levels``, NaN/inf and wrong shapes.
+
+    Returns
+    -------
+    codes : (n,) float array of 0..K-1; levels : (K,) array.
+    """
+    _reject_symbolic(y, name)
+    check_ordinal_levels(n_classes, f"the likelihood's {n_classes - 1} cutpoint(s)")
+    is_category = getattr(getattr(y, "dtype", None), "name", None) == "category"
+    if levels is not None:
+        levels = _label_vector(levels, "levels")
+        if len(np.unique(levels.astype(str))) != len(levels):
+            raise ValueError(f"levels must be distinct, got {levels.tolist()}")
+        if len(levels) != n_classes:
+            raise ValueError(f"levels has {len(levels)} entries but the likelihood has {n_classes} classes "
+                             f"({n_classes - 1} cutpoints)")
+        arr = _label_vector(np.asarray(y, dtype=object) if is_category else y, name)
+        lookup = {str(v): k for k, v in enumerate(levels)}
+        keys = arr.astype(str)
+        unknown = sorted(set(keys.tolist()) - set(lookup))
+        if unknown:
+            raise ValueError(f"{name} holds labels {unknown[:10]} that are not among the levels {levels.tolist()}")
+        return np.array([lookup[k] for k in keys], dtype=float), levels
+    if is_category:
+        cat = y.cat if hasattr(y, "cat") else y
+        if not cat.ordered:
+            raise ValueError(f"{name} is an unordered categorical: make it ordered "
+                             "(pd.Categorical(..., ordered=True)) or give levels= from lowest to highest")
+        categories = np.asarray(cat.categories)
+        codes = np.asarray(cat.codes, dtype=np.int64)
+        if np.any(codes < 0):
+            raise ValueError(f"{name} contains missing values at positions {np.flatnonzero(codes < 0)[:10].tolist()}")
+        if len(categories) != n_classes:
+            raise ValueError(f"{name} has {len(categories)} ordered levels but the likelihood has {n_classes} "
+                             f"classes ({n_classes - 1} cutpoints)")
+        return _label_vector(codes, name).astype(float), categories
+    arr = _label_vector(y, name)
+    if arr.dtype == bool or not np.issubdtype(arr.dtype, np.number):
+        raise ValueError(f"{name} must hold integers 0..{n_classes - 1}, an ordered pandas categorical, or labels "
+                         f"with levels= giving their order; got {arr.dtype} values {np.unique(arr)[:5].tolist()}")
+    arr = arr.astype(float)
+    bad = ~(np.isfinite(arr) & (arr == np.round(arr)) & (arr >= 0) & (arr <= n_classes - 1))
+    if np.any(bad):
+        raise ValueError(f"{name} holds labels outside the integers 0..{n_classes - 1} of the likelihood's "
+                         f"{n_classes} classes: {np.unique(arr[bad])[:10].tolist()} at positions "
+                         f"{np.flatnonzero(bad)[:10].tolist()}")
+    return arr, np.arange(n_classes)
+
+
 def _changed_training_message(name, recorded, current):
     """The ValueError message for a training ``pm.Data`` container whose value changed."""
     what = (f"has {np.shape(current)[0]} rows, not the {np.shape(recorded)[0]} the evidence was built with"

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numba import njit
 
-from ..likelihoods.binary import TiltedMoments, tilted_site
+from ..likelihoods.binary import tilted_dparams_sum, tilted_site
 from ..structures import DensePrior, is_structure
 from ..structures.dense import (
     LatentPosterior,
@@ -52,7 +52,7 @@ from ..structures.dense import (
     weights_from_inverse,
 )
 from .result import ApproximationResult
-from ..validation import as_signed_labels, check_kernel_matrix
+from ..validation import check_kernel_matrix
 
 # Columns kept by the Anderson acceleration of parallel EP.
 _ANDERSON_MEMORY = 5
@@ -236,7 +236,8 @@ def ep(
         structure (``pymc_gpc.structures``, e.g. ``FITCPrior``): the same parallel EP
         then runs on it, and ``dlog_z_dK`` is the structure's gradient (for FITC a
         ``FITCGradient``, the derivatives in K_uu, K_uf and diag K_ff).
-    y : (n,) labels: {-1, +1}, {0, 1}, booleans or two strings (checked).
+    y : (n,) labels: {-1, +1}, {0, 1}, booleans or two strings; for an ordinal likelihood
+        integers 0..K-1 (checked: ``likelihood.check_labels``).
     likelihood : a ``pymc_gpc.likelihoods.Likelihood``.
     params : likelihood parameters overriding ``likelihood.params``.
     state : an ``EPState`` to warm-start from (e.g. the previous result's ``state``);
@@ -285,12 +286,12 @@ def ep(
         raise ValueError(f"method must be 'parallel' or 'sequential', got {method!r}")
     if not 0.0 < damping <= 1.0:
         raise ValueError(f"damping must be in (0, 1], got {damping}")
-    y = as_signed_labels(y, require_both=False)
+    th = likelihood.check_params(likelihood._th(params))
+    y = likelihood.check_labels(y, th)
     n = y.shape[0]
     prior = _prior_structure(K, n)
     if method == "sequential" and not prior.sequential:
         raise ValueError(f"sequential EP needs a dense K; {type(prior).__name__} runs method='parallel'")
-    th = likelihood.check_params(likelihood._th(params))
     if state is None:
         tau, nu = np.zeros(n), np.zeros(n)
     else:
@@ -334,7 +335,7 @@ def ep(
         log_z = ep_log_z(post, tau, nu, mean, tau_c, nu_c, tilted.log_z)
     else:  # the cavities of the last sweep are those of the returned sites
         var, mean, b, tau_c, nu_c, tilted_out = fixed
-        tilted = TiltedMoments(tilted_out, likelihood.n_params)
+        tilted = likelihood.tilted_moments(tilted_out, y, nu_c / tau_c, 1.0 / tau_c, th)
         log_z = float(_factored_log_z(L, tau, nu, mean, tau_c, nu_c, tilted.log_z))  # as ep_warm
     dK = dth = None
     if with_grad:
@@ -375,7 +376,7 @@ def ep_warm(K, y, likelihood, th, state, tol, max_sweeps=300, rough_ok=True):
     tau, nu = (np.zeros(n), np.zeros(n)) if state is None else (state.tau.copy(), state.nu.copy())
     forecast = np.inf if state is None else state.first_change
     ok, log_z, dK, dth, loo, sweeps, tau, nu, first_change = ep_warm_compiled(
-        likelihood.kind, _contiguous(K), y, th, tau, nu, forecast, tol, max_sweeps, likelihood.n_params, rough_ok)
+        likelihood.kind, _contiguous(K), y, th, tau, nu, forecast, tol, max_sweeps, th.shape[0], rough_ok)
     if not ok:
         return None
     return log_z, dK, dth, loo, sweeps, EPState(tau, nu, first_change)
@@ -394,8 +395,7 @@ def ep_warm_compiled(kind, K, y, th, tau, nu, forecast, tol, max_sweeps, n_param
         return False, np.nan, np.empty((0, 0)).T, dth, tilted[0].copy(), sweeps, tau, nu, first_change
     log_z = _factored_log_z(L, tau, nu, mean, tau_c, nu_c, tilted[0])
     dK = outer_minus_R(b, Li, np.sqrt(tau), 0.5)
-    if n_params > 0:
-        dth[0] = tilted[3, :].sum()
+    tilted_dparams_sum(kind, y, nu_c / tau_c, 1.0 / tau_c, th, tilted[3], dth)
     ok = np.isfinite(log_z) and np.isfinite(dK.sum()) and np.all(np.isfinite(dth))
     return ok, log_z, dK, dth, tilted[0].copy(), sweeps, tau, nu, first_change
 

@@ -28,7 +28,6 @@ import numpy as np
 from .ep import _prior_structure, cavity_precision
 from ..likelihoods.binary import laplace_unsupported_message
 from .result import ApproximationResult
-from ..validation import as_signed_labels
 
 
 @dataclass
@@ -132,10 +131,10 @@ def laplace(
     """
     if not likelihood.supports_laplace:
         raise ValueError(laplace_unsupported_message(likelihood))
-    y = as_signed_labels(y, require_both=False)
+    th = likelihood.check_params(likelihood._th(params))
+    y = likelihood.check_labels(y, th)
     n = y.shape[0]
     prior = _prior_structure(K, n)
-    th = likelihood.check_params(likelihood._th(params))
     a = np.zeros(n) if state is None else np.array(state.a, dtype=float)
     if a.shape != (n,):
         raise ValueError(f"warm-start state has {a.shape[0]} weights, data has {n}")

@@ -7,6 +7,10 @@ f-derivatives for Laplace, expected log-likelihoods for mean field, the predicti
 
 ``multiclass``: c >= 2 classes, one latent value per class and observation, labels coded
 0..c-1 (softmax for Laplace, multinomial probit for nested EP), with its own contract.
+
+``ordinal``: K >= 3 ordered classes from one latent value per observation, labels coded
+0..K-1 (ordered probit, ordered logit): the binary contract, with the cutpoints (and the
+probit's noise scale) as parameters.
 """
 
 from .binary import (
@@ -19,6 +23,8 @@ from .binary import (
     StepLabelNoise,
 )
 from .multiclass import MULTICLASS_LIKELIHOODS, MulticlassLikelihood, MultinomialProbit, Softmax
+from .ordinal import ORDINAL_LIKELIHOODS, OrderedLogit, OrderedProbit, OrdinalLikelihood
 
 __all__ = ["Likelihood", "Probit", "ProbitBias", "ProbitNoise", "StepLabelNoise", "Logistic", "LIKELIHOODS",
-           "MulticlassLikelihood", "Softmax", "MultinomialProbit", "MULTICLASS_LIKELIHOODS"]
+           "MulticlassLikelihood", "Softmax", "MultinomialProbit", "MULTICLASS_LIKELIHOODS",
+           "OrdinalLikelihood", "OrderedProbit", "OrderedLogit", "ORDINAL_LIKELIHOODS"]

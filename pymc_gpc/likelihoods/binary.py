@@ -218,7 +218,7 @@ def _logistic_log_lik(y, f, th):
 # function serves every likelihood, so that numba can cache it on disk (closures over
 # per-likelihood kernels cannot be cached) and compiled loops elsewhere (sequential EP,
 # ADF, parallel EP) take the likelihood as an integer argument.
-PROBIT, PROBIT_BIAS, PROBIT_NOISE, STEP_LABEL_NOISE, LOGISTIC = range(5)
+PROBIT, PROBIT_BIAS, PROBIT_NOISE, STEP_LABEL_NOISE, LOGISTIC, ORDERED_PROBIT, ORDERED_LOGIT = range(7)
 
 
 @njit(nogil=True, cache=True)
@@ -234,6 +234,8 @@ def tilted_site(kind, y, mu, s2, th):
         return _step_tilted(y, mu, s2, th)
     if kind == LOGISTIC:
         return _logistic_tilted(y, mu, s2, th)
+    if kind == ORDERED_PROBIT or kind == ORDERED_LOGIT:
+        return ordinal_tilted(kind, y, mu, s2, th)
     return np.nan, np.nan, np.nan, np.nan  # unreachable: Likelihood.__init_subclass__ checks kind
 
 
@@ -250,6 +252,8 @@ def log_lik_site(kind, y, f, th):
         return _no_log_lik(y, f, th)
     if kind == LOGISTIC:
         return _logistic_log_lik(y, f, th)
+    if kind == ORDERED_PROBIT or kind == ORDERED_LOGIT:
+        return ordinal_log_lik(kind, y, f, th)
     return np.nan, np.nan, np.nan, np.nan, np.nan, np.nan, np.nan  # unreachable (kind checked)
 
 
@@ -279,14 +283,27 @@ def log_lik_map(kind, y, f, th):
     return out
 
 
+@njit(nogil=True, cache=True)
+def tilted_dparams_sum(kind, y, mu, s2, th, row, dth):
+    """dth[:] = sum_i d log Z_i / d theta at the cavities N(mu_i, s2_i); ``row`` holds the
+    single-parameter kinds' per-site derivatives (``tilted_map``'s last row)."""
+    if kind == ORDERED_PROBIT or kind == ORDERED_LOGIT:
+        ordinal_tilted_dparams_sum(kind, y, mu, s2, th, dth)
+    elif dth.shape[0] > 0:
+        dth[0] = row.sum()
+
+
 class TiltedMoments:
-    """Per-site EP quantities at given cavities: log Z_i, d/dmu, d^2/dmu^2, d/dtheta."""
+    """Per-site EP quantities at given cavities: log Z_i, d/dmu, d^2/dmu^2, d/dtheta.
+
+    ``dparams``: the (n, p) derivatives in theta where they are not ``out``'s last row
+    (likelihoods with several parameters, ``ordinal``)."""
 
     __slots__ = ("log_z", "dlog_z", "d2log_z", "dlog_z_dparams")
 
-    def __init__(self, out, n_params):
+    def __init__(self, out, n_params, dparams=None):
         self.log_z, self.dlog_z, self.d2log_z = out[0], out[1], out[2]
-        self.dlog_z_dparams = out[3:4].T[:, :n_params]
+        self.dlog_z_dparams = out[3:4].T[:, :n_params] if dparams is None else dparams
 
 
 class LogLikDerivatives:
@@ -294,11 +311,13 @@ class LogLikDerivatives:
 
     __slots__ = ("lp", "d1", "d2", "d3", "lp_dparams", "d1_dparams", "d2_dparams")
 
-    def __init__(self, out, n_params):
+    def __init__(self, out, n_params, dparams=None):
+        """``dparams``: a (3, n, p) array of the theta-derivatives of (log p, d1, d2) where
+        they are not ``out``'s last three rows (``ordinal``)."""
         self.lp, self.d1, self.d2, self.d3 = out[0], out[1], out[2], out[3]
-        self.lp_dparams = out[4:5].T[:, :n_params]
-        self.d1_dparams = out[5:6].T[:, :n_params]
-        self.d2_dparams = out[6:7].T[:, :n_params]
+        if dparams is None:
+            dparams = out[4:7, :, None][:, :, :n_params]
+        self.lp_dparams, self.d1_dparams, self.d2_dparams = dparams
 
 
 class Likelihood:
@@ -322,12 +341,15 @@ class Likelihood:
 
     param_names: tuple = ()
     supports_laplace = True
-    kind = None  # PROBIT, ..., LOGISTIC
+    kind = None  # PROBIT, ..., ORDERED_LOGIT
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        if cls.kind not in range(LOGISTIC + 1):
-            raise TypeError(f"{cls.__name__}.kind must name a compiled kernel (PROBIT ... LOGISTIC), got {cls.kind!r}")
+        if cls.__dict__.get("_abstract", False):  # an intermediate base (``ordinal.OrdinalLikelihood``)
+            return
+        if cls.kind not in range(ORDERED_LOGIT + 1):
+            raise TypeError(f"{cls.__name__}.kind must name a compiled kernel (PROBIT ... ORDERED_LOGIT), "
+                            f"got {cls.kind!r}")
 
     def __init__(self, *values):
         self._values = values
@@ -377,6 +399,16 @@ class Likelihood:
         if params is None:
             return self.params
         return np.asarray(params, dtype=float).reshape(-1)
+
+    def check_labels(self, y, params=None):
+        """The solvers' labels as floats: here -1.0 / +1.0 (``validation.as_signed_labels``)."""
+        from ..validation import as_signed_labels
+
+        return as_signed_labels(y, require_both=False)
+
+    def tilted_moments(self, out, y, mu, s2, th):
+        """``TiltedMoments`` of ``tilted_map``'s rows ``out`` (computed at cavities N(mu, s2))."""
+        return TiltedMoments(out, self.n_params)
 
     def tilted(self, y, mu, s2, params=None):
         """EP tilted moments at cavities N(mu, s2); see the module docstring."""
@@ -576,3 +608,8 @@ class Logistic(Likelihood):
 
 
 LIKELIHOODS = (Probit, ProbitBias, ProbitNoise, StepLabelNoise, Logistic)
+
+
+# The ordinal kinds' kernels (``ordinal``, whose classes subclass ``Likelihood`` above) join
+# the dispatch; numba resolves these names when the dispatch is first compiled.
+from .ordinal import ordinal_log_lik, ordinal_tilted, ordinal_tilted_dparams_sum  # noqa: E402
