@@ -52,6 +52,11 @@ RESULTS = pathlib.Path(__file__).parent / "results"
 # their MAP (Laplace) and EP GPs over 20 splits, {(dataset, ranks): (MAP, EP)}. Empty: the
 # published figures could not be consulted offline when this file was written.
 PAPER = {}
+BINNING_NOTE = """**Binning.** The ranks here are equal-frequency for 5 and for 10 ranks. Which binning the
+paper's 5-rank table used (equal-frequency or equal-length) could not be checked offline
+either; with equal-length bins a skewed target such as Machine CPU's performance puts most
+rows in the lowest rank, and zero-one errors are then not comparable with these. Confirm
+the paper's protocol before setting these rows beside its figures."""
 
 
 # -- linear ordered probit -------------------------------------------------------------
@@ -329,7 +334,8 @@ def report(rows, n_splits, seconds):
     if not PAPER:
         text += ["**The paper's figures are missing.** Chu & Ghahramani's (2005) Tables 2 and 3 could not",
                  "be consulted offline (the searchable copies of the paper give its first page only), so",
-                 "their MAP and EP columns are not quoted here rather than quoted from memory.", ""]
+                 "their MAP and EP columns are not quoted here rather than quoted from memory.", "",
+                 *BINNING_NOTE.splitlines(), ""]
     if not _has_ordinal():
         text += ["**The ordinal GP rows are missing**: this run's package has no `OrderedProbit` yet.", ""]
     return text

@@ -2,9 +2,9 @@
 
 Chu & Ghahramani (2005, "Gaussian processes for ordinal regression", JMLR 6, sec. 5.1)
 benchmark ordinal regression on metric regression data sets whose target is discretised
-into 5 (or 10) ordered ranks of equal frequency, each data set split at random into a
-training and a test set 20 times (the paper's Table 1 gives the sizes). Bundled here are
-those available offline:
+into ordered ranks, each data set split at random into a training and a test set 20 times
+(the paper's Table 1 gives the sizes). Here the targets are cut into equal-frequency ranks
+(5 or 10). Bundled are the data sets available offline:
 
 * ``machine_cpu``: relative CPU performance ``perf`` of 209 computers from 6 inputs
   (cycle time ``syct``, main memory ``mmin`` / ``mmax`` in kB, cache ``cach``, channels
