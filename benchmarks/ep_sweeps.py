@@ -69,7 +69,7 @@ DATASETS = {**HARD, "pima": lambda: load("pima")}
 TOL = 1e-2  # APPROXIMATIONS["ep"].sampling_defaults["tol"] (approximations.registry)
 JITTER = 1e-6
 LIK = Probit()
-TH = LIK.check_params(LIK._th(None))
+TH = LIK.check_params(LIK.resolve_params(None))
 
 
 def record(data, tune=300, draws=300, seed=1):
@@ -124,7 +124,7 @@ class ARD:
 def solve(K, y, start, tol=TOL):
     n = len(y)
     tau, nu = (np.zeros(n), np.zeros(n)) if start is None else (start[0].copy(), start[1].copy())
-    out = E._parallel_compiled(LIK.kind, K, y, TH, tau, nu, 1.0, tol, 300, E._ANDERSON_MEMORY, np.inf, False)
+    out = E._parallel_compiled(LIK.kind, K, y, TH, tau, nu, 1.0, tol, 300, E.ANDERSON_MEMORY, np.inf, False)
     return out[1], (out[3], out[4])
 
 
@@ -190,7 +190,7 @@ def iteration_variants(kernel, y, points, variants=((1.0, 0), (0.8, 0), (0.5, 0)
             tau, nu = (np.zeros(n), np.zeros(n)) if st is None else (st.tau.copy(), st.nu.copy())
             r = E._parallel_compiled(LIK.kind, kernel(h), y, TH, tau, nu, damping, TOL * damping, 300, memory, np.inf, False)
             sweeps.append(r[1])
-            if (damping, memory) == (1.0, E._ANDERSON_MEMORY) and st is not None:
+            if (damping, memory) == (1.0, E.ANDERSON_MEMORY) and st is not None:
                 first.append(r[13])
             warm.add(h, E.EPState(r[3], r[4]))
         out[(damping, memory)] = np.array(sweeps)

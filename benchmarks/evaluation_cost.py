@@ -103,7 +103,7 @@ def measure(name):
     finally:
         M.ApproxMarginalOp.perform, M.ApproxMarginalOp._perform = original_perform, original_solve
     lik = Probit()
-    th = lik.check_params(lik._th(None))
+    th = lik.check_params(lik.resolve_params(None))
     state, sweeps = None, []
     E.ep_warm(*inputs[0][:1], inputs[0][2], lik, th, None, tol=TOL)  # compile
     t = time.perf_counter()

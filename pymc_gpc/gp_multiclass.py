@@ -96,10 +96,10 @@ class MulticlassMarginal:
 
     # -- building blocks -------------------------------------------------------------
 
-    def _funcs(self):
+    def class_cov_funcs(self):
         return self.cov_funcs or [self.cov_func] * self.n_classes
 
-    def _kernel(self, X):
+    def class_kernels(self, X):
         """The (c, n, n) stack K_k(X) + jitter I (a shared covariance is built once)."""
         eye = self.jitter * pt.eye(X.shape[0])
         if self.cov_funcs is None:
@@ -111,7 +111,7 @@ class MulticlassMarginal:
         structure = self.structure
         op = structure.predictive_op(self.approximation, type(self.likelihood), self.solver_options, full_cov)
         X = self._training_inputs()
-        K_star = pt.stack([f(Xnew) if full_cov else f(Xnew, diag=True) for f in self._funcs()])
+        K_star = pt.stack([f(Xnew) if full_cov else f(Xnew, diag=True) for f in self.class_cov_funcs()])
         return op(*self._prior_inputs(X), self.y, structure.cross_covariances(self, X, Xnew), K_star)
 
     # -- public verbs ----------------------------------------------------------------
@@ -216,7 +216,7 @@ class MulticlassMarginal:
         are K (c, n, n), or with FITC K_uu, K_uf and diag K_ff (the crosses then K_u* (c, m, n*))."""
         crosses = self.structure.cross_covariances(self, self.X, Xnew)
         return [*self._prior_inputs(), self.likelihood.params_tensor(), crosses,
-                pt.stack([f(Xnew, diag=True) for f in self._funcs()])]
+                pt.stack([f(Xnew, diag=True) for f in self.class_cov_funcs()])]
 
     def _probabilities(self, mean, cov, theta):
         """(m, c) probabilities from the latent means (c, m) and covariances (m, c, c)."""

@@ -117,7 +117,7 @@ def _prepare(K, y, likelihood, params):
     y = as_signed_labels(y, require_both=False)
     n = y.shape[0]
     K = np.ascontiguousarray(check_kernel_matrix(K, n))
-    th = likelihood.check_params(likelihood._th(params))
+    th = likelihood.check_params(likelihood.resolve_params(params))
     return K, y, th, likelihood.kind
 
 

@@ -21,7 +21,7 @@ Two schedules:
 
 ``parallel``: all sites from the same posterior, then the posterior is recomputed.
   One sweep costs one Cholesky and one triangular inverse (2n^3/3 flops, see
-  ``structures/dense.py``); the iteration is Anderson-accelerated (``_Anderson``).
+  ``structures/dense.py``); the iteration is Anderson-accelerated (``Anderson``).
 ``sequential``: sites one at a time with rank-one updates of Sigma (R&W Alg. 3.5),
   compiled with numba; Sigma is recomputed from scratch after every sweep.
 
@@ -55,7 +55,7 @@ from .result import ApproximationResult
 from ..validation import check_kernel_matrix
 
 # Columns kept by the Anderson acceleration of parallel EP.
-_ANDERSON_MEMORY = 5
+ANDERSON_MEMORY = 5
 # Cavity precision floor, relative to the posterior precision 1/Sigma_ii, for sites
 # of mixed sign (see ``cavity_precision``).
 _MIN_CAVITY_FRACTION = 1e-10
@@ -286,7 +286,7 @@ def ep(
         raise ValueError(f"method must be 'parallel' or 'sequential', got {method!r}")
     if not 0.0 < damping <= 1.0:
         raise ValueError(f"damping must be in (0, 1], got {damping}")
-    th = likelihood.check_params(likelihood._th(params))
+    th = likelihood.check_params(likelihood.resolve_params(params))
     y = likelihood.check_labels(y, th)
     n = y.shape[0]
     prior = _prior_structure(K, n)
@@ -306,7 +306,7 @@ def ep(
     if dense and method == "parallel" and np.min(tau, initial=0.0) >= 0.0:
         # the compiled loop; it hands back to _parallel only at steps it does not take
         status, done, change, tau, nu, L, Li, *fixed, first_change = _parallel_compiled(
-            likelihood.kind, _contiguous(K), y, th, tau, nu, damping, tol, max_sweeps, _ANDERSON_MEMORY, forecast
+            likelihood.kind, _contiguous(K), y, th, tau, nu, damping, tol, max_sweeps, ANDERSON_MEMORY, forecast
         )
         if status != _HANDED_BACK:
             post, sweeps = LatentPosterior(K, tau, L, Li), done
@@ -389,7 +389,7 @@ def ep_warm_compiled(kind, K, y, th, tau, nu, forecast, tol, max_sweeps, n_param
     terms, sweeps, tau, nu, first change); tau and nu are the start's sites (overwritten).
     dlog_z/dK = (b b^T - R) / 2 at the fixed point (the module docstring)."""
     status, sweeps, _, tau, nu, L, Li, _, mean, b, tau_c, nu_c, tilted, first_change = _parallel_compiled(
-        kind, K, y, th, tau, nu, 1.0, tol, max_sweeps, _ANDERSON_MEMORY, forecast, rough_ok)
+        kind, K, y, th, tau, nu, 1.0, tol, max_sweeps, ANDERSON_MEMORY, forecast, rough_ok)
     dth = np.zeros(n_params)
     if status != _DONE:
         return False, np.nan, np.empty((0, 0)).T, dth, tilted[0].copy(), sweeps, tau, nu, first_change
@@ -421,7 +421,7 @@ def _proper_posterior(prior, tau_old, nu_old, tau_new, nu_new):
     return prior.posterior(tau_new), tau_new, nu_new
 
 
-class _Anderson:
+class Anderson:
     """Anderson acceleration (type II) of a fixed-point iteration x <- G(x).
 
     Keeps the last ``memory`` differences of the map values g = G(x) and of the
@@ -456,7 +456,7 @@ def _contiguous(K):
     return K if (K.flags.c_contiguous or K.flags.f_contiguous) else np.ascontiguousarray(K)
 
 
-def _parallel(prior, y, likelihood, th, post, tau, nu, damping, tol, max_sweeps, memory=_ANDERSON_MEMORY):
+def _parallel(prior, y, likelihood, th, post, tau, nu, damping, tol, max_sweeps, memory=ANDERSON_MEMORY):
     """Parallel EP sweeps, Anderson-accelerated; returns the final posterior and sites.
 
     Written against a prior structure (``pymc_gpc.structures``): dense or FITC alike.
@@ -478,7 +478,7 @@ def _parallel(prior, y, likelihood, th, post, tau, nu, damping, tol, max_sweeps,
     rough sweep that would have converged costs one more sweep, hence the prediction.
     """
     n = tau.shape[0]
-    aa = _Anderson(memory)
+    aa = Anderson(memory)
     change, best, first_change = np.inf, np.inf, np.inf
     sweeps = 0
     while sweeps < max_sweeps:
@@ -556,10 +556,10 @@ _SWEEP_LIMIT = 2  # max_sweeps reached; the returned cavities are not at the ret
 @njit(nogil=True, cache=True)
 def _anderson_mix(dF, dG, count, f, g):
     """g - gamma dG with gamma = argmin ||f - dF^T gamma|| over the first ``count`` rows of
-    dF and dG, the stored differences (``_Anderson``)."""
+    dF and dG, the stored differences (``Anderson``)."""
     if count == 0:
         return g.copy()
-    rcond = np.finfo(np.float64).eps * dF.shape[1]  # NumPy's default cutoff, as in _Anderson
+    rcond = np.finfo(np.float64).eps * dF.shape[1]  # NumPy's default cutoff, as in Anderson
     gamma = np.linalg.lstsq(dF[:count].T, f, rcond=rcond)[0]
     return g - gamma @ dG[:count]
 
@@ -570,7 +570,7 @@ def _parallel_compiled(kind, K, y, th, tau, nu, damping, tol, max_sweeps, memory
 
     Every sweep factorises B at the current sites (``structures.dense.factors``), forms the
     cavities, the tilted moments of likelihood ``kind`` and the new sites, and takes
-    the Anderson step of ``_Anderson`` with the same restarts as ``_parallel``. A step
+    the Anderson step of ``Anderson`` with the same restarts as ``_parallel``. A step
     ``_parallel`` would handle in Python (an iterate with negative sites, a failed
     factorisation, a non-finite site change or iterate) ends the loop with status
     ``_HANDED_BACK`` at the last factorised sites, for ``_parallel`` to continue from;

@@ -131,7 +131,7 @@ def laplace(
     """
     if not likelihood.supports_laplace:
         raise ValueError(laplace_unsupported_message(likelihood))
-    th = likelihood.check_params(likelihood._th(params))
+    th = likelihood.check_params(likelihood.resolve_params(params))
     y = likelihood.check_labels(y, th)
     n = y.shape[0]
     prior = _prior_structure(K, n)

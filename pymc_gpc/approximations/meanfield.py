@@ -240,7 +240,7 @@ def meanfield(
     y = as_signed_labels(y, require_both=False)
     n = y.shape[0]
     K = np.ascontiguousarray(check_kernel_matrix(K, n))
-    th = likelihood.check_params(likelihood._th(params))
+    th = likelihood.check_params(likelihood.resolve_params(params))
     alpha = np.zeros(n) if state is None else np.array(state.alpha, dtype=float)
     if alpha.shape != (n,):
         raise ValueError(f"warm-start state has {alpha.shape[0]} entries, data has {n}")

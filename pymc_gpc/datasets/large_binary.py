@@ -15,24 +15,14 @@ classification", AISTATS, section 5.3) less plane age and air time: month, day o
 weekday, scheduled departure and arrival time (hours) and distance.
 """
 
-import gzip
-from importlib import resources
 
 import numpy as np
 
-from pymc_gpc.datasets import Split
+from .tables import Split, read_numeric
 
 FLIGHTS_FEATURES = ("month", "day", "weekday", "sched_dep_hour", "sched_arr_hour", "distance")
 FLIGHTS_ROWS = 327_346
 DELAY_THRESHOLD_MINUTES = 15
-
-
-def _read_flights():
-    """The bundled table as a float array (FLIGHTS_ROWS, 7) and its header."""
-    raw = gzip.decompress(resources.files("pymc_gpc.datasets").joinpath("data", "flights.csv.gz").read_bytes())
-    header, _, body = raw.partition(b"\n")
-    table = np.loadtxt(body.decode().splitlines(), delimiter=",", dtype=float)
-    return header.decode().split(","), table
 
 
 def _hours(hhmm):
@@ -71,7 +61,7 @@ def load_flights(n_train=50_000, n_test=10_000, seed=0, standardise=True):
             f"n_train + n_test must be at most the {FLIGHTS_ROWS} flights (n_train >= 1, n_test >= 0), "
             f"got {n_train} + {n_test}"
         )
-    header, table = _read_flights()
+    header, table = read_numeric("flights.csv.gz")
     col = {name: table[:, i] for i, name in enumerate(header)}
     X = np.column_stack([
         col["month"], col["day"], col["weekday"],

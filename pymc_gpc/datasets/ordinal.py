@@ -34,11 +34,11 @@ The protocol, as implemented here:
 """
 
 from dataclasses import dataclass
-from importlib import resources
 
 import numpy as np
 
-DATA_PACKAGE = "pymc_gpc.datasets"
+from .tables import read_numeric
+
 
 
 @dataclass(frozen=True)
@@ -121,13 +121,6 @@ def _source(name):
     return ORDINAL_SOURCES[name]
 
 
-def _read_table(filename):
-    """The bundled CSV ``filename``: (header, float array of its rows)."""
-    text = resources.files(DATA_PACKAGE).joinpath("data", filename).read_text()
-    lines = text.strip().splitlines()
-    return lines[0].split(","), np.array([line.split(",") for line in lines[1:]], dtype=float)
-
-
 def load_ordinal(name, n_bins=5):
     """A whole bundled ordinal data set, its target cut into ``n_bins`` equal-frequency ranks.
 
@@ -149,7 +142,7 @@ def load_ordinal(name, n_bins=5):
         For a name that is not bundled (``ORDINAL_DATASETS``) or ``n_bins`` outside 2..n.
     """
     source = _source(name)
-    header, data = _read_table(source.filename)
+    header, data = read_numeric(source.filename)
     X = data[:, [header.index(f) for f in source.features]]
     target = data[:, header.index(source.target)]
     return OrdinalData(name, X, equal_frequency_bins(target, n_bins), target, source.features, int(n_bins))

@@ -32,7 +32,7 @@ def epsilon_update(rule, y, h, a_diag):
 
 def _epsilon_variable(model, node):
     """The value variable of a free label-noise rate of the step likelihood, or None if fixed."""
-    if not isinstance(node.op._lik, StepLabelNoise):
+    if not isinstance(node.op.likelihood, StepLabelNoise):
         return None
     sources = [v for v in ancestors([node.inputs[structure_of_op(node.op).n_kernel_inputs]]) if v in model.value_vars]
     if not sources:
@@ -87,7 +87,7 @@ class _EMEP:
         point, value = m_step(objective, point, h, A)
         if not objective.theta_free:  # the data term, constant during the M-step
             [(_, theta)], _ = objective.kernel_inputs(point)
-            value += float(np.sum(objective.nodes[0].op._lik.expected_log_lik(
+            value += float(np.sum(objective.nodes[0].op.likelihood.expected_log_lik(
                 self.y, h, structure.marginal_variances(A), theta)[0]))
         return point, q.log_z, value + _entropy_constant(structure, arrays, q, A), eps
 
@@ -197,7 +197,7 @@ def m_step_objective(objective, point, h, A):
         return -np.inf, None
     ell, d_theta = np.zeros(1), np.zeros((1, theta.size))
     if objective.theta_free:  # otherwise the data term is a constant of the M-step (and -inf at eps = 0)
-        ell, d_theta = objective.nodes[0].op._lik.expected_log_lik(objective.labels[0], h,
+        ell, d_theta = objective.nodes[0].op.likelihood.expected_log_lik(objective.labels[0], h,
                                                                    structure.marginal_variances(A), theta)
     grad = objective.pullback(point, [(*d_prior, np.asarray(d_theta.sum(axis=0), float).reshape(theta.shape))])
     return f_K + float(np.sum(ell)) + rest, grad

@@ -108,7 +108,7 @@ class Objective:
         # K comes from a covariance function, as in the Op: no symmetry or PSD check (one
         # Cholesky factorisation per class and solve); an indefinite K still fails the solve
         with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"), trusted_kernel():
-            result, _ = solve_with_retries(node.op.approximation, K, self.labels[j], node.op._lik, theta,
+            result, _ = solve_with_retries(node.op.approximation, K, self.labels[j], node.op.likelihood, theta,
                                             self.states[j], options,
                                             self.structures[j].retry_schedule(node.op.approximation, options))
         if np.isfinite(result.log_z):

@@ -687,7 +687,7 @@ class Likelihood:
             raise ValueError(f"{type(self).__name__} parameters must be finite, got {params}")
         return params
 
-    def _th(self, params):
+    def resolve_params(self, params):
         if params is None:
             return self.params
         return np.asarray(params, dtype=float).reshape(-1)
@@ -704,14 +704,14 @@ class Likelihood:
 
     def tilted(self, y, mu, s2, params=None):
         """EP tilted moments at cavities N(mu, s2); see the module docstring."""
-        out = tilted_map(self.kind, y, np.asarray(mu, float), np.asarray(s2, float), self._th(params))
+        out = tilted_map(self.kind, y, np.asarray(mu, float), np.asarray(s2, float), self.resolve_params(params))
         return TiltedMoments(out, self.n_params)
 
     def log_lik(self, y, f, params=None):
         """log p(y|f) with f-derivatives to third order (Laplace)."""
         if not self.supports_laplace:
             raise ValueError(laplace_unsupported_message(self))
-        out = log_lik_map(self.kind, y, np.asarray(f, float), self._th(params))
+        out = log_lik_map(self.kind, y, np.asarray(f, float), self.resolve_params(params))
         return LogLikDerivatives(out, self.n_params)
 
     def expected_log_lik(self, y, mu, s2, params=None):
@@ -859,7 +859,7 @@ class StepLabelNoise(Likelihood):
         E_q[log p] = omega_i log(1 - eps) + (1 - omega_i) log eps, maximised over eps
         by eps* = mean(1 - omega_i) (``fit``'s "omega" rule).
         """
-        eps = self._th(params)[0]
+        eps = self.resolve_params(params)[0]
         omega = np.exp(self.log_prob_correct(y, mu, s2))
         miss = np.exp(self.log_prob_correct(-np.asarray(y, float), mu, s2))
         with np.errstate(divide="ignore", invalid="ignore"):

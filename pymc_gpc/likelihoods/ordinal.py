@@ -120,7 +120,7 @@ class OrdinalLikelihood(Likelihood):
     def check_labels(self, y, params=None):
         """Labels as floats 0..K-1 (K from the parameters), or ValueError naming the first bad one."""
         y = np.asarray(y, dtype=float).reshape(-1)
-        k = self.n_classes_of(self._th(params))
+        k = self.n_classes_of(self.resolve_params(params))
         bad = ~((y == np.round(y)) & (y >= 0) & (y <= k - 1))
         if np.any(bad):
             raise ValueError(f"{type(self).__name__} labels must be integers 0..{k - 1} (K = {k} classes), "
@@ -129,7 +129,7 @@ class OrdinalLikelihood(Likelihood):
 
     def tilted(self, y, mu, s2, params=None):
         """EP tilted moments at cavities N(mu, s2), with d log Z_i / d th as (n, p)."""
-        th = self._th(params)
+        th = self.resolve_params(params)
         y, mu, s2 = (np.ascontiguousarray(a, dtype=float).reshape(-1) for a in (y, mu, s2))
         out = tilted_map(self.kind, y, mu, s2, th)
         return TiltedMoments(out, th.size, ordinal_tilted_dparams(self.kind, y, mu, s2, th))
@@ -142,7 +142,7 @@ class OrdinalLikelihood(Likelihood):
 
     def log_lik(self, y, f, params=None):
         """log p(y|f) with f-derivatives to third order and the th-derivatives of the first three (Laplace)."""
-        th = self._th(params)
+        th = self.resolve_params(params)
         y, f = (np.ascontiguousarray(a, dtype=float).reshape(-1) for a in (y, f))
         out = log_lik_map(self.kind, y, f, th)
         return LogLikDerivatives(out, th.size, ordinal_log_lik_dparams(self.kind, y, f, th))
@@ -150,7 +150,7 @@ class OrdinalLikelihood(Likelihood):
     def predict(self, mu, s2, params=None):
         """(n*, K) class probabilities p(y* = k | mu*, s2*) = Z_k, the likelihood of class k
         averaged over N(mu*, s2*) (Chu & Ghahramani 2005, eq. 20); rows sum to one."""
-        th = self._th(params)
+        th = self.resolve_params(params)
         mu = np.asarray(mu, dtype=float).reshape(-1)
         s2 = np.asarray(s2, dtype=float).reshape(-1)
         k = self.n_classes_of(th)

@@ -176,7 +176,7 @@ class ApproxMarginalOp(Op):
         self.hyper_names = tuple((str(n), int(k)) for n, k in hyper_names)
         self.defer_loo = bool(defer_loo)
         self.sampling = bool(sampling)
-        self._lik = likelihood_type()
+        self.likelihood = likelihood_type()
         self._start_fresh()
 
     # The position of the ``loo`` output (``defer_loo``, ``RecentResults``).
@@ -332,7 +332,7 @@ class ApproxMarginalOp(Op):
                 parts.append(f"{name}={vals if k != 1 else vals[0]}")
                 i += k
         if not parts:  # no hyperparameter input: name the likelihood parameters at least
-            parts = [f"{n}={v:.4g}" for n, v in zip(self._lik.param_names, params)]
+            parts = [f"{n}={v:.4g}" for n, v in zip(self.likelihood.param_names, params)]
         return ", ".join(parts)
 
     def _solver_options(self):
@@ -378,7 +378,7 @@ class ApproxMarginalOp(Op):
         try:  # the solvers (and FITCPrior) reject non-finite or invalid inputs with ValueError
             prior = self.prior_from(*kernels)
             with trusted_kernel():  # K comes from a covariance function: no extra PSD check
-                result, retries = solve_with_retries(self.approximation, prior, y, self._lik, params, guess,
+                result, retries = solve_with_retries(self.approximation, prior, y, self.likelihood, params, guess,
                                                       options, self.retry_schedule(options))
             ok = np.isfinite(result.log_z) and (
                 result.dlog_z_dK is None  # ADF: no gradient (pullback refuses it)
@@ -430,8 +430,8 @@ class ApproxMarginalOp(Op):
         if (state is not None and state.tau.min() < 0.0) or not np.isfinite(K).all() or K.diagonal().min() <= 0.0:
             return None
         try:
-            th = self._lik.check_params(self._lik._th(params))
-            return ep_warm(K, y, self._lik, th, state, **options)
+            th = self.likelihood.check_params(self.likelihood.resolve_params(params))
+            return ep_warm(K, y, self.likelihood, th, state, **options)
         except (ValueError, ArithmeticError):
             return None
 
@@ -502,7 +502,7 @@ class LatentPredictiveOp(Op):
         self.likelihood_type = likelihood_type
         self.options = tuple(options)
         self.full_cov = full_cov
-        self._lik = likelihood_type()
+        self.likelihood = likelihood_type()
 
     def make_node(self, K, params, y, K_cross, K_star):
         ins = [pt.as_tensor_variable(v).astype("float64") for v in (K, params, y, K_cross, K_star)]
@@ -519,7 +519,7 @@ class LatentPredictiveOp(Op):
         m = K_cross.shape[1]
         check_training_sizes(y.shape[0], **self._training_shapes(kernels, K_cross))
         try:
-            res = solve(self.approximation, self.prior_from(*kernels), y, self._lik, params, None,
+            res = solve(self.approximation, self.prior_from(*kernels), y, self.likelihood, params, None,
                          prediction_options(self.options))
             output_storage[0][0], output_storage[1][0] = self._latent(res, K_cross, K_star)
         except (ValueError, np.linalg.LinAlgError):  # NotPositiveDefiniteError is a LinAlgError

@@ -141,7 +141,7 @@ class MulticlassPredictiveOp(LatentPredictiveOp):
         check_training_sizes(y.shape[0], **self._training_shapes(kernels, K_cross))
         try:
             with trusted_kernel() if self.trusted_kernels else contextlib.nullcontext():
-                res = solve(self.approximation, self.prior_from(*kernels), y, self._lik, None, None,
+                res = solve(self.approximation, self.prior_from(*kernels), y, self.likelihood, None, None,
                             prediction_options(self.options))
             mean, cov = res.posterior.predict(res.a, K_cross, K_star, full_cov=self.full_cov)
         except (ValueError, np.linalg.LinAlgError):  # NotPositiveDefiniteError is a LinAlgError

@@ -30,7 +30,7 @@ from numba import njit
 from ..numerics import lapack
 
 # Below this value of w_i K_ii the identity above loses more than ~1e-12 relative.
-_IDENTITY_MIN = 1e-4
+IDENTITY_MIN = 1e-4
 # Floor on Sigma_ii / K_ii against rounding (the exact value is positive).
 _MIN_RELATIVE_VAR = 1e-14
 # Rough (single-precision) factors of B are made only where cond(B) <= 1 + sum_i w_i K_ii
@@ -216,7 +216,7 @@ def marginal_variances(K, w, sw, Li):
     direct = np.empty(n, np.int64)
     n_direct = 0
     for j in range(n):
-        if w[j] * K[j, j] >= _IDENTITY_MIN:
+        if w[j] * K[j, j] >= IDENTITY_MIN:
             binv = 0.0
             for i in range(j, n):  # column j of the lower-triangular L^{-1}
                 binv += Li[i, j] * Li[i, j]

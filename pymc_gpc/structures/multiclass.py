@@ -42,7 +42,7 @@ from scipy.linalg.lapack import dtrcon
 
 from ..numerics import lapack
 from .dense import (
-    _IDENTITY_MIN,
+    IDENTITY_MIN,
     LatentPosterior,
     NotPositiveDefiniteError,
     _single_inverse_factor,
@@ -432,7 +432,7 @@ class CoupledBlockPosterior(BlockPreconditioner):
         c, n = self.d.shape
         own = self._own if self.rough else np.array([b.var_diag() for b in self.blocks])  # (c, n)
         H = self.H
-        direct = self.d * np.diagonal(self.K, axis1=1, axis2=2) < _IDENTITY_MIN  # the product's columns
+        direct = self.d * np.diagonal(self.K, axis1=1, axis2=2) < IDENTITY_MIN  # the product's columns
         index = np.full((c, n), -1, dtype=np.int64)
         index[direct] = np.arange(np.count_nonzero(direct))
         Gd = np.concatenate([(H[k] @ self.K[k][:, direct[k]]).T for k in range(c)] + [np.empty((0, n))])

@@ -50,7 +50,7 @@ class PriorStructure(Protocol):
 
     ``gp`` below is the classifier (``gp.MarginalEP`` and its kin): it offers
     ``cov_func``, ``jitter``, the inducing inputs ``Xu`` (FITC) and, for several classes,
-    ``_kernel(X)`` (the (c, n, n) stack, ``gp_multiclass``). Arrays are NumPy float64;
+    ``class_kernels(X)`` (the (c, n, n) stack, ``gp_multiclass``). Arrays are NumPy float64;
     tensors are PyTensor variables.
 
     Attributes
@@ -225,17 +225,17 @@ class FITCBinary(DenseBinary):
 
 class DenseMulticlass(DenseBinary):
     """c independent dense GPs, their kernels a (c, n, n) stack (``structures.multiclass``),
-    built by the multi-class classifier (``gp_multiclass``: ``gp._kernel(X)``)."""
+    built by the multi-class classifier (``gp_multiclass``: ``gp.class_kernels(X)``)."""
 
     name = "dense-multiclass"
     marginal_op = MulticlassMarginalOp
     predictive_op = MulticlassPredictiveOp
 
     def kernel_inputs(self, gp, X):
-        return [gp._kernel(X)]
+        return [gp.class_kernels(X)]
 
     def cross_covariances(self, gp, X, Xnew):
-        return pt.stack([f(X, Xnew) for f in gp._funcs()])
+        return pt.stack([f(X, Xnew) for f in gp.class_cov_funcs()])
 
 
 class FITCMulticlass(DenseMulticlass):
@@ -285,7 +285,7 @@ class FITCMulticlass(DenseMulticlass):
 
     def kernel_inputs(self, gp, X):
         shared = gp.cov_funcs is None and not isinstance(gp.Xu, list)
-        pairs = [(gp.cov_func, gp.Xu)] if shared else list(zip(gp._funcs(), self._inducing(gp)))
+        pairs = [(gp.cov_func, gp.Xu)] if shared else list(zip(gp.class_cov_funcs(), self._inducing(gp)))
         Kuu = [f(Xu) + gp.jitter * pt.eye(Xu.shape[0]) for f, Xu in pairs]
         Kuf = [f(Xu, X) for f, Xu in pairs]
         kd = [f(X, diag=True) + gp.jitter for f, _ in pairs]
@@ -296,7 +296,7 @@ class FITCMulticlass(DenseMulticlass):
         return [pt.stack(Kuu), pt.stack(Kuf), pt.stack(kd)]
 
     def cross_covariances(self, gp, X, Xnew):
-        return pt.stack([f(Xu, Xnew) for f, Xu in zip(gp._funcs(), self._inducing(gp))])
+        return pt.stack([f(Xu, Xnew) for f, Xu in zip(gp.class_cov_funcs(), self._inducing(gp))])
 
 
 DENSE_BINARY, FITC_BINARY, DENSE_MULTICLASS = DenseBinary(), FITCBinary(), DenseMulticlass()

@@ -280,7 +280,7 @@ def test_compiled_loop_sweeps_rough_at_the_sampler_tolerance_and_ends_exact(comp
 
     loop, asked = compiled_loop_factorisations
     lik = Probit()
-    th = lik.check_params(lik._th(None))
+    th = lik.check_params(lik.resolve_params(None))
     rng = np.random.default_rng(11)
     X, y = random_problem(rng, 120, d=3)
     K, _ = ard_kernel(X, np.log([0.5, 2.0, 1.0]), np.log(8.0))
@@ -311,7 +311,7 @@ def test_ill_conditioned_b_is_never_factorised_in_single_precision():
     # At large amplitudes single-precision rounding would hold the site change above the
     # sampler's tol for ever (it did here: 300 sweeps without convergence): such a B,
     # beyond MAX_COND_ROUGH, is factorised in double, and EP converges as with exact sweeps.
-    from pymc_gpc.approximations.ep import _ANDERSON_MEMORY, _parallel_compiled
+    from pymc_gpc.approximations.ep import ANDERSON_MEMORY, _parallel_compiled
     from pymc_gpc.likelihoods import Probit
     from pymc_gpc.structures.dense import MAX_COND_ROUGH, factors, rough_suits
 
@@ -325,8 +325,8 @@ def test_ill_conditioned_b_is_never_factorised_in_single_precision():
     sw = np.sqrt(res.state.tau)
     assert 1.0 + np.sum(res.state.tau * np.diag(K)) > MAX_COND_ROUGH and not rough_suits(K, sw)
     assert not factors(K, sw, True)[3]
-    exact_only = _parallel_compiled(lik.kind, K, y, lik._th(None), np.zeros(n), np.zeros(n), 1.0, 1e-2, 300,
-                                    _ANDERSON_MEMORY, np.inf, False)
+    exact_only = _parallel_compiled(lik.kind, K, y, lik.resolve_params(None), np.zeros(n), np.zeros(n), 1.0, 1e-2, 300,
+                                    ANDERSON_MEMORY, np.inf, False)
     assert res.converged and res.n_iter <= exact_only[1] + 1
     assert abs(res.log_z - ep(K, y, lik, tol=1e-10).log_z) < 1e-2
 

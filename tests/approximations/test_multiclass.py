@@ -430,13 +430,13 @@ def test_multinomial_probit_ep_anderson_keeps_the_fixed_point(monkeypatch):
     y = rng.integers(0, 3, 30)
     K = np.array([rbf(X, 0.8, 6.0)] * 3)
     fast = multinomial_probit_ep(K, y, tol=1e-10)
-    monkeypatch.setattr(module, "_ANDERSON_MEMORY", 0)
+    monkeypatch.setattr(module, "ANDERSON_MEMORY", 0)
     plain = multinomial_probit_ep(K, y, tol=1e-10)
     assert fast.converged and plain.converged and fast.n_iter < plain.n_iter
     assert abs(fast.log_z - plain.log_z) < 1e-9
     np.testing.assert_allclose(fast.state.tau, plain.state.tau, atol=1e-7)
-    monkeypatch.setattr(module, "_ANDERSON_MEMORY", 5)
-    monkeypatch.setattr(ep_module._Anderson, "step", lambda self, g, f: -np.abs(g) - 1.0)
+    monkeypatch.setattr(module, "ANDERSON_MEMORY", 5)
+    monkeypatch.setattr(ep_module.Anderson, "step", lambda self, g, f: -np.abs(g) - 1.0)
     guarded = multinomial_probit_ep(K, y, tol=1e-10)
     assert guarded.converged and abs(guarded.log_z - plain.log_z) < 1e-9
 
@@ -450,7 +450,7 @@ def test_multinomial_probit_ep_converges_at_forensic_glass_amplitudes(monkeypatc
     K, y = _fgl_fold1_kernels()
     fast = multinomial_probit_ep(K, y, with_loo=False)
     assert fast.converged and fast.n_iter <= 40, fast.n_iter
-    monkeypatch.setattr(module, "_ANDERSON_MEMORY", 0)
+    monkeypatch.setattr(module, "ANDERSON_MEMORY", 0)
     assert not multinomial_probit_ep(K, y, with_loo=False).converged
     slow = multinomial_probit_ep(K, y, with_loo=False, damping=0.5, max_sweeps=300)
     assert slow.converged
@@ -483,7 +483,7 @@ def test_site_covariances_match_the_dense_posterior():
     """Sigma_i = the (c x c) blocks of (K^-1 + W)^-1, formed densely (cn x cn), with weights
     spanning 1e-12..1, so that both of ``_G``'s branches run (the identity and, where
     d_j K_jj < 1e-4, the product)."""
-    from pymc_gpc.structures.dense import _IDENTITY_MIN
+    from pymc_gpc.structures.dense import IDENTITY_MIN
     from pymc_gpc.structures.multiclass import CoupledBlockPosterior
 
     rng = np.random.default_rng(7)
@@ -491,7 +491,7 @@ def test_site_covariances_match_the_dense_posterior():
     X = rng.uniform(-2, 2, n)
     K = np.array([rbf(X, ls, v) + 0.05 * np.eye(n) for ls, v in [(0.8, 2.0), (1.3, 0.7), (0.5, 3.0)]])
     d = _softmax_weights(rng, c, n, 12.0)
-    small = d * np.diagonal(K, axis1=1, axis2=2) < _IDENTITY_MIN
+    small = d * np.diagonal(K, axis1=1, axis2=2) < IDENTITY_MIN
     assert 0 < small.sum() < small.size
     S = CoupledBlockPosterior(K, d).site_covariances()
     Kbig = np.zeros((c * n, c * n))

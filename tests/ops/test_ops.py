@@ -132,7 +132,7 @@ def test_warm_fast_path_returns_what_ep_returns(lik):
     X, y = random_problem(np.random.default_rng(8), 40, d=2)
     D = ((X[:, None] - X[None]) ** 2).sum(-1)
     K = 2.0 * np.exp(-0.5 * D) + 1e-6 * np.eye(40)
-    th = lik.check_params(lik._th(None))
+    th = lik.check_params(lik.resolve_params(None))
     for state in (None, ep(1.3 * K, y, lik).state):
         want = ep(K, y, lik, state=state, tol=1e-6)
         log_z, dK, dth, loo, sweeps, st = ep_warm(K, as_signed_labels(y), lik, th, state, tol=1e-6)

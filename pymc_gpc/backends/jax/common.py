@@ -28,7 +28,7 @@ from . import likelihoods as lik
 jax.config.update("jax_enable_x64", True)
 
 STATUS_CONVERGED, STATUS_NOT_CONVERGED, STATUS_FAILED = 0, 1, 2
-_ANDERSON_MEMORY = 5
+ANDERSON_MEMORY = 5
 _MIN_RELATIVE_VAR = 1e-14
 _MIN_CAVITY_FRACTION = 1e-10
 

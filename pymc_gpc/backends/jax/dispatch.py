@@ -65,7 +65,7 @@ def _check_supported(op):
 @jax_funcify.register(ApproxMarginalOp)
 def jax_funcify_ApproxMarginalOp(op, node=None, **kwargs):
     _check_supported(op)
-    marginal = jax_engine.marginal_fn(op.approximation, op._lik.kind, **_options(op, sampling=op.sampling))
+    marginal = jax_engine.marginal_fn(op.approximation, op.likelihood.kind, **_options(op, sampling=op.sampling))
 
     def approx_marginal(K, params, y, hyper=None):
         return marginal(K, params, y)
@@ -76,7 +76,7 @@ def jax_funcify_ApproxMarginalOp(op, node=None, **kwargs):
 @jax_funcify.register(LatentPredictiveOp)
 def jax_funcify_LatentPredictiveOp(op, node=None, **kwargs):
     _check_supported(op)
-    predict = jax_engine.predictive_fn(op.approximation, op._lik.kind, op.full_cov, **_options(op, sampling=False))
+    predict = jax_engine.predictive_fn(op.approximation, op.likelihood.kind, op.full_cov, **_options(op, sampling=False))
 
     def latent_predictive(K, params, y, K_cross, K_star):
         return predict(K, params, y, K_cross, K_star)
@@ -87,7 +87,7 @@ def jax_funcify_LatentPredictiveOp(op, node=None, **kwargs):
 @jax_funcify.register(SparseMarginalOp)
 def jax_funcify_SparseMarginalOp(op, node=None, **kwargs):
     _check_supported(op)
-    marginal = jax_fitc.marginal_fn(op.approximation, op._lik.kind, constrain=sharding.active_constraint(),
+    marginal = jax_fitc.marginal_fn(op.approximation, op.likelihood.kind, constrain=sharding.active_constraint(),
                                     **_options(op, sampling=op.sampling))
 
     def sparse_marginal(Kuu, Kuf, k_diag, params, y, hyper=None):
@@ -99,7 +99,7 @@ def jax_funcify_SparseMarginalOp(op, node=None, **kwargs):
 @jax_funcify.register(SparsePredictiveOp)
 def jax_funcify_SparsePredictiveOp(op, node=None, **kwargs):
     _check_supported(op)
-    predict = jax_fitc.predictive_fn(op.approximation, op._lik.kind, op.full_cov,
+    predict = jax_fitc.predictive_fn(op.approximation, op.likelihood.kind, op.full_cov,
                                      constrain=sharding.active_constraint(), **_options(op, sampling=False))
 
     def sparse_predictive(Kuu, Kuf, k_diag, params, y, Kus, K_star):

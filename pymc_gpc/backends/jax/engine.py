@@ -47,13 +47,13 @@ from jax.scipy.linalg import cho_solve, solve_triangular
 from ...approximations import registry
 from . import likelihoods as lik
 from .common import (  # noqa: F401  (the shared pieces, importable from here as before)
-    _ANDERSON_MEMORY, _MIN_CAVITY_FRACTION, _MIN_RELATIVE_VAR, STATUS_CONVERGED, STATUS_FAILED,
+    ANDERSON_MEMORY, _MIN_CAVITY_FRACTION, _MIN_RELATIVE_VAR, STATUS_CONVERGED, STATUS_FAILED,
     STATUS_NOT_CONVERGED, _anderson, _empty_history, _ep_log_z, _ep_update, _factor_ok, _finish, _push,
     _reset, _signed, ep_fixed_point, laplace_loo, newton_mode)
 
 jax.config.update("jax_enable_x64", True)
 
-_IDENTITY_MIN = 1e-4  # structures.dense: below this w_i K_ii, Sigma_ii directly
+IDENTITY_MIN = 1e-4  # structures.dense: below this w_i K_ii, Sigma_ii directly
 _DIRECT_COLUMNS = 128  # at most this many sites per sweep get the direct formula (_var_nonneg)
 _INDEFINITE_JITTER = 1e-10
 
@@ -88,7 +88,7 @@ def _var_nonneg(K, w, Li, sw):
     binv = jnp.sum(Li * Li, axis=0)
     var = jnp.where(w > 0.0, (1.0 - binv) / jnp.where(w > 0.0, w, 1.0), kd)
     k = min(_DIRECT_COLUMNS, K.shape[0])
-    small = (wk > 0.0) & (wk < _IDENTITY_MIN)
+    small = (wk > 0.0) & (wk < IDENTITY_MIN)
 
     def direct(var):
         idx = jax.lax.top_k(-jnp.where(small, wk, jnp.inf), k)[1]
@@ -188,7 +188,7 @@ def _structure(K, kind):
 # ---------------------------------------------------------------------------------
 
 
-def ep_solve(K, th, y, *, kind, tol=1e-8, max_sweeps=300, damping=1.0, memory=_ANDERSON_MEMORY):
+def ep_solve(K, th, y, *, kind, tol=1e-8, max_sweeps=300, damping=1.0, memory=ANDERSON_MEMORY):
     """Parallel EP to convergence (module docstring). Returns a dict: log_z, dK, dth, loo,
     n_iter, status, and the posterior (b, F) for prediction. ``kind`` is static."""
     S = _structure(K, kind)

@@ -46,7 +46,7 @@ from jax.scipy.linalg import cho_solve, solve_triangular
 
 from ...approximations import registry
 from . import likelihoods as lik
-from .common import (_ANDERSON_MEMORY, _MIN_RELATIVE_VAR, STATUS_FAILED, _ep_log_z, _factor_ok, _finish,
+from .common import (ANDERSON_MEMORY, _MIN_RELATIVE_VAR, STATUS_FAILED, _ep_log_z, _factor_ok, _finish,
                      _signed, ep_fixed_point, laplace_loo, newton_mode)
 
 jax.config.update("jax_enable_x64", True)
@@ -164,7 +164,7 @@ def _prior(Kuu, Kuf, k_diag, constrain):
 
 
 def ep_solve(Kuu, Kuf, k_diag, th, y, *, kind, tol=1e-8, max_sweeps=300, damping=1.0,
-             memory=_ANDERSON_MEMORY, constrain=_no_constraint):
+             memory=ANDERSON_MEMORY, constrain=_no_constraint):
     """FITC EP (``approximations.ep`` with a ``FITCPrior``). Returns a dict: log_z, dK
     (dKuu, dKuf, dk_diag), dth, loo, n_iter, status, and what prediction needs."""
     y = constrain(y, 0)

@@ -50,7 +50,7 @@ from ...ops.multiclass import MulticlassMarginalOp, MulticlassPredictiveOp
 from ...structures.select import structure_of_op
 from . import dispatch  # noqa: F401  (the binary Ops' registrations: registration imports this module)
 from .engine import (
-    _ANDERSON_MEMORY,
+    ANDERSON_MEMORY,
     STATUS_CONVERGED,
     STATUS_FAILED,
     STATUS_NOT_CONVERGED,
@@ -466,7 +466,7 @@ def nested_ep_solve(K, y, *, tol=1e-8, max_sweeps=100, damping=0.8, inner_tol=1e
     zeros = jnp.zeros((n, c - 1), K.dtype)
     evaluate = partial(_ep_evaluate, K, y, inner_tol=inner_tol, inner_max_sweeps=inner_max_sweeps)
     ev0 = jax.tree_util.tree_map(jnp.zeros_like, jax.eval_shape(evaluate, zeros, zeros, 1.0))
-    state = {"tau": zeros, "nu": zeros, "ev": ev0, "hist": _empty_history(N, _ANDERSON_MEMORY, K.dtype),
+    state = {"tau": zeros, "nu": zeros, "ev": ev0, "hist": _empty_history(N, ANDERSON_MEMORY, K.dtype),
              "sweeps": jnp.array(0, jnp.int64), "phase_sweeps": jnp.array(0, jnp.int64),
              "phase": jnp.array(0, jnp.int64), "converged": jnp.array(False), "done": jnp.array(False)}
 
@@ -480,8 +480,8 @@ def nested_ep_solve(K, y, *, tol=1e-8, max_sweeps=100, damping=0.8, inner_tol=1e
         restart = exhausted & ~converged & (s["phase"] == 0)
         x_old = jnp.concatenate([tau.ravel(), nu.ravel()])
         g = jnp.concatenate([ev["new_tau"].ravel(), ev["new_nu"].ravel()])
-        hist = _push(s["hist"], g - x_old, g, _ANDERSON_MEMORY)
-        x = _anderson(hist, g - x_old, g, _ANDERSON_MEMORY)
+        hist = _push(s["hist"], g - x_old, g, ANDERSON_MEMORY)
+        x = _anderson(hist, g - x_old, g, ANDERSON_MEMORY)
         astray = ((jnp.min(x[:N]) < 0.0) & (jnp.min(ev["new_tau"]) >= 0.0)) | ~jnp.all(jnp.isfinite(x))
         hist = jax.lax.cond(astray | restart, _reset, lambda v: v, hist)
         x = jnp.where(astray, g, x)

@@ -188,7 +188,7 @@ def _compiled_ep_function(op, key, numba_njit, ret_sig):
 
     evaluate_at, store_at = C.external()
     h = thread_state.key_hash(key)
-    kind, n_params = op._lik.kind, op._lik.n_params
+    kind, n_params = op.likelihood.kind, op.likelihood.n_params
     options = op._solver_options()
     tol, max_sweeps = float(options["tol"]), int(options.get("max_sweeps", 300))
 
