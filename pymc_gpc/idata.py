@@ -227,12 +227,11 @@ def default_init(model=None):
     variables PyMC builds a compound step and ignores ``init``.)
 
     A GP classifier's free variables are its few hyperparameters (d + 2 for the ARD
-    kernel), and they are correlated: on Pima the amplitude log v0 and the glucose
-    lengthscale log w_2 have posterior correlation -0.62. With a dense metric estimated
-    from the tuning draws the min bulk ESS per gradient evaluation is higher
-    (``benchmarks/mass_matrix.py``, Pima, 5 seeds x 2 chains x
-    (500 + 500), from ``ard_classifier``'s initial point: 52.3 against 32.2 per 1000
-    evaluations, medians). With many values (a latent function sampled alongside) the dense
+    kernel), and they are correlated (on Pima, markedly so between the amplitude log v0
+    and the glucose lengthscale log w_2). With a dense metric estimated from the tuning
+    draws the min bulk ESS per gradient evaluation is higher (``benchmarks/mass_matrix.py``;
+    figures in ``benchmarks/results/engine_notes.md``, "Figures moved from comments",
+    ``pymc_gpc/idata.py``). With many values (a latent function sampled alongside) the dense
     estimate from a few hundred tuning draws is poor, so there the diagonal default stays.
 
     Returns

@@ -28,9 +28,10 @@ D = q 1^T + 1 r^T - 2 X diag(l) Xs^T and
 <A, d_m> = sum_i X_im^2 (A 1)_i + sum_j Xs_jm^2 (A^T 1)_j - 2 (X^T A Xs)_mm for A = G o E
 (``PRODUCT_MIN_COLUMNS``). Sampling
 evaluates K and its pullback once per leapfrog step: composed from PyTensor's
-elementwise graph (whose exponential runs as numba's scalar loop, 6x slower than
-NumPy's vectorised one) they took 0.33 ms at n = 200, d = 7, about a sweep of EP; as
-these two Ops, 0.15 ms. Both run in numba's nopython mode, the exponential included
+elementwise graph (whose exponential runs as numba's scalar loop, much slower than
+NumPy's vectorised one) they cost about as much as a sweep of EP; as these two Ops,
+markedly less (figures: ``benchmarks/results/engine_notes.md``, "Figures moved from
+comments"). Both run in numba's nopython mode, the exponential included
 (``numerics.special.exp_inplace``, vectorised), so a compiled logp never enters Python
 here. The pullback has no gradient itself: for Hessian-based tools
 build the kernel from ``pm.gp.cov`` instead.
@@ -58,9 +59,9 @@ from .numerics.special import exp_inplace
 
 # From this many continuous columns on, their distances and pullback go through one BLAS
 # product each (``_product_distance``, ``_product_pullback``) instead of O(n^2 d) loops.
-# The products win clearly from about 10 columns (2-3x at 30) and are level with the loops
-# at 4-7, so small inputs (Pima's 7, Crabs' 5) keep the loops
-# (benchmarks/results/kernel_products.md).
+# The products win clearly from about 10 columns and are level with the loops below
+# that, so small inputs (Pima's 7, Crabs' 5) keep the loops
+# (benchmarks/results/kernel_products.md; benchmarks/results/engine_notes.md).
 PRODUCT_MIN_COLUMNS = 8
 
 

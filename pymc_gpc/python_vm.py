@@ -49,7 +49,7 @@ PYTHON_VM_MODE = get_mode("FAST_COMPILE").including(_TAG)
 # Graphs without a gradient (the kernels that ``fit`` and ``predict`` evaluate): the same
 # linker, with only the merge rewrite (shared subexpressions computed once) and the clip
 # rewrite. FAST_COMPILE's canonicalisation pays where ``pt.grad``'s output needs
-# simplifying (Forensic Glass's pullback graph ran about 5x slower without it). A forward
-# graph runs about as fast without it and compiles about 3x faster, which is most of a
-# one-point prediction.
+# simplifying (Forensic Glass's pullback graph ran several times slower without it). A
+# forward graph runs about as fast without it and compiles several times faster, which is
+# most of a one-point prediction (figures: benchmarks/results/engine_notes.md).
 PYTHON_VM_FORWARD_MODE = Mode(linker=PYTHON_VM_MODE.linker, optimizer=RewriteDatabaseQuery(include=["merge", _TAG]))

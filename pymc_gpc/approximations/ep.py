@@ -369,8 +369,9 @@ def ep_warm(K, y, likelihood, th, state, tol, max_sweeps=300, rough_ok=True):
     EPState) when the compiled loop converged with finite outputs, the same values
     ``ep`` would return; None otherwise (a step the compiled loop hands back, the sweep
     limit, a non-finite result), and the caller then runs ``ep``. Skips what ``ep``
-    adds around the loop (checks, the result object), about 0.1 ms per evaluation at
-    n = 200. ``rough_ok=False``: no single-precision sweeps (``_parallel_compiled``).
+    adds around the loop (checks, the result object), a fixed cost per evaluation that
+    is noticeable at the sampler's sizes (``benchmarks/results/engine_notes.md``).
+    ``rough_ok=False``: no single-precision sweeps (``_parallel_compiled``).
     """
     n = y.shape[0]
     tau, nu = (np.zeros(n), np.zeros(n)) if state is None else (state.tau.copy(), state.nu.copy())
@@ -462,8 +463,8 @@ def _parallel(prior, y, likelihood, th, post, tau, nu, damping, tol, max_sweeps,
     Written against a prior structure (``pymc_gpc.structures``): dense or FITC alike.
 
     The EP map alone converges linearly, at rates near 1 for large kernel amplitudes
-    (90 sweeps on Crabs at v0 = 220); Anderson acceleration cuts that about fourfold
-    and does not move the fixed point. An extrapolated iterate that makes
+    (many sweeps); Anderson acceleration cuts that severalfold (figures:
+    ``benchmarks/results/engine_notes.md``) and does not move the fixed point. An extrapolated iterate that makes
     K^{-1} + S indefinite, or introduces negative sites the plain map does not have,
     or follows a 1000-fold growth of the residual, restarts the acceleration.
 

@@ -34,8 +34,8 @@ from .result import ApproximationResult
 class LaplaceState:
     """The last mode, to warm-start from: its representer weights a (f^ = K a) and,
     optionally, its latent values f^. With f^, the next solve's first Newton step is
-    linearised there, not at K a for the new K (``laplace``; measured in
-    ``softmax_laplace._WARM_START``).
+    linearised there, not at K a for the new K (``laplace``; the reasoning is in
+    ``softmax_laplace._WARM_START``, the figures in ``benchmarks/results/engine_notes.md``).
 
     Examples
     --------

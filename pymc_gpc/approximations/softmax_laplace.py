@@ -31,8 +31,8 @@ from .result import ApproximationResult
 
 
 # Quasi-random draws for the LA-LOO expectations (computed at every evaluation, also
-# while sampling): fewer than ``predict``'s 4096; on random 6-class Gaussians the
-# largest error in log p over all classes was 0.056 (4096: 0.0055).
+# while sampling): fewer than ``predict``'s 4096, at a larger but still small error in
+# log p (measured on random 6-class Gaussians: benchmarks/results/engine_notes.md).
 LOO_DRAWS = 512
 
 # Newton steps are solved by conjugate gradients preconditioned with the solve's last
@@ -42,11 +42,10 @@ LOO_DRAWS = 512
 # convergence quadratic), in at most _CG_STEPS steps; else the posterior at the current f
 # is factorised, in single precision (``CoupledBlockPosterior(rough=True)``: the step and
 # the next preconditioner need no more; the mode's posterior is exact). A declined CG
-# costs its steps: on a random walk of 80 points near Forensic Glass's MAP (step 0.1 in
-# 11 log-hyperparameters) 8, 12, 20 and 30 steps took 0.65, 0.69, 0.74 and 0.78 of the
-# time before CG (one run each); the synthetic benchmark's warm starts, which never
-# decline, were the same with 8-20. The rough posteriors took the same walk at step 0.3 to
-# 0.85 of the time (648 Newton steps against 628).
+# costs its steps, so the step limit is kept small: more steps made random walks near
+# Forensic Glass's MAP slower, while warm starts that never decline were indifferent to
+# it; the rough posteriors saved time at the cost of a few more Newton steps (figures:
+# benchmarks/results/engine_notes.md, "Figures moved from comments").
 _CG_TOL = 0.01
 _CG_ETA = 0.01
 _CG_STEPS = 12
@@ -56,16 +55,11 @@ _CG_STEPS = 12
 # (W and grad log p there), not at K a for the new K: the mode's f moves far less with the
 # hyperparameters than K a does at fixed a (a kernel amplitude scales K a, not the mode).
 # The first step also factorises (rough), instead of trying CG preconditioned by the last
-# mode's posterior. Replaying a nutpie chain's evaluations on Forensic Glass fold 0 in
-# one thread (the same points and warm starts): after that first step f was within 1e-2
-# (median; 0.09 at the 90th percentile) of the mode, relative to 1 + max|f|, against
-# 0.15 (0.86) from the extrapolated K a (evaluations 600-1000). Over the first 600
-# evaluations, Newton steps per solve fell from 6.7 to 4.8 and the time to 0.79 of the
-# a-start's (4 interleaved passes), and to 0.71 without the last mode's preconditioner
-# (declined by 592 of 600 first steps); over 3000-3600 (after the step size's
-# adaptation) from 9.3 to 5.6 steps, 0.75 of the previous code's time (medians of 4
-# passes each, in alternated processes). On random walks near the MAP (81 points, 6
-# passes) the time fell to 0.73-0.81 (steps 0.03 to 0.3 in the 11 log-hyperparameters).
+# mode's posterior, which nearly every first step declined. Replaying a nutpie chain's
+# evaluations on Forensic Glass, the first step from f landed much nearer the mode than
+# one from the extrapolated K a, and the Newton steps per solve and the time per solve
+# fell, as they did on random walks near the MAP (figures:
+# benchmarks/results/engine_notes.md, "Figures moved from comments").
 
 
 @dataclass

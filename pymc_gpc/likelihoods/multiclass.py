@@ -92,7 +92,8 @@ def _gaussian_draws(mean, cov, size):
 
     F[k] = mean[:, k] + L[:, k, :] Z^T, one BLAS product per class. Class-major keeps the
     likelihoods' reductions over classes elementwise across c contiguous slabs (with the
-    class axis last, numpy's reductions over 6 elements took 5x longer)."""
+    class axis last, numpy's reductions over a few elements were several times slower:
+    benchmarks/results/engine_notes.md)."""
     mean = np.asarray(mean, float)
     c = mean.shape[1]
     L = _cov_factor(cov)
@@ -170,8 +171,8 @@ class MulticlassLikelihood:
             p = self.probabilities((mean / np.sqrt(1.0 + np.pi / 8.0 * var)).T).T
         else:
             # in blocks of rows: the draws (c, rows, s) and the multinomial probit's
-            # u-quadrature (nodes, c - 1, rows, s) stay a few MB (at 797 points, 10 classes
-            # and 1024 draws, all rows at once held about 5 GB)
+            # u-quadrature (nodes, c - 1, rows, s) stay a few MB (all rows at once grow as
+            # points x classes x draws and reached gigabytes: benchmarks/results/engine_notes.md)
             size = size or self.n_draws
             cov = np.asarray(cov, float)
             rows = max(1, _BLOCK // (mean.shape[1] * size))
@@ -199,8 +200,8 @@ class MulticlassLikelihood:
 @njit(nogil=True, cache=True)
 def _softmax_log_lik(y, F):
     """log pi_{y_i}(f_i) (n,) and pi (c, n), column by column with the largest f_k subtracted
-    (log-sum-exp): one compiled pass, called at every Newton step and line-search trial
-    (scipy's ``log_softmax`` took about 0.25 ms a call at n = 193, c = 6)."""
+    (log-sum-exp): one compiled pass, called at every Newton step and line-search trial,
+    where scipy's ``log_softmax`` cost far more a call (benchmarks/results/engine_notes.md)."""
     c, n = F.shape
     lp = np.empty(n)
     pi = np.empty((c, n))

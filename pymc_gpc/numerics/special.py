@@ -11,8 +11,8 @@ the role of ``util/logphi.m`` in GPML).
 * ``inv_mills(z) = N(z) / Phi(z)`` is computed without forming either tiny factor;
   below z = -5 by a continued fraction; for z -> -inf it tends to -z.
 * ``exp_inplace(a)``: a <- exp(a), within 1 ulp, as a loop the compiler vectorises
-  (numba's ``np.exp`` calls the C library once per element, about 6x slower than NumPy's
-  vectorised exp): the kernel's exponential runs without leaving compiled code.
+  (numba's ``np.exp`` calls the C library once per element, much slower than NumPy's
+  vectorised exp; ``benchmarks/results/engine_notes.md``): the kernel's exponential runs without leaving compiled code.
 """
 
 import math
