@@ -73,9 +73,8 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
     which a probit or logistic likelihood is informative (clipped to within one prior sd
     of the prior mean). At the prior mean e^-3 the latent function is nearly flat and
     NUTS's first tuning iterations travel far. With ``pymc_gpc.sample``'s dense mass
-    matrix, starting at 0 saved about 4.5-10 % of the gradient evaluations of
-    2 x (500 + 500) iterations on Pima and Crabs (``benchmarks/mass_matrix.py``, three
-    seeds each).
+    matrix, starting at 0 saved gradient evaluations on Pima and Crabs
+    (``benchmarks/mass_matrix.py``; figures in ``benchmarks/results/engine_notes.md``).
 
     Returns
     -------

@@ -520,11 +520,11 @@ def _parallel(prior, y, likelihood, th, post, tau, nu, damping, tol, max_sweeps,
 
 # Rough (single-precision) posteriors serve sweeps at tolerances this loose or looser,
 _ROUGH_TOL = 1e-3
-# and within the first this many sweeps of a solve (90 % of the sampler's solves take at
-# most 9 sweeps on hard data, ``benchmarks/ep_sweeps.py``),
+# and within the first this many sweeps of a solve (most of the sampler's solves end
+# within that many on hard data, ``benchmarks/ep_sweeps.py``; benchmarks/results/engine_notes.md),
 _ROUGH_SWEEPS = 10
-# The contraction assumed after a first sweep: the change falls 0.07-0.1-fold per sweep
-# on the FITC benchmark's warm starts (n = 2000 ... 10^5), less where EP is harder.
+# The contraction assumed after a first sweep: about what the FITC benchmark's warm starts
+# showed (benchmarks/results/engine_notes.md), less where EP is harder.
 _FIRST_RATE = 0.1
 
 

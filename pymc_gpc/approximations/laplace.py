@@ -72,11 +72,10 @@ def newton_converged(change, previous, f, tol, full_step=True):
     the step that would only confirm it, a factorisation or a CG solve, is not taken.
 
     Near the mode Newton's changes shrink quadratically until rounding in the solves sets
-    a floor; with a large kernel amplitude that floor can lie above ``tol``. (Forensic
-    Glass, one class with mean diag K = 1043: the change fell to 3e-7 by iteration 9 and
-    then wandered between 3e-9 and 4e-8; the iteration ran to its limit, 100, and then
-    the retry's 400, for a mode found after ten.) A change below 1e-6 (1 + max|f|) that is
-    no smaller than half the previous one is that floor.
+    a floor; with a large kernel amplitude that floor can lie above ``tol``, and the
+    iteration would then run to its limit, and the retry's, for a mode found long before
+    (observed on Forensic Glass: ``benchmarks/results/engine_notes.md``). A change
+    below 1e-6 (1 + max|f|) that is no smaller than half the previous one is that floor.
     """
     scale = 1.0 + np.max(np.abs(f))
     if full_step and np.isfinite(previous) and change < previous and change * (change / previous) <= tol * scale:

@@ -17,8 +17,8 @@ Support: all five likelihoods, with an exact gradient in K and in the likelihood
 parameter (checked against finite differences in ``tests/approximations/test_meanfield.py``). Mean
 field I needs K^{-1}, so K must be strictly positive definite (a jitter or the
 paper's diagonal term v); with a nearly singular K its bound is valid but very loose
-(the factorised q cannot follow strong posterior correlations: at n = 1000 with
-jitter 1e-8 in ``benchmarks/approximations.py`` it is 1300 nats below EP).
+(the factorised q cannot follow strong posterior correlations: with a tiny jitter in
+``benchmarks/approximations.py`` it lies far below EP; ``benchmarks/results/engine_notes.md``).
 
 **Ensemble learning (mean field I).** q(a) = prod_i q_i(a_i) minimises KL(q || p).
 The optimal factor is the likelihood times a Gaussian (eq. 5) with
@@ -43,13 +43,14 @@ and E_q log N(a; 0, K) = -(1/2) log|2 pi K| - (1/2) m^T K^{-1} m - (1/2) sum_i L
 variance terms cancel and -F above remains. Its terms -(1/2) sum_i log Lambda_i - (1/2) log|K|
 = -KL0, where KL0 = KL(prod_i N(0, 1/Lambda_i) || N(0, K)) >= 0 (Hadamard's inequality), depend
 on K alone: it is what the factorised family loses on the prior itself, zero for a diagonal K
-and unbounded as K nears singularity (smooth kernel, dense inputs, small jitter: at jitter
-1e-8 on 30-60 points it is 85-230 nats). As s_i^2 = 1/Lambda_i -> 0, Z_i -> p(y_i|c_i) and
+and unbounded as K nears singularity (smooth kernel, dense inputs, small jitter: then it
+reaches hundreds of nats; ``benchmarks/results/engine_notes.md``).
+As s_i^2 = 1/Lambda_i -> 0, Z_i -> p(y_i|c_i) and
 c -> m, so the fixed point becomes m = K grad log p(y|m), Laplace's mode f^, the site
 precisions below become Laplace's W (the same predictive), and
 -F -> log Z_Laplace + (1/2) log|I + W K| - KL0. Checked against a direct optimisation of the
-factorised KL bound in ``tests/approximations/test_meanfield.py``; measured in
-``benchmarks/results/binary_gold.md`` (gap to the exact evidence KL0 less 3-15 nats).
+factorised KL bound in ``tests/approximations/test_meanfield.py``; the gap to the exact
+evidence, compared with KL0, is measured in ``benchmarks/results/binary_gold.md``.
 
 Writing m = K alpha, the fixed point is alpha = alpha(c) with c = (K - diag(s^2)) alpha:
 the naive equations (9) below with K_ii replaced by 1/Lambda_i, as the paper remarks; there, -F equals the naive
@@ -132,11 +133,10 @@ def _newton(K, s2, y, likelihood, th, alpha, tol, max_iter):
     (possible for likelihoods that are not log-concave) a damped plain step d = R,
     the paper's iteration, is tried instead. Convergence: max_i |R_i| sqrt(K_ii) < tol.
     The plain iteration alone needs thousands of sweeps when K is ill-conditioned;
-    Newton needs 5-8 steps on the problems of the tests and benchmarks. Known stalls
-    (``converged=False``, value still returned): in a stress run over 384 problems
-    (n = 60, amplitudes 0.1-1000) mean field I with the step likelihood with label
-    noise stalled in 3 and naive mean field with the logistic likelihood at amplitude
-    1000 in 5 (residuals 1e-10 to 0.02 scaled).
+    Newton needs a handful of steps on the problems of the tests and benchmarks. Known
+    stalls (``converged=False``, value still returned), rare in a stress run: mean field I
+    with the step likelihood with label noise, and naive mean field with the logistic
+    likelihood at very large amplitudes (counts: ``benchmarks/results/engine_notes.md``).
     """
     A = K - np.diag(s2)
     scale = np.sqrt(np.diag(K))

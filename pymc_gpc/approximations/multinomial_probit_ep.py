@@ -28,11 +28,10 @@ Cholesky factorisations of n x n matrices plus O(c n^3) products.
 The outer updates are parallel (all cavities from one posterior), damped in the inner
 site parameters, and Anderson-accelerated as binary parallel EP is (``ep.Anderson``, on
 the inner sites; an extrapolation with negative site precisions the map does not have is
-replaced by the map's value): 11-14 instead of 17-22 sweeps from a cold start at
-n = 200, 8-11 instead of 13-17 warm (c = 3 and 6, amplitudes 2 and 20, tol 1e-8), the
-same fixed point (log Z within 1e-12). At Forensic Glass's amplitudes (mean diag K in the
-hundreds) the damped map alone oscillates and did not converge in 100 sweeps at 64 of the
-70 points of one MAP-II fit; accelerated, all converged within 26.
+replaced by the map's value): fewer sweeps, cold and warm, to the same fixed point. At
+Forensic Glass's amplitudes (mean diag K in the hundreds) the damped map alone oscillates
+and at most points of a MAP-II fit did not converge; accelerated, all converged (figures:
+``benchmarks/results/engine_notes.md``, "Figures moved from comments").
 
 While the sites are far from the fixed point (relative changes above 1e-3), the sweeps
 use posteriors factorised in single precision (``rough_sweeps``), as binary parallel EP's
@@ -115,8 +114,8 @@ def _inner_ep_site(m, C, k, tau, nu, tol, max_sweeps, Sw, mw, Sb):
     work buffers (no allocation per site). Returns (sum_j [log Zhat_j - log int q_j g_j],
     sweeps, largest last change).
 
-    (Written with an array per product and per outer product, the inner EP took a fifth
-    of a warm evaluation; without allocation and with Sw b in O(c), a sixteenth:
+    (Written with an array per product and per outer product, the inner EP took a large
+    share of a warm evaluation; without allocation and with Sw b in O(c), a small one:
     benchmarks/results/engine_notes.md.)
     """
     c = m.shape[0]
@@ -259,20 +258,20 @@ def multinomial_probit_ep(K, y, likelihood=None, params=None, *, state=None, tol
     inner_tol, inner_max_sweeps : the inner EP's convergence within one outer sweep. The
         inner EP is warm-started from the last sites and the outer sweeps repeat it, so a
         few inner sweeps suffice: the outer test (no site moves by more than tol) is met
-        only at the inner fixed point too. Against 50 inner sweeps, 3 left the outer
-        sweep counts and log Z (1e-13) unchanged on random 3-, 4- and 6-class problems
-        and cut an evaluation at n = 200, c = 6 by 15-25 %, by 0-10 % with 3 or 4 classes
-        (benchmarks/results/engine_notes.md).
+        only at the inner fixed point too. Against many inner sweeps, a few left the
+        outer sweep counts and log Z unchanged on random 3- to 6-class problems and made
+        an evaluation cheaper, most so with more classes
+        (benchmarks/results/engine_notes.md, "Nested EP's inner EP").
     with_grad : compute dlog Z / dK (``dlog_z_dK``, (c, n, n)).
     with_loo : compute ``loo_log_p`` (None otherwise).
     rough_gradient : form every posterior's H_k = L_M^{-1} E_k in single precision
         (``CoupledBlockPosterior``'s ``rough_gradient``, honoured where L_M is well
         conditioned): the site covariances of every sweep and the gradient carry
         single-precision rounding; the factors, log-determinants and means stay double.
-        For a sampler's tolerances (``ops.marginal.SAMPLING_DEFAULTS``): along 120 leapfrog
-        points of Forensic Glass (n = 193, c = 6, tol 1e-4, warm) the sweep counts and
-        log Z errors were unchanged, the gradient's median relative error 8.4e-4 against
-        8.2e-4, and a solve took about 0.93 of the time.
+        For a sampler's tolerances (``ops.marginal.SAMPLING_DEFAULTS``): along leapfrog
+        points of Forensic Glass the sweep counts, log Z errors and the gradient's error
+        were about unchanged, and a solve took a little less time (figures:
+        ``benchmarks/results/engine_notes.md``, "Figures moved from comments").
 
     Returns
     -------

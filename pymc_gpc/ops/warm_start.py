@@ -95,9 +95,9 @@ class RecentResults:
 
     PyMC evaluates the model once more at every draw it keeps, to record the Op's
     diagnostics (``y_loo``, ``y_n_iter``, ``y_status``), at a point NUTS has just
-    evaluated inside its trajectory; those evaluations (about 10 % of all on Pima) are
-    answered from here. A result is looked up by the hyperparameter vector, the
-    likelihood parameters and the labels (exact bytes), and returned only if K is also
+    evaluated inside its trajectory; those evaluations (a noticeable share of all:
+    ``benchmarks/results/engine_notes.md``) are answered from here. A result is looked
+    up by the hyperparameter vector, the likelihood parameters and the labels (exact bytes), and returned only if K is also
     equal (a hit costs one comparison of K). Without a hyperparameter input nothing is
     kept. Arrays are copied in and out: PyTensor may overwrite an Op's outputs in place
     downstream (e.g. the cotangent times dlog_z/dK). Each entry holds two n x n arrays,
