@@ -464,9 +464,10 @@ def _parallel(prior, y, likelihood, th, post, tau, nu, damping, tol, max_sweeps,
 
     The EP map alone converges linearly, at rates near 1 for large kernel amplitudes
     (many sweeps); Anderson acceleration cuts that severalfold (figures:
-    ``benchmarks/results/engine_notes.md``) and does not move the fixed point. An extrapolated iterate that makes
-    K^{-1} + S indefinite, or introduces negative sites the plain map does not have,
-    or follows a 1000-fold growth of the residual, restarts the acceleration.
+    ``benchmarks/results/engine_notes.md``) and does not move the fixed point. An
+    extrapolated iterate that makes K^{-1} + S indefinite, or introduces negative sites
+    the plain map does not have, or follows a 1000-fold growth of the residual, restarts
+    the acceleration.
 
     Where the tolerance allows (tol >= ``_ROUGH_TOL``, the sampler's regime), sweeps
     predicted not to be the last ask the structure for a rough posterior (FITC: the two

@@ -98,10 +98,11 @@ class RecentResults:
     evaluated inside its trajectory; those evaluations (a noticeable share of all:
     ``benchmarks/results/engine_notes.md``) are answered from here. A result is looked
     up by the hyperparameter vector, the likelihood parameters and the labels (exact
-    bytes), and returned only if K is also equal (a hit costs one comparison of K). Without a hyperparameter input nothing is
-    kept. Arrays are copied in and out: PyTensor may overwrite an Op's outputs in place
-    downstream (e.g. the cotangent times dlog_z/dK). Each entry holds two n x n arrays,
-    so the number kept shrinks with n (16 up to n = 350, within ``MEMORY`` bytes).
+    bytes), and returned only if K is also equal (a hit costs one comparison of K).
+    Without a hyperparameter input nothing is kept. Arrays are copied in and out:
+    PyTensor may overwrite an Op's outputs in place downstream (e.g. the cotangent times
+    dlog_z/dK). Each entry holds two n x n arrays, so the number kept shrinks with n (16
+    up to n = 350, within ``MEMORY`` bytes).
     """
 
     MEMORY = 32e6
