@@ -44,7 +44,8 @@ def test_every_public_name_has_an_api_page():
     api = (ROOT / "docs" / "api.rst").read_text()
     listed = set(re.findall(r"^   ([\w.]+)$", api, flags=re.M))
     names = [n for n in pymc_gpc.__all__ if n not in ("likelihoods", "kernels")]
-    names += [f"likelihoods.{n}" for n in pymc_gpc.likelihoods.__all__ if not n.isupper()]
+    names += [f"likelihoods.{n}" for n in pymc_gpc.likelihoods.__all__  # once: top level or here
+              if not n.isupper() and n not in pymc_gpc.__all__]
     assert not [n for n in names if n not in listed]
 
 
