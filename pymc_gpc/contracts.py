@@ -342,13 +342,18 @@ def _accepts(declared, actual):
     return None
 
 
+_MISSING = object()
+
+
 def conformance_gaps(obj, contract):
     """What ``obj`` (an instance) lacks to satisfy ``contract``: a list of messages, empty
     when it conforms. A method is compatible when it can be called as the contract declares
     it (``_accepts``); a data member or property must exist on the instance."""
     gaps = []
     for name, declared in _members(contract).items():
-        if not hasattr(obj, name):
+        # presence without evaluating: a property may rightly raise (a likelihood template's
+        # ``params`` has no values), which hasattr would not tell from an absent member
+        if inspect.getattr_static(obj, name, _MISSING) is _MISSING:
             gaps.append(f"{type(obj).__name__} has no {name!r}")
             continue
         if declared is None or isinstance(declared, property):
