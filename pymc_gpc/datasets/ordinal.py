@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .tables import read_numeric
+from .tables import Split, read_numeric
 
 
 
@@ -73,15 +73,10 @@ class OrdinalData:
 
 
 @dataclass
-class OrdinalSplit:
-    """One train/test split of an ordinal data set, ranks 0..n_bins-1 as integers."""
+class OrdinalSplit(Split):
+    """One train/test split of an ordinal data set: ``Split``'s fields with ranks
+    0..n_bins-1 as integer labels, the number of ranks and the split's number."""
 
-    name: str
-    X_train: np.ndarray
-    y_train: np.ndarray
-    X_test: np.ndarray
-    y_test: np.ndarray
-    feature_names: tuple
     n_bins: int
     split: int
 

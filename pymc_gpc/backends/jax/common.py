@@ -20,6 +20,8 @@ convention (``_finish``). They talk to the prior only through a *structure* ``S`
     whether the representation needs site precisions >= 0 (negative iterates are clipped).
 """
 
+from functools import partial
+
 import jax
 import jax.numpy as jnp
 
@@ -244,3 +246,19 @@ def _finish(log_z, dK, dth, loo, n_iter, converged, failed, th, kind, extra):
         "status": status.astype(jnp.int64),
         **extra,
     }
+
+
+def bind_solver(solvers, allowed, approximation, kind, options, label, **bound):
+    """``solvers[approximation]`` with likelihood ``kind``, ``bound`` and ``options`` bound.
+
+    ValueError for the step likelihood under Laplace and for options outside
+    ``allowed[approximation]``; EP's ``method`` is accepted and dropped (the JAX EP is
+    parallel, with the same fixed point as the sequential schedule).
+    """
+    if approximation == "laplace" and not lik.SUPPORTS_LAPLACE[kind]:
+        raise ValueError("the step likelihood has no Laplace approximation: use EP")
+    unknown = set(options) - set(allowed[approximation])
+    if unknown:
+        raise ValueError(f"the JAX backend's {label} does not take options {sorted(unknown)}")
+    options = {k: v for k, v in options.items() if k != "method"}
+    return partial(solvers[approximation], kind=kind, **bound, **options)

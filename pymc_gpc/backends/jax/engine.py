@@ -39,7 +39,6 @@ likelihood parameter out of range, a kernel without a Cholesky factor): log_z = 
 zero gradient, loo = -inf, so a sampler rejects the point and its gradient stays finite.
 """
 
-from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -50,7 +49,7 @@ from . import likelihoods as lik
 from .common import (  # noqa: F401  (the shared pieces, importable from here as before)
     ANDERSON_MEMORY, _MIN_CAVITY_FRACTION, _MIN_RELATIVE_VAR, STATUS_CONVERGED, STATUS_FAILED,
     STATUS_NOT_CONVERGED, _anderson, _empty_history, _ep_log_z, _ep_update, _factor_ok, _finish, _push,
-    _reset, _signed, ep_fixed_point, laplace_loo, newton_mode)
+    _reset, _signed, bind_solver, ep_fixed_point, laplace_loo, newton_mode)
 
 jax.config.update("jax_enable_x64", True)
 
@@ -101,7 +100,21 @@ def _var_nonneg(K, w, Li, sw):
     return jnp.maximum(var, _MIN_RELATIVE_VAR * jnp.maximum(kd, 1e-300))
 
 
-class _Dense:
+class _DenseKernel:
+    """What both dense representations of q(f) share: products with the prior K."""
+
+    def mean_weights(self, F, v):
+        b = self.weights(F, v)
+        return self.K @ b, b
+
+    def matvec(self, v):
+        return self.K @ v
+
+    def prior_var(self):
+        return jnp.diag(self.K)
+
+
+class _Dense(_DenseKernel):
     """The linear algebra of q(f) through B (all w >= 0), as ``structures.dense.LatentPosterior``."""
 
     nonneg_sites = True
@@ -126,18 +139,8 @@ class _Dense:
         sw, Li = F["sw"], F["M"]
         return sw[:, None] * (Li.T @ Li) * sw[None, :]
 
-    def mean_weights(self, F, v):
-        b = self.weights(F, v)
-        return self.K @ b, b
 
-    def matvec(self, v):
-        return self.K @ v
-
-    def prior_var(self):
-        return jnp.diag(self.K)
-
-
-class _DenseIndefinite:
+class _DenseIndefinite(_DenseKernel):
     """q(f) through chol(K) for site precisions of either sign (``IndefiniteSitePosterior``):
     C = I + L_K^T S L_K = L_C L_C^T, Sigma = M M^T with M = L_K L_C^-T, |B| = |C|."""
 
@@ -167,16 +170,6 @@ class _DenseIndefinite:
     def R(self, F):
         w, M = F["w"], F["M"]
         return jnp.diag(w) - w[:, None] * (M @ M.T) * w[None, :]
-
-    def mean_weights(self, F, v):
-        b = self.weights(F, v)
-        return self.K @ b, b
-
-    def matvec(self, v):
-        return self.K @ v
-
-    def prior_var(self):
-        return jnp.diag(self.K)
 
 
 def _structure(K, kind):
@@ -246,13 +239,7 @@ def solver(approximation, kind, **options):
     EP's ``method="sequential"`` runs the parallel schedule here (the same fixed point).
     """
     registry.check_backend(approximation, "dense", "jax", "ApproxMarginalOp")
-    if approximation == "laplace" and not lik.SUPPORTS_LAPLACE[kind]:
-        raise ValueError("the step likelihood has no Laplace approximation: use EP")
-    unknown = set(options) - set(OPTIONS[approximation])
-    if unknown:
-        raise ValueError(f"the JAX backend's {approximation} does not take options {sorted(unknown)}")
-    options.pop("method", None)
-    return partial(SOLVERS[approximation], kind=kind, **options)
+    return bind_solver(SOLVERS, OPTIONS, approximation, kind, options, approximation)
 
 
 def marginal_fn(approximation, kind, **options):

@@ -46,7 +46,7 @@ from jax.scipy.linalg import cho_solve, solve_triangular
 
 from ...approximations import registry
 from . import likelihoods as lik
-from .common import (ANDERSON_MEMORY, _MIN_RELATIVE_VAR, STATUS_FAILED, _ep_log_z, _factor_ok, _finish,
+from .common import (bind_solver, ANDERSON_MEMORY, _MIN_RELATIVE_VAR, STATUS_FAILED, _ep_log_z, _factor_ok, _finish,
                      _signed, ep_fixed_point, laplace_loo, newton_mode)
 
 jax.config.update("jax_enable_x64", True)
@@ -209,13 +209,8 @@ def solver(approximation, kind, constrain=None, **options):
     """The FITC solver (K_uu, K_uf, k_ff, th, y) -> dict, options bound (EP's
     ``method`` is ignored: FITC's EP is parallel)."""
     registry.check_backend(approximation, "fitc", "jax", "SparseMarginalOp")
-    if approximation == "laplace" and not lik.SUPPORTS_LAPLACE[kind]:
-        raise ValueError("the step likelihood has no Laplace approximation: use EP")
-    unknown = set(options) - set(OPTIONS[approximation])
-    if unknown:
-        raise ValueError(f"the JAX backend's FITC {approximation} does not take options {sorted(unknown)}")
-    options.pop("method", None)
-    return partial(SOLVERS[approximation], kind=kind, constrain=constrain or _no_constraint, **options)
+    return bind_solver(SOLVERS, OPTIONS, approximation, kind, options, f"FITC {approximation}",
+                       constrain=constrain or _no_constraint)
 
 
 def marginal_fn(approximation, kind, constrain=None, **options):
