@@ -31,8 +31,7 @@ def _concrete(base):
 
 def _assert_conforms(obj, contract):
     assert C.conformance_gaps(obj, contract) == []
-    if getattr(contract, "_is_runtime_protocol", False):  # structures.select's PriorStructure is not
-        assert isinstance(obj, contract)
+    assert isinstance(obj, contract)
 
 
 @pytest.fixture(scope="module")

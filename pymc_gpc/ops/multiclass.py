@@ -76,8 +76,8 @@ class MulticlassSparseMarginalOp(FITCInputs, MulticlassMarginalOp):
     and the optional hyperparameter vector. Outputs: log_z, dlog_z/dK_uu (c, m, m),
     dlog_z/dK_uf (c, m, n), dlog_z/dk_diag (c, n), dlog_z/dtheta (empty), loo (n,), n_iter,
     status. Warm starts, recent results, retries, the failure contract and the numba
-    registration are ``ApproxMarginalOp``'s; the input layout, pullback and recent-result
-    key are the mixin ``ops.sparse.FITCInputs``' (shared with ``SparseMarginalOp``).
+    registration are ``ApproxMarginalOp``'s; the input layout (``make_node``), pullback and
+    recent-result key are the mixin ``ops.sparse.FITCInputs``' (shared with ``SparseMarginalOp``).
     ``pymc_gpc.fit`` reads it through ``n_kernel_inputs``, ``prior_from`` and
     ``kernel_cotangents``.
     """
@@ -89,17 +89,8 @@ class MulticlassSparseMarginalOp(FITCInputs, MulticlassMarginalOp):
         return MulticlassFITCPrior(Kuu, Kuf, k_diag)
 
     retry_schedule_for = staticmethod(_fitc_multiclass_retries)
-
-    def make_node(self, Kuu, Kuf, k_diag, params, y, hyper=None):
-        ins = [pt.as_tensor_variable(v).astype("float64") for v in (Kuu, Kuf, k_diag, params, y)]
-        for name, v, nd in (("Kuu", ins[0], 3), ("Kuf", ins[1], 3), ("k_diag", ins[2], 2)):
-            if v.ndim != nd:
-                raise ValueError(f"{name} must have {nd} dimensions (one slice per class), got {v.ndim}")
-        hyper = pt.zeros((0,), dtype="float64") if hyper is None else pt.as_tensor_variable(hyper).astype("float64")
-        ins.append(hyper)
-        outputs = [pt.dscalar(), pt.dtensor3(), pt.dtensor3(), pt.dmatrix(), pt.dvector(), pt.dvector(),
-                   pt.lscalar(), pt.lscalar()]
-        return Apply(self, ins, outputs)
+    kernel_ndims = (3, 3, 2)  # one slice per class
+    kernel_ndims_hint = " (one slice per class)"
 
 
 class MulticlassPredictiveOp(LatentPredictiveOp):

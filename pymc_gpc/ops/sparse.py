@@ -40,13 +40,26 @@ class FITCInputs:
     several classes; the outputs log_z, the three kernel gradients, dlog_z/dtheta, loo,
     n_iter and status. The mixin gives the Op that layout's ``n_kernel_inputs`` and
     ``loo_output``, the cotangents (the solver's ``FITCGradient``: d/dK_uu, d/dK_uf,
-    d/d diag K_ff, derived in ``structures.fitc``), the recent-result key, the warning
-    after the damped retries, the connection pattern and the pullback. ``make_node``,
-    ``prior_from`` and the retry schedule stay with each Op.
+    d/d diag K_ff, derived in ``structures.fitc``), ``make_node`` (the kernel inputs' and
+    their gradients' ranks are ``kernel_ndims``), the recent-result key, the warning after
+    the damped retries, the connection pattern and the pullback. ``prior_from`` and the
+    retry schedule stay with each Op.
     """
 
     n_kernel_inputs = 3
     loo_output = 5
+    kernel_ndims = (2, 2, 1)  # K_uu, K_uf, diag K_ff
+    kernel_ndims_hint = ""
+
+    def make_node(self, Kuu, Kuf, k_diag, params, y, hyper=None):
+        ins = [pt.as_tensor_variable(v).astype("float64") for v in (Kuu, Kuf, k_diag, params, y)]
+        for name, v, nd in zip(("Kuu", "Kuf", "k_diag"), ins, self.kernel_ndims):
+            if v.ndim != nd:
+                raise ValueError(f"{name} must have {nd} dimensions{self.kernel_ndims_hint}, got {v.ndim}")
+        hyper = pt.zeros((0,), dtype="float64") if hyper is None else pt.as_tensor_variable(hyper).astype("float64")
+        kernel_grads = [pt.tensor(dtype="float64", shape=(None,) * nd) for nd in self.kernel_ndims]
+        outputs = [pt.dscalar(), *kernel_grads, pt.dvector(), pt.dvector(), pt.lscalar(), pt.lscalar()]
+        return Apply(self, [*ins, hyper], outputs)
 
     @staticmethod
     def kernel_cotangents(result):
@@ -99,15 +112,6 @@ class SparseMarginalOp(FITCInputs, ApproxMarginalOp):
         return FITCPrior(Kuu, Kuf, k_diag)
 
     retry_schedule_for = staticmethod(sparse_retry_options)
-
-    def make_node(self, Kuu, Kuf, k_diag, params, y, hyper=None):
-        ins = [pt.as_tensor_variable(v).astype("float64") for v in (Kuu, Kuf, k_diag, params, y)]
-        if hyper is None:
-            hyper = pt.zeros((0,), dtype="float64")
-        ins.append(pt.as_tensor_variable(hyper).astype("float64"))
-        outputs = [pt.dscalar(), pt.dmatrix(), pt.dmatrix(), pt.dvector(), pt.dvector(), pt.dvector(),
-                   pt.lscalar(), pt.lscalar()]
-        return Apply(self, ins, outputs)
 
 
 class SparsePredictiveOp(LatentPredictiveOp):

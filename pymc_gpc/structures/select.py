@@ -20,7 +20,7 @@ list it in ``STRUCTURES``. Its marginal Op type must take the structure's
 vector (``ops.marginal.ApproxMarginalOp``'s convention, read by ``pymc_gpc.fit``).
 """
 
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import pytensor
@@ -45,6 +45,7 @@ __all__ = ["PriorStructure", "DenseBinary", "FITCBinary", "DenseMulticlass", "FI
            "FITC_MULTICLASS"]
 
 
+@runtime_checkable
 class PriorStructure(Protocol):
     """What a GP classifier and ``pymc_gpc.fit`` ask of a prior structure.
 
