@@ -27,7 +27,7 @@ def load_penguins():
     --------
     >>> from pymc_gpc.datasets import load_penguins
     >>> penguins = load_penguins()
-    >>> penguins.X.shape, sorted(set(penguins.y))
+    >>> penguins.X.shape, sorted(set(penguins.y.tolist()))
     ((342, 4), ['Adelie', 'Chinstrap', 'Gentoo'])
 
     Returns
