@@ -289,6 +289,10 @@ class Softmax(MulticlassLikelihood):
 _U_ORDER = np.argsort(-_U_WEIGHTS)
 _U_ORDER_NODES, _U_ORDER_WEIGHTS = _U_NODES[_U_ORDER], _U_WEIGHTS[_U_ORDER]
 _U_ORDER_LOG_WEIGHTS = np.log(_U_ORDER_WEIGHTS)
+_U_ORDER_TAIL = np.cumsum(_U_ORDER_WEIGHTS[::-1])[::-1].copy()
+# A term of ``_probit_prob`` below this fraction of the running sum is dropped: 32 of them
+# stay under 2^-60 of the sum.
+_SKIP = 2.0**-65
 # A node term below the running maximum by more than this is passed over: e^-45 < 3e-20,
 # so all 32 nodes' passed-over terms together stay below 1e-18 of the sum, under the rounding
 # of a double.
@@ -327,24 +331,34 @@ def _probit_log_prob(f, k, nodes, log_w, s):
 
 
 @njit(nogil=True, cache=True)
-def _probit_prob(f, k, nodes, w):
+def _probit_prob(f, k, nodes, w, tail):
     """p(y = k | f) = sum_q w_q prod_{j != k} Phi(u_q + f_k - f_j) by products of Phi (no
-    logarithms; Phi(z) = erfc(-z / sqrt 2) / 2, 1 from ``_PHI_IS_ONE`` on)."""
+    logarithms; Phi(z) = erfc(-z / sqrt 2) / 2, 1 from ``_PHI_IS_ONE`` on), the nodes by
+    decreasing weight (``tail[q]``: the weight of node q and all after it). A term that has
+    fallen below ``_SKIP`` of the running sum is dropped (each factor is at most 1, so it
+    cannot rise again), and so are all later nodes once their whole weight is below that:
+    at most 32 such terms, together under 2^-60 of the sum, below a double's rounding."""
     c = f.shape[0]
     total = 0.0
     for q in range(nodes.shape[0]):
+        floor = _SKIP * total
+        if tail[q] < floor:
+            break
         prod = w[q]
         for j in range(c):
             if j != k:
                 z = nodes[q] + f[k] - f[j]
                 if z < _PHI_IS_ONE:
                     prod *= 0.5 * math.erfc(-z * _INV_SQRT2)
+                    if prod < floor:
+                        prod = 0.0
+                        break
         total += prod
     return total
 
 
 @njit(nogil=True, cache=True)
-def _probit_expected_probs(mean, L, Z, nodes, w, log_w):
+def _probit_expected_probs(mean, L, Z, nodes, w, tail, log_w):
     """(m, c): for each i, the mean over the draws z of p(. | f) normalised over the classes
     (``MultinomialProbit.probabilities``), f = mean_i + L_i z: ``MulticlassLikelihood.predict``'s
     "integrate" for the multinomial probit without its (draws, classes, nodes) arrays."""
@@ -360,7 +374,7 @@ def _probit_expected_probs(mean, L, Z, nodes, w, log_w):
                 f[k] = v
             top = -np.inf
             for k in range(c):
-                p = _probit_prob(f, k, nodes, w)
+                p = _probit_prob(f, k, nodes, w, tail)
                 lp[k] = math.log(p) if p > _TINY else _probit_log_prob(f, k, nodes, log_w, s)
                 top = max(top, lp[k])
             total = 0.0
@@ -405,7 +419,8 @@ class MultinomialProbit(MulticlassLikelihood):
         (``_probit_expected_probs``) instead of arrays of draws x classes x nodes."""
         mean = np.ascontiguousarray(mean, dtype=float)
         return _probit_expected_probs(mean, _cov_factor(cov), _standard_draws(mean.shape[1], size),
-                                      _U_ORDER_NODES, _U_ORDER_WEIGHTS, _U_ORDER_LOG_WEIGHTS)
+                                      _U_ORDER_NODES, _U_ORDER_WEIGHTS, _U_ORDER_TAIL,
+                                      _U_ORDER_LOG_WEIGHTS)
 
     def log_prob_all(self, F):
         """log p(y = k | f) for every class k: (c, ...)."""
