@@ -398,6 +398,21 @@ def _counting_solves():
     return counts
 
 
+def _compile(X, y, n=40):
+    """Compile (numba) what the fits and predictions call, on n points, before any timing."""
+    from pymc_gpc.validation import trusted_kernel
+
+    K = stacks(X[:n], X[:1], 3.0, np.exp(np.linspace(1.4, 3.4, 10)), jitter=1e-6)[0]
+    with trusted_kernel():
+        for rough in (False, True):
+            multinomial_probit_ep(K, y[:n], rough_sweeps=rough)
+        softmax_laplace(K, y[:n])
+    cov = np.tile(np.eye(10), (2, 1, 1))
+    for lik in (L.MultinomialProbit(), L.Softmax()):
+        for pred in lik.predictives:
+            lik.predict(np.zeros((2, 10)), cov, predictive=pred)
+
+
 def profile_fit(n=600, only=None):
     """Whole MAP-II fits on digits' n training points (``_gp_fit``'s model) and the prediction
     at the 797 test points: CPU seconds (one BLAS thread) of the fit and of the prediction
@@ -416,6 +431,7 @@ def profile_fit(n=600, only=None):
     Xtr, ytr, Xte, yte = heldout_data("digits")
     Xtr, ytr = Xtr[:n], ytr[:n]
     c, d = len(np.unique(ytr)), Xtr.shape[1]
+    _compile(Xtr, ytr)
     counts = _counting_solves()
     out, points = [], {}
     for label, lik_type, cls, options, coarse in FIT_VARIANTS:
