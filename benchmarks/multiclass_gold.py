@@ -258,10 +258,8 @@ def heldout(names=("digits", "glass", "wine")):
                                 (L.MultinomialProbit(), pymc_gpc.MarginalEP, "nested EP (MNP)")):
             gp, mean, cov, t, point = _gp_fit(Xtr, ytr, Xte, lik, cls)
             print(name, label, {k: np.round(v, 2) for k, v in point.items() if "log" in k and "__" not in k})
-            for pred in lik.predictives:  # each row: the fit plus its own predictive's time
-                t0 = time.process_time()
-                p = lik.predict(mean, cov, predictive=pred)
-                score(f"{label}, predictive={pred!r}", p, t + time.process_time() - t0)
+            for pred in lik.predictives:  # each row: the fit and gp.predict (the default predictive)
+                score(f"{label}, predictive={pred!r}", lik.predict(mean, cov, predictive=pred), t)
         t = time.process_time()
         clf = GaussianProcessClassifier(ConstantKernel(1.0) * RBF(1.0), multi_class="one_vs_rest",
                                         random_state=0).fit(Xtr, ytr)
@@ -270,7 +268,7 @@ def heldout(names=("digits", "glass", "wine")):
         score("multinomial logistic regression", LogisticRegression(max_iter=5000).fit(Xtr, ytr).predict_proba(Xte),
               time.process_time() - t)
         lines += [f"### {name}: {len(ytr)} train / {len(yte)} test, {len(classes)} classes", "",
-                  "| method | test errors | mean test log p | fit + predict CPU time |", "|---|---|---|---|"]
+                  "| method | test errors | mean test log p | fit + predict CPU time (default predictive) |", "|---|---|---|---|"]
         lines += [f"| {a} | {b} | {c:.3f} | {d:.1f} s |" for a, b, c, d in rows] + [""]
     return lines
 
