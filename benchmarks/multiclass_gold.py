@@ -268,7 +268,8 @@ def heldout(names=("digits", "glass", "wine")):
         score("multinomial logistic regression", LogisticRegression(max_iter=5000).fit(Xtr, ytr).predict_proba(Xte),
               time.process_time() - t)
         lines += [f"### {name}: {len(ytr)} train / {len(yte)} test, {len(classes)} classes", "",
-                  "| method | test errors | mean test log p | fit + predict CPU time (default predictive) |", "|---|---|---|---|"]
+                  "| method | test errors | mean test log p | fit + predict CPU time (default predictive) |",
+                  "|---|---|---|---|"]
         lines += [f"| {a} | {b} | {c:.3f} | {d:.1f} s |" for a, b, c, d in rows] + [""]
     return lines
 

@@ -180,8 +180,9 @@ class MulticlassLikelihood:
     def _integrated(self, mean, cov, size):
         """(m, c): the mean over the fixed draws f of ``probabilities(f)``, f ~ N(mean[i], cov[i])."""
         rows = max(1, _BLOCK // (mean.shape[1] * size))
-        return np.concatenate([self.probabilities(_gaussian_draws(mean[r:r + rows], cov[r:r + rows], size))
-                               .mean(axis=-1).T for r in range(0, mean.shape[0], rows)] or [np.empty((0, mean.shape[1]))])
+        blocks = [self.probabilities(_gaussian_draws(mean[r:r + rows], cov[r:r + rows], size)).mean(axis=-1).T
+                  for r in range(0, mean.shape[0], rows)]
+        return np.concatenate(blocks or [np.empty((0, mean.shape[1]))])
 
     def _check_predictive(self, predictive):
         predictive = self.predictive if predictive is None else predictive
