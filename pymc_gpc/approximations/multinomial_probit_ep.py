@@ -33,9 +33,12 @@ Forensic Glass's amplitudes (mean diag K in the hundreds) the damped map alone o
 and at most points of a MAP-II fit did not converge; accelerated, all converged (figures:
 ``benchmarks/results/engine_notes.md``, "Figures moved from comments").
 
-While the sites are far from the fixed point (relative changes above 1e-3), the sweeps
-use posteriors factorised in single precision (``rough_sweeps``), as binary parallel EP's
-rough sweeps (``structures.dense``); the sweeps that end the iteration are exact.
+On request (``rough_sweeps=True``), while the sites are far from the fixed point (relative
+changes above 1e-3), the sweeps use posteriors factorised in single precision, as binary
+parallel EP's rough sweeps (``structures.dense``); the sweeps that end the iteration are
+exact, and so the fixed point. Off by default: a single solve took less CPU time with them,
+a whole MAP-II fit on digits did not (benchmarks/results/multiclass_gold.md, "Nested EP at
+ten classes").
 
 The evidence is EP's (the free energy of EP on the (f, u) model, whose fixed point nested
 EP reaches when the inner EP converges):
@@ -240,7 +243,7 @@ def _loo_log_z(m, C, y, tau, nu):
 
 def multinomial_probit_ep(K, y, likelihood=None, params=None, *, state=None, tol=1e-8, max_sweeps=100,
                           damping=0.8, inner_tol=1e-10, inner_max_sweeps=3, with_grad=True,
-                          with_loo=True, rough_gradient=False, rough_sweeps=True):
+                          with_loo=True, rough_gradient=False, rough_sweeps=False):
     """Nested EP for the multinomial probit: evidence, its gradient in K and q(f).
 
     Parameters
@@ -272,6 +275,10 @@ def multinomial_probit_ep(K, y, likelihood=None, params=None, *, state=None, tol
         points of Forensic Glass the sweep counts, log Z errors and the gradient's error
         were about unchanged, and a solve took a little less time (figures:
         ``benchmarks/results/engine_notes.md``, "Figures moved from comments").
+    rough_sweeps : take the sweeps before the sites settle (relative change above
+        ``_ROUGH_UNTIL``, while the rough map still makes progress) from single-precision
+        posteriors (``CoupledBlockPosterior(rough=True, rough_covariances=True)``); the last
+        sweeps, the evidence and the gradient stay exact (module docstring).
 
     Returns
     -------

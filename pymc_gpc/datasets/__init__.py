@@ -42,6 +42,7 @@ from .tables import Split, columns as _columns, read_csv as _read_csv, standardi
 from .large_binary import FLIGHTS_FEATURES, load_flights  # noqa: F401
 from .ordinal import (ORDINAL_DATASETS, OrdinalData, OrdinalSplit, equal_frequency_bins, load_ordinal,  # noqa: F401
                       ordinal_split, ordinal_splits)
+from .penguins import PENGUINS_CLASSES, PENGUINS_FEATURES, load_penguins  # noqa: F401
 
 PIMA_FEATURES = ("npreg", "glu", "bp", "skin", "bmi", "ped", "age")
 CRABS_FEATURES = ("FL", "RW", "CL", "CW", "BD")

@@ -30,7 +30,7 @@ import math
 import numpy as np
 from numba import njit
 
-from ..numerics.special import log_ndtr_array
+from ..numerics.special import log_ndtr, log_ndtr_array
 
 # Draws for Gaussian expectations (per dimension c and number, cached).
 _DRAWS = {}
@@ -39,6 +39,7 @@ _BLOCK = 1 << 18  # latent values (classes x rows x draws) per block of ``predic
 # Gauss-Hermite rule (probabilists') for the integral over u in the multinomial probit.
 _U_NODES, _U_WEIGHTS = np.polynomial.hermite_e.hermegauss(32)
 _U_WEIGHTS = _U_WEIGHTS / np.sqrt(2.0 * np.pi)
+_INV_SQRT2 = 1.0 / math.sqrt(2.0)
 
 
 def _standard_draws(c, size):
@@ -173,12 +174,15 @@ class MulticlassLikelihood:
             # in blocks of rows: the draws (c, rows, s) and the multinomial probit's
             # u-quadrature (nodes, c - 1, rows, s) stay a few MB (all rows at once grow as
             # points x classes x draws and reached gigabytes: benchmarks/results/engine_notes.md)
-            size = size or self.n_draws
-            cov = np.asarray(cov, float)
-            rows = max(1, _BLOCK // (mean.shape[1] * size))
-            p = np.concatenate([self.probabilities(_gaussian_draws(mean[r:r + rows], cov[r:r + rows], size))
-                                .mean(axis=-1).T for r in range(0, mean.shape[0], rows)] or [np.empty((0, mean.shape[1]))])
+            p = self._integrated(mean, np.asarray(cov, float), size or self.n_draws)
         return p / p.sum(axis=1, keepdims=True)
+
+    def _integrated(self, mean, cov, size):
+        """(m, c): the mean over the fixed draws f of ``probabilities(f)``, f ~ N(mean[i], cov[i])."""
+        rows = max(1, _BLOCK // (mean.shape[1] * size))
+        blocks = [self.probabilities(_gaussian_draws(mean[r:r + rows], cov[r:r + rows], size)).mean(axis=-1).T
+                  for r in range(0, mean.shape[0], rows)]
+        return np.concatenate(blocks or [np.empty((0, mean.shape[1]))])
 
     def _check_predictive(self, predictive):
         predictive = self.predictive if predictive is None else predictive
@@ -281,6 +285,110 @@ class Softmax(MulticlassLikelihood):
         return _softmax_expected_prob(np.asarray(y, dtype=np.int64), mean, _cov_factor(cov), Z)
 
 
+# The u-rule's nodes by decreasing weight, with the log weights: ``_probit_log_prob`` meets
+# the heaviest nodes first and can pass over those that cannot reach the running maximum.
+_U_ORDER = np.argsort(-_U_WEIGHTS)
+_U_ORDER_NODES, _U_ORDER_WEIGHTS = _U_NODES[_U_ORDER], _U_WEIGHTS[_U_ORDER]
+_U_ORDER_LOG_WEIGHTS = np.log(_U_ORDER_WEIGHTS)
+_U_ORDER_TAIL = np.cumsum(_U_ORDER_WEIGHTS[::-1])[::-1].copy()
+# A term of ``_probit_prob`` below this fraction of the running sum is dropped: 32 of them
+# stay under 2^-60 of the sum.
+_SKIP = 2.0**-65
+# A node term below the running maximum by more than this is passed over: e^-45 < 3e-20,
+# so all 32 nodes' passed-over terms together stay below 1e-18 of the sum, under the rounding
+# of a double.
+_NEGLIGIBLE_LOG = 45.0
+# Phi(z) rounds to 1.0 in double precision from here on (1 - Phi(8.3) < 6e-17, under half
+# the spacing of doubles below 1).
+_PHI_IS_ONE = 8.3
+# Below this a class's u-integral is redone in logs (``_probit_log_prob``): the products of
+# Phi's may have lost digits to underflow.
+_TINY = 1e-250
+
+
+@njit(nogil=True, cache=True)
+def _probit_log_prob(f, k, nodes, log_w, s):
+    """log p(y = k | f) = log sum_q w_q prod_{j != k} Phi(u_q + f_k - f_j) (``log_prob_all``),
+    the node terms in s (work buffer), those that cannot reach the sum's precision skipped
+    (each factor is at most 1, so a term only falls as its factors accumulate)."""
+    c = f.shape[0]
+    top = -np.inf
+    for q in range(nodes.shape[0]):
+        acc = log_w[q]
+        if acc < top - _NEGLIGIBLE_LOG:
+            s[q] = -np.inf
+            continue
+        for j in range(c):
+            if j != k:
+                acc += log_ndtr(nodes[q] + f[k] - f[j])
+                if acc < top - _NEGLIGIBLE_LOG:
+                    break
+        s[q] = acc
+        top = max(top, acc)
+    total = 0.0
+    for q in range(nodes.shape[0]):
+        total += math.exp(s[q] - top)
+    return top + math.log(total)
+
+
+@njit(nogil=True, cache=True)
+def _probit_prob(f, k, nodes, w, tail):
+    """p(y = k | f) = sum_q w_q prod_{j != k} Phi(u_q + f_k - f_j) by products of Phi (no
+    logarithms; Phi(z) = erfc(-z / sqrt 2) / 2, 1 from ``_PHI_IS_ONE`` on), the nodes by
+    decreasing weight (``tail[q]``: the weight of node q and all after it). A term that has
+    fallen below ``_SKIP`` of the running sum is dropped (each factor is at most 1, so it
+    cannot rise again), and so are all later nodes once their whole weight is below that:
+    at most 32 such terms, together under 2^-60 of the sum, below a double's rounding."""
+    c = f.shape[0]
+    total = 0.0
+    for q in range(nodes.shape[0]):
+        floor = _SKIP * total
+        if tail[q] < floor:
+            break
+        prod = w[q]
+        for j in range(c):
+            if j != k:
+                z = nodes[q] + f[k] - f[j]
+                if z < _PHI_IS_ONE:
+                    prod *= 0.5 * math.erfc(-z * _INV_SQRT2)
+                    if prod < floor:
+                        prod = 0.0
+                        break
+        total += prod
+    return total
+
+
+@njit(nogil=True, cache=True)
+def _probit_expected_probs(mean, L, Z, nodes, w, tail, log_w):
+    """(m, c): for each i, the mean over the draws z of p(. | f) normalised over the classes
+    (``MultinomialProbit.probabilities``), f = mean_i + L_i z: ``MulticlassLikelihood.predict``'s
+    "integrate" for the multinomial probit without its (draws, classes, nodes) arrays."""
+    m, c = mean.shape
+    out = np.zeros((m, c))
+    f, lp, s = np.empty(c), np.empty(c), np.empty(nodes.shape[0])
+    for i in range(m):
+        for d in range(Z.shape[0]):
+            for k in range(c):
+                v = mean[i, k]
+                for j in range(k + 1):
+                    v += L[i, k, j] * Z[d, j]
+                f[k] = v
+            top = -np.inf
+            for k in range(c):
+                p = _probit_prob(f, k, nodes, w, tail)
+                lp[k] = math.log(p) if p > _TINY else _probit_log_prob(f, k, nodes, log_w, s)
+                top = max(top, lp[k])
+            total = 0.0
+            for k in range(c):
+                lp[k] = math.exp(lp[k] - top)
+                total += lp[k]
+            for k in range(c):
+                out[i, k] += lp[k] / total
+        for k in range(c):
+            out[i, k] /= Z.shape[0]
+    return out
+
+
 class MultinomialProbit(MulticlassLikelihood):
     r"""p(y = k | f) = E_u[\prod_{j \ne k} \Phi(u + f_k - f_j)], u ~ N(0, 1).
 
@@ -306,6 +414,14 @@ class MultinomialProbit(MulticlassLikelihood):
 
     approximations = ("ep",)
     n_draws = 1024  # each draw costs a u-quadrature
+
+    def _integrated(self, mean, cov, size):
+        """(m, c): ``probabilities`` averaged over the fixed draws, in one compiled pass
+        (``_probit_expected_probs``) instead of arrays of draws x classes x nodes."""
+        mean = np.ascontiguousarray(mean, dtype=float)
+        return _probit_expected_probs(mean, _cov_factor(cov), _standard_draws(mean.shape[1], size),
+                                      _U_ORDER_NODES, _U_ORDER_WEIGHTS, _U_ORDER_TAIL,
+                                      _U_ORDER_LOG_WEIGHTS)
 
     def log_prob_all(self, F):
         """log p(y = k | f) for every class k: (c, ...)."""

@@ -252,3 +252,35 @@ def test_two_class_multinomial_probit_is_a_probit_of_the_difference():
     want = norm.cdf((mean[:, 0] - mean[:, 1]) / np.sqrt(2 + v))
     np.testing.assert_allclose(MultinomialProbit().predict(mean, cov)[:, 0], want, atol=2e-3)
     np.testing.assert_allclose(MultinomialProbit().expected_prob(np.zeros(8, int), mean, cov), want, atol=2e-3)
+
+
+def test_multinomial_probit_predict_is_a_gaussian_orthant_probability():
+    """Under f ~ N(m, C), p(y = k) = P(t_j > 0 for all j != k) with t_j = f_k - f_j + u - e_j
+    (u, e_j ~ N(0, 1): Phi(x) = P(e <= x)), a (c - 1)-variate normal orthant probability with
+    mean m_k - m_j and covariance C_kk - C_kj - C_kl + C_jl + 1 + [j = l]; by scipy's
+    multivariate normal CDF (Genz), for four classes, up to the 1024 draws' error. A class far
+    behind (where products of Phi lose their digits to underflow) keeps its logarithm."""
+    from scipy.stats import multivariate_normal
+
+    rng = np.random.default_rng(16)
+    mean, cov = _gaussians(rng, 4, 4, 2.0)
+    mean *= 2.0
+    c = 4
+    want = np.empty((4, c))
+    for i in range(4):
+        for k in range(c):
+            o = [j for j in range(c) if j != k]
+            mu = mean[i, k] - mean[i, o]
+            S = cov[i, k, k] - cov[i, k][o][:, None] - cov[i, k][o][None, :] + cov[i][np.ix_(o, o)] + 1 + np.eye(c - 1)
+            want[i, k] = multivariate_normal.cdf(np.zeros(c - 1), -mu, S, abseps=1e-6, releps=1e-6)
+    got = MultinomialProbit().predict(mean, cov)
+    np.testing.assert_allclose(got.sum(axis=1), 1.0, atol=1e-12)
+    np.testing.assert_allclose(got, want / want.sum(axis=1, keepdims=True), atol=2e-3)
+    # zero covariance, class 3 behind by 29: p about 1e-262 by the 32-node u-rule, below where
+    # products of Phi keep their digits; its logarithm as the reference's (same rule, in logs)
+    far = np.array([[0.0, 0.5, -0.3, -29.0]])
+    p = MultinomialProbit().predict(far, np.zeros((1, 4, 4)))
+    ref = multinomial_probit_probabilities(far.T, u_nodes=32).T
+    assert 0.0 < p[0, 3] < 1e-250
+    np.testing.assert_allclose(np.log(p[0, 3]), np.log(ref[0, 3]), rtol=1e-9)
+    np.testing.assert_allclose(p[0, :3], ref[0, :3] / ref[0].sum(), rtol=1e-9)
