@@ -14,6 +14,7 @@ compiled once per module, with XLA's backend optimisation off (``_FAST``: these 
 problems run in milliseconds either way; compiling is what the tests spend their time on).
 """
 
+import functools
 import warnings
 
 import numpy as np
@@ -49,20 +50,20 @@ XU = {"shared": np.broadcast_to(X[::4][:M] + 0.1, (C, M, D)).copy(),
 
 
 def _kernels(xp, log_amp, log_ls, Xu, jitter=JITTER):
-    """(K_uu (c, m, m), K_uf (c, m, n), diag K_ff (c, n)) of amp_k exp(-|x - x'|^2 / (2 ls_k^2)),
-    amp = e^log_amp AMP, ls = e^log_ls LS; numpy or jax.numpy (``xp``)."""
+    """(K_uu + jitter I (c, m, m), K_uf (c, m, n), diag K_ff + jitter (c, n)) of amp_k
+    exp(-|x - x'|^2 / (2 ls_k^2)), amp = e^log_amp AMP, ls = e^log_ls LS; numpy or jax.numpy (``xp``)."""
     amp, ls = xp.exp(log_amp) * AMP, LS * xp.exp(log_ls)
     Duu = ((Xu[:, :, None] - Xu[:, None]) ** 2).sum(-1)
     Duf = ((Xu[:, :, None] - X[None, None]) ** 2).sum(-1)
     Kuu = amp[:, None, None] * xp.exp(-0.5 * Duu / ls[:, None, None] ** 2) + jitter * xp.eye(M)
     Kuf = amp[:, None, None] * xp.exp(-0.5 * Duf / ls[:, None, None] ** 2)
-    return Kuu, Kuf, amp[:, None] * xp.ones((1, N))
+    return Kuu, Kuf, amp[:, None] * xp.ones((1, N)) + jitter
 
 
 def _chain_rule(log_amp, log_ls, Xu, dKuu, dKuf, dkd):
     """d log Z / d(log_amp, log_ls, Xu) from the gradient in the kernel matrices, by the
     kernel's analytic derivatives (numpy)."""
-    Kuu, Kuf, kd = _kernels(np, log_amp, log_ls, Xu, jitter=0.0)
+    Kuu, Kuf, kd = _kernels(np, log_amp, log_ls, Xu, jitter=0.0)  # d/d log_amp: the jitter is constant
     ls2 = (LS * np.exp(log_ls))[:, None, None] ** 2
     Duu = ((Xu[:, :, None] - Xu[:, None]) ** 2).sum(-1)
     Duf = ((Xu[:, :, None] - X[None, None]) ** 2).sum(-1)
@@ -132,25 +133,28 @@ def test_extreme_points_give_a_finite_value_or_minus_inf_never_nan(evaluator, po
         assert all(not np.any(np.asarray(g)) for g in (*grads, *out[1:4]))
 
 
-def test_a_fitc_softmax_model_under_mode_jax_equals_the_numba_linker():
+def test_a_fitc_softmax_model_under_mode_jax_equals_the_numba_solver(monkeypatch):
     """A softmax Laplace model with one kernel and one set of inducing inputs (a random
     variable) per class: logp and its gradient in the log lengthscale and Xu under
-    ``mode="JAX"`` (the registered Op, PyTensor's autodiff of the kernel) against the default
-    linker (the numba Op)."""
+    ``mode="JAX"`` (the registered Op, PyTensor's autodiff of the kernel) against the numba
+    solver with the kernel's analytic derivatives and the N(0, 1) and N(XU, 1) priors'."""
     with pm.Model() as model:
         log_ls = pm.Normal("log_ls", 0.0, 1.0)
         Xu = pm.Normal("Xu", XU["per-class"], 1.0, shape=(C, M, D))
         covs = [float(a) * pm.gp.cov.ExpQuad(D, ls=pt.exp(log_ls) * float(s)) for a, s in zip(AMP, LS)]
-        gp = pymc_gpc.MarginalLaplace(cov_func=covs, likelihood=L.Softmax(), approx="FITC", tol=1e-12)
+        gp = pymc_gpc.MarginalLaplace(cov_func=covs, likelihood=L.Softmax(), approx="FITC", jitter=JITTER, tol=1e-12)
         gp.marginal_likelihood("y", X=X, y=Y.astype(int), Xu=Xu)
     logp = model.logp()
-    outputs = [logp, *pytensor.grad(logp, model.value_vars)]
+    # PyTensor's JAX linker calls jax.jit: compile with _FAST as the other tests do
+    monkeypatch.setattr(jax, "jit", functools.partial(jax.jit, compiler_options=_FAST))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        numba_fn = pytensor.function(model.value_vars, outputs)
-        jax_fn = pytensor.function(model.value_vars, outputs, mode="JAX")
-    point = model.initial_point()
-    args = [point[v.name] for v in model.value_vars]
-    for r, g in zip(numba_fn(*args), jax_fn(*args)):
-        assert np.all(np.isfinite(r)) and np.any(r != 0.0)
-        np.testing.assert_allclose(np.asarray(g), r, rtol=1e-8, atol=1e-8)
+        jax_fn = pytensor.function(model.value_vars, [logp, *pytensor.grad(logp, model.value_vars)], mode="JAX")
+    h, xu = 0.3, XU["per-class"] + 0.05
+    value, g_ls, g_Xu = jax_fn(np.asarray(h), xu)
+    ref = _numba("laplace", 0.0, h, xu)
+    _, want_ls, want_Xu = _chain_rule(0.0, h, xu, *ref.dlog_z_dK)
+    log_prior = -0.5 * h ** 2 - 0.5 * np.sum((xu - XU["per-class"]) ** 2) - 0.5 * (1 + xu.size) * np.log(2 * np.pi)
+    assert float(value) == pytest.approx(ref.log_z + log_prior, abs=1e-8, rel=1e-10)
+    assert float(g_ls) == pytest.approx(want_ls - h, abs=1e-8, rel=1e-8)
+    np.testing.assert_allclose(np.asarray(g_Xu), want_Xu - (xu - XU["per-class"]), atol=1e-8, rtol=1e-8)
