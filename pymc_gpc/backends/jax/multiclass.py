@@ -19,10 +19,13 @@ under PyMC's JAX samplers (numpyro, blackjax) and ``pytensor.function(..., mode=
   from zero sites with damping 0.5 and twice the sweeps (the numba path's retry). LOO:
   the tilted normalisers (Opper & Winther 2000).
 
-The posterior q(f) at coupled site weights d (c, n) is ``_Coupled``, the block form of
-``structures.multiclass.CoupledBlockPosterior`` (module docstring there): c Cholesky
-factors of B_k = I + D_k^1/2 K_k D_k^1/2 (``backends.jax.engine``'s dense factor) and one
-of M = sum_k E_k; no cn x cn matrix.
+The solvers take the prior as a structure (``DenseStack`` here, ``multiclass_fitc.
+MulticlassFITCStack`` for each class's inducing-point prior): ``c``, ``dtype``,
+``matvec(v)``, ``posterior(d)`` and ``pull_back(g)`` (the Op's kernel gradient from the
+posterior's). The dense posterior at coupled site weights d (c, n) is ``CoupledPosterior``,
+the block form of ``structures.multiclass.CoupledBlockPosterior`` (module docstring there):
+c Cholesky factors of B_k = I + D_k^1/2 K_k D_k^1/2 (``backends.jax.engine``'s dense
+factor) and one of M = sum_k E_k; no cn x cn matrix.
 
 Both solvers are pure functions wrapped in ``jax.custom_vjp`` whose backward pass is the
 cotangent times the gradient computed with the value at the fixed point, never automatic
@@ -30,9 +33,8 @@ differentiation through the loops. Every call starts cold (a pure function keeps
 starts). Status as ``backends.jax.engine``: 0 converged, 1 not converged (value used),
 2 failed (a non-finite value or gradient): log_z = -inf, zero gradient, loo = -inf.
 
-The FITC Ops (``MulticlassSparseMarginalOp``, ``MulticlassSparsePredictiveOp``) are not
-implemented here: the registry's ``check_backend`` refuses them with
-``UnsupportedCombinationError``.
+The FITC Ops (``MulticlassSparseMarginalOp``, ``MulticlassSparsePredictiveOp``) are
+registered in ``multiclass_fitc.py`` with these solvers.
 """
 
 from functools import partial
