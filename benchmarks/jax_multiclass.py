@@ -14,10 +14,19 @@
    a shared log lengthscale and log amplitude (N(0, 1) priors), 2 chains x (tune + draws);
    posterior means and sds of both, and their difference in units of the combined Monte
    Carlo standard error.
-3. ``--gpu``: the same evaluation on the default JAX device (an accelerator) for n = 2000
-   and 4000, c = 5, JAX only. Not run on the CPU machine that wrote the results file.
+3. Multi-class FITC (``--fitc-sizes``, ``--fitc-m``): the same blobs and kernels, m inducing
+   inputs per class drawn from the data (``fitc_inputs``), n = 10^4, c = 5, m = 100 and
+   200. numba: the solvers on ``structures.multiclass_fitc.MulticlassFITCPrior`` (built in
+   the timed call); JAX: ``backends.jax.multiclass_fitc.marginal_fn`` under ``jax.jit``.
+   One cold evaluation each (evidence, gradient in K_uu, K_uf, diag K_ff, LOO terms).
+   ``--fitc-only`` measures only these and rewrites only the file's multi-class FITC
+   section, under a provenance block of its own.
+4. ``--gpu``: the evaluation on the default JAX device (an accelerator), JAX only: dense
+   at n = 2000 and 4000, c = 5, and multi-class FITC at n = 10^5, c = 5, m = 200 (the
+   issue's size). Not run on the CPU machine that wrote the results file.
 
 Run:  OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/jax_multiclass.py [--repeats 3 --draws 400]
+      OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/jax_multiclass.py --fitc-only
       python benchmarks/jax_multiclass.py --gpu     (on a machine with an accelerator; prints only)
 Writes benchmarks/results/jax_multiclass.md (not with --gpu).
 """
@@ -56,6 +65,24 @@ def kernels(X, c):
     d = ((X[:, None] - X[None]) ** 2).sum(-1)
     return np.stack([(2.0 + 0.5 * k) * np.exp(-0.5 * d / (0.8 + 0.1 * k) ** 2) + 1e-6 * np.eye(len(X))
                      for k in range(c)])
+
+
+def fitc_inputs(X, c, m, seed=0):
+    """Per-class FITC inputs (K_uu (c, m, m), K_uf (c, m, n), diag K_ff (c, n)) for the kernels
+    of ``kernels``, the m inducing inputs of each class drawn from X without replacement."""
+    rng = np.random.default_rng(seed)
+    Kuu, Kuf, kd = [], [], []
+    for k in range(c):
+        Xu = X[rng.choice(len(X), m, replace=False)]
+        amp, ls = 2.0 + 0.5 * k, 0.8 + 0.1 * k
+
+        def se(A, B):
+            return amp * np.exp(-0.5 * ((A[:, None] - B[None]) ** 2).sum(-1) / ls ** 2)
+
+        Kuu.append(se(Xu, Xu) + 1e-6 * np.eye(m))
+        Kuf.append(se(Xu, X))
+        kd.append(np.full(len(X), amp + 1e-6))
+    return np.stack(Kuu), np.stack(Kuf), np.stack(kd)
 
 
 def _median_time(f, repeats):
@@ -101,6 +128,44 @@ def evaluation_rows(sizes, classes, repeats, with_numba=True, rows=None, written
     return rows
 
 
+def fitc_rows(sizes, classes, ms, with_numba=True, rows=None, written=lambda rows: None):
+    """One cold evaluation per (approximation, n, c, m), JAX (and numba): multi-class FITC."""
+    import jax
+    import jax.numpy as jnp
+
+    import pymc_gpc
+    from pymc_gpc.backends.jax import multiclass_fitc as jmf
+    from pymc_gpc.structures.multiclass_fitc import MulticlassFITCPrior
+
+    rows = [] if rows is None else rows
+    for label, (approximation, solver_name) in CASES.items():
+        solver = getattr(pymc_gpc, solver_name)
+        for n in sizes:
+            for c in classes:
+                for m in ms:
+                    X, y = make_data(n, c)
+                    inputs = fitc_inputs(X, c, m)
+                    fn = jax.jit(jmf.marginal_fn(approximation))
+                    args = (*map(jnp.asarray, inputs), jnp.zeros(0), jnp.asarray(y, dtype=float))
+                    t = time.perf_counter()
+                    jax.block_until_ready(fn(*args))
+                    compile_s = time.perf_counter() - t
+                    t_jax, out = _median_time(lambda: jax.block_until_ready(fn(*args)), 1)
+                    row = {"approx": label, "n": n, "c": c, "m": m, "jax": t_jax, "compile": compile_s,
+                           "jax_iter": int(out[-2]), "status": int(out[-1])}
+                    if with_numba:
+                        small = fitc_inputs(X[:50], c, 5)
+                        solver(MulticlassFITCPrior(*small), y[:50])  # numba's compile caches
+                        t_nb, ref = _median_time(lambda: solver(MulticlassFITCPrior(*inputs), y), 1)
+                        row.update(numba=t_nb, numba_iter=ref.n_iter, dlogz=abs(float(out[0]) - ref.log_z),
+                                   dgrad=max(float(np.max(np.abs(np.asarray(g) - w)))
+                                             for g, w in zip(out[1:4], ref.dlog_z_dK)))
+                    rows.append(row)
+                    written(rows)
+                    print(row, flush=True)
+    return rows
+
+
 def sampler_rows(draws, tune, seed):
     import arviz as az
     import pymc as pm
@@ -138,7 +203,35 @@ def sampler_rows(draws, tune, seed):
     return rows, {s: results[s][1] for s in results}
 
 
-def render(rows, samp, walls, args):
+FITC_HEADING = "## Multi-class FITC, numba against JAX"
+
+
+def render_fitc(rows, provenance=""):
+    """The multi-class FITC section (``--fitc-only`` writes it under its own provenance block)."""
+    text = [FITC_HEADING, "", provenance.rstrip("\n"), "" if provenance else None,
+            "One cold evaluation each (evidence, gradient in every class's K_uu, K_uf and diag K_ff, LOO "
+            "terms), JAX compiled first; CPU, one BLAS thread and one XLA thread, on a machine shared "
+            "with other jobs (2 cores), so compare the two backends within a row. The JAX softmax "
+            "Laplace factorises A = I + P^T W~ P at every Newton step, where the numba path solves "
+            "the later steps by preconditioned conjugate gradients.", "",
+            "| approximation | n | c | m | numba (s) | JAX (s) | JAX / numba | JAX first call, compiling (s) "
+            "| iterations numba / JAX | abs. diff. log Z | max abs. diff. gradient |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        text.append(f"| {r['approx']} | {r['n']} | {r['c']} | {r['m']} | {r['numba']:.2f} | {r['jax']:.2f} | "
+                    f"{r['jax'] / r['numba']:.2f} | {r['compile']:.1f} | {r['numba_iter']} / {r['jax_iter']} | "
+                    f"{r['dlogz']:.1e} | {r['dgrad']:.1e} |")
+    return "\n".join(t for t in text if t is not None) + "\n"
+
+
+GPU_TEXT = ("## GPU (prepared, not run here)\n\n"
+            "`python benchmarks/jax_multiclass.py --gpu` times the JAX evaluation on the default JAX device, "
+            "printed (no file written): dense at n = 2000 and 4000, c = 5, and multi-class FITC at n = 10^5, "
+            "c = 5, m = 200, for both approximations. No accelerator was available to the session that wrote "
+            "this file.\n")
+
+
+def render(rows, samp, walls, args, fitc=()):
     text = ["# The multi-class models on the JAX backend", "",
             "`benchmarks/jax_multiclass.py` (its docstring has the set-up). CPU, one BLAS thread and "
             "one XLA thread; the machine was shared with other jobs while this ran (2 cores), so "
@@ -163,13 +256,17 @@ def render(rows, samp, walls, args):
                         f"({r['numpyro'][1]:.3f}) | {r['z_mean']:.2f} | {r['z_sd']:.2f} |")
         text += ["", f"Wall time of the sampling call (numpyro's includes compiling the model): PyMC "
                      f"{walls['pymc']:.0f} s, numpyro {walls['numpyro']:.0f} s."]
-    text += ["", "## GPU (prepared, not run here)", "",
-             "`python benchmarks/jax_multiclass.py --gpu` times the JAX evaluation on the default "
-             "JAX device at n = 2000 and 4000, c = 5, for both approximations (printed, no file "
-             "written). No accelerator was available to the session that wrote this file. "
-             "Multi-class FITC has no JAX implementation yet, so the n = 10^5, c = 5 FITC case "
-             "of the plan is not prepared."]
+    if fitc:
+        text += ["", render_fitc(fitc).rstrip("\n")]
+    text += ["", GPU_TEXT.rstrip("\n")]
     return "\n".join(text) + "\n"
+
+
+def replace_fitc_section(path, section):
+    """The results file with its multi-class FITC section (up to the GPU section) replaced."""
+    old = path.read_text()
+    head = old.split(FITC_HEADING)[0].split("## GPU")[0].rstrip("\n")
+    return f"{head}\n\n{section.rstrip()}\n\n{GPU_TEXT}"
 
 
 def main():
@@ -181,6 +278,10 @@ def main():
     parser.add_argument("--sizes", type=int, nargs="+", default=[200, 1000])
     parser.add_argument("--classes", type=int, nargs="+", default=[3, 6])
     parser.add_argument("--no-sampler", action="store_true")
+    parser.add_argument("--fitc-sizes", type=int, nargs="+", default=[10_000])
+    parser.add_argument("--fitc-classes", type=int, nargs="+", default=[5])
+    parser.add_argument("--fitc-m", type=int, nargs="+", default=[100, 200])
+    parser.add_argument("--fitc-only", action="store_true")
     parser.add_argument("--gpu", action="store_true")
     args = parser.parse_args()
     if args.gpu:
@@ -188,13 +289,21 @@ def main():
 
         print("device:", jax.devices())
         evaluation_rows([2000, 4000], [5], args.repeats, with_numba=False)
+        fitc_rows([100_000], [5], [200], with_numba=False)
         return
-    from _provenance import write_results  # noqa: E402  (benchmarks/_provenance.py)
+    from _provenance import header, write_results  # noqa: E402  (benchmarks/_provenance.py)
 
-    rows, samp, walls = [], [], {}
+    if args.fitc_only:
+        def fitc_written(rows):  # this section only, under its own provenance block
+            OUT.write_text(replace_fitc_section(OUT, render_fitc(rows, header(peers=("jax",)))))
 
-    def written(rows):  # the file is rewritten after each row: a long run leaves what it measured
-        write_results(OUT, render(rows, samp, walls, args), peers=("jax", "numpyro"))
+        fitc_rows(args.fitc_sizes, args.fitc_classes, args.fitc_m, written=fitc_written)
+        return
+
+    rows, samp, walls, fitc = [], [], {}, []
+
+    def written(_rows=None):  # the file is rewritten after each row: a long run leaves what it measured
+        write_results(OUT, render(rows, samp, walls, args, fitc), peers=("jax", "numpyro"))
 
     evaluation_rows([n for n in args.sizes if n < 1000], args.classes, args.repeats, rows=rows, written=written)
     if not args.no_sampler:
@@ -202,6 +311,7 @@ def main():
         walls.update(sampler_walls)
         written(rows)
     evaluation_rows([n for n in args.sizes if n >= 1000], args.classes, args.repeats, rows=rows, written=written)
+    fitc_rows(args.fitc_sizes, args.fitc_classes, args.fitc_m, rows=fitc, written=written)
 
 
 if __name__ == "__main__":

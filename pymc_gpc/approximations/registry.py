@@ -31,7 +31,7 @@ __all__ = ["Approximation", "APPROXIMATIONS", "SOLVERS", "UnsupportedCombination
 BACKENDS = ("numba", "jax")
 # the prior structures each backend implements (PyTensor's Python VM runs the numba Ops' perform)
 BACKEND_STRUCTURES = {"numba": ("dense", "fitc", "dense-multiclass", "fitc-multiclass"),
-                      "jax": ("dense", "fitc", "dense-multiclass")}
+                      "jax": ("dense", "fitc", "dense-multiclass", "fitc-multiclass")}
 
 
 class UnsupportedCombinationError(ValueError, NotImplementedError):

@@ -195,18 +195,41 @@ def test_pytensor_jax_mode_on_a_fitc_model_logp_and_dlogp():
             np.testing.assert_allclose(np.asarray(g), r, rtol=1e-8, atol=1e-8)
 
 
-def test_numpyro_runs_a_tiny_fitc_model():
-    """Smoke run of pymc_gpc.sample(nuts_sampler="numpyro") on a FITC model (the posterior's
-    agreement with PyMC's NUTS: ``benchmarks/jax_fitc.py --nuts``)."""
+def assert_same_posterior(a, b, names, z=4.0):
+    """Two samplers' posteriors agree: for each parameter, the means within z combined Monte
+    Carlo standard errors, and the sds within z combined MCSEs of the sd (arviz's)."""
+    import arviz as az
+
+    sa, sb = az.summary(a, var_names=names), az.summary(b, var_names=names)
+    for name in names:
+        ra, rb = sa.loc[name], sb.loc[name]
+        assert abs(ra["mean"] - rb["mean"]) <= z * np.hypot(ra["mcse_mean"], rb["mcse_mean"]), (name, sa, sb)
+        assert abs(ra["sd"] - rb["sd"]) <= z * np.hypot(ra["mcse_sd"], rb["mcse_sd"]), (name, sa, sb)
+
+
+def sample_both(model, seed, draws=300, tune=300):
+    """{"pymc": ..., "numpyro": ...}: ``pymc_gpc.sample`` with PyMC's NUTS (numba Ops, one
+    process) and with numpyro (the Ops' JAX functions), 2 chains each, fixed seeds."""
+    out = {}
+    for sampler in ("pymc", "numpyro"):
+        kw = {"cores": 1} if sampler == "pymc" else {}
+        with model, warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            out[sampler] = pymc_gpc.sample(draws=draws, tune=tune, chains=2, random_seed=seed, progressbar=False,
+                                           nuts_sampler=sampler, **kw)
+    return out
+
+
+def test_numpyro_and_pymc_nuts_agree_on_a_tiny_fitc_model():
+    """numpyro (the FITC Op's JAX function) and PyMC's NUTS (the numba Op) on the same FITC
+    probit model: every evaluation converged, and the posterior means and sds of log_ls and
+    log_amp agree within 4 combined Monte Carlo standard errors (``assert_same_posterior``)."""
     rng = np.random.default_rng(0)
     X = rng.uniform(-3, 3, size=(20, 1))
     y = np.where(np.sin(1.5 * X[:, 0]) > 0, 1, -1)
-    with _model(X, y, np.linspace(-3, 3, 4)[:, None]), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        idata = pymc_gpc.sample(draws=30, tune=30, chains=1, random_seed=1, progressbar=False,
-                                nuts_sampler="numpyro")
-    assert np.all(np.isfinite(np.asarray(idata["posterior"]["log_amp"])))
-    assert np.all(np.asarray(idata["sample_stats"]["y_status"]) == 0)
+    idata = sample_both(_model(X, y, np.linspace(-3, 3, 4)[:, None]), seed=1)
+    assert np.all(np.asarray(idata["numpyro"]["sample_stats"]["y_status"]) == 0)
+    assert_same_posterior(idata["pymc"], idata["numpyro"], ["log_ls", "log_amp"])
 
 
 _SHARDED = textwrap.dedent("""

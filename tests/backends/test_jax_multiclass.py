@@ -1,13 +1,13 @@
 """The JAX backend of the multi-class Ops (``backends/jax/multiclass.py``): softmax Laplace
 and nested EP (multinomial probit) under ``pytensor.function(mode="JAX")`` against the
 numba solvers (evidence, gradient, LOO terms, latent predictive), the gradient through
-the ``custom_vjp`` against central differences, the failure convention, and a numpyro run.
+the ``custom_vjp`` against central differences, the failure convention, and numpyro
+against PyMC's NUTS.
 
 Skipped where jax is not installed (``pip install pymc-gpc[jax]``). Every JAX function is
 compiled once per module (compiling dominates the time: tiny problems, n = 12, c = 3).
 """
 
-import warnings
 
 import numpy as np
 import pytest
@@ -21,8 +21,9 @@ import pytensor.tensor as pt  # noqa: E402
 import pymc_gpc  # noqa: E402
 from pymc_gpc import likelihoods as L  # noqa: E402
 from pymc_gpc import multinomial_probit_ep, softmax_laplace  # noqa: E402
-from pymc_gpc.approximations import registry  # noqa: E402
-from pymc_gpc.ops import MulticlassMarginalOp, MulticlassPredictiveOp, MulticlassSparseMarginalOp  # noqa: E402
+from pymc_gpc.ops import MulticlassMarginalOp, MulticlassPredictiveOp  # noqa: E402
+
+from .test_jax_fitc import assert_same_posterior, sample_both  # noqa: E402
 
 N, C, M = 12, 3, 4
 # the numba solvers at a tight tolerance: both backends at the same fixed point
@@ -135,37 +136,20 @@ def test_extreme_points_give_a_finite_value_or_minus_inf_never_nan(compiled, poi
         assert log_z == -np.inf and int(status) == 2 and float(g_amp) == 0.0 and not np.any(dK)
 
 
-def test_fitc_multiclass_is_refused_under_jax():
-    """The multi-class FITC Op has no JAX implementation: UnsupportedCombinationError (a
-    NotImplementedError) when the graph is compiled for JAX."""
-    amp = pt.dscalar("amp")
-    X = np.linspace(-1, 1, 6)[:, None]
-    cov = amp * pm.gp.cov.ExpQuad(1, ls=1.0)
-    Kuu = pt.stack([cov(X[:3]) + 1e-6 * pt.eye(3)] * 2)
-    out = MulticlassSparseMarginalOp("laplace-multiclass", L.Softmax)(
-        Kuu, pt.stack([cov(X[:3], X)] * 2), pt.stack([cov(X, diag=True)] * 2), pt.zeros(0),
-        np.array([0, 1, 0, 1, 0, 1.0]))[0]
-    with pytest.raises(NotImplementedError, match="MulticlassSparseMarginalOp"):
-        pytensor.function([amp], out, mode="JAX")
-    with pytest.raises(registry.UnsupportedCombinationError):
-        registry.check_backend("laplace", "fitc-multiclass", "jax", "MulticlassSparseMarginalOp")
-
-
-def test_numpyro_runs_a_multiclass_model_and_predict_uses_its_draws(data):
-    """A smoke run: numpyro samples a softmax Laplace model through the JAX Ops (every
-    evaluation converged, finite draws), and ``predict`` averages over those draws. (The
-    agreement with PyMC's NUTS within Monte Carlo error is benchmarks/jax_multiclass.py's.)"""
+def test_numpyro_and_pymc_nuts_agree_on_a_multiclass_model_and_predict_uses_the_draws(data):
+    """numpyro (the JAX Op) and PyMC's NUTS (the numba Op) on a softmax Laplace model with
+    per-class kernels: every evaluation converged, the posterior means and sds of log_ls and
+    log_amp agree within 4 combined Monte Carlo standard errors, and ``predict`` averages
+    over numpyro's draws."""
     X, y, Xnew = data
     with pm.Model() as model:
-        log_ls = pm.Normal("log_ls", 0.0, 0.5)
-        covs = [pm.gp.cov.ExpQuad(2, ls=pt.exp(log_ls)) for _ in range(C)]
+        log_ls = pm.Normal("log_ls", 0.0, 1.0)
+        log_amp = pm.Normal("log_amp", 0.0, 1.0)
+        covs = [pt.exp(log_amp) * pm.gp.cov.ExpQuad(2, ls=pt.exp(log_ls) * s) for s in LS]
         gp = pymc_gpc.MarginalLaplace(cov_func=covs, likelihood=L.Softmax())
         gp.marginal_likelihood("y", X=X, y=y.astype(int))
-    with model, warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        idata = pm.sample(draws=20, tune=20, chains=1, random_seed=2, progressbar=False, nuts_sampler="numpyro")
-    draws = np.asarray(idata["posterior"]["log_ls"])
-    assert draws.shape == (1, 20) and np.all(np.isfinite(draws)) and np.std(draws) > 0
-    assert np.all(np.asarray(idata["posterior"]["y_status"]) == 0)
-    p = np.asarray(gp.predict(Xnew, idata=idata, max_draws=4, progressbar=False))
+    idata = sample_both(model, seed=2)
+    assert np.all(np.asarray(idata["numpyro"]["sample_stats"]["y_status"]) == 0)
+    assert_same_posterior(idata["pymc"], idata["numpyro"], ["log_ls", "log_amp"])
+    p = np.asarray(gp.predict(Xnew, idata=idata["numpyro"], max_draws=4, progressbar=False))
     assert p.shape == (M, C) and np.allclose(p.sum(axis=1), 1.0) and np.all(p > 0)

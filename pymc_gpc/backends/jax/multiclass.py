@@ -19,10 +19,13 @@ under PyMC's JAX samplers (numpyro, blackjax) and ``pytensor.function(..., mode=
   from zero sites with damping 0.5 and twice the sweeps (the numba path's retry). LOO:
   the tilted normalisers (Opper & Winther 2000).
 
-The posterior q(f) at coupled site weights d (c, n) is ``_Coupled``, the block form of
-``structures.multiclass.CoupledBlockPosterior`` (module docstring there): c Cholesky
-factors of B_k = I + D_k^1/2 K_k D_k^1/2 (``backends.jax.engine``'s dense factor) and one
-of M = sum_k E_k; no cn x cn matrix.
+The solvers take the prior as a structure (``DenseStack`` here, ``multiclass_fitc.
+MulticlassFITCStack`` for each class's inducing-point prior): ``c``, ``dtype``,
+``matvec(v)``, ``posterior(d)`` and ``pull_back(g)`` (the Op's kernel gradient from the
+posterior's). The dense posterior at coupled site weights d (c, n) is ``CoupledPosterior``,
+the block form of ``structures.multiclass.CoupledBlockPosterior`` (module docstring there):
+c Cholesky factors of B_k = I + D_k^1/2 K_k D_k^1/2 (``backends.jax.engine``'s dense
+factor) and one of M = sum_k E_k; no cn x cn matrix.
 
 Both solvers are pure functions wrapped in ``jax.custom_vjp`` whose backward pass is the
 cotangent times the gradient computed with the value at the fixed point, never automatic
@@ -30,9 +33,8 @@ differentiation through the loops. Every call starts cold (a pure function keeps
 starts). Status as ``backends.jax.engine``: 0 converged, 1 not converged (value used),
 2 failed (a non-finite value or gradient): log_z = -inf, zero gradient, loo = -inf.
 
-The FITC Ops (``MulticlassSparseMarginalOp``, ``MulticlassSparsePredictiveOp``) are not
-implemented here: the registry's ``check_backend`` refuses them with
-``UnsupportedCombinationError``.
+The FITC Ops (``MulticlassSparseMarginalOp``, ``MulticlassSparsePredictiveOp``) are
+registered in ``multiclass_fitc.py`` with these solvers.
 """
 
 from functools import partial
@@ -73,7 +75,7 @@ _COV_JITTER = 1e-12  # ``likelihoods.multiclass._cov_factor``'s relative jitter
 # ---------------------------------------------------------------------------------
 
 
-def _stack_times(A, v):
+def stack_times(A, v):
     """A_k v_k for a stack A (c, n, p) and v (c, p): (c, n)."""
     return jnp.einsum("kij,kj->ki", A, v)
 
@@ -92,30 +94,62 @@ def _class_var(Kk, dk, Li, sw):
     return _Dense(Kk).var({"w": dk, "M": Li, "sw": sw})
 
 
+class LoopCarried:
+    """A pytree of the arrays named in ``FIELDS``, so that a ``lax.while_loop``'s state can
+    carry a posterior (subclasses are registered with ``jax.tree_util.register_pytree_node_class``)."""
+
+    FIELDS = ()
+
+    def tree_flatten(self):
+        return tuple(getattr(self, f) for f in self.FIELDS), None
+
+    @classmethod
+    def tree_unflatten(cls, aux, children):
+        post = object.__new__(cls)
+        for f, v in zip(cls.FIELDS, children):
+            setattr(post, f, v)
+        return post
+
+
+class DenseStack:
+    """The dense prior of c classes, K (c, n, n): what the solvers ask of a multi-class prior.
+
+    ``c``; ``matvec(v)`` (K v for v (c, n)); ``posterior(d)`` (q(f) at coupled weights d,
+    a ``LoopCarried``); ``pull_back(g)``: the Op's kernel gradient from the posterior's
+    ``kernel_gradient`` (here the (c, n, n) stack itself)."""
+
+    def __init__(self, K):
+        self.K, self.c, self.dtype = K, K.shape[0], K.dtype
+
+    def matvec(self, v):
+        return stack_times(self.K, v)
+
+    def posterior(self, d):
+        return CoupledPosterior(self.K, d)
+
+    @staticmethod
+    def pull_back(g):
+        return g
+
+
 @jax.tree_util.register_pytree_node_class
-class _Coupled:
+class CoupledPosterior(LoopCarried):
     r"""q(f) = N(K a, (K^{-1} + W)^{-1}), W_i = diag(d_i) - d_i d_i^T / s_i
     (``structures.multiclass.CoupledBlockPosterior``): R = (K + W^{-1})^{-1} = E - E R M^{-1} R^T E,
-    \tfrac12 \log|I + K W| = \sum_k \tfrac12 \log|B_k| + \log|L_M| - \tfrac12 \sum_i \log s_i."""
+    \tfrac12 \log|I + K W| = \sum_k \tfrac12 \log|B_k| + \log|L_M| - \tfrac12 \sum_i \log s_i.
 
-    _FIELDS = ("K", "d", "half_logdets", "Li", "sw", "E", "LM", "s")
+    The interface every multi-class posterior gives the solvers (``multiclass_fitc``'s too):
+    ``half_logdet_B``, ``ok``, ``K_times``, ``R_times``, ``weights``, ``site_covariances``
+    (-> the c x c covariances (n, c, c) and what the gradient reuses), ``kernel_gradient``
+    and ``predict``."""
+
+    FIELDS = ("K", "d", "half_logdets", "Li", "sw", "E", "LM", "s")
 
     def __init__(self, K, d):
         self.K, self.d = K, d
         self.half_logdets, self.Li, self.sw, self.E = jax.vmap(_class_block)(K, d)
         self.LM = jnp.linalg.cholesky(jnp.sum(self.E, axis=0))
         self.s = jnp.sum(d, axis=0)
-
-    # a pytree, so that a loop's state can carry it
-    def tree_flatten(self):
-        return tuple(getattr(self, f) for f in self._FIELDS), None
-
-    @classmethod
-    def tree_unflatten(cls, aux, children):
-        post = object.__new__(cls)
-        for f, v in zip(cls._FIELDS, children):
-            setattr(post, f, v)
-        return post
 
     def half_logdet_B(self):
         return (jnp.sum(self.half_logdets) + jnp.sum(jnp.log(jnp.diag(self.LM)))
@@ -124,15 +158,18 @@ class _Coupled:
     def ok(self):
         return jnp.isfinite(self.half_logdet_B()) & jnp.all(jnp.isfinite(self.LM)) & jnp.all(jnp.isfinite(self.E))
 
+    def K_times(self, v):
+        return stack_times(self.K, v)
+
     def R_times(self, u):
         """(K + W^-1)^-1 u for u (c, n)."""
-        Eu = _stack_times(self.E, u)
+        Eu = stack_times(self.E, u)
         t = cho_solve((self.LM, True), jnp.sum(Eu, axis=0))
         return Eu - jnp.einsum("kij,j->ki", self.E, t)
 
     def weights(self, v):
         """(I - (K + W^-1)^-1 K) v: Newton's a from v = W f + g (Alg. 3.3); EP's b from h."""
-        return v - self.R_times(_stack_times(self.K, v))
+        return v - self.R_times(stack_times(self.K, v))
 
     def _left_LM_inv(self, A):
         """L_M^-1 A_k for a stack A (c, n, p): (c, n, p), one triangular solve."""
@@ -140,20 +177,24 @@ class _Coupled:
         X = solve_triangular(self.LM, jnp.transpose(A, (1, 0, 2)).reshape(n, c * p), lower=True)
         return jnp.transpose(X.reshape(n, c, p), (1, 0, 2))
 
-    def H_and_site_covariances(self):
-        r"""H_k = L_M^{-1} E_k (c, n, n) and the c x c posterior covariances Sigma_i (n, c, c):
-        diagonal blocks (K_k^{-1} + D_k)^{-1}, plus G_k^T G_l with G_k = H_k K_k
-        (``CoupledBlockPosterior.site_covariances``)."""
+    def site_covariances(self):
+        r"""The c x c posterior covariances Sigma_i (n, c, c): diagonal blocks
+        (K_k^{-1} + D_k)^{-1}, plus G_k^T G_l with G_k = H_k K_k, H_k = L_M^{-1} E_k
+        (``CoupledBlockPosterior.site_covariances``); and H (c, n, n), which the gradient reuses."""
         H = self._left_LM_inv(self.E)
         G = jnp.einsum("kmj,kji->kmi", H, self.K)
         S = jnp.einsum("kmi,lmi->ikl", G, G)
         c = self.d.shape[0]
         own_var = jax.vmap(_class_var)(self.K, self.d, self.Li, self.sw)
-        return H, S + jnp.eye(c, dtype=S.dtype)[None] * own_var.T[:, :, None]
+        return S + jnp.eye(c, dtype=S.dtype)[None] * own_var.T[:, :, None], H
 
-    def R_blocks(self, H):
-        """R_kk = (K + W^-1)^-1_kk = E_k - H_k^T H_k, the blocks a block-diagonal K's gradient needs."""
-        return self.E - jnp.einsum("kmi,kmj->kij", H, H)
+    def kernel_gradient(self, outer, scale_R, H):
+        """d log Z / dK_k = sum_t c_t (x_tk y_tk^T + y_tk x_tk^T) / 2 + scale_R R_kk (c, n, n) for
+        ``outer`` = [(x_t, y_t, c_t)], R_kk = E_k - H_k^T H_k (``site_covariances``' H)."""
+        g = scale_R * (self.E - jnp.einsum("kmi,kmj->kij", H, H))
+        for x, y, ct in outer:
+            g = g + 0.5 * ct * (jnp.einsum("ki,kj->kij", x, y) + jnp.einsum("ki,kj->kij", y, x))
+        return g
 
     def predict(self, a, K_cross, K_star, full_cov):
         """Latent predictive at m new points (R&W Alg. 3.4; ``CoupledBlockPosterior.predict``):
@@ -175,10 +216,13 @@ class _Coupled:
 
 def _finish(log_z, dK, loo, n_iter, converged, ok, extra):
     """Status and the failure convention: -inf value, zero gradient, -inf loo. A NaN LOO term
-    (a cavity without a Cholesky factor, where the numba path raises) is a failure too."""
-    ok = ok & jnp.isfinite(log_z) & jnp.all(jnp.isfinite(dK)) & ~jnp.any(jnp.isnan(loo))
+    (a cavity without a Cholesky factor, where the numba path raises) is a failure too. ``dK``:
+    an array or a tuple of arrays (FITC's three kernel inputs)."""
+    grads = jax.tree_util.tree_leaves(dK)
+    ok = (ok & jnp.isfinite(log_z) & jnp.all(jnp.asarray([jnp.all(jnp.isfinite(g)) for g in grads]))
+          & ~jnp.any(jnp.isnan(loo)))
     status = jnp.where(ok, jnp.where(converged, STATUS_CONVERGED, STATUS_NOT_CONVERGED), STATUS_FAILED)
-    return {"log_z": jnp.where(ok, log_z, -jnp.inf), "dK": jnp.where(ok, dK, 0.0),
+    return {"log_z": jnp.where(ok, log_z, -jnp.inf), "dK": jax.tree_util.tree_map(lambda g: jnp.where(ok, g, 0.0), dK),
             "loo": jnp.where(ok, loo, -jnp.inf), "n_iter": n_iter.astype(jnp.int64),
             "status": status.astype(jnp.int64), **extra}
 
@@ -233,19 +277,20 @@ def _expected_softmax(y, mean, cov):
     return jnp.mean(jnp.exp(own - lse), axis=1)
 
 
-def softmax_laplace_solve(K, y, *, tol=1e-10, max_iter=100):
-    """Newton to the mode, then Laplace's evidence, its gradient in each K_k (the mode's
-    movement included, ``softmax_laplace._gradient``) and LA-LOO. K (c, n, n), y int codes."""
-    c, n = K.shape[0], y.shape[0]
-    Y = _one_hot(y, c, K.dtype)
+def softmax_laplace_solve(prior, y, *, tol=1e-10, max_iter=100):
+    """Newton to the mode, then Laplace's evidence, its gradient in the prior's kernel inputs
+    (the mode's movement included, ``softmax_laplace._gradient``) and LA-LOO. ``prior``: a
+    ``DenseStack`` or ``multiclass_fitc.MulticlassFITCStack``; y int codes."""
+    c, n, dtype = prior.c, y.shape[0], prior.dtype
+    Y = _one_hot(y, c, dtype)
 
     def psi(a, f, lp):
         return jnp.sum(lp) - 0.5 * jnp.sum(a * f)
 
-    a0 = jnp.zeros((c, n), K.dtype)
+    a0 = jnp.zeros((c, n), dtype)
     lp0, pi0 = _softmax_log_lik(Y, a0)
-    inf = jnp.array(jnp.inf, K.dtype)
-    post0 = jax.tree_util.tree_map(jnp.zeros_like, jax.eval_shape(_Coupled, K, pi0))
+    inf = jnp.array(jnp.inf, dtype)
+    post0 = jax.tree_util.tree_map(jnp.zeros_like, jax.eval_shape(prior.posterior, pi0))
     state = {"a": a0, "f": a0, "pi": pi0, "psi": psi(a0, a0, lp0), "it": jnp.array(0, jnp.int64),
              "change": inf, "converged": jnp.array(False), "post": post0, "done": jnp.array(False)}
 
@@ -254,13 +299,13 @@ def softmax_laplace_solve(K, y, *, tol=1e-10, max_iter=100):
         steps or a non-finite Psi) only that posterior, for the evidence (traced once)."""
         a, f, pi = s["a"], s["f"], s["pi"]
         last = s["converged"] | (s["it"] >= 4 * max_iter) | ~jnp.isfinite(s["psi"])
-        post = _Coupled(K, pi)
+        post = prior.posterior(pi)
         v = pi * f - pi * jnp.sum(pi * f, axis=0) + Y - pi
         da = post.weights(v) - a
 
         def trial(step):
             a_try = a + step * da
-            f_try = _stack_times(K, a_try)
+            f_try = prior.matvec(a_try)
             lp_try, pi_try = _softmax_log_lik(Y, f_try)
             return a_try, f_try, pi_try, psi(a_try, f_try, lp_try)
 
@@ -271,7 +316,7 @@ def softmax_laplace_solve(K, y, *, tol=1e-10, max_iter=100):
         def worse(t):
             return ~last & (t[5] < s["psi"] - 1e-12 * jnp.abs(s["psi"])) & (t[1] < 39)
 
-        one = jnp.asarray(1.0, K.dtype)
+        one = jnp.asarray(1.0, dtype)
         _, _, a_new, f_new, pi_new, psi_new = jax.lax.while_loop(
             worse, shorten, (one, jnp.array(0, jnp.int64), *trial(one)))
         change = jnp.max(jnp.abs(f_new - f))
@@ -286,12 +331,10 @@ def softmax_laplace_solve(K, y, *, tol=1e-10, max_iter=100):
     s = jax.lax.while_loop(lambda s: ~s["done"], body, state)
     a, f, pi, post = s["a"], s["f"], s["pi"], s["post"]
     log_z = s["psi"] - post.half_logdet_B()
-    H, S = post.H_and_site_covariances()
-    R_kk = post.R_blocks(H)
+    S, reuse = post.site_covariances()
     sens = _mode_sensitivity(pi, S)
-    u = sens - post.R_times(_stack_times(K, sens))
-    dK = (0.5 * jnp.einsum("ki,kj->kij", a, a) - 0.5 * R_kk
-          + 0.5 * (jnp.einsum("ki,kj->kij", u, a) + jnp.einsum("ki,kj->kij", a, u)))
+    u = sens - post.R_times(prior.matvec(sens))
+    dK = prior.pull_back(post.kernel_gradient([(a, a, 0.5), (u, a, 1.0)], -0.5, reuse))
     loo = _softmax_loo(y, Y, f, pi, S)
     return _finish(log_z, dK, loo, s["it"], s["converged"], post.ok(), {"a": a, "post": post})
 
@@ -319,13 +362,12 @@ def _outer_sites(y, tau, nu, c):
     return d.T, h.T, -0.5 * jnp.log(s1) + 0.5 * snu * snu / s1
 
 
-def _ep_posterior(K, y, tau, nu):
+def _ep_posterior(prior, y, tau, nu):
     """q(f) at the inner sites: (posterior, b, mean (c, n), d, h, log constants)."""
-    c = K.shape[0]
-    d, h, log_const = _outer_sites(y, tau, nu, c)
-    post = _Coupled(K, d)
+    d, h, log_const = _outer_sites(y, tau, nu, prior.c)
+    post = prior.posterior(d)
     b = post.weights(h)
-    return post, b, _stack_times(K, b), d, h, log_const
+    return post, b, prior.matvec(b), d, h, log_const
 
 
 def _cavities(mean, S, d, h):
@@ -434,11 +476,11 @@ def _loo_log_z(m, C, y, tau, nu):
     return -0.5 * logdet + quad
 
 
-def _ep_evaluate(K, y, tau, nu, damping, inner_tol, inner_max_sweeps):
+def _ep_evaluate(prior, y, tau, nu, damping, inner_tol, inner_max_sweeps):
     """Everything at the inner sites (tau, nu): q(f), its evidence, the cavities, and the
     damped EP map's new sites with the largest relative change (one outer sweep)."""
-    post, b, mean, d, h, log_const = _ep_posterior(K, y, tau, nu)
-    H, S = post.H_and_site_covariances()
+    post, b, mean, d, h, log_const = _ep_posterior(prior, y, tau, nu)
+    S, reuse = post.site_covariances()
     m, C = _cavities(mean, S, d, h)
     new_tau, new_nu, terms = jax.vmap(_inner_site, in_axes=(0, 0, 0, 0, 0, None, None))(
         m, C, y, tau, nu, inner_tol, inner_max_sweeps)
@@ -447,13 +489,14 @@ def _ep_evaluate(K, y, tau, nu, damping, inner_tol, inner_max_sweeps):
     change = jnp.maximum(jnp.max(jnp.abs(new_tau - tau) / (1.0 + jnp.abs(new_tau))),
                          jnp.max(jnp.abs(new_nu - nu) / (1.0 + jnp.abs(new_nu))))
     log_z = -post.half_logdet_B() + 0.5 * jnp.sum(h * mean) + jnp.sum(log_const) + jnp.sum(terms)
-    return {"log_z": log_z, "ok": post.ok(), "post": post, "H": H, "b": b, "m": m, "C": C, "terms": terms,
+    return {"log_z": log_z, "ok": post.ok(), "post": post, "reuse": reuse, "b": b, "m": m, "C": C, "terms": terms,
             "new_tau": new_tau, "new_nu": new_nu, "change": jnp.where(jnp.isfinite(change), change, jnp.inf)}
 
 
-def nested_ep_solve(K, y, *, tol=1e-8, max_sweeps=100, damping=0.8, inner_tol=1e-10, inner_max_sweeps=3):
-    """Nested EP to convergence, then EP's evidence, its gradient (b_k b_k^T - R_kk) / 2 and the
-    LOO terms log Zhat_i. K (c, n, n), y int codes.
+def nested_ep_solve(prior, y, *, tol=1e-8, max_sweeps=100, damping=0.8, inner_tol=1e-10, inner_max_sweeps=3):
+    """Nested EP to convergence, then EP's evidence, its gradient (b_k b_k^T - R_kk) / 2 in K~_k
+    (pulled back to the prior's kernel inputs) and the LOO terms log Zhat_i. ``prior``: a
+    ``DenseStack`` or ``multiclass_fitc.MulticlassFITCStack``; y int codes.
 
     One ``lax.while_loop``; each pass evaluates everything at its sites (``_ep_evaluate``,
     traced once) and stops where the EP map moves no site by more than tol, so the
@@ -461,12 +504,12 @@ def nested_ep_solve(K, y, *, tol=1e-8, max_sweeps=100, damping=0.8, inner_tol=1e
     extrapolation (the map's value where it leaves the map's domain). After ``max_sweeps``
     without convergence, a second phase restarts from zero sites with damping 0.5 for
     ``2 * max_sweeps`` (the numba path's retry)."""
-    c, n = K.shape[0], y.shape[0]
+    c, n, dtype = prior.c, y.shape[0], prior.dtype
     N = n * (c - 1)
-    zeros = jnp.zeros((n, c - 1), K.dtype)
-    evaluate = partial(_ep_evaluate, K, y, inner_tol=inner_tol, inner_max_sweeps=inner_max_sweeps)
+    zeros = jnp.zeros((n, c - 1), dtype)
+    evaluate = partial(_ep_evaluate, prior, y, inner_tol=inner_tol, inner_max_sweeps=inner_max_sweeps)
     ev0 = jax.tree_util.tree_map(jnp.zeros_like, jax.eval_shape(evaluate, zeros, zeros, 1.0))
-    state = {"tau": zeros, "nu": zeros, "ev": ev0, "hist": _empty_history(N, ANDERSON_MEMORY, K.dtype),
+    state = {"tau": zeros, "nu": zeros, "ev": ev0, "hist": _empty_history(N, ANDERSON_MEMORY, dtype),
              "sweeps": jnp.array(0, jnp.int64), "phase_sweeps": jnp.array(0, jnp.int64),
              "phase": jnp.array(0, jnp.int64), "converged": jnp.array(False), "done": jnp.array(False)}
 
@@ -493,7 +536,7 @@ def nested_ep_solve(K, y, *, tol=1e-8, max_sweeps=100, damping=0.8, inner_tol=1e
 
     s = jax.lax.while_loop(lambda s: ~s["done"], body, state)
     ev, tau, nu = s["ev"], s["tau"], s["nu"]
-    dK = 0.5 * jnp.einsum("ki,kj->kij", ev["b"], ev["b"]) - 0.5 * ev["post"].R_blocks(ev["H"])
+    dK = prior.pull_back(ev["post"].kernel_gradient([(ev["b"], ev["b"], 0.5)], -0.5, ev["reuse"]))
     loo = _loo_log_z(ev["m"], ev["C"], y, tau, nu) + ev["terms"]
     return _finish(ev["log_z"], dK, loo, s["sweeps"], s["converged"], ev["ok"], {"a": ev["b"], "post": ev["post"]})
 
@@ -510,8 +553,9 @@ _IGNORED = ("rough_gradient", "with_grad", "with_loo")
 
 
 def solver(approximation, **options):
-    """The solver (K, y codes) -> dict for ``approximation`` ("laplace-multiclass" or
-    "ep-multiclass"), options bound; ValueError for an option it does not take."""
+    """The solver (prior, y codes) -> dict for ``approximation`` ("laplace-multiclass" or
+    "ep-multiclass"), options bound; ValueError for an option it does not take. The prior is
+    a ``DenseStack`` or a ``multiclass_fitc.MulticlassFITCStack``."""
     if approximation not in SOLVERS:
         raise ValueError(f"the JAX backend's multi-class solvers are {sorted(SOLVERS)}, got {approximation!r}")
     options = {k: v for k, v in options.items() if k not in _IGNORED}
@@ -523,34 +567,42 @@ def solver(approximation, **options):
     return partial(SOLVERS[approximation], **options)
 
 
-def _codes(y):
+def codes(y):
+    """Class codes (given as floats by the Ops) as int32."""
     return jnp.asarray(y).astype(jnp.int32)
+
+
+def evidence_with_vjp(outputs, n_kernels):
+    """``outputs(*kernels, th, y)`` -> (log_z, *d log_z/d kernels, d log_z/d th, loo, n_iter,
+    status) wrapped in a ``custom_vjp``: the cotangent of log_z times the returned gradient
+    (the other outputs are treated as constants), never differentiation through the loops."""
+
+    @jax.custom_vjp
+    def marginal(*args):
+        return outputs(*args)
+
+    def fwd(*args):
+        out = outputs(*args)
+        return out, (out[1:2 + n_kernels], args[-1])
+
+    def bwd(res, cts):
+        grads, y = res
+        return (*(cts[0] * g for g in grads), jnp.zeros_like(y))
+
+    marginal.defvjp(fwd, bwd)
+    return marginal
 
 
 def marginal_fn(approximation, **options):
     """(K (c, n, n), theta (0,), y codes) -> (log_z, dlog_z/dK, dlog_z/dtheta (0,), loo,
-    n_iter, status) with a ``custom_vjp``: the cotangent of log_z times the returned
-    gradient (the other outputs are treated as constants)."""
+    n_iter, status) with a ``custom_vjp`` (``evidence_with_vjp``)."""
     solve = solver(approximation, **options)
 
     def outputs(K, th, y):
-        r = solve(K, _codes(y))
+        r = solve(DenseStack(K), codes(y))
         return r["log_z"], r["dK"], jnp.zeros_like(th), r["loo"], r["n_iter"], r["status"]
 
-    @jax.custom_vjp
-    def marginal(K, th, y):
-        return outputs(K, th, y)
-
-    def fwd(K, th, y):
-        out = outputs(K, th, y)
-        return out, (out[1], th, y)
-
-    def bwd(res, cts):
-        dK, th, y = res
-        return cts[0] * dK, jnp.zeros_like(th), jnp.zeros_like(y)
-
-    marginal.defvjp(fwd, bwd)
-    return marginal
+    return evidence_with_vjp(outputs, 1)
 
 
 def predictive_fn(approximation, full_cov=False, **options):
@@ -560,7 +612,7 @@ def predictive_fn(approximation, full_cov=False, **options):
     solve = solver(approximation, **options)
 
     def predict(K, y, K_cross, K_star):
-        r = solve(K, _codes(y))
+        r = solve(DenseStack(K), codes(y))
         mean, cov = r["post"].predict(r["a"], K_cross, K_star, full_cov)
         bad = r["status"] == STATUS_FAILED
         return jnp.where(bad, jnp.nan, mean), jnp.where(bad, jnp.nan, cov)
@@ -573,13 +625,14 @@ def predictive_fn(approximation, full_cov=False, **options):
 # ---------------------------------------------------------------------------------
 
 
-def _check_supported(op):
-    """The registry's ``check_backend`` for the Op's approximation and prior structure: the
-    FITC Ops are refused (``UnsupportedCombinationError``)."""
+def check_supported(op):
+    """The registry's ``check_backend`` for the Op's approximation and prior structure
+    (``UnsupportedCombinationError`` for a combination the JAX backend does not run)."""
     registry.check_backend(op.approximation, structure_of_op(op).name, "jax", type(op).__name__)
 
 
-def _options(op, sampling):
+def op_options(op, sampling):
+    """The Op's options over the registry's sampling defaults where it samples."""
     entry = registry.get(op.approximation)
     defaults = entry.sampling_defaults if sampling else {}
     return {**defaults, **dict(op.options)}
@@ -587,8 +640,8 @@ def _options(op, sampling):
 
 @jax_funcify.register(MulticlassMarginalOp)
 def jax_funcify_MulticlassMarginalOp(op, node=None, **kwargs):
-    _check_supported(op)
-    marginal = marginal_fn(op.approximation, **_options(op, sampling=op.sampling))
+    check_supported(op)
+    marginal = marginal_fn(op.approximation, **op_options(op, sampling=op.sampling))
 
     def multiclass_marginal(K, params, y, hyper=None):
         return marginal(K, params, y)
@@ -598,8 +651,8 @@ def jax_funcify_MulticlassMarginalOp(op, node=None, **kwargs):
 
 @jax_funcify.register(MulticlassPredictiveOp)
 def jax_funcify_MulticlassPredictiveOp(op, node=None, **kwargs):
-    _check_supported(op)
-    predict = predictive_fn(op.approximation, op.full_cov, **_options(op, sampling=False))
+    check_supported(op)
+    predict = predictive_fn(op.approximation, op.full_cov, **op_options(op, sampling=False))
 
     def multiclass_predictive(K, y, K_cross, K_star):
         return predict(K, y, K_cross, K_star)
@@ -607,4 +660,6 @@ def jax_funcify_MulticlassPredictiveOp(op, node=None, **kwargs):
     return multiclass_predictive
 
 
-__all__ = ["marginal_fn", "predictive_fn", "softmax_laplace_solve", "nested_ep_solve", "solver"]
+__all__ = ["CoupledPosterior", "DenseStack", "LoopCarried", "check_supported", "codes", "evidence_with_vjp",
+           "marginal_fn", "nested_ep_solve", "op_options", "predictive_fn", "softmax_laplace_solve", "solver",
+           "stack_times"]
