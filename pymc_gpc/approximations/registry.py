@@ -216,11 +216,11 @@ def check_backend(name, structure, backend, op_name):
     """``UnsupportedCombinationError`` unless ``backend`` runs approximation ``name`` with the
     prior ``structure`` (``op_name``: the Op's type, for the message)."""
     if structure not in BACKEND_STRUCTURES[backend]:
+        served = ", ".join(BACKEND_STRUCTURES[backend])
         raise UnsupportedCombinationError(
-            f"{op_name} has no JAX implementation: the JAX backend covers the binary EP and "
-            "Laplace Ops, dense and FITC, and the dense multi-class Ops (multi-class FITC runs on "
-            "the default numba backend, pymc_gpc.sample() / pm.sample() with nuts_sampler='pymc' "
-            "or 'nutpie')"
+            f"{op_name} has no {backend} implementation: that backend serves the prior structures "
+            f"{served} (the others run on the default numba backend, pymc_gpc.sample() / pm.sample() "
+            "with nuts_sampler='pymc' or 'nutpie')"
         )
     if backend not in get(name).backends:
         served = [a for a in APPROXIMATIONS.values() if backend in a.backends and a.multiclass]  # binary records

@@ -44,8 +44,10 @@ def test_every_structure_and_combination_is_a_cell_or_a_clear_error():
         assert set(entry.structures) <= names, entry.name
     with pytest.raises(ValueError, match="available for MarginalEP and MarginalLaplace, not 'meanfield'"):
         registry.check_approx("FITC", "meanfield")
-    with pytest.raises(NotImplementedError, match="MulticlassSparseMarginalOp.*numba backend"):
-        registry.check_backend("ep-multiclass", "fitc-multiclass", "jax", "MulticlassSparseMarginalOp")
+    for structure in registry.BACKEND_STRUCTURES["jax"]:  # every structure has a JAX implementation
+        registry.check_backend("ep", structure, "jax", "ApproxMarginalOp")
+    with pytest.raises(NotImplementedError, match="NewOp has no jax implementation.*numba backend"):
+        registry.check_backend("ep", "a-new-structure", "jax", "NewOp")
     with pytest.raises(ValueError, match="JAX backend implements EP and Laplace"):
         registry.check_backend("adf", "dense", "jax", "ApproxMarginalOp")
     with pytest.raises(ValueError, match="approximation must be one of"):
