@@ -262,7 +262,7 @@ def _coupled_W(d):
 
 
 def test_effective_precision_and_A_equal_their_definitions():
-    from pymc_gpc.structures.multiclass_fitc import _effective_precision, _precision
+    from pymc_gpc.structures.multiclass_fitc import _effective_precision, _precision, _precision_times
 
     X, y, Xu = problem(seed=3, n=30, m=6)
     prior = MulticlassFITCPrior(*fitc_inputs(X, Xu))
@@ -284,6 +284,10 @@ def test_effective_precision_and_A_equal_their_definitions():
         Wt_big[np.ix_(idx, idx)] = Wt[i]
     A = np.tril(_precision(prior.V, delta))
     np.testing.assert_allclose(A, np.tril(np.eye(18) + P.T @ Wt_big @ P), rtol=1e-11, atol=1e-11)
+    # the CG's product A x in one pass over the observations
+    x, Ax = rng.normal(size=18), np.empty(18)
+    _precision_times(tuple(prior.V), delta, delta / np.sqrt(delta.sum(axis=0)), x, Ax)
+    np.testing.assert_allclose(Ax, (np.eye(18) + P.T @ Wt_big @ P) @ x, rtol=1e-11, atol=1e-11)
 
 
 def test_newton_step_at_a_large_amplitude_matches_the_dense_solve():
