@@ -205,7 +205,10 @@ def main(argv=None):
     parser.add_argument("--check", action="store_true", help="also run the test's check on a short EP run and a wrong model")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args(argv)
-    provenance = header()
+    reused = sorted({"exact", "ep"} - set(args.models))
+    provenance = header(note=f"the {' and '.join(reused)} run(s) read from --cache, made by "
+                             f"`--models NAME --cache DIR` runs of this script at this commit's code"
+                        if reused else None)
     X, y = synthetic_data()
     cache = pathlib.Path(args.cache) if args.cache else None
     done = {}
