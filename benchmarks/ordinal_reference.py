@@ -9,8 +9,7 @@ model) is sampled twice, long, with the same hyperpriors:
   ``pymc_gpc.OrderedProbit(cutpoints, sigma=1)``, f integrated out by EP, sampled by
   ``pymc_gpc.sample`` (the sampling tolerances included).
 
-Both long runs use nutpie (the faster sampler for a long run; the test uses
-``pymc_gpc.sample``'s default, PyMC's NUTS).
+Both long runs use nutpie (the faster sampler here; the test samples the same way).
 
 Priors (both): lengthscale ``ls ~ LogNormal(0, 0.5)``, amplitude ``amp ~ LogNormal(0, 0.5)``
 (kernel ``amp**2 * ExpQuad(ls)``), cutpoints ``~ Normal(0, 2)`` under the ordered transform,
@@ -245,7 +244,7 @@ def main(argv=None):
              "amp ~ LogNormal(0, 0.5), cutpoints ~ Normal(0, 2) ordered, sigma = 1.",
              f"**exact**: `pm.gp.Latent` (whitened) + `pm.OrderedProbit`, {EXACT_SAMPLER} NUTS;",
              f"**ep**: `pymc_gpc.MarginalEP` + `pymc_gpc.OrderedProbit`, `pymc_gpc.sample(nuts_sampler=\"{EXACT_SAMPLER}\")`",
-             "(EP at the sampling tolerance, as in the test, which uses `pymc_gpc.sample`'s default sampler).",
+             "(EP at the sampling tolerance; the test samples the same way, shorter).",
              *(f"{k}: {v['runs']['chains']} chains x {v['runs']['draws']} draws after {v['runs']['tune']} tuning steps, "
                f"{v['divergences']} divergences, {v['seconds']:.0f} s wall" for k, v in done.items()),
              "(the two runs side by side on a loaded 2-core machine).",
