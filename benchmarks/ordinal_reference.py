@@ -22,8 +22,9 @@ mean, sd and the 5 / 50 / 95 % quantiles, each with its Monte Carlo standard err
 as the reference, the EP run's, and their difference, which sets the test's approximation
 tolerance) and ``benchmarks/results/ordinal_reference.md``.
 
-With ``--check`` the script also runs the test's short EP chain and a deliberately wrong
-model (sigma mis-scaled to ``WRONG_SIGMA``) and records the test's verdict on each.
+With ``--check`` the script also runs the test's short chain on the model, on deliberately
+wrong models (sigma mis-scaled to each of ``WRONG_SIGMAS``) and on the Laplace
+approximation of the model, and records the test's verdict on each.
 
 Run:  OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 nice python benchmarks/ordinal_reference.py
       (``--draws 5000 --tune 2000 --chains 4`` are the defaults; ``--check``)
@@ -52,7 +53,7 @@ N, SEED = 30, 47
 TRUE = {"ls": 1.0, "amp": 1.5, "cutpoints": [-0.8, 0.8]}
 SCALARS = ("ls", "amp", "cutpoints[0]", "cutpoints[1]")
 QUANTILES = (0.05, 0.5, 0.95)
-WRONG_SIGMA = 0.5
+WRONG_SIGMAS = (0.8, 0.5)
 EXACT_SAMPLER = "nutpie"
 
 
@@ -269,10 +270,15 @@ def check_lines(X, y, record):
     import test_ordinal_nuts as t  # noqa: E402
 
     lines = ["The test's check (`tests/likelihoods/test_ordinal_nuts.py`, its run length and seed):", ""]
-    for label, sigma in (("EP, sigma = 1 (the model)", 1.0), (f"EP, sigma = {WRONG_SIGMA} (wrong)", WRONG_SIGMA)):
+    import pymc_gpc
+
+    checks = [("EP, sigma = 1 (the model)", 1.0, pymc_gpc.MarginalEP),
+              *((f"EP, sigma = {s} (wrong)", s, pymc_gpc.MarginalEP) for s in WRONG_SIGMAS),
+              ("Laplace, sigma = 1", 1.0, pymc_gpc.MarginalLaplace)]
+    for label, sigma, gp_class in checks:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            idata = t.run_short(X, y, sigma=sigma)
+            idata = t.run_short(X, y, sigma=sigma, gp_class=gp_class)
         failures = t.failures(summarise(idata.posterior), record)
         lines.append(f"- {label}: {'passes' if not failures else 'fails: ' + '; '.join(failures)}")
     return lines + [""]

@@ -23,8 +23,8 @@ The run is ``pymc_gpc.sample`` with ``nuts_sampler="nutpie"`` (a user's option):
 compiled sampler gives the test's effective sample size at a fraction of the CPU time of
 PyMC's NUTS on this model.
 
-``benchmarks/ordinal_reference.py --check`` records that the same check fails for the model
-with sigma mis-scaled (``benchmarks/results/ordinal_reference.md``).
+``benchmarks/ordinal_reference.py --check`` records the same check on models with sigma
+mis-scaled (it fails them) and on the Laplace approximation (``benchmarks/results/ordinal_reference.md``).
 """
 
 import json
@@ -50,22 +50,23 @@ def load_reference():
     return json.loads(REFERENCE.read_text())
 
 
-def ep_model(X, y, sigma=1.0):
-    """The user's model: the reference's priors, f integrated out by EP."""
+def ep_model(X, y, sigma=1.0, gp_class=pymc_gpc.MarginalEP):
+    """The user's model: the reference's priors, f integrated out by EP (``gp_class``: the
+    benchmark's alternatives)."""
     with pm.Model() as model:
         ls = pm.LogNormal("ls", 0.0, 0.5)
         amp = pm.LogNormal("amp", 0.0, 0.5)
         cutpoints = pm.Normal("cutpoints", 0.0, 2.0, shape=2, transform=pm.distributions.transforms.ordered,
                               initval=[-0.5, 0.5])
-        gp = pymc_gpc.MarginalEP(cov_func=amp**2 * pm.gp.cov.ExpQuad(1, ls=ls),
-                                 likelihood=pymc_gpc.OrderedProbit(cutpoints, sigma=sigma))
+        gp = gp_class(cov_func=amp**2 * pm.gp.cov.ExpQuad(1, ls=ls),
+                      likelihood=pymc_gpc.OrderedProbit(cutpoints, sigma=sigma))
         gp.marginal_likelihood("y", X=X, y=y)
     return model
 
 
-def run_short(X, y, sigma=1.0):
+def run_short(X, y, sigma=1.0, gp_class=pymc_gpc.MarginalEP):
     """The test's NUTS run: ``pymc_gpc.sample`` with nutpie, fixed seed."""
-    with ep_model(X, y, sigma):
+    with ep_model(X, y, sigma, gp_class):
         return pymc_gpc.sample(**RUN, cores=1, progressbar=False, compute_convergence_checks=False)
 
 
