@@ -43,8 +43,8 @@ import numpy as np
 
 from .tables import Split, columns as _columns, read_csv as _read_csv, standardise as _standardise  # noqa: F401
 from .large_binary import FLIGHTS_FEATURES, load_flights  # noqa: F401
-from .ordinal import (ORDINAL_DATASETS, OrdinalData, OrdinalSplit, equal_frequency_bins, load_ordinal,  # noqa: F401
-                      ordinal_split, ordinal_splits)
+from .ordinal import (ORDINAL_DATASETS, OrdinalData, OrdinalSplit, equal_frequency_bins, equal_length_bins,  # noqa: F401
+                      load_ordinal, ordinal_split, ordinal_splits)
 from .penguins import PENGUINS_CLASSES, PENGUINS_FEATURES, load_penguins  # noqa: F401
 
 PIMA_FEATURES = ("npreg", "glu", "bp", "skin", "bmi", "ped", "age")

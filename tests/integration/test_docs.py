@@ -75,6 +75,7 @@ QUICK_EXAMPLES = [
     "pymc_gpc.datasets.load", "pymc_gpc.datasets.load_fgl", "pymc_gpc.datasets.load_tissue_gene_expression",
     "pymc_gpc.datasets.load_diamonds", "pymc_gpc.datasets.load_penguins", "pymc_gpc.datasets.ordinal.load_ordinal",
     "pymc_gpc.datasets.ordinal.ordinal_split", "pymc_gpc.datasets.ordinal.equal_frequency_bins",
+    "pymc_gpc.datasets.ordinal.equal_length_bins",
 ]
 
 
