@@ -282,28 +282,29 @@ def test_kmeans_centres_find_separated_clusters_and_match_scipy_distortion():
         assert ours < bound * theirs, (rows, ours, theirs)
 
 
-def test_learned_inducing_inputs_raise_the_map_objective_and_the_callback_sees_every_iterate():
+def test_learned_inducing_inputs_move_uphill_and_the_callback_sees_every_iterate():
     from pymc_gpc.estimation import type2
     from pymc_gpc.estimation.objective import start_point
     from pymc_gpc.models import ard_classifier, kmeans_centres
 
     rng = np.random.default_rng(5)
-    X, y = random_problem(rng, 60)
-    fixed, _ = ard_classifier(X, y, inducing=4)
-    learned, _ = ard_classifier(X, y, inducing=4, learn_inducing=True)
-    assert learned["Xu"].ndim == 2 and learned.named_vars_to_dims["Xu"] == ("inducing", "feature")
-    np.testing.assert_allclose(learned.initial_point()["Xu"], kmeans_centres(4, X, seed=0))
+    X, y = random_problem(rng, 40)
+    model, _ = ard_classifier(X, y, inducing=3, learn_inducing=True)
+    assert model.named_vars_to_dims["Xu"] == ("inducing", "feature")
+    start = start_point(model, None)
+    np.testing.assert_allclose(start["Xu"], kmeans_centres(3, X, seed=0))
     seen = []
-    result = type2.maximise(learned, start_point(learned, None), "map", 200, 1e-9, False,
+    result = type2.maximise(model, start, "map", 8, 1e-9, False,
                             callback=lambda point, value, log_z: seen.append((point, value)))
-    assert len(seen) == result.n_iter and np.all(np.diff([v for _, v in seen]) > -1e-6)
+    # one call per L-BFGS-B iteration, with the iterate and its objective (which only rises)
+    assert len(seen) == result.n_iter >= 2
+    assert np.all(np.diff([v for _, v in seen]) > -1e-8)
     np.testing.assert_allclose(seen[-1][0]["Xu"], result.point["Xu"])
-    # the learned model holds the fixed one at its start: its MAP-II objective is at least as high
-    map_fixed = pymc_gpc.fit(fixed, method="map", progressbar=False)
-    logp_fixed = fixed.compile_logp()({k: map_fixed.point[k] for k in ("log_w", "log_v0", "log_v1")})
-    logp_learned = learned.compile_logp()({k: result.point[k] for k in ("log_w", "log_v0", "log_v1", "Xu")})
-    assert logp_learned > logp_fixed + 0.1, (logp_learned, logp_fixed)
-    assert not np.allclose(result.point["Xu"], kmeans_centres(4, X, seed=0), atol=1e-3)
+    # the inducing inputs moved, and the model's log density (flat prior on Xu) rose with them
+    assert np.max(np.abs(result.point["Xu"] - start["Xu"])) > 1e-3
+    logp = model.compile_logp()
+    values = {v.name: result.point[v.name] for v in model.value_vars}
+    assert logp(values) > logp(start) + 0.1
 
 
 def test_learn_inducing_without_inducing_inputs_is_a_value_error():
