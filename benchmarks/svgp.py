@@ -316,7 +316,8 @@ def report(rows, args, load):
         "",
         "## Fits (medians over runs)",
         "",
-        "| method | CPU time to fitted point (s) | wall time (s) | test log p | test error | L-BFGS iterations / epochs |",
+        "| method | CPU time to fitted point (s) | wall time (s) | test log p | test error "
+        "| L-BFGS iterations / epochs |",
         "|---|---|---|---|---|---|",
     ]
     for name, g in groups.items():
@@ -325,7 +326,8 @@ def report(rows, args, load):
                      f"{med([r['n_iter'] for r in g]):.0f} |")
     if svgp:
         best = [_svgp_best(r["curve"]) for r in svgp]
-        lines.append(f"| SVGP at its best test log p | {med([b[4] for b in best]):.1f} | {med([b[1] for b in best]):.1f} "
+        lines.append(f"| SVGP at its best test log p | {med([b[4] for b in best]):.1f} | "
+                     f"{med([b[1] for b in best]):.1f} "
                      f"| {med([b[2] for b in best]):.4f} | {med([b[3] for b in best]):.4f} | "
                      f"{med([b[0] for b in best]):.0f} epochs |")
     lines += ["", "## The goal", "",
@@ -356,7 +358,8 @@ def report(rows, args, load):
                 + (f"; its own path first reached SVGP's best after {ours:.1f} s CPU" if np.isfinite(ours) else "")
                 + f". Goal **{'met' if met and not cut else 'undecided (SVGP cut short)' if met else 'not met'}**.")
     lines += ["", "## Every run", "",
-              "| run | method | CPU (s) | wall (s) | prediction wall (s) | test log p | test error | iterations | converged |",
+              "| run | method | CPU (s) | wall (s) | prediction wall (s) | test log p | test error | iterations "
+              "| converged |",
               "|---|---|---|---|---|---|---|---|---|"]
     for i, r in enumerate(rows):
         if r["method"].startswith("SVGP"):

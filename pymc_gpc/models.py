@@ -133,7 +133,7 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
     likelihood = Probit() if likelihood is None else likelihood
     if isinstance(likelihood, type) and issubclass(likelihood, OrdinalLikelihood):
         return _ordinal_classifier(X, y, likelihood, approximation, (mu, sd), names, bias, name, inducing,
-                                   levels, solver_options)
+                                   learn_inducing, levels, solver_options)
     if isinstance(likelihood, MulticlassLikelihood):
         classes = as_class_codes(y, n_classes=likelihood.n_classes, warn=False)[1]
         with pm.Model(coords={"feature": names}) as model:
@@ -163,8 +163,8 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
     return model, gp
 
 
-def _ordinal_classifier(X, y, likelihood_class, approximation, prior, names, bias, name, inducing, levels,
-                        solver_options):
+def _ordinal_classifier(X, y, likelihood_class, approximation, prior, names, bias, name, inducing, learn_inducing,
+                        levels, solver_options):
     """``ard_classifier``'s ordinal model: the binary model's ARD kernel and free ordered cutpoints."""
     n_levels = _ordinal_level_count(y, levels)
     codes, classes = as_ordinal_codes(y, n_levels, levels)  # checked before the model is built
@@ -179,8 +179,8 @@ def _ordinal_classifier(X, y, likelihood_class, approximation, prior, names, bia
         cov = MixedARD(X.shape[1], v0=pt.exp(log_v0), l=pt.exp(log_w), v1=v1)
         extra = {"approx": "FITC"} if inducing is not None else {}
         gp = APPROXIMATIONS[approximation](cov_func=cov, likelihood=likelihood_class(cut), **extra, **solver_options)
-        gp.marginal_likelihood(name, X=X, y=y, levels=levels,
-                               **({"Xu": _inducing_inputs(inducing, X, learn_inducing)} if inducing is not None else {}))
+        fitc = {"Xu": _inducing_inputs(inducing, X, learn_inducing)} if inducing is not None else {}
+        gp.marginal_likelihood(name, X=X, y=y, levels=levels, **fitc)
     return model, gp
 
 

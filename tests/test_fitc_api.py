@@ -312,3 +312,12 @@ def test_learn_inducing_without_inducing_inputs_is_a_value_error():
 
     with pytest.raises(ValueError, match="learn_inducing=True needs inducing="):
         ard_classifier(X0, Y0, learn_inducing=True)
+
+
+def test_learn_inducing_serves_ordinal_targets_too():
+    from pymc_gpc.models import ard_classifier
+
+    levels = np.digitize(X0[:, 0], [-0.5, 0.5])  # three ordered levels
+    model, _ = ard_classifier(X0, levels, likelihood=pymc_gpc.OrderedProbit, approximation="laplace", inducing=3,
+                              learn_inducing=True)
+    assert model["Xu"] in model.free_RVs and model.initial_point()["Xu"].shape == (3, 2)
