@@ -280,7 +280,7 @@ def _profile_section():
 
 def _curve_table(title, unit, curve):
     lines = ["", title, "", f"| {unit} | CPU (s) | wall (s) | test log p | test error |", "|---|---|---|---|---|"]
-    return lines + [f"| {e} | {c:.1f} | {t:.1f} | {lp:.4f} | {err:.4f} |" for e, t, lp, err, c in curve]
+    return lines + [f"| {e} | {c:.1f} | {t:.1f} | {lp:.5f} | {err:.4f} |" for e, t, lp, err, c in curve]
 
 
 def report(rows, args, load):
