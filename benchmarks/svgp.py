@@ -30,6 +30,7 @@ Run:  python benchmarks/svgp.py [--repeats 3] [--m 200]      (writes benchmarks/
             (a loaded machine: the methods of a repeat at once; compare their CPU times)
       python benchmarks/svgp.py --one ep|ep-learn|ep-single|laplace|svgp [--m 200]  (one run, JSON on stdout)
       python benchmarks/svgp.py --profile ep|laplace [--m 200]   (where the fit's time goes)
+      python benchmarks/svgp.py --evaluation-cost [--m 200]   (CPU per evaluation of the objective)
 """
 
 import os
@@ -228,6 +229,37 @@ def profile(approximation, m):
     stats.sort_stats("tottime").print_stats(25)
 
 
+def evaluation_cost(m, repeats=3):
+    """CPU per evaluation of the MAP-II objective and its gradient (``Objective.evidence_and_grad``)
+    at ``repeats`` points near the start, warm-started from the one before, and the ARD kernel
+    evaluations each takes; JSON on stdout. Inducing inputs: m training inputs drawn at random."""
+    from pymc_gpc import kernels
+    from pymc_gpc.estimation.objective import objective_for, other_terms, ravel, start_point, unravel
+    from pymc_gpc.models import ard_classifier
+
+    data = _data()
+    Xu = data.X_train[np.random.default_rng(0).choice(N_TRAIN, m, replace=False)]
+    model, _ = ard_classifier(data.X_train, data.y_train, inducing=Xu)
+    calls, perform = [0], kernels.ARDKernelOp.perform
+
+    def counted(self, *args):
+        calls[0] += 1
+        return perform(self, *args)
+
+    kernels.ARDKernelOp.perform = counted
+    objective = objective_for(model, other_terms(model, True), model.continuous_value_vars)
+    start = start_point(model, None)
+    x0 = ravel(start, objective.free)
+    objective.evidence_and_grad(start)  # compiles, and the warm start of the first timed point
+    rng, values = np.random.default_rng(1), []
+    c0, calls[0] = time.process_time(), 0
+    for _ in range(repeats):
+        value, _, grad = objective.evidence_and_grad(unravel(x0.data + 0.05 * rng.normal(size=x0.data.size), x0, start))
+        values.append(value)
+    print(json.dumps({"cpu_per_evaluation": (time.process_time() - c0) / repeats,
+                      "ard_kernels_per_evaluation": calls[0] / repeats, "values": values}))
+
+
 def warm_up():
     """One small FITC EP fit (fixed and learned inducing inputs) and its predictions: numba's
     on-disk caches, invalidated by any change to the package, are written before the timed
@@ -405,6 +437,8 @@ def main():
     parser.add_argument("--from-log", default="", help="write the report from a run's printed output, "
                         "SVGP's curve as far as it got (a run cut short)")
     parser.add_argument("--warm-up", action="store_true", help="(internal) write numba's caches")
+    parser.add_argument("--evaluation-cost", action="store_true",
+                        help="CPU per evaluation of the objective and its gradient (JSON on stdout)")
     parser.add_argument("--xu", default="", help="(internal) the shared k-means inputs, an .npz file")
     parser.add_argument("--methods", default="ep,ep-learn,laplace,svgp")
     parser.add_argument("--concurrent", action="store_true",
@@ -421,6 +455,9 @@ def main():
         return
     if args.warm_up:
         warm_up()
+        return
+    if args.evaluation_cost:
+        evaluation_cost(args.m)
         return
     if args.from_log:
         rows, load = _rows_from_log(args.from_log)
