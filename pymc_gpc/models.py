@@ -38,8 +38,8 @@ MULTICLASS_LIKELIHOODS = {"laplace": Softmax, "ep": MultinomialProbit}
 
 
 def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.0),
-                   feature_names=None, bias=True, name="y", inducing=None, per_class=None, levels=None,
-                   **solver_options):
+                   feature_names=None, bias=True, name="y", inducing=None, learn_inducing=False, per_class=None,
+                   levels=None, **solver_options):
     """Build ``pm.Model`` + GP with an ARD squared-exponential kernel, for two classes or more.
 
     Parameters
@@ -66,6 +66,12 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
     inducing : None (the dense kernel), a number m of inducing inputs placed by k-means
         (``pm.gp.util.kmeans_inducing_points``, seeded), or an (m, d) array of them: the
         FITC prior (``approx="FITC"``, EP and Laplace only), O(n m^2) per evaluation.
+        k-means (``kmeans_centres``) runs on at most ``KMEANS_ROWS`` rows.
+    learn_inducing : with ``inducing``, make the inducing inputs a free variable ``Xu``
+        (dims ``("inducing", "feature")``, a flat prior) starting at those inputs, so that
+        ``pymc_gpc.fit`` optimises them with the hyperparameters, through the exact
+        gradient of the evidence in K_uu and K_uf (as SVGP learns its inducing inputs).
+        For point estimates: the flat prior leaves the posterior of ``Xu`` improper.
 
     The model's initial point (where ``pm.sample`` starts its chains before jitter, and
     ``pm.find_MAP`` / ``pymc_gpc.fit`` their optimisers) is the prior mean for every
@@ -85,7 +91,7 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
     ValueError
         For an unknown ``approximation``, a ``prior`` that is not a finite (mean, sd > 0)
         pair, bad inputs, ``inducing`` with mean field or ADF, or ``per_class`` with a
-        binary likelihood.
+        binary likelihood, or ``learn_inducing`` without ``inducing``.
 
     Examples
     --------
@@ -104,6 +110,8 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
     >>> model, gp = pymc_gpc.ard_classifier(glass.X, glass.y, approximation="laplace")  # doctest: +SKIP
     >>> result = pymc_gpc.fit(model, method="map")  # doctest: +SKIP
     """
+    if learn_inducing and inducing is None:
+        raise ValueError("learn_inducing=True needs inducing= (a number m of inducing inputs or an (m, d) array)")
     if approximation not in APPROXIMATIONS:
         raise ValueError(f"approximation must be one of {sorted(APPROXIMATIONS)}, got {approximation!r}")
     try:
@@ -125,7 +133,7 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
     likelihood = Probit() if likelihood is None else likelihood
     if isinstance(likelihood, type) and issubclass(likelihood, OrdinalLikelihood):
         return _ordinal_classifier(X, y, likelihood, approximation, (mu, sd), names, bias, name, inducing,
-                                   levels, solver_options)
+                                   learn_inducing, levels, solver_options)
     if isinstance(likelihood, MulticlassLikelihood):
         classes = as_class_codes(y, n_classes=likelihood.n_classes, warn=False)[1]
         with pm.Model(coords={"feature": names}) as model:
@@ -136,7 +144,7 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
             if inducing is None:
                 gp.marginal_likelihood(name, X=X, y=y)
             else:  # multi-class FITC: marginal_likelihood takes Xu where the classifier supports it
-                gp.marginal_likelihood(name, X=X, y=y, Xu=_inducing_inputs(inducing, X))
+                gp.marginal_likelihood(name, X=X, y=y, Xu=_inducing_inputs(inducing, X, learn_inducing))
         return model, gp
     if per_class is not None:
         raise ValueError(f"per_class={per_class!r} serves multi-class likelihoods (Softmax, MultinomialProbit); "
@@ -151,12 +159,12 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
             gp.marginal_likelihood(name, X=X, y=y)
         else:
             gp = APPROXIMATIONS[approximation](cov_func=cov, likelihood=likelihood, approx="FITC", **solver_options)
-            gp.marginal_likelihood(name, X=X, y=y, Xu=_inducing_inputs(inducing, X))
+            gp.marginal_likelihood(name, X=X, y=y, Xu=_inducing_inputs(inducing, X, learn_inducing))
     return model, gp
 
 
-def _ordinal_classifier(X, y, likelihood_class, approximation, prior, names, bias, name, inducing, levels,
-                        solver_options):
+def _ordinal_classifier(X, y, likelihood_class, approximation, prior, names, bias, name, inducing, learn_inducing,
+                        levels, solver_options):
     """``ard_classifier``'s ordinal model: the binary model's ARD kernel and free ordered cutpoints."""
     n_levels = _ordinal_level_count(y, levels)
     codes, classes = as_ordinal_codes(y, n_levels, levels)  # checked before the model is built
@@ -171,8 +179,8 @@ def _ordinal_classifier(X, y, likelihood_class, approximation, prior, names, bia
         cov = MixedARD(X.shape[1], v0=pt.exp(log_v0), l=pt.exp(log_w), v1=v1)
         extra = {"approx": "FITC"} if inducing is not None else {}
         gp = APPROXIMATIONS[approximation](cov_func=cov, likelihood=likelihood_class(cut), **extra, **solver_options)
-        gp.marginal_likelihood(name, X=X, y=y, levels=levels,
-                               **({"Xu": _inducing_inputs(inducing, X)} if inducing is not None else {}))
+        fitc = {"Xu": _inducing_inputs(inducing, X, learn_inducing)} if inducing is not None else {}
+        gp.marginal_likelihood(name, X=X, y=y, levels=levels, **fitc)
     return model, gp
 
 
@@ -199,14 +207,99 @@ def _several_classes(y):
     return arr.ndim >= 1 and len(np.unique(arr)) > 2
 
 
-def _inducing_inputs(inducing, X):
-    """Xu from a count m (k-means on X, seeded) or an array (checked by ``marginal_likelihood``)."""
-    if np.ndim(inducing) != 0:
-        return inducing
-    if isinstance(inducing, bool) or not float(inducing).is_integer() or not 1 <= int(inducing) <= X.shape[0]:
+def _inducing_inputs(inducing, X, learn=False):
+    """Xu from a count m (``kmeans_centres`` on X, seeded) or an array (checked by
+    ``marginal_likelihood``); with ``learn``, a free variable ``Xu`` of the model on the
+    context stack starting there (``ard_classifier``'s ``learn_inducing``)."""
+    if np.ndim(inducing) == 0 and (isinstance(inducing, bool) or not float(inducing).is_integer()
+                                   or not 1 <= int(inducing) <= X.shape[0]):
         raise ValueError(f"inducing must be a number of inducing inputs in [1, n = {X.shape[0]}] "
                          f"or an (m, d) array, got {inducing!r}")
-    return pm.gp.util.kmeans_inducing_points(int(inducing), X, seed=0)
+    Xu = kmeans_centres(int(inducing), X, seed=0) if np.ndim(inducing) == 0 else inducing
+    if not learn:
+        return Xu
+    Xu = np.asarray(Xu, dtype=float)
+    if Xu.ndim != 2 or Xu.shape[1] != X.shape[1] or not np.all(np.isfinite(Xu)):
+        raise ValueError(f"learn_inducing needs an (m, {X.shape[1]}) array of finite starting inducing inputs "
+                         f"(or a count m), got shape {Xu.shape}")
+    model = pm.modelcontext(None)
+    model.add_coord("inducing", np.arange(Xu.shape[0]))
+    # flat: the inducing inputs are a device of the approximation, not a quantity with a prior
+    return pm.Flat("Xu", dims=("inducing", "feature"), initval=Xu)
+
+
+# k-means for the inducing inputs: Lloyd's iterations on a seeded subsample of at most
+# KMEANS_ROWS rows (KMEANS_ROWS / m rows per centre at the least), at most KMEANS_ITER of them
+KMEANS_ROWS = 50_000
+KMEANS_ITER = 30
+
+
+def kmeans_centres(m, X, seed=0, rows=KMEANS_ROWS, max_iter=KMEANS_ITER):
+    """m cluster centres of the rows of X: k-means with k-means++ seeding.
+
+    Arthur & Vassilvitskii (2007), "k-means++: the advantages of careful seeding": the
+    first centre is a row drawn uniformly, each next one a row drawn with probability
+    proportional to its squared distance to the nearest centre so far (their D^2
+    weighting); then Lloyd's iterations (each row to its nearest centre, each centre to
+    the mean of its rows; a centre left without rows stays where it is) until no row
+    changes cluster or ``max_iter``. Distances are taken on the columns scaled to unit
+    standard deviation (as ``pm.gp.util.kmeans_inducing_points`` does; a constant column
+    is left unscaled), and only on a seeded subsample of ``rows`` rows where X has more:
+    one seeding and at most ``max_iter`` passes of O(rows m d), where scipy's ``kmeans``
+    behind pymc's helper keeps the best of 20 randomly started runs over every row.
+
+    Returns
+    -------
+    (m, d) array of centres, in X's units.
+    """
+    X = np.asarray(X, dtype=float)
+    rng = np.random.default_rng(seed)
+    if X.shape[0] > rows:
+        X = X[np.sort(rng.choice(X.shape[0], rows, replace=False))]
+    scale = np.std(X, axis=0)
+    scale[scale <= 1e-6] = 1.0
+    Z = X / scale
+    centres = _kmeans_pp_seeds(Z, m, rng)
+    labels = None
+    for _ in range(max_iter):
+        new = _nearest(Z, centres)
+        if labels is not None and np.array_equal(new, labels):
+            break
+        labels = new
+        counts = np.bincount(labels, minlength=m)
+        sums = np.column_stack([np.bincount(labels, weights=z, minlength=m) for z in Z.T])
+        filled = counts > 0
+        centres[filled] = sums[filled] / counts[filled, None]
+    return centres * scale
+
+
+def _nearest(Z, C):
+    """The index of each row's nearest centre: argmin_k ||c_k||^2 - 2 z_i . c_k (||z_i||^2
+    is the same for every k)."""
+    scores = Z @ (-2.0 * C.T)
+    scores += np.sum(C**2, axis=1)
+    return np.argmin(scores, axis=1)
+
+
+def _squared_distances(Z, C):
+    """||z_i - c_k||^2 for every row of Z and C (one matrix product)."""
+    d2 = np.sum(Z**2, axis=1)[:, None] - 2.0 * (Z @ C.T) + np.sum(C**2, axis=1)[None, :]
+    return np.maximum(d2, 0.0)
+
+
+def _kmeans_pp_seeds(Z, m, rng):
+    """k-means++ seeding (``kmeans_centres``): m rows of Z, each next drawn with probability
+    proportional to its squared distance to the nearest one drawn so far (uniformly among
+    the rows not yet drawn where every row coincides with a centre)."""
+    centres = np.empty((m, Z.shape[1]))
+    centres[0] = Z[rng.integers(Z.shape[0])]
+    d2 = _squared_distances(Z, centres[:1])[:, 0]
+    for k in range(1, m):
+        total = d2.sum()
+        i = rng.choice(Z.shape[0], p=d2 / total) if total > 0 else rng.integers(Z.shape[0])
+        centres[k] = Z[i]
+        d2 = np.minimum(d2, _squared_distances(Z, centres[k:k + 1])[:, 0])
+    return centres
 
 
 def classification_metrics(p, y):

@@ -259,3 +259,65 @@ def test_bundled_default_data_set():
     assert int((raw.y_train > 0).sum()) == 333
     # standardised with the training columns' mean and sd
     np.testing.assert_allclose(full.X_train, (raw.X_train - raw.X_train.mean(0)) / raw.X_train.std(0), atol=1e-12)
+
+
+def test_kmeans_centres_find_separated_clusters_and_match_scipy_distortion():
+    from scipy.cluster.vq import kmeans, vq
+
+    from pymc_gpc.models import kmeans_centres
+
+    rng = np.random.default_rng(3)
+    truth = np.array([[0.0, 0.0], [5.0, 0.0], [0.0, 5.0], [5.0, 5.0], [10.0, 2.5]]) * [1.0, 100.0]
+    X = np.repeat(truth, 200, axis=0) + rng.normal(size=(1000, 2)) * [0.1, 10.0]
+    found = kmeans_centres(5, X, seed=0)
+    # each true centre is found (in X's units: the second column scaled by 100)
+    nearest = np.abs(found[:, None, :] - truth[None]).max(axis=2).min(axis=0)
+    assert np.all(nearest < 5.0), found
+    # on unclustered data, the within-cluster sum of squares of scipy's best of 10 runs or better
+    # (up to 5 %) from every row, and within 15 % of it from a subsample of half the rows
+    Z = rng.normal(size=(1000, 3))
+    theirs = np.mean(vq(Z, kmeans(Z, 20, iter=10, seed=1)[0])[1] ** 2)
+    for rows, bound in ((1000, 1.05), (500, 1.15)):
+        ours = np.mean(vq(Z, kmeans_centres(20, Z, seed=1, rows=rows))[1] ** 2)
+        assert ours < bound * theirs, (rows, ours, theirs)
+
+
+def test_learned_inducing_inputs_move_uphill_and_the_callback_sees_every_iterate():
+    from pymc_gpc.estimation import type2
+    from pymc_gpc.estimation.objective import start_point
+    from pymc_gpc.models import ard_classifier, kmeans_centres
+
+    rng = np.random.default_rng(5)
+    X, y = random_problem(rng, 40)
+    model, _ = ard_classifier(X, y, inducing=3, learn_inducing=True)
+    assert model.named_vars_to_dims["Xu"] == ("inducing", "feature")
+    start = start_point(model, None)
+    np.testing.assert_allclose(start["Xu"], kmeans_centres(3, X, seed=0))
+    seen = []
+    result = type2.maximise(model, start, "map", 8, 1e-9, False,
+                            callback=lambda point, value, log_z: seen.append((point, value)))
+    # one call per L-BFGS-B iteration, with the iterate and its objective (which only rises)
+    assert len(seen) == result.n_iter >= 2
+    assert np.all(np.diff([v for _, v in seen]) > -1e-8)
+    np.testing.assert_allclose(seen[-1][0]["Xu"], result.point["Xu"])
+    # the inducing inputs moved, and the model's log density (flat prior on Xu) rose with them
+    assert np.max(np.abs(result.point["Xu"] - start["Xu"])) > 1e-3
+    logp = model.compile_logp()
+    values = {v.name: result.point[v.name] for v in model.value_vars}
+    assert logp(values) > logp(start) + 0.1
+
+
+def test_learn_inducing_without_inducing_inputs_is_a_value_error():
+    from pymc_gpc.models import ard_classifier
+
+    with pytest.raises(ValueError, match="learn_inducing=True needs inducing="):
+        ard_classifier(X0, Y0, learn_inducing=True)
+
+
+def test_learn_inducing_serves_ordinal_targets_too():
+    from pymc_gpc.models import ard_classifier
+
+    levels = np.digitize(X0[:, 0], [-0.5, 0.5])  # three ordered levels
+    model, _ = ard_classifier(X0, levels, likelihood=pymc_gpc.OrderedProbit, approximation="laplace", inducing=3,
+                              learn_inducing=True)
+    assert model["Xu"] in model.free_RVs and model.initial_point()["Xu"].shape == (3, 2)

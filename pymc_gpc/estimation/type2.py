@@ -34,8 +34,13 @@ RUNAWAY_EFFECT = 1e-3
 COARSE_FTOL = 1e-7
 
 
-def maximise(model, point, method, maxiter, tol, progressbar):
-    """L-BFGS-B on the objective of ``method`` over the unconstrained free variables."""
+def maximise(model, point, method, maxiter, tol, progressbar, callback=None):
+    """L-BFGS-B on the objective of ``method`` over the unconstrained free variables.
+
+    ``callback(point, objective, log_evidence)``, if given, is called after each L-BFGS-B
+    iteration (of both runs, ``_coarse_stage``) with the iterate, as a point of the model's
+    value variables, and the objective and log evidence last evaluated (e.g. a benchmark's
+    curve of test log p against time)."""
     gradient_free = [n.op.approximation for n in marginal_nodes(model)
                      if not registry.get(n.op.approximation).has_gradient]
     if gradient_free:
@@ -56,13 +61,16 @@ def maximise(model, point, method, maxiter, tol, progressbar):
 
     label = "type-II ML" if method == "type2" else "MAP-II"
     with Progress(label, maxiter, progressbar) as bar:
-        def callback(intermediate_result):
+        def after_iteration(intermediate_result):
             for key in history:
                 history[key].append(last.get(key, np.nan))
             bar.show(len(history["objective"]), f"log evidence {last.get('log_evidence', np.nan):.4f}")
+            if callback is not None:
+                callback(unravel(intermediate_result.x, x0, point), last.get("objective", np.nan),
+                         last.get("log_evidence", np.nan))
 
         def lbfgs(x, iterations, ftol):
-            return scipy.optimize.minimize(negative, x, jac=True, method="L-BFGS-B", callback=callback,
+            return scipy.optimize.minimize(negative, x, jac=True, method="L-BFGS-B", callback=after_iteration,
                                            options=dict(maxiter=iterations, ftol=ftol, gtol=1e-6))
 
         x, coarse_iter = _coarse_stage(objective, lbfgs, x0.data, maxiter, tol)
