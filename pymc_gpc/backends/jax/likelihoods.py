@@ -52,8 +52,9 @@ def inv_mills(z):
     for z >= -5, Laplace's continued fraction (A&S 26.2.14, 80 terms) below."""
     direct = jnp.exp(log_npdf(z) - log_ndtr(jnp.maximum(z, -5.0)))
     x = jnp.maximum(-z, 5.0)
-    # terms k = 80, 79, ..., 1 in a loop rather than unrolled: a smaller program to compile
-    t = jax.lax.fori_loop(0, 80, lambda j, t: x + (80 - j) / t, x)
+    t = x
+    for k in range(80, 0, -1):
+        t = x + k / t
     return jnp.where(z >= -5.0, direct, t)
 
 
