@@ -14,6 +14,12 @@ value at the fixed point (``ep.py`` and ``laplace._gradient`` derive it), never
 automatic differentiation through the EP or Newton loop. ``jax.jit``, ``jax.vmap``
 (vectorised chains) and ``jax.grad`` all apply.
 
+``kind`` is a likelihood of ``backends.jax.likelihoods``: a binary one (labels -1/+1, any
+label above 0 counting as +1) or an ordinal one (labels 0..K-1, theta the K-1 cutpoints and,
+for the ordered probit, sigma; the gradient in each of them is the sum of the sites'
+derivatives in their two cutpoints and sigma, ``likelihoods.tilted_dparams`` /
+``log_lik_dparams``).
+
 Loops are ``lax.while_loop`` with a sweep limit:
 
 * **EP**, parallel updates (all sites from one posterior, then one Cholesky of
