@@ -27,8 +27,8 @@ K_uu: symmetrised, and factorised with the smallest jitter of 0, 1e-10, ..., 1e-
 mean diagonal that gives a finite factor (``structures.fitc._chol_with_jitter``); the
 gradient is that of K_uu + jitter I. None: status 2.
 
-Likelihoods (binary and ordinal) and failure semantics as ``engine``: status 0 converged, 1 not converged (value used), 2
-failed (-inf, zero gradient, loo -inf). EP's retry differs from the numba Op's (damping
+Likelihoods (binary and ordinal) and failure semantics as ``engine``: status 0 converged,
+1 not converged (value used), 2 failed (-inf, zero gradient, loo -inf). EP's retry differs from the numba Op's (damping
 0.5 then 0.25): one damped phase from zero sites (damping 0.5, twice the sweeps), as the
 dense engine.
 
