@@ -318,3 +318,48 @@ def test_jax_kernels_match_numba(lik):
     for j, want in enumerate(ordinal_log_lik_dparams(lik.kind, y, f, th)):
         np.testing.assert_allclose(JL.ordinal_scatter(lik.kind, J[0], J[4], *rows[4 + 3 * j:7 + 3 * j]), want,
                                    rtol=1e-8, atol=1e-8)
+
+
+# -- numba: the compiled EP path -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("lik_type, theta", [(OrderedProbit, [-0.6, 0.5, 0.8]), (OrderedLogit, [-0.8, 0.0, 0.9])],
+                         ids=lambda v: getattr(v, "__name__", None))
+def test_compiled_ep_path_equals_the_python_path(lik_type, theta, compiled_ep):
+    """EP through the numba linker (``backends.numba.compiled_ep``: no Python per evaluation)
+    and the Python linker (the Op's ``perform``, ``pymc_gpc.ep``), each Op with its own warm
+    starts, along a short walk of the kernel amplitude and the cutpoints: the same log Z,
+    dlog Z/dK, dlog Z/dtheta (every cutpoint, sigma) and LOO terms to 1e-10, the numba
+    function answering without the Op's Python path; unordered cutpoints give -inf, status 2
+    and a zero gradient on both."""
+    import pytensor
+    from pymc_gpc.backends.numba import thread_state
+    from pymc_gpc.ops import ApproxMarginalOp
+
+    K, th_in, hyper = pt.dmatrix("K"), pt.dvector("theta"), pt.dvector("hyper")
+    y = np.digitize(X_SMALL[:, 0] + 0.3 * rng.normal(size=12), theta[:2] if lik_type is OrderedProbit else theta)
+    fns, ops_ = [], []
+    for linker in ("numba", "py"):
+        op = ApproxMarginalOp("ep", lik_type, hyper_names=(("log_amp", 1),))
+        out = op(K, th_in, y.astype(float), hyper)
+        fns.append(pytensor.function([K, th_in, hyper], [out[0], out[1], out[2], out[3], out[5]],
+                                     mode=pytensor.compile.mode.Mode(linker=linker)))
+        ops_.append(op)
+    walk = np.random.default_rng(8)
+    for step in range(6):
+        log_amp = 0.4 * walk.normal()
+        th = np.array(theta)
+        n_cut = len(theta) - (lik_type is OrderedProbit)
+        th[:n_cut] += 0.1 * walk.normal(size=n_cut)  # stays ordered: gaps of 0.8 and more
+        args = (np.exp(log_amp) * K_SMALL, th, np.array([log_amp]))
+        got, want = fns[0](*args), fns[1](*args)
+        assert int(got[4]) == int(want[4]) == 0
+        for a, b in zip(got[:4], want[:4]):
+            np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-10 * np.abs(b).max(initial=1.0))
+    (key,) = ops_[0]._shared["compiled"]
+    assert ops_[0]._counts["evaluations"] == 0 and thread_state.evaluations(key) == 6
+    unordered = np.array(theta)
+    unordered[[0, 1]] = unordered[[1, 0]]
+    for fn in fns:
+        out = fn(K_SMALL, unordered, np.array([0.0]))
+        assert out[0] == -np.inf and int(out[4]) == 2 and np.all(out[1] == 0.0) and np.all(out[2] == 0.0)

@@ -14,6 +14,12 @@ value at the fixed point (``ep.py`` and ``laplace._gradient`` derive it), never
 automatic differentiation through the EP or Newton loop. ``jax.jit``, ``jax.vmap``
 (vectorised chains) and ``jax.grad`` all apply.
 
+``kind`` is a likelihood of ``backends.jax.likelihoods``: a binary one (labels -1/+1, any
+label above 0 counting as +1) or an ordinal one (labels 0..K-1, theta the K-1 cutpoints and,
+for the ordered probit, sigma; the gradient in each of them is the sum of the sites'
+derivatives in their two cutpoints and sigma, ``likelihoods.tilted_dparams`` /
+``log_lik_dparams``).
+
 Loops are ``lax.while_loop`` with a sweep limit:
 
 * **EP**, parallel updates (all sites from one posterior, then one Cholesky of
@@ -191,7 +197,7 @@ def ep_solve(K, th, y, *, kind, tol=1e-8, max_sweeps=300, damping=1.0, memory=AN
     log_z = _ep_log_z(F["half_logdet"], s["tau"], s["nu"], u)
     R = S.R(F)
     dK = 0.5 * (jnp.outer(u["b"], u["b"]) - R)
-    dth = jnp.sum(u["tilted"][3:4], axis=1)[: th.shape[0]]
+    dth = jnp.sum(lik.tilted_dparams(kind, y, th, u["tilted"]), axis=0)
     converged = u["change"] < tol
     return _finish(log_z, dK, dth, u["tilted"][0], s["sweeps"], converged, s["failed"], th, kind,
                    extra={"a": u["b"], "R": R, "mean": u["mean"], "var": u["var"]})
@@ -218,8 +224,8 @@ def laplace_solve(K, th, y, *, kind, tol=1e-10, max_iter=100):
     dK = 0.5 * jnp.outer(a, a) - 0.5 * R + 0.5 * (jnp.outer(u, a) + jnp.outer(a, u))
     Ks2 = K @ s2
     sigma_s2 = Ks2 - K @ (R @ Ks2)
-    p = th.shape[0]
-    dth = jnp.sum(out[4:4 + p], axis=1) + 0.5 * out[6:6 + p] @ var + out[5:5 + p] @ sigma_s2
+    lp_th, d1_th, d2_th = lik.log_lik_dparams(kind, y, th, out)
+    dth = jnp.sum(lp_th, axis=0) + 0.5 * var @ d2_th + sigma_s2 @ d1_th
     loo = laplace_loo(kind, y, th, f, var, w, out[1], jnp.diag(K))
     return _finish(log_z, dK, dth, loo, s["it"], s["converged"], ~_factor_ok(F), th, kind,
                    extra={"a": a, "R": R, "mean": f, "var": var})
@@ -249,7 +255,7 @@ def marginal_fn(approximation, kind, **options):
     solve = solver(approximation, kind, **options)
 
     def outputs(K, th, y):
-        r = solve(K, th, _signed(y))
+        r = solve(K, th, lik.labels(kind, y))
         return r["log_z"], r["dK"], r["dth"], r["loo"], r["n_iter"], r["status"]
 
     @jax.custom_vjp
@@ -275,7 +281,7 @@ def predictive_fn(approximation, kind, full_cov=False, **options):
     solve = solver(approximation, kind, **options)
 
     def predict(K, th, y, K_cross, K_star):
-        r = solve(K, th, _signed(y))
+        r = solve(K, th, lik.labels(kind, y))
         mean = K_cross.T @ r["a"]
         RKc = r["R"] @ K_cross
         if full_cov:

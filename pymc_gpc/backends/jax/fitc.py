@@ -27,8 +27,8 @@ K_uu: symmetrised, and factorised with the smallest jitter of 0, 1e-10, ..., 1e-
 mean diagonal that gives a finite factor (``structures.fitc._chol_with_jitter``); the
 gradient is that of K_uu + jitter I. None: status 2.
 
-Failure semantics as ``engine``: status 0 converged, 1 not converged (value used), 2
-failed (-inf, zero gradient, loo -inf). EP's retry differs from the numba Op's (damping
+Likelihoods (binary and ordinal) and failure semantics as ``engine``: status 0 converged,
+1 not converged (value used), 2 failed (-inf, zero gradient, loo -inf). EP's retry differs from the numba Op's (damping
 0.5 then 0.25): one damped phase from zero sites (damping 0.5, twice the sweeps), as the
 dense engine.
 
@@ -47,7 +47,7 @@ from jax.scipy.linalg import cho_solve, solve_triangular
 from ...approximations import registry
 from . import likelihoods as lik
 from .common import (bind_solver, ANDERSON_MEMORY, _MIN_RELATIVE_VAR, STATUS_FAILED, _ep_log_z, _factor_ok, _finish,
-                     _signed, ep_fixed_point, laplace_loo, newton_mode)
+                     ep_fixed_point, laplace_loo, newton_mode)
 
 jax.config.update("jax_enable_x64", True)
 
@@ -173,7 +173,7 @@ def ep_solve(Kuu, Kuf, k_diag, th, y, *, kind, tol=1e-8, max_sweeps=300, damping
     u, F = s["u"], s["F"]
     log_z = _ep_log_z(F["half_logdet"], s["tau"], s["nu"], u)
     dK = _kernel_gradient(pullback, S, F, [(u["b"], u["b"], 0.5)], -0.5)
-    dth = jnp.sum(u["tilted"][3:4], axis=1)[: th.shape[0]]
+    dth = jnp.sum(lik.tilted_dparams(kind, y, th, u["tilted"]), axis=0)
     converged = u["change"] < tol
     return _finish(log_z, tuple(dK), dth, u["tilted"][0], s["sweeps"], converged, s["failed"], th, kind,
                    extra={"a": u["b"], "L_uu": L, "S": S, "F": F, "tau": s["tau"], "nu": s["nu"]})
@@ -194,8 +194,8 @@ def laplace_solve(Kuu, Kuf, k_diag, th, y, *, kind, tol=1e-10, max_iter=100, con
     u = s2 - S.R_times(F, S.matvec(s2))
     dK = _kernel_gradient(pullback, S, F, [(a, a, 0.5), (u, a, 1.0)], -0.5)
     sigma_s2 = S.sigma_times(F, s2)
-    p = th.shape[0]
-    dth = jnp.sum(out[4:4 + p], axis=1) + 0.5 * out[6:6 + p] @ var + out[5:5 + p] @ sigma_s2
+    lp_th, d1_th, d2_th = lik.log_lik_dparams(kind, y, th, out)
+    dth = jnp.sum(lp_th, axis=0) + 0.5 * var @ d2_th + sigma_s2 @ d1_th
     loo = laplace_loo(kind, y, th, f, var, w, out[1], S.diag)
     return _finish(log_z, tuple(dK), dth, loo, s["it"], s["converged"], ~_factor_ok(F), th, kind,
                    extra={"a": a, "L_uu": L, "S": S, "F": F})
@@ -220,7 +220,7 @@ def marginal_fn(approximation, kind, constrain=None, **options):
     solve = solver(approximation, kind, constrain, **options)
 
     def outputs(Kuu, Kuf, k_diag, th, y):
-        r = solve(Kuu, Kuf, k_diag, th, _signed(y))
+        r = solve(Kuu, Kuf, k_diag, th, lik.labels(kind, y))
         return (r["log_z"], *r["dK"], r["dth"], r["loo"], r["n_iter"], r["status"])
 
     @jax.custom_vjp
@@ -247,7 +247,7 @@ def predictive_fn(approximation, kind, full_cov=False, constrain=None, **options
     solve = solver(approximation, kind, constrain, **options)
 
     def predict(Kuu, Kuf, k_diag, th, y, Kus, K_star):
-        r = solve(Kuu, Kuf, k_diag, th, _signed(y))
+        r = solve(Kuu, Kuf, k_diag, th, lik.labels(kind, y))
         S, F = r["S"], r["F"]
         Vs = solve_triangular(r["L_uu"], Kus, lower=True)
         mean = Vs.T @ (S.V @ r["a"])

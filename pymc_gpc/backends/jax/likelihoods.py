@@ -9,11 +9,17 @@ engine runs where PyMC is not installed (an accelerator machine).
     EP: rows log Z_i, d/dmu, d^2/dmu^2, d/dtheta at the cavities N(mu_i, s2_i).
 ``log_lik(kind, y, f, th)``
     Laplace: log p(y_i | f_i), d1, d2, d3 in f, and d/dtheta of (log p, d1, d2).
+``tilted_dparams(kind, y, th, t)``, ``log_lik_dparams(kind, y, th, out)``
+    The parameter derivatives of those rows as (n, p) arrays (one row for the binary
+    kinds; the ordinal kinds' site-local derivatives scattered into th, ``ordinal_scatter``).
 ``params_valid(kind, th)``
-    Whether the likelihood parameter is in range (ProbitNoise: sigma > 0; StepLabelNoise:
-    0 <= epsilon < 0.5); out of range, the engine returns -inf with status "failed".
+    Whether the likelihood parameters are in range (ProbitNoise: sigma > 0; StepLabelNoise:
+    0 <= epsilon < 0.5; the ordinal kinds: cutpoints strictly increasing, sigma > 0); out of
+    range, the engine returns -inf with status "failed".
+``labels(kind, y)``
+    The labels as the kernels take them: -1/+1 for the binary kinds, 0..K-1 for the ordinal.
 
-``kind`` is the integer of ``binary.py`` (PROBIT ... LOGISTIC), a static Python value.
+``kind`` is the integer of ``binary.py`` (PROBIT ... ORDERED_LOGIT), a static Python value.
 The logistic tilted moments use the trapezoidal rule of ``binary._logistic_tilted`` with a
 fixed number of nodes (JAX needs static shapes): ``_LOGISTIC_HALF_NODES`` on each side of
 the mode over +-9 cavity sd, i.e. a step h = 0.045 s, at most the numba kernel's
@@ -27,8 +33,10 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.special import log_ndtr
 
-PROBIT, PROBIT_BIAS, PROBIT_NOISE, STEP_LABEL_NOISE, LOGISTIC = range(5)  # as binary.py
-SUPPORTS_LAPLACE = {PROBIT: True, PROBIT_BIAS: True, PROBIT_NOISE: True, STEP_LABEL_NOISE: False, LOGISTIC: True}
+PROBIT, PROBIT_BIAS, PROBIT_NOISE, STEP_LABEL_NOISE, LOGISTIC, ORDERED_PROBIT, ORDERED_LOGIT = range(7)  # as binary.py
+ORDINAL = (ORDERED_PROBIT, ORDERED_LOGIT)
+SUPPORTS_LAPLACE = {PROBIT: True, PROBIT_BIAS: True, PROBIT_NOISE: True, STEP_LABEL_NOISE: False, LOGISTIC: True,
+                    ORDERED_PROBIT: True, ORDERED_LOGIT: True}
 
 _LOG_2PI = math.log(2.0 * math.pi)
 _LOGISTIC_HALF_NODES = 200
@@ -135,7 +143,11 @@ def _logistic_tilted(y, mu, s2):
 
 
 def tilted(kind, y, mu, s2, th):
-    """EP tilted moments of likelihood ``kind`` at all sites: a (4, n) array (``binary.tilted_map``)."""
+    """EP tilted moments of likelihood ``kind`` at all sites: rows log Z, d/dmu, d^2/dmu^2,
+    then the parameter rows ``tilted_dparams`` reads: a (4, n) array (``binary.tilted_map``),
+    (6, n) for the ordinal kinds (``ordinal_tilted``)."""
+    if kind in ORDINAL:
+        return ordinal_tilted(kind, y, mu, s2, th)
     zero = jnp.zeros_like(mu)
     if kind == PROBIT:
         lz, d1, d2, _, _ = _probit_family_tilted(y, mu, s2, 0.0, 1.0)
@@ -157,7 +169,10 @@ def tilted(kind, y, mu, s2, th):
 
 def log_lik(kind, y, f, th):
     """log p(y|f), its f-derivatives to third order and theta-derivatives: a (7, n) array
-    (``binary.log_lik_map``)."""
+    (``binary.log_lik_map``), (13, n) for the ordinal kinds (``ordinal_log_lik``); rows 0-3
+    are log p, d1, d2, d3 for every kind, the rest are read by ``log_lik_dparams``."""
+    if kind in ORDINAL:
+        return ordinal_log_lik(kind, y, f, th)
     zero = jnp.zeros_like(f)
     if kind == PROBIT:
         lp, d1, d2, d3, _, _, _ = _probit_family_log_lik(y, f, 0.0, 1.0)
@@ -176,24 +191,53 @@ def log_lik(kind, y, f, th):
 
 
 def params_valid(kind, th):
-    """Whether the parameter vector ``th`` is in the likelihood's range (a traced bool)."""
+    """Whether the parameter vector ``th`` is in the likelihood's range (a traced bool):
+    ``Likelihood.check_params`` as a yes / no (``OrdinalLikelihood.check_params``: at least
+    one cutpoint, strictly increasing, sigma > 0)."""
     ok = jnp.all(jnp.isfinite(th))
     if kind == PROBIT_NOISE:
         ok = ok & (th[0] > 0.0)
     elif kind == STEP_LABEL_NOISE:
         ok = ok & (th[0] >= 0.0) & (th[0] < 0.5)
+    elif kind in ORDINAL:
+        n_cut = th.shape[0] - (0 if kind == ORDERED_LOGIT else 1)
+        if n_cut < 1:
+            return jnp.asarray(False)
+        ok = ok & jnp.all(jnp.diff(th[:n_cut]) > 0.0)
+        if kind == ORDERED_PROBIT:
+            ok = ok & (th[n_cut] > 0.0)
     return ok
+
+
+def labels(kind, y):
+    """The labels as the kernels take them: -1/+1 (values above 0 are +1) for the binary
+    kinds, the class codes 0..K-1 as floats for the ordinal ones."""
+    if kind in ORDINAL:
+        return jnp.asarray(y, jnp.float64)
+    return jnp.where(y > 0, 1.0, -1.0).astype(jnp.float64)
+
+
+def tilted_dparams(kind, y, th, t):
+    """d log Z_i / d th at the cavities of ``tilted``'s rows ``t``: an (n, p) array."""
+    if kind in ORDINAL:
+        return ordinal_scatter(kind, y, th, t[3], t[4], t[5])
+    return jnp.broadcast_to(t[3][:, None], (t.shape[1], th.shape[0]))  # p is 0 or 1
+
+
+def log_lik_dparams(kind, y, th, out):
+    """d/d th of (log p, d1, d2) at each site from ``log_lik``'s rows ``out``: three (n, p) arrays."""
+    if kind in ORDINAL:
+        return tuple(ordinal_scatter(kind, y, th, out[4 + 3 * j], out[5 + 3 * j], out[6 + 3 * j]) for j in range(3))
+    return tuple(jnp.broadcast_to(out[4 + j][:, None], (out.shape[1], th.shape[0])) for j in range(3))
 
 
 # ---------------------------------------------------------------------------------
 # Ordinal likelihoods (``likelihoods/ordinal.py``): site-local rows
 # ---------------------------------------------------------------------------------
 # The same formulas as the numba kernels, as (rows, n) arrays: the derivatives in each
-# site's upper and lower cutpoint and in sigma (``ordinal_scatter`` sums them into the
-# parameter vector). The engine's dispatch (``tilted`` / ``log_lik`` above) carries one
-# parameter row, so these are not among its kinds.
+# site's upper and lower cutpoint and in sigma (``ordinal_scatter`` places them in the
+# parameter vector; ``tilted_dparams`` / ``log_lik_dparams`` above call it).
 
-ORDERED_PROBIT, ORDERED_LOGIT = 5, 6  # as binary.py
 _ORDINAL_HALF_NODES = 200
 
 
@@ -216,11 +260,14 @@ def _ordinal_bounds(kind, y, th):
     return n_cut, scale, has_hi, b_hi, has_lo, b_lo, valid
 
 
-def _probit_two_sided(u1, u2):
+def _probit_two_sided(u1, u2, two_sided):
+    """``binary._probit_two_sided``: log(Phi(u1) - Phi(u2)), N(u1) / D, N(u2) / D; where
+    ``two_sided`` is False, log Phi(u1), N(u1) / Phi(u1) and 0."""
     lp1 = log_ndtr(u1)
-    delta = jnp.minimum(log_ndtr(u2) - lp1, 0.0)
+    delta = jnp.where(two_sided, jnp.minimum(log_ndtr(u2) - lp1, 0.0), -jnp.inf)
     em = -jnp.expm1(delta)
-    return lp1 + jnp.log(em), inv_mills(u1) / em, inv_mills(u2) * jnp.exp(delta) / em
+    r2 = jnp.where(two_sided, inv_mills(u2) * jnp.exp(delta) / em, 0.0)
+    return lp1 + jnp.log(em), inv_mills(u1) / em, r2
 
 
 def _interval_partials(logit, u1, has1, u2, has2):
@@ -234,12 +281,17 @@ def _interval_partials(logit, u1, has1, u2, has2):
         s1, s2 = jax.nn.sigmoid(u1), jax.nn.sigmoid(u2)
         rb1, rb2, rc1, rc2 = 1.0 - 2.0 * s1, 1.0 - 2.0 * s2, 1.0 - 6.0 * s1 * (1 - s1), 1.0 - 6.0 * s2 * (1 - s2)
     else:
-        reflect = u1 + u2 > 0.0
-        ld_r, lo_r, hi_r = _probit_two_sided(-u2, -u1)
-        ld_d, a1_d, a2_d = _probit_two_sided(u1, u2)
-        g = jnp.where(has1 & has2, jnp.where(reflect, ld_r, ld_d), jnp.where(has1, log_ndtr(u1), log_ndtr(-u2)))
-        a1 = jnp.where(has2, jnp.where(reflect, hi_r, a1_d), inv_mills(u1))
-        a2 = jnp.where(has1, jnp.where(reflect, lo_r, a2_d), inv_mills(-u2))
+        # a two-sided interval in the upper tail is reflected: (u1, u2) -> (-u2, -u1), whose
+        # ratios come back swapped; a one-sided one is the two-sided rule with its missing
+        # bound's Phi at 0 (log Phi = -inf gives delta = -inf, em = 1)
+        reflect = has1 & has2 & (u1 + u2 > 0.0)
+        one_lo = ~has1  # only the lower bound: log Phi(-u2), ratio N(u2) / Phi(-u2)
+        v1 = jnp.where(reflect | one_lo, -u2, u1)
+        v2 = jnp.where(reflect, -u1, u2)
+        ld, r1, r2 = _probit_two_sided(v1, v2, has1 & has2)
+        g = ld
+        a1 = jnp.where(reflect, r2, jnp.where(one_lo, 0.0, r1))
+        a2 = jnp.where(reflect, r1, jnp.where(one_lo, r1, r2))
         rb1, rb2, rc1, rc2 = -u1, -u2, u1 * u1 - 1.0, u2 * u2 - 1.0
     a1, a2 = jnp.where(has1, a1, 0.0), jnp.where(has2, a2, 0.0)
     b1, c1, b2, c2 = a1 * rb1, a1 * rc1, a2 * rb2, a2 * rc2

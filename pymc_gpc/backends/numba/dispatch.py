@@ -2,7 +2,7 @@
 
 ``register_numba`` makes numba-compiled graphs (PyMC's default backend, nutpie) run the
 Ops' Python ``perform`` through an object-mode block keyed by a string, so that numba can
-cache the whole graph on disk; binary EP's evidence Op (``compiles_ep``) gets a compiled
+cache the whole graph on disk; binary and ordinal EP's evidence Op (``compiles_ep``) gets a compiled
 function instead (``compiled_ep``), which answers its common case without Python and falls
 back on the Op's Python path (``_fallback_ep``) for the rest. ``ops/__init__`` calls
 ``register_numba`` once, for ApproxMarginalOp and LatentPredictiveOp (their subclasses, FITC
@@ -18,10 +18,11 @@ import numpy as np
 from ..._numba_cache import cache_key
 from ...approximations.ep import EPState
 from ...likelihoods.binary import LIKELIHOODS
+from ...likelihoods.ordinal import ORDINAL_LIKELIHOODS
 from ...ops.marginal import ApproxMarginalOp, LatentPredictiveOp
 from . import thread_state
 
-# Whether binary EP's numba implementation is the compiled one (``compiled_ep``: no
+# Whether binary and ordinal EP's numba implementation is the compiled one (``compiled_ep``: no
 # Python, no GIL per evaluation) rather than the object-mode call of ``perform``; read when
 # a graph is compiled (environment variable PYMC_GPC_COMPILED_EP=0 switches it off, or set
 # this). It is faster per evaluation than the object-mode Op, with one thread and
@@ -32,10 +33,11 @@ COMPILED_EP = os.environ.get("PYMC_GPC_COMPILED_EP", "1") == "1"
 
 def compiles_ep(op):
     """Whether the numba implementation runs ``op``'s common case compiled (``compiled_ep``):
-    where ``COMPILED_EP`` is set, binary EP with the default schedule and one of the
-    package's likelihoods."""
+    where ``COMPILED_EP`` is set, dense EP with the default schedule and one of the
+    package's binary or ordinal likelihoods (one latent value per site)."""
     return (COMPILED_EP and type(op) is ApproxMarginalOp and op.approximation == "ep"
-            and op.likelihood_type in LIKELIHOODS and dict(op.options).keys() <= {"tol", "max_sweeps"})
+            and op.likelihood_type in LIKELIHOODS + ORDINAL_LIKELIHOODS
+            and dict(op.options).keys() <= {"tol", "max_sweeps"})
 
 # Ops whose numba implementation has been built in this process, by cache key
 # (``_numba_key``), held weakly; the compiled graph names its Op by that key. Equal Ops
@@ -132,7 +134,7 @@ def register_numba(op_types=None):
     then come from the cache from the second ``pm.sample`` on
     (``benchmarks/results/engine_notes.md``, "Numba compilation").
 
-    An Op for which ``compiles_ep`` holds (binary EP, by default) gets
+    An Op for which ``compiles_ep`` holds (binary or ordinal EP, by default) gets
     ``_compiled_ep_function`` instead: its common case runs without Python
     (``compiled_ep``), the rest through ``_fallback_ep``.
     """
