@@ -16,8 +16,9 @@ Registered here:
 * ``LatentPredictiveOp`` (prediction, ``conditional``).
 * ``SparseMarginalOp`` and ``SparsePredictiveOp`` (FITC, ``backends/jax/fitc.py``), with
   the training points split over a device mesh inside ``sharding.shard_rows()``.
-* Multi-class Ops raise ``registry.UnsupportedCombinationError`` (a ``NotImplementedError``
-  and a ``ValueError``) saying that they run on the numba backend.
+* The multi-class Ops (dense and FITC) are registered in ``multiclass.py`` and
+  ``multiclass_fitc.py``; a structure the registry does not list for JAX raises
+  ``registry.UnsupportedCombinationError`` (a ``NotImplementedError`` and a ``ValueError``).
 * ``training_check.TrainingValuesCheck`` (a training ``pm.Data`` container in a predictive
   graph): the identity, since a traced value cannot be compared in Python; ``predict`` and
   ``conditional`` check the container's value when they are called.
@@ -56,9 +57,8 @@ def _options(op, sampling):
 
 
 def _check_supported(op):
-    """The registry's ``check_backend``: the multi-class Ops have no JAX implementation
-    yet, nor mean field and ADF (``UnsupportedCombinationError``, a NotImplementedError
-    naming what works)."""
+    """The registry's ``check_backend``: mean field and ADF have no JAX implementation
+    (``UnsupportedCombinationError``, a NotImplementedError naming what works)."""
     registry.check_backend(op.approximation, structure_of_op(op).name, "jax", type(op).__name__)
 
 
