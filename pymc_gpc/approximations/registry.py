@@ -146,9 +146,7 @@ APPROXIMATIONS = {a.name: a for a in (
         _frozen(**{"dense-multiclass": nested_ep_retries, "fitc-multiclass": nested_ep_retries}),
         # nested EP's tol is on the inner site parameters; its log Z converges more slowly in
         # the site change than binary EP's (engine_notes.md, "Sampler tolerances")
-        sampling_defaults=_frozen(tol=1e-4, rough_gradient=True),
-        # fit's coarse first L-BFGS-B run and predictions over draws (multiclass_gold.md, "profile-fit")
-        prediction_defaults=_frozen(tol=1e-4), backends=("numba", "jax")),
+        sampling_defaults=_frozen(tol=1e-4, rough_gradient=True), backends=("numba", "jax")),
 )}
 
 

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .tables import Split, columns as _columns, read_csv as _read_csv, standardise as _standardise  # noqa: F401
+from .tables import Labelled, Split, columns as _columns, read_csv as _read_csv, standardise as _standardise  # noqa: F401
 from .large_binary import FLIGHTS_FEATURES, load_flights  # noqa: F401
 from .ordinal import (ORDINAL_DATASETS, OrdinalData, OrdinalSplit, equal_frequency_bins, equal_length_bins,  # noqa: F401
                       load_ordinal, ordinal_split, ordinal_splits)
@@ -95,14 +95,6 @@ def load_default(standardise=True, n_test=2000, seed=0):
         mean, sd = Xtr.mean(axis=0), Xtr.std(axis=0)
         Xtr, Xte = (Xtr - mean) / sd, (Xte - mean) / sd
     return Split("default", Xtr, y[train], Xte, y[test], DEFAULT_FEATURES)
-@dataclass
-class Labelled:
-    """A whole data set with class labels (for cross-validation): X (n, d), y (n,) labels."""
-
-    name: str
-    X: np.ndarray
-    y: np.ndarray
-    feature_names: tuple
 
 
 def load_fgl():

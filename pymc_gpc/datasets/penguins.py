@@ -14,7 +14,7 @@ returns the measurements unstandardised (standardise on the training part of a s
 
 import numpy as np
 
-from .tables import read_csv
+from .tables import Labelled, read_csv
 
 PENGUINS_FEATURES = ("bill_length_mm", "bill_depth_mm", "flipper_length_mm", "body_mass_g")
 PENGUINS_CLASSES = ("Adelie", "Chinstrap", "Gentoo")
@@ -36,8 +36,6 @@ def load_penguins():
         ``X`` (342, 4) bill length, bill depth, flipper length (mm) and body mass (g);
         ``y`` the species names; ``feature_names``.
     """
-    from . import Labelled
-
     header, rows = read_csv("penguins.csv")
     idx = [header.index(name) for name in PENGUINS_FEATURES]
     kept = [r for r in rows if all(r[i] != "NA" for i in idx)]

@@ -10,6 +10,16 @@ DATA_PACKAGE = "pymc_gpc.datasets"
 
 
 @dataclass
+class Labelled:
+    """A whole data set with class labels (for cross-validation): X (n, d), y (n,) labels."""
+
+    name: str
+    X: np.ndarray
+    y: np.ndarray
+    feature_names: tuple
+
+
+@dataclass
 class Split:
     """A train/test split with labels in {-1, +1}."""
 
