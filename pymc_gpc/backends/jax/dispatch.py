@@ -56,7 +56,7 @@ def _options(op, sampling):
     return options
 
 
-def _check_supported(op):
+def check_supported(op):
     """The registry's ``check_backend``: mean field and ADF have no JAX implementation
     (``UnsupportedCombinationError``, a NotImplementedError naming what works)."""
     registry.check_backend(op.approximation, structure_of_op(op).name, "jax", type(op).__name__)
@@ -64,7 +64,7 @@ def _check_supported(op):
 
 @jax_funcify.register(ApproxMarginalOp)
 def jax_funcify_ApproxMarginalOp(op, node=None, **kwargs):
-    _check_supported(op)
+    check_supported(op)
     marginal = jax_engine.marginal_fn(op.approximation, op.likelihood.kind, **_options(op, sampling=op.sampling))
 
     def approx_marginal(K, params, y, hyper=None):
@@ -75,7 +75,7 @@ def jax_funcify_ApproxMarginalOp(op, node=None, **kwargs):
 
 @jax_funcify.register(LatentPredictiveOp)
 def jax_funcify_LatentPredictiveOp(op, node=None, **kwargs):
-    _check_supported(op)
+    check_supported(op)
     predict = jax_engine.predictive_fn(op.approximation, op.likelihood.kind, op.full_cov, **_options(op, sampling=False))
 
     def latent_predictive(K, params, y, K_cross, K_star):
@@ -86,7 +86,7 @@ def jax_funcify_LatentPredictiveOp(op, node=None, **kwargs):
 
 @jax_funcify.register(SparseMarginalOp)
 def jax_funcify_SparseMarginalOp(op, node=None, **kwargs):
-    _check_supported(op)
+    check_supported(op)
     marginal = jax_fitc.marginal_fn(op.approximation, op.likelihood.kind, constrain=sharding.active_constraint(),
                                     **_options(op, sampling=op.sampling))
 
@@ -98,7 +98,7 @@ def jax_funcify_SparseMarginalOp(op, node=None, **kwargs):
 
 @jax_funcify.register(SparsePredictiveOp)
 def jax_funcify_SparsePredictiveOp(op, node=None, **kwargs):
-    _check_supported(op)
+    check_supported(op)
     predict = jax_fitc.predictive_fn(op.approximation, op.likelihood.kind, op.full_cov,
                                      constrain=sharding.active_constraint(), **_options(op, sampling=False))
 

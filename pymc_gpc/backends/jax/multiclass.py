@@ -49,8 +49,7 @@ from ...approximations import registry
 from ...approximations.softmax_laplace import LOO_DRAWS
 from ...likelihoods.multiclass import _standard_draws
 from ...ops.multiclass import MulticlassMarginalOp, MulticlassPredictiveOp
-from ...structures.select import structure_of_op
-from . import dispatch  # noqa: F401  (the binary Ops' registrations: registration imports this module)
+from .dispatch import check_supported  # importing dispatch also registers the binary Ops
 from .engine import (
     ANDERSON_MEMORY,
     STATUS_CONVERGED,
@@ -623,12 +622,6 @@ def predictive_fn(approximation, full_cov=False, **options):
 # ---------------------------------------------------------------------------------
 # Registration (imported by ``registration`` once PyTensor's JAX dispatch is loaded)
 # ---------------------------------------------------------------------------------
-
-
-def check_supported(op):
-    """The registry's ``check_backend`` for the Op's approximation and prior structure
-    (``UnsupportedCombinationError`` for a combination the JAX backend does not run)."""
-    registry.check_backend(op.approximation, structure_of_op(op).name, "jax", type(op).__name__)
 
 
 def op_options(op, sampling):
