@@ -50,12 +50,18 @@ import numpy as np
 
 OUT = pathlib.Path(__file__).parent / "results" / "svgp.md"
 # what --one runs: FITC EP / Laplace MAP-II, EP with one L-BFGS-B run, EP with Xu learned, SVGP
-KINDS = ("ep", "laplace", "ep-single", "ep-learn", "laplace-learn", "svgp")
+KINDS = ("ep", "laplace", "ep-single", "ep-learn", "laplace-learn", "ep-linear", "ep-matern52", "ep-matern52-linear",
+         "svgp", "svgp-decay")
+# the kinds' model variants: ard_classifier's kernel= and linear= (``ard_classifier``)
+KERNEL_OPTIONS = {"linear": {"linear": True}, "matern52": {"kernel": "matern52"},
+                  "matern52-linear": {"kernel": "matern52", "linear": True}}
 # the heading of the results file's profile section (from ``--profile``), kept when the comparison is rewritten
 PROFILE_HEADING = "## Where the time goes"
 N_TRAIN, N_TEST, SEED = 50_000, 10_000, 0
 BATCH = 1024
 PATIENCE, PLATEAU_TOL = 10, 5e-4
+# SVGP's optional step-size decay (``svgp-decay``): torch's ReduceLROnPlateau on the training loss
+DECAY_FACTOR, DECAY_PATIENCE, DECAY_STEPS = 0.3, 5, 2
 # L-BFGS-B iterations allowed to the fit with the inducing inputs learned (1,200 more free values:
 # run to convergence it would take several times the fixed inputs' fit)
 LEARN_MAXITER = 120
@@ -83,11 +89,12 @@ def _inducing(m, xu_file):
     return Xu, time.process_time() - c0, time.perf_counter() - t0
 
 
-def run_package(approximation, m, single_stage=False, xu_file=None, learn=False):
+def run_package(approximation, m, single_stage=False, xu_file=None, learn=False, kernel_options=None):
     """One FITC MAP-II fit: its time, test metrics, optimiser counts and curve.
 
     ``single_stage``: without the coarse first L-BFGS-B run (``estimation.type2._coarse_stage``);
-    ``learn``: the inducing inputs optimised too (``ard_classifier(learn_inducing=True)``).
+    ``learn``: the inducing inputs optimised too (``ard_classifier(learn_inducing=True)``);
+    ``kernel_options``: ``ard_classifier``'s ``kernel`` and ``linear`` (``KERNEL_OPTIONS``).
     The curve: ``CURVE_POINTS`` evenly spaced L-BFGS-B iterates are kept with the
     CPU and wall time when they were reached (the clock includes only the fit), and their
     test metrics are computed after the fit, outside the timed region."""
@@ -102,7 +109,7 @@ def run_package(approximation, m, single_stage=False, xu_file=None, learn=False)
     Xu, km_cpu, km_wall = _inducing(m, xu_file)
     t0, c0 = time.perf_counter(), time.process_time()
     model, gp = ard_classifier(data.X_train, data.y_train, approximation=approximation, inducing=Xu,
-                               learn_inducing=learn, feature_names=data.feature_names)
+                               learn_inducing=learn, feature_names=data.feature_names, **(kernel_options or {}))
     iterates = []
 
     def record(point, objective, log_evidence):
@@ -112,9 +119,9 @@ def run_package(approximation, m, single_stage=False, xu_file=None, learn=False)
     result = type2.maximise(model, start_point(model, None), "map", LEARN_MAXITER if learn else 500, 1e-9, False,
                             callback=record)
     fit_time, fit_cpu = time.perf_counter() - t0 + km_wall, time.process_time() - c0 + km_cpu
-    t1 = time.perf_counter()
+    t1, c1 = time.perf_counter(), time.process_time()
     p = gp.predict(data.X_test, point=result.point, model=model)
-    predict_time = time.perf_counter() - t1
+    predict_time, predict_cpu = time.perf_counter() - t1, time.process_time() - c1
     metrics = classification_metrics(p, data.y_test)
     curve = []
     kept = set(np.unique(np.linspace(0, len(iterates) - 1, CURVE_POINTS).round().astype(int)).tolist())
@@ -127,14 +134,20 @@ def run_package(approximation, m, single_stage=False, xu_file=None, learn=False)
     curve.append((result.n_iter, fit_time, metrics["mean_log_pred"], metrics["error_rate"], fit_cpu))
     name = f"FITC {approximation.upper() if approximation == 'ep' else approximation.title()} MAP-II"
     name += ", Xu learned" if learn else ""
+    name += "".join(f", {k} {v}" for k, v in (kernel_options or {}).items())
     return {"method": name + (", one L-BFGS-B run (before)" if single_stage else ""),
-            "time": fit_time, "cpu": fit_cpu, "kmeans_cpu": km_cpu, "predict_time": predict_time,
+            "time": fit_time, "cpu": fit_cpu, "kmeans_cpu": km_cpu, "predict_time": predict_time, "predict_cpu": predict_cpu,
             "log_p": metrics["mean_log_pred"], "error_rate": metrics["error_rate"], "n_iter": result.n_iter,
             "converged": result.converged, "log_evidence": result.log_evidence, "curve": curve}
 
 
-def run_svgp(m, lr, max_epochs, xu_file=None):
-    """SVGP trained epoch by epoch: [(epoch, wall time, test log p, test error rate)]."""
+def run_svgp(m, lr, max_epochs, xu_file=None, decay=False):
+    """SVGP trained epoch by epoch: [(epoch, wall time, test log p, test error rate)].
+
+    ``decay``: torch's ``ReduceLROnPlateau`` on the epoch's mean training loss (the negative
+    ELBO per batch; factor ``DECAY_FACTOR``, patience ``DECAY_PATIENCE`` epochs), so that Adam's
+    step size is not what ends the descent; the test-set plateau still stops training, counted
+    only after the step size has been reduced ``DECAY_STEPS`` times."""
     import gpytorch
     import pymc as pm
     import torch
@@ -171,23 +184,30 @@ def run_svgp(m, lr, max_epochs, xu_file=None):
     model.train(), likelihood.train()
     elbo = gpytorch.mlls.VariationalELBO(likelihood, model, num_data=len(y))
     optimiser = torch.optim.Adam([*model.parameters(), *likelihood.parameters()], lr=lr)
+    scheduler = (torch.optim.lr_scheduler.ReduceLROnPlateau(optimiser, factor=DECAY_FACTOR, patience=DECAY_PATIENCE)
+                 if decay else None)
     generator = torch.Generator().manual_seed(SEED)
     wall, cpu, curve, best, since = time.perf_counter() - t0, time.process_time() - c0, [], -np.inf, 0
     for epoch in range(1, max_epochs + 1):
         t0, c0 = time.perf_counter(), time.process_time()
+        total = 0.0
         for idx in torch.randperm(len(y), generator=generator).split(BATCH):
             optimiser.zero_grad()
             loss = -elbo(model(X[idx]), y[idx])
             loss.backward()
             optimiser.step()
+            total += float(loss)
+        if scheduler is not None:
+            scheduler.step(total)
         wall, cpu = wall + time.perf_counter() - t0, cpu + time.process_time() - c0
         log_p, err = test_metrics(model, likelihood)
         curve.append((epoch, wall, log_p, err, cpu))
-        print("epoch", json.dumps(curve[-1]), file=sys.stderr, flush=True)
+        print("epoch", json.dumps(curve[-1] + (optimiser.param_groups[0]["lr"],)), file=sys.stderr, flush=True)
         best, since = (log_p, 0) if log_p > best + PLATEAU_TOL else (max(best, log_p), since + 1)
-        if since >= PATIENCE:
+        decayed = scheduler is None or optimiser.param_groups[0]["lr"] <= lr * DECAY_FACTOR ** DECAY_STEPS * 1.0001
+        if since >= PATIENCE and decayed:
             break
-    return {"method": "SVGP (GPyTorch)", "curve": curve, "lr": lr}
+    return {"method": "SVGP (GPyTorch)" + (", lr decayed" if decay else ""), "curve": curve, "lr": lr}
 
 
 def profile(approximation, m):
@@ -229,17 +249,22 @@ def profile(approximation, m):
     stats.sort_stats("tottime").print_stats(25)
 
 
-def evaluation_cost(m, repeats=3):
+def evaluation_cost(m, repeats=3, learn=False, profile_file=""):
     """CPU per evaluation of the MAP-II objective and its gradient (``Objective.evidence_and_grad``)
     at ``repeats`` points near the start, warm-started from the one before, and the ARD kernel
-    evaluations each takes; JSON on stdout. Inducing inputs: m training inputs drawn at random."""
+    evaluations each takes; JSON on stdout. Inducing inputs: m training inputs drawn at random;
+    ``learn``: as a free variable (``learn_inducing=True``); ``profile_file``: the timed
+    evaluations under cProfile, their statistics written there."""
+    import cProfile
+    import pstats
+
     from pymc_gpc import kernels
     from pymc_gpc.estimation.objective import objective_for, other_terms, ravel, start_point, unravel
     from pymc_gpc.models import ard_classifier
 
     data = _data()
     Xu = data.X_train[np.random.default_rng(0).choice(N_TRAIN, m, replace=False)]
-    model, _ = ard_classifier(data.X_train, data.y_train, inducing=Xu)
+    model, _ = ard_classifier(data.X_train, data.y_train, inducing=Xu, learn_inducing=learn)
     calls, perform = [0], kernels.ARDKernelOp.perform
 
     def counted(self, *args):
@@ -252,11 +277,19 @@ def evaluation_cost(m, repeats=3):
     x0 = ravel(start, objective.free)
     objective.evidence_and_grad(start)  # compiles, and the warm start of the first timed point
     rng, values = np.random.default_rng(1), []
+    profiler = cProfile.Profile() if profile_file else None
     c0, calls[0] = time.process_time(), 0
+    if profiler:
+        profiler.enable()
     for _ in range(repeats):
         value, _, grad = objective.evidence_and_grad(unravel(x0.data + 0.05 * rng.normal(size=x0.data.size), x0, start))
         values.append(value)
-    print(json.dumps({"cpu_per_evaluation": (time.process_time() - c0) / repeats,
+    cpu = (time.process_time() - c0) / repeats
+    if profiler:
+        profiler.disable()
+        with open(profile_file, "w") as out:
+            pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(30)
+    print(json.dumps({"cpu_per_evaluation": cpu, "learn_inducing": learn,
                       "ard_kernels_per_evaluation": calls[0] / repeats, "values": values}))
 
 
@@ -418,7 +451,7 @@ def _rows_from_log(path):
     for line in pathlib.Path(path).read_text().splitlines():
         kind, _, rest = line.partition(" ")
         if kind == "epoch":
-            epochs.append(tuple(json.loads(rest)))
+            epochs.append(tuple(json.loads(rest))[:5])
         elif kind in KINDS and rest.startswith("{"):
             rows.append(json.loads(rest))
     if epochs and not any(r["method"].startswith("SVGP") for r in rows):
@@ -439,15 +472,19 @@ def main():
     parser.add_argument("--warm-up", action="store_true", help="(internal) write numba's caches")
     parser.add_argument("--evaluation-cost", action="store_true",
                         help="CPU per evaluation of the objective and its gradient (JSON on stdout)")
+    parser.add_argument("--learn", action="store_true", help="--evaluation-cost with the inducing inputs learned")
+    parser.add_argument("--profile-file", default="", help="--evaluation-cost under cProfile, statistics written there")
     parser.add_argument("--xu", default="", help="(internal) the shared k-means inputs, an .npz file")
     parser.add_argument("--methods", default="ep,ep-learn,laplace,svgp")
     parser.add_argument("--concurrent", action="store_true",
                         help="run the methods of a repeat at the same time (a loaded machine: compare CPU times)")
     args = parser.parse_args()
     if args.one:
-        row = (run_svgp(args.m, args.lr, args.max_epochs, args.xu) if args.one == "svgp"
+        row = (run_svgp(args.m, args.lr, args.max_epochs, args.xu, args.one == "svgp-decay")
+               if args.one.startswith("svgp")
                else run_package(args.one.split("-")[0], args.m, args.one.endswith("-single"), args.xu,
-                                learn=args.one.endswith("-learn")))
+                                learn=args.one.endswith("-learn"),
+                                kernel_options=KERNEL_OPTIONS.get(args.one.partition("-")[2])))
         print(json.dumps(row))
         return
     if args.profile:
@@ -457,7 +494,7 @@ def main():
         warm_up()
         return
     if args.evaluation_cost:
-        evaluation_cost(args.m)
+        evaluation_cost(args.m, learn=args.learn, profile_file=args.profile_file)
         return
     if args.from_log:
         rows, load = _rows_from_log(args.from_log)

@@ -39,7 +39,7 @@ MULTICLASS_LIKELIHOODS = {"laplace": Softmax, "ep": MultinomialProbit}
 
 def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.0),
                    feature_names=None, bias=True, name="y", inducing=None, learn_inducing=False, per_class=None,
-                   levels=None, **solver_options):
+                   levels=None, kernel="se", linear=False, **solver_options):
     """Build ``pm.Model`` + GP with an ARD squared-exponential kernel, for two classes or more.
 
     Parameters
@@ -63,6 +63,12 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
     prior : (mean, sd) of the Normal prior on every log-hyperparameter.
     feature_names : names for the ``feature`` coordinate of ``log_w``.
     bias : include the constant term v1.
+    kernel : two classes only: "se" (the squared exponential above) or "matern52", the ARD
+        Matern 5/2 kernel v0 (1 + sqrt5 r + 5 r^2 / 3) exp(-sqrt5 r), r^2 = sum_m w_m (x_m - x'_m)^2
+        (Rasmussen & Williams 2006, eq. 4.17), with the same variables and priors.
+    linear : two classes only: add the ARD linear term sum_m a_m x_m x'_m (Rasmussen &
+        Williams 2006, eq. 4.19 with Sigma_p = diag(a)), log a_m ~ N(mean, sd) as ``log_a``
+        (dims ``"feature"``): a trend in each input besides the SE's local variation.
     inducing : None (the dense kernel), a number m of inducing inputs placed by k-means
         (``pm.gp.util.kmeans_inducing_points``, seeded), or an (m, d) array of them: the
         FITC prior (``approx="FITC"``, EP and Laplace only), O(n m^2) per evaluation.
@@ -131,6 +137,11 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
                              f"(multinomial probit), not {approximation!r}")
         likelihood = MULTICLASS_LIKELIHOODS[approximation]()
     likelihood = Probit() if likelihood is None else likelihood
+    several = isinstance(likelihood, MulticlassLikelihood) or (isinstance(likelihood, type)
+                                                               and issubclass(likelihood, OrdinalLikelihood))
+    if several and (kernel != "se" or linear):
+        raise ValueError("kernel= and linear= serve a binary likelihood; multi-class and ordinal models use "
+                         "the ARD squared exponential")
     if isinstance(likelihood, type) and issubclass(likelihood, OrdinalLikelihood):
         return _ordinal_classifier(X, y, likelihood, approximation, (mu, sd), names, bias, name, inducing,
                                    learn_inducing, levels, solver_options)
@@ -149,11 +160,10 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
     if per_class is not None:
         raise ValueError(f"per_class={per_class!r} serves multi-class likelihoods (Softmax, MultinomialProbit); "
                          f"{type(likelihood).__name__} has one latent function")
+    if kernel not in BINARY_KERNELS:
+        raise ValueError(f"kernel must be one of {BINARY_KERNELS}, got {kernel!r}")
     with pm.Model(coords={"feature": names}) as model:
-        log_w = pm.Normal("log_w", mu, sd, dims="feature")
-        log_v0 = pm.Normal("log_v0", mu, sd, initval=float(np.clip(LOG_V0_START, mu - sd, mu + sd)))  # see the docstring
-        v1 = pt.exp(pm.Normal("log_v1", mu, sd)) if bias else 0.0
-        cov = MixedARD(d, v0=pt.exp(log_v0), l=pt.exp(log_w), v1=v1)  # = v0 ExpQuad(ls=w^-1/2) + v1
+        cov = _binary_kernel(d, kernel, linear, bias, mu, sd)
         if inducing is None:
             gp = APPROXIMATIONS[approximation](cov_func=cov, likelihood=likelihood, **solver_options)
             gp.marginal_likelihood(name, X=X, y=y)
@@ -161,6 +171,27 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
             gp = APPROXIMATIONS[approximation](cov_func=cov, likelihood=likelihood, approx="FITC", **solver_options)
             gp.marginal_likelihood(name, X=X, y=y, Xu=_inducing_inputs(inducing, X, learn_inducing))
     return model, gp
+
+
+# ``ard_classifier``'s ``kernel=`` choices for one latent function
+BINARY_KERNELS = ("se", "matern52")
+
+
+def _binary_kernel(d, kernel, linear, bias, mu, sd):
+    """The binary model's covariance and its variables, in the model on the context stack:
+    v0 k_w(x, x') (+ v1) (+ sum_m a_m x_m x'_m), every log-hyperparameter N(mu, sd^2)
+    (``ard_classifier``'s ``kernel`` and ``linear``)."""
+    log_w = pm.Normal("log_w", mu, sd, dims="feature")
+    log_v0 = pm.Normal("log_v0", mu, sd, initval=float(np.clip(LOG_V0_START, mu - sd, mu + sd)))  # see the docstring
+    v1 = pt.exp(pm.Normal("log_v1", mu, sd)) if bias else 0.0
+    if kernel == "se":
+        cov = MixedARD(d, v0=pt.exp(log_v0), l=pt.exp(log_w), v1=v1)  # = v0 ExpQuad(ls=w^-1/2) + v1
+    else:
+        cov = pt.exp(log_v0) * pm.gp.cov.Matern52(d, ls=pt.exp(-0.5 * log_w)) + v1
+    if linear:
+        root_a = pt.exp(0.5 * pm.Normal("log_a", mu, sd, dims="feature"))
+        cov = cov + pm.gp.cov.WarpedInput(d, pm.gp.cov.Linear(d, c=0.0), lambda X, s: X * s, args=(root_a,))
+    return cov
 
 
 def _ordinal_classifier(X, y, likelihood_class, approximation, prior, names, bias, name, inducing, learn_inducing,
