@@ -321,3 +321,45 @@ def test_learn_inducing_serves_ordinal_targets_too():
     model, _ = ard_classifier(X0, levels, likelihood=pymc_gpc.OrderedProbit, approximation="laplace", inducing=3,
                               learn_inducing=True)
     assert model["Xu"] in model.free_RVs and model.initial_point()["Xu"].shape == (3, 2)
+
+
+# log-hyperparameters at which the kernel options are checked
+KERNEL_POINT = {"log_w": np.array([-1.0, 0.5, -0.3]), "log_v0": np.array(0.2), "log_v1": np.array(-1.0),
+                "log_a": np.array([-2.0, -1.0, 0.0])}
+
+
+def _kernel_at(model, gp, X, point):
+    """gp.cov_func(X) at the values ``point`` of the model's variables."""
+    [K] = model.replace_rvs_by_values([gp.cov_func(pt.as_tensor_variable(X))])
+    inputs = model.value_vars
+    fn = pytensor.function(inputs, K, on_unused_input="ignore", mode="FAST_COMPILE")
+    return fn(*[point[v.name] for v in inputs])
+
+
+def test_matern52_and_linear_kernel_options_match_their_formulas():
+    """ard_classifier(kernel="matern52", linear=True): R&W eq. 4.17 with r^2 = sum w_m d_m^2,
+    plus the bias and sum_m a_m x_m x'_m, computed here in numpy; and linear=True with the
+    SE kernel and no bias."""
+    rng = np.random.default_rng(3)
+    X, y = rng.normal(size=(12, 3)), np.tile([0, 1], 6)
+    w, v0, v1, a = (np.exp(KERNEL_POINT[k]) for k in ("log_w", "log_v0", "log_v1", "log_a"))
+    d2 = np.sum(w * (X[:, None, :] - X[None, :, :]) ** 2, axis=-1)
+    s5 = np.sqrt(5.0 * d2)
+    model, gp = pymc_gpc.ard_classifier(X, y, inducing=X[:4], kernel="matern52", linear=True)
+    expected = v0 * (1 + s5 + s5**2 / 3) * np.exp(-s5) + v1 + (X * a) @ X.T
+    np.testing.assert_allclose(_kernel_at(model, gp, X, KERNEL_POINT), expected, rtol=1e-10, atol=1e-12)
+    model, gp = pymc_gpc.ard_classifier(X, y, inducing=X[:4], linear=True, bias=False)
+    expected = v0 * np.exp(-0.5 * d2) + (X * a) @ X.T
+    np.testing.assert_allclose(_kernel_at(model, gp, X, KERNEL_POINT), expected, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"kernel": "rbf"}, "kernel must be one of"),
+    ({"kernel": "matern52", "y": np.arange(12) % 3}, "serve a binary likelihood"),
+    ({"linear": True, "likelihood": pymc_gpc.OrderedProbit, "y": np.arange(12) % 3}, "serve a binary likelihood"),
+])
+def test_kernel_options_refuse_what_they_do_not_serve(kwargs, match):
+    X = np.random.default_rng(4).normal(size=(12, 2))
+    y = kwargs.pop("y", np.tile([0, 1], 6))
+    with pytest.raises(ValueError, match=match):
+        pymc_gpc.ard_classifier(X, y, **kwargs)
