@@ -141,13 +141,23 @@ def run_package(approximation, m, single_stage=False, xu_file=None, learn=False,
             "converged": result.converged, "log_evidence": result.log_evidence, "curve": curve}
 
 
+def _plateau(log_ps):
+    """Whether a run's test log p (one per epoch, at one step size) has stopped rising: the mean
+    of the last ``PATIENCE`` epochs less than ``PLATEAU_TOL`` above the mean of the ``PATIENCE``
+    before (means, as one epoch's figure moves by about that much from batch noise)."""
+    if len(log_ps) < 2 * PATIENCE:
+        return False
+    return np.mean(log_ps[-PATIENCE:]) < np.mean(log_ps[-2 * PATIENCE:-PATIENCE]) + PLATEAU_TOL
+
+
 def run_svgp(m, lr, max_epochs, xu_file=None, decay=False):
     """SVGP trained epoch by epoch: [(epoch, wall time, test log p, test error rate)].
 
     ``decay``: torch's ``ReduceLROnPlateau`` on the epoch's mean training loss (the negative
     ELBO per batch; factor ``DECAY_FACTOR``, patience ``DECAY_PATIENCE`` epochs), so that Adam's
-    step size is not what ends the descent; the test-set plateau still stops training, counted
-    only after the step size has been reduced ``DECAY_STEPS`` times."""
+    step size is not what ends the descent. Training stops at a plateau of the test log p
+    (``_plateau``) over the epochs since the last change of step size, once it has been
+    reduced ``DECAY_STEPS`` times; or after ``max_epochs``."""
     import gpytorch
     import pymc as pm
     import torch
@@ -187,7 +197,7 @@ def run_svgp(m, lr, max_epochs, xu_file=None, decay=False):
     scheduler = (torch.optim.lr_scheduler.ReduceLROnPlateau(optimiser, factor=DECAY_FACTOR, patience=DECAY_PATIENCE)
                  if decay else None)
     generator = torch.Generator().manual_seed(SEED)
-    wall, cpu, curve, best, since = time.perf_counter() - t0, time.process_time() - c0, [], -np.inf, 0
+    wall, cpu, curve, since_decay, decays = time.perf_counter() - t0, time.process_time() - c0, [], 0, 0
     for epoch in range(1, max_epochs + 1):
         t0, c0 = time.perf_counter(), time.process_time()
         total = 0.0
@@ -198,14 +208,17 @@ def run_svgp(m, lr, max_epochs, xu_file=None, decay=False):
             optimiser.step()
             total += float(loss)
         if scheduler is not None:
+            before = optimiser.param_groups[0]["lr"]
             scheduler.step(total)
+            decayed = optimiser.param_groups[0]["lr"] < before
+            decays, since_decay = (decays + 1, 0) if decayed else (decays, since_decay + 1)
+        else:
+            since_decay += 1
         wall, cpu = wall + time.perf_counter() - t0, cpu + time.process_time() - c0
         log_p, err = test_metrics(model, likelihood)
         curve.append((epoch, wall, log_p, err, cpu))
         print("epoch", json.dumps(curve[-1] + (optimiser.param_groups[0]["lr"],)), file=sys.stderr, flush=True)
-        best, since = (log_p, 0) if log_p > best + PLATEAU_TOL else (max(best, log_p), since + 1)
-        decayed = scheduler is None or optimiser.param_groups[0]["lr"] <= lr * DECAY_FACTOR ** DECAY_STEPS * 1.0001
-        if since >= PATIENCE and decayed:
+        if (scheduler is None or decays >= DECAY_STEPS) and _plateau([row[2] for row in curve[len(curve) - since_decay:]]):
             break
     return {"method": "SVGP (GPyTorch)" + (", lr decayed" if decay else ""), "curve": curve, "lr": lr}
 
