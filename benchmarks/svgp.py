@@ -121,7 +121,7 @@ def run_package(approximation, m, single_stage=False, xu_file=None, learn=False,
 
     def record(point, objective, log_evidence):
         iterates.append((len(iterates) + 1, time.perf_counter() - t0 + km_wall, time.process_time() - c0 + km_cpu,
-                         dict(point)))
+                         dict(point), float(objective)))
 
     result = type2.maximise(model, start_point(model, None), "map", LEARN_MAXITER if learn else 500, 1e-9, False,
                             callback=record)
@@ -132,7 +132,7 @@ def run_package(approximation, m, single_stage=False, xu_file=None, learn=False,
     metrics = classification_metrics(p, data.y_test)
     curve = []
     kept = set(np.unique(np.linspace(0, len(iterates) - 1, CURVE_POINTS).round().astype(int)).tolist())
-    for it, wall, cpu, point in iterates:
+    for it, wall, cpu, point, _ in iterates:
         if it - 1 not in kept:
             continue
         mi = classification_metrics(gp.predict(data.X_test, point=point, model=model), data.y_test)
@@ -146,7 +146,8 @@ def run_package(approximation, m, single_stage=False, xu_file=None, learn=False,
             "time": fit_time, "cpu": fit_cpu, "kmeans_cpu": km_cpu, "predict_time": predict_time,
             "predict_cpu": predict_cpu,
             "log_p": metrics["mean_log_pred"], "error_rate": metrics["error_rate"], "n_iter": result.n_iter,
-            "converged": result.converged, "log_evidence": result.log_evidence, "curve": curve}
+            "converged": result.converged, "log_evidence": result.log_evidence, "curve": curve,
+            "objective_path": [(it, cpu, value) for it, _, cpu, _, value in iterates]}
 
 
 def _plateau(log_ps):
