@@ -67,6 +67,8 @@ PROFILE_HEADING = "## Where the time goes"
 N_TRAIN, N_TEST, SEED = 50_000, 10_000, 0
 BATCH = 1024
 PATIENCE, PLATEAU_TOL = 10, 5e-4
+# test log p figures closer than this are the same figure (SVGP's converged one: ``_svgp_best``)
+SAME_LOG_P = 1e-4
 # SVGP's optional step-size decay (``svgp-decay``): torch's ReduceLROnPlateau on the training loss
 DECAY_FACTOR, DECAY_PATIENCE, DECAY_STEPS = 0.3, 5, 2
 # L-BFGS-B iterations allowed to the fit with the inducing inputs learned (1,200 more free values:
@@ -141,7 +143,9 @@ def run_package(approximation, m, single_stage=False, xu_file=None, learn=False,
     curve.append((result.n_iter, fit_time, metrics["mean_log_pred"], metrics["error_rate"], fit_cpu))
     name = f"FITC {approximation.upper() if approximation == 'ep' else approximation.title()} MAP-II"
     name += ", Xu learned" if learn else ""
-    name += "".join(f", {k} {v}" for k, v in (kernel_options or {}).items())
+    options = kernel_options or {}
+    name += (", Matern 5/2" if options.get("kernel") == "matern52" else ", SE" if options else "")
+    name += " + linear" if options.get("linear") else ""
     return {"method": name + (", one L-BFGS-B run (before)" if single_stage else ""),
             "time": fit_time, "cpu": fit_cpu, "kmeans_cpu": km_cpu, "predict_time": predict_time,
             "predict_cpu": predict_cpu,
@@ -371,8 +375,11 @@ def _first_at(curve, target, clock=4):
 
 
 def _svgp_best(curve):
-    """SVGP's converged figure: the best test log p of the run, and the epoch row reaching it."""
-    return max(curve, key=lambda row: row[2])
+    """SVGP's converged figure: the first epoch row within ``SAME_LOG_P`` of the run's best test
+    log p (a converged run creeps by less than that for many epochs: its time is when it got there)."""
+    best = max(row[2] for row in curve)
+    epoch, wall, _, error, cpu = next(row for row in curve if row[2] >= best - SAME_LOG_P)
+    return epoch, wall, best, error, cpu
 
 
 def _profile_section():
@@ -387,7 +394,7 @@ def _curve_table(title, unit, curve):
 
 
 def _fits_table(groups, svgps):
-    """The fits: medians over the runs of each package method, and each SVGP variant at its best epoch."""
+    """The fits: medians over the runs of each package method, and each SVGP variant at its converged epoch."""
     med = np.median
     lines = ["## Fits (medians over runs)", "",
              "| method | CPU time to fitted point (s) | wall time (s) | test log p | test error "
@@ -399,8 +406,9 @@ def _fits_table(groups, svgps):
                      f"{med([r['n_iter'] for r in g]):.0f} | {med([r['log_evidence'] for r in g]):.2f} |")
     for name, g in svgps.items():
         best = [_svgp_best(r["curve"]) for r in g]
-        lines.append(f"| {name} at its best test log p | {med([b[4] for b in best]):.1f} | "
-                     f"{med([b[1] for b in best]):.1f} | {med([b[2] for b in best]):.4f} | "
+        lines.append(f"| {name}, converged (its best test log p; time to within 1e-4) | "
+                     f"{med([b[4] for b in best]):.1f} | {med([b[1] for b in best]):.1f} | "
+                     f"{med([b[2] for b in best]):.4f} | "
                      f"{med([b[3] for b in best]):.4f} | {med([b[0] for b in best]):.0f} of "
                      f"{med([r['curve'][-1][0] for r in g]):.0f} epochs | - |")
     return lines
@@ -429,11 +437,18 @@ def _goal(groups, svgps, max_epochs):
     for name, g in groups.items():
         lp, cpu = med([r["log_p"] for r in g]), med([r["cpu"] for r in g])
         reach = med([_first_at(run["curve"], lp)[0] for run in svgps[_best_svgp(svgps)]])
-        met = lp >= s_lp and cpu < s_cpu
+        ours, at = med([_first_at(r["curve"], s_lp)[0] for r in g]), _first_at(g[0]["curve"], s_lp)[1]
         when = f"after {reach:.1f} s CPU" if np.isfinite(reach) else "never"
-        lines.append(f"- {name}: {lp:.4f} (SVGP's best {'+' if lp >= s_lp else '-'}{abs(lp - s_lp):.4f}) after "
+        if lp >= s_lp and cpu < s_cpu:
+            verdict = "undecided (SVGP cut short)" if cut else "met"
+        elif np.isfinite(ours) and ours < s_cpu:
+            verdict = (f"met along its path, not at its fitted point: its iterate {at} (of those on the curve, the "
+                       f"first) had SVGP's figure after {ours:.1f} s CPU ({ours / s_cpu:.2f} x SVGP's)")
+        else:
+            verdict = "not met"
+        lines.append(f"- {name}: {lp:.4f} (SVGP's {'+' if lp >= s_lp else '-'}{abs(lp - s_lp):.4f}) after "
                      f"{cpu:.1f} s CPU ({cpu / s_cpu:.2f} x SVGP's {s_cpu:.1f} s); SVGP reached this log p {when}. "
-                     f"Goal **{'met' if met and not cut else 'undecided (SVGP cut short)' if met else 'not met'}**.")
+                     f"Goal **{verdict}**.")
     return lines
 
 
@@ -485,7 +500,7 @@ def report(rows, args, load):
         if r["method"].startswith("SVGP"):
             b, last = _svgp_best(r["curve"]), r["curve"][-1]
             stopped = "no: cut short" if r.get("unfinished") or len(r["curve"]) >= args.max_epochs else "plateau"
-            lines.append(f"| {i} | {r['method']}, best epoch | {b[4]:.1f} | {b[1]:.1f} | - | {b[2]:.4f} | "
+            lines.append(f"| {i} | {r['method']}, converged epoch | {b[4]:.1f} | {b[1]:.1f} | - | {b[2]:.4f} | "
                          f"{b[3]:.4f} | {b[0]} of {last[0]} epochs (stopped at {last[4]:.1f} s CPU) | {stopped} |")
         else:
             pc = f"{r['predict_cpu']:.1f}" if "predict_cpu" in r else "-"
