@@ -393,6 +393,22 @@ def _curve_table(title, unit, curve):
     return lines + [f"| {e} | {c:.1f} | {t:.1f} | {lp:.5f} | {err:.4f} |" for e, t, lp, err, c in curve]
 
 
+def _objective_table(name, path, rows=12):
+    """The MAP-II objective (log evidence plus log prior) at evenly spaced L-BFGS-B iterates, and
+    its gain since the row before: the training side of the curve, for a stopping point that
+    does not look at the test set."""
+    kept = np.unique(np.linspace(0, len(path) - 1, rows).round().astype(int))
+    lines = ["", f"### {name}: the MAP-II objective along the fit", "",
+             "| iteration | CPU (s) | objective | gain since the row before |", "|---|---|---|---|"]
+    before = None
+    for i in kept:
+        it, cpu, value = path[i]
+        gain = "-" if before is None else f"{value - before:.2f}"
+        lines.append(f"| {it} | {cpu:.1f} | {value:.2f} | {gain} |")
+        before = value
+    return lines
+
+
 def _fits_table(groups, svgps):
     """The fits: medians over the runs of each package method, and each SVGP variant at its converged epoch."""
     med = np.median
@@ -509,6 +525,8 @@ def report(rows, args, load):
     for name, g in groups.items():
         if g[0].get("curve"):
             lines += _curve_table(f"## {name}: test log p against time", "iteration", g[0]["curve"])
+        if g[0].get("objective_path"):
+            lines += _objective_table(name, g[0]["objective_path"])
     for name, g in svgps.items():
         lines += _curve_table(f"## {name}: test log p against time", "epoch", g[0]["curve"])
     write_results(OUT, "\n".join(lines) + "\n" + _profile_section(), peers=("gpytorch", "torch"),
