@@ -526,8 +526,9 @@ def report(rows, args, load):
     for name, g in groups.items():
         if g[0].get("curve"):
             lines += _curve_table(f"## {name}: test log p against time", "iteration", g[0]["curve"])
-        if g[0].get("objective_path"):
-            lines += _objective_table(name, g[0]["objective_path"])
+        with_path = [r for r in g if r.get("objective_path")]
+        if with_path:
+            lines += _objective_table(name, with_path[0]["objective_path"])
     for name, g in svgps.items():
         lines += _curve_table(f"## {name}: test log p against time", "epoch", g[0]["curve"])
     write_results(OUT, "\n".join(lines) + "\n" + _profile_section(), peers=("gpytorch", "torch"),
