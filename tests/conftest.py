@@ -7,6 +7,7 @@ probabilities (Genz's algorithm in scipy).
 
 import itertools
 import os
+import pathlib
 
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
@@ -16,6 +17,46 @@ import pytest
 from scipy import integrate, special, stats
 
 from pymc_gpc import likelihoods as L
+
+# The test files that take longest, longest first. ``scripts/test.sh`` runs the suite with
+# ``--dist loadfile --no-loadscope-reorder``: xdist hands whole files to the workers in
+# collection order, and ``pytest_collection_modifyitems`` puts these first, so that no long
+# file starts near the end of the run while the other worker has nothing left to do
+# (longest-processing-time-first scheduling). Without the reordering xdist would hand out
+# the files with the most tests first, and these few-test files last.
+LONGEST_FIRST = (
+    "backends/test_jax.py",
+    "backends/test_jax_fitc.py",
+    "integration/test_bad_input.py",
+    "backends/test_jax_multiclass.py",
+    "integration/test_notebook.py",
+    "integration/test_multiclass_gold.py",
+    "approximations/test_loo_ground_truth.py",
+    "ops/test_ops.py",
+    "backends/test_jax_ordinal.py",
+    "test_multiclass_gp.py",
+    "test_fitc_api.py",
+    "integration/test_robustness.py",
+    "test_pymc_conventions.py",
+    "approximations/test_multiclass.py",
+    "ops/test_compilation.py",
+    "likelihoods/test_ordinal.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Stable-sort the tests so that the files of ``LONGEST_FIRST`` come first, in its order."""
+    here = pathlib.Path(__file__).parent
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+
+    def key(item):
+        try:
+            name = pathlib.Path(item.path).relative_to(here).as_posix()
+        except ValueError:  # a test outside tests/
+            return len(rank)
+        return rank.get(name, len(rank))
+
+    items.sort(key=key)
 
 # One instance of every likelihood with a non-trivial parameter value.
 LIKELIHOOD_CASES = [

@@ -41,7 +41,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .tables import Labelled, Split, columns as _columns, read_csv as _read_csv, standardise as _standardise  # noqa: F401
+from .tables import (Labelled, Split, columns as _columns, read_csv as _read_csv, read_numeric,  # noqa: F401
+                     seeded_split, standardise as _standardise)
 from .large_binary import FLIGHTS_FEATURES, load_flights  # noqa: F401
 from .ordinal import (ORDINAL_DATASETS, OrdinalData, OrdinalSplit, equal_frequency_bins, equal_length_bins,  # noqa: F401
                       load_ordinal, ordinal_split, ordinal_splits)
@@ -88,12 +89,10 @@ def load_default(standardise=True, n_test=2000, seed=0):
     header, rows = _read_csv("default.csv")
     X = np.array([[1.0 if r[1] == "Yes" else 0.0, float(r[2]), float(r[3])] for r in rows])
     y = np.array([1.0 if r[header.index("default")] == "Yes" else -1.0 for r in rows])
-    order = np.random.default_rng(seed).permutation(len(y))
-    test, train = order[:n_test], order[n_test:]
+    test, train = seeded_split(len(y), n_test, seed=seed)
     Xtr, Xte = X[train], X[test]
     if standardise:
-        mean, sd = Xtr.mean(axis=0), Xtr.std(axis=0)
-        Xtr, Xte = (Xtr - mean) / sd, (Xte - mean) / sd
+        Xtr, Xte = _standardise(Xtr, Xte)
     return Split("default", Xtr, y[train], Xte, y[test], DEFAULT_FEATURES)
 
 
@@ -172,8 +171,7 @@ def load_diamonds(n_train=10_000, n_test=5000, seed=0, standardise=True):
     ValueError
         When ``n_train + n_test`` exceeds the 53,940 diamonds or ``n_train < 1``.
     """
-    header, rows = _read_csv("diamonds.csv.gz")
-    data = np.array(rows, dtype=float)
+    header, data = read_numeric("diamonds.csv.gz")
     y = data[:, header.index("cut")].astype(int)
     cols = {name: data[:, header.index(name)] for name in header}
     cols["log_price"] = np.log(cols["price"])
@@ -182,8 +180,7 @@ def load_diamonds(n_train=10_000, n_test=5000, seed=0, standardise=True):
     n_test = n - n_train if n_test is None else n_test
     if n_train < 1 or n_test < 0 or n_train + n_test > n:
         raise ValueError(f"n_train + n_test must be at most the {n} diamonds, got {n_train} + {n_test}")
-    order = np.random.default_rng(seed).permutation(n)
-    train, test = order[:n_train], order[n_train:n_train + n_test]
+    train, test = seeded_split(n, n_train, n_test, seed)
     Xtr, Xte = X[train], X[test]
     if standardise:
         Xtr, Xte = _standardise(Xtr, Xte)

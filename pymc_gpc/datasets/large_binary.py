@@ -18,7 +18,7 @@ weekday, scheduled departure and arrival time (hours) and distance.
 
 import numpy as np
 
-from .tables import Split, read_numeric
+from .tables import Split, read_numeric, seeded_split, standardise as _standardise
 
 FLIGHTS_FEATURES = ("month", "day", "weekday", "sched_dep_hour", "sched_arr_hour", "distance")
 FLIGHTS_ROWS = 327_346
@@ -68,11 +68,8 @@ def load_flights(n_train=50_000, n_test=10_000, seed=0, standardise=True):
         _hours(col["sched_dep_time"]), _hours(col["sched_arr_time"]), col["distance"],
     ])
     y = np.where(col["arr_delay"] > DELAY_THRESHOLD_MINUTES, 1.0, -1.0)
-    order = np.random.default_rng(seed).permutation(FLIGHTS_ROWS)
-    train, test = order[:n_train], order[n_train:n_train + n_test]
+    train, test = seeded_split(FLIGHTS_ROWS, n_train, n_test, seed)
     Xtr, Xte = X[train], X[test]
     if standardise:
-        mean, sd = Xtr.mean(axis=0), Xtr.std(axis=0)
-        sd[sd == 0.0] = 1.0  # a constant column in a small training set
-        Xtr, Xte = (Xtr - mean) / sd, (Xte - mean) / sd
+        Xtr, Xte = _standardise(Xtr, Xte, constant_ok=True)  # a small training set may have a constant column
     return Split("flights", Xtr, y[train], Xte, y[test], FLIGHTS_FEATURES)

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .tables import Split, read_numeric
+from .tables import Split, read_numeric, seeded_split, standardise as _standardise
 
 
 
@@ -222,12 +222,10 @@ def ordinal_split(name, split=0, n_bins=5, seed=0, standardise=True, binning="eq
     if int(split) < 0:
         raise ValueError(f"split must be a non-negative integer, got {split}")
     data = load_ordinal(name, n_bins, binning)
-    order = np.random.default_rng([int(seed), int(split)]).permutation(len(data.y))
-    train, test = order[:ORDINAL_SOURCES[name].n_train], order[ORDINAL_SOURCES[name].n_train:]
+    train, test = seeded_split(len(data.y), ORDINAL_SOURCES[name].n_train, seed=[int(seed), int(split)])
     X_train, X_test = data.X[train], data.X[test]
     if standardise:
-        mean, sd = X_train.mean(axis=0), X_train.std(axis=0)
-        X_train, X_test = (X_train - mean) / sd, (X_test - mean) / sd
+        X_train, X_test = _standardise(X_train, X_test)
     return OrdinalSplit(name, X_train, data.y[train], X_test, data.y[test], data.feature_names, data.n_bins,
                         int(split))
 

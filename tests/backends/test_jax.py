@@ -28,6 +28,7 @@ from pymc_gpc.backends.jax import engine as jax_engine  # noqa: E402
 from pymc_gpc.ops import ApproxMarginalOp, LatentPredictiveOp  # noqa: E402
 
 from ..conftest import random_problem  # noqa: E402
+from .test_jax_fitc import jittered_starts  # noqa: E402
 
 LIKS = [(L.Probit, []), (L.ProbitBias, [0.4]), (L.ProbitNoise, [0.6]), (L.StepLabelNoise, [0.1]), (L.Logistic, [])]
 PAIRS = [(a, lik, th) for lik, th in LIKS for a in ("ep", "laplace") if lik.supports_laplace or a == "ep"]
@@ -213,11 +214,13 @@ def test_numpyro_posterior_agrees_with_pymc_nuts_and_blackjax_runs():
     with model, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ref = pymc_gpc.sample(**kw, cores=1)
-        jx = pymc_gpc.sample(**kw, nuts_sampler="numpyro", nuts={"chain_method": "vectorized"})
+        # jitter=False with jittered_starts: no eager (op-by-op compiled) logp at the starts
+        jx = pymc_gpc.sample(**kw, nuts_sampler="numpyro", initvals=jittered_starts(model, 2, 3),
+                             nuts={"chain_method": "vectorized", "jitter": False})
         # vectorised: PyMC maps blackjax's chains with jax.pmap, which needs a device per
         # chain, and JAX was initialised with one CPU device by the tests before this one
         bj = pm.sample(draws=50, tune=50, chains=2, random_seed=1, progressbar=False, nuts_sampler="blackjax",
-                       nuts={"chain_method": "vectorized"})
+                       initvals=jittered_starts(model, 2, 1), nuts={"chain_method": "vectorized", "jitter": False})
     assert "/log_likelihood" in jx.groups  # pymc_gpc.sample added the LOO terms
     for name in ("log_ls", "log_amp"):
         a, b = az.summary(ref, var_names=[name]), az.summary(jx, var_names=[name])

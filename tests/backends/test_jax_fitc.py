@@ -207,12 +207,25 @@ def assert_same_posterior(a, b, names, z=4.0):
         assert abs(ra["sd"] - rb["sd"]) <= z * np.hypot(ra["mcse_sd"], rb["mcse_sd"]), (name, sa, sb)
 
 
+def jittered_starts(model, chains, seed):
+    """One starting point per chain: the model's initial point plus uniform(-1, 1) noise on
+    every value, PyMC's own jitter (``_init_jitter``), drawn here. Given to PyMC's JAX
+    samplers with ``jitter=False``, it replaces their check of the logp at the jittered
+    points, which runs the Op's JAX function eagerly, compiling it primitive by primitive
+    (a large part of these tests' time); the value variables here are untransformed."""
+    rng = np.random.default_rng(seed)
+    start = model.initial_point()
+    return [{k: v + rng.uniform(-1.0, 1.0, size=np.shape(v)) for k, v in start.items()} for _ in range(chains)]
+
+
 def sample_both(model, seed, draws=300, tune=300):
     """{"pymc": ..., "numpyro": ...}: ``pymc_gpc.sample`` with PyMC's NUTS (numba Ops, one
-    process) and with numpyro (the Ops' JAX functions), 2 chains each, fixed seeds."""
+    process) and with numpyro (the Ops' JAX functions; ``jittered_starts``), 2 chains each,
+    fixed seeds."""
     out = {}
     for sampler in ("pymc", "numpyro"):
-        kw = {"cores": 1} if sampler == "pymc" else {}
+        kw = ({"cores": 1} if sampler == "pymc" else
+              {"initvals": jittered_starts(model, 2, seed), "nuts": {"jitter": False}})
         with model, warnings.catch_warnings():
             warnings.simplefilter("ignore")
             out[sampler] = pymc_gpc.sample(draws=draws, tune=tune, chains=2, random_seed=seed, progressbar=False,

@@ -5,7 +5,7 @@ The EP sweep (cavities, tilted moments, damped sites: ``ep._parallel_update``), 
 evidence (``ep._log_z``, GPML infEP's stable form of R&W eq. 3.65), Anderson acceleration
 (``ep._anderson_mix``, Walker & Ni 2011 eq. 1.3), the parallel-EP loop with its restart
 phase, the Laplace Newton loop with backtracking (R&W Alg. 3.1), and the failure
-convention (``_finish``). They talk to the prior only through a *structure* ``S``:
+convention (``finish_outputs``). They talk to the prior only through a *structure* ``S``:
 
 ``S.factor(w)``
     the posterior q(f) at site precisions w, as a dict with at least ``half_logdet``
@@ -31,26 +31,26 @@ jax.config.update("jax_enable_x64", True)
 
 STATUS_CONVERGED, STATUS_NOT_CONVERGED, STATUS_FAILED = 0, 1, 2
 ANDERSON_MEMORY = 5
-_MIN_RELATIVE_VAR = 1e-14
-_MIN_CAVITY_FRACTION = 1e-10
+MIN_RELATIVE_VAR = 1e-14
+MIN_CAVITY_FRACTION = 1e-10
 
 
-def _signed(y):
+def signed_labels(y):
     return jnp.where(y > 0, 1.0, -1.0).astype(jnp.float64)
 
 
-def _factor_ok(F):
+def factor_ok(F):
     return jnp.isfinite(F["half_logdet"]) & jnp.all(jnp.isfinite(F["M"]))
 
 
-def _ep_update(kind, y, th, S, F, tau, nu, damping):
+def ep_update(kind, y, th, S, F, tau, nu, damping):
     """Cavities, tilted moments and damped new sites from the posterior F at sites (tau, nu)
     (``ep._parallel_update``). Returns a dict with the map's value (tau_g, nu_g), the
     scale-free change, and what the evidence needs at (tau, nu)."""
     var = S.var(F)
     mean, b = S.mean_weights(F, nu)
     prior_var = S.prior_var()
-    floor = jnp.where(jnp.min(tau) >= 0.0, 1.0 / prior_var, _MIN_CAVITY_FRACTION / var)
+    floor = jnp.where(jnp.min(tau) >= 0.0, 1.0 / prior_var, MIN_CAVITY_FRACTION / var)
     tau_c = jnp.maximum(1.0 / var - tau, floor)
     nu_c = mean / var - nu
     t = lik.tilted(kind, y, nu_c / tau_c, 1.0 / tau_c, th)
@@ -64,7 +64,7 @@ def _ep_update(kind, y, th, S, F, tau, nu, damping):
             "tau_c": tau_c, "nu_c": nu_c, "tilted": t}
 
 
-def _ep_log_z(half_logdet, tau, nu, u):
+def ep_log_z(half_logdet, tau, nu, u):
     """log Z_EP in GPML infEP's stable form (``ep._log_z``)."""
     tau_c, nu_c, mean = u["tau_c"], u["nu_c"], u["mean"]
     s = tau + tau_c
@@ -73,7 +73,7 @@ def _ep_log_z(half_logdet, tau, nu, u):
     return jnp.sum(terms) - half_logdet
 
 
-def _anderson(hist, f, g, memory):
+def anderson_mix(hist, f, g, memory):
     """Anderson (type II) step g - dG^T gamma, gamma = argmin |f - dF^T gamma| over the
     stored differences (``ep._anderson_mix``); unused rows are zero (cut by lstsq)."""
     dF, dG, count = hist["dF"], hist["dG"], hist["count"]
@@ -82,7 +82,7 @@ def _anderson(hist, f, g, memory):
     return jnp.where(count > 0, g - gamma @ dG, g)
 
 
-def _push(hist, f, g, memory):
+def push_history(hist, f, g, memory):
     """Store f - f_prev and g - g_prev in the ring buffer (nothing on the first step)."""
     slot = hist["count"] % memory
     add = hist["have_prev"]
@@ -92,13 +92,13 @@ def _push(hist, f, g, memory):
             "f_prev": f, "g_prev": g, "have_prev": jnp.array(True)}
 
 
-def _empty_history(n, memory, dtype):
+def empty_history(n, memory, dtype):
     z = jnp.zeros((memory, 2 * n), dtype)
     return {"dF": z, "dG": z, "count": jnp.array(0, jnp.int64), "f_prev": jnp.zeros(2 * n, dtype),
             "g_prev": jnp.zeros(2 * n, dtype), "have_prev": jnp.array(False)}
 
 
-def _reset(hist):
+def reset_history(hist):
     return {**hist, "dF": jnp.zeros_like(hist["dF"]), "dG": jnp.zeros_like(hist["dG"]),
             "count": jnp.zeros_like(hist["count"]), "have_prev": jnp.array(False)}
 
@@ -109,18 +109,18 @@ def ep_fixed_point(S, kind, y, th, *, tol, max_sweeps, damping, memory, tau0=Non
     K~^-1 + S is indefinite). Starts from sites (tau0, nu0) (default zero).
 
     Returns the final state: ``tau``, ``nu``, ``F`` (the posterior there), ``u`` (the EP map
-    and the cavities there, ``_ep_update``), ``sweeps``, ``failed``.
+    and the cavities there, ``ep_update``), ``sweeps``, ``failed``.
     """
     n = y.shape[0]
     zeros = jnp.zeros(n, jnp.float64)
     tau0 = zeros if tau0 is None else tau0
     nu0 = zeros if nu0 is None else nu0
     F0 = S.factor(tau0)
-    state = {"tau": tau0, "nu": nu0, "F": F0, "u": _ep_update(kind, y, th, S, F0, tau0, nu0, damping),
-             "hist": _empty_history(n, memory, jnp.float64), "best": jnp.array(jnp.inf, jnp.float64),
+    state = {"tau": tau0, "nu": nu0, "F": F0, "u": ep_update(kind, y, th, S, F0, tau0, nu0, damping),
+             "hist": empty_history(n, memory, jnp.float64), "best": jnp.array(jnp.inf, jnp.float64),
              "sweeps": jnp.array(1, jnp.int64), "phase": jnp.array(0, jnp.int64),
              "phase_sweeps": jnp.array(1, jnp.int64), "damping": jnp.array(damping, jnp.float64),
-             "failed": ~_factor_ok(F0)}
+             "failed": ~factor_ok(F0)}
 
     def keep_going(s):
         limit = jnp.where(s["phase"] == 0, max_sweeps, 2 * max_sweeps)
@@ -133,13 +133,13 @@ def ep_fixed_point(S, kind, y, th, *, tol, max_sweeps, damping, memory, tau0=Non
         u, tau, nu = s["u"], s["tau"], s["nu"]
         restart = (s["phase"] == 0) & ((s["phase_sweeps"] >= max_sweeps) | ~jnp.isfinite(u["change"]))
         grew = restart | (u["change"] > 1e3 * s["best"])  # residual grew 1000-fold: restart Anderson
-        h = jax.lax.cond(grew, _reset, lambda x: x, s["hist"])
+        h = jax.lax.cond(grew, reset_history, lambda x: x, s["hist"])
         g = jnp.concatenate([u["tau_g"], u["nu_g"]])
         f = jnp.concatenate([u["var"], jnp.sqrt(u["var"])]) * (g - jnp.concatenate([tau, nu]))
-        h = _push(h, f, g, memory)
-        x = _anderson(h, f, g, memory) if memory > 0 else g
+        h = push_history(h, f, g, memory)
+        x = anderson_mix(h, f, g, memory) if memory > 0 else g
         astray = ~jnp.all(jnp.isfinite(x)) | ((jnp.min(x[:n]) < 0.0) & (jnp.min(u["tau_g"]) >= 0.0))
-        h = jax.lax.cond(astray | restart, _reset, lambda x: x, h)
+        h = jax.lax.cond(astray | restart, reset_history, lambda x: x, h)
         x = jnp.where(restart, 0.0, jnp.where(astray, g, x))
         tau_x, nu_x = x[:n], x[n:]
         if S.nonneg_sites:
@@ -151,16 +151,16 @@ def ep_fixed_point(S, kind, y, th, *, tol, max_sweeps, damping, memory, tau0=Non
             tx, nx = 0.5 * (tau + tx), 0.5 * (nu + nx)
             return tx, nx, S.factor(tx), k + 1
 
-        tau_x, nu_x, F, _ = jax.lax.while_loop(lambda c: ~_factor_ok(c[2]) & (c[3] < 20), halve,
+        tau_x, nu_x, F, _ = jax.lax.while_loop(lambda c: ~factor_ok(c[2]) & (c[3] < 20), halve,
                                                (tau_x, nu_x, F, jnp.array(0, jnp.int64)))
         damping_x = jnp.where(restart, jnp.asarray(0.5, jnp.float64), s["damping"])
-        u_new = _ep_update(kind, y, th, S, F, tau_x, nu_x, damping_x)
+        u_new = ep_update(kind, y, th, S, F, tau_x, nu_x, damping_x)
         phase = jnp.where(restart, 1, s["phase"])
         return {"tau": tau_x, "nu": nu_x, "F": F, "u": u_new, "hist": h,
                 "best": jnp.where(restart, jnp.inf, jnp.minimum(s["best"], u["change"])),
                 "sweeps": s["sweeps"] + 1, "phase": phase,
                 "phase_sweeps": jnp.where(restart, 1, s["phase_sweeps"] + 1), "damping": damping_x,
-                "failed": ~_factor_ok(F) | ((phase == 1) & ~jnp.isfinite(u_new["change"]))}
+                "failed": ~factor_ok(F) | ((phase == 1) & ~jnp.isfinite(u_new["change"]))}
 
     return jax.lax.while_loop(keep_going, body, state)
 
@@ -229,7 +229,7 @@ def laplace_loo(kind, y, th, f, var, w, d1, prior_var):
     return lik.tilted(kind, y, mu_c, 1.0 / tau_c, th)[0]
 
 
-def _finish(log_z, dK, dth, loo, n_iter, converged, failed, th, kind, extra):
+def finish_outputs(log_z, dK, dth, loo, n_iter, converged, failed, th, kind, extra):
     """Status and the failure convention: -inf value, zero gradient, -inf loo. ``dK`` is an
     array or a tuple of arrays (FITC's three kernel inputs)."""
     dKs = dK if isinstance(dK, tuple) else (dK,)

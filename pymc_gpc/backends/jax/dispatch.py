@@ -47,7 +47,10 @@ from . import fitc as jax_fitc
 from . import sharding
 
 
-def _options(op, sampling):
+def op_options(op, sampling):
+    """The Op's solver options over the registry's sampling defaults where it samples, less
+    ``with_grad`` and ``with_loo`` (the JAX functions always return both); every JAX
+    registration (binary, FITC, multi-class) reads its options here."""
     options = dict(op.options)
     if sampling:
         options = {**registry.get(op.approximation).sampling_defaults, **options}
@@ -65,7 +68,7 @@ def check_supported(op):
 @jax_funcify.register(ApproxMarginalOp)
 def jax_funcify_ApproxMarginalOp(op, node=None, **kwargs):
     check_supported(op)
-    marginal = jax_engine.marginal_fn(op.approximation, op.likelihood.kind, **_options(op, sampling=op.sampling))
+    marginal = jax_engine.marginal_fn(op.approximation, op.likelihood.kind, **op_options(op, sampling=op.sampling))
 
     def approx_marginal(K, params, y, hyper=None):
         return marginal(K, params, y)
@@ -76,7 +79,7 @@ def jax_funcify_ApproxMarginalOp(op, node=None, **kwargs):
 @jax_funcify.register(LatentPredictiveOp)
 def jax_funcify_LatentPredictiveOp(op, node=None, **kwargs):
     check_supported(op)
-    predict = jax_engine.predictive_fn(op.approximation, op.likelihood.kind, op.full_cov, **_options(op, sampling=False))
+    predict = jax_engine.predictive_fn(op.approximation, op.likelihood.kind, op.full_cov, **op_options(op, sampling=False))
 
     def latent_predictive(K, params, y, K_cross, K_star):
         return predict(K, params, y, K_cross, K_star)
@@ -88,7 +91,7 @@ def jax_funcify_LatentPredictiveOp(op, node=None, **kwargs):
 def jax_funcify_SparseMarginalOp(op, node=None, **kwargs):
     check_supported(op)
     marginal = jax_fitc.marginal_fn(op.approximation, op.likelihood.kind, constrain=sharding.active_constraint(),
-                                    **_options(op, sampling=op.sampling))
+                                    **op_options(op, sampling=op.sampling))
 
     def sparse_marginal(Kuu, Kuf, k_diag, params, y, hyper=None):
         return marginal(Kuu, Kuf, k_diag, params, y)
@@ -100,7 +103,7 @@ def jax_funcify_SparseMarginalOp(op, node=None, **kwargs):
 def jax_funcify_SparsePredictiveOp(op, node=None, **kwargs):
     check_supported(op)
     predict = jax_fitc.predictive_fn(op.approximation, op.likelihood.kind, op.full_cov,
-                                     constrain=sharding.active_constraint(), **_options(op, sampling=False))
+                                     constrain=sharding.active_constraint(), **op_options(op, sampling=False))
 
     def sparse_predictive(Kuu, Kuf, k_diag, params, y, Kus, K_star):
         return predict(Kuu, Kuf, k_diag, params, y, Kus, K_star)

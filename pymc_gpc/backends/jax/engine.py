@@ -52,10 +52,8 @@ from jax.scipy.linalg import cho_solve, solve_triangular
 
 from ...approximations import registry
 from . import likelihoods as lik
-from .common import (  # noqa: F401  (the shared pieces, importable from here as before)
-    ANDERSON_MEMORY, _MIN_CAVITY_FRACTION, _MIN_RELATIVE_VAR, STATUS_CONVERGED, STATUS_FAILED,
-    STATUS_NOT_CONVERGED, _anderson, _empty_history, _ep_log_z, _ep_update, _factor_ok, _finish, _push,
-    _reset, _signed, bind_solver, ep_fixed_point, laplace_loo, newton_mode)
+from .common import (ANDERSON_MEMORY, MIN_RELATIVE_VAR, STATUS_FAILED, bind_solver, ep_fixed_point, ep_log_z, factor_ok,
+                     finish_outputs, laplace_loo, newton_mode)
 
 jax.config.update("jax_enable_x64", True)
 
@@ -103,7 +101,7 @@ def _var_nonneg(K, w, Li, sw):
         return var.at[idx].set(jnp.where(fix, kd[idx] - jnp.sum(V * V, axis=0), var[idx]))
 
     var = jax.lax.cond(jnp.any(small), direct, lambda v: v, var)
-    return jnp.maximum(var, _MIN_RELATIVE_VAR * jnp.maximum(kd, 1e-300))
+    return jnp.maximum(var, MIN_RELATIVE_VAR * jnp.maximum(kd, 1e-300))
 
 
 class _DenseKernel:
@@ -120,7 +118,7 @@ class _DenseKernel:
         return jnp.diag(self.K)
 
 
-class _Dense(_DenseKernel):
+class DenseLatent(_DenseKernel):
     """The linear algebra of q(f) through B (all w >= 0), as ``structures.dense.LatentPosterior``."""
 
     nonneg_sites = True
@@ -167,7 +165,7 @@ class _DenseIndefinite(_DenseKernel):
 
     def var(self, F):
         var = jnp.sum(F["M"] ** 2, axis=1)
-        return jnp.maximum(var, _MIN_RELATIVE_VAR * jnp.maximum(jnp.diag(self.K), 1e-300))
+        return jnp.maximum(var, MIN_RELATIVE_VAR * jnp.maximum(jnp.diag(self.K), 1e-300))
 
     def weights(self, F, v):
         M = F["M"]
@@ -180,7 +178,7 @@ class _DenseIndefinite(_DenseKernel):
 
 def _structure(K, kind):
     """The representation EP needs: through chol(K) where sites may be negative (step likelihood)."""
-    return _DenseIndefinite(K) if kind == lik.STEP_LABEL_NOISE else _Dense(K)
+    return _DenseIndefinite(K) if kind == lik.STEP_LABEL_NOISE else DenseLatent(K)
 
 
 # ---------------------------------------------------------------------------------
@@ -194,12 +192,12 @@ def ep_solve(K, th, y, *, kind, tol=1e-8, max_sweeps=300, damping=1.0, memory=AN
     S = _structure(K, kind)
     s = ep_fixed_point(S, kind, y, th, tol=tol, max_sweeps=max_sweeps, damping=damping, memory=memory)
     u, F = s["u"], s["F"]
-    log_z = _ep_log_z(F["half_logdet"], s["tau"], s["nu"], u)
+    log_z = ep_log_z(F["half_logdet"], s["tau"], s["nu"], u)
     R = S.R(F)
     dK = 0.5 * (jnp.outer(u["b"], u["b"]) - R)
     dth = jnp.sum(lik.tilted_dparams(kind, y, th, u["tilted"]), axis=0)
     converged = u["change"] < tol
-    return _finish(log_z, dK, dth, u["tilted"][0], s["sweeps"], converged, s["failed"], th, kind,
+    return finish_outputs(log_z, dK, dth, u["tilted"][0], s["sweeps"], converged, s["failed"], th, kind,
                    extra={"a": u["b"], "R": R, "mean": u["mean"], "var": u["var"]})
 
 
@@ -211,7 +209,7 @@ def ep_solve(K, th, y, *, kind, tol=1e-8, max_sweeps=300, damping=1.0, memory=AN
 def laplace_solve(K, th, y, *, kind, tol=1e-10, max_iter=100):
     """Newton with backtracking to the mode, then Laplace's evidence and its total gradient
     (``laplace._gradient``: the mode's movement included in adjoint form). ``kind`` is static."""
-    S = _Dense(K)
+    S = DenseLatent(K)
     s = newton_mode(S, kind, y, th, tol=tol, max_iter=max_iter)
     a, f, out = s["a"], s["f"], s["out"]
     w = jnp.maximum(-out[2], 0.0)
@@ -227,7 +225,7 @@ def laplace_solve(K, th, y, *, kind, tol=1e-10, max_iter=100):
     lp_th, d1_th, d2_th = lik.log_lik_dparams(kind, y, th, out)
     dth = jnp.sum(lp_th, axis=0) + 0.5 * var @ d2_th + sigma_s2 @ d1_th
     loo = laplace_loo(kind, y, th, f, var, w, out[1], jnp.diag(K))
-    return _finish(log_z, dK, dth, loo, s["it"], s["converged"], ~_factor_ok(F), th, kind,
+    return finish_outputs(log_z, dK, dth, loo, s["it"], s["converged"], ~factor_ok(F), th, kind,
                    extra={"a": a, "R": R, "mean": f, "var": var})
 
 

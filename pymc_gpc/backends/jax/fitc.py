@@ -46,7 +46,7 @@ from jax.scipy.linalg import cho_solve, solve_triangular
 
 from ...approximations import registry
 from . import likelihoods as lik
-from .common import (bind_solver, ANDERSON_MEMORY, _MIN_RELATIVE_VAR, STATUS_FAILED, _ep_log_z, _factor_ok, _finish,
+from .common import (bind_solver, ANDERSON_MEMORY, MIN_RELATIVE_VAR, STATUS_FAILED, ep_log_z, factor_ok, finish_outputs,
                      ep_fixed_point, laplace_loo, newton_mode)
 
 jax.config.update("jax_enable_x64", True)
@@ -108,7 +108,7 @@ class FITCStructure:
 
     def var(self, F):
         var = F["g"] * self.lam + F["g"] ** 2 * F["c_sq"]
-        return jnp.maximum(var, _MIN_RELATIVE_VAR * jnp.maximum(self.diag, 1e-300))
+        return jnp.maximum(var, MIN_RELATIVE_VAR * jnp.maximum(self.diag, 1e-300))
 
     def _A_solve(self, F, x):
         return cho_solve((F["M"], True), x)
@@ -171,11 +171,11 @@ def ep_solve(Kuu, Kuf, k_diag, th, y, *, kind, tol=1e-8, max_sweeps=300, damping
     L, S, pullback = _prior(Kuu, Kuf, k_diag, constrain)
     s = ep_fixed_point(S, kind, y, th, tol=tol, max_sweeps=max_sweeps, damping=damping, memory=memory)
     u, F = s["u"], s["F"]
-    log_z = _ep_log_z(F["half_logdet"], s["tau"], s["nu"], u)
+    log_z = ep_log_z(F["half_logdet"], s["tau"], s["nu"], u)
     dK = _kernel_gradient(pullback, S, F, [(u["b"], u["b"], 0.5)], -0.5)
     dth = jnp.sum(lik.tilted_dparams(kind, y, th, u["tilted"]), axis=0)
     converged = u["change"] < tol
-    return _finish(log_z, tuple(dK), dth, u["tilted"][0], s["sweeps"], converged, s["failed"], th, kind,
+    return finish_outputs(log_z, tuple(dK), dth, u["tilted"][0], s["sweeps"], converged, s["failed"], th, kind,
                    extra={"a": u["b"], "L_uu": L, "S": S, "F": F, "tau": s["tau"], "nu": s["nu"]})
 
 
@@ -197,7 +197,7 @@ def laplace_solve(Kuu, Kuf, k_diag, th, y, *, kind, tol=1e-10, max_iter=100, con
     lp_th, d1_th, d2_th = lik.log_lik_dparams(kind, y, th, out)
     dth = jnp.sum(lp_th, axis=0) + 0.5 * var @ d2_th + sigma_s2 @ d1_th
     loo = laplace_loo(kind, y, th, f, var, w, out[1], S.diag)
-    return _finish(log_z, tuple(dK), dth, loo, s["it"], s["converged"], ~_factor_ok(F), th, kind,
+    return finish_outputs(log_z, tuple(dK), dth, loo, s["it"], s["converged"], ~factor_ok(F), th, kind,
                    extra={"a": a, "L_uu": L, "S": S, "F": F})
 
 

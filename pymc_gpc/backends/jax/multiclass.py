@@ -45,22 +45,13 @@ from jax.scipy.linalg import cho_solve, solve_triangular
 from jax.scipy.special import log_ndtr, logsumexp
 from pytensor.link.jax.dispatch import jax_funcify
 
-from ...approximations import registry
 from ...approximations.softmax_laplace import LOO_DRAWS
 from ...likelihoods.multiclass import _standard_draws
 from ...ops.multiclass import MulticlassMarginalOp, MulticlassPredictiveOp
-from .dispatch import check_supported  # importing dispatch also registers the binary Ops
-from .engine import (
-    ANDERSON_MEMORY,
-    STATUS_CONVERGED,
-    STATUS_FAILED,
-    STATUS_NOT_CONVERGED,
-    _anderson,
-    _Dense,
-    _empty_history,
-    _push,
-    _reset,
-)
+from .dispatch import check_supported, op_options  # importing dispatch also registers the binary Ops
+from .common import (ANDERSON_MEMORY, STATUS_CONVERGED, STATUS_FAILED, STATUS_NOT_CONVERGED, anderson_mix, empty_history,
+                     push_history, reset_history)
+from .engine import DenseLatent
 from .likelihoods import inv_mills
 
 # Newton's rounding floor (``approximations.laplace.newton_converged``): a change below this
@@ -80,17 +71,17 @@ def stack_times(A, v):
 
 
 def _class_block(Kk, dk):
-    """One class's factor of B_k = I + D_k^1/2 K_k D_k^1/2 (``engine._Dense``): half log|B_k|,
+    """One class's factor of B_k = I + D_k^1/2 K_k D_k^1/2 (``engine.DenseLatent``): half log|B_k|,
     L_k^-1, D_k^1/2 and E_k = D_k^1/2 B_k^-1 D_k^1/2."""
-    S = _Dense(Kk)
+    S = DenseLatent(Kk)
     F = S.factor(dk)
     return F["half_logdet"], F["M"], F["sw"], S.R(F)
 
 
 def _class_var(Kk, dk, Li, sw):
     """The marginal variances of class k's own posterior (K_k^-1 + D_k)^-1 from L_k^-1
-    (``engine._Dense.var``: O(n^2), stable where d K is small)."""
-    return _Dense(Kk).var({"w": dk, "M": Li, "sw": sw})
+    (``engine.DenseLatent.var``: O(n^2), stable where d K is small)."""
+    return DenseLatent(Kk).var({"w": dk, "M": Li, "sw": sw})
 
 
 class LoopCarried:
@@ -213,7 +204,7 @@ class CoupledPosterior(LoopCarried):
         return mean, 0.5 * (cov + cov.T)
 
 
-def _finish(log_z, dK, loo, n_iter, converged, ok, extra):
+def finish_outputs(log_z, dK, loo, n_iter, converged, ok, extra):
     """Status and the failure convention: -inf value, zero gradient, -inf loo. A NaN LOO term
     (a cavity without a Cholesky factor, where the numba path raises) is a failure too. ``dK``:
     an array or a tuple of arrays (FITC's three kernel inputs)."""
@@ -335,7 +326,7 @@ def softmax_laplace_solve(prior, y, *, tol=1e-10, max_iter=100):
     u = sens - post.R_times(prior.matvec(sens))
     dK = prior.pull_back(post.kernel_gradient([(a, a, 0.5), (u, a, 1.0)], -0.5, reuse))
     loo = _softmax_loo(y, Y, f, pi, S)
-    return _finish(log_z, dK, loo, s["it"], s["converged"], post.ok(), {"a": a, "post": post})
+    return finish_outputs(log_z, dK, loo, s["it"], s["converged"], post.ok(), {"a": a, "post": post})
 
 
 # ---------------------------------------------------------------------------------
@@ -508,7 +499,7 @@ def nested_ep_solve(prior, y, *, tol=1e-8, max_sweeps=100, damping=0.8, inner_to
     zeros = jnp.zeros((n, c - 1), dtype)
     evaluate = partial(_ep_evaluate, prior, y, inner_tol=inner_tol, inner_max_sweeps=inner_max_sweeps)
     ev0 = jax.tree_util.tree_map(jnp.zeros_like, jax.eval_shape(evaluate, zeros, zeros, 1.0))
-    state = {"tau": zeros, "nu": zeros, "ev": ev0, "hist": _empty_history(N, ANDERSON_MEMORY, dtype),
+    state = {"tau": zeros, "nu": zeros, "ev": ev0, "hist": empty_history(N, ANDERSON_MEMORY, dtype),
              "sweeps": jnp.array(0, jnp.int64), "phase_sweeps": jnp.array(0, jnp.int64),
              "phase": jnp.array(0, jnp.int64), "converged": jnp.array(False), "done": jnp.array(False)}
 
@@ -522,10 +513,10 @@ def nested_ep_solve(prior, y, *, tol=1e-8, max_sweeps=100, damping=0.8, inner_to
         restart = exhausted & ~converged & (s["phase"] == 0)
         x_old = jnp.concatenate([tau.ravel(), nu.ravel()])
         g = jnp.concatenate([ev["new_tau"].ravel(), ev["new_nu"].ravel()])
-        hist = _push(s["hist"], g - x_old, g, ANDERSON_MEMORY)
-        x = _anderson(hist, g - x_old, g, ANDERSON_MEMORY)
+        hist = push_history(s["hist"], g - x_old, g, ANDERSON_MEMORY)
+        x = anderson_mix(hist, g - x_old, g, ANDERSON_MEMORY)
         astray = ((jnp.min(x[:N]) < 0.0) & (jnp.min(ev["new_tau"]) >= 0.0)) | ~jnp.all(jnp.isfinite(x))
-        hist = jax.lax.cond(astray | restart, _reset, lambda v: v, hist)
+        hist = jax.lax.cond(astray | restart, reset_history, lambda v: v, hist)
         x = jnp.where(astray, g, x)
         x = jnp.where(restart, 0.0, jnp.where(converged | exhausted, x_old, x))
         return {"tau": x[:N].reshape(n, c - 1), "nu": x[N:].reshape(n, c - 1), "ev": ev, "hist": hist,
@@ -537,7 +528,7 @@ def nested_ep_solve(prior, y, *, tol=1e-8, max_sweeps=100, damping=0.8, inner_to
     ev, tau, nu = s["ev"], s["tau"], s["nu"]
     dK = prior.pull_back(ev["post"].kernel_gradient([(ev["b"], ev["b"], 0.5)], -0.5, ev["reuse"]))
     loo = _loo_log_z(ev["m"], ev["C"], y, tau, nu) + ev["terms"]
-    return _finish(ev["log_z"], dK, loo, s["sweeps"], s["converged"], ev["ok"], {"a": ev["b"], "post": ev["post"]})
+    return finish_outputs(ev["log_z"], dK, loo, s["sweeps"], s["converged"], ev["ok"], {"a": ev["b"], "post": ev["post"]})
 
 
 # ---------------------------------------------------------------------------------
@@ -611,24 +602,22 @@ def predictive_fn(approximation, full_cov=False, **options):
     solve = solver(approximation, **options)
 
     def predict(K, y, K_cross, K_star):
-        r = solve(DenseStack(K), codes(y))
-        mean, cov = r["post"].predict(r["a"], K_cross, K_star, full_cov)
-        bad = r["status"] == STATUS_FAILED
-        return jnp.where(bad, jnp.nan, mean), jnp.where(bad, jnp.nan, cov)
+        return predict_from(solve(DenseStack(K), codes(y)), K_cross, K_star, full_cov)
 
     return predict
+
+
+def predict_from(r, K_cross, K_star, full_cov):
+    """The predictive mean and covariance of a solver's result ``r`` (its posterior ``post``
+    and weights ``a``) at K_cross, K_star; NaN where the approximation failed."""
+    mean, cov = r["post"].predict(r["a"], K_cross, K_star, full_cov)
+    bad = r["status"] == STATUS_FAILED
+    return jnp.where(bad, jnp.nan, mean), jnp.where(bad, jnp.nan, cov)
 
 
 # ---------------------------------------------------------------------------------
 # Registration (imported by ``registration`` once PyTensor's JAX dispatch is loaded)
 # ---------------------------------------------------------------------------------
-
-
-def op_options(op, sampling):
-    """The Op's options over the registry's sampling defaults where it samples."""
-    entry = registry.get(op.approximation)
-    defaults = entry.sampling_defaults if sampling else {}
-    return {**defaults, **dict(op.options)}
 
 
 @jax_funcify.register(MulticlassMarginalOp)
@@ -654,5 +643,5 @@ def jax_funcify_MulticlassPredictiveOp(op, node=None, **kwargs):
 
 
 __all__ = ["CoupledPosterior", "DenseStack", "LoopCarried", "check_supported", "codes", "evidence_with_vjp",
-           "marginal_fn", "nested_ep_solve", "op_options", "predictive_fn", "softmax_laplace_solve", "solver",
+           "marginal_fn", "nested_ep_solve", "predict_from", "predictive_fn", "softmax_laplace_solve", "solver",
            "stack_times"]

@@ -42,9 +42,9 @@ from jax.scipy.linalg import cho_solve, solve_triangular
 from pytensor.link.jax.dispatch import jax_funcify
 
 from ...ops.multiclass import MulticlassSparseMarginalOp, MulticlassSparsePredictiveOp
-from .common import STATUS_FAILED
 from .fitc import prior_factors
-from .multiclass import LoopCarried, check_supported, codes, evidence_with_vjp, op_options, solver
+from .dispatch import check_supported, op_options
+from .multiclass import LoopCarried, codes, evidence_with_vjp, predict_from, solver
 
 jax.config.update("jax_enable_x64", True)
 
@@ -232,10 +232,7 @@ def predictive_fn(approximation, full_cov=False, **options):
 
     def predict(Kuu, Kuf, k_diag, y, Kus, K_star):
         prior = MulticlassFITCStack(Kuu, Kuf, k_diag)
-        r = solve(prior, codes(y))
-        mean, cov = r["post"].predict(r["a"], prior.cross(Kus), K_star, full_cov)
-        bad = r["status"] == STATUS_FAILED
-        return jnp.where(bad, jnp.nan, mean), jnp.where(bad, jnp.nan, cov)
+        return predict_from(solve(prior, codes(y)), prior.cross(Kus), K_star, full_cov)
 
     return predict
 
