@@ -89,6 +89,7 @@ import numpy as np
 from numba import njit
 from scipy.linalg import blas, cho_solve
 
+from ..numerics import lapack
 from .dense import NotPositiveDefiniteError, chol_lower, inv_lower
 from .fitc import FITCPrior, NonFiniteKernelError
 
@@ -434,10 +435,14 @@ class MulticlassFITCPosterior:
 
     @property
     def A_inv(self):
-        """A^{-1} (c m, c m), computed once."""
+        """A^{-1} = L_A^{-T} L_A^{-1} (c m, c m), symmetric, computed once: dtrtri and dlauum
+        (LAPACK's dpotri, 2 (c m)^3 / 3 flops) instead of two triangular solves with the
+        identity (2 (c m)^3)."""
         if self._A_inv is None:
-            Ai = cho_solve((self.L_A, True), np.eye(self.L_A.shape[0]), check_finite=False)
-            self._A_inv = 0.5 * (Ai + Ai.T)
+            Ai = inv_lower(self.L_A)
+            if lapack.lauum_lower(Ai) != 0:
+                raise NotPositiveDefiniteError("A^{-1}: dlauum failed")
+            self._A_inv = Ai
         return self._A_inv
 
     def _Pt(self, u):
