@@ -230,6 +230,24 @@ def _pass_columns(F, V, delta, q, start, width, S, VR):
 
 
 @njit(nogil=True, cache=True, fastmath={"reassoc", "contract"})
+def _site_columns(C, start, width, m, S):
+    """S_i = C_i^T C_i for the columns start .. start + width of one block (``_site_blocks``),
+    given C[k, j] = the column start + j of C_k = L_A^{-1} P_k^T ((c, b, c m); its entries
+    above block k are zero and not read): (S_i)_kl = sum_{p >= l} C_k[p-block] . C_l[p-block]
+    for l >= k, each column read while in cache."""
+    c, cm = C.shape[0], C.shape[2]
+    for j in range(width):
+        i = start + j
+        for k in range(c):
+            for l in range(k, c):
+                acc = 0.0
+                for x in range(l * m, cm):
+                    acc += C[k, j, x] * C[l, j, x]
+                S[i, k, l] = acc
+                S[i, l, k] = acc
+
+
+@njit(nogil=True, cache=True, fastmath={"reassoc", "contract"})
 def _gradient_columns(VR, V, g, left_t, right, scale, out):
     """out = scale VR - V diag(g) + left right for VR, V, out (m, n) Fortran-ordered,
     left_t = left^T (t, m), right (t, n): V_k G'_k of ``MulticlassFITCPosterior.kernel_gradient``
@@ -525,12 +543,13 @@ class MulticlassFITCPosterior:
             c, m, n = prior.c, prior.m, prior.n
             Li, V = inv_lower(self.L_A), prior.V
             S = np.empty((n, c, c))
-            for cols in _column_blocks(n, c, m):
-                C = [Li[k * m:, k * m:(k + 1) * m] @ V[k][:, cols] for k in range(c)]  # ((c - k) m, b)
-                for k in range(c):
-                    for l in range(k, c):
-                        S[cols, k, l] = np.einsum("rb,rb->b", C[k][(l - k) * m:], C[l])
-                        S[cols, l, k] = S[cols, k, l]
+            blocks = _column_blocks(n, c, m)
+            C = np.empty((c, blocks[0].stop - blocks[0].start, c * m))  # C_k^T's rows: C_k's columns
+            for cols in blocks:
+                width = cols.stop - cols.start
+                for k in range(c):  # C_k's rows from block k on (those above vanish)
+                    np.matmul(V[k][:, cols].T, Li[k * m:, k * m:(k + 1) * m].T, out=C[k, :width, k * m:])
+                _site_columns(C, cols.start, width, m, S)
             self._S = S
         return self._S
 
