@@ -11,8 +11,8 @@ sampler's (tol 1e-4, ``SAMPLING_DEFAULTS``) and the engine's (1e-8). Medians of 
 in wall and CPU seconds (``time.process_time``: on a shared machine the better guide). For
 softmax Laplace also the times A is formed, and the flops of the exact scheme as this code
 runs it (``laplace_flops``). ``--baseline COMMIT`` times softmax Laplace at the goal size also
-on that commit's ``pymc_gpc`` (extracted with ``git archive``, run in a subprocess at the same
-time of day); ``--warm-json NEW OLD`` quotes two ``multiclass_large.py --phase warm`` results
+on that commit's ``pymc_gpc`` (extracted with ``git archive``; fresh processes alternating with
+this code's); ``--warm-json NEW OLD`` quotes two ``multiclass_large.py --phase warm`` results
 (the whole model through PyTensor).
 Memory: tracemalloc's peak of the NumPy allocations during a cold softmax-Laplace evaluation
 with its gradient and LOO terms (kernel inputs excluded), and the ru_maxrss of a fresh
@@ -49,7 +49,7 @@ from pymc_gpc.structures.multiclass_fitc import MulticlassFITCPrior
 OUT = pathlib.Path(__file__).parent / "results" / "multiclass_fitc.md"
 LS, AMP, JITTER, D = 1.5, 2.0, 1e-6, 5
 REPEATS = 3
-LAPLACE_REPEATS = 7  # the goal-size softmax Laplace row (old and new commit)
+LAPLACE_REPEATS = 5  # per process, for the goal-size softmax Laplace rows (two processes each)
 
 
 def data(n, c, m, seed=0):
@@ -129,18 +129,39 @@ def count_laplace(n, c, m, repeats):
     return {**med, "cpu_all": [r["cpu"] for r in rows], "log_z": rows[-1]["log_z"], "min_cpu": min(r["cpu"] for r in rows)}
 
 
-def baseline(commit, n, c, m, repeats):
-    """``count_laplace`` on ``commit``'s pymc_gpc, in a subprocess (the package extracted by
-    ``git archive`` into a temporary directory)."""
+def _child(tree, n, c, m, repeats):
+    """``count_laplace`` in a fresh process importing pymc_gpc from ``tree`` (None: this one)."""
+    env = dict(os.environ)
+    if tree is not None:
+        env["PYTHONPATH"] = tree
+    child = subprocess.run([sys.executable, __file__, "--laplace-child", str(n), str(c), str(m), str(repeats)],
+                           capture_output=True, text=True, check=True, env=env)
+    return json.loads(child.stdout.strip().splitlines()[-1])
+
+
+def _merge(runs):
+    """The medians over every call of several ``count_laplace`` runs (each run's own medians
+    for the counts)."""
+    cpu = [x for r in runs for x in r["cpu_all"]]
+    return {"wall": float(np.median([r["wall"] for r in runs])), "cpu": float(np.median(cpu)), "min_cpu": min(cpu),
+            "cpu_all": cpu, **{k: float(np.median([r[k] for r in runs])) for k in ("A", "cg", "newton")},
+            "log_z": runs[-1]["log_z"]}
+
+
+def compare(commit, n, c, m, repeats, rounds=2):
+    """``count_laplace`` on this code and on ``commit``'s pymc_gpc (extracted by ``git
+    archive`` into a temporary directory), each in fresh processes, alternating
+    (new, old, new, old, ...) so that a shared machine's changing load falls on both."""
     root = pathlib.Path(__file__).resolve().parent.parent
     tmp = tempfile.mkdtemp()
     try:
         archive = subprocess.run(["git", "archive", commit, "pymc_gpc"], cwd=root, capture_output=True, check=True)
         subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
-        env = {**os.environ, "PYTHONPATH": tmp}
-        child = subprocess.run([sys.executable, __file__, "--laplace-child", str(n), str(c), str(m), str(repeats)],
-                               capture_output=True, text=True, check=True, env=env)
-        return json.loads(child.stdout.strip().splitlines()[-1])
+        new, old = [], []
+        for _ in range(rounds):
+            new.append(_child(None, n, c, m, repeats))
+            old.append(_child(tmp, n, c, m, repeats))
+        return _merge(new), _merge(old)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -233,7 +254,8 @@ def _option(name, count=1):
 
 
 def _warm_paragraph(paths):
-    """The two ``multiclass_large.py --phase warm`` results (new, old), as prose."""
+    """The two ``multiclass_large.py --phase warm`` results (new, old), as prose (the commit
+    each ran on from its optional "commit" entry)."""
     if not paths:
         return ""
     new, old = (json.loads(pathlib.Path(q).read_text()) for q in paths)
@@ -242,8 +264,8 @@ The same goal through PyTensor (``benchmarks/multiclass_large.py --phase warm``:
 diamonds, n = {new['n']}, c = {new['c']}, m = {new['m']}, per-class ARD kernels at the MAP-II point of
 ``multiclass_large.md``; ``logp`` and its gradient compiled once, 9 calls at three nearby
 points, each warm-started by the previous; the two runs at the same time, so under the same
-load): CPU median {new['cpu_median']:.2f} s (range {min(new['cpu']):.2f} to {max(new['cpu']):.2f}) on this
-code against {old['cpu_median']:.2f} s ({min(old['cpu']):.2f} to {max(old['cpu']):.2f}) on the baseline; wall medians
+load): CPU median {new['cpu_median']:.2f} s (range {min(new['cpu']):.2f} to {max(new['cpu']):.2f}) on the code of
+{new.get('commit', 'this branch')} against {old['cpu_median']:.2f} s ({min(old['cpu']):.2f} to {max(old['cpu']):.2f}) on {old.get('commit', 'the baseline')}; wall medians
 {new['median']:.1f} s and {old['median']:.1f} s under the load. The difference from the solver alone is
 the kernel matrices and their pullback in PyTensor, and the c FITC structures.
 """
@@ -262,14 +284,10 @@ def main():
     commit = (_option("--baseline") or [None])[0]
     repeats = 3 if quick else LAPLACE_REPEATS
     rate_before = gemm_rate()
-    base = None
-    if commit:  # at the same time as this code's timing below: the same load for both
-        import concurrent.futures
-
-        pool = concurrent.futures.ThreadPoolExecutor(1)
-        base = pool.submit(baseline, commit, *goal, repeats)
-    new = count_laplace(*goal, repeats)
-    base = base.result() if base is not None else None
+    if commit:
+        new, base = compare(commit, *goal, repeats)
+    else:
+        new, base = count_laplace(*goal, repeats), None
     print(new, base, flush=True)
     trows = [r for s in t_sizes for r in timing(*s)]
     rate_after = gemm_rate()
@@ -297,9 +315,9 @@ yardstick is the rate of the product that forms A's blocks, a 200 x 10^4 x 200 d
 
 ## Softmax Laplace at the goal size (n = {n}, c = {c}, m = {m}, tol 1e-10)
 
-Medians of {repeats} warm calls (min: the smallest CPU time); "A formed", Newton and CG steps per
+Medians of 2 x {repeats} warm calls (min: the smallest CPU time); "A formed", Newton and CG steps per
 call; flops of the exact scheme as the code runs it (``laplace_flops``), and the rate they
-imply per CPU second.{" The baseline ran in a subprocess at the same time (same load)." if base else ""}
+imply per CPU second.{" This code and the baseline each ran in two fresh processes, alternating (medians over all their calls)." if base else ""}
 
 | code | wall s | CPU s | min CPU s | A formed | Newton steps | CG steps | flops | GFlop/s |
 |---|---|---|---|---|---|---|---|---|
