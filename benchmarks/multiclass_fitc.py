@@ -18,7 +18,7 @@ Memory: tracemalloc's peak of the NumPy allocations during a cold softmax-Laplac
 with its gradient and LOO terms (kernel inputs excluded), and the ru_maxrss of a fresh
 process running only that evaluation (VmHWM: tracemalloc's own bookkeeping inflates the RSS).
 
-Run:  OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/multiclass_fitc.py [--quick]
+Run:  PYTHONPATH=. OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/multiclass_fitc.py [--quick]
       [--baseline COMMIT] [--warm-json NEW.json OLD.json]
 Writes benchmarks/results/multiclass_fitc.md.
 """
@@ -130,10 +130,10 @@ def count_laplace(n, c, m, repeats):
 
 
 def _child(tree, n, c, m, repeats):
-    """``count_laplace`` in a fresh process importing pymc_gpc from ``tree`` (None: this one)."""
-    env = dict(os.environ)
-    if tree is not None:
-        env["PYTHONPATH"] = tree
+    """``count_laplace`` in a fresh process importing pymc_gpc from ``tree`` (None: this
+    checkout's, not an installed copy's)."""
+    root = pathlib.Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": str(root) if tree is None else tree}
     child = subprocess.run([sys.executable, __file__, "--laplace-child", str(n), str(c), str(m), str(repeats)],
                            capture_output=True, text=True, check=True, env=env)
     return json.loads(child.stdout.strip().splitlines()[-1])
