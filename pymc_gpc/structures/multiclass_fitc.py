@@ -49,10 +49,9 @@ diagonal block (``_precision``).
 Cost and memory (n observations, c classes, m inducing inputs per class): A in
 c^2 m^2 n flops (c (c - 1) m^2 n below the diagonal, c m^2 n on it), its factorisation
 (c m)^3 / 3, the pass of F 2 c^2 m^2 n (its elementwise part compiled, ``_pass_columns``):
-O(c^2 m^2 n)
-time per factorised posterior. Memory O(c m n): the c V_k, V_k R_kk (c, m, n) and the
-gradient in K_uf (c, m, n); the F_l (c m x n each, c^2 m n together) exist only over column
-blocks; never a cn x cn or n x n matrix. The capacitance is the (c m) x (c m) A, factorised
+O(c^2 m^2 n) time per factorised posterior. Memory O(c m n): the c V_k, V_k R_kk (c, m, n)
+and the gradient in K_uf (c, m, n); the F_l (c m x n each, c^2 m n together) exist only
+over column blocks; never a cn x cn or n x n matrix. The capacitance is the (c m) x (c m) A, factorised
 exactly, so the log-determinant is exact. Newton steps of the softmax Laplace after the
 first solve A x = b at the new weights by conjugate gradients preconditioned with the last
 factorised A (``FITCNewtonPreconditioner``, O(c m n + c^2 m^2) a step), so that a warm
