@@ -42,7 +42,7 @@ _U_WEIGHTS = _U_WEIGHTS / np.sqrt(2.0 * np.pi)
 _INV_SQRT2 = 1.0 / math.sqrt(2.0)
 
 
-def _standard_draws(c, size):
+def standard_draws(c, size):
     """``size`` fixed antithetic quasi-random draws from N(0, I_c), shape (size, c):
     a scrambled Sobol sequence (fixed seed) through the normal quantile function."""
     if (c, size) not in _DRAWS:
@@ -66,7 +66,7 @@ def _cov_factor(cov):
 @njit(nogil=True, cache=True)
 def _draw(mean, L, Z, i, s, f):
     """f <- mean_i + L_i z_s (f (c,)): draw s of N(mean_i, L_i L_i^T) from the standard draws Z
-    (``_standard_draws``), L_i lower triangular (``_cov_factor``)."""
+    (``standard_draws``), L_i lower triangular (``_cov_factor``)."""
     for k in range(f.shape[0]):
         v = mean[i, k]
         for j in range(k + 1):
@@ -105,7 +105,7 @@ def _gaussian_draws(mean, cov, size):
     mean = np.asarray(mean, float)
     c = mean.shape[1]
     L = _cov_factor(cov)
-    Zt = _standard_draws(c, size).T
+    Zt = standard_draws(c, size).T
     F = np.empty((c, mean.shape[0], size))
     for k in range(c):
         np.matmul(L[:, k, :], Zt, out=F[k])
@@ -288,7 +288,7 @@ class Softmax(MulticlassLikelihood):
         """E[pi_{y_i}(f_i)] under f_i ~ N(mean[i], cov[i]) with the same draws as ``predict``
         (whose rows sum to 1 draw by draw for the softmax, so no normalisation): (m,)."""
         mean = np.ascontiguousarray(mean, dtype=float)
-        Z = _standard_draws(mean.shape[1], size or self.n_draws)
+        Z = standard_draws(mean.shape[1], size or self.n_draws)
         return _softmax_expected_prob(np.asarray(y, dtype=np.int64), mean, _cov_factor(cov), Z)
 
 
@@ -422,7 +422,7 @@ class MultinomialProbit(MulticlassLikelihood):
         """(m, c): ``probabilities`` averaged over the fixed draws, in one compiled pass
         (``_probit_expected_probs``) instead of arrays of draws x classes x nodes."""
         mean = np.ascontiguousarray(mean, dtype=float)
-        return _probit_expected_probs(mean, _cov_factor(cov), _standard_draws(mean.shape[1], size),
+        return _probit_expected_probs(mean, _cov_factor(cov), standard_draws(mean.shape[1], size),
                                       _U_ORDER_NODES, _U_ORDER_WEIGHTS, _U_ORDER_TAIL,
                                       _U_ORDER_LOG_WEIGHTS)
 

@@ -46,7 +46,7 @@ from jax.scipy.special import log_ndtr, logsumexp
 from pytensor.link.jax.dispatch import jax_funcify
 
 from ...approximations.softmax_laplace import LOO_DRAWS
-from ...likelihoods.multiclass import _standard_draws
+from ...likelihoods.multiclass import standard_draws
 from ...ops.multiclass import MulticlassMarginalOp, MulticlassPredictiveOp
 from .dispatch import check_supported, op_options  # importing dispatch also registers the binary Ops
 from .common import (ANDERSON_MEMORY, STATUS_CONVERGED, STATUS_FAILED, STATUS_NOT_CONVERGED, anderson_mix, empty_history,
@@ -258,7 +258,7 @@ def _softmax_loo(y, Y, f, pi, S):
 def _expected_softmax(y, mean, cov):
     """E[pi_{y_i}(f_i)] under N(mean_i, cov_i) over the fixed quasi-random draws (m,)."""
     c = mean.shape[1]
-    Z = jnp.asarray(_standard_draws(c, LOO_DRAWS))
+    Z = jnp.asarray(standard_draws(c, LOO_DRAWS))
     jitter = _COV_JITTER * jnp.maximum(jnp.trace(cov, axis1=1, axis2=2) / c, 1e-300)
     L = jnp.linalg.cholesky(cov + jitter[:, None, None] * jnp.eye(c, dtype=cov.dtype))
     Fd = mean[:, None, :] + jnp.einsum("ikj,sj->isk", L, Z)  # (m, draws, c)
