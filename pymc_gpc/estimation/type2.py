@@ -91,9 +91,9 @@ def maximise(model, point, method, maxiter, tol, progressbar, callback=None):
 
 
 def _coarse_stage(objective, lbfgs, x, maxiter, tol):
-    """The first of two L-BFGS-B runs: the evidence terms solved at the tolerances their
-    predictions use (``Objective.coarse_options``; EP: site change 1e-3 instead of 1e-8,
-    with single-precision sweeps), to a relative objective change ``COARSE_FTOL``.
+    """The first of two L-BFGS-B runs: the evidence terms solved at their approximation's
+    ``coarse_fit_defaults`` (``Objective.coarse_options``; EP: site change 1e-3 instead of
+    1e-8; nested EP: 1e-4), to a relative objective change ``COARSE_FTOL``.
 
     Far from the optimum an evaluation needs only the evidence's trend: EP's warm-started
     sweeps at tol 1e-8 are spent on digits that the next step discards. The second run
@@ -101,7 +101,7 @@ def _coarse_stage(objective, lbfgs, x, maxiter, tol):
     returned optimum, evidence and history's last entry are those of exact solves (the
     criterion of the single run before). The inexact objective may stop this run with a
     failed line search: only its point is kept. Returns (start of the exact run, iterations
-    used). Where no term has looser options (Laplace) there is one run."""
+    used). Where no term has coarse options there is one run."""
     coarse = objective.coarse_options()
     if not any(coarse) or tol >= COARSE_FTOL:
         return x, 0
