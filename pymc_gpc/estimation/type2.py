@@ -12,7 +12,7 @@ from ..progress import Progress
 from .objective import all_values, marginal_nodes, objective_for, other_terms, ravel, unravel
 from .result import FitResult, FitStartError, RunawayHyperparameterWarning
 
-__all__ = ["maximise", "RUNAWAY_LIMIT", "RUNAWAY_STEP", "RUNAWAY_TOL", "RUNAWAY_EFFECT"]
+__all__ = ["maximise", "RUNAWAY_LIMIT", "RUNAWAY_STEP", "RUNAWAY_TOL", "RUNAWAY_EFFECT", "STALL_TOL", "STALL_WINDOW"]
 
 
 # type2 / map: an unconstrained value beyond RUNAWAY_LIMIT (e.g. a log-amplitude of 10,
@@ -34,8 +34,21 @@ RUNAWAY_EFFECT = 1e-3
 COARSE_FTOL = 1e-7
 
 
+# a run also ends when the objective (log evidence plus, for MAP-II, the log hyperprior)
+# rose by less than STALL_TOL nats over its last STALL_WINDOW iterations (``_Stall``)
+STALL_TOL = 1e-2
+
+
+STALL_WINDOW = 10
+
+
 def maximise(model, point, method, maxiter, tol, progressbar, callback=None):
     """L-BFGS-B on the objective of ``method`` over the unconstrained free variables.
+
+    A run stops at L-BFGS-B's tests (relative objective change ``tol``, largest projected
+    gradient element 1e-6), at ``maxiter`` iterations in all, or by the stall rule: the
+    objective rose by less than ``STALL_TOL`` nats over the last ``STALL_WINDOW``
+    iterations (``_Stall``); the first and the stall rule count as converged.
 
     ``callback(point, objective, log_evidence)``, if given, is called after each L-BFGS-B
     iteration (of both runs, ``_coarse_stage``) with the iterate, as a point of the model's
@@ -70,24 +83,56 @@ def maximise(model, point, method, maxiter, tol, progressbar, callback=None):
                          last.get("log_evidence", np.nan))
 
         def lbfgs(x, iterations, ftol):
-            return scipy.optimize.minimize(negative, x, jac=True, method="L-BFGS-B", callback=after_iteration,
-                                           options=dict(maxiter=iterations, ftol=ftol, gtol=1e-6))
+            stall = _Stall()
+
+            def step(intermediate_result):
+                after_iteration(intermediate_result)
+                stall.check(-float(intermediate_result.fun))
+
+            res = scipy.optimize.minimize(negative, x, jac=True, method="L-BFGS-B", callback=step,
+                                          options=dict(maxiter=iterations, ftol=ftol, gtol=1e-6))
+            res.stalled = stall.stopped
+            return res
 
         x, coarse_iter = _coarse_stage(objective, lbfgs, x0.data, maxiter, tol)
         res = lbfgs(x, max(maxiter - coarse_iter, 1), tol)
     best = unravel(res.x, x0, point)
     value, log_z, _ = objective.evidence_and_grad(best)
     runaway = _runaway(objective, res.x, x0, point, value, model)
-    message = str(res.message)
+    message = (f"CONVERGENCE: the objective rose by less than {STALL_TOL:g} over the last {STALL_WINDOW} iterations"
+               if res.stalled else str(res.message))
     if runaway:
         message += f"; drifting without bound: {', '.join(runaway)}"
         _warn_runaway(method, runaway)
     return FitResult(
         method=method, point=all_values(model, best, objective), log_evidence=float(log_z),
         history={k: np.asarray(v, float) for k, v in history.items()},
-        converged=bool(res.success) and not runaway, n_iter=coarse_iter + int(res.nit), message=message, model=model,
-        runaway=tuple(runaway),
+        converged=bool(res.success or res.stalled) and not runaway, n_iter=coarse_iter + int(res.nit),
+        message=message, model=model, runaway=tuple(runaway),
     )
+
+
+class _Stall:
+    """The stall rule of ``maximise``'s L-BFGS-B runs: ``check(objective)`` after each
+    iteration raises ``StopIteration`` (which ends the run at that iterate) once the
+    objective has risen by less than ``STALL_TOL`` over the last ``STALL_WINDOW`` iterations.
+
+    L-BFGS-B's own tests are relative (ftol: one iteration's change in units of the
+    objective's size; gtol: the largest gradient element) and, on a large data set whose
+    objective has a flat direction, can keep it creeping along that direction for tens of
+    iterations, each gaining far less than a nat; a change of the log evidence below
+    ``STALL_TOL`` moves no comparison of models. The rule is absolute, in nats, the same for
+    every model; it applies to both runs of ``maximise``."""
+
+    def __init__(self):
+        self.values = []
+        self.stopped = False
+
+    def check(self, objective):
+        self.values.append(objective)
+        if len(self.values) > STALL_WINDOW and self.values[-1] - self.values[-1 - STALL_WINDOW] < STALL_TOL:
+            self.stopped = True
+            raise StopIteration
 
 
 def _coarse_stage(objective, lbfgs, x, maxiter, tol):

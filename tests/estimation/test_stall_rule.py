@@ -1,0 +1,53 @@
+"""The stall rule of ``estimation.type2.maximise``: a run ends once the objective has risen by
+less than ``STALL_TOL`` nats over the last ``STALL_WINDOW`` L-BFGS-B iterations."""
+
+import numpy as np
+import pymc as pm
+import pytensor.tensor as pt
+import pytest
+
+import pymc_gpc
+from pymc_gpc.estimation import type2
+from pymc_gpc.likelihoods import Logistic
+
+
+def _feed(values):
+    """The iteration after which ``_Stall`` stops on the objective sequence ``values`` (None: never)."""
+    stall = type2._Stall()
+    for k, value in enumerate(values, start=1):
+        try:
+            stall.check(value)
+        except StopIteration:
+            assert stall.stopped
+            return k
+    assert not stall.stopped
+    return None
+
+
+def test_stall_stops_when_the_window_gains_less_than_the_tolerance():
+    w, tol = type2.STALL_WINDOW, type2.STALL_TOL
+    rising = np.arange(3 * w) * (1.01 * tol / w)  # gains just above tol per window: never stops
+    assert _feed(rising) is None
+    creeping = np.arange(3 * w) * (0.99 * tol / w)  # just below: stops once a whole window is seen
+    assert _feed(creeping) == w + 1
+    # a fast start then a plateau: stops when the window no longer reaches back to the climb
+    climb_then_flat = np.concatenate([np.linspace(-50.0, 0.0, 5), np.full(2 * w, 0.0)])
+    assert _feed(climb_then_flat) == 5 + w
+
+
+def test_maximise_reports_a_stalled_run_as_converged(monkeypatch):
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(30, 2))
+    y = np.where(X[:, 0] - 0.5 * X[:, 1] + 0.5 * rng.normal(size=30) > 0, 1.0, -1.0)
+    with pm.Model() as model:
+        log_ls = pm.Normal("log_ls", 0.0, 1.0, shape=2)
+        log_amp = pm.Normal("log_amp", 0.0, 1.0)
+        cov = pt.exp(log_amp) * pm.gp.cov.ExpQuad(2, ls=pt.exp(log_ls))
+        pymc_gpc.MarginalLaplace(cov_func=cov, likelihood=Logistic()).marginal_likelihood("y", X=X, y=y)
+    exact = pymc_gpc.fit(model, method="map", progressbar=False)
+    assert exact.converged and exact.n_iter > 3
+    monkeypatch.setattr(type2, "STALL_WINDOW", 2)
+    monkeypatch.setattr(type2, "STALL_TOL", 1e9)  # every window "gains too little"
+    stalled = pymc_gpc.fit(model, method="map", progressbar=False)
+    assert stalled.n_iter == 3 and stalled.converged and "rose by less than" in stalled.message
+    assert stalled.log_evidence != pytest.approx(exact.log_evidence, abs=1e-8)
