@@ -61,12 +61,13 @@ def maximise(model, point, method, maxiter, tol, progressbar, callback=None):
                          "provide; use method='em-ep' or another approximation")
     objective = objective_for(model, other_terms(model, include_priors=method == "map"), model.continuous_value_vars)
     x0 = ravel(point, objective.free)
-    _check_start(objective, point, method)
+    evaluate = _Remembered(objective, x0, point)
+    _check_start(objective, evaluate, x0.data, point, method)
     history = {"objective": [], "log_evidence": []}
     last = {}
 
     def negative(x):
-        value, log_z, grad = objective.evidence_and_grad(unravel(x, x0, point))
+        value, log_z, grad = evaluate(x)
         if grad is None or not np.isfinite(value) or not np.all(np.isfinite(grad)):
             return 1e300, np.zeros_like(x)  # outside the evidence's domain: L-BFGS-B backtracks
         last.update(objective=value, log_evidence=log_z)
@@ -97,7 +98,7 @@ def maximise(model, point, method, maxiter, tol, progressbar, callback=None):
         x, coarse_iter = _coarse_stage(objective, lbfgs, x0.data, maxiter, tol)
         res = lbfgs(x, max(maxiter - coarse_iter, 1), tol)
     best = unravel(res.x, x0, point)
-    value, log_z, _ = objective.evidence_and_grad(best)
+    value, log_z, _ = evaluate(res.x)
     runaway = _runaway(objective, res.x, x0, point, value, model)
     message = (f"CONVERGENCE: the objective rose by less than {STALL_TOL:g} over the last {STALL_WINDOW} iterations"
                if res.stalled else str(res.message))
@@ -158,12 +159,32 @@ def _coarse_stage(objective, lbfgs, x, maxiter, tol):
     return (res.x if np.isfinite(res.fun) and res.fun < 1e300 else x), int(res.nit)
 
 
-def _check_start(objective, point, method):
-    """Raise ``FitStartError`` where the objective or its gradient is not finite at ``point``:
-    L-BFGS-B would stop there at once and report success (a zero gradient)."""
+class _Remembered:
+    """``objective.evidence_and_grad`` at a raveled x, remembering its last call: L-BFGS-B's
+    first evaluation is at the start point that ``_check_start`` evaluated, and its last
+    iterate is (as a rule) the last point it evaluated, which ``maximise`` evaluates again.
+    The solver options in force (``Objective.set_overrides``) are part of the key."""
+
+    def __init__(self, objective, layout, point):
+        self.objective, self.layout, self.point = objective, layout, point
+        self.key, self.out = None, None
+
+    def __call__(self, x):
+        x = np.array(x, dtype=float)
+        key = (x.tobytes(), repr(self.objective.overrides))
+        if key != self.key:
+            self.out = self.objective.evidence_and_grad(unravel(x, self.layout, self.point))
+            self.key = key
+        return self.out
+
+
+def _check_start(objective, evaluate, x, point, method):
+    """Raise ``FitStartError`` where the objective or its gradient is not finite at ``point``
+    (raveled: ``x``; ``evaluate``: a ``_Remembered``): L-BFGS-B would stop there at once and
+    report success (a zero gradient)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        value, log_z, grad = objective.evidence_and_grad(point)
+        value, log_z, grad = evaluate(x)
     if grad is not None and np.isfinite(value) and np.all(np.isfinite(grad)):
         return
     values = ", ".join(f"{v.name}={np.round(np.asarray(point[v.name], float), 4).tolist()}" for v in objective.free)

@@ -1,5 +1,6 @@
-"""The stall rule of ``estimation.type2.maximise``: a run ends once the objective has risen by
-less than ``STALL_TOL`` nats over the last ``STALL_WINDOW`` L-BFGS-B iterations."""
+"""``estimation.type2.maximise``: the stall rule (a run ends once the objective has risen by
+less than ``STALL_TOL`` nats over the last ``STALL_WINDOW`` L-BFGS-B iterations), and no
+point evaluated twice in a row."""
 
 import numpy as np
 import pymc as pm
@@ -7,6 +8,7 @@ import pytensor.tensor as pt
 import pytest
 
 import pymc_gpc
+from pymc_gpc.estimation import objective as OBJ
 from pymc_gpc.estimation import type2
 from pymc_gpc.likelihoods import Logistic
 
@@ -35,7 +37,8 @@ def test_stall_stops_when_the_window_gains_less_than_the_tolerance():
     assert _feed(climb_then_flat) == 5 + w
 
 
-def test_maximise_reports_a_stalled_run_as_converged(monkeypatch):
+@pytest.fixture(scope="module")
+def laplace_model():
     rng = np.random.default_rng(1)
     X = rng.normal(size=(30, 2))
     y = np.where(X[:, 0] - 0.5 * X[:, 1] + 0.5 * rng.normal(size=30) > 0, 1.0, -1.0)
@@ -44,6 +47,26 @@ def test_maximise_reports_a_stalled_run_as_converged(monkeypatch):
         log_amp = pm.Normal("log_amp", 0.0, 1.0)
         cov = pt.exp(log_amp) * pm.gp.cov.ExpQuad(2, ls=pt.exp(log_ls))
         pymc_gpc.MarginalLaplace(cov_func=cov, likelihood=Logistic()).marginal_likelihood("y", X=X, y=y)
+    return model
+
+
+def test_no_point_is_evaluated_twice_in_a_row(laplace_model, monkeypatch):
+    seen = []
+    real = OBJ.Objective.evidence_and_grad
+
+    def spy(self, point):
+        seen.append(np.concatenate([np.ravel(point[k]) for k in sorted(point)]))
+        return real(self, point)
+
+    monkeypatch.setattr(OBJ.Objective, "evidence_and_grad", spy)
+    result = pymc_gpc.fit(laplace_model, method="map", progressbar=False)
+    assert result.converged and len(seen) >= 5
+    # the start check's point is L-BFGS-B's first, the last iterate the point maximise reads
+    assert not any(np.array_equal(a, b) for a, b in zip(seen, seen[1:]))
+
+
+def test_maximise_reports_a_stalled_run_as_converged(laplace_model, monkeypatch):
+    model = laplace_model
     exact = pymc_gpc.fit(model, method="map", progressbar=False)
     assert exact.converged and exact.n_iter > 3
     monkeypatch.setattr(type2, "STALL_WINDOW", 2)
