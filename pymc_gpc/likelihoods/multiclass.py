@@ -64,6 +64,17 @@ def _cov_factor(cov):
 
 
 @njit(nogil=True, cache=True)
+def _draw(mean, L, Z, i, s, f):
+    """f <- mean_i + L_i z_s (f (c,)): draw s of N(mean_i, L_i L_i^T) from the standard draws Z
+    (``_standard_draws``), L_i lower triangular (``_cov_factor``)."""
+    for k in range(f.shape[0]):
+        v = mean[i, k]
+        for j in range(k + 1):
+            v += L[i, k, j] * Z[s, j]
+        f[k] = v
+
+
+@njit(nogil=True, cache=True)
 def _softmax_expected_prob(y, mean, L, Z):
     """mean over the draws z of pi_{y_i}(mean_i + L_i z): the softmax's ``expected_prob``
     in one compiled pass (only class y_i's probability, no (c, m, size) array)."""
@@ -74,11 +85,7 @@ def _softmax_expected_prob(y, mean, L, Z):
         yi = y[i]
         acc = 0.0
         for s in range(Z.shape[0]):
-            for k in range(c):
-                v = mean[i, k]
-                for j in range(k + 1):
-                    v += L[i, k, j] * Z[s, j]
-                f[k] = v
+            _draw(mean, L, Z, i, s, f)
             tot = 1.0
             for k in range(c):
                 if k != yi:
@@ -368,11 +375,7 @@ def _probit_expected_probs(mean, L, Z, nodes, w, tail, log_w):
     f, lp, s = np.empty(c), np.empty(c), np.empty(nodes.shape[0])
     for i in range(m):
         for d in range(Z.shape[0]):
-            for k in range(c):
-                v = mean[i, k]
-                for j in range(k + 1):
-                    v += L[i, k, j] * Z[d, j]
-                f[k] = v
+            _draw(mean, L, Z, i, d, f)
             top = -np.inf
             for k in range(c):
                 p = _probit_prob(f, k, nodes, w, tail)

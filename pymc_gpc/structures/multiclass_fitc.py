@@ -43,13 +43,15 @@ blocks gives the site covariances, diag R and V_k R_kk together.
 
 W~_i has W_i's form, diag(delta_i) - delta_i delta_i^T / sum delta_i with delta = d / (1 + lambda d)
 (``_effective_precision``), so A - I = blockdiag(V_k diag(delta_k) V_k^T) - Q Q^T with Q the
-stacked V_k diag(q_k): one (c m) x n dsyrk (``_precision``).
+stacked V_k diag(q_k): one product per block row below the diagonal and a dsyrk per
+diagonal block (``_precision``).
 
 Cost and memory (n observations, c classes, m inducing inputs per class): A in
-(c^2 + c) m^2 n flops (the dsyrk's c^2 m^2 n and c diagonal blocks), its factorisation (c m)^3 / 3, the pass of F 2 c^2 m^2 n: O(c^2 m^2 n)
-time per factorised posterior. Memory O(c m n): the c V_k, V_k R_kk (c, m, n) and the
-gradient in K_uf (c, m, n); the F_l (c m x n each, c^2 m n together) exist only over column
-blocks; never a cn x cn or n x n matrix. The capacitance is the (c m) x (c m) A, factorised
+c^2 m^2 n flops (c (c - 1) m^2 n below the diagonal, c m^2 n on it), its factorisation
+(c m)^3 / 3, the pass of F 2 c^2 m^2 n (its elementwise part compiled, ``_pass_columns``):
+O(c^2 m^2 n) time per factorised posterior. Memory O(c m n): the c V_k, V_k R_kk (c, m, n)
+and the gradient in K_uf (c, m, n); the F_l (c m x n each, c^2 m n together) exist only
+over column blocks; never a cn x cn or n x n matrix. The capacitance is the (c m) x (c m) A, factorised
 exactly, so the log-determinant is exact. Newton steps of the softmax Laplace after the
 first solve A x = b at the new weights by conjugate gradients preconditioned with the last
 factorised A (``FITCNewtonPreconditioner``, O(c m n + c^2 m^2) a step), so that a warm
@@ -86,6 +88,7 @@ import numpy as np
 from numba import njit
 from scipy.linalg import blas, cho_solve
 
+from ..numerics import lapack
 from .dense import NotPositiveDefiniteError, chol_lower, inv_lower
 from .fitc import FITCPrior, NonFiniteKernelError
 
@@ -102,20 +105,22 @@ _BLOCK_FLOATS = 1 << 21
 def _precision(V, delta):
     """A = I + P^T W~ P (lower triangle, Fortran-ordered) for W~_i = diag(delta_i) -
     q_i q_i^T, q_i = delta_i / sqrt(sum delta_i) (``_effective_precision``): the blocks
-    below the diagonal, V_k diag(W~_kl) V_l^T = -(V_k diag(q_k))(V_l diag(q_l))^T, are those
-    of one dsyrk of the stacked V_k diag(q_k) (c m x n), at a large product's speed; the
-    diagonal blocks V_k diag(W~_kk) V_k^T are then overwritten by a dsyrk each, with
-    W~_kk = delta_k (sum_{j != k} delta_j) / sum delta >= 0 (no cancellation)."""
+    below the diagonal, V_k diag(W~_kl) V_l^T = -Q_k Q_l^T with Q_k = V_k diag(q_k), as one
+    product per block row, Q_k (Q_1 ... Q_{k-1})^T, in c (c - 1) m^2 n flops (a dsyrk of
+    the stacked Q would also form the diagonal blocks, to be overwritten); the diagonal
+    blocks V_k diag(W~_kk) V_k^T by a dsyrk each, with W~_kk = delta_k (sum_{j != k}
+    delta_j) / sum delta >= 0 (no cancellation)."""
     c, (m, n) = len(V), V[0].shape
     total = delta.sum(axis=0)
     q = delta / np.sqrt(total)
     Q = np.empty((c * m, n), order="F")
-    for k in range(c):
-        Q[k * m:(k + 1) * m] = V[k] * q[k]
-    A = blas.dsyrk(-1.0, Q, lower=1)
-    del Q
+    A = np.zeros((c * m, c * m), order="F")
     for k in range(c):
         rows = slice(k * m, (k + 1) * m)
+        np.multiply(V[k], q[k], out=Q[rows])
+        if k:
+            A[rows, :k * m] = Q[rows] @ Q[:k * m].T
+            A[rows, :k * m] *= -1.0
         others = sum(delta[j] for j in range(c) if j != k)
         A[rows, rows] = blas.dsyrk(1.0, V[k] * np.sqrt(delta[k] * others / total), lower=1)
     A[np.diag_indices(c * m)] += 1.0
@@ -187,6 +192,75 @@ def _precision_times(V, delta, q, x, out):
             w = delta[k, i] * p[k] - q[k, i] * qp
             for r in range(m):
                 out[k * m + r] += Vk[r, i] * w
+
+
+@njit(nogil=True, cache=True, fastmath={"reassoc", "contract"})
+def _pass_columns(F, V, delta, q, start, width, S, VR):
+    """The elementwise part of ``MulticlassFITCPosterior._column_pass`` for the columns
+    start .. start + width of one block, given F[l, j] = ((A^{-1})_{:,l} V_l)[:, start + j]
+    ((c, b, c m), each column contiguous): S_i's entries (S_i)_kl = V_k[:, i] . F_l[k-block]
+    for l >= k (S_i is symmetric), and V_k R_kk's columns from W~_i = diag(delta_i) -
+    q_i q_i^T (module docstring), (V_k R_kk)[:, i] = delta_ik F_k[k-block] -
+    q_ik sum_l q_il F_l[k-block]. One read of each column of F while it is in cache, instead
+    of one pass over the block per term."""
+    c = F.shape[0]
+    m = V[0].shape[0]
+    qF = np.empty(m)
+    for j in range(width):
+        i = start + j
+        for k in range(c):
+            Vk = V[k]
+            off = k * m
+            for l in range(k, c):
+                acc = 0.0
+                for r in range(m):
+                    acc += Vk[r, i] * F[l, j, off + r]
+                S[i, k, l] = acc
+                S[i, l, k] = acc
+            qF[:] = 0.0
+            for l in range(c):
+                ql = q[l, i]
+                for r in range(m):
+                    qF[r] += ql * F[l, j, off + r]
+            dk, qk = delta[k, i], q[k, i]
+            VRk = VR[k]
+            for r in range(m):
+                VRk[r, i] = dk * F[k, j, off + r] - qk * qF[r]
+
+
+@njit(nogil=True, cache=True, fastmath={"reassoc", "contract"})
+def _site_columns(C, start, width, m, S):
+    """S_i = C_i^T C_i for the columns start .. start + width of one block (``_site_blocks``),
+    given C[k, j] = the column start + j of C_k = L_A^{-1} P_k^T ((c, b, c m); its entries
+    above block k are zero and not read): (S_i)_kl = sum_{p >= l} C_k[p-block] . C_l[p-block]
+    for l >= k, each column read while in cache."""
+    c, cm = C.shape[0], C.shape[2]
+    for j in range(width):
+        i = start + j
+        for k in range(c):
+            for l in range(k, c):
+                acc = 0.0
+                for x in range(l * m, cm):
+                    acc += C[k, j, x] * C[l, j, x]
+                S[i, k, l] = acc
+                S[i, l, k] = acc
+
+
+@njit(nogil=True, cache=True, fastmath={"reassoc", "contract"})
+def _gradient_columns(VR, V, g, left_t, right, scale, out):
+    """out = scale VR - V diag(g) + left right for VR, V, out (m, n) Fortran-ordered,
+    left_t = left^T (t, m), right (t, n): V_k G'_k of ``MulticlassFITCPosterior.kernel_gradient``
+    in one pass over the columns."""
+    m, n = V.shape
+    t = left_t.shape[0]
+    for i in range(n):
+        gi = g[i]
+        for r in range(m):
+            out[r, i] = scale * VR[r, i] - V[r, i] * gi
+        for s in range(t):
+            w = right[s, i]
+            for r in range(m):
+                out[r, i] += left_t[s, r] * w
 
 
 def _newton_rhs(prior, Wt, v):
@@ -367,8 +441,8 @@ class MulticlassFITCPosterior:
         if not np.all(self.s > 0.0) or np.min(d) < 0.0:
             raise NotPositiveDefiniteError("the coupled weights must be >= 0 with a positive sum per observation")
         self.Wt, logdet, delta = _effective_precision(prior, d)
+        self._delta = delta
         self._half_logdet_sites = 0.5 * float(np.sum(logdet))
-        self._WtT = np.ascontiguousarray(np.transpose(self.Wt, (1, 2, 0)))  # (c, c, n)
         self.L_A = chol_lower(_precision(prior.V, delta), overwrite=True)
         self._A_inv = None
         self._pass = self._S = None
@@ -378,10 +452,14 @@ class MulticlassFITCPosterior:
 
     @property
     def A_inv(self):
-        """A^{-1} (c m, c m), computed once."""
+        """A^{-1} = L_A^{-T} L_A^{-1} (c m, c m), symmetric, computed once: dtrtri and dlauum
+        (LAPACK's dpotri, 2 (c m)^3 / 3 flops) instead of two triangular solves with the
+        identity (2 (c m)^3)."""
         if self._A_inv is None:
-            Ai = cho_solve((self.L_A, True), np.eye(self.L_A.shape[0]), check_finite=False)
-            self._A_inv = 0.5 * (Ai + Ai.T)
+            Ai = inv_lower(self.L_A)
+            if lapack.lauum_lower(Ai) != 0:
+                raise NotPositiveDefiniteError("A^{-1}: dlauum failed")
+            self._A_inv = Ai
         return self._A_inv
 
     def _Pt(self, u):
@@ -431,23 +509,19 @@ class MulticlassFITCPosterior:
         if self._pass is None:
             prior = self.prior
             c, m, n = prior.c, prior.m, prior.n
-            Ai, V, WtT = self.A_inv, prior.V, self._WtT
+            Ai, V = self.A_inv, prior.V
+            total = self._delta.sum(axis=0)
+            q = self._delta / np.sqrt(total)
             S = np.empty((n, c, c))
-            VR = [np.empty((m, n), order="F") for _ in range(c)]  # Fortran, as the V_k
-            for cols in _column_blocks(n, c, m):
-                # each (c m, b), Fortran-ordered as the V_k (A^{-1} is symmetric)
-                F = [(V[l][:, cols].T @ Ai[l * m:(l + 1) * m]).T for l in range(c)]
-                for k in range(c):
-                    rows = slice(k * m, (k + 1) * m)
-                    Vk = V[k][:, cols]
-                    for l in range(k, c):
-                        S[cols, k, l] = np.einsum("rb,rb->b", Vk, F[l][rows])
-                        S[cols, l, k] = S[cols, k, l]
-                    acc = F[0][rows] * WtT[0, k, cols]
-                    for l in range(1, c):
-                        acc += F[l][rows] * WtT[l, k, cols]
-                    VR[k][:, cols] = acc
-            self._pass = S, VR
+            VR = tuple(np.empty((m, n), order="F") for _ in range(c))  # Fortran, as the V_k
+            blocks = _column_blocks(n, c, m)
+            F = np.empty((c, blocks[0].stop - blocks[0].start, c * m))  # F[l]'s columns contiguous
+            for cols in blocks:
+                width = cols.stop - cols.start
+                for l in range(c):  # A^{-1} is symmetric: F_l^T = V_l^T (A^{-1})_{l,:}
+                    np.matmul(V[l][:, cols].T, Ai[l * m:(l + 1) * m], out=F[l, :width])
+                _pass_columns(F, tuple(V), self._delta, q, cols.start, width, S, VR)
+            self._pass = S, list(VR)
         return self._pass
 
     def expect_gradient(self):
@@ -468,12 +542,13 @@ class MulticlassFITCPosterior:
             c, m, n = prior.c, prior.m, prior.n
             Li, V = inv_lower(self.L_A), prior.V
             S = np.empty((n, c, c))
-            for cols in _column_blocks(n, c, m):
-                C = [Li[k * m:, k * m:(k + 1) * m] @ V[k][:, cols] for k in range(c)]  # ((c - k) m, b)
-                for k in range(c):
-                    for l in range(k, c):
-                        S[cols, k, l] = np.einsum("rb,rb->b", C[k][(l - k) * m:], C[l])
-                        S[cols, l, k] = S[cols, k, l]
+            blocks = _column_blocks(n, c, m)
+            C = np.empty((c, blocks[0].stop - blocks[0].start, c * m))  # C_k^T's rows: C_k's columns
+            for cols in blocks:
+                width = cols.stop - cols.start
+                for k in range(c):  # C_k's rows from block k on (those above vanish)
+                    np.matmul(V[k][:, cols].T, Li[k * m:, k * m:(k + 1) * m].T, out=C[k, :width, k * m:])
+                _site_columns(C, cols.start, width, m, S)
             self._S = S
         return self._S
 
@@ -506,20 +581,19 @@ class MulticlassFITCPosterior:
         _, VR = self._column_pass()
         Rd = self.R_diag()
         dKuu, dKuf, dkd = np.empty((c, m, m)), np.empty((c, m, n)), np.empty((c, n))
+        VG = np.empty((m, n), order="F")  # V_k G'_k, then dlog Z / dK_uf,k (in place)
         for k in range(c):
             Vk = prior.V[k]
             diag_G = scale_R * Rd[k]
             for x, y, ct in outer:
                 diag_G = diag_G + ct * np.asarray(x)[k] * np.asarray(y)[k]
             diag_G = np.where(prior.unclipped[k], diag_G, 0.0)
-            VG = np.multiply(VR[k], scale_R)  # V_k G'_k (m, n), Fortran-ordered as V_k
-            VG -= Vk * diag_G
-            if outer:  # sum_t c_t/2 (V x_t y_t^T + V y_t x_t^T), one product
-                left = np.column_stack([0.5 * ct * (Vk @ np.asarray(v)[k]) for x, y, ct in outer for v in (x, y)])
-                right = np.vstack([np.asarray(v)[k] for x, y, ct in outer for v in (y, x)])
-                VG += left @ right
+            # sum_t c_t/2 (V x_t y_t^T + V y_t x_t^T) as left right, t = 2 len(outer)
+            left_t = np.array([0.5 * ct * (Vk @ np.asarray(v)[k]) for x, y, ct in outer for v in (x, y)]).reshape(-1, m)
+            right = np.array([np.asarray(v)[k] for x, y, ct in outer for v in (y, x)]).reshape(-1, n)
+            _gradient_columns(VR[k], Vk, diag_G, left_t, right, float(scale_R), VG)
             VGVt = VG @ Vk.T
-            dKuf[k] = 2.0 * prior.inducing_weights(k, VG)
+            dKuf[k] = prior.classes[k].L_uu.solve(VG, trans=1, alpha=2.0)  # 2 L_uu^{-T} V_k G'_k
             Du = -prior.inducing_weights(k, prior.inducing_weights(k, VGVt).T)
             dKuu[k] = 0.5 * (Du + Du.T)
             dkd[k] = diag_G

@@ -310,3 +310,36 @@ def test_newton_step_at_a_large_amplitude_matches_the_dense_solve():
     assert by_cg is not None
     for a in (prior.posterior(d).weights(v), by_cg):
         np.testing.assert_allclose(prior(a), f_ref, rtol=0, atol=1e-8 * np.max(np.abs(f_ref)))
+
+
+def test_site_covariances_pass_and_A_inverse_over_column_blocks_equal_the_dense_algebra(monkeypatch):
+    # blocks of 4 columns (the last one partial), so that the compiled passes' block offsets
+    # are exercised: A^{-1}, S_i = P_i A^{-1} P_i^T by both routes (the triangular products
+    # of nested EP's sweeps, the gradient's pass) and V_k R_kk, R = W~ - W~ P A^{-1} P^T W~,
+    # against the dense (c n) x (c m) algebra
+    from pymc_gpc.structures import multiclass_fitc
+
+    monkeypatch.setattr(multiclass_fitc, "_column_blocks", lambda n, c, m: [slice(j, min(j + 4, n)) for j in range(0, n, 4)])
+    n, m, c = 22, 5, 3
+    X, y, Xu = problem(seed=7, n=n, m=m)
+    prior = MulticlassFITCPrior(*fitc_inputs(X, Xu))
+    d = np.random.default_rng(8).dirichlet(np.ones(c), size=n).T
+    P = np.zeros((c * n, c * m))
+    for k in range(c):
+        P[k * n:(k + 1) * n, k * m:(k + 1) * m] = prior.V[k].T
+    post = prior.posterior(d)
+    Wt = np.zeros((c * n, c * n))
+    for i in range(n):
+        idx = np.arange(c) * n + i
+        Wt[np.ix_(idx, idx)] = post.Wt[i]
+    Ai = np.linalg.inv(np.eye(c * m) + P.T @ Wt @ P)
+    np.testing.assert_allclose(post.A_inv, Ai, rtol=1e-10, atol=1e-12)
+    full = P @ Ai @ P.T
+    S_ref = np.array([full[np.ix_(np.arange(c) * n + i, np.arange(c) * n + i)] for i in range(n)])
+    np.testing.assert_allclose(post._site_blocks(), S_ref, rtol=1e-10, atol=1e-12)
+    R = Wt - Wt @ full @ Wt
+    S, VR = prior.posterior(d)._column_pass()
+    np.testing.assert_allclose(S, S_ref, rtol=1e-10, atol=1e-12)
+    for k in range(c):
+        block = slice(k * n, (k + 1) * n)
+        np.testing.assert_allclose(VR[k], prior.V[k] @ R[block, block], rtol=1e-10, atol=1e-12)
