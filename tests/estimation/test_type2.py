@@ -1,6 +1,6 @@
 """``estimation.type2.maximise``: the stall rule (a run ends once the objective has risen by
-less than ``STALL_TOL`` nats over the last ``STALL_WINDOW`` L-BFGS-B iterations), and no
-point evaluated twice in a row."""
+less than ``STALL_TOL`` times its size over the last ``STALL_WINDOW`` L-BFGS-B
+iterations), and no point evaluated twice in a row."""
 
 import numpy as np
 import pymc as pm
@@ -27,13 +27,15 @@ def _feed(values):
 
 
 def test_stall_stops_when_the_window_gains_less_than_the_tolerance():
-    w, tol = type2.STALL_WINDOW, type2.STALL_TOL
-    rising = np.arange(3 * w) * (1.01 * tol / w)  # gains just above tol per window: never stops
+    w, tol, size = type2.STALL_WINDOW, type2.STALL_TOL, 5000.0
+    rising = -size + np.arange(3 * w) * (1.01 * tol * size / w)  # gains just above the tolerance: never stops
     assert _feed(rising) is None
-    creeping = np.arange(3 * w) * (0.99 * tol / w)  # just below: stops once a whole window is seen
+    creeping = -size + np.arange(3 * w) * (0.99 * tol * size / w)  # just below: stops once a whole window is seen
     assert _feed(creeping) == w + 1
+    # the tolerance is relative: the same creep on an objective 100 times smaller goes on
+    assert _feed(-size / 100 + np.arange(3 * w) * (0.99 * tol * size / w)) is None
     # a fast start then a plateau: stops when the window no longer reaches back to the climb
-    climb_then_flat = np.concatenate([np.linspace(-50.0, 0.0, 5), np.full(2 * w, 0.0)])
+    climb_then_flat = np.concatenate([np.linspace(-50.0, -1.0, 5), np.full(2 * w, -1.0)])
     assert _feed(climb_then_flat) == 5 + w
 
 
@@ -70,7 +72,7 @@ def test_maximise_reports_a_stalled_run_as_converged(laplace_model, monkeypatch)
     exact = pymc_gpc.fit(model, method="map", progressbar=False)
     assert exact.converged and exact.n_iter > 3
     monkeypatch.setattr(type2, "STALL_WINDOW", 2)
-    monkeypatch.setattr(type2, "STALL_TOL", 1e9)  # every window "gains too little"
+    monkeypatch.setattr(type2, "STALL_TOL", 1e9)  # every window gains too little
     stalled = pymc_gpc.fit(model, method="map", progressbar=False)
     assert stalled.n_iter == 3 and stalled.converged and "rose by less than" in stalled.message
     assert stalled.log_evidence != pytest.approx(exact.log_evidence, abs=1e-8)
