@@ -372,12 +372,13 @@ def profile(n=600, repeats=2):
 
 
 FIT_VARIANTS = (
-    # label, likelihood, GP class, solver options, nested EP's coarse first L-BFGS run (tol)
-    ("softmax Laplace", L.Softmax, "MarginalLaplace", {}, None),
-    ("nested EP, all sweeps exact", L.MultinomialProbit, "MarginalEP", {"rough_sweeps": False}, None),
-    ("nested EP, rough early sweeps", L.MultinomialProbit, "MarginalEP", {"rough_sweeps": True}, None),
-    ("nested EP, rough early sweeps, coarse first run at tol 1e-4", L.MultinomialProbit, "MarginalEP",
-     {"rough_sweeps": True}, 1e-4),
+    # label, likelihood, GP class, solver options, the approximation's coarse_fit_defaults for
+    # the run (None: the registry's)
+    ("softmax Laplace, one run (the default)", L.Softmax, "MarginalLaplace", {}, None),
+    ("softmax Laplace, coarse first run at Newton tol 1e-4, rough gradient", L.Softmax, "MarginalLaplace", {},
+     {"tol": 1e-4, "rough_gradient": True}),
+    ("nested EP, one run", L.MultinomialProbit, "MarginalEP", {}, {}),
+    ("nested EP, coarse first run at tol 1e-4 (the default)", L.MultinomialProbit, "MarginalEP", {}, None),
 )
 
 
@@ -417,10 +418,10 @@ def profile_fit(n=600, only=None):
     """Whole MAP-II fits on digits' n training points (``_gp_fit``'s model) and the prediction
     at the 797 test points: CPU seconds (one BLAS thread) of the fit and of the prediction
     (``gp.predict`` with the default predictive), the solves and sweeps the fit took, and
-    the optimum. Variants (``FIT_VARIANTS``): softmax Laplace; nested EP with and without
-    ``rough_sweeps``; and nested EP with a coarse first L-BFGS run (``estimation.type2``'s
-    ``_coarse_stage``, which the registry enables through ``prediction_defaults``; set here
-    for the run only, ``registry.APPROXIMATIONS`` is not changed on disk)."""
+    the optimum. Variants (``FIT_VARIANTS``): softmax Laplace and nested EP, each with and
+    without a coarse first L-BFGS run (``estimation.type2``'s ``_coarse_stage``, enabled by
+    the registry's ``coarse_fit_defaults``; set here for the run only,
+    ``registry.APPROXIMATIONS`` is not changed on disk)."""
     import dataclasses
 
     import pymc as pm
@@ -437,9 +438,10 @@ def profile_fit(n=600, only=None):
     for label, lik_type, cls, options, coarse in FIT_VARIANTS:
         if only and not any(o in label for o in only):
             continue
-        entry = registry.APPROXIMATIONS["ep-multiclass"]
+        name = "ep-multiclass" if lik_type is L.MultinomialProbit else "laplace-multiclass"
+        entry = registry.APPROXIMATIONS[name]
         if coarse is not None:
-            registry.APPROXIMATIONS["ep-multiclass"] = dataclasses.replace(entry, prediction_defaults={"tol": coarse})
+            registry.APPROXIMATIONS[name] = dataclasses.replace(entry, coarse_fit_defaults=coarse)
         try:
             counts.update(solves=0, sweeps=0)
             cpu = time.process_time()
@@ -455,7 +457,7 @@ def profile_fit(n=600, only=None):
             p = gp.predict(Xte, point=fit.point, model=model)
             predict_cpu = time.process_time() - cpu
         finally:
-            registry.APPROXIMATIONS["ep-multiclass"] = entry
+            registry.APPROXIMATIONS[name] = entry
         codes = np.searchsorted(gp.classes, yte)
         lp = float(np.mean(np.log(np.maximum(p[np.arange(len(codes)), codes], 1e-300))))
         errors = int(np.sum(np.argmax(p, 1) != codes))

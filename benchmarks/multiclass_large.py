@@ -94,6 +94,81 @@ def fitc(data, m, likelihood, maxiter, start=None):
             "point": point, **metrics(p, data.y_test)}, (model, gp, res)
 
 
+class _Clock:
+    """CPU and wall seconds and calls, accumulated per label, of wrapped functions."""
+
+    def __init__(self):
+        self.totals = {}
+
+    def wrap(self, owner, name, label=None):
+        fn = getattr(owner, name)
+        label = label or name
+        clock = self
+
+        def timed(*args, **kwargs):
+            t, c = time.perf_counter(), time.process_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                entry = clock.totals.setdefault(label, {"calls": 0, "cpu": 0.0, "wall": 0.0, "first_cpu": None})
+                entry["calls"] += 1
+                entry["cpu"] += time.process_time() - c
+                entry["wall"] += time.perf_counter() - t
+                if entry["first_cpu"] is None:
+                    entry["first_cpu"] = time.process_time() - c
+        setattr(owner, name, timed)
+        return fn
+
+
+def fit_profile(data, m, maxiter, tol=1e-9):
+    """The FITC softmax MAP-II fit of ``fitc`` with its time split (CPU and wall): k-means,
+    model building, the objective's PyTensor compilation (``Objective.__init__``), the
+    evaluations (kernel graph, solves, pullback; the first solve separately: numba's
+    compilation or cache load), the start check, the runaway check and the deterministics
+    at the optimum; and per L-BFGS-B iteration the objective, log evidence, largest
+    gradient element and evaluations so far."""
+    import pymc as pm
+
+    from pymc_gpc.estimation import objective as objective_module
+    from pymc_gpc.estimation import type2
+
+    clock = _Clock()
+    for name in ("__init__", "kernels", "solve", "pullback", "evidence_and_grad"):
+        clock.wrap(objective_module.Objective, name)
+    for name in ("all_values", "_runaway", "_check_start", "_coarse_stage"):
+        clock.wrap(type2, name)
+    last = {}
+    evidence = objective_module.Objective.evidence_and_grad
+
+    def recording(self, point):
+        out = evidence(self, point)
+        last["grad"] = None if out[2] is None else float(np.max(np.abs(out[2])))
+        return out
+    objective_module.Objective.evidence_and_grad = recording
+
+    t0, c0 = time.perf_counter(), time.process_time()
+    Xu = pm.gp.util.kmeans_inducing_points(m, data.X_train, seed=0)
+    t_kmeans, c_kmeans = time.perf_counter() - t0, time.process_time() - c0
+    model, gp = gp_model(data.X_train, data.y_train, Xu, "softmax")
+    t_model, c_model = time.perf_counter() - t0 - t_kmeans, time.process_time() - c0 - c_kmeans
+    iterations = []
+
+    def callback(point, value, log_z):
+        iterations.append({"cpu": time.process_time() - c0, "wall": time.perf_counter() - t0, "objective": value,
+                           "log_evidence": log_z, "max_abs_grad": last.get("grad"),
+                           "evaluations": clock.totals["evidence_and_grad"]["calls"]})
+    point = objective_module.start_point(model, None)
+    res = type2.maximise(model, point, "map", maxiter, tol, False, callback=callback)
+    t_fit, cpu_fit = time.perf_counter() - t0, time.process_time() - c0
+    p = gp.predict(data.X_test, point=res.point)
+    return {"n": len(data.y_train), "m": m, "maxiter": maxiter, "tol": tol, "cpu_fit": cpu_fit, "time_fit": t_fit,
+            "kmeans": {"cpu": c_kmeans, "wall": t_kmeans}, "model": {"cpu": c_model, "wall": t_model},
+            "totals": clock.totals, "iterations": iterations, "n_iter": int(res.n_iter),
+            "converged": bool(res.converged), "message": str(res.message), "log_evidence": float(res.log_evidence),
+            "point": {k: np.asarray(v).tolist() for k, v in res.point.items() if k in ("log_w", "log_v0")},
+            **metrics(p, data.y_test)}
+
+
 def warm_timing(model, point, repeats=3, calls=9, seed=0):
     import pytensor.tensor as pt
 
@@ -209,7 +284,7 @@ def sklearn_gpc(data, sizes, budget):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--phase", default="all", choices=["all", "laplace", "warm", "solver", "ep", "logistic", "gpc", "report"])
+    ap.add_argument("--phase", default="all", choices=["all", "laplace", "profile", "warm", "solver", "ep", "logistic", "gpc", "report"])
     ap.add_argument("--warm-m", type=int, default=200)
     ap.add_argument("--n-train", type=int, default=10_000)
     ap.add_argument("--n-test", type=int, default=5000)
@@ -219,6 +294,7 @@ def main():
     ap.add_argument("--gpc-sizes", default="500,1000,2000,4000")
     ap.add_argument("--gpc-budget", type=float, default=180.0)
     ap.add_argument("--work", default="/tmp/multiclass_large")
+    ap.add_argument("--tag", default="", help="profile: suffix of the JSON file's name")
     args = ap.parse_args()
     work = pathlib.Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
@@ -232,6 +308,10 @@ def main():
             row, (model, gp, res) = fitc(data, args.m, "softmax", args.maxiter)
             print({k: v for k, v in row.items() if k != "point"}, flush=True)
             (work / "laplace.json").write_text(json.dumps(row))
+        elif phase == "profile":
+            row = fit_profile(data, args.m, args.maxiter)
+            print({k: v for k, v in row.items() if k not in ("point", "iterations")}, flush=True)
+            (work / f"profile{args.tag}.json").write_text(json.dumps(row))
         elif phase in ("warm", "ep"):
             import pymc as pm
 

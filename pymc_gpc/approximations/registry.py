@@ -94,6 +94,12 @@ class Approximation:
         (``ep_warm`` and ``backends.numba.compiled_ep`` take tol as an argument).
     prediction_defaults : solver options when predicting over posterior draws
         (``pymc_gpc.prediction``).
+    coarse_fit_defaults : solver options of the first, coarse L-BFGS-B run of
+        ``fit(method="type2" | "map")`` (``estimation.type2._coarse_stage``), which only
+        has to find the optimum's neighbourhood; the second run solves at the Op's own
+        options, so the returned optimum is that of exact solves. Empty: one run at the
+        Op's options. Only the fit's first run reads it (predictions keep
+        ``prediction_defaults``).
     deferred_loo : whether its LOO terms cost enough of an evaluation to be computed only
         when a deterministic asks for them (``ops.rewrites.defer_unused_loo``).
     backends : the backends that implement it (``BACKENDS``).
@@ -108,6 +114,7 @@ class Approximation:
     sampling_defaults: Mapping = field(default_factory=_frozen)
     engine_defaults: Mapping = field(default_factory=_frozen)
     prediction_defaults: Mapping = field(default_factory=_frozen)
+    coarse_fit_defaults: Mapping = field(default_factory=_frozen)
     deferred_loo: bool = False
     backends: tuple = ("numba",)
     multiclass: str | None = None
@@ -129,7 +136,7 @@ APPROXIMATIONS = {a.name: a for a in (
         # the sampler's tolerance: why 1e-2 suffices is in engine_notes.md, "Sampler tolerances"
         sampling_defaults=_frozen(tol=1e-2),
         engine_defaults=_frozen(tol=inspect.signature(ep).parameters["tol"].default),
-        prediction_defaults=_frozen(tol=1e-3),
+        prediction_defaults=_frozen(tol=1e-3), coarse_fit_defaults=_frozen(tol=1e-3),
         backends=("numba", "jax"), multiclass="ep-multiclass"),
     Approximation(
         "laplace", laplace, "MarginalLaplace", _frozen(dense=newton_retries, fitc=newton_retries),
@@ -146,7 +153,10 @@ APPROXIMATIONS = {a.name: a for a in (
         _frozen(**{"dense-multiclass": nested_ep_retries, "fitc-multiclass": nested_ep_retries}),
         # nested EP's tol is on the inner site parameters; its log Z converges more slowly in
         # the site change than binary EP's (engine_notes.md, "Sampler tolerances")
-        sampling_defaults=_frozen(tol=1e-4, rough_gradient=True), backends=("numba", "jax")),
+        sampling_defaults=_frozen(tol=1e-4, rough_gradient=True),
+        # the fit's first run at the sampler's site tolerance (multiclass_gold.md, "Nested EP at
+        # ten classes"); its predictions over draws stay exact (prediction_defaults empty)
+        coarse_fit_defaults=_frozen(tol=1e-4), backends=("numba", "jax")),
 )}
 
 

@@ -68,13 +68,13 @@ class Objective:
         self.overrides = [{} for _ in self.nodes]
 
     def coarse_options(self):
-        """Per term, the solver options under which its evidence is trusted for predictions
-        (the registry's ``prediction_defaults``, e.g. EP's tol 1e-3 against the engine's 1e-8),
-        or {} where they are the term's own; ``set_overrides`` applies them."""
+        """Per term, the solver options of the fit's coarse first run (the registry's
+        ``coarse_fit_defaults``, e.g. EP's tol 1e-3 against the engine's 1e-8), or {} where
+        there are none or they are the term's own; ``set_overrides`` applies them."""
         out = []
         for node in self.nodes:
             own = dict(node.op.options)
-            loose = dict(registry.get(node.op.approximation).prediction_defaults)
+            loose = dict(registry.get(node.op.approximation).coarse_fit_defaults)
             out.append({} if all(own.get(k) == v for k, v in loose.items()) else loose)
         return out
 

@@ -1,0 +1,78 @@
+"""``estimation.type2.maximise``: the stall rule (a run ends once the objective has risen by
+less than ``STALL_TOL`` times its size over the last ``STALL_WINDOW`` L-BFGS-B
+iterations), and no point evaluated twice in a row."""
+
+import numpy as np
+import pymc as pm
+import pytensor.tensor as pt
+import pytest
+
+import pymc_gpc
+from pymc_gpc.estimation import objective as OBJ
+from pymc_gpc.estimation import type2
+from pymc_gpc.likelihoods import Logistic
+
+
+def _feed(values):
+    """The iteration after which ``_Stall`` stops on the objective sequence ``values`` (None: never)."""
+    stall = type2._Stall()
+    for k, value in enumerate(values, start=1):
+        try:
+            stall.check(value)
+        except StopIteration:
+            assert stall.stopped
+            return k
+    assert not stall.stopped
+    return None
+
+
+def test_stall_stops_when_the_window_gains_less_than_the_tolerance():
+    w, tol, size = type2.STALL_WINDOW, type2.STALL_TOL, 5000.0
+    rising = -size + np.arange(3 * w) * (1.01 * tol * size / w)  # gains just above the tolerance: never stops
+    assert _feed(rising) is None
+    creeping = -size + np.arange(3 * w) * (0.99 * tol * size / w)  # just below: stops once a whole window is seen
+    assert _feed(creeping) == w + 1
+    # the tolerance is relative: the same creep on an objective 100 times smaller goes on
+    assert _feed(-size / 100 + np.arange(3 * w) * (0.99 * tol * size / w)) is None
+    # a fast start then a plateau: stops when the window no longer reaches back to the climb
+    climb_then_flat = np.concatenate([np.linspace(-50.0, -1.0, 5), np.full(2 * w, -1.0)])
+    assert _feed(climb_then_flat) == 5 + w
+
+
+@pytest.fixture(scope="module")
+def laplace_model():
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(30, 2))
+    y = np.where(X[:, 0] - 0.5 * X[:, 1] + 0.5 * rng.normal(size=30) > 0, 1.0, -1.0)
+    with pm.Model() as model:
+        log_ls = pm.Normal("log_ls", 0.0, 1.0, shape=2)
+        log_amp = pm.Normal("log_amp", 0.0, 1.0)
+        cov = pt.exp(log_amp) * pm.gp.cov.ExpQuad(2, ls=pt.exp(log_ls))
+        pymc_gpc.MarginalLaplace(cov_func=cov, likelihood=Logistic()).marginal_likelihood("y", X=X, y=y)
+    return model
+
+
+def test_no_point_is_evaluated_twice_in_a_row(laplace_model, monkeypatch):
+    seen = []
+    real = OBJ.Objective.evidence_and_grad
+
+    def spy(self, point):
+        seen.append(np.concatenate([np.ravel(point[k]) for k in sorted(point)]))
+        return real(self, point)
+
+    monkeypatch.setattr(OBJ.Objective, "evidence_and_grad", spy)
+    result = pymc_gpc.fit(laplace_model, method="map", progressbar=False)
+    assert result.converged and len(seen) >= 5
+    # the start check's point is L-BFGS-B's first, the last iterate the point maximise reads
+    assert not any(np.array_equal(a, b) for a, b in zip(seen, seen[1:]))
+
+
+def test_maximise_reports_a_stalled_run_as_converged(laplace_model, monkeypatch):
+    model = laplace_model
+    exact = pymc_gpc.fit(model, method="map", progressbar=False)
+    assert exact.converged and exact.n_iter > 3
+    monkeypatch.setattr(type2, "STALL_WINDOW", 2)
+    monkeypatch.setattr(type2, "STALL_TOL", 1e9)  # every window gains too little
+    stalled = pymc_gpc.fit(model, method="map", progressbar=False)
+    assert stalled.n_iter == 3 and stalled.converged and "rose by less than" in stalled.message
+    assert stalled.log_evidence != pytest.approx(exact.log_evidence, abs=1e-8)
