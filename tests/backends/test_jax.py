@@ -188,6 +188,20 @@ def test_import_does_not_import_jax_until_pytensor_jax_is_used():
     assert out.stdout.split() == ["False", "True"]
 
 
+def test_importing_a_backend_module_first_registers_every_op():
+    """A direct import of ``backends.jax.multiclass`` before PyTensor's JAX dispatch (whose
+    import runs the registration hook mid-import) registers the dense, FITC and multi-class
+    Ops, and raises no circular ImportError."""
+    code = ("import pymc_gpc.backends.jax.multiclass; import pytensor.link.jax.dispatch as d; "
+            "from pymc_gpc.ops import ApproxMarginalOp; from pymc_gpc.ops.sparse import SparseMarginalOp; "
+            "from pymc_gpc.ops.multiclass import MulticlassMarginalOp, MulticlassSparseMarginalOp; "
+            "print(all(op in d.jax_funcify.registry for op in (ApproxMarginalOp, SparseMarginalOp, "
+            "MulticlassMarginalOp, MulticlassSparseMarginalOp)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["True"]
+
+
 def _small_model(X, y):
     with pm.Model() as model:
         log_ls = pm.Normal("log_ls", 0.0, 1.0)

@@ -34,7 +34,6 @@ does not pay for importing jax (``benchmarks/results/engine_notes.md``, "Importi
 import jax
 import jax.numpy as jnp
 import numpy as np
-from pytensor.link.jax.dispatch import jax_funcify
 
 from ...approximations import registry
 from ...kernels import ARDKernelOp, ARDKernelPullbackOp
@@ -63,6 +62,12 @@ def check_supported(op):
     """The registry's ``check_backend``: mean field and ADF have no JAX implementation
     (``UnsupportedCombinationError``, a NotImplementedError naming what works)."""
     registry.check_backend(op.approximation, structure_of_op(op).name, "jax", type(op).__name__)
+
+
+# PyTensor's JAX dispatch is imported here, after what the other backend modules import from
+# this one: its import runs ``registration``'s hook, which imports them (a direct import of
+# this module must not hand them a half-initialised module).
+from pytensor.link.jax.dispatch import jax_funcify  # noqa: E402
 
 
 @jax_funcify.register(ApproxMarginalOp)

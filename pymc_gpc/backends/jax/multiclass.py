@@ -43,12 +43,10 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.linalg import cho_solve, solve_triangular
 from jax.scipy.special import log_ndtr, logsumexp
-from pytensor.link.jax.dispatch import jax_funcify
 
 from ...approximations.softmax_laplace import LOO_DRAWS
 from ...likelihoods.multiclass import standard_draws
 from ...ops.multiclass import MulticlassMarginalOp, MulticlassPredictiveOp
-from .dispatch import check_supported, op_options  # importing dispatch also registers the binary Ops
 from .common import (ANDERSON_MEMORY, STATUS_CONVERGED, STATUS_FAILED, STATUS_NOT_CONVERGED, anderson_mix, empty_history,
                      push_history, reset_history)
 from .engine import DenseLatent
@@ -618,6 +616,14 @@ def predict_from(r, K_cross, K_star, full_cov):
 # ---------------------------------------------------------------------------------
 # Registration (imported by ``registration`` once PyTensor's JAX dispatch is loaded)
 # ---------------------------------------------------------------------------------
+
+
+# PyTensor's JAX dispatch is imported here, after what the other backend modules import from
+# this one: its import runs ``registration``'s hook, which imports them (a direct import of
+# this module must not hand them a half-initialised module).
+from pytensor.link.jax.dispatch import jax_funcify  # noqa: E402
+
+from .dispatch import check_supported, op_options  # noqa: E402  (registers the binary Ops)
 
 
 @jax_funcify.register(MulticlassMarginalOp)

@@ -39,7 +39,6 @@ negative coupled weights, is such a failure). Every call starts cold.
 import jax
 import jax.numpy as jnp
 from jax.scipy.linalg import cho_solve, solve_triangular
-from pytensor.link.jax.dispatch import jax_funcify
 
 from ...ops.multiclass import MulticlassSparseMarginalOp, MulticlassSparsePredictiveOp
 from .fitc import prior_factors
@@ -240,6 +239,12 @@ def predictive_fn(approximation, full_cov=False, **options):
 # ---------------------------------------------------------------------------------
 # Registration (imported by ``registration`` once PyTensor's JAX dispatch is loaded)
 # ---------------------------------------------------------------------------------
+
+
+# PyTensor's JAX dispatch is imported here, after what the other backend modules import from
+# this one: its import runs ``registration``'s hook, which imports them (a direct import of
+# this module must not hand them a half-initialised module).
+from pytensor.link.jax.dispatch import jax_funcify  # noqa: E402
 
 
 @jax_funcify.register(MulticlassSparseMarginalOp)
