@@ -74,8 +74,9 @@ def fit(model=None, method="type2", *, start=None, epsilon_rule="errors", prior=
     maxiter : optimiser iterations (type2 / map, default 500) or EM iterations
         (em-ep, default 300).
     tol : convergence tolerance: relative objective change for L-BFGS-B (default
-        1e-9; type2 / map also stop when the objective rose by less than
-        ``estimation.type2.STALL_TOL`` nats over ``STALL_WINDOW`` iterations), or
+        1e-9; type2 / map also stop, as converged, when the objective rose by less
+        than min(1e-6, 1000 tol) times its size over the last 10 iterations:
+        ``estimation.type2.STALL_TOL``, ``STALL_RATIO``, ``STALL_WINDOW``), or
         absolute change of the log evidence between EM iterations (default 1e-4).
     progressbar : show a progress bar as PyMC does.
 

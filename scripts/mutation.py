@@ -97,7 +97,7 @@ FAULTS = [
           "(W @ F[:, :, None] + G[:, :, None])", "(W @ F[:, :, None] - G[:, :, None])",
           (MULTI, "-k", "softmax_la_loo"), "softmax LA-LOO: the site location's gradient term sign-flipped"),
     Fault("multiclass-draws-half-sd", "pymc_gpc/likelihoods/multiclass.py",
-          "Zt = _standard_draws(c, size).T", "Zt = 0.5 * _standard_draws(c, size).T",
+          "Zt = standard_draws(c, size).T", "Zt = 0.5 * standard_draws(c, size).T",
           (MULTI, "-k", "predict"), "multi-class predictive draws at half the standard deviation"),
     Fault("multiclass-expected-prob-half-sd", "pymc_gpc/likelihoods/multiclass.py",
           "return _softmax_expected_prob(np.asarray(y, dtype=np.int64), mean, _cov_factor(cov), Z)",

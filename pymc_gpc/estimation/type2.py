@@ -12,7 +12,7 @@ from ..progress import Progress
 from .objective import all_values, marginal_nodes, objective_for, other_terms, ravel, unravel
 from .result import FitResult, FitStartError, RunawayHyperparameterWarning
 
-__all__ = ["maximise", "RUNAWAY_LIMIT", "RUNAWAY_STEP", "RUNAWAY_TOL", "RUNAWAY_EFFECT", "STALL_TOL", "STALL_WINDOW"]
+__all__ = ["maximise", "RUNAWAY_LIMIT", "RUNAWAY_STEP", "RUNAWAY_TOL", "RUNAWAY_EFFECT", "STALL_TOL", "STALL_RATIO", "STALL_WINDOW"]
 
 
 # type2 / map: an unconstrained value beyond RUNAWAY_LIMIT (e.g. a log-amplitude of 10,
@@ -35,8 +35,11 @@ COARSE_FTOL = 1e-7
 
 
 # a run also ends when the objective (log evidence plus, for MAP-II, the log hyperprior)
-# rose by less than STALL_TOL times its size over its last STALL_WINDOW iterations (``_Stall``)
+# rose by less than min(STALL_TOL, STALL_RATIO * tol) times its size over its last
+# STALL_WINDOW iterations (``_Stall``): at the default tol 1e-9, STALL_TOL; a tighter tol
+# asked for by the user tightens the rule with it
 STALL_TOL = 1e-6
+STALL_RATIO = 1e3
 
 
 STALL_WINDOW = 10
@@ -47,9 +50,9 @@ def maximise(model, point, method, maxiter, tol, progressbar, callback=None):
 
     A run stops at L-BFGS-B's tests (relative objective change ``tol`` in one iteration,
     largest projected gradient element 1e-6), at ``maxiter`` iterations in all, or by the
-    stall rule: the objective rose by less than ``STALL_TOL`` times max(|objective|, 1) over
-    the last ``STALL_WINDOW`` iterations (``_Stall``); the first and the stall rule count as
-    converged.
+    stall rule: the objective rose by less than min(``STALL_TOL``, ``STALL_RATIO`` * tol)
+    times max(|objective|, 1) over the last ``STALL_WINDOW`` iterations (``_Stall``); the
+    first and the stall rule count as converged.
 
     ``callback(point, objective, log_evidence)``, if given, is called after each L-BFGS-B
     iteration (of both runs, ``_coarse_stage``) with the iterate, as a point of the model's
@@ -85,7 +88,7 @@ def maximise(model, point, method, maxiter, tol, progressbar, callback=None):
                          last.get("log_evidence", np.nan))
 
         def lbfgs(x, iterations, ftol):
-            stall = _Stall()
+            stall = _Stall(ftol)
 
             def step(intermediate_result):
                 after_iteration(intermediate_result)
@@ -101,7 +104,7 @@ def maximise(model, point, method, maxiter, tol, progressbar, callback=None):
     best = unravel(res.x, x0, point)
     value, log_z, _ = evaluate(res.x)
     runaway = _runaway(objective, res.x, x0, point, value, model)
-    message = (f"CONVERGENCE: the objective rose by less than {STALL_TOL:g} of its size over the last "
+    message = (f"CONVERGENCE: the objective rose by less than {_Stall(tol).tol:g} of its size over the last "
                f"{STALL_WINDOW} iterations" if res.stalled else str(res.message))
     if runaway:
         message += f"; drifting without bound: {', '.join(runaway)}"
@@ -117,8 +120,10 @@ def maximise(model, point, method, maxiter, tol, progressbar, callback=None):
 class _Stall:
     """The stall rule of ``maximise``'s L-BFGS-B runs: ``check(objective)`` after each
     iteration raises ``StopIteration`` (which ends the run at that iterate) once the
-    objective has risen by less than ``STALL_TOL * max(|objective|, 1)`` over the last
-    ``STALL_WINDOW`` iterations.
+    objective has risen by less than ``tol * max(|objective|, 1)`` over the last
+    ``STALL_WINDOW`` iterations, with ``tol = min(STALL_TOL, STALL_RATIO * ftol)`` for the
+    run's L-BFGS-B ``ftol`` (the default ftol 1e-9 gives STALL_TOL; a tighter ftol, a
+    tighter rule).
 
     L-BFGS-B's own tests look at one iteration (ftol: its change relative to the
     objective's size) and at the largest gradient element (gtol). On a large data set whose
@@ -133,14 +138,15 @@ class _Stall:
     rule"); the relative rule went on to the optimum. It applies to both runs of
     ``maximise``, for every model."""
 
-    def __init__(self):
+    def __init__(self, ftol=1e-9):
+        self.tol = min(STALL_TOL, STALL_RATIO * ftol)
         self.values = []
         self.stopped = False
 
     def check(self, objective):
         self.values.append(objective)
         if (len(self.values) > STALL_WINDOW
-                and self.values[-1] - self.values[-1 - STALL_WINDOW] < STALL_TOL * max(abs(objective), 1.0)):
+                and self.values[-1] - self.values[-1 - STALL_WINDOW] < self.tol * max(abs(objective), 1.0)):
             self.stopped = True
             raise StopIteration
 

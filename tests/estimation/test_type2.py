@@ -13,9 +13,9 @@ from pymc_gpc.estimation import type2
 from pymc_gpc.likelihoods import Logistic
 
 
-def _feed(values):
+def _feed(values, ftol=1e-9):
     """The iteration after which ``_Stall`` stops on the objective sequence ``values`` (None: never)."""
-    stall = type2._Stall()
+    stall = type2._Stall(ftol)
     for k, value in enumerate(values, start=1):
         try:
             stall.check(value)
@@ -37,6 +37,19 @@ def test_stall_stops_when_the_window_gains_less_than_the_tolerance():
     # a fast start then a plateau: stops when the window no longer reaches back to the climb
     climb_then_flat = np.concatenate([np.linspace(-50.0, -1.0, 5), np.full(2 * w, -1.0)])
     assert _feed(climb_then_flat) == 5 + w
+
+
+def test_a_tighter_tol_tightens_the_stall_rule():
+    """At the default ftol the rule is STALL_TOL; a user's tighter tol (here 1e-12) lowers it
+    to STALL_RATIO * tol, so a creep that the default would stop goes on; a looser tol
+    leaves it at STALL_TOL (L-BFGS-B's own ftol test is the looser one then)."""
+    w, size = type2.STALL_WINDOW, 5000.0
+    assert type2._Stall(1e-9).tol == type2.STALL_TOL
+    assert type2._Stall(1e-12).tol == pytest.approx(type2.STALL_RATIO * 1e-12)
+    assert type2._Stall(1e-4).tol == type2.STALL_TOL
+    creeping = -size + np.arange(3 * w) * (0.5 * type2.STALL_TOL * size / w)
+    assert _feed(creeping) == w + 1
+    assert _feed(creeping, ftol=1e-12) is None
 
 
 @pytest.fixture(scope="module")
@@ -73,6 +86,7 @@ def test_maximise_reports_a_stalled_run_as_converged(laplace_model, monkeypatch)
     assert exact.converged and exact.n_iter > 3
     monkeypatch.setattr(type2, "STALL_WINDOW", 2)
     monkeypatch.setattr(type2, "STALL_TOL", 1e9)  # every window gains too little
+    monkeypatch.setattr(type2, "STALL_RATIO", 1e20)
     stalled = pymc_gpc.fit(model, method="map", progressbar=False)
     assert stalled.n_iter == 3 and stalled.converged and "rose by less than" in stalled.message
     assert stalled.log_evidence != pytest.approx(exact.log_evidence, abs=1e-8)

@@ -35,10 +35,6 @@ MIN_RELATIVE_VAR = 1e-14
 MIN_CAVITY_FRACTION = 1e-10
 
 
-def signed_labels(y):
-    return jnp.where(y > 0, 1.0, -1.0).astype(jnp.float64)
-
-
 def factor_ok(F):
     return jnp.isfinite(F["half_logdet"]) & jnp.all(jnp.isfinite(F["M"]))
 
