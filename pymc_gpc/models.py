@@ -40,7 +40,7 @@ MULTICLASS_LIKELIHOODS = {"laplace": Softmax, "ep": MultinomialProbit}
 def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.0),
                    feature_names=None, bias=True, name="y", inducing=None, learn_inducing=False, per_class=None,
                    levels=None, kernel="se", linear=False, **solver_options):
-    """Build ``pm.Model`` + GP with an ARD kernel (squared exponential; Matern 5/2 and a linear term for two classes), for two classes or more.
+    """Build ``pm.Model`` + GP with an ARD kernel (``kernel``, ``linear``), for two classes or more.
 
     Parameters
     ----------
