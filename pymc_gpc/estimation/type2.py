@@ -12,7 +12,8 @@ from ..progress import Progress
 from .objective import all_values, marginal_nodes, objective_for, other_terms, ravel, unravel
 from .result import FitResult, FitStartError, RunawayHyperparameterWarning
 
-__all__ = ["maximise", "RUNAWAY_LIMIT", "RUNAWAY_STEP", "RUNAWAY_TOL", "RUNAWAY_EFFECT", "STALL_TOL", "STALL_RATIO", "STALL_WINDOW"]
+__all__ = ["maximise", "RUNAWAY_LIMIT", "RUNAWAY_STEP", "RUNAWAY_TOL", "RUNAWAY_EFFECT",
+           "STALL_TOL", "STALL_RATIO", "STALL_WINDOW"]
 
 
 # type2 / map: an unconstrained value beyond RUNAWAY_LIMIT (e.g. a log-amplitude of 10,
@@ -96,7 +97,7 @@ def maximise(model, point, method, maxiter, tol, progressbar, callback=None):
 
             res = scipy.optimize.minimize(negative, x, jac=True, method="L-BFGS-B", callback=step,
                                           options=dict(maxiter=iterations, ftol=ftol, gtol=1e-6))
-            res.stalled = stall.stopped
+            res.stall = stall
             return res
 
         x, coarse_iter = _coarse_stage(objective, lbfgs, x0.data, maxiter, tol)
@@ -104,15 +105,15 @@ def maximise(model, point, method, maxiter, tol, progressbar, callback=None):
     best = unravel(res.x, x0, point)
     value, log_z, _ = evaluate(res.x)
     runaway = _runaway(objective, res.x, x0, point, value, model)
-    message = (f"CONVERGENCE: the objective rose by less than {_Stall(tol).tol:g} of its size over the last "
-               f"{STALL_WINDOW} iterations" if res.stalled else str(res.message))
+    message = (f"CONVERGENCE: the objective rose by less than {res.stall.tol:g} of its size over the last "
+               f"{STALL_WINDOW} iterations" if res.stall.stopped else str(res.message))
     if runaway:
         message += f"; drifting without bound: {', '.join(runaway)}"
         _warn_runaway(method, runaway)
     return FitResult(
         method=method, point=all_values(model, best, objective), log_evidence=float(log_z),
         history={k: np.asarray(v, float) for k, v in history.items()},
-        converged=bool(res.success or res.stalled) and not runaway, n_iter=coarse_iter + int(res.nit),
+        converged=bool(res.success or res.stall.stopped) and not runaway, n_iter=coarse_iter + int(res.nit),
         message=message, model=model, runaway=tuple(runaway),
     )
 

@@ -102,9 +102,14 @@ MulticlassFITCGradient.__doc__ = """d log Z / d(K_uu (c, m, m), K_uf (c, m, n), 
 _BLOCK_FLOATS = 1 << 21
 
 
+def _coupling(delta):
+    """q_i = delta_i / sqrt(sum_k delta_ik) (c, n): W~_i = diag(delta_i) - q_i q_i^T."""
+    return delta / np.sqrt(delta.sum(axis=0))
+
+
 def _precision(V, delta):
     """A = I + P^T W~ P (lower triangle, Fortran-ordered) for W~_i = diag(delta_i) -
-    q_i q_i^T, q_i = delta_i / sqrt(sum delta_i) (``_effective_precision``): the blocks
+    q_i q_i^T (``_coupling``, ``_effective_precision``): the blocks
     below the diagonal, V_k diag(W~_kl) V_l^T = -Q_k Q_l^T with Q_k = V_k diag(q_k), as one
     product per block row, Q_k (Q_1 ... Q_{k-1})^T, in c (c - 1) m^2 n flops (a dsyrk of
     the stacked Q would also form the diagonal blocks, to be overwritten); the diagonal
@@ -112,7 +117,7 @@ def _precision(V, delta):
     delta_j) / sum delta >= 0 (no cancellation)."""
     c, (m, n) = len(V), V[0].shape
     total = delta.sum(axis=0)
-    q = delta / np.sqrt(total)
+    q = _coupling(delta)
     Q = np.empty((c * m, n), order="F")
     A = np.zeros((c * m, c * m), order="F")
     for k in range(c):
@@ -510,8 +515,7 @@ class MulticlassFITCPosterior:
             prior = self.prior
             c, m, n = prior.c, prior.m, prior.n
             Ai, V = self.A_inv, prior.V
-            total = self._delta.sum(axis=0)
-            q = self._delta / np.sqrt(total)
+            q = _coupling(self._delta)
             S = np.empty((n, c, c))
             VR = tuple(np.empty((m, n), order="F") for _ in range(c))  # Fortran, as the V_k
             blocks = _column_blocks(n, c, m)
