@@ -237,7 +237,7 @@ def nuts_model(n, m):
     return model
 
 
-def nuts_section(report, n, m, eval_s, budget, max_draws=500, steps_guess=15, max_tree_depth=8):
+def nuts_section(report, n, m, eval_s, budget, max_draws=500, steps_guess=12, max_tree_depth=8):
     """NUTS with tune = draws sized to the time left: 2 vectorised chains cost about twice one
     evaluation per leapfrog step on a saturated device. ``max_tree_depth`` 8 (numpyro's
     default 10) bounds an early warm-up iteration's cost at 255 steps."""
@@ -250,7 +250,7 @@ def nuts_section(report, n, m, eval_s, budget, max_draws=500, steps_guess=15, ma
 
     report(f"## numpyro NUTS over the 6 hyperparameters, FITC EP, n = {n}, m = {m}, 2 vectorised chains, "
            f"max_tree_depth {max_tree_depth}", "")
-    spare = left(budget) - 90  # compilation and the result's conversion
+    spare = left(budget) - 100  # compilation and the result's conversion
     per_iteration = 2 * steps_guess * eval_s if eval_s else None
     draws = max_draws if per_iteration is None else int(min(max_draws, spare / per_iteration / 2))
     if draws < 20:
@@ -274,6 +274,8 @@ def nuts_section(report, n, m, eval_s, budget, max_draws=500, steps_guess=15, ma
         div = int(np.asarray(stats["diverging"]).sum())
         steps = np.asarray(stats["n_steps"]) if "n_steps" in stats else np.asarray(stats["tree_depth"])
         summ = az.summary(idata, var_names=["log_ls", "log_var"])
+        attrs = {k: v for k, v in idata.posterior.attrs.items() if "time" in k or "tuning" in k}
+        report(f"posterior attrs: {attrs}", "")
         report(f"model built in {build:.1f} s; pm.sample (compilation included) {wall:.1f} s for 2 x ({draws} + "
                f"{draws}); divergences {div}; mean leapfrog steps (or depth) per draw {float(np.mean(steps)):.1f}", "",
                summ.to_markdown() if hasattr(summ, "to_markdown") else str(summ), "")

@@ -73,12 +73,19 @@ def _jitter(Kuu):
     return jax.lax.stop_gradient(rel[k] * scale)
 
 
+def tri_inverse(L):
+    """L^-1 of a lower-triangular m x m factor. The m x n products of FITC multiply by it
+    (one matrix product) instead of solving with L: a triangular solve with n right-hand
+    sides runs far below the matrix product's rate on a GPU (``benchmarks/gpu_scale.py``)."""
+    return solve_triangular(L, jnp.eye(L.shape[0], dtype=L.dtype), lower=True)
+
+
 def prior_factors(Kuu, Kuf, k_diag, constrain=_no_constraint):
     """(L_uu, V, Lambda) of the FITC prior (module docstring), differentiable in the inputs."""
     Kuu = 0.5 * (Kuu + Kuu.T)
     m = Kuu.shape[0]
     L = jnp.linalg.cholesky(Kuu + _jitter(Kuu) * jnp.eye(m, dtype=Kuu.dtype))
-    V = constrain(solve_triangular(L, Kuf, lower=True), 1)
+    V = constrain(tri_inverse(L) @ Kuf, 1)
     q = jnp.sum(V * V, axis=0)
     lam = jnp.where(k_diag > q, k_diag - q, 0.0)
     return L, V, lam
@@ -102,9 +109,11 @@ class FITCStructure:
         d = w * g
         m = V.shape[0]
         L_A = jnp.linalg.cholesky(jnp.eye(m, dtype=V.dtype) + (V * d) @ V.T)
-        C = c(solve_triangular(L_A, V, lower=True), 1)
+        L_A_inv = tri_inverse(L_A)
+        C = c(L_A_inv @ V, 1)
         half_logdet = 0.5 * jnp.sum(jnp.log(denom)) + jnp.sum(jnp.log(jnp.diag(L_A)))
-        return {"half_logdet": half_logdet, "M": L_A, "g": g, "d": d, "C": C, "c_sq": jnp.sum(C * C, axis=0)}
+        return {"half_logdet": half_logdet, "M": L_A, "M_inv": L_A_inv, "g": g, "d": d, "C": C,
+                "c_sq": jnp.sum(C * C, axis=0)}
 
     def var(self, F):
         var = F["g"] * self.lam + F["g"] ** 2 * F["c_sq"]
@@ -142,7 +151,7 @@ class FITCStructure:
         """d tr(G K~) / d(V, Lambda) for G = sum_k c_k (x_k y_k^T + y_k x_k^T)/2 + scale_R R
         (module docstring): 2 V G and diag G."""
         V = self.V
-        AVD = solve_triangular(F["M"].T, F["C"] * F["d"], lower=False)  # A^-1 V D = V R
+        AVD = F["M_inv"].T @ (F["C"] * F["d"])  # A^-1 V D = V R
         dV = 2.0 * scale_R * AVD
         dlam = scale_R * (F["d"] - F["d"] ** 2 * F["c_sq"])
         for x, y, c in outer:
