@@ -258,9 +258,9 @@ def predictive_fn(approximation, kind, full_cov=False, constrain=None, **options
     def predict(Kuu, Kuf, k_diag, th, y, Kus, K_star):
         r = solve(Kuu, Kuf, k_diag, th, lik.labels(kind, y))
         S, F = r["S"], r["F"]
-        Vs = solve_triangular(r["L_uu"], Kus, lower=True)
+        Vs = tri_inverse(r["L_uu"]) @ Kus
         mean = Vs.T @ (S.V @ r["a"])
-        Cs = solve_triangular(F["M"], Vs, lower=True)
+        Cs = F["M_inv"] @ Vs
         if full_cov:
             cov = K_star - Vs.T @ Vs + Cs.T @ Cs
             second = 0.5 * (cov + cov.T)

@@ -38,10 +38,10 @@ negative coupled weights, is such a failure). Every call starts cold.
 
 import jax
 import jax.numpy as jnp
-from jax.scipy.linalg import cho_solve, solve_triangular
+from jax.scipy.linalg import cho_solve
 
 from ...ops.multiclass import MulticlassSparseMarginalOp, MulticlassSparsePredictiveOp
-from .fitc import prior_factors
+from .fitc import prior_factors, tri_inverse
 from .dispatch import check_supported, op_options
 from .multiclass import LoopCarried, codes, evidence_with_vjp, predict_from, solver
 
@@ -207,7 +207,7 @@ class MulticlassFITCStack:
 
     def cross(self, Kus):
         """V_*k = L_uu,k^-1 K_u*,k for Kus (c, m, n*)."""
-        return jax.vmap(lambda L, K: solve_triangular(L, K, lower=True))(self.L, Kus)
+        return jax.vmap(lambda L, K: tri_inverse(L) @ K)(self.L, Kus)
 
 
 def marginal_fn(approximation, **options):
