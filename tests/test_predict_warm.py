@@ -148,3 +148,23 @@ def test_a_warm_start_of_another_size_is_replaced_by_a_cold_start(problem):
     warm, retries = solve_with_retries("ep", K, y, L.Probit(), None, stale, {"with_grad": False})
     cold, _ = solve_with_retries("ep", K, y, L.Probit(), None, None, {"with_grad": False})
     assert retries == 1 and warm.log_z == pytest.approx(cold.log_z, rel=1e-12)
+
+
+def test_multiclass_prediction_starts_from_the_fit(problem, monkeypatch):
+    """The same seam serves several classes (softmax Laplace, FITC prior)."""
+    X, _, Xnew = problem
+    y = np.digitize(X[:, 0] + 0.3 * X[:, 1], [-0.4, 0.4])  # three classes
+    with pm.Model() as model:
+        ls = pm.LogNormal("ls", 0.0, 1.0)
+        gp = pymc_gpc.MarginalLaplace(cov_func=pm.gp.cov.ExpQuad(2, ls=ls), likelihood=L.Softmax(), approx="FITC")
+        gp.marginal_likelihood("y", X=X, y=y, Xu=X[:N_INDUCING])
+    result = pymc_gpc.fit(model, method="map", maxiter=2, progressbar=False)
+    spy = _Spy(monkeypatch)
+    p_cold, m_cold, c_cold = gp.predict(Xnew, point=result.point, return_latent=True)
+    p_warm, m_warm, c_warm = gp.predict(Xnew, point=result, return_latent=True)
+    np.testing.assert_allclose(m_warm, m_cold, rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(c_warm, c_cold, rtol=1e-6, atol=1e-12)
+    np.testing.assert_allclose(p_warm, p_cold, rtol=1e-6)
+    (cold_state, cold_iter), (warm_state, warm_iter) = spy.calls
+    assert cold_state is None and warm_state is result.solver_state("y")
+    assert warm_iter <= 2 < cold_iter

@@ -84,7 +84,7 @@ class FitResult:
     message: str
     model: pm.Model = field(repr=False)
     runaway: tuple = ()
-    solver_states: dict = field(default_factory=dict, repr=False)
+    solver_states: dict = field(default_factory=dict, repr=False, compare=False)
 
     def solver_state(self, name):
         """The state of the evidence term whose potential is named ``name``, or None."""
