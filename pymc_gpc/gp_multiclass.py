@@ -186,7 +186,9 @@ class MulticlassMarginal:
 
         Parameters
         ----------
-        point : dict of variable values (e.g. from ``pm.find_MAP`` or ``pymc_gpc.fit``).
+        point : dict of variable values (e.g. from ``pm.find_MAP``), or ``pymc_gpc.fit``'s
+            ``FitResult``, whose converged state at its point the solve then starts from
+            (as for the binary ``predict``).
         idata : a sampling result: the probabilities are averaged over its draws.
         model : the model to read the variables from (default: the one
             ``marginal_likelihood`` added the potential to).

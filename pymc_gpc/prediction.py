@@ -46,7 +46,7 @@ POINT_KERNEL_MODE = PYTHON_VM_FORWARD_MODE
 
 
 def latent_predictions(approximation, likelihood, options, y, kernel_fn, draws, *, progressbar=False,
-                       retry_options=None):
+                       retry_options=None, state=None):
     """Latent predictive means and variances at new inputs, one row per hyperparameter draw.
 
     Parameters
@@ -67,6 +67,10 @@ def latent_predictions(approximation, likelihood, options, y, kernel_fn, draws, 
     progressbar : show PyMC's progress bar.
     retry_options : ``retry_options(options) -> list of option dicts``: the evidence Op's
         ``retry_schedule`` (FITC's differs from the dense one); None: the dense Op's.
+    state : the solver state the first draw's solve starts from (e.g. a fit's state at its
+        point, ``FitResult.solver_states``); None: a cold start. A start changes the
+        number of sweeps, not the solution; one that fails at the first draw's kernel is
+        replaced by a cold start (``solve_with_retries``).
 
     Returns
     -------
@@ -81,7 +85,6 @@ def latent_predictions(approximation, likelihood, options, y, kernel_fn, draws, 
     """
     options = prediction_options(options)
     means, variances, thetas = [], [], []
-    state = None
     with Progress("Predicting", len(draws), progressbar) as bar:
         for args in draws:
             K, theta, K_cross, k_diag = kernel_fn(*args)

@@ -10,7 +10,7 @@ import scipy.optimize
 from ..approximations import registry
 from ..progress import Progress
 from .objective import all_values, marginal_nodes, objective_for, other_terms, ravel, unravel
-from .result import FitResult, FitStartError, RunawayHyperparameterWarning
+from .result import FitResult, FitStartError, RunawayHyperparameterWarning, fitted_states
 
 __all__ = ["maximise", "RUNAWAY_LIMIT", "RUNAWAY_STEP", "RUNAWAY_TOL", "RUNAWAY_EFFECT",
            "STALL_TOL", "STALL_RATIO", "STALL_WINDOW"]
@@ -104,6 +104,9 @@ def maximise(model, point, method, maxiter, tol, progressbar, callback=None):
         res = lbfgs(x, max(maxiter - coarse_iter, 1), tol)
     best = unravel(res.x, x0, point)
     value, log_z, _ = evaluate(res.x)
+    # the solves of this evaluation at res.x (as a rule the run's last, remembered) are the
+    # states predict starts from; _runaway below evaluates other points
+    states = fitted_states(objective)
     runaway = _runaway(objective, res.x, x0, point, value, model)
     message = (f"CONVERGENCE: the objective rose by less than {res.stall.tol:g} of its size over the last "
                f"{STALL_WINDOW} iterations" if res.stall.stopped else str(res.message))
@@ -114,7 +117,7 @@ def maximise(model, point, method, maxiter, tol, progressbar, callback=None):
         method=method, point=all_values(model, best, objective), log_evidence=float(log_z),
         history={k: np.asarray(v, float) for k, v in history.items()},
         converged=bool(res.success or res.stall.stopped) and not runaway, n_iter=coarse_iter + int(res.nit),
-        message=message, model=model, runaway=tuple(runaway),
+        message=message, model=model, runaway=tuple(runaway), solver_states=states,
     )
 
 
