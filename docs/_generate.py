@@ -21,7 +21,8 @@ AREAS = {
         "Point estimates",
         "Type-II ML, MAP-II and EM-EP against scikit-learn and GPy; Kim & Ghahramani's "
         "experiments (label noise, relevance, cross-validation); Tan's gene-expression tables.",
-        ("point_estimates", "cross_validation", "label_noise", "gene_expression", "fit_graphs", "first_fit"),
+        ("point_estimates", "cross_validation", "label_noise", "gene_expression", "fit_graphs", "first_fit",
+         "predict_warm"),
     ),
     "multiclass": (
         "Several classes",

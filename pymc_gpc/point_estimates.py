@@ -36,7 +36,8 @@ r"""Point estimates of the hyperparameters, on the same ``pm.Model`` that ``pm.s
     (EP for ``MarginalEP``; Laplace, mean field or ADF for the other classes).
 
 Every method returns a ``FitResult``: the point (named like ``pm.find_MAP``'s, so
-``gp.predict(Xnew, point=result.point)`` works), the approximate log evidence there,
+``gp.predict(Xnew, point=result.point)`` works; ``point=result`` also starts the
+prediction's solve from the fit's converged state), the approximate log evidence there,
 the per-iteration history, and convergence flags; ``to_inference_data()`` gives an
 ArviZ ``DataTree`` for ``az.summary`` and plots.
 """
@@ -105,7 +106,7 @@ def fit(model=None, method="type2", *, start=None, epsilon_rule="errors", prior=
     >>> result = pymc_gpc.fit(model, method="type2", progressbar=False)
     >>> result.log_evidence, result.converged  # doctest: +SKIP
     (-99.58..., True)
-    >>> p = gp.predict(pima.X_test, point=result.point)
+    >>> p = gp.predict(pima.X_test, point=result)
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")

@@ -168,3 +168,22 @@ def test_multiclass_prediction_starts_from_the_fit(problem, monkeypatch):
     (cold_state, cold_iter), (warm_state, warm_iter) = spy.calls
     assert cold_state is None and warm_state is result.solver_state("y")
     assert warm_iter <= 2 < cold_iter
+
+
+def test_em_ep_result_carries_the_fixed_point_and_predict_starts_from_it(problem, monkeypatch):
+    """EM-EP (``estimation.em_ep``) records the state of its final E-step, at its returned point."""
+    X, y, Xnew = problem
+    model, gp = _build(X, y, pymc_gpc.MarginalEP, L.Probit(), None)
+    result = pymc_gpc.fit(model, method="em-ep", maxiter=3, progressbar=False)
+    state = result.solver_state("y")
+    K = _prior_at(result, X, None)
+    mean, Sigma = gaussian_with_sites(K, state.tau, state.nu)
+    moments = np.array([tilted(L.Probit(), y[i], *cavity(K, state.tau, state.nu, i))[1:] for i in range(N)])
+    np.testing.assert_allclose(mean, moments[:, 0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.diag(Sigma), moments[:, 1], rtol=1e-5, atol=1e-6)
+    spy = _Spy(monkeypatch)
+    p_cold = gp.predict(Xnew, point=result.point)
+    p_warm = gp.predict(Xnew, point=result)
+    np.testing.assert_allclose(p_warm, p_cold, rtol=1e-6)
+    (cold_state, cold_iter), (warm_state, warm_iter) = spy.calls
+    assert cold_state is None and warm_state is state and warm_iter <= 2 < cold_iter

@@ -13,7 +13,7 @@ from ..progress import Progress
 from ..structures.dense import NotPositiveDefiniteError
 from ..structures.select import structure_of_op
 from .objective import all_values, marginal_nodes, objective_for, ravel, unravel
-from .result import FitResult
+from .result import FitResult, fitted_states
 
 __all__ = ["fit_em_ep", "epsilon_update", "m_step_objective", "e_step", "m_step", "EPSILON_RULES"]
 
@@ -140,10 +140,11 @@ def fit_em_ep(model, point, epsilon_rule, prior, max_iter, tol, progressbar, acc
     message = (f"log evidence changed by less than {tol:g}" if state["converged"]
                else f"reached {max_iter} EM iterations")
     final = em.log_evidence(point)
+    states = fitted_states(em.objective)  # solved at exactly the returned point
     return FitResult(
         method="em-ep", point=all_values(model, point, em.objective), log_evidence=float(final),
         history={k: np.asarray(v, float) for k, v in history.items()}, converged=state["converged"],
-        n_iter=len(history["bound"]), message=message, model=model,
+        n_iter=len(history["bound"]), message=message, model=model, solver_states=states,
     )
 
 
