@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .ep import _prior_structure, cavity_precision
+from .ep import cavity_precision, checked_inputs
 from ..likelihoods.binary import laplace_unsupported_message
 from .result import ApproximationResult
 
@@ -130,10 +130,8 @@ def laplace(
     """
     if not likelihood.supports_laplace:
         raise ValueError(laplace_unsupported_message(likelihood))
-    th = likelihood.check_params(likelihood.resolve_params(params))
-    y = likelihood.check_labels(y, th)
+    prior, y, th = checked_inputs(K, y, likelihood, params)
     n = y.shape[0]
-    prior = _prior_structure(K, n)
     a = np.zeros(n) if state is None else np.array(state.a, dtype=float)
     if a.shape != (n,):
         raise ValueError(f"warm-start state has {a.shape[0]} weights, data has {n}")
