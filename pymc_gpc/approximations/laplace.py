@@ -119,12 +119,12 @@ def laplace(
     Examples
     --------
     >>> import numpy as np, pymc_gpc
-    >>> from pymc_gpc.likelihoods import Probit
+    >>> from pymc_gpc.likelihoods import Logistic
     >>> rng = np.random.default_rng(0)
     >>> X = rng.normal(size=(50, 2))
     >>> y = np.where(X[:, 0] > 0, 1, -1)
     >>> K = np.exp(-0.5 * ((X[:, None] - X[None]) ** 2).sum(-1))
-    >>> res = pymc_gpc.laplace(2.0 * K, y, pymc_gpc.likelihoods.Logistic())
+    >>> res = pymc_gpc.laplace(2.0 * K, y, Logistic())
     >>> res.converged
     True
     """
