@@ -52,7 +52,7 @@ from ..structures.dense import (
     weights_from_inverse,
 )
 from .result import ApproximationResult
-from ..validation import check_kernel_matrix
+from ..validation import as_signed_labels, check_kernel_matrix
 
 # Columns kept by the Anderson acceleration of parallel EP.
 ANDERSON_MEMORY = 5
@@ -409,6 +409,16 @@ def checked_inputs(K, y, likelihood, params):
     th = likelihood.check_params(likelihood.resolve_params(params))
     y = likelihood.check_labels(y, th)
     return _prior_structure(K, y.shape[0]), y, th
+
+
+def checked_dense_inputs(K, y, likelihood, params):
+    """The checked inputs of a solver on a dense K with labels in {-1, +1} (``adf``,
+    ``meanfield``): (K, C-contiguous; y as -1.0 / +1.0, one class allowed; th, the
+    likelihood's parameters, checked). Raises ``ValueError`` naming the bad input."""
+    y = as_signed_labels(y, require_both=False)
+    K = np.ascontiguousarray(check_kernel_matrix(K, y.shape[0]))
+    th = likelihood.check_params(likelihood.resolve_params(params))
+    return K, y, th
 
 
 def _prior_structure(K, n):
