@@ -27,7 +27,7 @@ import numpy as np
 
 from .ep import cavity_precision, checked_inputs
 from ..likelihoods.binary import laplace_unsupported_message
-from .result import ApproximationResult
+from .result import ApproximationResult, loo_outputs
 
 
 @dataclass
@@ -184,6 +184,7 @@ def laplace(
         dK, dth = _gradient(prior, post, a, var, out)
     # its own copies: y and th may be views of the caller's (an Op's input) storage
     loo = functools.partial(_loo_log_p, y.copy(), likelihood, np.array(th), prior.diag(), f, var, w, out.d1)
+    loo_log_p, loo_later = loo_outputs(loo, with_loo)
     return ApproximationResult(
         method="laplace",
         log_z=log_z,
@@ -197,8 +198,8 @@ def laplace(
         n_iter=it,
         converged=converged,
         max_change=change,
-        loo_log_p=loo() if with_loo and with_loo != "deferred" else None,
-        loo_later=loo if with_loo == "deferred" else None,
+        loo_log_p=loo_log_p,
+        loo_later=loo_later,
     )
 
 
