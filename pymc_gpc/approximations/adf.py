@@ -54,10 +54,10 @@ then assigns Slice by itself; ``pm.find_MAP`` falls back to Powell with a warnin
 import numpy as np
 from numba import njit
 
-from .ep import EPState, _cavities, _cavity_floor, _rank_one_site_update, _update_site, ep_log_z
+from .ep import (EPState, _cavities, _cavity_floor, _rank_one_site_update, _update_site,
+                 checked_dense_inputs, ep_log_z)
 from ..structures.dense import latent_posterior
 from .result import ApproximationResult
-from ..validation import as_signed_labels, check_kernel_matrix
 
 @njit(nogil=True, fastmath=True, cache=True)
 def _c_times_k(C, K, i, m, s):
@@ -113,14 +113,6 @@ class OnlineState:
         self.log_z = np.zeros(n)
 
 
-def _prepare(K, y, likelihood, params):
-    y = as_signed_labels(y, require_both=False)
-    n = y.shape[0]
-    K = np.ascontiguousarray(check_kernel_matrix(K, n))
-    th = likelihood.check_params(likelihood.resolve_params(params))
-    return K, y, th, likelihood.kind
-
-
 def adf(
     K,
     y,
@@ -164,7 +156,8 @@ def adf(
     """
     if int(sweeps) != sweeps or sweeps < 1:
         raise ValueError(f"sweeps must be a positive integer, got {sweeps}")
-    K, y, th, kind = _prepare(K, y, likelihood, params)
+    K, y, th = checked_dense_inputs(K, y, likelihood, params)
+    kind = likelihood.kind
     n = y.shape[0]
     st = OnlineState(n)
     _steps(kind, K, y, th, st.alpha, st.C, st.tau, st.nu, st.log_z, 0, n, True)
@@ -205,7 +198,8 @@ def adf_path(K, y, likelihood, params=None, *, sweeps=1):
     ``alpha`` is a copy of the representer weights after example i was included
     (sweep 0) or revisited (later sweeps); the predictive mean is K(x, X) alpha.
     """
-    K, y, th, kind = _prepare(K, y, likelihood, params)
+    K, y, th = checked_dense_inputs(K, y, likelihood, params)
+    kind = likelihood.kind
     n = y.shape[0]
     st = OnlineState(n)
     for sweep in range(sweeps):

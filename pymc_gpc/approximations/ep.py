@@ -52,7 +52,7 @@ from ..structures.dense import (
     weights_from_inverse,
 )
 from .result import ApproximationResult
-from ..validation import check_kernel_matrix
+from ..validation import as_signed_labels, check_kernel_matrix
 
 # Columns kept by the Anderson acceleration of parallel EP.
 ANDERSON_MEMORY = 5
@@ -286,10 +286,8 @@ def ep(
         raise ValueError(f"method must be 'parallel' or 'sequential', got {method!r}")
     if not 0.0 < damping <= 1.0:
         raise ValueError(f"damping must be in (0, 1], got {damping}")
-    th = likelihood.check_params(likelihood.resolve_params(params))
-    y = likelihood.check_labels(y, th)
+    prior, y, th = checked_inputs(K, y, likelihood, params)
     n = y.shape[0]
-    prior = _prior_structure(K, n)
     if method == "sequential" and not prior.sequential:
         raise ValueError(f"sequential EP needs a dense K; {type(prior).__name__} runs method='parallel'")
     if state is None:
@@ -399,6 +397,28 @@ def ep_warm_compiled(kind, K, y, th, tau, nu, forecast, tol, max_sweeps, n_param
     tilted_dparams_sum(kind, y, nu_c / tau_c, 1.0 / tau_c, th, tilted[3], dth)
     ok = np.isfinite(log_z) and np.isfinite(dK.sum()) and np.all(np.isfinite(dth))
     return ok, log_z, dK, dth, tilted[0].copy(), sweeps, tau, nu, first_change
+
+
+def checked_inputs(K, y, likelihood, params):
+    """The checked inputs of a solver on a prior structure (``ep``, ``laplace``): (prior, y, th).
+
+    th: the likelihood's parameters (``params``, else its own), checked; y: the labels as the
+    likelihood's solvers take them (``check_labels``); prior: ``_prior_structure(K, n)``.
+    Raises ``ValueError`` naming the bad input, before any factorisation.
+    """
+    th = likelihood.check_params(likelihood.resolve_params(params))
+    y = likelihood.check_labels(y, th)
+    return _prior_structure(K, y.shape[0]), y, th
+
+
+def checked_dense_inputs(K, y, likelihood, params):
+    """The checked inputs of a solver on a dense K with labels in {-1, +1} (``adf``,
+    ``meanfield``): (K, C-contiguous; y as -1.0 / +1.0, one class allowed; th, the
+    likelihood's parameters, checked). Raises ``ValueError`` naming the bad input."""
+    y = as_signed_labels(y, require_both=False)
+    K = np.ascontiguousarray(check_kernel_matrix(K, y.shape[0]))
+    th = likelihood.check_params(likelihood.resolve_params(params))
+    return K, y, th
 
 
 def _prior_structure(K, n):

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .ep import _prior_structure, cavity_precision
+from .ep import cavity_precision, checked_inputs
 from ..likelihoods.binary import laplace_unsupported_message
-from .result import ApproximationResult
+from .result import ApproximationResult, loo_outputs
 
 
 @dataclass
@@ -119,21 +119,19 @@ def laplace(
     Examples
     --------
     >>> import numpy as np, pymc_gpc
-    >>> from pymc_gpc.likelihoods import Probit
+    >>> from pymc_gpc.likelihoods import Logistic
     >>> rng = np.random.default_rng(0)
     >>> X = rng.normal(size=(50, 2))
     >>> y = np.where(X[:, 0] > 0, 1, -1)
     >>> K = np.exp(-0.5 * ((X[:, None] - X[None]) ** 2).sum(-1))
-    >>> res = pymc_gpc.laplace(2.0 * K, y, pymc_gpc.likelihoods.Logistic())
+    >>> res = pymc_gpc.laplace(2.0 * K, y, Logistic())
     >>> res.converged
     True
     """
     if not likelihood.supports_laplace:
         raise ValueError(laplace_unsupported_message(likelihood))
-    th = likelihood.check_params(likelihood.resolve_params(params))
-    y = likelihood.check_labels(y, th)
+    prior, y, th = checked_inputs(K, y, likelihood, params)
     n = y.shape[0]
-    prior = _prior_structure(K, n)
     a = np.zeros(n) if state is None else np.array(state.a, dtype=float)
     if a.shape != (n,):
         raise ValueError(f"warm-start state has {a.shape[0]} weights, data has {n}")
@@ -186,6 +184,7 @@ def laplace(
         dK, dth = _gradient(prior, post, a, var, out)
     # its own copies: y and th may be views of the caller's (an Op's input) storage
     loo = functools.partial(_loo_log_p, y.copy(), likelihood, np.array(th), prior.diag(), f, var, w, out.d1)
+    loo_log_p, loo_later = loo_outputs(loo, with_loo)
     return ApproximationResult(
         method="laplace",
         log_z=log_z,
@@ -199,8 +198,8 @@ def laplace(
         n_iter=it,
         converged=converged,
         max_change=change,
-        loo_log_p=loo() if with_loo and with_loo != "deferred" else None,
-        loo_later=loo if with_loo == "deferred" else None,
+        loo_log_p=loo_log_p,
+        loo_later=loo_later,
     )
 
 

@@ -100,8 +100,8 @@ from dataclasses import dataclass
 import numpy as np
 from ..numerics import lapack
 from ..structures.dense import chol_lower, inv_lower, latent_posterior
+from .ep import checked_dense_inputs
 from .result import ApproximationResult
-from ..validation import as_signed_labels, check_kernel_matrix
 
 VARIANTS = ("ensemble", "naive")
 
@@ -237,10 +237,8 @@ def meanfield(
     """
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
-    y = as_signed_labels(y, require_both=False)
+    K, y, th = checked_dense_inputs(K, y, likelihood, params)
     n = y.shape[0]
-    K = np.ascontiguousarray(check_kernel_matrix(K, n))
-    th = likelihood.check_params(likelihood.resolve_params(params))
     alpha = np.zeros(n) if state is None else np.array(state.alpha, dtype=float)
     if alpha.shape != (n,):
         raise ValueError(f"warm-start state has {alpha.shape[0]} entries, data has {n}")

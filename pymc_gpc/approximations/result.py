@@ -57,3 +57,13 @@ class ApproximationResult:
     def predict_latent(self, K_cross, k_diag):
         """Mean and variance of the latent f* given cross-covariances (n, m) and prior variances (m,)."""
         return self.posterior.predict(self.a, np.asarray(K_cross, float), np.asarray(k_diag, float))
+
+
+def loo_outputs(loo, with_loo):
+    """``(loo_log_p, loo_later)`` of a result whose LOO terms a function ``loo`` of no
+    arguments computes, for the solvers' ``with_loo``: True, the terms now; False, neither;
+    "deferred", ``loo`` itself (``ApproximationResult.loo_later``, for ``ops.marginal``'s
+    ``defer_loo``)."""
+    if with_loo == "deferred":
+        return None, loo
+    return (loo() if with_loo else None), None

@@ -61,39 +61,47 @@ _T = 84  # ord("T")
 _INV_BLOCK = 32
 
 
+# The two routines of ``_lower_in_place``.
+_POTRF = 0
+_LAUUM = 1
+
+
 @njit(nogil=True, cache=True)
-def potrf_lower(a):
-    """a <- L with a = L L^T (LAPACK dpotrf, spotrf for float32); the strict upper triangle is zeroed."""
+def _lower_in_place(a, routine):
+    """a <- LAPACK ``routine`` of a's lower triangle, both of the form (uplo = "L", n, a, lda = n,
+    info) and of a's precision: ``_POTRF`` dpotrf / spotrf (the strict upper triangle then
+    zeroed), ``_LAUUM`` dlauum / slauum (the upper triangle then mirrored from the lower);
+    returns info."""
     n = a.shape[0]
     uplo = np.array([_L], np.uint8)
     nn = np.array([n], np.int32)
     info = np.zeros(1, np.int32)
-    if a.itemsize == 4:
-        _spotrf(uplo.ctypes, nn.ctypes, a.ctypes, nn.ctypes, info.ctypes)
+    if routine == _POTRF:
+        if a.itemsize == 4:
+            _spotrf(uplo.ctypes, nn.ctypes, a.ctypes, nn.ctypes, info.ctypes)
+        else:
+            _dpotrf(uplo.ctypes, nn.ctypes, a.ctypes, nn.ctypes, info.ctypes)
+    elif a.itemsize == 4:
+        _slauum(uplo.ctypes, nn.ctypes, a.ctypes, nn.ctypes, info.ctypes)
     else:
-        _dpotrf(uplo.ctypes, nn.ctypes, a.ctypes, nn.ctypes, info.ctypes)
+        _dlauum(uplo.ctypes, nn.ctypes, a.ctypes, nn.ctypes, info.ctypes)
     for j in range(n):
         for i in range(j):
-            a[i, j] = 0.0
+            a[i, j] = 0.0 if routine == _POTRF else a[j, i]
     return info[0]
+
+
+@njit(nogil=True, cache=True)
+def potrf_lower(a):
+    """a <- L with a = L L^T (LAPACK dpotrf, spotrf for float32); the strict upper triangle is zeroed."""
+    return _lower_in_place(a, _POTRF)
 
 
 @njit(nogil=True, cache=True)
 def lauum_lower(a):
     """a <- a^T a for lower-triangular a, returned as a full symmetric matrix (dlauum, slauum
     for float32)."""
-    n = a.shape[0]
-    uplo = np.array([_L], np.uint8)
-    nn = np.array([n], np.int32)
-    info = np.zeros(1, np.int32)
-    if a.itemsize == 4:
-        _slauum(uplo.ctypes, nn.ctypes, a.ctypes, nn.ctypes, info.ctypes)
-    else:
-        _dlauum(uplo.ctypes, nn.ctypes, a.ctypes, nn.ctypes, info.ctypes)
-    for j in range(n):
-        for i in range(j):
-            a[i, j] = a[j, i]
-    return info[0]
+    return _lower_in_place(a, _LAUUM)
 
 
 @njit(nogil=True, cache=True)

@@ -45,6 +45,24 @@ def test_single_precision_cholesky_and_inverse_match_numpy(n):
     assert 1e-10 < gap < 1e-5 and np.all(np.triu(L, 1) == 0.0)
 
 
+@pytest.mark.parametrize("dtype, rtol", [(np.float64, 1e-12), (np.float32, 1e-5)])
+def test_lauum_gives_the_full_symmetric_product(dtype, rtol):
+    # dlauum / slauum write the lower triangle of L^T L; lauum_lower mirrors it into the upper
+    rng = np.random.default_rng(3)
+    L = np.tril(rng.normal(size=(40, 40))) + 40.0 * np.eye(40)
+    a = np.asfortranarray(L, dtype=dtype)
+    assert lapack.lauum_lower(a) == 0
+    assert a.dtype == dtype and np.array_equal(a, a.T)
+    np.testing.assert_allclose(a, L.T @ L, rtol=rtol, atol=rtol * 40.0**2)
+
+
+def test_cholesky_reports_the_failing_column_with_the_upper_triangle_zeroed():
+    A = np.diag([4.0, 1.0, -1.0, 9.0]) + np.triu(np.ones((4, 4)), 1) * 0.1
+    a = np.asfortranarray(A + np.triu(A, 1).T)
+    assert lapack.potrf_lower(a) == 3  # LAPACK's info: the leading minor of order 3 is not positive
+    assert np.all(np.triu(a, 1) == 0.0)
+
+
 def test_triangular_products_refuse_mixed_precisions():
     A32 = np.asfortranarray(np.tril(np.ones((4, 4))), dtype=np.float32)
     for A, B in ((A32, np.ones((4, 2), order="F")), (A32.astype(float), np.ones((4, 2), np.float32, order="F"))):
