@@ -47,6 +47,8 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 T0 = time.time()
 
+from engine import median_time, synthetic  # noqa: E402  (benchmarks/engine.py)
+
 
 class Report:
     """Lines appended to a markdown file, flushed after every line."""
@@ -65,15 +67,6 @@ class Report:
 
 def left(budget):
     return budget - (time.time() - T0)
-
-
-def median_time(fn, repeats):
-    times, out = [], None
-    for _ in range(repeats):
-        t = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t)
-    return float(np.median(times)), out
 
 
 def device_line():
@@ -128,7 +121,6 @@ def fitc_value_and_grad(tol):
 
 
 def data(n, m, seed=0):
-    from engine import synthetic  # benchmarks/engine.py
 
     X, y = synthetic(n, seed)
     Xu = X[np.random.default_rng(seed + 1).choice(n, m, replace=False)]
@@ -177,7 +169,7 @@ def fitc_section(report, sizes, ms, repeats, budget, reserve):
     essential = [(n, m, 1e-2) for n in sizes for m in ms] + [(big_n, big_m, 1e-8)]
     optional = [(small_n, small_m, 1e-8)] + [(n, m, 1e-8) for n in sizes for m in ms
                                               if (n, m) not in ((big_n, big_m), (small_n, small_m))]
-    for n, m, tol in essential + optional:
+    for n, m, tol in dict.fromkeys(essential + optional):  # one row each where the lists meet
         if left(budget) < (60 if (n, m, tol) in essential else reserve):
             report(f"| {n} | {m} | {tol:g} | not run: budget | | | | | |")
             continue

@@ -308,8 +308,8 @@ class _ApproximateMarginal:
         ----------
         point : dict of variable values (e.g. from ``pm.find_MAP``, or ``pymc_gpc.fit``'s
             ``result.point``), or the ``FitResult`` of ``pymc_gpc.fit`` itself: the
-            prediction at its point then starts from the approximation's state that the
-            fit converged to there (``FitResult.solver_states``), and gives the same
+            prediction at its point then starts from the approximation's state of the
+            fit's last solve there (``FitResult.solver_states``), and gives the same
             probabilities to the solver's tolerance in fewer sweeps.
         idata : a sampling result: p is averaged over its posterior draws
             (Barber & Williams eq. 9).
@@ -331,9 +331,8 @@ class _ApproximateMarginal:
         a site change of 1e-3, at one point at the engine's 1e-8, unless ``tol`` was
         given to the constructor (``pymc_gpc.prediction``). After ``pymc_gpc.fit``, pass
         the result (``point=result``) rather than ``result.point``: a cold start at the
-        fitted point repeats the sweeps the fit already made (FITC EP MAP-II on 50,000 rows,
-        m = 200: 2.8 s of CPU for 10,000 test points instead of 0.57 s,
-        ``benchmarks/results/predict_warm.md``).
+        fitted point repeats the sweeps the fit already made
+        (``benchmarks/results/predict_warm.md``).
         """
         if (point is None) == (idata is None):
             raise ValueError("give exactly one of point= or idata=")
@@ -342,7 +341,7 @@ class _ApproximateMarginal:
         model = self._model(model)
         state = None
         if isinstance(point, FitResult):
-            point, state = point.point, self._fitted_state(point, model)
+            point, state = point.point, self._fitted_state(point)
         fn, names = self._compile_kernels(Xnew, model, KERNEL_MODE if idata is not None else POINT_KERNEL_MODE)
         points = [point] if point is not None else _posterior_points(idata, names, max_draws)
         for pt_ in points[:1]:
@@ -362,11 +361,15 @@ class _ApproximateMarginal:
             return p, np.squeeze(means), np.squeeze(vars_)
         return p
 
-    def _fitted_state(self, result, model):
+    def _fitted_state(self, result):
         """The solver state ``result`` (a ``FitResult``) holds for this GP's evidence term,
-        found by its potential's name; None when the fit was of another model than the one
-        predicted from, or recorded no state (``FitResult.solver_states``)."""
-        if result.model is not model or self.model is None:
+        found by its potential's name; None when the fit was of a model that does not hold
+        this GP (the GP's own model or one it is nested in), or recorded no state
+        (``FitResult.solver_states``)."""
+        model = self.model
+        while model is not None and model is not result.model:
+            model = model.parent
+        if model is None:
             return None
         return result.solver_state(self.model.name_for(self.name))
 

@@ -51,7 +51,7 @@ from ..structures.dense import (
     outer_minus_R,
     weights_from_inverse,
 )
-from .result import ApproximationResult
+from .result import ApproximationResult, WarmStartMismatch
 from ..validation import as_signed_labels, check_kernel_matrix
 
 # Columns kept by the Anderson acceleration of parallel EP.
@@ -295,7 +295,7 @@ def ep(
     else:
         tau, nu = np.array(state.tau, dtype=float), np.array(state.nu, dtype=float)
         if tau.shape != (n,):
-            raise ValueError(f"warm-start state has {tau.shape[0]} sites, data has {n}")
+            raise WarmStartMismatch(f"warm-start state has {tau.shape[0]} sites, data has {n}")
 
     done, status, fixed, first_change = 0, _HANDED_BACK, None, np.inf
     forecast = np.inf if state is None else state.first_change

@@ -27,7 +27,7 @@ import numpy as np
 
 from .ep import cavity_precision, checked_inputs
 from ..likelihoods.binary import laplace_unsupported_message
-from .result import ApproximationResult, loo_outputs
+from .result import ApproximationResult, WarmStartMismatch, loo_outputs
 
 
 @dataclass
@@ -134,12 +134,12 @@ def laplace(
     n = y.shape[0]
     a = np.zeros(n) if state is None else np.array(state.a, dtype=float)
     if a.shape != (n,):
-        raise ValueError(f"warm-start state has {a.shape[0]} weights, data has {n}")
+        raise WarmStartMismatch(f"warm-start state has {a.shape[0]} weights, data has {n}")
     from_f = state is not None and state.f is not None
     if from_f:  # the first step linearised at the last mode's f, taken in full, checked below
         f = np.array(state.f, dtype=float)
         if f.shape != (n,):
-            raise ValueError(f"warm-start state has {f.shape[0]} latent values, data has {n}")
+            raise WarmStartMismatch(f"warm-start state has {f.shape[0]} latent values, data has {n}")
         out, psi = likelihood.log_lik(y, f, th), -np.inf
     else:
         f = prior.matvec(a)

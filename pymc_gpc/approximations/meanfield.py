@@ -101,7 +101,7 @@ import numpy as np
 from ..numerics import lapack
 from ..structures.dense import chol_lower, inv_lower, latent_posterior
 from .ep import checked_dense_inputs
-from .result import ApproximationResult
+from .result import ApproximationResult, WarmStartMismatch
 
 VARIANTS = ("ensemble", "naive")
 
@@ -241,7 +241,7 @@ def meanfield(
     n = y.shape[0]
     alpha = np.zeros(n) if state is None else np.array(state.alpha, dtype=float)
     if alpha.shape != (n,):
-        raise ValueError(f"warm-start state has {alpha.shape[0]} entries, data has {n}")
+        raise WarmStartMismatch(f"warm-start state has {alpha.shape[0]} entries, data has {n}")
     solve = _ensemble if variant == "ensemble" else _naive
     result = solve(K, y, likelihood, th, alpha, tol, max_iter, with_grad)
     if not with_loo:

@@ -63,7 +63,7 @@ from ..likelihoods.multiclass import MulticlassLikelihood, MultinomialProbit
 from ..numerics.special import inv_mills, log_ndtr
 from ..structures import is_structure
 from .ep import ANDERSON_MEMORY, Anderson
-from .result import ApproximationResult
+from .result import ApproximationResult, WarmStartMismatch
 from .softmax_laplace import check_multiclass_inputs, coupled_posterior
 
 
@@ -310,7 +310,7 @@ def multinomial_probit_ep(K, y, likelihood=None, params=None, *, state=None, tol
     else:
         tau, nu = np.array(state.tau, dtype=float), np.array(state.nu, dtype=float)
         if tau.shape != (n, c - 1) or nu.shape != (n, c - 1):
-            raise ValueError(f"warm-start state has shape {tau.shape}, data needs {(n, c - 1)}")
+            raise WarmStartMismatch(f"warm-start state has shape {tau.shape}, data needs {(n, c - 1)}")
     change, sweeps, post = np.inf, 0, None
     rough = rough_sweeps and not is_structure(K)
     best, stalled = np.inf, 0  # the rough sweeps' smallest change, and sweeps since it fell

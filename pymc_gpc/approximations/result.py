@@ -8,6 +8,12 @@ import numpy as np
 from ..structures.dense import LatentPosterior
 
 
+class WarmStartMismatch(ValueError):
+    """A warm-start state that does not fit the data (another number of sites or classes):
+    ``solve.solve_with_retries`` then starts cold. A ValueError, so callers that passed the
+    state themselves still see a ValueError naming the sizes."""
+
+
 @dataclass
 class ApproximationResult:
     """The result of one approximation at one kernel matrix and likelihood parameter value.

@@ -8,6 +8,7 @@ prediction over posterior draws (``prediction``).
 import numpy as np
 
 from .registry import APPROXIMATIONS, get
+from .result import WarmStartMismatch
 
 __all__ = ["solve", "solve_with_retries", "default_retries", "prediction_options"]
 
@@ -33,8 +34,8 @@ def solve_with_retries(approximation, K, y, lik, params, state, options, retry_o
     A warm start fitted to another K can be invalid at this one (negative EP sites of
     the step likelihood can make K^-1 + S indefinite), or belong to other data (a
     ValueError: a state of another size, e.g. a fit's state handed to ``predict``): if the
-    warm-started run raises a LinAlgError or ValueError or gives a non-finite value, the
-    solve is repeated from scratch. After a
+    warm-started run raises a LinAlgError or ``WarmStartMismatch`` (a state of another
+    size) or gives a non-finite value, the solve is repeated from scratch. After a
     non-converged run the retry schedule is tried (cold starts); a retry that raises is
     skipped. Returns (result, number of retries taken); other exceptions, and a cold
     start's, propagate. ``retry_options``: a schedule replacing ``default_retries`` (a prior
@@ -45,7 +46,7 @@ def solve_with_retries(approximation, K, y, lik, params, state, options, retry_o
     result = None
     try:
         result = solve(approximation, K, y, lik, params, state, options)
-    except (np.linalg.LinAlgError, ValueError):
+    except (np.linalg.LinAlgError, WarmStartMismatch):
         if state is None:
             raise
     if state is not None and (result is None or not np.isfinite(result.log_z)):

@@ -61,7 +61,7 @@ class FitResult:
         ``method="map"`` keep them finite.
     solver_states : per GP evidence term, by its potential's name (``model.name_for`` of
         the name given to ``marginal_likelihood``), the approximation's state (EP's sites,
-        Laplace's mode) converged at ``point`` by the fit's last solve there
+        Laplace's mode) of the fit's last solve at ``point``
         (``fitted_states``); empty where the method does not record them.
         ``gp.predict(Xnew, point=result)`` starts its solve from it: the same prediction
         as ``point=result.point`` to the solver's tolerance, in fewer sweeps.
@@ -114,7 +114,7 @@ class FitResult:
 
 
 def fitted_states(objective):
-    """{potential name: a copy of the last state the objective's solve of that term converged to}
+    """{potential name: a copy of the last state the objective's solve of that term reached}
     (``Objective.states``; the evidence Op's first output carries the potential's name).
 
     Taken right after the fit's evaluation at its returned point, these are the states at
