@@ -133,14 +133,17 @@ def test_states_found_by_name_in_a_named_model_with_two_terms(problem, monkeypat
 def test_a_gp_in_a_nested_model_finds_the_state_of_a_fit_of_the_outer_model(problem, monkeypatch):
     X, y, Xnew = problem
     with pm.Model() as outer:
-        ls = pm.LogNormal("ls", 0.0, 1.0)
+        pm.Normal("other", 0.0, 1.0)
         with pm.Model("sub"):
+            ls = pm.LogNormal("ls", 0.0, 1.0)
             gp = pymc_gpc.MarginalLaplace(cov_func=pm.gp.cov.ExpQuad(2, ls=ls), likelihood=L.Logistic())
             gp.marginal_likelihood("y", X=X, y=y)
     result = pymc_gpc.fit(outer, method="map", maxiter=3, progressbar=False)
     spy = _Spy(monkeypatch)
-    gp.predict(Xnew, point=result)
-    assert spy.calls[0][0] is result.solver_state("sub::y") is not None
+    gp.predict(Xnew, point=result)  # predicted from the GP's own model, the inner one
+    gp.predict(Xnew, point=result, model=outer)
+    assert [state for state, _ in spy.calls] == [result.solver_state("sub::y")] * 2
+    assert result.solver_state("sub::y") is not None
 
 
 def test_a_result_of_another_model_starts_cold(problem, monkeypatch):
