@@ -27,7 +27,7 @@ from ..structures import is_structure
 from ..structures.multiclass import BlockKernel, CoupledBlockPosterior, coupled_W_times
 from ..validation import check_kernel_matrix
 from .laplace import newton_converged
-from .result import ApproximationResult
+from .result import ApproximationResult, WarmStartMismatch, loo_outputs
 
 
 # Quasi-random draws for the LA-LOO expectations (computed at every evaluation, also
@@ -191,7 +191,7 @@ def softmax_laplace(K, y, likelihood=None, params=None, *, state=None, tol=1e-10
     Y[y, np.arange(n)] = 1.0
     a = np.zeros((c, n)) if state is None else np.array(state.a, dtype=float)
     if a.shape != (c, n):
-        raise ValueError(f"warm-start state has shape {a.shape}, data needs {(c, n)}")
+        raise WarmStartMismatch(f"warm-start state has shape {a.shape}, data needs {(c, n)}")
     K_times = K if is_structure(K) else BlockKernel(K)
     from_f = state is not None and state.f is not None
     if from_f:
@@ -199,7 +199,7 @@ def softmax_laplace(K, y, likelihood=None, params=None, *, state=None, tol=1e-10
         # full (Psi is not defined there at this K), checked against a = 0 below
         f = np.array(state.f, dtype=float)
         if f.shape != (c, n):
-            raise ValueError(f"warm-start state's f has shape {f.shape}, data needs {(c, n)}")
+            raise WarmStartMismatch(f"warm-start state's f has shape {f.shape}, data needs {(c, n)}")
         lp, pi = likelihood.log_lik(y, f)
         psi = -np.inf
     else:
@@ -254,7 +254,7 @@ def softmax_laplace(K, y, likelihood=None, params=None, *, state=None, tol=1e-10
     log_z = psi - post.half_logdet_B()
     S = post.site_covariances()
     dK = _gradient(post, a, S) if with_grad else None
-    loo = functools.partial(_loo_log_p, y, likelihood, f, pi, Y - pi, S)
+    loo_log_p, loo_later = loo_outputs(functools.partial(_loo_log_p, y, likelihood, f, pi, Y - pi, S), with_loo)
     return ApproximationResult(
         method="laplace-softmax",
         log_z=log_z,
@@ -268,8 +268,8 @@ def softmax_laplace(K, y, likelihood=None, params=None, *, state=None, tol=1e-10
         n_iter=it,
         converged=converged,
         max_change=change,
-        loo_log_p=loo() if with_loo and with_loo != "deferred" else None,
-        loo_later=loo if with_loo == "deferred" else None,
+        loo_log_p=loo_log_p,
+        loo_later=loo_later,
     )
 
 
