@@ -61,47 +61,40 @@ _T = 84  # ord("T")
 _INV_BLOCK = 32
 
 
-# The two routines of ``_lower_in_place``.
-_POTRF = 0
-_LAUUM = 1
-
-
 @njit(nogil=True, cache=True)
-def _lower_in_place(a, routine):
-    """a <- LAPACK ``routine`` of a's lower triangle, both of the form (uplo = "L", n, a, lda = n,
-    info) and of a's precision: ``_POTRF`` dpotrf / spotrf (the strict upper triangle then
-    zeroed), ``_LAUUM`` dlauum / slauum (the upper triangle then mirrored from the lower);
-    returns info."""
-    n = a.shape[0]
-    uplo = np.array([_L], np.uint8)
-    nn = np.array([n], np.int32)
-    info = np.zeros(1, np.int32)
-    if routine == _POTRF:
-        if a.itemsize == 4:
-            _spotrf(uplo.ctypes, nn.ctypes, a.ctypes, nn.ctypes, info.ctypes)
-        else:
-            _dpotrf(uplo.ctypes, nn.ctypes, a.ctypes, nn.ctypes, info.ctypes)
-    elif a.itemsize == 4:
-        _slauum(uplo.ctypes, nn.ctypes, a.ctypes, nn.ctypes, info.ctypes)
-    else:
-        _dlauum(uplo.ctypes, nn.ctypes, a.ctypes, nn.ctypes, info.ctypes)
-    for j in range(n):
-        for i in range(j):
-            a[i, j] = 0.0 if routine == _POTRF else a[j, i]
-    return info[0]
+def _lower_args(a):
+    """LAPACK's (uplo = "L", n, info) pointer arguments for a routine on a's lower triangle
+    (lda = n): ``potrf_lower`` and ``lauum_lower``."""
+    return np.array([_L], np.uint8), np.array([a.shape[0]], np.int32), np.zeros(1, np.int32)
 
 
 @njit(nogil=True, cache=True)
 def potrf_lower(a):
     """a <- L with a = L L^T (LAPACK dpotrf, spotrf for float32); the strict upper triangle is zeroed."""
-    return _lower_in_place(a, _POTRF)
+    uplo, nn, info = _lower_args(a)
+    if a.itemsize == 4:
+        _spotrf(uplo.ctypes, nn.ctypes, a.ctypes, nn.ctypes, info.ctypes)
+    else:
+        _dpotrf(uplo.ctypes, nn.ctypes, a.ctypes, nn.ctypes, info.ctypes)
+    for j in range(a.shape[0]):
+        for i in range(j):
+            a[i, j] = 0.0
+    return info[0]
 
 
 @njit(nogil=True, cache=True)
 def lauum_lower(a):
     """a <- a^T a for lower-triangular a, returned as a full symmetric matrix (dlauum, slauum
     for float32)."""
-    return _lower_in_place(a, _LAUUM)
+    uplo, nn, info = _lower_args(a)
+    if a.itemsize == 4:
+        _slauum(uplo.ctypes, nn.ctypes, a.ctypes, nn.ctypes, info.ctypes)
+    else:
+        _dlauum(uplo.ctypes, nn.ctypes, a.ctypes, nn.ctypes, info.ctypes)
+    for j in range(a.shape[0]):
+        for i in range(j):
+            a[i, j] = a[j, i]
+    return info[0]
 
 
 @njit(nogil=True, cache=True)
