@@ -538,7 +538,7 @@ class MarginalLaplace(_ApproximateMarginal):
     ...     gp = pymc_gpc.MarginalLaplace(cov_func=cov, likelihood=pymc_gpc.likelihoods.Logistic())
     ...     log_q = gp.marginal_likelihood("y", X=X, y=y)
     >>> result = pymc_gpc.fit(model, method="type2", progressbar=False)
-    >>> p = gp.predict(pima.X_test, point=result)  # from the fit's converged state
+    >>> p = gp.predict(pima.X_test, point=result)  # from the fit's state at its point
     """
 
     approximation = "laplace"

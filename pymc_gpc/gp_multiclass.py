@@ -187,7 +187,7 @@ class MulticlassMarginal:
         Parameters
         ----------
         point : dict of variable values (e.g. from ``pm.find_MAP``), or ``pymc_gpc.fit``'s
-            ``FitResult``, whose converged state at its point the solve then starts from
+            ``FitResult``, from whose last solve's state at its point the solve then starts
             (as for the binary ``predict``).
         idata : a sampling result: the probabilities are averaged over its draws.
         model : the model to read the variables from (default: the one

@@ -37,7 +37,7 @@ r"""Point estimates of the hyperparameters, on the same ``pm.Model`` that ``pm.s
 
 Every method returns a ``FitResult``: the point (named like ``pm.find_MAP``'s, so
 ``gp.predict(Xnew, point=result.point)`` works; ``point=result`` also starts the
-prediction's solve from the fit's converged state), the approximate log evidence there,
+prediction's solve from the fit's state there), the approximate log evidence there,
 the per-iteration history, and convergence flags; ``to_inference_data()`` gives an
 ArviZ ``DataTree`` for ``az.summary`` and plots.
 """

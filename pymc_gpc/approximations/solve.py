@@ -32,10 +32,10 @@ def solve_with_retries(approximation, K, y, lik, params, state, options, retry_o
     """Solve, falling back on a cold start and then on ``default_retries``.
 
     A warm start fitted to another K can be invalid at this one (negative EP sites of
-    the step likelihood can make K^-1 + S indefinite), or belong to other data (a
-    ValueError: a state of another size, e.g. a fit's state handed to ``predict``): if the
-    warm-started run raises a LinAlgError or ``WarmStartMismatch`` (a state of another
-    size) or gives a non-finite value, the solve is repeated from scratch. After a
+    the step likelihood can make K^-1 + S indefinite), or belong to other data (a fit's
+    state handed to ``predict`` after the data changed): if the warm-started run raises a
+    LinAlgError or ``WarmStartMismatch`` (a state of another size) or gives a non-finite
+    value, the solve is repeated from scratch. After a
     non-converged run the retry schedule is tried (cold starts); a retry that raises is
     skipped. Returns (result, number of retries taken); other exceptions, and a cold
     start's, propagate. ``retry_options``: a schedule replacing ``default_retries`` (a prior
