@@ -89,6 +89,7 @@ from numba import njit
 from scipy.linalg import blas, cho_solve
 
 from ..numerics import lapack
+from ..numerics.workspace import POOL
 from .dense import NotPositiveDefiniteError, chol_lower, inv_lower
 from .fitc import FITCPrior, NonFiniteKernelError
 
@@ -108,28 +109,41 @@ def _coupling(delta):
 
 
 def _precision(V, delta):
-    """A = I + P^T W~ P (lower triangle, Fortran-ordered) for W~_i = diag(delta_i) -
-    q_i q_i^T (``_coupling``, ``_effective_precision``): the blocks
-    below the diagonal, V_k diag(W~_kl) V_l^T = -Q_k Q_l^T with Q_k = V_k diag(q_k), as one
-    product per block row, Q_k (Q_1 ... Q_{k-1})^T, in c (c - 1) m^2 n flops (a dsyrk of
-    the stacked Q would also form the diagonal blocks, to be overwritten); the diagonal
-    blocks V_k diag(W~_kk) V_k^T by a dsyrk each, with W~_kk = delta_k (sum_{j != k}
-    delta_j) / sum delta >= 0 (no cancellation)."""
+    """A = I + P^T W~ P (lower triangle, Fortran-ordered; the strict upper triangle is not
+    set) for W~_i = diag(delta_i) - q_i q_i^T (``_coupling``, ``_effective_precision``).
+
+    The blocks below the diagonal are V_k diag(W~_kl) V_l^T = -Q_k Q_l^T with Q the stacked
+    Q_k = V_k diag(q_k): one dsyrk of Q, (c m)^2 n flops, writes them (and diagonal blocks
+    that are then replaced). Each diagonal block V_k diag(W~_kk) V_k^T is a dsyrk of its own,
+    with W~_kk = delta_k (sum_{j != k} delta_j) / sum delta >= 0 summed without cancellation
+    (``_own_weights``), rather than V_k diag(delta_k) V_k^T - Q_k Q_k^T. Q comes from the
+    package's pool of work arrays (``numerics.workspace``): a fresh (c m) x n array costs
+    its first touch at every formation."""
     c, (m, n) = len(V), V[0].shape
-    total = delta.sum(axis=0)
     q = _coupling(delta)
-    Q = np.empty((c * m, n), order="F")
-    A = np.zeros((c * m, c * m), order="F")
+    root = np.sqrt(_own_weights(delta))
+    Q = POOL.empty((c * m, n))
+    for k in range(c):
+        np.multiply(V[k], q[k], out=Q[k * m:(k + 1) * m])
+    A = np.empty((c * m, c * m), order="F")
+    lapack.syrk_lower(-1.0, Q, 0.0, A, False)
+    del Q
+    scaled, block = np.empty((m, n), order="F"), np.zeros((m, m), order="F")
     for k in range(c):
         rows = slice(k * m, (k + 1) * m)
-        np.multiply(V[k], q[k], out=Q[rows])
-        if k:
-            A[rows, :k * m] = Q[rows] @ Q[:k * m].T
-            A[rows, :k * m] *= -1.0
-        others = sum(delta[j] for j in range(c) if j != k)
-        A[rows, rows] = blas.dsyrk(1.0, V[k] * np.sqrt(delta[k] * others / total), lower=1)
+        np.multiply(V[k], root[k], out=scaled)
+        lapack.syrk_lower(1.0, scaled, 0.0, block, False)
+        A[rows, rows] = block
     A[np.diag_indices(c * m)] += 1.0
     return A
+
+
+def _own_weights(delta):
+    """W~_kk,i = delta_ik sum_{j != k} delta_ij / sum_j delta_ij (c, n), the sum over the
+    other classes formed directly (no difference of nearly equal numbers)."""
+    c = len(delta)
+    others = np.array([sum(delta[j] for j in range(c) if j != k) for k in range(c)])
+    return delta * others / delta.sum(axis=0)
 
 
 def _effective_precision(prior, d):
@@ -517,7 +531,8 @@ class MulticlassFITCPosterior:
             Ai, V = self.A_inv, prior.V
             q = _coupling(self._delta)
             S = np.empty((n, c, c))
-            VR = tuple(np.empty((m, n), order="F") for _ in range(c))  # Fortran, as the V_k
+            # each VR[k] Fortran-ordered as the V_k, in one reused array (``numerics.workspace``)
+            VR = tuple(POOL.empty((c, n, m), order="C").transpose(0, 2, 1))
             blocks = _column_blocks(n, c, m)
             F = np.empty((c, blocks[0].stop - blocks[0].start, c * m))  # F[l]'s columns contiguous
             for cols in blocks:
@@ -584,7 +599,7 @@ class MulticlassFITCPosterior:
         c, m, n = prior.c, prior.m, prior.n
         _, VR = self._column_pass()
         Rd = self.R_diag()
-        dKuu, dKuf, dkd = np.empty((c, m, m)), np.empty((c, m, n)), np.empty((c, n))
+        dKuu, dKuf, dkd = np.empty((c, m, m)), POOL.empty((c, m, n), order="C"), np.empty((c, n))
         VG = np.empty((m, n), order="F")  # V_k G'_k, then dlog Z / dK_uf,k (in place)
         for k in range(c):
             Vk = prior.V[k]
