@@ -43,11 +43,11 @@ blocks gives the site covariances, diag R and V_k R_kk together.
 
 W~_i has W_i's form, diag(delta_i) - delta_i delta_i^T / sum delta_i with delta = d / (1 + lambda d)
 (``_effective_precision``), so A - I = blockdiag(V_k diag(delta_k) V_k^T) - Q Q^T with Q the
-stacked V_k diag(q_k): one product per block row below the diagonal and a dsyrk per
-diagonal block (``_precision``).
+stacked V_k diag(q_k): one dsyrk of Q below the diagonal and a dsyrk per diagonal block
+(``_precision``).
 
 Cost and memory (n observations, c classes, m inducing inputs per class): A in
-c^2 m^2 n flops (c (c - 1) m^2 n below the diagonal, c m^2 n on it), its factorisation
+(c^2 + c) m^2 n flops (the dsyrk of Q c^2 m^2 n, the diagonal blocks c m^2 n), its factorisation
 (c m)^3 / 3, the pass of F 2 c^2 m^2 n (its elementwise part compiled, ``_pass_columns``):
 O(c^2 m^2 n) time per factorised posterior. Memory O(c m n): the c V_k, V_k R_kk (c, m, n)
 and the gradient in K_uf (c, m, n); the F_l (c m x n each, c^2 m n together) exist only
