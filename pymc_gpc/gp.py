@@ -399,14 +399,21 @@ class _ApproximateMarginal:
         takes the new inputs as its first argument, so predictions at other inputs (any
         number of rows) reuse it. ``pm.Data`` containers in the graph (shared variables) are
         read when the function is called, not when it is compiled."""
-        cache = vars(self).setdefault("_kernel_functions", {})
+        cache = vars(self).setdefault("_kernel_functions", [])
         owners = self._kernel_graph_owners(model, mode)
-        key = tuple(id(o) for o in owners)
-        if key not in cache:
-            if len(cache) >= _KERNEL_CACHE_SIZE:  # another model or mode: drop the oldest
-                del cache[next(iter(cache))]
-            cache[key] = (owners, *self._compile_kernels(model, mode))  # owners kept: their ids stay unique
-        return cache[key][1:]
+        for cached_owners, fn, names in cache:
+            if all(a is b for a, b in zip(cached_owners, owners)):
+                return fn, names
+        fn, names = self._compile_kernels(model, mode)
+        cache.append((owners, fn, names))
+        del cache[:-_KERNEL_CACHE_SIZE]  # the oldest, beyond the last few models and modes
+        return fn, names
+
+    def __getstate__(self):
+        """The GP's attributes without its compiled kernel functions (compiled again when needed)."""
+        state = dict(vars(self))
+        state.pop("_kernel_functions", None)
+        return state
 
     def _kernel_graph_owners(self, model, mode):
         """The objects whose identity fixes the kernel graph: the model, the compile mode, the

@@ -7,6 +7,7 @@ at compilation. Compilations are counted by wrapping ``pytensor.function``.
 """
 
 import arviz as az
+import cloudpickle
 import numpy as np
 import pymc as pm
 import pytensor
@@ -180,3 +181,15 @@ def test_errors_are_unchanged_with_a_cached_function(problem):
         pm.Normal("ls", 0.0, 1.0)
     with pytest.raises(ValueError, match="not variables of the model given"):
         gp.predict(Xnew1, point={"ls": LS}, model=other)
+
+
+def test_a_pickled_gp_leaves_its_compiled_functions_behind(problem):
+    """cloudpickle after a prediction: the same size as before it (no compiled function in the
+    state), and the unpickled GP predicts the same probabilities."""
+    X, y, Xnew1, _ = problem
+    _, gp = _binary(X, y, "FITC")
+    size = len(cloudpickle.dumps(gp))
+    p = gp.predict(Xnew1, point={"ls": LS})
+    data = cloudpickle.dumps(gp)
+    assert len(data) == size
+    np.testing.assert_allclose(cloudpickle.loads(data).predict(Xnew1, point={"ls": LS}), p, rtol=1e-12)
