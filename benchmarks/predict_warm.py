@@ -215,6 +215,7 @@ def run_repeat_calls(case, repeats, maxiter, counted):
         "fit": f"{result.n_iter} iterations" + (" (converged)" if result.converged else f" (maxiter={maxiter})"),
         "first": first, "profiles": profiles,
         **{kind: [float(np.median([r[i] for r in rows])) for i in range(3)] for kind, rows in timings.items()},
+        **{f"{kind}_range": (min(r[0] for r in rows), max(r[0] for r in rows)) for kind, rows in timings.items()},
     }
 
 
@@ -227,19 +228,21 @@ def report_repeat_calls(rows, repeats, provenance):
         "*cached* later calls reuse it. Two ways of compiling at every later call, for comparison: "
         "*recompiling* clears the GP's compiled kernel functions first, *as before* compiles the graph "
         "with the test inputs a constant, as every `predict` call did before the function took Xnew as "
-        f"an input. Later calls: medians of {repeats} of each kind, alternating, in one process. Every "
-        "call's solve starts from the fit's state (one EP sweep). CPU seconds (wall in brackets), one "
-        "BLAS thread, on a machine shared with other jobs (2 cores, load in the header): compare within a row.",
+        f"an input. Later calls: medians of {repeats} of each kind, alternating, in one process, with the "
+        "smallest and largest in brackets (the spread on this machine, shared with other jobs: 2 cores, "
+        "load in the header); the first call with its wall time in brackets. Every call's solve starts "
+        "from the fit's state (one EP sweep). CPU seconds, one BLAS thread: compare within a row.",
         "",
         "| data | n / test | fit | first call | later call, cached | later call, recompiling "
         "| later call, as before | as before / cached | solve | solve share of a cached call |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    cell = lambda t: f"{t[0]:.3g} s ({t[1]:.3g} s)"  # noqa: E731
     for r in rows:
+        cell = lambda kind: f"{r[kind][0]:.3g} s ({r[kind + '_range'][0]:.3g}-{r[kind + '_range'][1]:.3g})"  # noqa: E731
         lines.append(
-            f"| {r['case']} ({r['structure']}) | {r['n']:,} / {r['n_test']:,} | {r['fit']} | {cell(r['first'])} "
-            f"| {cell(r['cached'])} | {cell(r['recompiling'])} | {cell(r['previous'])} "
+            f"| {r['case']} ({r['structure']}) | {r['n']:,} / {r['n_test']:,} | {r['fit']} "
+            f"| {r['first'][0]:.3g} s ({r['first'][1]:.3g} s) "
+            f"| {cell('cached')} | {cell('recompiling')} | {cell('previous')} "
             f"| {r['previous'][0] / r['cached'][0]:.2f}x | {r['cached'][2]:.3g} s | {r['cached'][2] / r['cached'][0]:.0%} |")
     lines += [
         "",
