@@ -57,6 +57,9 @@ from .validation import (
 
 __all__ = ["MarginalEP", "MarginalLaplace", "MarginalMeanField", "MarginalADF"]
 
+# Compiled kernel functions a GP keeps (one per model and compile mode it predicted with).
+_KERNEL_CACHE_SIZE = 8
+
 
 class _ApproximateMarginal:
     """Shared machinery; subclasses set ``approximation``."""
@@ -327,7 +330,10 @@ class _ApproximateMarginal:
         Notes
         -----
         The kernels of every draw come from one compiled function and each draw's
-        approximation is warm-started from the previous draw's. Over draws EP stops at
+        approximation is warm-started from the previous draw's. That function takes Xnew as
+        an input: it is compiled at the first ``predict`` with a given ``model`` (and with
+        ``point=`` or ``idata=``, which compile differently) and reused by later calls at
+        any new inputs, reading ``pm.Data`` containers at each call. Over draws EP stops at
         a site change of 1e-3, at one point at the engine's 1e-8, unless ``tol`` was
         given to the constructor (``pymc_gpc.prediction``). After ``pymc_gpc.fit``, pass
         the result (``point=result``) rather than ``result.point``: a cold start at the
@@ -342,7 +348,7 @@ class _ApproximateMarginal:
         state = None
         if isinstance(point, FitResult):
             point, state = point.point, self._fitted_state(point)
-        fn, names = self._compile_kernels(Xnew, model, KERNEL_MODE if idata is not None else POINT_KERNEL_MODE)
+        fn, names = self._kernel_function(model, KERNEL_MODE if idata is not None else POINT_KERNEL_MODE)
         points = [point] if point is not None else _posterior_points(idata, names, max_draws)
         for pt_ in points[:1]:
             missing = [n for n in names if n not in pt_]
@@ -351,7 +357,8 @@ class _ApproximateMarginal:
         draws = [tuple(np.asarray(pt_[n]) for n in names) for pt_ in points]
         defaults = registry.get(self.approximation).prediction_defaults if idata is not None else {}
         means, vars_, thetas = latent_predictions(
-            self.approximation, self.likelihood, {**defaults, **dict(self.solver_options)}, self._labels(), fn, draws,
+            self.approximation, self.likelihood, {**defaults, **dict(self.solver_options)}, self._labels(),
+            functools.partial(fn, Xnew), draws,
             progressbar=progressbar and idata is not None,
             retry_options=functools.partial(self.structure.retry_schedule, self.approximation), state=state,
         )
@@ -386,10 +393,41 @@ class _ApproximateMarginal:
         """Class probabilities from one draw's latent predictive."""
         return self.likelihood.predict(mean, var, theta)
 
-    def _compile_kernels(self, Xnew, model, mode=KERNEL_MODE):
-        """One function from the model variables to (prior, theta, K_cross, k_diag); the
-        prior is what the solver takes (the structure's ``prior_from``: K, or a
-        ``structures.fitc.FITCPrior``)."""
+    def _kernel_function(self, model, mode):
+        """``_compile_kernels(model, mode)``, compiled at the first call for this (model, mode)
+        and this GP's evidence term, then taken from the GP's cache: the compiled function
+        takes the new inputs as its first argument, so predictions at other inputs (any
+        number of rows) reuse it. ``pm.Data`` containers in the graph (shared variables) are
+        read when the function is called, not when it is compiled."""
+        cache = vars(self).setdefault("_kernel_functions", [])
+        owners = self._kernel_graph_owners(model, mode)
+        for cached_owners, fn, names in cache:
+            if all(a is b for a, b in zip(cached_owners, owners)):
+                return fn, names
+        fn, names = self._compile_kernels(model, mode)
+        cache.append((owners, fn, names))
+        del cache[:-_KERNEL_CACHE_SIZE]  # the oldest, beyond the last few models and modes
+        return fn, names
+
+    def __getstate__(self):
+        """The GP's attributes without its compiled kernel functions (compiled again when needed)."""
+        state = dict(vars(self))
+        state.pop("_kernel_functions", None)
+        return state
+
+    def _kernel_graph_owners(self, model, mode):
+        """The objects whose identity fixes the kernel graph: the model, the compile mode, the
+        training inputs and labels (new objects at every ``marginal_likelihood`` call), the
+        inducing inputs, the covariance function and the likelihood."""
+        return (model, mode, self.X, self.y, self.Xu, self.cov_func, self.likelihood, self.jitter)
+
+    def _compile_kernels(self, model, mode=KERNEL_MODE):
+        """One function from (Xnew, the model variables...) to (prior, theta, K_cross, k_diag);
+        the prior is what the solver takes (the structure's ``prior_from``: K, or a
+        ``structures.fitc.FITCPrior``). Xnew is a symbolic (n*, d) matrix of the training
+        inputs' column count and dtype, so the function serves any new inputs; returns the
+        function and the names of the model variables it takes after Xnew."""
+        Xnew = pt.tensor("Xnew", dtype=str(self.X.dtype), shape=(None, self._n_inputs))  # as the training X
         outputs = self._prediction_inputs(Xnew)
         outputs = [pt.as_tensor_variable(o).astype("float64") for o in outputs]
         graph = list(ancestors(outputs))
@@ -400,7 +438,7 @@ class _ApproximateMarginal:
         if foreign:
             raise ValueError(f"the covariance or likelihood depends on {foreign}, which are not variables of "
                              "the model given (model=); give the model the GP was added to")
-        fn = pytensor.function(inputs, outputs, on_unused_input="ignore", mode=mode)
+        fn = pytensor.function([Xnew, *inputs], outputs, on_unused_input="ignore", mode=mode)
         return self.structure.prior_function(fn), [v.name for v in inputs]
 
 

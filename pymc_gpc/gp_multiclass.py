@@ -207,8 +207,9 @@ class MulticlassMarginal:
         ``predictive``: for ``Softmax`` the plug-in at Laplace's latent predictive mean
         (``"mean"``, the default) unless it was built with ``predictive="integrate"`` or
         ``"probit"``; for ``MultinomialProbit`` the integral over the latent predictive
-        (``"integrate"``). As the binary ``predict``: one compiled kernel function, each draw's
-        approximation warm-started from the previous draw's (``pymc_gpc.prediction``).
+        (``"integrate"``). As the binary ``predict``: one compiled kernel function, kept by the GP
+        for later calls at other inputs, each draw's approximation warm-started from the
+        previous draw's (``pymc_gpc.prediction``).
         """
         return super().predict(Xnew, point=point, idata=idata, model=model, return_latent=return_latent,
                                max_draws=max_draws, progressbar=progressbar)
