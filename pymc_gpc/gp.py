@@ -26,6 +26,7 @@ Example
 """
 
 import functools
+import threading
 
 import numpy as np
 import pymc as pm
@@ -439,7 +440,24 @@ class _ApproximateMarginal:
             raise ValueError(f"the covariance or likelihood depends on {foreign}, which are not variables of "
                              "the model given (model=); give the model the GP was added to")
         fn = pytensor.function([Xnew, *inputs], outputs, on_unused_input="ignore", mode=mode)
-        return self.structure.prior_function(fn), [v.name for v in inputs]
+        return self.structure.prior_function(_OneCallAtATime(fn)), [v.name for v in inputs]
+
+
+class _OneCallAtATime:
+    """A compiled PyTensor function behind a lock: it holds its intermediate storage, so two
+    threads must not run it at once, and ``predict`` calls from several threads share the
+    GP's cached function (``_kernel_function``). Its attributes (``maker``, ...) are the
+    function's."""
+
+    def __init__(self, fn):
+        self._fn, self._lock = fn, threading.Lock()
+
+    def __call__(self, *args):
+        with self._lock:
+            return self._fn(*args)
+
+    def __getattr__(self, name):
+        return getattr(self._fn, name)
 
 
 def _signed_label_tensor(y_tensor, classes):

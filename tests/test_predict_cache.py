@@ -196,3 +196,23 @@ def test_a_pickled_gp_leaves_its_compiled_functions_behind(problem):
     data = cloudpickle.dumps(gp)
     assert len(data) == size
     np.testing.assert_allclose(cloudpickle.loads(data).predict(Xnew1, point={"ls": LS}), p, rtol=1e-12)
+
+
+def test_predictions_from_several_threads_equal_the_serial_ones():
+    """Threads predicting with one GP share its cached kernel function (run one call at a
+    time behind its lock): each thread's probabilities equal those of a serial call."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = np.random.default_rng(11)
+    X, y = rng.normal(size=(30, 2)), (rng.normal(size=30) > 0).astype(int)
+    with pm.Model() as model:
+        ls = pm.LogNormal("ls", 0.0, 1.0)
+        gp = pymc_gpc.MarginalEP(cov_func=pm.gp.cov.ExpQuad(2, ls=ls), likelihood=L.Probit())
+        gp.marginal_likelihood("f", X=X, y=y)
+    point = {"ls": np.array(1.3)}
+    grids = [rng.normal(size=(5 + k, 2)) for k in range(8)]
+    serial = [gp.predict(G, point=point) for G in grids]
+    with ThreadPoolExecutor(4) as pool:
+        threaded = list(pool.map(lambda G: gp.predict(G, point=point), grids))
+    for s, t in zip(serial, threaded):
+        np.testing.assert_allclose(t, s, rtol=1e-12)

@@ -251,8 +251,8 @@ def test_fit_and_predict_compile_their_graphs_without_numba():
     objective = objective.objective_for(model, objective.other_terms(model, include_priors=False), model.continuous_value_vars)
     from pymc_gpc.prediction import POINT_KERNEL_MODE
 
-    fn, _ = gp._compile_kernels(X[:2], model)
-    fn_point, _ = gp._compile_kernels(X[:2], model, POINT_KERNEL_MODE)
+    fn, _ = gp._compile_kernels(model)
+    fn_point, _ = gp._compile_kernels(model, POINT_KERNEL_MODE)
     for f in (objective.forward, objective.backward, fn, fn_point):
         assert "numba" not in type(f.maker.linker).__name__.lower()
         # the kernels' clipped squared distances run as NumPy ufuncs (python_vm), not as
