@@ -58,7 +58,7 @@ from .validation import (
 
 __all__ = ["MarginalEP", "MarginalLaplace", "MarginalMeanField", "MarginalADF"]
 
-# Compiled kernel functions a GP keeps (one per model and compile mode it predicted with).
+# Compiled kernel functions a GP keeps (one per model it predicted a point with).
 _KERNEL_CACHE_SIZE = 8
 
 
@@ -251,6 +251,7 @@ class _ApproximateMarginal:
         y = coded if y_tensor is None else self._label_tensor(y_tensor)
         model = pm.modelcontext(None)
         self.X, self.y, self.name, self.Xu, self.model = X, y, name, Xu, model
+        self._forget_kernel_functions()
         priors, params = self._prior_inputs(), self.likelihood.params_tensor()
         hyper_names, hyper = self._hyperparameters(model, [*priors, params])
         log_z, *_, loo, n_iter, status = self._op(hyper_names)(*priors, params, y, hyper)
@@ -332,9 +333,9 @@ class _ApproximateMarginal:
         -----
         The kernels of every draw come from one compiled function and each draw's
         approximation is warm-started from the previous draw's. That function takes Xnew as
-        an input: it is compiled at the first ``predict`` with a given ``model`` (and with
-        ``point=`` or ``idata=``, which compile differently) and reused by later calls at
-        any new inputs, reading ``pm.Data`` containers at each call. Over draws EP stops at
+        an input; with ``point=`` it is compiled at the first ``predict`` with a given
+        ``model`` and reused by later calls at any new inputs, reading ``pm.Data``
+        containers at each call (with ``idata=`` it is compiled at each call). Over draws EP stops at
         a site change of 1e-3, at one point at the engine's 1e-8, unless ``tol`` was
         given to the constructor (``pymc_gpc.prediction``). After ``pymc_gpc.fit``, pass
         the result (``point=result``) rather than ``result.point``: a cold start at the
@@ -395,11 +396,17 @@ class _ApproximateMarginal:
         return self.likelihood.predict(mean, var, theta)
 
     def _kernel_function(self, model, mode):
-        """``_compile_kernels(model, mode)``, compiled at the first call for this (model, mode)
-        and this GP's evidence term, then taken from the GP's cache: the compiled function
-        takes the new inputs as its first argument, so predictions at other inputs (any
-        number of rows) reuse it. ``pm.Data`` containers in the graph (shared variables) are
-        read when the function is called, not when it is compiled."""
+        """``_compile_kernels(model, mode)``. For one point (``POINT_KERNEL_MODE``) compiled at
+        the first call for this model and this GP's evidence term, then taken from the GP's
+        cache: the compiled function takes the new inputs as its first argument, so
+        predictions at other inputs (any number of rows) reuse it, and ``pm.Data``
+        containers in the graph (shared variables) are read when it is called. Over posterior
+        draws (``KERNEL_MODE``) it is compiled at every call and not kept: its rewrites fold
+        constants of the training data's size into the function (the jitter's n x n identity
+        of a dense prior), which a kept function would hold for the GP's lifetime, and its
+        compilation is small beside one solve per draw."""
+        if mode is not POINT_KERNEL_MODE:
+            return self._compile_kernels(model, mode)
         cache = vars(self).setdefault("_kernel_functions", [])
         owners = self._kernel_graph_owners(model, mode)
         for cached_owners, fn, names in cache:
@@ -407,8 +414,12 @@ class _ApproximateMarginal:
                 return fn, names
         fn, names = self._compile_kernels(model, mode)
         cache.append((owners, fn, names))
-        del cache[:-_KERNEL_CACHE_SIZE]  # the oldest, beyond the last few models and modes
+        del cache[:-_KERNEL_CACHE_SIZE]  # the oldest, beyond the last few models
         return fn, names
+
+    def _forget_kernel_functions(self):
+        """Drop the cached kernel functions (a new evidence term: they can no longer match)."""
+        vars(self).pop("_kernel_functions", None)
 
     def __getstate__(self):
         """The GP's attributes without its compiled kernel functions (compiled again when needed)."""
@@ -457,6 +468,8 @@ class _OneCallAtATime:
             return self._fn(*args)
 
     def __getattr__(self, name):
+        if name.startswith("_"):  # not yet set (copy, unpickling): no lookup through _fn
+            raise AttributeError(name)
         return getattr(self._fn, name)
 
 

@@ -155,6 +155,7 @@ class MulticlassMarginal:
         if X_tensor is not None:
             X = _as_input_matrix(X_tensor)
         self.X, self.y, self.name, self.classes, self.model = X, codes.astype(float), name, classes, model
+        self._forget_kernel_functions()
         self.Xu = Xu
         priors, params = self._prior_inputs(), self.likelihood.params_tensor()
         hyper_names, hyper = self._hyperparameters(model, priors)

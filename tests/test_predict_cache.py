@@ -84,9 +84,9 @@ def test_a_second_call_at_other_inputs_equals_a_fresh_models_first(problem, case
 
 
 def test_another_model_or_mode_compiles_again(problem, monkeypatch):
-    """A GP in a nested model, predicted from its own (inner) model and from the outer one,
-    and over posterior draws (``idata=``, another compile mode): one compilation each, none
-    when repeated."""
+    """A GP in a nested model, predicted from its own (inner) model and from the outer one:
+    one compilation each, none when repeated; over posterior draws (``idata=``, another
+    compile mode) one at each call, the points' functions still cached."""
     X, y, Xnew1, Xnew2 = problem
     with pm.Model() as outer:
         pm.Normal("other", 0.0, 1.0)
@@ -106,7 +106,9 @@ def test_another_model_or_mode_compiles_again(problem, monkeypatch):
     idata = az.from_dict({"posterior": {"sub::ls": np.array([[LS, LS]])}})
     over_draws = gp.predict(Xnew2, idata=idata, progressbar=False)
     gp.predict(Xnew1, idata=idata, progressbar=False)
-    assert counted.calls == 3
+    assert counted.calls == 4  # over draws compiled at each call, not kept
+    gp.predict(Xnew1, point=point)
+    assert counted.calls == 4
     np.testing.assert_allclose(over_draws, gp.predict(Xnew2, point=point), atol=1e-3)  # EP at 1e-3 over draws
 
 
@@ -120,6 +122,7 @@ def test_a_new_marginal_likelihood_compiles_again(problem, monkeypatch):
         gp.marginal_likelihood("y", X=X, y=y)
         gp.predict(Xnew1, point={"ls": LS})
         gp.marginal_likelihood("y2", X=X[:20], y=y[:20])
+        assert not vars(gp).get("_kernel_functions")  # the old term's functions are not kept
     _, fresh = _binary(X[:20], y[:20], None)
     np.testing.assert_allclose(gp.predict(Xnew1, point={"ls": LS}), fresh.predict(Xnew1, point={"ls": LS}), rtol=1e-12)
 
@@ -216,3 +219,41 @@ def test_predictions_from_several_threads_equal_the_serial_ones():
         threaded = list(pool.map(lambda G: gp.predict(G, point=point), grids))
     for s, t in zip(serial, threaded):
         np.testing.assert_allclose(t, s, rtol=1e-12)
+
+
+def test_no_kernel_function_of_the_training_size_outlives_predict():
+    """After ``predict`` the GP keeps compiled functions only for points: over posterior draws
+    the compiled kernels fold the dense prior's n x n jitter into the function, which a kept
+    function would hold (two n x n arrays at n = 1200, 23 MB)."""
+    import gc
+    import tracemalloc
+
+    rng = np.random.default_rng(12)
+    n = 1200
+    X, y = rng.normal(size=(n, 2)), (rng.normal(size=n) > 0).astype(int)
+    idata = az.from_dict({"posterior": {"ls": np.ones((1, 1))}})
+    Xnew = rng.normal(size=(5, 2))
+
+    def model_and_gp():
+        with pm.Model():
+            ls = pm.LogNormal("ls", 0.0, 1.0)
+            gp = pymc_gpc.MarginalLaplace(cov_func=pm.gp.cov.ExpQuad(2, ls=ls), likelihood=L.Probit())
+            gp.marginal_likelihood("y", X=X, y=y)
+        return gp
+
+    warm_up = model_and_gp()  # the caches PyTensor and the package fill once
+    warm_up.predict(Xnew, point={"ls": np.array(1.0)})
+    warm_up.predict(Xnew, idata=idata, progressbar=False)
+    del warm_up
+    gp = model_and_gp()
+    tracemalloc.start()
+    try:
+        gc.collect()
+        before = tracemalloc.get_traced_memory()[0]
+        gp.predict(Xnew, idata=idata, progressbar=False)
+        gp.predict(rng.normal(size=(7, 2)), point={"ls": np.array(1.0)})
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert held < n * n * 8 / 2, f"{held / 1e6:.1f} MB held after predict"
