@@ -98,3 +98,40 @@ def test_fitc_results_kept_alive_are_not_overwritten(monkeypatch):
     for scale in (0.5, 2.0, 3.0):
         evaluate(scale)
     assert len(pool._arrays) == n_arrays  # dropped results' arrays were reused
+
+
+def test_multiclass_fitc_results_kept_alive_are_not_overwritten(monkeypatch):
+    # the multi-class FITC structure's pooled arrays (the stacked Q of A's formation, the
+    # transposed buffer of the V_k R_kk, dlog Z / dK_uf): a softmax Laplace result held while
+    # later evaluations run keeps its gradient and its posterior's V_k R_kk; the same
+    # evaluation with freshly allocated arrays gives the same numbers
+    from pymc_gpc.approximations.softmax_laplace import softmax_laplace
+    from pymc_gpc.structures import multiclass_fitc
+    from pymc_gpc.structures.multiclass_fitc import MulticlassFITCPrior
+
+    rng = np.random.default_rng(4)
+    n, m, c = 50, 8, 3
+    X = rng.normal(size=(n, 2))
+    y = rng.integers(0, c, n)
+    Xu = X[:m]
+
+    def evaluate(scale):
+        sq = lambda A, B: np.sum((A[:, None] - B[None]) ** 2, -1) / scale  # noqa: E731
+        amps = np.array([1.0, 2.0, 0.5])[:, None, None]
+        prior = MulticlassFITCPrior(amps * (np.exp(-sq(Xu, Xu)) + 1e-8 * np.eye(m)), amps * np.exp(-sq(Xu, X)),
+                                    np.repeat(amps[:, 0], n, axis=1))
+        return softmax_laplace(prior, y, with_loo=False)
+
+    fresh = evaluate(1.0)  # the package's pool: arrays this small are fresh ones
+    pool = ArrayPool(min_bytes=0)
+    monkeypatch.setattr(multiclass_fitc, "POOL", pool)
+    first = evaluate(1.0)
+    np.testing.assert_allclose(first.dlog_z_dK.Kuf, fresh.dlog_z_dK.Kuf, rtol=1e-12, atol=1e-14)
+    kept_grad, kept_VR = first.dlog_z_dK.Kuf.copy(), [v.copy() for v in first.posterior._column_pass()[1]]
+    for scale in (0.5, 2.0, 3.0):
+        evaluate(scale)
+    np.testing.assert_array_equal(first.dlog_z_dK.Kuf, kept_grad)
+    for v, kept in zip(first.posterior._column_pass()[1], kept_VR):
+        np.testing.assert_array_equal(v, kept)
+        assert v.flags.f_contiguous
+    assert len(pool._arrays) >= 3  # Q, the V_k R_kk buffer and dlog Z / dK_uf went through it
