@@ -157,12 +157,14 @@ class _PreviousKernelFunction:
     def __init__(self, gp, X_test):
         self.gp, self.X_test = gp, X_test
 
-    def __call__(self, model, mode):
+    def __call__(self, model):
         import pytensor
         import pytensor.tensor as pt
         from pytensor.compile.sharedvalue import SharedVariable
         from pytensor.graph.traversal import ancestors
         from pytensor.tensor.random.op import RandomVariable
+
+        from pymc_gpc.prediction import POINT_KERNEL_MODE
 
         outputs = [pt.as_tensor_variable(o).astype("float64") for o in self.gp._prediction_inputs(self.X_test)]
         graph = list(ancestors(outputs))
@@ -171,7 +173,7 @@ class _PreviousKernelFunction:
         assert not [v for v in graph if v.owner is not None and isinstance(v.owner.op, RandomVariable)
                     and v not in model.named_vars.values()]
         fn = self.gp.structure.prior_function(
-            pytensor.function(inputs, outputs, on_unused_input="ignore", mode=mode))
+            pytensor.function(inputs, outputs, on_unused_input="ignore", mode=POINT_KERNEL_MODE))
         return (lambda _Xnew, *args: fn(*args)), [v.name for v in inputs]
 
 

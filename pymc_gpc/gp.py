@@ -350,7 +350,7 @@ class _ApproximateMarginal:
         state = None
         if isinstance(point, FitResult):
             point, state = point.point, self._fitted_state(point)
-        fn, names = self._kernel_function(model, KERNEL_MODE if idata is not None else POINT_KERNEL_MODE)
+        fn, names = self._compile_kernels(model, KERNEL_MODE) if idata is not None else self._kernel_function(model)
         points = [point] if point is not None else _posterior_points(idata, names, max_draws)
         for pt_ in points[:1]:
             missing = [n for n in names if n not in pt_]
@@ -395,24 +395,22 @@ class _ApproximateMarginal:
         """Class probabilities from one draw's latent predictive."""
         return self.likelihood.predict(mean, var, theta)
 
-    def _kernel_function(self, model, mode):
-        """``_compile_kernels(model, mode)``. For one point (``POINT_KERNEL_MODE``) compiled at
-        the first call for this model and this GP's evidence term, then taken from the GP's
-        cache: the compiled function takes the new inputs as its first argument, so
-        predictions at other inputs (any number of rows) reuse it, and ``pm.Data``
-        containers in the graph (shared variables) are read when it is called. Over posterior
-        draws (``KERNEL_MODE``) it is compiled at every call and not kept: its rewrites fold
+    def _kernel_function(self, model):
+        """``_compile_kernels(model, POINT_KERNEL_MODE)``, compiled at the first call for this
+        model and this GP's evidence term, then taken from the GP's cache: the compiled
+        function takes the new inputs as its first argument, so point predictions at other
+        inputs (any number of rows) reuse it, and ``pm.Data`` containers in the graph (shared
+        variables) are read when it is called. ``predict`` over posterior draws compiles its
+        own (``KERNEL_MODE``) at every call and does not keep it: that mode's rewrites fold
         constants of the training data's size into the function (the jitter's n x n identity
         of a dense prior), which a kept function would hold for the GP's lifetime, and its
         compilation is small beside one solve per draw."""
-        if mode is not POINT_KERNEL_MODE:
-            return self._compile_kernels(model, mode)
         cache = vars(self).setdefault("_kernel_functions", [])
-        owners = self._kernel_graph_owners(model, mode)
+        owners = self._kernel_graph_owners(model)
         for cached_owners, fn, names in cache:
             if all(a is b for a, b in zip(cached_owners, owners)):
                 return fn, names
-        fn, names = self._compile_kernels(model, mode)
+        fn, names = self._compile_kernels(model, POINT_KERNEL_MODE)
         cache.append((owners, fn, names))
         del cache[:-_KERNEL_CACHE_SIZE]  # the oldest, beyond the last few models
         return fn, names
@@ -427,11 +425,11 @@ class _ApproximateMarginal:
         state.pop("_kernel_functions", None)
         return state
 
-    def _kernel_graph_owners(self, model, mode):
-        """The objects whose identity fixes the kernel graph: the model, the compile mode, the
-        training inputs and labels (new objects at every ``marginal_likelihood`` call), the
-        inducing inputs, the covariance function and the likelihood."""
-        return (model, mode, self.X, self.y, self.Xu, self.cov_func, self.likelihood, self.jitter)
+    def _kernel_graph_owners(self, model):
+        """The objects whose identity fixes the kernel graph: the model, the training inputs
+        and labels (new objects at every ``marginal_likelihood`` call), the inducing inputs,
+        the covariance function and the likelihood."""
+        return (model, self.X, self.y, self.Xu, self.cov_func, self.likelihood, self.jitter)
 
     def _compile_kernels(self, model, mode=KERNEL_MODE):
         """One function from (Xnew, the model variables...) to (prior, theta, K_cross, k_diag);

@@ -86,7 +86,7 @@ from collections import namedtuple
 
 import numpy as np
 from numba import njit
-from scipy.linalg import blas, cho_solve
+from scipy.linalg import cho_solve
 
 from ..numerics import lapack
 from ..numerics.workspace import POOL
