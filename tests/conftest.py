@@ -176,6 +176,21 @@ def random_problem(rng, n, d=2, flip=0.15):
     return X, y
 
 
+
+def nested_gp(X, y, marginal, likelihood):
+    """(outer, gp): a ``marginal`` GP with an ExpQuad kernel (lengthscale ``sub::ls``) on (X, y),
+    added to a model "sub" nested in an outer model that has one variable of its own."""
+    import pymc as pm
+
+    with pm.Model() as outer:
+        pm.Normal("other", 0.0, 1.0)
+        with pm.Model("sub"):
+            ls = pm.LogNormal("ls", 0.0, 1.0)
+            gp = marginal(cov_func=pm.gp.cov.ExpQuad(X.shape[1], ls=ls), likelihood=likelihood)
+            gp.marginal_likelihood("y", X=X, y=y)
+    return outer, gp
+
+
 @pytest.fixture
 def compiled_ep(monkeypatch):
     """Binary EP's compiled numba implementation (``backends.numba.compiled_ep``) for graphs compiled

@@ -16,7 +16,7 @@ import pytest
 import pymc_gpc
 from pymc_gpc import likelihoods as L
 
-from .conftest import random_problem
+from .conftest import nested_gp, random_problem
 
 N, N_INDUCING = 30, 8
 LS = 0.8
@@ -88,12 +88,7 @@ def test_another_model_or_mode_compiles_again(problem, monkeypatch):
     one compilation each, none when repeated; over posterior draws (``idata=``, another
     compile mode) one at each call, the points' functions still cached."""
     X, y, Xnew1, Xnew2 = problem
-    with pm.Model() as outer:
-        pm.Normal("other", 0.0, 1.0)
-        with pm.Model("sub"):
-            ls = pm.LogNormal("ls", 0.0, 1.0)
-            gp = pymc_gpc.MarginalEP(cov_func=pm.gp.cov.ExpQuad(2, ls=ls), likelihood=L.Probit())
-            gp.marginal_likelihood("y", X=X, y=y)
+    outer, gp = nested_gp(X, y, pymc_gpc.MarginalEP, L.Probit())
     counted = _CountedCompile(monkeypatch)
     point = {"sub::ls": LS}
     inner_p = gp.predict(Xnew1, point=point)

@@ -19,7 +19,7 @@ from pymc_gpc import likelihoods as L
 from pymc_gpc.approximations.ep import EPState
 from pymc_gpc.approximations.solve import solve_with_retries
 
-from .conftest import random_problem, se_kernel
+from .conftest import nested_gp, random_problem, se_kernel
 from .ground_truth import cavity, fitc_dense, gaussian_with_sites, laplace_mode, tilted
 
 N, N_INDUCING = 30, 8
@@ -132,12 +132,7 @@ def test_states_found_by_name_in_a_named_model_with_two_terms(problem, monkeypat
 
 def test_a_gp_in_a_nested_model_finds_the_state_of_a_fit_of_the_outer_model(problem, monkeypatch):
     X, y, Xnew = problem
-    with pm.Model() as outer:
-        pm.Normal("other", 0.0, 1.0)
-        with pm.Model("sub"):
-            ls = pm.LogNormal("ls", 0.0, 1.0)
-            gp = pymc_gpc.MarginalLaplace(cov_func=pm.gp.cov.ExpQuad(2, ls=ls), likelihood=L.Logistic())
-            gp.marginal_likelihood("y", X=X, y=y)
+    outer, gp = nested_gp(X, y, pymc_gpc.MarginalLaplace, L.Logistic())
     result = pymc_gpc.fit(outer, method="map", maxiter=3, progressbar=False)
     spy = _Spy(monkeypatch)
     gp.predict(Xnew, point=result)  # predicted from the GP's own model, the inner one
