@@ -20,6 +20,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 CORE = ("pymc-gpc", "pymc", "pytensor", "numpy", "scipy", "numba", "arviz")
 MARKER = "<!-- provenance: written by benchmarks/_provenance.py -->"
+# ``run.py --quick`` sets this to a scratch folder, so that a smoke run of the suite leaves
+# the recorded results files alone
+RESULTS_DIR_VARIABLE = "PYMC_GPC_BENCH_RESULTS"
 
 
 def _git(*args):
@@ -99,9 +102,17 @@ def header(peers=(), command=None, note=None):
     return "\n".join(lines) + "\n\n"
 
 
+def results_path(path):
+    """Where the results file ``path`` is written: ``path`` itself, or the file of the same
+    name in the folder ``$PYMC_GPC_BENCH_RESULTS`` names, when it is set."""
+    folder = os.environ.get(RESULTS_DIR_VARIABLE)
+    return Path(folder) / Path(path).name if folder else Path(path)
+
+
 def write_results(path, text, peers=(), command=None, note=None):
-    """Write ``text`` to ``path`` (a results file) after its provenance header; returns path."""
-    path = Path(path)
+    """Write ``text`` to ``path`` (a results file; see ``results_path``) after its provenance
+    header; returns the path written."""
+    path = results_path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(header(peers, command=command, note=note) + text.lstrip("\n"))
     return path

@@ -29,7 +29,10 @@ guarded (a failure is recorded and the next section runs), every row appended to
 
 Run on the accelerator machine:
     python benchmarks/gpu_scale.py --out $OUT/gpu_scale.md --budget 420
-A dry run on a CPU: ``--sizes 2000 --ms 20 --mc-n 500 --mc-m 10 --nuts-n 500 --nuts-m 10``.
+``--out`` defaults to benchmarks/results/jax_gpu_scale.md; the file starts with the provenance
+header of ``_provenance.py``.
+A dry run on a CPU: ``--sizes 2000 --ms 20 --mc-n 500 --mc-m 10 --nuts-n 500 --nuts-m 10``
+(``run.py --quick gpu`` runs it).
 """
 
 import argparse
@@ -48,6 +51,7 @@ sys.path.insert(0, str(HERE))
 T0 = time.time()
 
 from engine import median_time, synthetic  # noqa: E402  (benchmarks/engine.py)
+from _provenance import header, results_path  # noqa: E402  (benchmarks/_provenance.py)
 
 
 class Report:
@@ -56,7 +60,7 @@ class Report:
     def __init__(self, path):
         self.path = pathlib.Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.path.write_text("")
+        self.path.write_text(header(peers=("jax", "numpyro")))  # benchmarks/_provenance.py
 
     def __call__(self, *lines):
         with self.path.open("a") as f:
@@ -281,7 +285,7 @@ def nuts_section(report, n, m, eval_s, budget, max_draws=500, steps_guess=12, ma
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", default="gpu_scale.md")
+    p.add_argument("--out", default=str(HERE / "results" / "jax_gpu_scale.md"))
     p.add_argument("--budget", type=float, default=420)
     p.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000])
     p.add_argument("--ms", type=int, nargs="+", default=[200, 500])
@@ -294,7 +298,7 @@ def main():
                    help="seconds kept for the multi-class and sampler sections: optional FITC rows stop there")
     p.add_argument("--skip", nargs="*", default=[], choices=["fitc", "multiclass", "nuts"])
     a = p.parse_args()
-    report = Report(a.out)
+    report = Report(results_path(a.out))
     report("# JAX backend at scale on an accelerator (benchmarks/gpu_scale.py)", "",
            "command: `" + " ".join(["python", *sys.argv]) + "`", "")
     try:

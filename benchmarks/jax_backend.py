@@ -603,11 +603,11 @@ def multiclass_main():
         evaluation_rows([2000, 4000], [5], args.repeats, with_numba=False)
         fitc_rows([100_000], [5], [200], with_numba=False)
         return
-    from _provenance import header, write_results  # noqa: E402  (benchmarks/_provenance.py)
+    from _provenance import header, results_path, write_results  # noqa: E402  (benchmarks/_provenance.py)
 
     if args.fitc_only:
         def fitc_written(rows):  # this section only, under its own provenance block
-            MULTICLASS_OUT.write_text(replace_fitc_section(MULTICLASS_OUT, render_fitc(rows, header(peers=("jax",)))))
+            results_path(MULTICLASS_OUT).write_text(replace_fitc_section(MULTICLASS_OUT, render_fitc(rows, header(peers=("jax",)))))
 
         fitc_rows(args.fitc_sizes, args.fitc_classes, args.fitc_m, written=fitc_written)
         return

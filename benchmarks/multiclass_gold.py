@@ -547,20 +547,31 @@ def binary(n_iter=10000):
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
-    parser.add_argument("task", choices=["gold", "heldout", "binary", "profile", "profile-fit", "diagnose"])
+    parser.add_argument("task", nargs="+", choices=["gold", "heldout", "binary", "profile", "profile-fit", "diagnose"])
     parser.add_argument("--n-iter", type=int, default=20000)
     parser.add_argument("--only", nargs="*")
+    parser.add_argument("--out", default=None,
+                        help="also write what the tasks print to this results file (in benchmarks/results), "
+                             "after the provenance header")
     args = parser.parse_args()
     warnings.simplefilter("ignore")
-    if args.task == "gold":
-        print("\n".join(gold_markdown(gold(args.n_iter))))
-    elif args.task == "binary":
-        print("\n".join(binary(args.n_iter)))
-    elif args.task == "profile":
-        print("\n".join(profile()))
-    elif args.task == "heldout":
-        print("\n".join(heldout(args.only or ("digits", "glass", "wine", "iris", "penguins"))))
-    elif args.task == "profile-fit":
-        print("\n".join(profile_fit(only=args.only)))
-    elif args.task == "diagnose":
-        print("\n".join(diagnose(args.only or ("wine", "glass"), args.n_iter)))
+    sections = []
+    for task in args.task:
+        if task == "gold":
+            sections.append("\n".join(gold_markdown(gold(args.n_iter))))
+        elif task == "binary":
+            sections.append("\n".join(binary(args.n_iter)))
+        elif task == "profile":
+            sections.append("\n".join(profile()))
+        elif task == "heldout":
+            sections.append("\n".join(heldout(args.only or ("digits", "glass", "wine", "iris", "penguins"))))
+        elif task == "profile-fit":
+            sections.append("\n".join(profile_fit(only=args.only)))
+        elif task == "diagnose":
+            sections.append("\n".join(diagnose(args.only or ("wine", "glass"), args.n_iter)))
+        print(sections[-1], flush=True)
+    if args.out:
+        sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+        from _provenance import write_results  # benchmarks/_provenance.py
+
+        write_results(RESULTS / args.out, "\n\n".join(sections) + "\n", peers=("scikit-learn",))

@@ -40,7 +40,7 @@ import pathlib
 import time
 import warnings
 
-from _provenance import header  # noqa: E402  (benchmarks/_provenance.py)
+from _provenance import header, results_path  # noqa: E402  (benchmarks/_provenance.py)
 import numpy as np
 from scipy.optimize import minimize
 from scipy.special import log_ndtr
@@ -356,7 +356,7 @@ def main(argv=None):
               and _binning(r) in args.binning and r["split"] < n_splits
               and (args.methods is None or r["method"] in methods)]
     lines = report(wanted, n_splits, time.perf_counter() - started)
-    (RESULTS / args.out).write_text(provenance + "\n".join(lines) + "\n")
+    results_path(RESULTS / args.out).write_text(provenance + "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 
