@@ -19,7 +19,7 @@ Run:  OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/multiclass.py t
       OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/multiclass.py cv [--nuts 0] [--only NAME ...] [--out FILE]
       OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/multiclass.py nuts --fold 0 --draws 500 --only softmax
       OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/multiclass.py nuts-cv --draws 200 --only softmax
-      OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/multiclass.py nuts-cv --draws 200 --only softmax --per-class --out multiclass_nuts_cv_per_class.md
+      OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/multiclass.py nuts-cv --draws 200 --only softmax --per-class --out multiclass_nuts_cv_per_class.md  (merged into multiclass_nuts_cv.md as a section)
 Writes benchmarks/results/multiclass_timing.md / multiclass.md / multiclass_nuts.md /
 multiclass_nuts_cv.md.
 ``nuts-cv``: NUTS on every fold (or ``--folds``), the
