@@ -242,7 +242,8 @@ def test_pyproject_license_is_an_spdx_string():
 
 def test_fit_and_predict_compile_their_graphs_without_numba():
     """numba compiled a new model's kernel and pullback graphs for 8-12 s at their first
-    call; FAST_COMPILE takes a fraction of a second (benchmarks/first_fit.py)."""
+    call; FAST_COMPILE takes a fraction of a second (measured by benchmarks/first_fit.py, a
+    one-off since deleted: ``git show a5b833e:benchmarks/first_fit.py``)."""
     from pymc_gpc.estimation import objective
 
     rng = np.random.default_rng(6)
