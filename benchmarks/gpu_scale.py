@@ -18,7 +18,7 @@ guarded (a failure is recorded and the next section runs), every row appended to
    Median of ``--repeats`` calls after a compiling call. Data: ``engine.synthetic``
    (y = sign(x0 + x1^2 - 1 + noise)), lengthscales 1.5, variance 2.
    At the first (n, m), tol 1e-8, the same function on the host's XLA CPU backend is the reference.
-2. Multi-class FITC (``jax_multiclass.fitc_rows``): softmax Laplace and nested EP,
+2. Multi-class FITC (``jax_backend.fitc_rows``, its ``multiclass`` subcommand's): softmax Laplace and nested EP,
    n = 10^5, c = 5, m = 200, one evaluation (evidence, gradient in K_uu, K_uf, diag K_ff,
    LOO terms) after a compiling call.
 3. numpyro NUTS (``pm.sample(nuts_sampler="numpyro")``, 2 vectorised chains, the
@@ -202,7 +202,7 @@ def fitc_section(report, sizes, ms, repeats, budget, reserve):
 
 
 def multiclass_section(report, n, c, m):
-    import jax_multiclass  # benchmarks/jax_multiclass.py
+    import jax_backend as jax_multiclass  # benchmarks/jax_backend.py (its multiclass subcommand)
 
     report(f"## Multi-class FITC, n = {n}, c = {c}, m = {m} per class: one evaluation (evidence, gradient in "
            "K_uu, K_uf, diag K_ff, LOO terms)", "", "| approximation | s | first call incl. compile s | iterations | "
