@@ -1,0 +1,278 @@
+"""Check the built documentation site in a real headless browser (Playwright + Chromium).
+
+Usage::
+
+    python scripts/check_site.py [SITE] [--screenshots DIR] [--all] [--only GLOB]
+
+``SITE`` is the built HTML (default ``docs/_build/html``; ``bash scripts/docs.sh`` builds
+it). The index, the user-guide pages and the API pages (``--all``: every page) are loaded
+from disk, with the network cut off, at a desktop width (1,400 px) and a phone's
+(390 px), and the check fails on
+
+* horizontal overflow: the page is wider than the window (``document.scrollWidth``), or,
+  at desktop width, a formula, table or "On this page" entry is wider than its box (cut
+  off, or hidden behind a scroll bar);
+* a formula MathJax did not render: raw ``\\(`` ``\\[`` ``$$`` left in the visible text
+  outside code, a ``.math`` element with no rendered formula in it, a MathJax error;
+* an internal link (``href``, ``src``) whose file or ``#anchor`` does not exist;
+* a request that leaves the machine (a script, style sheet or font from a CDN: the site
+  must render offline) or a JavaScript error.
+
+The browser: Playwright's own Chromium where ``playwright install chromium`` has put one,
+else a system Chromium (Debian's ``apt-get install chromium``) through ``executable_path``;
+``PYMC_GPC_CHROMIUM`` names another executable. Exit status 0 when every page passes, 1
+with the problems listed, 2 when no browser can be started.
+"""
+
+import argparse
+import fnmatch
+import os
+import shutil
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+ROOT = Path(__file__).resolve().parents[1]
+VIEWPORTS = {"desktop": {"width": 1400, "height": 900}, "phone": {"width": 390, "height": 844}}
+SYSTEM_CHROMIUM = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
+
+
+class BrowserUnavailable(RuntimeError):
+    """No Chromium could be started (the reason is the message)."""
+
+
+def launch(playwright):
+    """A headless Chromium: Playwright's own, else a system one; ``BrowserUnavailable`` if none."""
+    reasons = []
+    explicit = os.environ.get("PYMC_GPC_CHROMIUM")
+    candidates = [explicit] if explicit else [None] + [shutil.which(c) for c in SYSTEM_CHROMIUM]
+    for exe in dict.fromkeys(candidates):
+        if exe is None and explicit is None and reasons:
+            continue
+        try:
+            return playwright.chromium.launch(executable_path=exe, args=["--no-sandbox"])
+        except Exception as err:  # Playwright raises its own Error for a missing or broken browser
+            reasons.append(f"{exe or 'playwright chromium'}: {str(err).splitlines()[0]}")
+    raise BrowserUnavailable("no Chromium could be started (" + "; ".join(reasons)
+                             + "); install one with `apt-get install chromium` or `playwright install chromium`")
+
+
+def pages_to_check(site, everything=False):
+    """The pages' paths relative to ``site``: index, user guide, API (or every page)."""
+    if everything:
+        skip = {"genindex.html", "search.html", "py-modindex.html"}
+        return sorted(p.relative_to(site).as_posix() for p in site.rglob("*.html")
+                      if not p.relative_to(site).parts[0].startswith("_") and p.name not in skip)
+    pages = ["index.html", "api.html"]
+    pages += sorted(p.relative_to(site).as_posix() for p in (site / "user_guide").glob("*.html"))
+    pages += sorted(p.relative_to(site).as_posix() for p in (site / "generated").glob("*.html"))
+    return [p for p in pages if (site / p).exists()]
+
+
+class _Anchors(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.ids = set()
+
+    def handle_starttag(self, tag, attrs):
+        for key, value in attrs:
+            if key == "id" or (key == "name" and tag == "a"):
+                self.ids.add(value)
+
+
+_anchor_cache = {}
+
+
+def anchors(path):
+    """The ids (and ``<a name>``) of the HTML file ``path``."""
+    if path not in _anchor_cache:
+        parser = _Anchors()
+        parser.feed(path.read_text(errors="replace"))
+        _anchor_cache[path] = parser.ids
+    return _anchor_cache[path]
+
+
+def broken_link(site, page, url):
+    """Why the link ``url`` on ``page`` (both relative to ``site``) does not resolve, or None."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("", "file") or url.startswith(("mailto:", "javascript:", "data:")):
+        return None
+    path, fragment = unquote(parts.path), parts.fragment  # a ?v= query names the same file
+    if parts.scheme == "file":
+        target = Path(path)
+    elif path:
+        target = (site / page).parent / path
+    else:
+        target = site / page
+    target = target.resolve()
+    if target.is_dir():
+        target = target / "index.html"
+    if not target.exists():
+        return f"{url}: no file {target}"
+    if fragment and target.suffix == ".html" and unquote(fragment) not in anchors(target):
+        return f"{url}: no anchor #{fragment} in {target.name}"
+    return None
+
+
+# Measured in the page once MathJax has finished: overflow, unrendered formulas, links.
+_PROBE = r"""
+async () => {
+  if (window.MathJax && MathJax.startup && MathJax.startup.promise) { await MathJax.startup.promise; }
+  const doc = document.documentElement;
+  const wide = (el) => el.scrollWidth > el.clientWidth + 1;
+  const describe = (el) => {
+    const text = (el.innerText || el.textContent || '').trim().replace(/\s+/g, ' ').slice(0, 60);
+    return el.tagName.toLowerCase() + (el.className && typeof el.className === 'string'
+      ? '.' + el.className.trim().split(/\s+/).join('.') : '') + ' "' + text + '"';
+  };
+  // Elements reaching past the window: the deepest ones, to say what overflows.
+  const past = [];
+  if (doc.scrollWidth > window.innerWidth) {
+    for (const el of document.body.querySelectorAll('*')) {
+      const r = el.getBoundingClientRect();
+      if (r.width > 0 && r.right > window.innerWidth + 1 && !el.closest('.bd-sidebar-primary, .bd-sidebar-secondary')
+          && ![...el.children].some(c => c.getBoundingClientRect().right > window.innerWidth + 1)) {
+        past.push(describe(el) + ' right=' + Math.round(r.right));
+      }
+      if (past.length >= 5) break;
+    }
+  }
+  // Formulas, tables and navigation entries wider than their box: scrolled inside it, or
+  // cut off by an ancestor that hides what overflows (the "On this page" column).
+  const boxes = [];
+  const visible = (el) => el.getClientRects().length > 0;
+  const clipper = (el) => {
+    const right = el.getBoundingClientRect().right;
+    for (let p = el.parentElement; p && p !== document.body; p = p.parentElement) {
+      if (getComputedStyle(p).overflowX === 'visible') continue;
+      const limit = p.getBoundingClientRect().left + p.clientLeft + p.clientWidth;
+      if (right > limit + 1) return p;
+    }
+    return null;
+  };
+  for (const el of document.querySelectorAll(
+      'div.math, mjx-container[display="true"], .bd-article table, .bd-sidebar-secondary .nav-link, '
+      + '.bd-sidebar-primary .nav-link, .bd-article dt')) {
+    if (!visible(el)) continue;
+    if (wide(el) && getComputedStyle(el).overflowX !== 'visible') {
+      boxes.push(describe(el) + ' scrolls (' + el.scrollWidth + ' > ' + el.clientWidth + ' px)');
+      continue;
+    }
+    const p = clipper(el);
+    if (p) boxes.push(describe(el) + ' cut off by ' + describe(p).slice(0, 60));
+  }
+  // Visible text outside code: raw TeX delimiters mean a formula was not rendered.
+  const clone = document.querySelector('.bd-main') || document.body;
+  let text = '';
+  const walker = document.createTreeWalker(clone, NodeFilter.SHOW_TEXT, {
+    acceptNode: (n) => (n.parentElement.closest('pre, code, script, style, .highlight, mjx-assistive-mml')
+      ? NodeFilter.FILTER_REJECT : NodeFilter.FILTER_ACCEPT)});
+  while (walker.nextNode()) { if (visible(walker.currentNode.parentElement)) text += walker.currentNode.nodeValue + '\n'; }
+  const raw = [];
+  for (const delim of ['\\(', '\\[', '$$']) {
+    const at = text.indexOf(delim);
+    if (at >= 0) raw.push(JSON.stringify(text.slice(Math.max(0, at - 20), at + 40)));
+  }
+  const unrendered = [...document.querySelectorAll('.math')].filter(
+    (el) => !el.querySelector('mjx-container') && el.tagName.toLowerCase() !== 'mjx-container').map(describe);
+  const errors = [...document.querySelectorAll('mjx-merror')].map(describe);
+  const links = [...document.querySelectorAll('a[href]')].map((a) => a.getAttribute('href'))
+    .concat([...document.querySelectorAll('img[src], script[src]')].map((e) => e.getAttribute('src')))
+    .concat([...document.querySelectorAll('link[rel="stylesheet"][href]')].map((e) => e.getAttribute('href')));
+  return {scrollWidth: doc.scrollWidth, innerWidth: window.innerWidth, past, boxes, raw, unrendered, errors,
+          links, formulas: document.querySelectorAll('mjx-container').length};
+}
+"""
+
+
+def check_page(context, site, page, viewport, screenshots=None):
+    """The problems found on ``page`` at ``viewport`` (a list of strings)."""
+    problems, external, js_errors = [], [], []
+    tab = context.new_page()
+    tab.on("pageerror", lambda err: js_errors.append(str(err).splitlines()[0]))
+
+    def route(r):
+        if r.request.url.startswith("file:"):
+            return r.continue_()
+        external.append(f"{r.request.resource_type} {r.request.url}")
+        return r.abort()
+
+    tab.route("**/*", route)
+    try:
+        tab.goto((site / page).resolve().as_uri(), wait_until="load")
+        found = tab.evaluate(_PROBE)
+        if screenshots is not None:
+            shot = Path(screenshots) / f"{page.replace('/', '__')[:-5]}.{viewport}.png"
+            tab.screenshot(path=str(shot), full_page=False)
+    finally:
+        tab.close()
+    where = f"{page} [{viewport}]"
+    if found["scrollWidth"] > found["innerWidth"]:
+        problems.append(f"{where}: page is {found['scrollWidth']} px wide in a {found['innerWidth']} px window; "
+                        + "; ".join(found["past"]))
+    if viewport == "desktop":
+        problems += [f"{where}: cut off or scrolled: {b}" for b in found["boxes"]]
+    problems += [f"{where}: raw TeX in the text: {r}" for r in found["raw"]]
+    problems += [f"{where}: formula not rendered: {u}" for u in found["unrendered"]]
+    problems += [f"{where}: MathJax error: {e}" for e in found["errors"]]
+    problems += [f"{where}: request leaving the machine: {e}" for e in dict.fromkeys(external)]
+    problems += [f"{where}: JavaScript error: {e}" for e in js_errors]
+    if viewport == "desktop":
+        problems += [f"{where}: broken link {why}" for why in dict.fromkeys(
+            broken_link(site, page, url) for url in found["links"]) if why]
+    return problems, found["formulas"]
+
+
+def check_site(site, pages, screenshots=None, log=print):
+    """Every problem found on ``pages`` of ``site`` at both viewports; raises BrowserUnavailable."""
+    from playwright.sync_api import sync_playwright
+
+    problems, formulas = [], 0
+    with sync_playwright() as p:
+        browser = launch(p)
+        try:
+            for name, size in VIEWPORTS.items():
+                context = browser.new_context(viewport=size, java_script_enabled=True)
+                for page in pages:
+                    found, n = check_page(context, site, page, name, screenshots)
+                    problems += found
+                    formulas += n
+                context.close()
+        finally:
+            browser.close()
+    log(f"checked {len(pages)} pages at {', '.join(f'{v['width']} px' for v in VIEWPORTS.values())}: "
+        f"{formulas} formulas rendered, {len(problems)} problems")
+    return problems
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("site", nargs="?", default=str(ROOT / "docs" / "_build" / "html"),
+                        help="the built HTML site")
+    parser.add_argument("--screenshots", metavar="DIR", help="save a screenshot of every page here")
+    parser.add_argument("--all", action="store_true", help="every page, not only index, user guide and API")
+    parser.add_argument("--only", metavar="GLOB", action="append",
+                        help="only the pages matching this pattern (e.g. 'user_guide/*'); repeatable")
+    args = parser.parse_args(argv)
+    site = Path(args.site).resolve()
+    if not (site / "index.html").exists():
+        parser.error(f"{site} has no index.html: build the site first (bash scripts/docs.sh)")
+    if args.screenshots:
+        Path(args.screenshots).mkdir(parents=True, exist_ok=True)
+    try:
+        pages = pages_to_check(site, args.all or bool(args.only))
+        if args.only:
+            pages = [p for p in pages if any(fnmatch.fnmatch(p, pattern) for pattern in args.only)]
+        problems = check_site(site, pages, args.screenshots)
+    except BrowserUnavailable as err:
+        print(err, file=sys.stderr)
+        return 2
+    for problem in problems:
+        print(problem)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
