@@ -27,7 +27,12 @@ DOTTED = re.compile(r"(?<![\w.])pymc_gpc(?:\.[A-Za-z_]\w*)+")
 FROM_IMPORT = re.compile(r"^\s*from\s+(pymc_gpc(?:\.\w+)*)\s+import\s+\(?([\w\s,]+?)\)?\s*(?:#.*)?$", re.M)
 
 
+INCLUDE = re.compile(r"^```\{include\}\s+(\S+)", re.M)
+
+
 def doc_sources():
+    """README.md, the docs' own sources, and the files they ``{include}`` (CONTRIBUTING.md),
+    but not CHANGELOG.md, whose released entries name things as they were then."""
     files = [ROOT / "README.md"]
     for path in sorted((ROOT / "docs").rglob("*")):
         rel = path.relative_to(ROOT).as_posix()
@@ -35,6 +40,10 @@ def doc_sources():
             if rel.startswith("docs/benchmarks/") and path.name != "index.md":
                 continue  # generated from benchmarks/results
             files.append(path)
+            for target in INCLUDE.findall(path.read_text()) if path.suffix == ".md" else ():
+                included = (path.parent / target).resolve()
+                if included.name != "CHANGELOG.md" and included not in files:
+                    files.append(included)
     return files
 
 
@@ -103,7 +112,8 @@ def test_resolve_imports_modules_and_follows_attributes():
 
 def test_the_sources_include_readme_user_guide_and_api():
     rel = {p.relative_to(ROOT).as_posix() for p in doc_sources()}
-    assert {"README.md", "docs/api.rst", "docs/user_guide/diagnostics.md", "docs/conf.py"} <= rel
+    assert {"README.md", "docs/api.rst", "docs/user_guide/diagnostics.md", "docs/conf.py", "CONTRIBUTING.md"} <= rel
+    assert "CHANGELOG.md" not in rel
     assert not [r for r in rel if r.startswith(GENERATED)]
 
 
