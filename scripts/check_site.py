@@ -49,10 +49,8 @@ def launch(playwright):
     """A headless Chromium: Playwright's own, else a system one; ``BrowserUnavailable`` if none."""
     reasons = []
     explicit = os.environ.get("PYMC_GPC_CHROMIUM")
-    candidates = [explicit] if explicit else [None] + [shutil.which(c) for c in SYSTEM_CHROMIUM]
-    for exe in dict.fromkeys(candidates):
-        if exe is None and explicit is None and reasons:
-            continue
+    candidates = [explicit] if explicit else [None] + [p for c in SYSTEM_CHROMIUM if (p := shutil.which(c))]
+    for exe in dict.fromkeys(candidates):  # None: Playwright's own
         try:
             return playwright.chromium.launch(executable_path=exe, args=["--no-sandbox"])
         except Exception as err:  # Playwright raises its own Error for a missing or broken browser

@@ -72,6 +72,18 @@ def test_remote_loads_are_found():
     assert remote_loads(page) == ["https://cdn.jsdelivr.net/npm/mathjax@3/es5/tex-mml-chtml.js", "//x.org/a.css"]
 
 
+def test_broken_links_are_found(tmp_path):
+    (tmp_path / "guide").mkdir()
+    (tmp_path / "index.html").write_text('<h2 id="top">x</h2>')
+    (tmp_path / "guide" / "a.html").write_text('<p id="here">a</p>')
+    page = "guide/a.html"
+    assert check_site.broken_link(tmp_path, page, "../index.html?v=1#top") is None
+    assert check_site.broken_link(tmp_path, page, "#here") is None
+    assert check_site.broken_link(tmp_path, page, "https://example.org/missing") is None  # not internal
+    assert "no anchor #gone" in check_site.broken_link(tmp_path, page, "../index.html#gone")
+    assert "no file" in check_site.broken_link(tmp_path, page, "b.html")
+
+
 def test_site_loads_nothing_from_other_hosts(site):
     pages = sorted(site.rglob("*.html"))
     remote = {p.relative_to(site).as_posix(): r for p in pages if (r := remote_loads(p.read_text()))}
