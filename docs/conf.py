@@ -8,7 +8,6 @@ of pages are generated at build time, into folders that git ignores:
 * ``benchmarks/<area>.md``: one page per area, from ``benchmarks/results/*.md``.
 """
 
-import os
 import re
 import shutil
 import sys
@@ -32,6 +31,7 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.autosummary",
     "sphinx.ext.mathjax",
+    "sphinx-mathjax-offline",  # MathJax 3 served from _static/mathjax: formulas render offline
     "sphinx.ext.viewcode",
     "numpydoc",
     "myst_nb",
@@ -66,6 +66,9 @@ html_theme = "pydata_sphinx_theme"
 html_title = "pymc-gpc"
 html_static_path = ["_static"]
 html_css_files = ["custom.css"]
+# "On this page" names a class's members without the class ("predict()", not
+# "MarginalEP.predict()"): the page's title already says whose they are.
+toc_object_entries_show_parents = "hide"
 html_theme_options = {
     "navbar_align": "left",
     "show_toc_level": 2,
@@ -88,13 +91,6 @@ nitpick_ignore_regex = [
     (r"py:.*", r"(Op|node)\..*"),
     (r"py:mod", r"pymc_gpc(\..*)?"),
 ]
-
-# MathJax comes from its CDN, as Sphinx's default. To view the site offline, point
-# PYMC_GPC_MATHJAX at a local MathJax 2 (e.g. Debian's libjs-mathjax:
-# /usr/share/javascript/mathjax/MathJax.js).
-if os.environ.get("PYMC_GPC_MATHJAX"):
-    mathjax_path = "file://" + os.environ["PYMC_GPC_MATHJAX"] + "?config=TeX-AMS-MML_HTMLorMML"
-    mathjax2_config = {"tex2jax": {"processClass": "math|output_area", "ignoreClass": "tex2jax_ignore"}}
 
 # Headings inside included results files and notebooks do not always step one level at a
 # time; that is their content, not a broken cross-reference.

@@ -530,16 +530,17 @@ def _posterior_points(idata, names, max_draws):
 
 
 class MarginalEP(_ApproximateMarginal):
-    """GP classifier whose latent function is integrated out by Expectation Propagation.
+    r"""GP classifier whose latent function is integrated out by Expectation Propagation.
 
     Parameters
     ----------
     cov_func : any ``pm.gp.cov`` covariance (sums and products included).
     likelihood : a ``pymc_gpc.likelihoods`` instance; its parameters may be random variables.
-    jitter : added to the diagonal of K (with FITC: of K_uu and diag K_ff).
-    approx : None (the dense n x n kernel) or "FITC": the inducing-point prior
-        K ~ Q + Lambda (Snelson & Ghahramani 2006; Naish-Guzman & Holden 2008) in
-        O(n m^2) time and O(n m) memory, as ``pm.gp.MarginalApprox(approx="FITC")``;
+    jitter : added to the diagonal of :math:`K` (with FITC: of :math:`K_{uu}` and
+        :math:`\operatorname{diag} K_{ff}`).
+    approx : None (the dense :math:`n \times n` kernel) or "FITC": the inducing-point prior
+        :math:`K \approx Q + \Lambda` (Snelson & Ghahramani 2006; Naish-Guzman & Holden 2008) in
+        :math:`O(n m^2)` time and :math:`O(n m)` memory, as ``pm.gp.MarginalApprox(approx="FITC")``;
         ``marginal_likelihood`` then takes the inducing inputs ``Xu``.
     **solver_options : passed to ``pymc_gpc.ep`` (method, damping, tol, max_sweeps);
         in ``pymc_gpc.sample``'s sampler tol defaults to 1e-2
@@ -548,16 +549,27 @@ class MarginalEP(_ApproximateMarginal):
         ``pymc_gpc.fit`` and ``predict`` at a point get the engine's 1e-8 (``predict``
         over posterior draws 1e-3: ``pymc_gpc.prediction``).
 
-    The potential is EP's approximation of the log marginal likelihood (Rasmussen &
-    Williams eq. 3.65, in the stable form of their Alg. 3.5), with the gradient at the
-    fixed point, dlog Z / dK = (b b^T - (K + S~^-1)^-1) / 2 with b = (K + S~^-1)^-1 mu~ (mu~ the site means).
-
     Raises
     ------
     ValueError
         When the likelihood is not an instance of ``pymc_gpc.likelihoods``, ``approx`` is
         not None or "FITC", or ``marginal_likelihood`` is given bad inputs (non-finite
         values, labels that are not two classes, mismatched lengths).
+
+    Notes
+    -----
+    The potential is EP's approximation of the log marginal likelihood (Rasmussen &
+    Williams eq. 3.65, in the stable form of their Alg. 3.5), with the gradient at the
+    fixed point (their eq. 5.27)
+
+    .. math::
+
+        \frac{\partial \log Z_{EP}}{\partial K}
+        = \tfrac12 \left(b b^\top - (K + \tilde S^{-1})^{-1}\right),
+        \qquad b = (K + \tilde S^{-1})^{-1} \tilde\mu,
+
+    with :math:`\tilde\mu` the site means and :math:`\tilde S` the diagonal matrix of the
+    site precisions.
 
     Examples
     --------
@@ -658,9 +670,9 @@ class MarginalMeanField(_ApproximateMarginal):
 
 
 class MarginalADF(_ApproximateMarginal):
-    """GP classifier with the sequential online (ADF) approximation (Csato et al. 2000, section 5).
+    r"""GP classifier with the sequential online (ADF) approximation (Csato et al. 2000, section 5).
 
-    The potential is sum_t log <p(y_t | a)>_{t-1} from one pass in data order
+    The potential is :math:`\sum_t \log \langle p(y_t \mid a) \rangle_{t-1}` from one pass in data order
     (``sweeps=1``), or EP's log Z after revisits (``sweeps > 1``). It has **no
     gradient**: asking for one (``pytensor.grad``, an explicit ``pm.NUTS``) raises
     ``NullTypeGradError`` naming ADF, so ``pm.sample`` assigns a gradient-free step

@@ -355,7 +355,7 @@ _register_numba()
 
 
 class MixedARD(Covariance):
-    """Kim & Ghahramani's kernel with continuous and discrete (Hamming) columns.
+    r"""Kim & Ghahramani's kernel with continuous and discrete (Hamming) columns.
 
     Parameters
     ----------
@@ -366,10 +366,16 @@ class MixedARD(Covariance):
     discrete : indices (or a boolean mask) of the discrete columns; the rest are continuous.
     active_dims : as for every ``pm.gp.cov`` kernel.
 
+    Notes
+    -----
     The covariance is Kim & Ghahramani's eq. 10,
-    k(x, x') = v0 exp(-1/2 sum_m l_m d_m(x_m, x'_m)) + v1 + v2 delta(x, x'), with d_m the
-    squared difference on continuous columns and the Hamming distance (0 or 1) on discrete
-    ones.
+
+    .. math::
+
+        k(x, x') = v_0 \exp\Big(-\tfrac12 \sum_m l_m\, d_m(x_m, x'_m)\Big) + v_1 + v_2\, \delta(x, x'),
+
+    with :math:`d_m` the squared difference on continuous columns and the Hamming distance
+    (0 or 1) on discrete ones.
 
     Examples
     --------

@@ -79,15 +79,6 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
         gradient of the evidence in K_uu and K_uf (as SVGP learns its inducing inputs).
         For point estimates: the flat prior leaves the posterior of ``Xu`` improper.
 
-    The model's initial point (where ``pm.sample`` starts its chains before jitter, and
-    ``pm.find_MAP`` / ``pymc_gpc.fit`` their optimisers) is the prior mean for every
-    log-hyperparameter except the amplitude: log v0 starts at 0, the latent scale at
-    which a probit or logistic likelihood is informative (clipped to within one prior sd
-    of the prior mean). At the prior mean e^-3 the latent function is nearly flat and
-    NUTS's first tuning iterations travel far. With ``pymc_gpc.sample``'s dense mass
-    matrix, starting at 0 saved gradient evaluations on Pima and Crabs
-    (``benchmarks/mass_matrix.py``; figures in ``benchmarks/results/engine_notes.md``).
-
     Returns
     -------
     (model, gp)
@@ -98,6 +89,17 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
         For an unknown ``approximation``, a ``prior`` that is not a finite (mean, sd > 0)
         pair, bad inputs, ``inducing`` with mean field or ADF, or ``per_class`` with a
         binary likelihood, or ``learn_inducing`` without ``inducing``.
+
+    Notes
+    -----
+    The model's initial point (where ``pm.sample`` starts its chains before jitter, and
+    ``pm.find_MAP`` / ``pymc_gpc.fit`` their optimisers) is the prior mean for every
+    log-hyperparameter except the amplitude: log v0 starts at 0, the latent scale at
+    which a probit or logistic likelihood is informative (clipped to within one prior sd
+    of the prior mean). At the prior mean e^-3 the latent function is nearly flat and
+    NUTS's first tuning iterations travel far. With ``pymc_gpc.sample``'s dense mass
+    matrix, starting at 0 saved gradient evaluations on Pima and Crabs
+    (``benchmarks/mass_matrix.py``; figures in ``benchmarks/results/engine_notes.md``).
 
     Examples
     --------

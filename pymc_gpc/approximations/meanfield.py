@@ -216,12 +216,11 @@ def meanfield(
     with_grad : compute ``dlog_z_dK`` and ``dlog_z_dparams``.
     with_loo : return ``loo_log_p`` (free here; None otherwise).
 
-    ``log_z`` is minus the free energy, -F (eq. 7) or -F_naive (eq. 10).
-
     Returns
     -------
     ApproximationResult
-        With ``log_z`` = -F, its exact gradient, the posterior and the ``MeanFieldState``.
+        With ``log_z`` minus the free energy, -F (eq. 7) or -F_naive (eq. 10), its exact
+        gradient, the posterior and the ``MeanFieldState``.
 
     Examples
     --------

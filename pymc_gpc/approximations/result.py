@@ -16,7 +16,7 @@ class WarmStartMismatch(ValueError):
 
 @dataclass
 class ApproximationResult:
-    """The result of one approximation at one kernel matrix and likelihood parameter value.
+    r"""The result of one approximation at one kernel matrix and likelihood parameter value.
 
     Attributes
     ----------
@@ -32,7 +32,7 @@ class ApproximationResult:
     n_iter : EP sweeps or Newton iterations taken.
     converged : whether the tolerance was met within the iteration limit.
     max_change : the last convergence measure (scaled site change or Newton step).
-    loo_log_p : log q(y_i | y_{-i}): the likelihood averaged over the cavity
+    loo_log_p : :math:`\log q(y_i \mid y_{-i})`: the likelihood averaged over the cavity
         distribution (EP: log Z_i, Opper & Winther 2000; Laplace: LA-LOO; mean field:
         log Z_i at the mean-field cavity; ADF: EP-style cavities of the final sites).
     loo_later : where the solver was asked for ``with_loo="deferred"`` (Laplace), a function

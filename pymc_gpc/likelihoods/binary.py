@@ -613,15 +613,16 @@ class LogLikDerivatives:
 
 
 class Likelihood:
-    """Base class: a binary observation model with at most one parameter.
+    r"""Base class: a binary observation model with at most one parameter.
 
     Subclasses set ``param_names``, ``kind`` (their index in the compiled dispatch
     ``tilted_site`` / ``log_lik_site``) and extend ``check_params``.
 
     Every approximation talks to a likelihood only through its numeric contract: the EP
-    tilted moments (log Z_i and its derivatives in the cavity mean and variance and in the
-    parameter), log p(y | f) and its derivatives in f (Laplace), expected log-likelihoods
-    under a Gaussian (mean field, EM-EP's bound) and the predictive p(y* = 1 | mu*, s2*).
+    tilted moments (:math:`\log Z_i` and its derivatives in the cavity mean and variance and
+    in the parameter), :math:`\log p(y \mid f)` and its derivatives in :math:`f` (Laplace),
+    expected log-likelihoods under a Gaussian (mean field, EM-EP's bound) and the
+    predictive :math:`p(y_* = 1 \mid \mu_*, s^2_*)`.
 
     Examples
     --------
@@ -703,23 +704,23 @@ class Likelihood:
         return TiltedMoments(out, self.n_params)
 
     def tilted(self, y, mu, s2, params=None):
-        """EP tilted moments at cavities N(mu, s2); see the module docstring."""
+        r"""EP tilted moments at cavities :math:`N(\mu_i, s^2_i)`; see the module docstring."""
         out = tilted_map(self.kind, y, np.asarray(mu, float), np.asarray(s2, float), self.resolve_params(params))
         return TiltedMoments(out, self.n_params)
 
     def log_lik(self, y, f, params=None):
-        """log p(y|f) with f-derivatives to third order (Laplace)."""
+        r""":math:`\log p(y_i \mid f_i)` with its f-derivatives to third order (Laplace)."""
         if not self.supports_laplace:
             raise ValueError(laplace_unsupported_message(self))
         out = log_lik_map(self.kind, y, np.asarray(f, float), self.resolve_params(params))
         return LogLikDerivatives(out, self.n_params)
 
     def expected_log_lik(self, y, mu, s2, params=None):
-        r"""E_q[log p(y_i | f_i)] under q(f_i) = N(mu_i, s2_i), and its theta-gradient.
+        r""":math:`E_q[\log p(y_i \mid f_i)]` under :math:`q(f_i) = N(\mu_i, s^2_i)`, and its :math:`\theta`-gradient.
 
         The data term of the variational bound (Kim & Ghahramani eq. 15, first integral;
         Tan eq. 17, first sum), by Gauss-Hermite quadrature of ``log_lik``. Returns
-        per-site values (n,) and d/dtheta (n, p).
+        per-site values (n,) and :math:`\partial / \partial \theta` (n, p).
         """
         mu = np.asarray(mu, float).reshape(-1)
         s2 = np.asarray(s2, float).reshape(-1)
@@ -732,7 +733,7 @@ class Likelihood:
         return value, grad
 
     def predict(self, mu, s2, params=None):
-        """p(y* = +1 | mu*, s2*): the likelihood averaged over N(mu*, s2*) (Tan eq. 13)."""
+        r""":math:`p(y_* = +1 \mid \mu_*, s^2_*)`: the likelihood averaged over :math:`N(\mu_*, s^2_*)` (Tan eq. 13)."""
         mu = np.asarray(mu, dtype=float).reshape(-1)
         s2 = np.asarray(s2, dtype=float).reshape(-1)
         return np.exp(self.tilted(np.ones_like(mu), mu, s2, params).log_z)
@@ -760,7 +761,7 @@ def laplace_unsupported_message(lik):
 
 
 class Probit(Likelihood):
-    r"""p(y | f) = \Phi(y f)  (Tan eq. 5).
+    r"""Probit likelihood, :math:`p(y \mid f) = \Phi(y f)` (Tan eq. 5).
 
     Examples
     --------
@@ -776,12 +777,12 @@ class Probit(Likelihood):
 
 
 class ProbitBias(Likelihood):
-    r"""p(y | f) = \Phi(y (f + b))  (Tan eq. 6), with a bias ``b``.
+    r"""Probit likelihood with a bias, :math:`p(y \mid f) = \Phi(y (f + b))` (Tan eq. 6).
 
     Parameters
     ----------
     bias : float or PyMC variable
-        The shift b (default 0).
+        The shift :math:`b` (default 0).
 
     Examples
     --------
@@ -799,12 +800,12 @@ class ProbitBias(Likelihood):
 
 
 class ProbitNoise(Likelihood):
-    r"""p(y | f) = \Phi(y f / \sigma)  (Tan eq. 7): latent Gaussian noise of sd ``sigma``.
+    r"""Probit likelihood with latent Gaussian noise, :math:`p(y \mid f) = \Phi(y f / \sigma)` (Tan eq. 7).
 
     Parameters
     ----------
     sigma : float or PyMC variable
-        The latent noise's scale, > 0 (default 1).
+        The latent noise's standard deviation :math:`\sigma > 0` (default 1).
 
     Examples
     --------
@@ -828,7 +829,9 @@ class ProbitNoise(Likelihood):
 
 
 class StepLabelNoise(Likelihood):
-    r"""p(y | f) = \epsilon + (1 - 2\epsilon) H(y f)  (Kim & Ghahramani; Tan eq. 4).
+    r"""Step likelihood with label noise (Kim & Ghahramani; Tan eq. 4).
+
+    :math:`p(y \mid f) = \epsilon + (1 - 2\epsilon) H(y f)`, with :math:`H` the step function.
 
     ``epsilon`` is the probability that a label is flipped; EP only.
 
@@ -853,11 +856,12 @@ class StepLabelNoise(Likelihood):
         super().__init__(epsilon)
 
     def expected_log_lik(self, y, mu, s2, params=None):
-        r"""Closed form of E_q[log p(y_i | f_i)] (Kim & Ghahramani 2003, outlier paper sec. 4).
+        r"""Closed form of :math:`E_q[\log p(y_i \mid f_i)]` (Kim & Ghahramani 2003, outlier paper sec. 4).
 
-        With omega_i = q(y_i f_i > 0) = Phi(y_i mu_i / sqrt(s2_i)):
-        E_q[log p] = omega_i log(1 - eps) + (1 - omega_i) log eps, maximised over eps
-        by eps* = mean(1 - omega_i) (``fit``'s "omega" rule).
+        With :math:`\omega_i = q(y_i f_i > 0) = \Phi(y_i \mu_i / s_i)`,
+        :math:`E_q[\log p] = \omega_i \log(1 - \epsilon) + (1 - \omega_i) \log \epsilon`,
+        maximised over :math:`\epsilon` by :math:`\epsilon^* = \operatorname{mean}_i(1 - \omega_i)`
+        (``fit``'s "omega" rule).
         """
         eps = self.resolve_params(params)[0]
         omega = np.exp(self.log_prob_correct(y, mu, s2))
@@ -869,7 +873,7 @@ class StepLabelNoise(Likelihood):
 
     @staticmethod
     def log_prob_correct(y, mu, s2):
-        """log omega_i = log q(y_i f_i > 0) = log Phi(y_i mu_i / sqrt(s2_i)) under N(mu_i, s2_i)."""
+        r""":math:`\log \omega_i = \log q(y_i f_i > 0) = \log \Phi(y_i \mu_i / s_i)` under :math:`N(\mu_i, s^2_i)`."""
         z = np.asarray(y, float) * np.asarray(mu, float) / np.sqrt(np.asarray(s2, float))
         return log_ndtr_array(np.ascontiguousarray(z, dtype=float).reshape(-1))
 
@@ -881,7 +885,7 @@ class StepLabelNoise(Likelihood):
 
 
 class Logistic(Likelihood):
-    r"""p(y | f) = 1 / (1 + e^{-y f})  (Barber & Williams eq. 1).
+    r"""Logistic likelihood, :math:`p(y \mid f) = 1 / (1 + e^{-y f})` (Barber & Williams eq. 1).
 
     Under EP its tilted moments come from an adaptive trapezoidal rule accurate to
     about 1e-13 relative (see ``_logistic_tilted``).

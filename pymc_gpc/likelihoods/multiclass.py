@@ -114,11 +114,12 @@ def _gaussian_draws(mean, cov, size):
 
 
 class MulticlassLikelihood:
-    """Base class of likelihoods with one latent function per class.
+    r"""Base class of likelihoods with one latent function per class.
 
     ``n_classes`` is set from the data (``marginal_likelihood``), or given here.
-    Subclasses set ``approximations`` and implement ``log_prob(y, F)`` (log p(y_i|f_i)
-    for latent values (c, ...) ) and ``probabilities(F)`` ((c, ...) class probabilities).
+    Subclasses set ``approximations`` and implement ``log_prob(y, F)``
+    (:math:`\log p(y_i \mid f_i)` for latent values of shape (c, ...)) and
+    ``probabilities(F)`` ((c, ...) class probabilities).
 
     Examples
     --------
@@ -157,18 +158,20 @@ class MulticlassLikelihood:
         raise NotImplementedError
 
     def predict(self, mean, cov, size=None, predictive=None):
-        """Class probabilities (m, c) at m new points from the latent predictive N(mean[i], cov[i]).
+        r"""Class probabilities (m, c) at m new points from the latent predictive :math:`N(\mu_i, \Sigma_i)`.
 
-        mean : (m, c); cov : (m, c, c); size : number of draws (default ``n_draws``);
-        predictive : one of ``predictives`` (default: this likelihood's ``predictive``):
+        mean : (m, c), the :math:`\mu_i`; cov : (m, c, c), the :math:`\Sigma_i`; size : number of
+        draws (default ``n_draws``); predictive : one of ``predictives`` (default: this
+        likelihood's ``predictive``):
 
-        * "integrate": p_k = E[p(k | f*)] under f* ~ N(mean, cov) (R&W 2006, sec. 3.5 and
-          Alg. 3.4, line 10), by the fixed quasi-random draws;
-        * "mean": p_k = p(k | mean), the plug-in at the latent predictive mean (the "MAP
-          prediction" of R&W 2006, sec. 3.4.2);
-        * "probit" (softmax only): p_k = softmax_k(mean_k / sqrt(1 + pi cov_kk / 8)), the
-          probit-style approximation of the Gaussian-softmax integral (MacKay 1992's
-          kappa applied per class; Lu, Ie & Sha 2020, "mean-field approximation").
+        * "integrate": :math:`p_k = E[p(k \mid f_*)]` under :math:`f_* \sim N(\mu_i, \Sigma_i)`
+          (R&W 2006, sec. 3.5 and Alg. 3.4, line 10), by the fixed quasi-random draws;
+        * "mean": :math:`p_k = p(k \mid \mu_i)`, the plug-in at the latent predictive mean (the
+          "MAP prediction" of R&W 2006, sec. 3.4.2);
+        * "probit" (softmax only): :math:`p_k = \operatorname{softmax}_k\big(\mu_{ik} /
+          \sqrt{1 + \pi \Sigma_{i,kk} / 8}\big)`, the probit-style approximation of the
+          Gaussian-softmax integral (MacKay 1992's kappa applied per class; Lu, Ie & Sha 2020,
+          "mean-field approximation").
         """
         predictive = self._check_predictive(predictive)
         mean = np.asarray(mean, float)
@@ -199,7 +202,7 @@ class MulticlassLikelihood:
         return predictive
 
     def expected_prob(self, y, mean, cov, size=None):
-        """E[p(y_i | f_i)] under f_i ~ N(mean[i], cov[i]): (m,)."""
+        r""":math:`E[p(y_i \mid f_i)]` under :math:`f_i \sim N(\mu_i, \Sigma_i)` (``mean[i]``, ``cov[i]``): (m,)."""
         p = self.predict(mean, cov, size, predictive="integrate")
         return p[np.arange(p.shape[0]), np.asarray(y, dtype=int)]
 
@@ -233,10 +236,11 @@ def _softmax_log_lik(y, F):
 
 
 class Softmax(MulticlassLikelihood):
-    r"""p(y = k | f) = exp(f_k) / \sum_j exp(f_j) (Williams & Barber 1998).
+    r"""Softmax likelihood, :math:`p(y = k \mid f) = e^{f_k} / \sum_j e^{f_j}` (Williams & Barber 1998).
 
     Log-concave; integrated out by Laplace's method (``MarginalLaplace``), with
-    W = diag(pi) - pi pi^T per observation (Rasmussen & Williams 2006, sec. 3.5).
+    :math:`W = \operatorname{diag}(\pi) - \pi \pi^\top` per observation (Rasmussen & Williams
+    2006, sec. 3.5).
 
     Parameters
     ----------
@@ -244,7 +248,7 @@ class Softmax(MulticlassLikelihood):
         The number of classes c (default: from the labels given to ``marginal_likelihood``).
     predictive : {"mean", "integrate", "probit"}, optional
         What ``predict`` returns (default ``"mean"``): the softmax of Laplace's latent
-        predictive mean, pi(E_q[f*]); the average of the softmax over Laplace's latent
+        predictive mean, :math:`\pi(E_q[f_*])`; the average of the softmax over Laplace's latent
         predictive Gaussian (R&W 2006, sec. 3.5); or the probit-style approximation of
         that average.
 
@@ -272,7 +276,7 @@ class Softmax(MulticlassLikelihood):
     predictive = "mean"
 
     def log_lik(self, y, F):
-        """log p(y_i | f_i) (n,) and the class probabilities pi (c, n) (``_softmax_log_lik``)."""
+        r""":math:`\log p(y_i \mid f_i)` (n,) and the class probabilities :math:`\pi` (c, n) (``_softmax_log_lik``)."""
         y, F = np.asarray(y, dtype=np.int64), np.asarray(F, dtype=float)
         if F.ndim != 2 or y.shape != (F.shape[1],) or (y.size and not 0 <= y.min() <= y.max() < F.shape[0]):
             raise ValueError(f"log_lik needs F (c, n) and n class codes in 0..c-1; got F {F.shape}, y {y.shape} "
@@ -285,7 +289,7 @@ class Softmax(MulticlassLikelihood):
         return e
 
     def expected_prob(self, y, mean, cov, size=None):
-        """E[pi_{y_i}(f_i)] under f_i ~ N(mean[i], cov[i]) with the same draws as ``predict``
+        r""":math:`E[\pi_{y_i}(f_i)]` under :math:`f_i \sim N(\mu_i, \Sigma_i)` with the same draws as ``predict``
         (whose rows sum to 1 draw by draw for the softmax, so no normalisation): (m,)."""
         mean = np.ascontiguousarray(mean, dtype=float)
         Z = standard_draws(mean.shape[1], size or self.n_draws)
@@ -393,9 +397,13 @@ def _probit_expected_probs(mean, L, Z, nodes, w, tail, log_w):
 
 
 class MultinomialProbit(MulticlassLikelihood):
-    r"""p(y = k | f) = E_u[\prod_{j \ne k} \Phi(u + f_k - f_j)], u ~ N(0, 1).
+    r"""Multinomial probit likelihood (Riihimaki, Jylanki & Vehtari 2013, eq. 3).
 
-    Riihimaki, Jylanki & Vehtari (2013), eq. 3; integrated out by nested EP
+    .. math::
+
+        p(y = k \mid f) = E_u\Big[\prod_{j \ne k} \Phi(u + f_k - f_j)\Big], \qquad u \sim N(0, 1);
+
+    integrated out by nested EP
     (``MarginalEP``). Here the u-integral is a 32-node Gauss-Hermite rule.
 
     Parameters
@@ -427,7 +435,7 @@ class MultinomialProbit(MulticlassLikelihood):
                                       _U_ORDER_LOG_WEIGHTS)
 
     def log_prob_all(self, F):
-        """log p(y = k | f) for every class k: (c, ...)."""
+        r""":math:`\log p(y = k \mid f)` for every class k: shape (c, ...)."""
         F = np.asarray(F, float)
         c = F.shape[0]
         out = np.empty_like(F)
@@ -440,7 +448,7 @@ class MultinomialProbit(MulticlassLikelihood):
         return out
 
     def log_lik(self, y, F):
-        """log p(y_i | f_i) (n,) and the class probabilities (c, n)."""
+        r""":math:`\log p(y_i \mid f_i)` (n,) and the class probabilities (c, n)."""
         lp = self.log_prob_all(F)
         y = np.asarray(y, dtype=int)
         return lp[y, np.arange(F.shape[1])], np.exp(lp)

@@ -45,7 +45,7 @@ from .binary import (
 
 
 class OrdinalLikelihood(Likelihood):
-    """Base of the ordinal likelihoods: K ordered classes, labels coded 0..K-1.
+    """Base of the ordinal likelihoods: K ordered classes, labels coded 0, ..., K-1.
 
     Constructed with the K-1 cutpoints (fixed numbers, a list of numbers or PyMC
     variables, or one vector-valued PyMC variable, e.g. with
@@ -85,7 +85,8 @@ class OrdinalLikelihood(Likelihood):
         return np.size(th) - self.has_sigma + 1
 
     def params_tensor(self):
-        """(b_1, ..., b_{K-1}[, sigma]) as one PyTensor vector."""
+        r"""The parameters :math:`(b_1, \dots, b_{K-1})`, then :math:`\sigma` where the class has
+        it, as one PyTensor vector."""
         import pytensor.tensor as pt
 
         cut = self._cutpoints
@@ -97,8 +98,8 @@ class OrdinalLikelihood(Likelihood):
         return pt.concatenate(parts)
 
     def check_params(self, params):
-        """``params`` as a float array, or ValueError: finite, at least one cutpoint, the
-        cutpoints strictly increasing, sigma > 0."""
+        r"""``params`` as a float array, or ValueError: finite, at least one cutpoint, the
+        cutpoints strictly increasing, :math:`\sigma > 0`."""
         name = type(self).__name__
         try:
             params = np.asarray(params, dtype=float).reshape(-1)
@@ -128,7 +129,8 @@ class OrdinalLikelihood(Likelihood):
         return y
 
     def tilted(self, y, mu, s2, params=None):
-        """EP tilted moments at cavities N(mu, s2), with d log Z_i / d th as (n, p)."""
+        r"""EP tilted moments at cavities :math:`N(\mu_i, s^2_i)`, with
+        :math:`\partial \log Z_i / \partial \theta` as an (n, p) array."""
         th = self.resolve_params(params)
         y, mu, s2 = (np.ascontiguousarray(a, dtype=float).reshape(-1) for a in (y, mu, s2))
         out = tilted_map(self.kind, y, mu, s2, th)
@@ -141,15 +143,17 @@ class OrdinalLikelihood(Likelihood):
         return TiltedMoments(out, th.size, ordinal_tilted_dparams(self.kind, y, mu, s2, np.asarray(th, float)))
 
     def log_lik(self, y, f, params=None):
-        """log p(y|f) with f-derivatives to third order and the th-derivatives of the first three (Laplace)."""
+        r""":math:`\log p(y_i \mid f_i)` with its f-derivatives to third order and the
+        :math:`\theta`-derivatives of the first three (Laplace)."""
         th = self.resolve_params(params)
         y, f = (np.ascontiguousarray(a, dtype=float).reshape(-1) for a in (y, f))
         out = log_lik_map(self.kind, y, f, th)
         return LogLikDerivatives(out, th.size, ordinal_log_lik_dparams(self.kind, y, f, th))
 
     def predict(self, mu, s2, params=None):
-        """(n*, K) class probabilities p(y* = k | mu*, s2*) = Z_k, the likelihood of class k
-        averaged over N(mu*, s2*) (Chu & Ghahramani 2005, eq. 20); rows sum to one."""
+        r"""(n*, K) class probabilities :math:`p(y_* = k \mid \mu_*, s^2_*) = Z_k`, the likelihood
+        of class k averaged over :math:`N(\mu_*, s^2_*)` (Chu & Ghahramani 2005, eq. 20); rows
+        sum to one."""
         th = self.resolve_params(params)
         mu = np.asarray(mu, dtype=float).reshape(-1)
         s2 = np.asarray(s2, dtype=float).reshape(-1)
@@ -193,16 +197,24 @@ def _cutpoint_count(cutpoints):
 
 
 class OrderedProbit(OrdinalLikelihood):
-    r"""p(y = k | f) = \Phi((b_{k+1} - f)/\sigma) - \Phi((b_k - f)/\sigma), b_0 = -inf, b_K = +inf
-    (Chu & Ghahramani 2005, eq. 4). EP's tilted moments are in closed form (their sec. 3.2).
+    r"""Ordered probit likelihood: K ordered classes from one latent value (Chu & Ghahramani 2005, eq. 4).
+
+    .. math::
+
+        p(y = k \mid f) = \Phi\Big(\frac{b_{k+1} - f}{\sigma}\Big) - \Phi\Big(\frac{b_k - f}{\sigma}\Big),
+        \qquad b_0 = -\infty,\ b_K = +\infty.
+
+    EP's tilted moments are in closed form (their sec. 3.2).
 
     Parameters
     ----------
-    cutpoints : the K-1 strictly increasing cutpoints: numbers, or PyMC variables (one
-        vector, e.g. ``pm.Normal("c", 0, 3, shape=K-1, transform=pm.distributions.transforms.ordered)``,
+    cutpoints : the K-1 strictly increasing cutpoints :math:`b_1 < \dots < b_{K-1}`:
+        numbers, or PyMC variables (one vector, e.g.
+        ``pm.Normal("c", 0, 3, shape=K-1, transform=pm.distributions.transforms.ordered)``,
         or a list of scalars).
-    sigma : the latent noise scale, > 0 (default 1); a number or a PyMC variable. The kernel
-        amplitude, the cutpoints and sigma are only jointly identified: fix sigma or give it a prior.
+    sigma : the latent noise scale :math:`\sigma > 0` (default 1); a number or a PyMC
+        variable. The kernel amplitude, the cutpoints and sigma are only jointly
+        identified: fix sigma or give it a prior.
 
     Examples
     --------
@@ -224,9 +236,14 @@ class OrderedProbit(OrdinalLikelihood):
 
 
 class OrderedLogit(OrdinalLikelihood):
-    r"""p(y = k | f) = \sigma(b_{k+1} - f) - \sigma(b_k - f), b_0 = -inf, b_K = +inf, with the
-    logistic sigma (the proportional-odds model). EP's tilted moments by the trapezoidal
-    rule of the Logistic likelihood; Laplace in closed form.
+    r"""Ordered logit likelihood: the proportional-odds model for K ordered classes.
+
+    .. math::
+
+        p(y = k \mid f) = \ell(b_{k+1} - f) - \ell(b_k - f), \qquad b_0 = -\infty,\ b_K = +\infty,
+
+    with the logistic function :math:`\ell(u) = 1 / (1 + e^{-u})`. EP's tilted moments by
+    the trapezoidal rule of the Logistic likelihood; Laplace in closed form.
 
     Parameters
     ----------

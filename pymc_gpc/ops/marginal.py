@@ -150,6 +150,8 @@ class ApproxMarginalOp(Op):
         sampling copies of the same Op (not with the Op itself, whose recent results
         are at the engine's accuracy).
 
+    Notes
+    -----
     ``counts`` (not a prop, not pickled) tallies, per Op instance, the evaluations,
     retries taken, non-converged and failed results since construction (diagnostics:
     increments from concurrent threads are not locked); its evaluations include those of

@@ -216,7 +216,7 @@ class NonFiniteKernelError(ValueError):
 
 
 class FITCPrior:
-    r"""The FITC prior covariance K~ = Q + Lambda (module docstring), never formed.
+    r"""The FITC prior covariance :math:`\tilde K = Q + \Lambda` (module docstring), never formed.
 
     Parameters
     ----------
@@ -263,7 +263,7 @@ class FITCPrior:
         return self._diag
 
     def matvec(self, v):
-        """K~ v."""
+        r""":math:`\tilde K v`."""
         return self.lam * v + self.V.T @ (self.V @ v)
 
     def posterior(self, w, rough=False):
@@ -282,11 +282,11 @@ class FITCPrior:
         return self.V.T @ self.V + np.diag(self.lam)
 
     def cross(self, Kus):
-        """V_* = L_uu^{-1} K_u* for new inputs (prediction)."""
+        r""":math:`V_* = L_{uu}^{-1} K_{u*}` for new inputs (prediction)."""
         return self.L_uu.solve(np.array(Kus, dtype=float, order="F"))
 
     def inducing_weights(self, M):
-        """Bu-type products: K_uu^{-1} K_uf = L_uu^{-T} V (or L_uu^{-T} M for any M)."""
+        r"""Bu-type products: :math:`K_{uu}^{-1} K_{uf} = L_{uu}^{-\top} V` (or :math:`L_{uu}^{-\top} M` for any M)."""
         return self.L_uu.solve(np.array(M, dtype=float, order="F"), trans=1)
 
 

@@ -369,7 +369,7 @@ def _column_blocks(n, c, m):
 
 
 class MulticlassFITCPrior:
-    r"""c independent FITC priors K~_k = Q_k + Lambda_k, one per class (module docstring).
+    r"""c independent FITC priors :math:`\tilde K_k = Q_k + \Lambda_k`, one per class (module docstring).
 
     Parameters
     ----------
@@ -377,6 +377,8 @@ class MulticlassFITCPrior:
     Kuf : (c, m, n) cross-covariances between each class's inducing inputs and the data.
     k_diag : (c, n) prior variances diag K_ff,k.
 
+    Notes
+    -----
     Each class's K_uu is factorised by ``structures.fitc.FITCPrior`` (with its jitter
     fallback, recorded per class in ``jitter``).
     """
@@ -407,7 +409,7 @@ class MulticlassFITCPrior:
         return self._diag
 
     def matvec(self, v):
-        """K~ v = (Lambda_k v_k + V_k^T (V_k v_k))_k for v (c, n)."""
+        r""":math:`\tilde K v = (\Lambda_k v_k + V_k^\top (V_k v_k))_k` for v (c, n)."""
         v = np.asarray(v, dtype=float)
         return np.array([self.lam[k] * v[k] + self.V[k].T @ (self.V[k] @ v[k]) for k in range(self.c)])
 
@@ -423,11 +425,11 @@ class MulticlassFITCPrior:
         return np.array([p.dense() for p in self.classes])
 
     def cross(self, Kus):
-        """[V_*k = L_uu,k^{-1} K_u*,k] for Kus (c, m, n*)."""
+        r"""The list of :math:`V_{*k} = L_{uu,k}^{-1} K_{u*,k}` for Kus (c, m, n*)."""
         return [p.cross(Kus[k]) for k, p in enumerate(self.classes)]
 
     def inducing_weights(self, k, M):
-        """L_uu,k^{-T} M."""
+        r""":math:`L_{uu,k}^{-\top} M`."""
         return self.classes[k].inducing_weights(M)
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS_TOOLS = ("sphinx", "myst_nb", "numpydoc", "pydata_sphinx_theme", "sphinx_design")
+DOCS_TOOLS = ("sphinx", "myst_nb", "numpydoc", "pydata_sphinx_theme", "sphinx_design", "sphinx-mathjax-offline")
 MISSING = [m for m in DOCS_TOOLS if importlib.util.find_spec(m) is None]
 
 
