@@ -132,7 +132,8 @@ class _GPClassifierBase(ClassifierMixin, BaseEstimator):
 
     def predict(self, X):
         """The most probable class of each row of X (labels from ``classes_``)."""
-        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
+        p = self.predict_proba(X)  # first: it raises NotFittedError before classes_ exists
+        return self.classes_[np.argmax(p, axis=1)]
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
