@@ -164,13 +164,9 @@ class _GPClassifierBase(ClassifierMixin, BaseEstimator):
                              f"and returning a pm.gp.cov covariance, got {self.kernel!r}")
         for name in ("draws", "tune", "chains", "n_jobs"):
             _positive_int(name, getattr(self, name))
-        if self.max_draws is not None:
-            _positive_int("max_draws", self.max_draws)
-        if self.maxiter is not None:
-            _positive_int("maxiter", self.maxiter)
-        if self.inducing is not None and (isinstance(self.inducing, bool) or not isinstance(self.inducing, (int, np.integer))
-                                          or self.inducing < 1):
-            raise ValueError(f"inducing must be None (dense) or a number m >= 1 of inducing inputs, got {self.inducing!r}")
+        for name in ("max_draws", "maxiter", "inducing"):  # None: every draw / the default / dense
+            if getattr(self, name) is not None:
+                _positive_int(name, getattr(self, name))
 
     # -- the model ----------------------------------------------------------------------
 
@@ -230,7 +226,7 @@ class GaussianProcessClassifier(_GPClassifierBase):
     per_class_kernels : several classes: one kernel per class (True) or one shared.
     prior : (mean, sd) of the Normal prior on every log-hyperparameter.
     draws, tune, chains, n_jobs : NUTS settings (``n_jobs`` chains in parallel).
-    max_draws : NUTS: the posterior draws used by ``predict_proba`` (evenly thinned).
+    max_draws : NUTS: at most this many posterior draws (evenly thinned) in ``predict_proba``; None: all.
     maxiter : point methods: optimiser iterations (None: ``pymc_gpc.fit``'s default).
     random_state : seed, ``RandomState`` or None for the sampler.
     verbose : progress bars (off by default).
@@ -393,4 +389,5 @@ def _one_of(name, value, allowed):
 
 def _positive_int(name, value):
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        raise ValueError(f"{name} must be None or a positive integer, got {value!r}" if name in ("max_draws", "maxiter",
+                         "inducing") else f"{name} must be a positive integer, got {value!r}")

@@ -171,9 +171,9 @@ def test_ordinal_class_order():
     ({"approximation": "meanfield"}, "approximation must be one of"),
     ({"kernel": "rbf"}, "kernel must be one of"),
     ({"likelihood": "step"}, "likelihood must be one of"),
-    ({"inducing": 0}, "inducing must be None"),
+    ({"inducing": 0}, "inducing must be None or a positive integer"),
     ({"draws": 0}, "draws must be a positive integer"),
-    ({"max_draws": 2.5}, "max_draws must be a positive integer"),
+    ({"max_draws": 2.5}, "max_draws must be None or a positive integer"),
 ])
 def test_bad_parameters_raise_before_fitting(params, match):
     X, y = _data(n=10)
