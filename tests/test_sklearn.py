@@ -211,3 +211,14 @@ def test_nuts_tiny_run_is_reproducible():
     np.testing.assert_allclose(p, again.predict_proba(X), rtol=0, atol=1e-12)
     np.testing.assert_allclose(p.sum(axis=1), 1.0)
     assert est.__sklearn_tags__().non_deterministic
+
+
+def test_missing_scikit_learn_names_the_extra(monkeypatch):
+    import importlib
+    import sys
+
+    for name in [m for m in sys.modules if m == "sklearn" or m.startswith("sklearn.")]:
+        monkeypatch.setitem(sys.modules, name, None)  # importing it now fails
+    monkeypatch.delitem(sys.modules, "pymc_gpc.sklearn")
+    with pytest.raises(ImportError, match=r"pymc-gpc\[sklearn\]"):
+        importlib.import_module("pymc_gpc.sklearn")
