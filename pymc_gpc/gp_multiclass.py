@@ -160,7 +160,7 @@ class MulticlassMarginal:
         priors, params = self._prior_inputs(), self.likelihood.params_tensor()
         hyper_names, hyper = self._hyperparameters(model, priors)
         log_z, *_, loo, n_iter, status = self._op(hyper_names)(*priors, params, self.y, hyper)
-        return _add_evidence_terms(model, name, codes.shape[0], log_z, loo, n_iter, status)
+        return _add_evidence_terms(model, name, log_z, loo, n_iter, status)
 
     def conditional(self, name, Xnew, *, jitter=JITTER_DEFAULT, **kwargs):
         """The c latent functions at ``Xnew`` under q: a deterministic ``name`` of shape (m, c),
