@@ -41,7 +41,7 @@ from pytensor.tensor.random.op import RandomVariable
 from .likelihoods.binary import Likelihood, laplace_unsupported_message
 from .likelihoods.multiclass import MulticlassLikelihood
 from .likelihoods.ordinal import OrdinalLikelihood
-from .model_terms import add_evidence_terms, as_input_matrix, label_dims
+from .model_terms import add_evidence_terms, as_input_matrix, checked_input_matrix, checked_label_count, label_dims
 from .ops.training_check import checked_training_tensor
 from .approximations import registry
 from .estimation.result import FitResult
@@ -256,8 +256,8 @@ class _ApproximateMarginal:
         self._n_inputs = X.shape[1]
         self._record_training_container(X_tensor, X_values)
         if X_tensor is not None:
-            X = as_input_matrix(X_tensor)
-        y = coded if y_tensor is None else self._label_tensor(y_tensor)
+            X = checked_input_matrix(X_tensor, X.shape[1])
+        y = coded if y_tensor is None else checked_label_count(self._label_tensor(y_tensor), X, y_tensor.name)
         model = pm.modelcontext(None)
         self.X, self.y, self.name, self.Xu, self.model = X, y, name, Xu, model
         self._forget_kernel_functions()

@@ -45,7 +45,7 @@ from pymc.gp.util import JITTER_DEFAULT
 
 from .gp import MarginalEP, MarginalLaplace
 from .likelihoods.multiclass import MulticlassLikelihood
-from .model_terms import add_evidence_terms as _add_evidence_terms, as_input_matrix as _as_input_matrix
+from .model_terms import add_evidence_terms as _add_evidence_terms, checked_input_matrix
 from .validation import as_class_codes, check_inputs, check_kernel_columns, data_input
 
 
@@ -153,7 +153,7 @@ class MulticlassMarginal:
         self._n_inputs = X.shape[1]
         self._record_training_container(X_tensor, X_values)
         if X_tensor is not None:
-            X = _as_input_matrix(X_tensor)
+            X = checked_input_matrix(X_tensor, X.shape[1])
         self.X, self.y, self.name, self.classes, self.model = X, codes.astype(float), name, classes, model
         self._forget_kernel_functions()
         self.Xu = Xu
