@@ -259,12 +259,13 @@ def run(args):
     KeyboardInterrupt, with nothing written, when it stopped anything else)."""
     _check_args(args)
     _check_choices(args)
+    data, classes, y_test_labels = _load(args)
+    built = _model_for(args, data)  # every input error before the output folder's
     out = pathlib.Path(args.out)
     _check_out(out, args.overwrite)
-    data, classes, y_test_labels = _load(args)
     staging = _staging_folder(out)
     try:
-        interrupted = _fit_and_write(args, data, classes, y_test_labels, staging)
+        interrupted = _fit_and_write(args, built, data, classes, y_test_labels, staging)
         _publish(staging, out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -347,9 +348,10 @@ def _model_for(args, data):
     return model, gp, likelihood, multiclass
 
 
-def _fit_and_write(args, data, classes, y_test_labels, out):
-    """Fit, predict and write every output into ``out``; returns whether Ctrl-C cut NUTS's draws short."""
-    model, gp, likelihood, multiclass = _model_for(args, data)
+def _fit_and_write(args, built, data, classes, y_test_labels, out):
+    """Fit the model of ``built`` (``_model_for``), predict and write every output into ``out``;
+    returns whether Ctrl-C cut NUTS's draws short."""
+    model, gp, likelihood, multiclass = built
     report = [
         f"# pymc-gpc: {data.name}, {args.approximation.upper()} + "
         f"{_likelihood_name(likelihood) if multiclass else args.likelihood or 'probit'}, {args.method}",
