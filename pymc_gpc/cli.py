@@ -270,6 +270,9 @@ def run(args):
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     print(f"written to {out.resolve()}/")
+    if interrupted:
+        print("pymc-gpc: interrupted (Ctrl-C) during the draws: the outputs hold the draws made until then "
+              "(report.md says how many)", file=sys.stderr)
     return INTERRUPTED if interrupted else 0
 
 

@@ -31,7 +31,8 @@ def checked_input_matrix(X, n_columns):
     X = CheckAndRaise(ValueError, columns)(X, pt.eq(X.shape[1], n_columns))
     values = (f"the training inputs' pm.Data container {name!r} holds NaN, inf or values above "
               f"{INPUT_MAGNITUDE_LIMIT:g} in magnitude, for which the kernel overflows (pm.set_data?)")
-    return CheckAndRaise(ValueError, values)(X, pt.all(pt.le(pt.abs(X), INPUT_MAGNITUDE_LIMIT)))
+    limit = pt.constant(INPUT_MAGNITUDE_LIMIT, dtype="float64")  # a float64 constant: no cast that overflows
+    return CheckAndRaise(ValueError, values)(X, pt.all(pt.le(pt.abs(X), limit)))
 
 
 def checked_label_count(labels, X, name):

@@ -56,13 +56,6 @@ def test_a_label_container_named_y_obs_and_its_dims():
     assert set(model.coords) == {"obs_id"}
 
 
-def test_containers_give_the_arrays_logp():
-    """The checks on containers change no number: containers and arrays give one logp."""
-    arrays, _ = build()
-    containers, _ = build(X_in=lambda: pm.Data("X", X), y_in=lambda: pm.Data("y_obs", Y))
-    assert containers.compile_logp()(POINT) == pytest.approx(arrays.compile_logp()(POINT), abs=1e-10)
-
-
 @pytest.mark.parametrize("approx", [None, "FITC"])
 def test_inputs_whose_kernel_overflows(approx):
     """1e300 in X: the squared distances overflow (dense: logp -inf, NaN gradient, NaN
