@@ -65,7 +65,8 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 def _parser():
-    p = argparse.ArgumentParser(prog="pymc-gpc", description=__doc__.splitlines()[0].replace("``", ""), formatter_class=_HelpFormatter)
+    p = argparse.ArgumentParser(prog="pymc-gpc", description=__doc__.splitlines()[0].replace("``", ""),
+                                formatter_class=_HelpFormatter)
     p.add_argument("train", nargs="?", help="training CSV (default: the bundled data set)")
     p.add_argument("--target", help="name of the label column (two classes, or more with --approximation laplace/ep)")
     p.add_argument("--test", help="test CSV with the same columns (the label column is optional)")
