@@ -440,9 +440,9 @@ def _nuts_report(args, idata, hyper, fit_time, interrupted, out):
     chains, draws = int(idata["posterior"].sizes["chain"]), int(idata["posterior"].sizes["draw"])
     lines = []
     if interrupted:
-        lines += [f"- **INTERRUPTED** (Ctrl-C) during the draws: this report, summary.csv, predictions.csv and "
-                  f"the plots hold {chains} chain{'s' if chains != 1 else ''} x {draws} draws, not the "
-                  f"{args.chains} x {args.draws} asked for"]
+        lines += [f"- **INTERRUPTED** (Ctrl-C) during the draws: this run's outputs (this report, summary.csv, "
+                  f"the plots and any predictions) hold {chains} chain{'s' if chains != 1 else ''} x {draws} draws, "
+                  f"not the {args.chains} x {args.draws} asked for"]
     lines += [
         f"- sampling time: {fit_time:.1f} s ({chains} chain{'s' if chains != 1 else ''} x ({args.tune} tune + "
         f"{draws} draws), {args.sampler})",
