@@ -620,10 +620,10 @@ class MarginalLaplace(_ApproximateMarginal):
 
     approximation = "laplace"
 
-    def __init__(self, *, cov_func, likelihood, jitter=JITTER_DEFAULT, **solver_options):
+    def __init__(self, *, cov_func, likelihood, jitter=JITTER_DEFAULT, approx=None, **solver_options):
         if isinstance(likelihood, Likelihood) and not likelihood.supports_laplace:
             raise ValueError(laplace_unsupported_message(likelihood))
-        super().__init__(cov_func=cov_func, likelihood=likelihood, jitter=jitter, **solver_options)
+        super().__init__(cov_func=cov_func, likelihood=likelihood, jitter=jitter, approx=approx, **solver_options)
 
 
 class MarginalMeanField(_ApproximateMarginal):

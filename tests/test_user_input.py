@@ -33,7 +33,7 @@ def build(X_in=None, y_in=None, coords=None, **gp_options):
     return model, gp
 
 
-@pytest.mark.parametrize("cls, extra", [(pymc_gpc.MarginalEP, "approx"), (pymc_gpc.MarginalLaplace, None),
+@pytest.mark.parametrize("cls, extra", [(pymc_gpc.MarginalEP, "approx"), (pymc_gpc.MarginalLaplace, "approx"),
                                         (pymc_gpc.MarginalMeanField, "variant"), (pymc_gpc.MarginalADF, "sweeps")])
 def test_the_classifiers_show_their_parameters(cls, extra):
     """inspect.signature (IDEs, the API pages) shows the keyword-only parameters, not the
