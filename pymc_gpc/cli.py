@@ -4,19 +4,25 @@
     pymc-gpc train.csv --target label --test test.csv --approximation laplace
     pymc-gpc --data crabs --method map       # or type2 / em-ep: point estimates
 
-Writes to ``--out`` (default ``pymc-gpc-output/``): ``report.md`` (metrics and
-diagnostics), ``summary.csv`` (ArviZ summary of the hyperparameters),
-``predictions.csv`` (p(y = +1) for each test row) and, with matplotlib, ``trace.png``
-and ``relevance.png`` (posterior of each input's log inverse squared lengthscale; for
-point estimates, the estimate) and, for point estimates, ``history.png`` (log evidence
-per iteration).
+Writes to ``--out`` (default ``pymc-gpc-output/``, which must be empty or missing unless
+``--overwrite`` is given): ``report.md`` (metrics and diagnostics), ``summary.csv``
+(ArviZ summary of the hyperparameters), ``predictions.csv`` (for each test row the
+probability of each class, named by the target's own labels) and, with matplotlib,
+``relevance.png`` (each input's log inverse squared lengthscale: its posterior, or the
+estimate), ``trace.png`` (NUTS) or ``history.png`` (point estimates: log evidence per
+iteration). The files are written together at the end: a run stopped by Ctrl-C during
+NUTS's draws writes them from the draws made so far, says how many in ``report.md``, and
+exits with status 130; stopped at any other moment it writes nothing (status 130 too).
 """
 
 import argparse
 import csv
 import os
 import pathlib
+import shutil
+import signal
 import sys
+import tempfile
 import time
 import warnings
 
@@ -26,7 +32,7 @@ from . import likelihoods as L
 from .datasets import Split, load
 from .cli_multiclass import MULTICLASS_LIKELIHOODS, is_multiclass, likelihood_for, test_report
 from .likelihoods.ordinal import OrderedLogit, OrderedProbit
-from .validation import SingleMemberClassWarning, as_signed_labels, check_inputs
+from .validation import SingleMemberClassWarning, as_signed_labels, binary_classes, check_inputs
 
 LIKELIHOODS = {
     "probit": L.Probit,
@@ -39,8 +45,28 @@ LIKELIHOODS = {
 ORDINAL_LIKELIHOODS = {"ordered-probit": OrderedProbit, "ordered-logit": OrderedLogit}
 
 
+# The files a run writes into --out (``--overwrite`` removes those a new run does not write).
+OUTPUT_FILES = ("report.md", "summary.csv", "predictions.csv", "relevance.png", "trace.png", "history.png")
+# An interrupted NUTS run with fewer draws per chain than this writes nothing.
+MIN_KEPT_DRAWS = 10
+# Exit status of a run stopped by Ctrl-C (SIGINT), as shells report it (128 + 2).
+INTERRUPTED = 130
+# Cells a CSV reader takes for a missing value (compared in lower case, stripped).
+MISSING = ("", "na", "n/a", "nan", "null", "none", "?", "-")
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """``--help`` shows every option's default, except where there is none (None, off)."""
+
+    def _get_help_string(self, action):
+        if action.default is None or action.default is False or action.default is argparse.SUPPRESS:
+            return action.help
+        return super()._get_help_string(action)
+
+
 def _parser():
-    p = argparse.ArgumentParser(prog="pymc-gpc", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="pymc-gpc", description=__doc__.splitlines()[0].replace("``", ""),
+                                formatter_class=_HelpFormatter)
     p.add_argument("train", nargs="?", help="training CSV (default: the bundled data set)")
     p.add_argument("--target", help="name of the label column (two classes, or more with --approximation laplace/ep)")
     p.add_argument("--test", help="test CSV with the same columns (the label column is optional)")
@@ -78,13 +104,16 @@ def _parser():
         "--sampler", default="pymc", choices=["pymc", "nutpie"],
         help="NUTS implementation (pymc: chains as processes, dense mass matrix; about as fast as nutpie on Pima, faster on Crabs)",
     )
-    p.add_argument("--draws", type=int, default=500)
-    p.add_argument("--tune", type=int, default=500)
-    p.add_argument("--chains", type=int, default=2)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--draws", type=int, default=500, help="NUTS draws per chain, kept")
+    p.add_argument("--tune", type=int, default=500, help="NUTS tuning steps per chain, discarded")
+    p.add_argument("--chains", type=int, default=2, help="NUTS chains")
+    p.add_argument("--seed", type=int, default=0, help="random seed of the sampler")
     p.add_argument("--no-standardize", action="store_true", help="do not standardise the inputs")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    p.add_argument("--out", default="pymc-gpc-output", help="output folder")
+    p.add_argument("--out", default="pymc-gpc-output", help="output folder: empty or missing, unless --overwrite")
+    p.add_argument("--overwrite", action="store_true",
+                   help="write into a non-empty --out, replacing the files of an earlier run there "
+                        f"({', '.join(OUTPUT_FILES)}; other files are kept)")
     return p
 
 
@@ -107,17 +136,33 @@ def _read_csv(path, target, require_target=True):
         y = None
     else:
         y = np.array([r[header.index(target)] for r in body])
+        _check_missing(path, target, y, "label column", ("",))  # "NA", "None" may be labels
     features = [c for c in header if c != target]
     columns = []
     for c in features:
         j = header.index(c)
+        cells = [r[j] for r in body]
+        _check_missing(path, c, cells, "column", MISSING)
         try:
-            columns.append([float(r[j]) for r in body])
+            columns.append([float(v) for v in cells])
         except ValueError as err:
             raise ValueError(
-                f"{path}: column {c!r} is not numeric ({err}); remove it, encode it or fill missing values"
+                f"{path}: column {c!r} is not numeric ({err}); remove it or encode it as numbers"
             ) from None
     return np.array(columns).T, y, tuple(features)
+
+
+def _check_missing(path, column, cells, what, missing):
+    """ValueError naming a column with missing values (cells in ``missing``, compared stripped
+    and in lower case: ``MISSING`` for an input column), their lines and what to do; the model
+    takes complete rows only."""
+    lines = [k for k, v in enumerate(cells, start=2) if str(v).strip().lower() in missing]
+    if lines:
+        shown = ", ".join(map(str, lines[:10])) + (", ..." if len(lines) > 10 else "")
+        todo = ("drop those rows" if what == "label column" else
+                "drop those rows, or fill them in (e.g. with the column's median)")
+        raise ValueError(f"{path}: {what} {column!r} has missing values ({len(lines)} of {len(cells)} rows; "
+                         f"lines {shown}): {todo} before running pymc-gpc")
 
 
 def _check_args(args):
@@ -129,8 +174,16 @@ def _check_args(args):
 
 def load_split(args):
     """The train/test split from the command line, inputs standardised unless asked not to."""
+    return _load(args)[0]
+
+
+def _load(args):
+    """(``load_split``'s split, the binary target's (negative, positive) labels as the user
+    gave them, the test labels as the user gave them or None): a binary target's split holds
+    labels coded -1 / +1; the report and predictions.csv use the user's labels."""
     if args.train is None:
-        return load(args.data, standardise=not args.no_standardize)
+        data = load(args.data, standardise=not args.no_standardize)
+        return data, ("-1", "1"), None if data.y_test is None else [_label_text(v) for v in data.y_test]
     if not args.target:
         raise ValueError("--target is required with a CSV file")
     Xtr, ytr, names = _read_csv(args.train, args.target)
@@ -138,7 +191,7 @@ def load_split(args):
     with warnings.catch_warnings():  # a single-member class: marginal_likelihood warns, once
         warnings.simplefilter("ignore", SingleMemberClassWarning)
         ytr_signed = ytr if multiclass else as_signed_labels(_label_values(ytr))
-    Xte, yte = None, None
+    Xte, yte, yte_raw = None, None, None
     if args.test:
         Xte, yte_raw, names_te = _read_csv(args.test, args.target, require_target=False)
         if names_te != names:
@@ -152,7 +205,15 @@ def load_split(args):
         sd[sd == 0] = 1.0
         Xtr = (Xtr - mean) / sd
         Xte = None if Xte is None else (Xte - mean) / sd
-    return Split(pathlib.Path(args.train).stem, Xtr, ytr_signed, Xte, yte, names)
+    classes = None if multiclass else tuple(_label_text(v) for v in binary_classes(_label_values(ytr)))
+    return Split(pathlib.Path(args.train).stem, Xtr, ytr_signed, Xte, yte, names), classes, yte_raw
+
+
+def _label_text(v):
+    """A label as the report and predictions.csv write it (1.0 as 1)."""
+    if isinstance(v, (float, np.floating)) and float(v).is_integer():
+        return str(int(v))
+    return str(v.item() if hasattr(v, "item") else v)
 
 
 def ordinal_levels(y, levels=None):
@@ -194,13 +255,30 @@ def _align_labels(y_train, y_test):
 
 
 def run(args):
-    import arviz as az
-
-    from .idata import sample
-    from .point_estimates import fit
-    from .models import ard_classifier, classification_metrics
-
+    """Fit, predict and write the outputs; returns the exit status: 0, or ``INTERRUPTED`` when
+    Ctrl-C stopped NUTS's draws and the outputs hold the draws made until then (raises
+    KeyboardInterrupt, with nothing written, when it stopped anything else)."""
     _check_args(args)
+    _check_choices(args)
+    data, classes, y_test_labels = _load(args)
+    built = _model_for(args, data)  # every input error before the output folder's
+    out = pathlib.Path(args.out)
+    _check_out(out, args.overwrite)
+    staging = _staging_folder(out)
+    try:
+        interrupted = _fit_and_write(args, built, data, classes, y_test_labels, staging)
+        _publish(staging, out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    print(f"written to {out.resolve()}/")
+    if interrupted:
+        print("pymc-gpc: interrupted (Ctrl-C) during the draws: the outputs hold the draws made until then "
+              "(report.md says how many)", file=sys.stderr)
+    return INTERRUPTED if interrupted else 0
+
+
+def _check_choices(args):
+    """Combinations of options that do not fit together, before the data are read."""
     if args.inducing is not None and args.approximation not in ("ep", "laplace"):
         raise ValueError(f"--inducing works with --approximation ep or laplace, not {args.approximation}")
     if args.levels is not None and not args.ordinal:
@@ -212,9 +290,43 @@ def run(args):
     if args.ordinal and args.likelihood is not None and args.likelihood not in ORDINAL_LIKELIHOODS:
         raise ValueError(f"--ordinal takes --likelihood {' or '.join(sorted(ORDINAL_LIKELIHOODS))}, "
                          f"not {args.likelihood}")
-    data = load_split(args)
-    out = pathlib.Path(args.out)
+
+
+def _check_out(out, overwrite):
+    """ValueError when ``out`` is a file, or a folder that holds anything and ``overwrite`` is off:
+    a second run would replace the first one's files (or leave a point estimate's history.png
+    beside a later NUTS report)."""
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file, not a folder")
+    held = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
+    if held and not overwrite:
+        shown = ", ".join(held[:6]) + (", ..." if len(held) > 6 else "")
+        raise ValueError(f"the output folder {out} is not empty (it holds {shown}); give --overwrite to replace "
+                         "an earlier run's files there, or choose another folder with --out")
+
+
+def _staging_folder(out):
+    """A new hidden folder beside ``out`` where the outputs are written before ``_publish``."""
+    out.absolute().parent.mkdir(parents=True, exist_ok=True)
+    return pathlib.Path(tempfile.mkdtemp(prefix=f".{out.name}-partial-", dir=out.absolute().parent))
+
+
+def _publish(staging, out):
+    """Move the outputs written in ``staging`` into ``out``, removing an earlier run's outputs
+    (``OUTPUT_FILES``) that this run did not write."""
     out.mkdir(parents=True, exist_ok=True)
+    written = {p.name for p in staging.iterdir()}
+    for name in OUTPUT_FILES:
+        if name not in written and (out / name).is_file():
+            (out / name).unlink()
+    for name in sorted(written):
+        os.replace(staging / name, out / name)
+
+
+def _model_for(args, data):
+    """(model, gp, likelihood, multiclass) of the command line's choices."""
+    from .models import ard_classifier
+
     multiclass = is_multiclass(data.y_train) or args.ordinal
     levels = None
     if args.ordinal:
@@ -237,6 +349,13 @@ def run(args):
         **({"per_class": not args.shared_kernel} if multiclass and not args.ordinal else {}),
         **({"levels": levels} if args.ordinal else {}),
     )
+    return model, gp, likelihood, multiclass
+
+
+def _fit_and_write(args, built, data, classes, y_test_labels, out):
+    """Fit the model of ``built`` (``_model_for``), predict and write every output into ``out``;
+    returns whether Ctrl-C cut NUTS's draws short."""
+    model, gp, likelihood, multiclass = built
     report = [
         f"# pymc-gpc: {data.name}, {args.approximation.upper()} + "
         f"{_likelihood_name(likelihood) if multiclass else args.likelihood or 'probit'}, {args.method}",
@@ -248,74 +367,134 @@ def run(args):
            if multiclass else "")
         + (f", FITC prior with {args.inducing} inducing inputs (k-means)" if args.inducing is not None else ""),
     ]
+    if not multiclass:
+        report.append(f"- classes: {classes[0]!r} (negative) and {classes[1]!r} (positive): probabilities are "
+                      f"of {classes[1]!r} (predictions.csv's p_{classes[1]})")
+    hyper = ["log_w", "log_v0", "log_v1"] + (["cutpoints"] if args.ordinal else [])
     t0 = time.perf_counter()
-    with model:
-        if args.method == "nuts":
+    if args.method == "nuts":
+        idata, interrupted = _sample(args, model)
+        report += _nuts_report(args, idata, hyper, time.perf_counter() - t0, interrupted, out)
+        fitted = idata
+    else:
+        from .point_estimates import fit
+
+        interrupted = False
+        fitted = fit(model, method=args.method, progressbar=not args.no_progress)
+        report += _fit_report(args, fitted, hyper, time.perf_counter() - t0, out)
+    if data.X_test is not None:
+        report += _test_report(args, gp, model, fitted, data, classes, y_test_labels, multiclass, out)
+    _plots(fitted, out, report, data.feature_names, [str(c) for c in gp.classes])
+    text = "\n".join(report) + "\n"
+    (out / "report.md").write_text(text)
+    print(text)
+    return interrupted
+
+
+def _sample(args, model):
+    """(idata, interrupted): NUTS, with Ctrl-C during the draws noted (PyMC then returns the draws
+    made so far); KeyboardInterrupt when it left fewer than ``MIN_KEPT_DRAWS`` per chain."""
+    from .idata import sample
+
+    hits = []
+
+    def note_interrupt(signum, frame):
+        hits.append(signum)
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGINT, note_interrupt)
+    except ValueError:  # not the main thread: no handler of ours, PyMC's truncated trace is still caught below
+        previous = None
+    try:
+        with model:
             idata = sample(  # pm.sample with the package's defaults, + the log_likelihood group
                 draws=args.draws, tune=args.tune, chains=args.chains, random_seed=args.seed,
                 cores=min(args.chains, os.cpu_count() or 1),
                 progressbar=not args.no_progress, nuts_sampler=args.sampler,
             )
-        else:
-            result = fit(model, method=args.method, progressbar=not args.no_progress)
-            point = result.point
-    fit_time = time.perf_counter() - t0
-    hyper = ["log_w", "log_v0", "log_v1"] + (["cutpoints"] if args.ordinal else [])
+    except Exception:
+        if hits:  # what PyMC made of an interrupted run (e.g. no draws after the tuning)
+            raise KeyboardInterrupt from None
+        raise
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+    kept = int(idata["posterior"].sizes["draw"])
+    interrupted = bool(hits) or kept < args.draws
+    if interrupted and kept < MIN_KEPT_DRAWS:
+        raise KeyboardInterrupt
+    return idata, interrupted
+
+
+def _nuts_report(args, idata, hyper, fit_time, interrupted, out):
+    """The report's NUTS lines (the draws it holds, as counted in ``idata``); writes summary.csv."""
+    import arviz as az
+
+    summary = az.summary(idata, var_names=hyper)
+    summary.to_csv(out / "summary.csv")
+    summary = summary.astype(float).round(3)
+    min_ess = float(summary["ess_bulk"].min())
+    divergences = int(np.asarray(idata["sample_stats"]["diverging"]).sum())
+    status = np.asarray(idata["sample_stats"]["y_status"])  # pymc_gpc.sample's layout
+    chains, draws = int(idata["posterior"].sizes["chain"]), int(idata["posterior"].sizes["draw"])
+    lines = []
+    if interrupted:
+        lines += [f"- **INTERRUPTED** (Ctrl-C) during the draws: this run's outputs (this report, summary.csv, "
+                  f"the plots and any predictions) hold {chains} chain{'s' if chains != 1 else ''} x {draws} draws, "
+                  f"not the {args.chains} x {args.draws} asked for"]
+    lines += [
+        f"- sampling time: {fit_time:.1f} s ({chains} chain{'s' if chains != 1 else ''} x ({args.tune} tune + "
+        f"{draws} draws), {args.sampler})",
+        f"- min bulk ESS over hyperparameters: {min_ess:.0f} ({min_ess / fit_time:.2f} ESS/s)",
+        f"- max r_hat: {float(summary['r_hat'].max()):.3f}; divergences: {divergences}",
+        f"- approximation status over draws: {int((status == 0).sum())} converged, "
+        f"{int((status == 1).sum())} not converged, {int((status == 2).sum())} failed",
+    ]
+    try:
+        loo = az.loo(idata)
+        lines.append(f"- PSIS-LOO elpd (cavity pointwise terms): {float(loo.elpd):.2f} (se {float(loo.se):.2f})")
+    except Exception as err:  # noqa: BLE001 - report, do not fail the run
+        lines.append(f"- PSIS-LOO unavailable: {err}")
+    return lines + ["", "## Hyperparameters", "", _markdown_table(summary)]
+
+
+def _fit_report(args, result, hyper, fit_time, out):
+    """The report's lines of a point estimate; writes summary.csv."""
+    import arviz as az
+
+    label = {"map": "MAP-II", "type2": "type-II ML", "em-ep": "EM-EP"}[args.method]
+    values = {n: np.round(np.asarray(result.point[n]), 3).tolist() for n in hyper}
+    summary = az.summary(result.to_inference_data(), var_names=hyper, kind="stats")
+    summary[["mean"]].rename(columns={"mean": "estimate"}).to_csv(out / "summary.csv")
+    return [
+        f"- {label} time: {fit_time:.1f} s, {result.n_iter} iterations, "
+        f"{'converged' if result.converged else 'NOT converged'} ({result.message})",
+        f"- approximate log evidence at the estimate: {result.log_evidence:.3f}",
+        f"- {label} point: {values}",
+    ]
+
+
+def _test_report(args, gp, model, fitted, data, classes, y_test_labels, multiclass, out):
+    """Predict the test rows, write predictions.csv; the report's test-set lines."""
+    from .models import classification_metrics
+
+    t1 = time.perf_counter()
     if args.method == "nuts":
-        summary = az.summary(idata, var_names=hyper)
-        summary.to_csv(out / "summary.csv")
-        summary = summary.astype(float).round(3)
-        min_ess = float(summary["ess_bulk"].min())
-        divergences = int(np.asarray(idata["sample_stats"]["diverging"]).sum())
-        status = np.asarray(idata["sample_stats"]["y_status"])  # pymc_gpc.sample's layout
-        report += [
-            f"- sampling time: {fit_time:.1f} s ({args.chains} chains x ({args.tune} tune + {args.draws} draws), {args.sampler})",
-            f"- min bulk ESS over hyperparameters: {min_ess:.0f} ({min_ess / fit_time:.2f} ESS/s)",
-            f"- max r_hat: {float(summary['r_hat'].max()):.3f}; divergences: {divergences}",
-            f"- approximation status over draws: {int((status == 0).sum())} converged, "
-            f"{int((status == 1).sum())} not converged, {int((status == 2).sum())} failed",
-        ]
-        try:
-            loo = az.loo(idata)
-            report.append(f"- PSIS-LOO elpd (cavity pointwise terms): {float(loo.elpd):.2f} (se {float(loo.se):.2f})")
-        except Exception as err:  # noqa: BLE001 - report, do not fail the run
-            report.append(f"- PSIS-LOO unavailable: {err}")
-        report += ["", "## Hyperparameters", "", _markdown_table(summary)]
+        p = gp.predict(data.X_test, idata=fitted, model=model, max_draws=200, progressbar=not args.no_progress)
     else:
-        label = {"map": "MAP-II", "type2": "type-II ML", "em-ep": "EM-EP"}[args.method]
-        values = {n: np.round(np.asarray(point[n]), 3).tolist() for n in hyper}
-        summary = az.summary(result.to_inference_data(), var_names=hyper, kind="stats")
-        summary[["mean"]].rename(columns={"mean": "estimate"}).to_csv(out / "summary.csv")
-        report += [
-            f"- {label} time: {fit_time:.1f} s, {result.n_iter} iterations, "
-            f"{'converged' if result.converged else 'NOT converged'} ({result.message})",
-            f"- approximate log evidence at the estimate: {result.log_evidence:.3f}",
-            f"- {label} point: {values}",
+        p = gp.predict(data.X_test, point=fitted.point, model=model)
+    lines = ["", "## Test set", "", f"- prediction time: {time.perf_counter() - t1:.1f} s"]
+    if multiclass:
+        return lines + test_report(p, gp.classes, data.y_test, out / "predictions.csv")
+    _write_predictions(out / "predictions.csv", p, classes, y_test_labels)
+    if data.y_test is not None:
+        m = classification_metrics(p, data.y_test)
+        lines += [
+            f"- test errors: {m['errors']} / {m['n']} ({100 * m['error_rate']:.1f} %)",
+            f"- mean test log predictive: {m['mean_log_pred']:.4f}",
         ]
-    if data.X_test is not None:
-        t1 = time.perf_counter()
-        if args.method == "nuts":
-            p = gp.predict(data.X_test, idata=idata, model=model, max_draws=200,
-                           progressbar=not args.no_progress)
-        else:
-            p = gp.predict(data.X_test, point=point, model=model)
-        predict_time = time.perf_counter() - t1
-        report += ["", "## Test set", "", f"- prediction time: {predict_time:.1f} s"]
-        if multiclass:
-            report += test_report(p, gp.classes, data.y_test, out / "predictions.csv")
-        else:
-            _write_predictions(out / "predictions.csv", p, data.y_test)
-        if data.y_test is not None and not multiclass:
-            m = classification_metrics(p, data.y_test)
-            report += [
-                f"- test errors: {m['errors']} / {m['n']} ({100 * m['error_rate']:.1f} %)",
-                f"- mean test log predictive: {m['mean_log_pred']:.4f}",
-            ]
-    _plots(idata if args.method == "nuts" else result, out, report)
-    text = "\n".join(report) + "\n"
-    (out / "report.md").write_text(text)
-    print(text)
-    print(f"written to {out.resolve()}/")
+    return lines
 
 
 def _markdown_table(frame):
@@ -327,17 +506,21 @@ def _markdown_table(frame):
     return "\n".join(lines)
 
 
-def _write_predictions(path, p, y):
+def _write_predictions(path, p, classes, labels):
+    """predictions.csv of a binary target: p_<positive label>, the predicted label and, when
+    the test file has them, the labels, all in the user's labels (``classes``: negative, positive)."""
+    negative, positive = classes
     with open(path, "w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(["row", "p_positive", "predicted"] + (["label"] if y is not None else []))
+        w.writerow(["row", f"p_{positive}", "predicted"] + (["label"] if labels is not None else []))
         for i, pi in enumerate(p):
-            row = [i, f"{pi:.6f}", 1 if pi > 0.5 else -1]
-            w.writerow(row + ([int(y[i])] if y is not None else []))
+            row = [i, f"{pi:.6f}", positive if pi > 0.5 else negative]
+            w.writerow(row + ([labels[i]] if labels is not None else []))
 
 
-def _plots(result, out, report):
-    """Trace and relevance plots of a sampling result, or relevance and history plots of a fit."""
+def _plots(result, out, report, feature_names, classes):
+    """Trace and relevance plots of a sampling result, or relevance and history plots of a fit;
+    inputs and classes are named by ``feature_names`` and ``classes``."""
     try:
         import arviz as az
         import matplotlib
@@ -358,7 +541,7 @@ def _plots(result, out, report):
     from .plots import plot_fit, plot_history
 
     if np.ndim(result.point["log_w"]) > 1:  # one kernel per class: a relevance bar chart per class row
-        _plot_per_class_relevance(result.point["log_w"], out / "relevance.png")
+        _plot_per_class_relevance(result.point["log_w"], out / "relevance.png", feature_names, classes)
         ax = plot_history(result)
         ax.figure.tight_layout()
         ax.figure.savefig(out / "history.png")
@@ -366,20 +549,22 @@ def _plots(result, out, report):
         report += ["", "Plots: relevance.png (ARD: log inverse squared lengthscale per input, one panel per class), "
                    "history.png (log evidence per iteration)."]
         return
-    plot_fit(result, out / "relevance.png", out / "history.png")
+    plot_fit(result, out / "relevance.png", out / "history.png", feature_names=feature_names)
     report += ["", "Plots: relevance.png (ARD: log inverse squared lengthscale per input), history.png (log evidence per iteration)."]
 
 
-def _plot_per_class_relevance(log_w, path):
-    """One bar chart of log w per class (rows of ``log_w``), on a shared y axis."""
+def _plot_per_class_relevance(log_w, path, feature_names, classes):
+    """One bar chart of log w per class (rows of ``log_w``), on a shared y axis, the inputs
+    named by ``feature_names`` and the panels by ``classes``."""
     import matplotlib.pyplot as plt
 
     log_w = np.asarray(log_w, dtype=float)
     c, d = log_w.shape
-    fig, axes = plt.subplots(c, 1, figsize=(6, 1.2 * c + 1), sharex=True, sharey=True)
+    fig, axes = plt.subplots(c, 1, figsize=(max(6, 0.6 * d), 1.2 * c + 1.5), sharex=True, sharey=True)
     for k, ax in enumerate(np.atleast_1d(axes)):
         ax.bar(np.arange(d), log_w[k], color="C0")
-        ax.set_ylabel(f"class {k}", fontsize=8)
+        ax.set_ylabel(classes[k], fontsize=8)
+    ax.set_xticks(np.arange(d), list(feature_names), rotation=45 if d > 6 else 0, ha="right" if d > 6 else "center")
     fig.suptitle("ARD relevance per class: log w (higher: the input matters more)")
     fig.tight_layout()
     fig.savefig(path)
@@ -387,13 +572,17 @@ def _plot_per_class_relevance(log_w, path):
 
 
 def main(argv=None):
+    """The ``pymc-gpc`` command; returns the exit status: 0, 2 for bad input (a message on
+    stderr), ``INTERRUPTED`` (130) for Ctrl-C (``run``)."""
     args = _parser().parse_args(argv)
     try:
-        run(args)
+        return run(args)
     except ValueError as err:
         print(f"pymc-gpc: error: {err}", file=sys.stderr)
         return 2
-    return 0
+    except KeyboardInterrupt:
+        print("pymc-gpc: interrupted (Ctrl-C); nothing written", file=sys.stderr)
+        return INTERRUPTED
 
 
 if __name__ == "__main__":

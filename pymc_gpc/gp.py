@@ -26,6 +26,7 @@ Example
 """
 
 import functools
+import inspect
 import threading
 
 import numpy as np
@@ -40,7 +41,7 @@ from pytensor.tensor.random.op import RandomVariable
 from .likelihoods.binary import Likelihood, laplace_unsupported_message
 from .likelihoods.multiclass import MulticlassLikelihood
 from .likelihoods.ordinal import OrdinalLikelihood
-from .model_terms import add_evidence_terms, as_input_matrix
+from .model_terms import add_evidence_terms, as_input_matrix, checked_input_matrix, checked_label_count, label_dims
 from .ops.training_check import checked_training_tensor
 from .approximations import registry
 from .estimation.result import FitResult
@@ -76,6 +77,14 @@ class _ApproximateMarginal:
         if isinstance(likelihood, MulticlassLikelihood) and not hasattr(cls, "n_classes"):
             cls = _subclass_for(cls, registry.multiclass_variant(cls.approximation, likelihood, cls.__name__))
         return super().__new__(cls)
+
+    def __init_subclass__(cls, **kwargs):
+        """Give each classifier the signature of its ``__init__`` (keyword-only parameters):
+        without it ``inspect.signature``, IDEs and the API pages show ``__new__``'s
+        ``(*args, **kwargs)``."""
+        super().__init_subclass__(**kwargs)
+        parameters = list(inspect.signature(cls.__init__).parameters.values())[1:]  # without self
+        cls.__signature__ = inspect.Signature(parameters)
 
     def __init__(self, *, cov_func, likelihood, jitter=JITTER_DEFAULT, approx=None, **solver_options):
         self.approx = registry.check_approx(approx, self.approximation)
@@ -247,15 +256,16 @@ class _ApproximateMarginal:
         self._n_inputs = X.shape[1]
         self._record_training_container(X_tensor, X_values)
         if X_tensor is not None:
-            X = as_input_matrix(X_tensor)
-        y = coded if y_tensor is None else self._label_tensor(y_tensor)
+            X = checked_input_matrix(X_tensor, X.shape[1])
+        y = coded if y_tensor is None else checked_label_count(self._label_tensor(y_tensor), X, y_tensor.name)
         model = pm.modelcontext(None)
         self.X, self.y, self.name, self.Xu, self.model = X, y, name, Xu, model
         self._forget_kernel_functions()
         priors, params = self._prior_inputs(), self.likelihood.params_tensor()
         hyper_names, hyper = self._hyperparameters(model, [*priors, params])
         log_z, *_, loo, n_iter, status = self._op(hyper_names)(*priors, params, y, hyper)
-        return add_evidence_terms(model, name, coded.shape[0], log_z, loo, n_iter, status)
+        return add_evidence_terms(model, name, log_z, loo, n_iter, status,
+                                  dims=label_dims(model, y_tensor))
 
     def _coded_labels(self, y_values, levels):
         """(the labels as the solvers take them, the classes in ``predict``'s order): binary
@@ -622,10 +632,10 @@ class MarginalLaplace(_ApproximateMarginal):
 
     approximation = "laplace"
 
-    def __init__(self, *, cov_func, likelihood, jitter=JITTER_DEFAULT, **solver_options):
+    def __init__(self, *, cov_func, likelihood, jitter=JITTER_DEFAULT, approx=None, **solver_options):
         if isinstance(likelihood, Likelihood) and not likelihood.supports_laplace:
             raise ValueError(laplace_unsupported_message(likelihood))
-        super().__init__(cov_func=cov_func, likelihood=likelihood, jitter=jitter, **solver_options)
+        super().__init__(cov_func=cov_func, likelihood=likelihood, jitter=jitter, approx=approx, **solver_options)
 
 
 class MarginalMeanField(_ApproximateMarginal):

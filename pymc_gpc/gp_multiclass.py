@@ -45,7 +45,7 @@ from pymc.gp.util import JITTER_DEFAULT
 
 from .gp import MarginalEP, MarginalLaplace
 from .likelihoods.multiclass import MulticlassLikelihood
-from .model_terms import add_evidence_terms as _add_evidence_terms, as_input_matrix as _as_input_matrix
+from .model_terms import add_evidence_terms as _add_evidence_terms, checked_input_matrix
 from .validation import as_class_codes, check_inputs, check_kernel_columns, data_input
 
 
@@ -153,14 +153,14 @@ class MulticlassMarginal:
         self._n_inputs = X.shape[1]
         self._record_training_container(X_tensor, X_values)
         if X_tensor is not None:
-            X = _as_input_matrix(X_tensor)
+            X = checked_input_matrix(X_tensor, X.shape[1])
         self.X, self.y, self.name, self.classes, self.model = X, codes.astype(float), name, classes, model
         self._forget_kernel_functions()
         self.Xu = Xu
         priors, params = self._prior_inputs(), self.likelihood.params_tensor()
         hyper_names, hyper = self._hyperparameters(model, priors)
         log_z, *_, loo, n_iter, status = self._op(hyper_names)(*priors, params, self.y, hyper)
-        return _add_evidence_terms(model, name, codes.shape[0], log_z, loo, n_iter, status)
+        return _add_evidence_terms(model, name, log_z, loo, n_iter, status)
 
     def conditional(self, name, Xnew, *, jitter=JITTER_DEFAULT, **kwargs):
         """The c latent functions at ``Xnew`` under q: a deterministic ``name`` of shape (m, c),

@@ -135,10 +135,11 @@ def plot_decision_boundary(gp, X, y, *, point=None, idata=None, model=None, grid
     return ax
 
 
-def plot_fit(result, relevance_path, history_path):
-    """The CLI's two figures of a point estimate, saved to the given paths."""
+def plot_fit(result, relevance_path, history_path, feature_names=None):
+    """The CLI's two figures of a point estimate, saved to the given paths; ``feature_names``
+    label the relevance bars (``plot_relevance``)."""
     plt = _pyplot()
-    ax = plot_relevance(result)
+    ax = plot_relevance(result, feature_names=feature_names)
     ax.figure.tight_layout()
     ax.figure.savefig(relevance_path)
     ax = plot_history(result)

@@ -77,6 +77,12 @@ def latent_predictions(approximation, likelihood, options, y, kernel_fn, draws, 
     means (S, m), variances (S, m), thetas (S, p). A draw whose approximation fails
     (a kernel that is not positive definite) gets NaN means and variances.
 
+    Raises
+    ------
+    ValueError
+        When a draw's likelihood parameters are invalid (``likelihood.check_params``: e.g.
+        ordinal cutpoints that are not increasing), naming the draw, before its solve.
+
     Notes
     -----
     Solving contiguous blocks of draws in two threads (the solvers release the GIL) was
@@ -88,6 +94,7 @@ def latent_predictions(approximation, likelihood, options, y, kernel_fn, draws, 
     with Progress("Predicting", len(draws), progressbar) as bar:
         for args in draws:
             K, theta, K_cross, k_diag = kernel_fn(*args)
+            _check_draw_params(likelihood, theta, len(means), len(draws))
             retries = retry_options(options) if retry_options is not None else None
             mean, var, state = _one_draw(approximation, likelihood, options, y, K, theta, K_cross, k_diag, state,
                                          retries)
@@ -96,6 +103,17 @@ def latent_predictions(approximation, likelihood, options, y, kernel_fn, draws, 
             thetas.append(np.asarray(theta, float))
             bar.advance()
     return np.array(means), np.array(variances), np.array(thetas)
+
+
+def _check_draw_params(likelihood, theta, index, n_draws):
+    """ValueError naming the draw when the likelihood's parameters there are invalid
+    (``likelihood.check_params``: e.g. ordinal cutpoints that are not increasing), which the
+    solver would otherwise turn into NaN probabilities without a word."""
+    try:
+        likelihood.check_params(theta)
+    except ValueError as err:
+        where = "at the point given" if n_draws == 1 else f"at posterior draw {index} of {n_draws}"
+        raise ValueError(f"cannot predict {where}: {err}") from None
 
 
 def _one_draw(approximation, likelihood, options, y, K, theta, K_cross, k_diag, state, retry_options=None):

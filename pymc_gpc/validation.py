@@ -13,6 +13,12 @@ PSD_TOLERANCE = 1e-8
 
 _trust = threading.local()
 
+# The largest input magnitude accepted: the covariance functions form squared distances
+# sum_m (x_m - x'_m)^2 / l_m^2, which overflow float64 (max 1.8e308) for |x| near 1e154 at
+# unit lengthscales; the limit leaves room for d <= 1e6 columns and lengthscales down to 1e-10
+# (4 d |x|^2 / l^2 < 1.8e308). Beyond it the kernel is inf or NaN at every hyperparameter.
+INPUT_MAGNITUDE_LIMIT = 1e140
+
 _MULTICLASS_HINT = ("; for more than two classes use a multi-class likelihood: "
                     "MarginalLaplace(likelihood=pymc_gpc.likelihoods.Softmax()) or "
                     "MarginalEP(likelihood=pymc_gpc.likelihoods.MultinomialProbit())")
@@ -246,7 +252,22 @@ def check_inputs(X, name="X"):
     if bad.any():
         rows = np.flatnonzero(bad.any(axis=1))[:10].tolist()
         raise ValueError(f"{name} contains NaN or inf (rows {rows})")
+    check_input_magnitude(arr, name)
     return arr
+
+
+def check_input_magnitude(X, name="X"):
+    """ValueError when finite inputs are so large that the kernel's squared distances
+    overflow (``INPUT_MAGNITUDE_LIMIT``): the evidence would be -inf with a NaN gradient
+    and every prediction NaN, at any hyperparameters."""
+    big = np.abs(X) > INPUT_MAGNITUDE_LIMIT
+    if big.any():
+        rows, cols = np.nonzero(big)
+        raise ValueError(
+            f"{name} holds values too large for a covariance function ({X[rows[0], cols[0]]:.3g} in row "
+            f"{rows[0]}, column {cols[0]}; rows {np.unique(rows)[:10].tolist()}): squared distances between "
+            f"inputs overflow float64 beyond |x| = {INPUT_MAGNITUDE_LIMIT:g}; standardise or rescale the inputs"
+        )
 
 
 def as_class_codes(y, name="y", n_classes=None, warn=True):
@@ -361,8 +382,13 @@ def as_ordinal_codes(y, n_classes, levels=None, name="y"):
 
 def _changed_training_message(name, recorded, current):
     """The ValueError message for a training ``pm.Data`` container whose value changed."""
-    what = (f"has {np.shape(current)[0]} rows, not the {np.shape(recorded)[0]} the evidence was built with"
-            if np.shape(current) != np.shape(recorded) else "holds other values than the evidence was built with")
+    shape, built = np.shape(current), np.shape(recorded)
+    if shape[1:] != built[1:]:
+        what = f"has shape {shape}, not the shape {built} the evidence was built with (other columns)"
+    elif shape != built:
+        what = f"has {shape[0]} rows, not the {built[0]} the evidence was built with"
+    else:
+        what = "holds other values than the evidence was built with"
     return (f"the training inputs' pm.Data container {name!r} {what} (pm.set_data after marginal_likelihood?): "
             "predictions condition on the training inputs of marginal_likelihood; put new inputs in a separate "
             "pm.Data container (e.g. pm.Data(\"X_new\", ...)) and pass it to gp.conditional or gp.predict")

@@ -273,3 +273,23 @@ def test_ard_classifier_starts_the_amplitude_at_unit_scale():
     assert point["log_v1"] == -2.0
     model, _ = pymc_gpc.ard_classifier(X, y, prior=(5.0, 0.1))  # 0 is 50 sds away: clipped
     assert model.initial_point()["log_v0"] == pytest.approx(4.9)
+
+
+def test_label_and_input_containers_give_the_arrays_numbers():
+    """pm.Data containers of X and of {0, 1} labels give the logp and predictions of the same
+    arrays: the container's coding (values above 0 positive) and the checks wrapped around the
+    containers change no number (coding 0 as positive, pt.ge for pt.gt, makes every label +1)."""
+    rng = np.random.default_rng(3)
+    X, y = random_problem(rng, 14)
+    y01 = (y > 0).astype(float)
+    point = {"log_ls": np.array([0.1, -0.2]), "log_amp": np.array(0.3)}
+    arrays, gp_a = build(X, y01, tol=1e-10)
+    with pm.Model() as containers:
+        Xd, yd = pm.Data("X", X), pm.Data("y_obs", y01)
+        log_ls = pm.Normal("log_ls", 0, 1, shape=X.shape[1])
+        log_amp = pm.Normal("log_amp", 0, 1)
+        cov = pt.exp(log_amp) * pm.gp.cov.ExpQuad(X.shape[1], ls=pt.exp(log_ls))
+        gp_c = pymc_gpc.MarginalEP(cov_func=cov, likelihood=L.Probit(), tol=1e-10)
+        gp_c.marginal_likelihood("y", X=Xd, y=yd)
+    assert containers.compile_logp()(point) == pytest.approx(arrays.compile_logp()(point), abs=1e-9)
+    np.testing.assert_allclose(gp_c.predict(X[:4], point=point), gp_a.predict(X[:4], point=point), atol=1e-9)

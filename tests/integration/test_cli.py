@@ -16,7 +16,8 @@ def test_bundled_crabs_map(tmp_path, capsys):
     errors = int(report.split("test errors: ")[1].split(" /")[0])
     assert errors <= 12  # Barber & Williams: 3/120 with HMC; MAP-II is a little worse
     rows = list(csv.DictReader(open(tmp_path / "predictions.csv")))
-    assert len(rows) == 120 and all(0.0 <= float(r["p_positive"]) <= 1.0 for r in rows)
+    # p_<positive label>: the bundled set's labels are -1 / +1
+    assert len(rows) == 120 and all(0.0 <= float(r["p_1"]) <= 1.0 for r in rows)
 
 
 def write_csv(path, X, labels, names):
