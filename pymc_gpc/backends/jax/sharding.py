@@ -95,7 +95,11 @@ def active_constraint():
 
 
 def marginal_fn(approximation, kind, devices=None, **options):
-    """``fitc.marginal_fn`` with the training points split over ``devices`` (default all)."""
+    """``fitc.marginal_fn`` with the training points split over ``devices`` (default all),
+    jitted: a sharding constraint evaluated eagerly (numpyro's initialisation calls the
+    potential and its gradient outside ``jit``) is an output sharding, which must split n
+    evenly across processes; inside ``jit`` an uneven split is padded."""
     mesh = row_mesh(devices)
-    constrain = row_constraint(mesh) if mesh.size > 1 else None
-    return fitc.marginal_fn(approximation, kind, constrain=constrain, **options)
+    if mesh.size == 1:
+        return fitc.marginal_fn(approximation, kind, **options)
+    return jax.jit(fitc.marginal_fn(approximation, kind, constrain=row_constraint(mesh), **options))
