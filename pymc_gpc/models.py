@@ -119,7 +119,7 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
     >>> result = pymc_gpc.fit(model, method="map")  # doctest: +SKIP
     """
     X = check_inputs(X)
-    inducing = auto_inducing(X.shape[0], approximation, learn_inducing) if _is_auto(inducing) else inducing
+    inducing = auto_inducing(X.shape[0], approximation) if _is_auto(inducing) else inducing
     if learn_inducing and inducing is None:
         raise ValueError("learn_inducing=True needs inducing= (a number m of inducing inputs or an (m, d) array)")
     if approximation not in APPROXIMATIONS:
@@ -188,7 +188,9 @@ INDUCING_MIN, INDUCING_MAX = 100, 300
 
 
 def _is_auto(inducing):
-    return isinstance(inducing, str) and inducing == "auto"
+    if isinstance(inducing, str) and inducing != "auto":
+        raise ValueError(f"inducing must be 'auto', None, a number m or an (m, d) array, got {inducing!r}")
+    return isinstance(inducing, str)
 
 
 def inducing_count(n):
@@ -198,15 +200,15 @@ def inducing_count(n):
     return int(min(n, max(INDUCING_MIN, min(INDUCING_MAX, round(2.0 * np.sqrt(n))))))
 
 
-def auto_inducing(n, approximation="ep", learn_inducing=False):
+def auto_inducing(n, approximation="ep"):
     """``ard_classifier``'s ``inducing="auto"``: None (the dense prior) for at most
     ``DENSE_MAX_ROWS`` rows, else ``inducing_count(n)``; always None for approximations
-    without FITC (mean field, ADF); with ``learn_inducing``, ``inducing_count(n)`` at any n.
+    without FITC (mean field, ADF).
 
     Override with ``inducing=None`` (dense whatever n) or ``inducing=m``."""
     if approximation not in FITC_APPROXIMATIONS:
         return None
-    return inducing_count(n) if learn_inducing or n > DENSE_MAX_ROWS else None
+    return inducing_count(n) if n > DENSE_MAX_ROWS else None
 
 
 # the approximations with a FITC prior
