@@ -35,6 +35,7 @@ import numpy as np
 from scipy.linalg import lapack
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
+sys.path.insert(0, str(pathlib.Path(__file__).parent.parent))  # this checkout's pymc_gpc, not an installed one
 from _provenance import write_results  # noqa: E402
 
 import pymc_gpc  # noqa: E402
