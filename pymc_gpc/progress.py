@@ -54,8 +54,8 @@ class LogLines:
         """Report ``done`` steps; writes a line when ``every`` seconds have passed since the
         last, at the first call, when ``done`` reaches the total, or with ``force``."""
         now = time.monotonic()
-        finished = self.total is not None and done >= self.total
         self.latest = (done, note)
+        finished = self.total is not None and done >= self.total and self.latest != self.written
         if not (force or finished or self.last is None or now - self.last >= self.every):
             return False
         self.last, self.written = now, self.latest

@@ -138,3 +138,13 @@ def test_nutpie_is_not_silent_in_a_log(small_model, capsys):
                     model=small_model, progressbar=True)
     lines = _sampling_lines(capsys.readouterr().err)
     assert lines and re.match(r"Sampling: \d+/60 draws, \d+ divergences", lines[-1]), lines
+
+
+def test_log_lines_write_the_finished_state_once():
+    out = io.StringIO()
+    lines = P.LogLines("Sampling", 10, every=1e9, stream=out)
+    for done in (1, 10, 10, 10):  # a sampler's callback may repeat the final state
+        lines.update(done, "0 divergences")
+    lines.finish()
+    assert [line.split(",")[0] for line in out.getvalue().splitlines()] == ["Sampling: 1/10 draws",
+                                                                            "Sampling: 10/10 draws"]
