@@ -8,6 +8,7 @@ Laplace give it for free from their cavities, recorded per draw in ``{name}_loo`
 """
 
 import functools
+import os
 import warnings
 
 import numpy as np
@@ -17,6 +18,7 @@ from pytensor.graph.traversal import ancestors
 
 from .backends.jax.registration import JAX_SAMPLERS, jax_available, missing_jax_message
 from .ops.rewrites import sampling_tolerance
+from .progress import sampler_log_lines
 
 
 def gp_names(model=None):
@@ -290,6 +292,85 @@ def default_sampler(model=None):
     return "nutpie"
 
 
+def available_cores():
+    """The CPU cores this process may run on (its affinity mask where the platform has
+    one, else ``os.cpu_count()``)."""
+    try:
+        return max(len(os.sched_getaffinity(0)), 1)
+    except AttributeError:  # no affinity on this platform (macOS, Windows)
+        return os.cpu_count() or 1
+
+
+# At most this many chains in parallel unless ``cores`` is given (PyMC's own cap).
+MAX_DEFAULT_CORES = 4
+
+
+def parallel_defaults(kwargs, sampler):
+    """``kwargs`` for ``pm.sample`` with the chains run in parallel on the available cores.
+
+    PyMC's own default is ``cores = min(4, multiprocessing.cpu_count() // 2)`` (it counts
+    half the logical CPUs, taking the rest for hyperthreads), one on a 2-core machine, so
+    two chains ran one after the other ("Sequential sampling (2 chains in 1 job)"), and
+    nutpie, which gets the same ``cores``, ran its chains in sequence too. Here ``cores``
+    defaults to min(chains, the cores available to the process (``available_cores``),
+    ``MAX_DEFAULT_CORES``), and ``chains`` to PyMC's max(2, cores). PyMC's sampler runs
+    parallel chains in processes: they start by ``mp_ctx="forkserver"`` (forking the
+    multi-threaded parent may deadlock), unless ``mp_ctx`` is given; nutpie runs them as
+    threads. Given values are kept. Returns a new dict.
+    """
+    kwargs = dict(kwargs)
+    chains = kwargs.get("chains")
+    if kwargs.get("cores") is None:
+        kwargs["cores"] = max(1, min(chains or MAX_DEFAULT_CORES, available_cores(), MAX_DEFAULT_CORES))
+    if chains is None:
+        kwargs["chains"] = max(2, kwargs["cores"])
+    if sampler == "pymc" and kwargs["cores"] > 1 and min(kwargs["cores"], kwargs["chains"]) > 1:
+        kwargs.setdefault("mp_ctx", "forkserver")
+    return kwargs
+
+
+class DenseSamplingWarning(UserWarning):
+    """NUTS on a dense GP prior with more training rows than ``models.DENSE_MAX_ROWS``."""
+
+
+_dense_warned = []  # the warning is given once a process
+
+
+def warn_dense_size(model):
+    """Warn once a process when ``model`` has a dense GP prior (binary or multi-class) over
+    more than ``models.DENSE_MAX_ROWS`` rows: NUTS there takes more than a few minutes;
+    name the ways that scale (a FITC prior; deterministic integration by CCD)."""
+    from .models import DENSE_MAX_ROWS
+    from .ops.sparse import FITCInputs
+
+    if _dense_warned:
+        return
+    rows = [_rows(node) for node in _marginal_nodes(model) if not isinstance(node.op, FITCInputs)]
+    rows = [n for n in rows if n is not None and n > DENSE_MAX_ROWS]
+    if rows:
+        _dense_warned.append(True)
+        warnings.warn(
+            f"NUTS on a dense GP prior over {max(rows)} rows (more than {DENSE_MAX_ROWS}): each evaluation "
+            "is O(n^3) and sampling may take hours. Use a FITC prior (ard_classifier(..., inducing='auto' or m); "
+            "approx='FITC' with Xu) or deterministic integration over the hyperparameters "
+            "(pymc_gpc.sample(method='ccd')).", DenseSamplingWarning, stacklevel=3)
+
+
+def _marginal_nodes(model):
+    from .ops.marginal import ApproxMarginalOp
+
+    values = model.replace_rvs_by_values(model.potentials)
+    return [v.owner for v in ancestors(values) if v.owner is not None and isinstance(v.owner.op, ApproxMarginalOp)]
+
+
+def _rows(node):
+    """The number of training rows of an evidence node (its labels' length), or None."""
+    try:
+        return int(node.inputs[2].shape[-1].eval())
+    except Exception:  # noqa: BLE001 - a size we cannot read gives no warning
+        return None
+
+
 def sample(*args, model=None, **kwargs):
     """``pm.sample`` with this package's defaults, then ``add_log_likelihood``: the result
     is ready for ``az.loo``, ``az.summary`` and ``az.plot_trace`` (the pointwise terms in
@@ -309,6 +390,11 @@ def sample(*args, model=None, **kwargs):
     installed; with PyMC's NUTS and no ``init`` or ``step`` given,
     ``init=default_init(model)``, a dense mass matrix for the usual few hyperparameters.
     (Plain ``pm.sample`` prefers nutpie whenever it is installed.)
+    Chains run in parallel on the cores available (``parallel_defaults``: PyMC's own
+    default counts half the CPUs and sampled two chains in sequence on 2 cores); when
+    stderr is not a terminal (a log file), progress comes as a plain line every
+    ``progress.LOG_EVERY`` seconds (``progress.sampler_log_lines``). A dense prior over more
+    than ``models.DENSE_MAX_ROWS`` rows gives a ``DenseSamplingWarning`` once a process.
     PyMC's warning that its dense adaptation is experimental is not shown (a
     ``warnings.catch_warnings`` block, which is not thread-safe: concurrent calls from
     several threads may leave the warning filters of one of them in place).
@@ -343,8 +429,10 @@ def sample(*args, model=None, **kwargs):
         raise ImportError(missing_jax_message(f"nuts_sampler={kwargs['nuts_sampler']!r}"))
     if kwargs["nuts_sampler"] == "pymc" and kwargs.get("init") is None and kwargs.get("step") is None:
         kwargs["init"] = default_init(model)
+    kwargs = parallel_defaults(kwargs, kwargs["nuts_sampler"])
+    warn_dense_size(model)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="QuadPotentialFullAdapt is an experimental feature")
-        with sampling_tolerance():
+        with sampling_tolerance(), sampler_log_lines(args, kwargs) as kwargs:
             idata = pm.sample(*args, model=model, **kwargs)
     return add_log_likelihood(idata, model)

@@ -38,7 +38,7 @@ MULTICLASS_LIKELIHOODS = {"laplace": Softmax, "ep": MultinomialProbit}
 
 
 def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.0),
-                   feature_names=None, bias=True, name="y", inducing=None, learn_inducing=False, per_class=None,
+                   feature_names=None, bias=True, name="y", inducing="auto", learn_inducing=False, per_class=None,
                    levels=None, kernel="se", linear=False, **solver_options):
     """Build ``pm.Model`` + GP with an ARD kernel (``kernel``, ``linear``), for two classes or more.
 
@@ -69,7 +69,9 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
     linear : two classes only: add the ARD linear term sum_m a_m x_m x'_m (Rasmussen &
         Williams 2006, eq. 4.19 with Sigma_p = diag(a)), log a_m ~ N(mean, sd) as ``log_a``
         (dims ``"feature"``): a trend in each input besides the SE's local variation.
-    inducing : None (the dense kernel), a number m of inducing inputs placed by k-means
+    inducing : "auto" (the default: ``auto_inducing(n, approximation)``, the dense kernel
+        up to ``DENSE_MAX_ROWS`` rows, FITC with m = ``inducing_count(n)`` above, for EP and
+        Laplace), None (the dense kernel whatever n), a number m of inducing inputs placed by k-means
         (``pm.gp.util.kmeans_inducing_points``, seeded), or an (m, d) array of them: the
         FITC prior (``approx="FITC"``, EP and Laplace only), O(n m^2) per evaluation.
         k-means (``kmeans_centres``) runs on at most ``KMEANS_ROWS`` rows.
@@ -118,6 +120,8 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
     >>> model, gp = pymc_gpc.ard_classifier(glass.X, glass.y, approximation="laplace")  # doctest: +SKIP
     >>> result = pymc_gpc.fit(model, method="map")  # doctest: +SKIP
     """
+    X = check_inputs(X)
+    inducing = auto_inducing(X.shape[0], approximation) if _is_auto(inducing) else inducing
     if learn_inducing and inducing is None:
         raise ValueError("learn_inducing=True needs inducing= (a number m of inducing inputs or an (m, d) array)")
     if approximation not in APPROXIMATIONS:
@@ -128,7 +132,6 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
         raise ValueError(f"prior must be a pair (mean, sd) of numbers, got {prior!r}") from None
     if not (np.isfinite(mu) and np.isfinite(sd) and sd > 0):
         raise ValueError(f"prior needs a finite mean and a finite sd > 0, got (mean, sd) = ({mu}, {sd})")
-    X = check_inputs(X)
     d = X.shape[1]
     names = list(feature_names) if feature_names is not None else [f"x{m}" for m in range(d)]
     if len(names) != d:
@@ -174,6 +177,44 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
             gp.marginal_likelihood(name, X=X, y=y, Xu=_inducing_inputs(inducing, X, learn_inducing))
     return model, gp
 
+
+# Above this many training rows ``ard_classifier`` (``inducing="auto"``) builds a FITC prior.
+# Dense NUTS, 2 x (500 + 500) draws at about 7 gradient evaluations a draw, is some 7,000
+# evaluations per core with the chains in parallel; a warm dense EP evaluation costs about
+# 2x one Cholesky plus its inverse (``benchmarks/results/dense_floor.md``), 17 ms at
+# n = 1,000 on a quiet core (Cholesky 9.3 ms there), growing as n^3: 1,200 rows are about
+# 3.5 minutes of sampling, 2,000 rows about 16.
+DENSE_MAX_ROWS = 1200
+# FITC's m from n: 2 sqrt(n), clipped to [INDUCING_MIN, INDUCING_MAX] (O(n m^2) an evaluation).
+INDUCING_MIN, INDUCING_MAX = 100, 300
+
+
+def _is_auto(inducing):
+    if isinstance(inducing, str) and inducing != "auto":
+        raise ValueError(f"inducing must be 'auto', None, a number m or an (m, d) array, got {inducing!r}")
+    return isinstance(inducing, str)
+
+
+def inducing_count(n):
+    """FITC's number of inducing inputs for n training rows: round(2 sqrt(n)) clipped to
+    [``INDUCING_MIN``, ``INDUCING_MAX``] and at most n (100 at n = 2,500, 200 at 10,000,
+    300 from 22,500 rows)."""
+    return int(min(n, max(INDUCING_MIN, min(INDUCING_MAX, round(2.0 * np.sqrt(n))))))
+
+
+def auto_inducing(n, approximation="ep"):
+    """``ard_classifier``'s ``inducing="auto"``: None (the dense prior) for at most
+    ``DENSE_MAX_ROWS`` rows, else ``inducing_count(n)``; always None for approximations
+    without FITC (mean field, ADF).
+
+    Override with ``inducing=None`` (dense whatever n) or ``inducing=m``."""
+    if approximation not in FITC_APPROXIMATIONS:
+        return None
+    return inducing_count(n) if n > DENSE_MAX_ROWS else None
+
+
+# the approximations with a FITC prior
+FITC_APPROXIMATIONS = ("ep", "laplace")
 
 # ``ard_classifier``'s ``kernel=`` choices for one latent function
 BINARY_KERNELS = ("se", "matern52")

@@ -9,7 +9,7 @@ import scipy.optimize
 from pytensor.graph.traversal import ancestors
 
 from ..likelihoods.binary import StepLabelNoise
-from ..progress import Progress
+from ..progress import Iterations
 from ..structures.dense import NotPositiveDefiniteError
 from ..structures.select import structure_of_op
 from .objective import all_values, marginal_nodes, objective_for, ravel, unravel
@@ -117,14 +117,14 @@ def fit_em_ep(model, point, epsilon_rule, prior, max_iter, tol, progressbar, acc
         done = bool(history["log_evidence"]) and abs(log_z - history["log_evidence"][-1]) < tol
         for key, value in zip(("log_evidence", "bound", "epsilon"), (log_z, bound, eps)):
             history[key].append(value)
-        bar.show(len(history["bound"]), f"log evidence {log_z:.4f}")
+        bar.show(len(history["bound"]), log_z, "log evidence")
         state["converged"] = state["converged"] or done
         return new, log_z
 
     def stop():
         return state["converged"] or len(history["bound"]) >= max_iter
 
-    with Progress("EM-EP", max_iter, progressbar) as bar:
+    with Iterations("EM-EP", progressbar) as bar:
         x0 = point
         while not stop():
             x1, _ = step(x0)

@@ -8,7 +8,7 @@ import numpy as np
 import scipy.optimize
 
 from ..approximations import registry
-from ..progress import Progress
+from ..progress import Iterations
 from .objective import all_values, marginal_nodes, objective_for, other_terms, ravel, unravel
 from .result import FitResult, FitStartError, RunawayHyperparameterWarning, fitted_states
 
@@ -79,11 +79,12 @@ def maximise(model, point, method, maxiter, tol, progressbar, callback=None):
         return -value, -grad
 
     label = "type-II ML" if method == "type2" else "MAP-II"
-    with Progress(label, maxiter, progressbar) as bar:
+    shown = "log evidence" if method == "type2" else "log posterior"
+    with Iterations(label, progressbar) as bar:
         def after_iteration(intermediate_result):
             for key in history:
                 history[key].append(last.get(key, np.nan))
-            bar.show(len(history["objective"]), f"log evidence {last.get('log_evidence', np.nan):.4f}")
+            bar.show(len(history["objective"]), last.get("objective", np.nan), shown)
             if callback is not None:
                 callback(unravel(intermediate_result.x, x0, point), last.get("objective", np.nan),
                          last.get("log_evidence", np.nan))

@@ -25,6 +25,7 @@ Sigma_ii = K_ii - ||L^{-1} W^{1/2} K_{:,i}||^2.
 """
 
 import numpy as np
+from scipy.linalg import blas
 from numba import njit
 
 from ..numerics import lapack
@@ -294,9 +295,25 @@ class _KernelGradient:
     def kernel_gradient(self, outer, scale_R):
         """G = sum_k c_k (x_k y_k^T + y_k x_k^T)/2 + scale_R R, the gradient in K itself."""
         G = scale_R * self._R_cached()
-        for x, y, c in outer:
-            G = G + 0.5 * c * (np.outer(x, y) + np.outer(y, x))
+        if outer:  # one rank-2k product added in place, not 2k outer products and their sums
+            P = np.column_stack([v for x, y, _ in outer for v in (x, y)])
+            Q = np.column_stack([v for x, y, c in outer for v in (0.5 * c * y, 0.5 * c * x)])
+            add_symmetric_product(G, P, Q)
         return G
+
+
+def add_symmetric_product(G, P, Q):
+    """G += P Q^T in place (one BLAS dgemm, beta = 1), for a symmetric P Q^T (as
+    sum_k c_k (x_k y_k^T + y_k x_k^T) / 2): a C-ordered G is updated through its
+    Fortran-ordered transpose, whose update Q P^T equals P Q^T."""
+    F = G if G.flags.f_contiguous else G.T
+    if not F.flags.f_contiguous or G.dtype != np.float64:
+        G += P @ Q.T
+        return G
+    out = blas.dgemm(1.0, P, Q, beta=1.0, c=F, trans_b=1, overwrite_c=1)
+    if not np.shares_memory(out, F):  # BLAS copied: write back
+        F[...] = out
+    return G
 
 
 class LatentPosterior(_KernelGradient):

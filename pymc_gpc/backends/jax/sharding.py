@@ -33,8 +33,11 @@ Several hosts. JAX's multi-controller model: start the same script on every host
 automatic on Cloud TPU and SLURM) called before anything else touches jax; then
 ``jax.devices()`` lists the devices of all hosts, ``shard_rows()`` spans them, and every
 process passes the same data (each builds the same model; the inputs are replicated and
-then split, so each host keeps only its share of the m x n work). Only the single-host
-case (several devices in one process) is tested here.
+then split, so each host keeps only its share of the m x n work). Tested: several devices
+in one process, and two processes on one host with a local coordinator
+(``tests/backends/test_jax_distributed.py``: the evidence and gradient of one process to
+1e-10, numpyro NUTS on ``marginal_fn``); the launch on several hosts (SLURM) is in
+``docs/user_guide/large_data.md``.
 
 The pure functions: ``marginal_fn(approximation, kind, devices=None, **options)`` is
 ``fitc.marginal_fn`` with the rows split (jit it, or call it inside a jitted function).
@@ -95,7 +98,11 @@ def active_constraint():
 
 
 def marginal_fn(approximation, kind, devices=None, **options):
-    """``fitc.marginal_fn`` with the training points split over ``devices`` (default all)."""
+    """``fitc.marginal_fn`` with the training points split over ``devices`` (default all),
+    jitted: a sharding constraint evaluated eagerly (numpyro's initialisation calls the
+    potential and its gradient outside ``jit``) is an output sharding, which must split n
+    evenly across processes; inside ``jit`` an uneven split is padded."""
     mesh = row_mesh(devices)
-    constrain = row_constraint(mesh) if mesh.size > 1 else None
-    return fitc.marginal_fn(approximation, kind, constrain=constrain, **options)
+    if mesh.size == 1:
+        return fitc.marginal_fn(approximation, kind, **options)
+    return jax.jit(fitc.marginal_fn(approximation, kind, constrain=row_constraint(mesh), **options))
