@@ -50,6 +50,18 @@ if [ ! -f "$STAMP" ] || [ "$ROOT/pyproject.toml" -nt "$STAMP" ]; then
     echo "setup: installing pymc-gpc and its test, plot and docs extras into .venv" >&2
     "$VENV/bin/python" -m pip install --quiet --upgrade pip
     "$VENV/bin/python" -m pip install --quiet -e "$ROOT[test,plot,docs]"
+    # The docs test drives a headless Chromium (scripts/check_site.py); Playwright's own
+    # browser download needs a CDN, so take Debian's where we may install packages. Best
+    # effort: without it the browser test skips and says why.
+    if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then
+        if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+            echo "setup: installing Debian's chromium for the docs site check" >&2
+            { timeout 300 apt-get update -qq && DEBIAN_FRONTEND=noninteractive timeout 600 apt-get install -y -qq chromium; } \
+                >/dev/null 2>&1 || echo "setup: chromium could not be installed; the browser check of the docs will skip" >&2
+        else
+            echo "setup: no chromium found; the browser check of the docs will skip (apt-get install chromium)" >&2
+        fi
+    fi
     touch "$STAMP"
 fi
 

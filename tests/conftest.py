@@ -25,6 +25,7 @@ from pymc_gpc import likelihoods as L
 # (longest-processing-time-first scheduling). Without the reordering xdist would hand out
 # the files with the most tests first, and these few-test files last.
 LONGEST_FIRST = (
+    "integration/test_docs_site.py",
     "backends/test_jax.py",
     "backends/test_jax_fitc.py",
     "integration/test_bad_input.py",
