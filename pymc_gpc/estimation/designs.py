@@ -35,15 +35,30 @@ __all__ = ["WALSH_INDICES", "CCD_MAX_DIM", "GRID_MAX_DIM", "factorial_design", "
            "axis_scales", "Standardisation", "ccd", "grid", "weighted_moments"]
 
 
-# Columns of a Sylvester-Hadamard matrix (Walsh functions) whose first d columns form a
-# 2^(d-p) fractional factorial of resolution V (no main effect or two-factor interaction
-# aliased with another): Sanchez & Sanchez (2005), the table GPstuff's gp_ia uses.
-# ``test_integration_designs`` checks the resolution of every prefix.
-WALSH_INDICES = (1, 2, 4, 8, 15, 16, 32, 51, 64, 85, 106, 128, 150, 171, 219, 237, 247, 256, 279, 297, 455,
-                 512, 537, 557, 597, 643, 803, 863, 898)
+# Beyond this many hyperparameters the CCD's factorial part (2^(d-p) points, 512 at d = 30)
+# costs as much as a short NUTS run: use NUTS
+CCD_MAX_DIM = 30
 
 
-CCD_MAX_DIM = len(WALSH_INDICES)
+def _walsh_indices(count):
+    """Columns of a Sylvester-Hadamard matrix (Walsh functions) whose first d columns form a
+    2^(d-p) fractional factorial of resolution V for every d <= count, chosen greedily as
+    Sanchez & Sanchez (2005) do: the smallest index that is not the XOR of at most three
+    indices already chosen (so no defining word has fewer than five letters: main effects
+    and two-factor interactions are not aliased with each other). The sequence starts
+    1, 2, 4, 8, 15, 16, 32, 51, 64, 85, ...; GPstuff's ``gp_ia`` table agrees up to d = 24
+    but lists 597 (= 85 XOR 512, a word of three letters) at d = 25 and 898 at d = 29."""
+    chosen, forbidden, candidate = [], {0}, 1
+    while len(chosen) < count:
+        if candidate not in forbidden:
+            forbidden.update([candidate] + [candidate ^ a for a in chosen]
+                             + [candidate ^ a ^ b for a, b in itertools.combinations(chosen, 2)])
+            chosen.append(candidate)
+        candidate += 1
+    return tuple(chosen)
+
+
+WALSH_INDICES = _walsh_indices(CCD_MAX_DIM)
 
 
 # A grid's point count grows as (range / step)^d: beyond three hyperparameters use the CCD.
@@ -181,7 +196,7 @@ def grid(standard, log_density, log_p0, step=None, threshold=None, max_points=50
     ----------
     step : lattice spacing in standardised units (default 0.5, 0.75, 1.0 for d = 1, 2, 3).
     threshold : the largest drop of the log density below the mode's at which a point's
-        neighbours are still explored (default 10 for d = 1, 8 for d >= 2).
+        neighbours are still explored (default 10 for d <= 2, 8 for d = 3).
     max_points : a ValueError when the exploration exceeds it.
     """
     d = standard.mode.size
@@ -189,7 +204,7 @@ def grid(standard, log_density, log_p0, step=None, threshold=None, max_points=50
         raise ValueError(f"method='grid' serves at most {GRID_MAX_DIM} hyperparameters (its point count grows as "
                          f"range^d), the model has {d}: use method='ccd'")
     step = {1: 0.5, 2: 0.75, 3: 1.0}[d] if step is None else float(step)
-    threshold = (10.0 if d == 1 else 8.0) if threshold is None else float(threshold)
+    threshold = (10.0 if d <= 2 else 8.0) if threshold is None else float(threshold)
     if not (np.isfinite(step) and step > 0 and np.isfinite(threshold) and threshold > 0):
         raise ValueError(f"step and threshold must be positive numbers, got {step} and {threshold}")
     origin = (0,) * d
