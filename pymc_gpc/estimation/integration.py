@@ -59,8 +59,7 @@ def integrate(model, method="ccd", *, start=None, f0=1.1, step=None, threshold=N
         ``LogPosterior``), ``n_evaluations`` (log posterior evaluations, the mode search's
         included), ``dropped`` (points under ``MIN_WEIGHT``).
     """
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    _check_options(method, f0, step, threshold, max_points)
     target = LogPosterior(model, start_point(model, start))
     if method == "grid" and target.size > designs.GRID_MAX_DIM:
         raise ValueError(f"method='grid' serves at most {designs.GRID_MAX_DIM} hyperparameters, the model has "
@@ -123,12 +122,23 @@ def sample_integrated(model=None, method="ccd", *, draws=500, chains=2, random_s
                          "chains, random_seed, start, f0, step, threshold, max_points, progressbar")
     if int(draws) < 1 or int(chains) < 1:
         raise ValueError(f"draws and chains must be positive, got {draws} and {chains}")
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    _check_options(method, f0, step, threshold, max_points)
     model = pm.modelcontext(model)
     result = integrate(model, method, start=start, f0=f0, step=step, threshold=threshold, max_points=max_points,
                        progressbar=progressbar)
     return to_inference_data(result, model, int(draws), int(chains), random_seed)
+
+
+def _check_options(method, f0, step, threshold, max_points):
+    if method not in METHODS:
+        raise ValueError(f"method must be 'nuts', 'ccd' or 'grid', got {method!r}")
+    if not (np.isscalar(f0) and np.isfinite(f0) and f0 > 1):
+        raise ValueError(f"f0 must be a number above 1 (the CCD's radius over sqrt(d)), got {f0!r}")
+    for name, value in (("step", step), ("threshold", threshold)):
+        if value is not None and not (np.isscalar(value) and np.isfinite(value) and value > 0):
+            raise ValueError(f"{name} must be a positive number, got {value!r}")
+    if int(max_points) < 1:
+        raise ValueError(f"max_points must be positive, got {max_points!r}")
 
 
 def resample(weight, total, random_seed=None):
