@@ -138,3 +138,19 @@ def test_hessian_by_differences_of_the_gradient():
     mean, cov = _random_gaussian(4, seed=4)
     target = Gaussian(mean, cov)
     np.testing.assert_allclose(hessian(target, np.ones(4)), -target.precision, atol=1e-8)
+
+
+def test_stretched_weights_give_a_split_normals_second_moment():
+    """One dimension, a split normal with scales (1.5, 0.6): the three-point CCD with the
+    stretch's volume factor in its weights gives E z^2 = (s+^3 + s-^3) / (s+ + s-) exactly
+    and the mean (s+ - s-) / f0 (the true mean is sqrt(2 / pi) (s+ - s-)); without the
+    factor the mean would be (s+ - s-) / (2 f0) and E z^2 = (s+^2 + s-^2) / 2."""
+    sp, sm, f0 = 1.5, 0.6, 1.1
+
+    def log_density(x):
+        return -0.5 * (x[0] / (sp if x[0] >= 0 else sm)) ** 2
+
+    out = designs.ccd(designs.Standardisation(np.zeros(1), np.eye(1)), log_density, 0.0, f0=f0)
+    z = out["x"][:, 0]
+    np.testing.assert_allclose(out["weight"] @ z ** 2, (sp ** 3 + sm ** 3) / (sp + sm), rtol=1e-12)
+    np.testing.assert_allclose(out["weight"] @ z, (sp - sm) / f0, rtol=1e-12)
