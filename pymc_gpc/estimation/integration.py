@@ -124,6 +124,10 @@ def sample_integrated(model=None, method="ccd", *, draws=500, chains=2, random_s
         raise ValueError(f"draws and chains must be positive, got {draws} and {chains}")
     _check_options(method, f0, step, threshold, max_points)
     model = pm.modelcontext(model)
+    clash = sorted(set(_INTERNAL) & set(model.named_vars))
+    if clash:
+        raise ValueError(f"the model has variables named {clash}, which the {GROUP!r} group uses for the design; "
+                         "rename them")
     result = integrate(model, method, start=start, f0=f0, step=step, threshold=threshold, max_points=max_points,
                        progressbar=progressbar)
     return to_inference_data(result, model, int(draws), int(chains), random_seed)

@@ -211,6 +211,12 @@ def test_bad_input(one_hyper):
         pymc_gpc.sample(model=model, method="ccd", draws=0)
     with pytest.raises(ValueError, match="f0"):
         pymc_gpc.sample(model=model, method="ccd", f0=0.9, progressbar=False)
+    with pm.Model() as clash:
+        weight = pm.LogNormal("weight", 0.0, 0.5)
+        pymc_gpc.MarginalEP(cov_func=pm.gp.cov.ExpQuad(2, ls=weight), likelihood=L.Probit()).marginal_likelihood(
+            "y", X=X, y=Y)
+    with pytest.raises(ValueError, match="rename"):
+        pymc_gpc.sample(model=clash, method="ccd")
     with pytest.raises(ValueError, match="integration"):
         integration.predict(one_hyper[1], XNEW, az.from_dict({"posterior": {"ls": np.ones((1, 2))}}))
     with pm.Model() as wide:
