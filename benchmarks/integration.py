@@ -162,11 +162,13 @@ def main():
             res["nuts"] = run_nuts(model, gp, X_test, y_test)
         sections.append(table(name, len(y), len(y_test), res))
         print(sections[-1], flush=True)
-    text = ("# Deterministic integration (CCD) against NUTS and MAP-II\n\n"
-            "The machine was shared and loaded while this ran (2 cores, several other jobs): the wall "
-            "times are upper bounds, the CPU times are this process's and its children's. NUTS is left out "
-            "where the table has no NUTS row (its run would not fit the session).\n\n" + "\n".join(sections))
-    write_results(OUT, text)
+        write_results(OUT, INTRO + "\n".join(sections))  # after each data set: a long one may not finish
+
+
+INTRO = ("# Deterministic integration (CCD) against NUTS and MAP-II\n\n"
+         "The machine was shared and loaded while this ran (2 cores, several other jobs): the wall "
+         "times are upper bounds, the CPU times are this process's and its children's. NUTS is left out "
+         "where the table has no NUTS row (its run would not fit the session).\n\n")
 
 
 if __name__ == "__main__":
