@@ -371,10 +371,16 @@ def _rows(node):
         return None
 
 
-def sample(*args, model=None, **kwargs):
+def sample(*args, model=None, method="nuts", **kwargs):
     """``pm.sample`` with this package's defaults, then ``add_log_likelihood``: the result
     is ready for ``az.loo``, ``az.summary`` and ``az.plot_trace`` (the pointwise terms in
     ``log_likelihood``, the solver diagnostics in ``sample_stats``).
+
+    ``method="ccd"`` or ``"grid"`` integrates over the hyperparameters deterministically
+    instead (a central composite design or a grid around the mode, a few dozen evidence
+    evaluations; ``pymc_gpc.estimation.integration.sample_integrated``, which takes the
+    keyword arguments then) and returns draws resampled from the weighted design points,
+    with the points in the group ``integration``.
 
     The sampler evaluates the evidence at the sampling tolerances
     (``approximations.registry``'s ``sampling_defaults``: EP's tol 1e-2; ``ops.rewrites.sampling_tolerance``),
@@ -406,6 +412,8 @@ def sample(*args, model=None, **kwargs):
         ``nuts_sampler``, ``init``, ...), over the defaults above.
     model : pm.Model, optional
         The model (default: the model on the context stack).
+    method : str, optional
+        "nuts" (default), "ccd" or "grid".
 
     Returns
     -------
@@ -423,6 +431,12 @@ def sample(*args, model=None, **kwargs):
     ...     idata = pymc_gpc.sample(draws=500, tune=500, random_seed=1)  # doctest: +SKIP
     >>> az.loo(idata)  # doctest: +SKIP
     """
+    if method != "nuts":
+        if args:
+            raise ValueError(f"method={method!r} takes keyword arguments only")
+        from .estimation.integration import sample_integrated
+
+        return sample_integrated(model=model, method=method, **kwargs)
     model = pm.modelcontext(model)
     kwargs["nuts_sampler"] = kwargs.get("nuts_sampler") or default_sampler(model)
     if kwargs["nuts_sampler"] in JAX_SAMPLERS and not jax_available():

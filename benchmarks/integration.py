@@ -1,0 +1,175 @@
+"""Deterministic integration over the hyperparameters (``pymc_gpc.sample(method="ccd")``)
+against NUTS (``pymc_gpc.sample()``) and MAP-II, on Pima, Crabs and a public set the
+package was not tuned on.
+
+Run from the repository root (BLAS at one thread):
+
+    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/integration.py
+
+Protocol (fixed before the first run):
+
+* Model: ``pymc_gpc.ard_classifier(X_train, y_train)`` (EP, probit, ARD squared
+  exponential with amplitude v0 and bias v1, N(-3, 3^2) hyperpriors on the logs), inputs
+  standardised on the training rows.
+* CCD: ``pymc_gpc.sample(method="ccd", random_seed=1)`` (f0 = 1.1); predictions averaged
+  exactly with the weights (``estimation.integration.predict``). Its time includes the
+  MAP-II search it starts from, the Hessian, the design and the per-point deterministics.
+* NUTS: ``pymc_gpc.sample(draws=500, tune=500, chains=2, cores=2, random_seed=1)``;
+  predictions averaged over 200 evenly thinned draws. ``--no-nuts`` leaves it out.
+* MAP-II: ``pymc_gpc.fit(method="map")``, predictions at the point.
+* Data: Pima (Ripley's 200 / 332) and Crabs (80 / 120), bundled; HMDA (``AER::HMDA``,
+  Boston mortgage applications 1990, 2,380 rows, 12 % denied; Munnell et al. 1996, via
+  Stock & Watson's textbook data in R's AER package, bundled as
+  ``benchmarks/data/hmda.csv.gz``): its six numeric inputs (payments/income,
+  housing/income, loan/value ratios, consumer and mortgage credit scores, unemployment
+  rate), a random half (seed 0) for training, the rest for testing.
+* Reported: posterior means and sds of the unconstrained hyperparameters (CCD: weighted
+  over the design; NUTS: over the draws), the mean test log predictive, CPU time
+  (this process and its children: NUTS's chains run in child processes) and wall time.
+
+Writes ``benchmarks/results/integration.md``.
+"""
+
+import argparse
+import gzip
+import pathlib
+import resource
+import time
+import warnings
+
+from _provenance import write_results  # noqa: E402  (benchmarks/_provenance.py)
+import numpy as np
+import pandas as pd
+
+import pymc_gpc
+from pymc_gpc.datasets import load
+from pymc_gpc.estimation import integration
+
+OUT = pathlib.Path(__file__).parent / "results" / "integration.md"
+HMDA = pathlib.Path(__file__).parent / "data" / "hmda.csv.gz"
+HMDA_INPUTS = ["pirat", "hirat", "lvrat", "chist", "mhist", "unemp"]
+
+
+def cpu():
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def log_p(p, y):
+    """Mean test log predictive; y: True for the positive class."""
+    p = np.clip(p, 1e-300, 1 - 1e-16)
+    return float(np.mean(np.where(y, np.log(p), np.log1p(-p))))
+
+
+def load_hmda():
+    with gzip.open(HMDA, "rt") as fh:
+        df = pd.read_csv(fh)
+    X = df[HMDA_INPUTS].to_numpy(float)
+    y = (df["deny"] == "yes").to_numpy()
+    idx = np.random.default_rng(0).permutation(len(y))
+    tr, te = idx[: len(y) // 2], idx[len(y) // 2:]
+    mu, sd = X[tr].mean(axis=0), X[tr].std(axis=0)
+    return (X[tr] - mu) / sd, y[tr].astype(int), (X[te] - mu) / sd, y[te]
+
+
+def datasets():
+    for name in ("pima", "crabs"):
+        split = load(name)
+        yield name, split.X_train, split.y_train, split.X_test, np.asarray(split.y_test) > 0
+    yield "hmda", *load_hmda()
+
+
+def unconstrained_names(model):
+    return [v.name for v in model.continuous_value_vars]
+
+
+def run_ccd(model, gp, X_test, y_test):
+    t, c = time.time(), cpu()
+    idata = pymc_gpc.sample(model=model, method="ccd", random_seed=1, progressbar=False)
+    p = integration.predict(gp, X_test, idata)
+    wall, used = time.time() - t, cpu() - c
+    group = idata["integration"]
+    w = np.asarray(group["weight"])
+    moments = {}
+    for rv in model.free_RVs:  # ard_classifier's variables are untransformed logs
+        v = np.asarray(group[rv.name]).reshape(w.size, -1)
+        m = w @ v
+        moments[rv.name] = (m, np.sqrt(w @ (v - m) ** 2))
+    return dict(log_p=log_p(p, y_test), wall=wall, cpu=used, moments=moments, points=int(w.size),
+                evaluations=int(group.attrs["n_evaluations"]))
+
+
+def run_nuts(model, gp, X_test, y_test):
+    t, c = time.time(), cpu()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        idata = pymc_gpc.sample(model=model, draws=500, tune=500, chains=2, cores=2, random_seed=1,
+                                progressbar=False)
+    p = gp.predict(X_test, idata=idata, max_draws=200, progressbar=False)
+    wall, used = time.time() - t, cpu() - c
+    post = idata["posterior"]
+    moments = {}
+    for rv in model.free_RVs:
+        v = np.asarray(post[rv.name])
+        v = v.reshape(v.shape[0] * v.shape[1], -1)
+        moments[rv.name] = (v.mean(axis=0), v.std(axis=0, ddof=1))
+    return dict(log_p=log_p(p, y_test), wall=wall, cpu=used, moments=moments,
+                divergences=int(np.asarray(idata["sample_stats"]["diverging"]).sum()))
+
+
+def run_map(model, gp, X_test, y_test):
+    t, c = time.time(), cpu()
+    result = pymc_gpc.fit(model, method="map", progressbar=False)
+    p = gp.predict(X_test, point=result, progressbar=False)
+    return dict(log_p=log_p(p, y_test), wall=time.time() - t, cpu=cpu() - c)
+
+
+def table(name, n_train, n_test, res):
+    lines = [f"### {name} ({n_train} train / {n_test} test)", ""]
+    ccd, nuts, mp = res["ccd"], res.get("nuts"), res["map"]
+    lines.append("| method | test log p | CPU s | wall s | notes |")
+    lines.append("|---|---|---|---|---|")
+    lines.append(f"| CCD | {ccd['log_p']:.4f} | {ccd['cpu']:.1f} | {ccd['wall']:.1f} | {ccd['points']} points, "
+                 f"{ccd['evaluations']} log posterior evaluations |")
+    if nuts:
+        lines.append(f"| NUTS 2 x (500 + 500) | {nuts['log_p']:.4f} | {nuts['cpu']:.1f} | {nuts['wall']:.1f} | "
+                     f"{nuts['divergences']} divergences |")
+    lines.append(f"| MAP-II | {mp['log_p']:.4f} | {mp['cpu']:.1f} | {mp['wall']:.1f} | |")
+    lines += ["", "| hyperparameter | CCD mean | CCD sd |" + (" NUTS mean | NUTS sd | |CCD - NUTS| / NUTS sd |"
+                                                            if nuts else ""),
+              "|---|---|---|" + ("---|---|---|" if nuts else "")]
+    for rv, (m, s) in ccd["moments"].items():
+        for k in range(m.size):
+            label = f"{rv}[{k}]" if m.size > 1 else rv
+            row = f"| {label} | {m[k]:.3f} | {s[k]:.3f} |"
+            if nuts:
+                nm, ns = nuts["moments"][rv]
+                row += f" {nm[k]:.3f} | {ns[k]:.3f} | {abs(m[k] - nm[k]) / ns[k]:.2f} |"
+            lines.append(row)
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--no-nuts", action="store_true", help="leave NUTS out")
+    parser.add_argument("--nuts-on", default="pima,crabs", help="data sets on which NUTS runs")
+    args = parser.parse_args()
+    sections = []
+    for name, X, y, X_test, y_test in datasets():
+        model, gp = pymc_gpc.ard_classifier(X, y)
+        res = {"map": run_map(model, gp, X_test, y_test), "ccd": run_ccd(model, gp, X_test, y_test)}
+        if not args.no_nuts and name in args.nuts_on.split(","):
+            res["nuts"] = run_nuts(model, gp, X_test, y_test)
+        sections.append(table(name, len(y), len(y_test), res))
+        print(sections[-1], flush=True)
+        write_results(OUT, INTRO + "\n".join(sections))  # after each data set: a long one may not finish
+
+
+INTRO = ("# Deterministic integration (CCD) against NUTS and MAP-II\n\n"
+         "The machine was shared and loaded while this ran (2 cores, several other jobs): the wall "
+         "times are upper bounds, the CPU times are this process's and its children's. NUTS is left out "
+         "where the table has no NUTS row (its run would not fit the session).\n\n")
+
+
+if __name__ == "__main__":
+    main()
