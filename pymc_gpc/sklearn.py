@@ -8,7 +8,7 @@ by ``__init__`` and checked in ``fit``, fitted attributes ending in ``_``, ``cla
 Each ``fit`` builds the package's own model (``pymc_gpc.ard_classifier``, or a model
 around a kernel you give) and estimates its hyperparameters with ``pymc_gpc.fit``
 (``method="map"`` or ``"type2"``) or integrates over them with ``pymc_gpc.sample``
-(``method="nuts"``); the model, the GP and the fit result or ``InferenceData`` stay on
+(``method="nuts"``, or deterministically: ``"ccd"``, ``"grid"``); the model, the GP and the fit result or ``InferenceData`` stay on
 the estimator (``model_``, ``gp_``, ``fit_result_``, ``idata_``) for ArviZ and for
 ``gp_.predict``.
 
@@ -39,6 +39,7 @@ import pymc as pm
 
 from . import likelihoods
 from .gp import MarginalEP, MarginalLaplace
+from .estimation.integration import predict as integrated_predict
 from .idata import sample as _sample_hyperparameters
 from .models import ard_classifier, kmeans_centres
 from .point_estimates import fit as _fit_hyperparameters
@@ -48,7 +49,8 @@ __all__ = ["GaussianProcessClassifier", "GaussianProcessOrdinalClassifier"]
 # ``method=`` names: point estimates through ``pymc_gpc.fit``, and integration over the
 # hyperparameters through ``pymc_gpc.sample`` with these extra keywords.
 POINT_METHODS = ("map", "type2")
-SAMPLING_METHODS = {"nuts": {}}
+SAMPLING_METHODS = {"nuts": {}, "ccd": {"method": "ccd"}, "grid": {"method": "grid"}}
+INTEGRATION_METHODS = ("ccd", "grid")  # deterministic: a weighted design, no tuning or parallel chains
 METHODS = POINT_METHODS + tuple(SAMPLING_METHODS)
 
 APPROXIMATIONS = {"ep": MarginalEP, "laplace": MarginalLaplace}
@@ -116,6 +118,8 @@ class _GPClassifierBase(ClassifierMixin, BaseEstimator):
         self._ensure_model()
         if self.method in POINT_METHODS:  # from the point, not the FitResult's solver state: the same
             p = self._gp.predict(X, point=self.point_, progressbar=False)  # numbers after unpickling
+        elif self.method in INTEGRATION_METHODS:  # the design's exact weighted average
+            p = integrated_predict(self._gp, X, self.idata_, model=self._model)
         else:
             p = self._gp.predict(X, idata=self.idata_, max_draws=self.max_draws, progressbar=bool(self.verbose))
         p = np.asarray(p, dtype=float)
@@ -151,9 +155,10 @@ class _GPClassifierBase(ClassifierMixin, BaseEstimator):
             self.point_ = {k: np.asarray(v) for k, v in self.fit_result_.point.items()}
             return
         seed = check_random_state(self.random_state).randint(np.iinfo(np.int32).max)
+        nuts = {} if self.method in INTEGRATION_METHODS else {"tune": self.tune, "cores": self.n_jobs}
         self.idata_ = _sample_hyperparameters(
-            model=self._model, draws=self.draws, tune=self.tune, chains=self.chains, cores=self.n_jobs,
-            random_seed=seed, progressbar=bool(self.verbose), **SAMPLING_METHODS[self.method])
+            model=self._model, draws=self.draws, chains=self.chains, random_seed=seed,
+            progressbar=bool(self.verbose), **nuts, **SAMPLING_METHODS[self.method])
 
     def _check_params(self):
         """ValueError for a parameter no model takes, before any data is touched."""
@@ -220,8 +225,10 @@ class GaussianProcessClassifier(_GPClassifierBase):
         probit, or Laplace with the softmax.
     likelihood : two classes: "probit" (default) or "logistic". Several classes take the
         approximation's likelihood: leave it None.
-    method : "map" (MAP-II, the default), "type2" (type-II maximum likelihood) or "nuts"
-        (NUTS over the hyperparameters; predictions averaged over the draws).
+    method : "map" (MAP-II, the default), "type2" (type-II maximum likelihood), "nuts"
+        (NUTS over the hyperparameters; predictions averaged over the draws), or "ccd" /
+        "grid" (deterministic integration over the hyperparameters, ``pymc_gpc.sample``'s
+        ``method``; predictions averaged exactly with the design's weights).
     inducing : None (dense) or a number m of inducing inputs (FITC, k-means placed).
     per_class_kernels : several classes: one kernel per class (True) or one shared.
     prior : (mean, sd) of the Normal prior on every log-hyperparameter.

@@ -213,6 +213,25 @@ def test_nuts_tiny_run_is_reproducible():
     assert est.__sklearn_tags__().non_deterministic
 
 
+@pytest.mark.parametrize("method", ["ccd", "grid"])
+def test_deterministic_integration_averages_with_the_design_weights(method):
+    # one lengthscale and one amplitude (a callable kernel), so the grid (d <= 3) applies too
+    X, y = _data(n=24, d=2, seed=2)
+    kernel = lambda d: pm.gp.cov.ExpQuad(d, ls=pt.exp(pm.Normal("log_ls", 0, 1)))  # noqa: E731
+    est = GaussianProcessClassifier(kernel=kernel, method=method, draws=50, chains=2, random_state=0).fit(X, y)
+    group = est.idata_["integration"]
+    w = np.asarray(group["weight"]).ravel()
+    assert est.idata_.posterior["log_ls"].shape == (2, 50) and est.fit_result_ is None
+    np.testing.assert_allclose(w.sum(), 1.0, atol=1e-12)
+    # predict_proba is the weighted sum of the predictions at each design point
+    ls = np.asarray(group["log_ls"]).ravel()
+    by_point = np.stack([est.gp_.predict(X, point={"log_ls": v}, model=est.model_) for v in ls])
+    p = est.predict_proba(X)
+    np.testing.assert_allclose(p[:, 1], w @ by_point, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(p.sum(axis=1), 1.0)
+    assert np.mean(est.predict(X) == y) > 0.8
+
+
 def test_missing_scikit_learn_names_the_extra(monkeypatch):
     import importlib
     import sys
