@@ -110,7 +110,9 @@ def _parser():
     p.add_argument("--seed", type=int, default=0, help="random seed of the sampler")
     p.add_argument("--no-standardize", action="store_true", help="do not standardise the inputs")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    p.add_argument("--out", default="pymc-gpc-output", help="output folder: empty or missing, unless --overwrite")
+    p.add_argument("--out", default=None,
+                   help=f"output folder: empty or missing, unless --overwrite (default: {DEFAULT_OUT}, or "
+                        f"{DEFAULT_OUT}-2, -3, ... when it holds an earlier run)")
     p.add_argument("--overwrite", action="store_true",
                    help="write into a non-empty --out, replacing the files of an earlier run there "
                         f"({', '.join(OUTPUT_FILES)}; other files are kept)")
@@ -262,7 +264,7 @@ def run(args):
     _check_choices(args)
     data, classes, y_test_labels = _load(args)
     built = _model_for(args, data)  # every input error before the output folder's
-    out = pathlib.Path(args.out)
+    out = _output_folder(args.out, args.overwrite)
     _check_out(out, args.overwrite)
     staging = _staging_folder(out)
     try:
@@ -290,6 +292,25 @@ def _check_choices(args):
     if args.ordinal and args.likelihood is not None and args.likelihood not in ORDINAL_LIKELIHOODS:
         raise ValueError(f"--ordinal takes --likelihood {' or '.join(sorted(ORDINAL_LIKELIHOODS))}, "
                          f"not {args.likelihood}")
+
+
+DEFAULT_OUT = "pymc-gpc-output"
+
+
+def _output_folder(out, overwrite):
+    """``--out`` as given; without it, ``DEFAULT_OUT``, or (when that holds an earlier run and
+    ``overwrite`` is off) the first of ``DEFAULT_OUT-2``, ``-3``, ... that is empty or missing,
+    named on stderr, so that repeating the main job keeps the earlier results."""
+    if out is not None:
+        return pathlib.Path(out)
+    path, k = pathlib.Path(DEFAULT_OUT), 1
+    while not overwrite and path.is_dir() and any(path.iterdir()):
+        k += 1
+        path = pathlib.Path(f"{DEFAULT_OUT}-{k}")
+    if k > 1:
+        print(f"pymc-gpc: {DEFAULT_OUT}/ holds an earlier run; writing to {path}/ (--out chooses the folder, "
+              "--overwrite replaces)", file=sys.stderr)
+    return path
 
 
 def _check_out(out, overwrite):

@@ -77,9 +77,25 @@ def test_help_shows_defaults(capsys):
         cli.main(["--help"])
     text = " ".join(capsys.readouterr().out.split())
     for default in ("(default: pima)", "(default: nuts)", "(default: ep)", "(default: 500)", "(default: 2)",
-                    "(default: 0)", "(default: pymc-gpc-output)"):
+                    "(default: 0)", "(default: pymc-gpc-output,"):
         assert default in text, default
     assert "(default: None)" not in text and "(default: False)" not in text
+
+
+def test_the_default_folder_is_never_overwritten_silently(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert cli._output_folder(None, overwrite=False).name == "pymc-gpc-output"  # missing: used
+    (tmp_path / "pymc-gpc-output").mkdir()
+    assert cli._output_folder(None, overwrite=False).name == "pymc-gpc-output"  # empty: used
+    (tmp_path / "pymc-gpc-output" / "report.md").write_text("first run")
+    (tmp_path / "pymc-gpc-output-2").mkdir()
+    (tmp_path / "pymc-gpc-output-2" / "report.md").write_text("second run")
+    assert cli._output_folder(None, overwrite=False).name == "pymc-gpc-output-3"
+    assert "writing to pymc-gpc-output-3/" in capsys.readouterr().err
+    assert cli._output_folder(None, overwrite=True).name == "pymc-gpc-output"
+    assert cli._output_folder("mine", overwrite=False).name == "mine"  # an explicit --out is checked, not moved
+    with pytest.raises(ValueError, match="not empty"):
+        cli._check_out(tmp_path / "pymc-gpc-output", overwrite=False)
 
 
 @pytest.mark.parametrize("cell, column, advice", [("", "age", "fill them in"), ("NA", "age", "fill them in"),
