@@ -31,13 +31,14 @@ gradient; exception. The Op's own counters give the non-converged (status 1) and
 failed (status 2) evaluations and the retries taken (``ApproxMarginalOp.counts``).
 
     nice -n 10 python scripts/fuzz.py --draws 1200 --out benchmarks/results/fuzz.md
-    python scripts/fuzz.py --invariants --draws 20 --out benchmarks/results/fuzz.md
+    PYTHONPATH=. python scripts/fuzz.py --invariants --draws 10 --out benchmarks/results/fuzz.md
 
 ``--invariants`` (issue 58): over every likelihood x approximation on the dense prior, numba
 and JAX, on duplicated inputs with conflicting labels: the log evidence never above 0, the
 backends equal wherever both are finite, and every likelihood's predictive rows summing
 to 1 and matching quadrature at latent variances up to 1e6 (``invariant_cell``,
-``predictive_check``); its section of the results file is replaced in place.
+``predictive_check``); its section of the results file is replaced in place. (``PYTHONPATH=.``:
+run as a script, ``scripts/`` heads the path and an installed ``pymc_gpc`` would be measured.)
     python scripts/fuzz.py --draws 100 --structures fitc dense-multiclass
 """
 
