@@ -31,10 +31,19 @@ gradient; exception. The Op's own counters give the non-converged (status 1) and
 failed (status 2) evaluations and the retries taken (``ApproxMarginalOp.counts``).
 
     nice -n 10 python scripts/fuzz.py --draws 1200 --out benchmarks/results/fuzz.md
+    PYTHONPATH=. python scripts/fuzz.py --invariants --draws 10 --out benchmarks/results/fuzz.md
+
+``--invariants`` (issue 58): over every likelihood x approximation on the dense prior, numba
+and JAX, on duplicated inputs with conflicting labels: the log evidence never above 0, the
+backends equal wherever both are finite, and every likelihood's predictive rows summing
+to 1 and matching quadrature at latent variances up to 1e6 (``invariant_cell``,
+``predictive_check``); its section of the results file is replaced in place. (``PYTHONPATH=.``:
+run as a script, ``scripts/`` heads the path and an installed ``pymc_gpc`` would be measured.)
     python scripts/fuzz.py --draws 100 --structures fitc dense-multiclass
 """
 
 import argparse
+import math
 import os
 import sys
 import time
@@ -298,8 +307,177 @@ def _header():
     return header()
 
 
+# ---------------------------------------------------------------------------------------
+# Invariants (issue 58): numbers that cannot be wrong, engine level, numba and JAX
+# ---------------------------------------------------------------------------------------
+
+INVARIANT_CELLS = [(lik, a) for lik in (*LIKELIHOODS, "OrderedProbit", "OrderedLogit") for a in ("ep", "laplace")
+                   if not (lik == "StepLabelNoise" and a == "laplace")]
+INVARIANT_KEYS = ("draws", "finite", "neg_inf", "above_0", "jax_finite", "jax_neg_inf", "jax_above_0",
+                  "disagree", "one_inf")
+
+
+def conflicting_duplicates(ordinal, seed=0):
+    """The issue's data: 24 inputs each given twice, 8 of the pairs with opposite labels
+    (ordinal: the second copy one band away)."""
+    rng = np.random.default_rng(seed)
+    X0 = rng.normal(size=(24, 2))
+    latent = X0[:, 0] + 0.3 * rng.normal(size=24)
+    y0 = np.digitize(latent, [-0.5, 0.5]).astype(float) if ordinal else np.where(latent > 0, 1.0, -1.0)
+    y1 = y0.copy()
+    y1[:8] = np.where(y0[:8] == 0, 1.0, y0[:8] - 1.0) if ordinal else -y0[:8]
+    return np.vstack([X0, X0]), np.concatenate([y0, y1])
+
+
+def invariant_point(lik_name, X, rng):
+    """(K, likelihood, params) at log-hyperparameters drawn from N(0, 3^2)."""
+    z = rng.normal(0.0, 3.0, size=5)
+    D = (((X[:, None, :] - X[None, :, :]) / np.exp(z[:2])) ** 2).sum(-1)
+    K = np.exp(z[2]) * np.exp(-0.5 * D) + 1e-8 * np.eye(X.shape[0])
+    lik = {"Probit": lambda: L.Probit(), "ProbitBias": lambda: L.ProbitBias(z[3]),
+           "ProbitNoise": lambda: L.ProbitNoise(np.exp(z[3])),
+           "StepLabelNoise": lambda: L.StepLabelNoise(0.5 / (1.0 + np.exp(-z[3]))), "Logistic": lambda: L.Logistic(),
+           "OrderedProbit": lambda: pymc_gpc.OrderedProbit(np.sort(z[3:5]), sigma=1.0),
+           "OrderedLogit": lambda: pymc_gpc.OrderedLogit(np.sort(z[3:5]))}[lik_name]()
+    return K, lik, lik.resolve_params(None)
+
+
+def _numba_log_z(approx, K, y, lik, th):
+    from pymc_gpc.approximations import registry
+    from pymc_gpc.approximations.solve import solve_with_retries
+    from pymc_gpc.structures import DensePrior
+
+    opts = dict(registry.APPROXIMATIONS[approx].engine_defaults)
+    try:
+        result, _ = solve_with_retries(approx, DensePrior(K), y, lik, th, None, opts)
+    except (ValueError, ArithmeticError, np.linalg.LinAlgError):
+        return -np.inf
+    return result.log_z
+
+
+def invariant_cell(lik_name, approx, draws, rng, backends=("numba", "jax")):
+    """Counts of one (likelihood, approximation) cell on the dense prior, both backends."""
+    c = dict.fromkeys(INVARIANT_KEYS, 0)
+    X, y = conflicting_duplicates(lik_name.startswith("Ordered"))
+    jfn = None
+    if "jax" in backends:
+        import jax
+        import jax.numpy as jnp
+
+        from pymc_gpc.backends.jax import engine
+
+        jfn = jax.jit(engine.marginal_fn(approx, getattr(L, lik_name, None).kind if hasattr(L, lik_name)
+                                         else getattr(pymc_gpc, lik_name).kind))
+    for _ in range(draws):
+        K, lik, th = invariant_point(lik_name, X, rng)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            a = _numba_log_z(approx, K, y, lik, th)
+        c["draws"] += 1
+        c["finite"] += bool(np.isfinite(a))
+        c["neg_inf"] += a == -np.inf
+        c["above_0"] += bool(a > 0.0)
+        if jfn is None:
+            continue
+        b = float(jfn(jnp.asarray(K), jnp.asarray(th, dtype=float), jnp.asarray(y))[0])
+        c["jax_finite"] += bool(np.isfinite(b))
+        c["jax_neg_inf"] += b == -np.inf
+        c["jax_above_0"] += bool(b > 0.0)
+        if np.isfinite(a) and np.isfinite(b):
+            c["disagree"] += bool(abs(a - b) > 1e-6 * (1.0 + abs(a)))
+        elif np.isfinite(a) or np.isfinite(b):
+            c["one_inf"] += 1
+    return c
+
+
+def predictive_check(rng, n=200, n_quad=12):
+    """Per likelihood: worst |row sum - 1| over predictions at mu ~ N(0, 10^2),
+    s2 = 10^U(-4, 6), and worst |p - quadrature| at ``n_quad`` of those points (scipy's
+    adaptive quad in logs, split at the cutpoints and the mean)."""
+    from scipy import integrate
+
+    out = {}
+    mu, s2 = rng.normal(0.0, 10.0, n), 10.0 ** rng.uniform(-4.0, 6.0, n)
+    for name in (*LIKELIHOODS, "OrderedProbit", "OrderedLogit"):
+        _, lik, th = invariant_point(name, np.zeros((1, 2)), rng)
+        p = np.asarray(lik.predict(mu, s2))
+        rows = np.column_stack([1.0 - p, p]) if p.ndim == 1 else p
+        worst_q = 0.0
+        for i in range(n_quad):
+            s = np.sqrt(s2[i])
+            lo, hi = mu[i] - 12 * s, mu[i] + 12 * s
+            cuts = th[: th.size - (name == "OrderedProbit")] if name.startswith("Ordered") else np.zeros(1)
+            br = sorted({lo, hi, mu[i], *[c + d for c in cuts for d in (-60, -10, 0, 10, 60) if lo < c + d < hi]})
+            br = [b for b in br if lo <= b <= hi]
+            for k in range(rows.shape[1]):
+                yk = float(k) if p.ndim > 1 else (2.0 * k - 1.0)
+
+                def g(f, yk=yk):
+                    ll = lik.log_lik(np.array([yk]), np.array([f])).lp[0]
+                    return np.exp(ll - 0.5 * (f - mu[i]) ** 2 / s2[i]) / np.sqrt(2 * np.pi * s2[i])
+
+                if name == "StepLabelNoise":
+                    eps = th[0]
+                    ref = eps + (1 - 2 * eps) * (0.5 * math.erfc(-yk * mu[i] / (s * math.sqrt(2))))
+                else:
+                    ref = sum(integrate.quad(g, a, b, epsabs=1e-14, epsrel=1e-11, limit=400)[0]
+                              for a, b in zip(br[:-1], br[1:]))
+                worst_q = max(worst_q, abs(rows[i, k] - ref))
+        out[name] = (float(np.max(np.abs(rows.sum(axis=1) - 1.0))), worst_q)
+    return out
+
+
+INVARIANTS_TITLE = "# Invariants: log evidence <= 0, rows summing to 1, JAX equal to numba, quadrature"
+
+
+def invariants_table(rows, predictive, draws, seconds):
+    """The invariants section of ``fuzz.md`` (Markdown)."""
+    lines = [INVARIANTS_TITLE, "",
+             f"`python scripts/fuzz.py --invariants --draws {draws}`; wall time {seconds / 60:.1f} min. Dense prior,",
+             "the issue's data (24 inputs each given twice, 8 pairs with conflicting labels; ordinal: one",
+             "band apart), every log-hyperparameter and likelihood parameter ~ N(0, 3^2) on its",
+             "unconstrained scale. `> 0`: log evidence above 0 (impossible for discrete labels);",
+             "`disagree`: both backends finite and |numba - JAX| > 1e-6 (1 + |numba|) (non-converged",
+             "runs may differ); `one -inf`: one backend finite, the other -inf (status 2).", "",
+             "| likelihood | approx | draws | numba finite | numba -inf | numba > 0 | JAX finite | JAX -inf | JAX > 0 "
+             "| disagree | one -inf |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for lik_name, approx, c in rows:
+        lines.append(f"| {lik_name} | {approx} | " + " | ".join(str(c[k]) for k in INVARIANT_KEYS) + " |")
+    lines += ["", "Predictive probabilities at 200 points, mu ~ N(0, 10^2), latent variance 10^U(-4, 6): the",
+              "worst |row sum - 1| there, and the worst |p - quadrature| at 12 of them (scipy's adaptive",
+              "quad of p(y | f) N(f; mu, s2), split at the cutpoints; the step likelihood in closed form).", "",
+              "| likelihood | worst row sum error | worst error against quadrature |", "|---|---|---|"]
+    lines += [f"| {k} | {v[0]:.1e} | {v[1]:.1e} |" for k, v in predictive.items()]
+    return "\n".join(lines) + "\n"
+
+
+def invariants_main(args):
+    """Run the invariant fuzz; with --out, put its section (own provenance) in place of the
+    file's previous invariants section, after the rest of the file."""
+    t0 = time.time()
+    provenance = _header()
+    rows = []
+    for j, (lik_name, approx) in enumerate(INVARIANT_CELLS):
+        c = invariant_cell(lik_name, approx, args.draws, np.random.default_rng([args.seed, j]))
+        rows.append((lik_name, approx, c))
+        print(lik_name, approx, c, flush=True)
+    predictive = predictive_check(np.random.default_rng(args.seed))
+    text = invariants_table(rows, predictive, args.draws, time.time() - t0)
+    print(text)
+    if args.out:
+        old = open(args.out).read() if os.path.exists(args.out) else ""
+        head = old.split("\n" + INVARIANTS_TITLE)[0].rstrip("\n")
+        body = provenance.replace("<!-- provenance: written by benchmarks/_provenance.py -->\n", "")
+        with open(args.out, "w") as fh:
+            fh.write((head + "\n\n" if head else "") + text.replace("\n\n", "\n\n" + body, 1))
+    bad = sum(c["above_0"] + c["jax_above_0"] for _, _, c in rows)
+    return 1 if bad or any(v[0] > 1e-9 for v in predictive.values()) else 0
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--invariants", action="store_true",
+                   help="the invariant fuzz (log evidence <= 0, rows summing to 1, JAX = numba, quadrature)")
     p.add_argument("--draws", type=int, default=1200, help="draws per (combination, data set)")
     p.add_argument("--seed", type=int, default=20261122)
     p.add_argument("--out", default=None, help="markdown file for the table")
@@ -309,6 +487,8 @@ def main(argv=None):
     p.add_argument("--multiclass-draws", type=int, default=None,
                    help="draws per multi-class cell (default: --draws; nested EP costs more per draw)")
     args = p.parse_args(argv)
+    if args.invariants:
+        return invariants_main(args)
     provenance = _header()  # now: the commit whose code this process imported
     data = datasets(args.seed)
     rows, all_examples = [], []

@@ -13,6 +13,7 @@ the code.
     .venv/bin/python scripts/mutation.py                 # every fault; writes the results file
     .venv/bin/python scripts/mutation.py --only laplace-loo-sign softmax-loo-marginal
     .venv/bin/python scripts/mutation.py --list
+    .venv/bin/python scripts/mutation.py --only gp-container-labels-ge --update   # re-run rows in place
 
 Results: ``benchmarks/results/mutation.md`` (rewritten in place, headed by its
 provenance). Exit status 1 if any fault survived or a run errored.
@@ -139,6 +140,21 @@ FAULTS = [
     Fault("multinomial-probit-scale", "pymc_gpc/likelihoods/multiclass.py",
           "d = F[k][None] - np.delete(F, k, axis=0)", "d = 0.9 * (F[k][None] - np.delete(F, k, axis=0))",
           (MULTI, "-k", "zero_covariance or multinomial_probit"), "multinomial probit: class differences scaled"),
+    # -- issue 58's survivors: label coding, the posterior's coordinates, the ordinal label check --
+    Fault("gp-container-labels-ge", "pymc_gpc/gp.py",
+          "return pt.switch(pt.gt(values, 0), 1.0, -1.0)", "return pt.switch(pt.ge(values, 0), 1.0, -1.0)",
+          ("tests/test_gp_label_coding.py",), "labels from a pm.Data container coded with >= 0 (class 0 as +1)"),
+    Fault("idata-keeps-unused-coords", "pymc_gpc/idata.py",
+          'idata["posterior"] = _drop_unused_coords(post.drop_vars(drop))', 'idata["posterior"] = post.drop_vars(drop)',
+          ("tests/test_idata_coords.py",), "the posterior keeps the LOO terms' observation coordinate"),
+    Fault("ordinal-label-check-loose", "pymc_gpc/likelihoods/ordinal.py",
+          "(y >= 0) & (y <= k - 1))", "(y >= 0) & (y <= k))",
+          ("tests/likelihoods/test_ordinal_labels.py",), "ordinal labels: the label K (no such class) accepted"),
+    Fault("ordered-logit-unguarded-newton", "pymc_gpc/likelihoods/binary.py",
+          "        if not (lo < m_new < hi):\n            m_new = 0.5 * (lo + hi)\n",
+          "        if not (m_new == m_new):\n            m_new = 0.5 * (lo + hi)\n",
+          ("tests/likelihoods/test_ordered_logit_large_variance.py",),
+          "ordered logit's tilted moments: the mode's Newton steps no longer kept in the bracket"),
 ]
 
 
@@ -211,6 +227,29 @@ def provenance(argv):
     ]
 
 
+def merged(text, lines, prov):
+    """The results file ``text`` with the table rows of ``lines`` (a partial run) put in place
+    of the rows of the same faults (new faults appended), the count restated and the
+    partial run's provenance added under the file's own."""
+    def name(row):
+        return row.split("|")[1].strip()
+
+    new_rows = {name(r): r for r in lines if r.startswith("| ") and not r.startswith("| fault")}
+    out, seen = [], set()
+    for row in text.rstrip("\n").split("\n"):
+        if row.startswith("| ") and name(row) in new_rows:
+            row = new_rows[name(row)]
+            seen.add(name(row))
+        out.append(row)
+    out += [r for n, r in new_rows.items() if n not in seen]
+    rows = [r for r in out if r.startswith("| ") and not r.startswith("| fault")]
+    killed = sum(r.split("|")[4].strip() == "killed" for r in rows)
+    out = [re.sub(r"^\d+ of \d+ faults killed", f"{killed} of {len(rows)} faults killed", r) for r in out]
+    at = next(i for i, r in enumerate(out) if r.startswith("- machine:")) + 1
+    note = [f"- re-run of {', '.join(new_rows)}:"] + ["  " + p for p in prov]
+    return "\n".join(out[:at] + note + out[at:]) + "\n"
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -218,6 +257,8 @@ def main(argv=None):
     parser.add_argument("--list", action="store_true", help="list the faults and exit")
     parser.add_argument("--out", default=str(ROOT / "benchmarks/results/mutation.md"))
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per pytest run")
+    parser.add_argument("--update", action="store_true",
+                        help="with --only: replace (or add) those faults' rows in the results file")
     args = parser.parse_args(argv)
     faults = [f for f in FAULTS if not args.only or f.name in args.only]
     if args.list:
@@ -276,6 +317,9 @@ def main(argv=None):
     if not args.only:
         Path(args.out).write_text("\n".join(lines) + "\n")
         print(f"wrote {args.out}")
+    elif args.update:
+        Path(args.out).write_text(merged(Path(args.out).read_text(), lines, prov))
+        print(f"updated {args.out}")
     else:
         print("\n".join(lines))
     return 0 if ok else 1

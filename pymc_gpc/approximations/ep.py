@@ -189,7 +189,7 @@ def _sequential_sweep(kind, Sigma, mu, tau, nu, y, th, damping, prior_var):
         floor = _cavity_floor(tau.min(), prior_var[i], s_ii)
         tau_new, nu_new, d, _, _, _, _, _, _ = _update_site(
             kind, y[i], mu[i], s_ii, tau[i], nu[i], floor, th, damping)
-        change = max(change, d)
+        change = max(change, d) if np.isfinite(d) else np.inf  # max() would skip a NaN
         # s = Sigma[:, i]: the posterior moves along it (mu = Sigma nu)
         _rank_one_site_update(tau_new - tau[i], nu_new - nu[i], s_ii, mu[i], Sigma[:, i].copy(), mu, Sigma, n)
         tau[i] = tau_new
@@ -395,7 +395,8 @@ def ep_warm_compiled(kind, K, y, th, tau, nu, forecast, tol, max_sweeps, n_param
     log_z = _factored_log_z(L, tau, nu, mean, tau_c, nu_c, tilted[0])
     dK = outer_minus_R(b, Li, np.sqrt(tau), 0.5)
     tilted_dparams_sum(kind, y, nu_c / tau_c, 1.0 / tau_c, th, tilted[3], dth)
-    ok = np.isfinite(log_z) and np.isfinite(dK.sum()) and np.all(np.isfinite(dth))
+    # log_z <= 0: every kind here has discrete labels (``Likelihood.max_log_evidence``)
+    ok = np.isfinite(log_z) and log_z <= 0.0 and np.isfinite(dK.sum()) and np.all(np.isfinite(dth))
     return ok, log_z, dK, dth, tilted[0].copy(), sweeps, tau, nu, first_change
 
 
@@ -690,6 +691,9 @@ def _sequential(prior, y, likelihood, th, post, tau, nu, damping, tol, max_sweep
         change = _sequential_sweep(likelihood.kind, Sigma, mu, tau, nu, y, th, damping, np.diag(K).copy())
         sweeps += 1
         first_change = change if sweeps == 1 else first_change
+        if not np.isfinite(change):  # a NaN site: not converged, whatever the other sites did
+            tau, nu = tau_old, nu_old
+            break
         post, tau, nu = _proper_posterior(prior, tau_old, nu_old, tau, nu)
         if change < tol:
             break

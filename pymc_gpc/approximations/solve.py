@@ -5,6 +5,8 @@ Used by the evidence Ops (``ops.marginal``), ``pymc_gpc.fit`` (``point_estimates
 prediction over posterior draws (``prediction``).
 """
 
+import dataclasses
+
 import numpy as np
 
 from .registry import APPROXIMATIONS, get
@@ -20,6 +22,18 @@ def prediction_options(options):
 
 def solve(approximation, K, y, lik, params, state, options):
     return APPROXIMATIONS[approximation].solver(K, y, lik, params, state=state, **options)
+
+
+def _bounded(result, lik):
+    """``result``, or where its log evidence is NaN or above ``lik.max_log_evidence`` (0 for
+    discrete labels: p(y) <= 1) a failed copy of it (log_z = -inf, not converged), which the
+    retries replace and the Ops report as status 2. Such values come from runs that did not
+    reach a fixed point: EP sites oscillating with nearly singular K^-1 + S (the step
+    likelihood with label noise on duplicated inputs with conflicting labels gave +5e11)."""
+    bound = getattr(lik, "max_log_evidence", np.inf)
+    if np.isnan(result.log_z) or result.log_z > bound:
+        return dataclasses.replace(result, log_z=-np.inf, converged=False)
+    return result
 
 
 def default_retries(approximation, options):
@@ -45,17 +59,17 @@ def solve_with_retries(approximation, K, y, lik, params, state, options, retry_o
     retries = 0
     result = None
     try:
-        result = solve(approximation, K, y, lik, params, state, options)
+        result = _bounded(solve(approximation, K, y, lik, params, state, options), lik)
     except (np.linalg.LinAlgError, WarmStartMismatch):
         if state is None:
             raise
     if state is not None and (result is None or not np.isfinite(result.log_z)):
         retries += 1
-        result = solve(approximation, K, y, lik, params, None, options)
+        result = _bounded(solve(approximation, K, y, lik, params, None, options), lik)
     for retry in schedule if not result.converged else []:
         retries += 1
         try:
-            attempt = solve(approximation, K, y, lik, params, None, retry)
+            attempt = _bounded(solve(approximation, K, y, lik, params, None, retry), lik)
         except np.linalg.LinAlgError:
             continue
         if np.isfinite(attempt.log_z) or not np.isfinite(result.log_z):

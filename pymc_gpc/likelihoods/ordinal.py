@@ -242,8 +242,10 @@ class OrderedLogit(OrdinalLikelihood):
 
         p(y = k \mid f) = \ell(b_{k+1} - f) - \ell(b_k - f), \qquad b_0 = -\infty,\ b_K = +\infty,
 
-    with the logistic function :math:`\ell(u) = 1 / (1 + e^{-u})`. EP's tilted moments by
-    the trapezoidal rule of the Logistic likelihood; Laplace in closed form.
+    with the logistic function :math:`\ell(u) = 1 / (1 + e^{-u})`. EP's tilted moments and the
+    predictive by a composite Gauss-Legendre rule around the tilted mode, exact to about 1e-13
+    at any latent variance up to 1e6 (``binary._ordered_logit_tilted_local``); Laplace in
+    closed form.
 
     Parameters
     ----------

@@ -229,7 +229,8 @@ def finish_outputs(log_z, dK, dth, loo, n_iter, converged, failed, th, kind, ext
     """Status and the failure convention: -inf value, zero gradient, -inf loo. ``dK`` is an
     array or a tuple of arrays (FITC's three kernel inputs)."""
     dKs = dK if isinstance(dK, tuple) else (dK,)
-    ok = (~failed & lik.params_valid(kind, th) & jnp.isfinite(log_z)
+    # log_z <= 0: p(y) <= 1 for discrete labels (``Likelihood.max_log_evidence``)
+    ok = (~failed & lik.params_valid(kind, th) & jnp.isfinite(log_z) & (log_z <= 0.0)
           & jnp.all(jnp.asarray([jnp.all(jnp.isfinite(g)) for g in dKs])) & jnp.all(jnp.isfinite(dth)))
     status = jnp.where(ok, jnp.where(converged, STATUS_CONVERGED, STATUS_NOT_CONVERGED), STATUS_FAILED)
     zeroed = tuple(jnp.where(ok, g, 0.0) for g in dKs)

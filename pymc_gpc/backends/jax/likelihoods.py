@@ -31,6 +31,7 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.scipy.special import log_ndtr
 
 PROBIT, PROBIT_BIAS, PROBIT_NOISE, STEP_LABEL_NOISE, LOGISTIC, ORDERED_PROBIT, ORDERED_LOGIT = range(7)  # as binary.py
@@ -238,7 +239,10 @@ def log_lik_dparams(kind, y, th, out):
 # site's upper and lower cutpoint and in sigma (``ordinal_scatter`` places them in the
 # parameter vector; ``tilted_dparams`` / ``log_lik_dparams`` above call it).
 
-_ORDINAL_HALF_NODES = 200
+# The ordered logit's composite Gauss-Legendre rule (as ``binary.py``'s)
+_GL_NODES, _GL_WEIGHTS = np.polynomial.legendre.leggauss(12)  # numpy: cast at trace time
+_GRADE = 2.0 ** np.arange(-1, 21)
+_N_SD = 9
 
 
 def _log1mexp(x):
@@ -321,10 +325,10 @@ def ordinal_log_lik(kind, y, f, th):
     return jnp.stack(rows)
 
 
-def _ordered_logit_tilted(y, mu, s2, th):
-    """``ordinal._ordered_logit_tilted_local`` with a fixed trapezoidal grid (as
-    ``_logistic_tilted``): the mode by bisection on the concave log-integrand's slope."""
-    s = jnp.sqrt(s2)
+def _ordered_logit_mode(y, mu, s2, th):
+    """The mode of the strictly concave g(f) = log p(y | f) - (f - mu)^2 / (2 s2) by 90
+    bisections of [mu - s2 - 50, mu + s2 + 50] (|d log p / df| < 1 for the logit, so g' changes
+    sign there), then one Newton step (``binary._ordered_logit_mode``)."""
 
     def slope(m):
         return ordinal_log_lik(ORDERED_LOGIT, y, m, th)[1] - (m - mu) / s2
@@ -335,20 +339,48 @@ def _ordered_logit_tilted(y, mu, s2, th):
         right = slope(mid) > 0.0
         return jnp.where(right, mid, lo), jnp.where(right, hi, mid)
 
-    lo, hi = jax.lax.fori_loop(0, 80, bisect, (mu - s2 - 50.0, mu + s2 + 50.0))  # |d1| < 1 for the logit
+    lo, hi = jax.lax.fori_loop(0, 90, bisect, (mu - s2 - 50.0, mu + s2 + 50.0))
     m = 0.5 * (lo + hi)
-    h = 9.0 * s / _ORDINAL_HALF_NODES
-    t = jnp.arange(-_ORDINAL_HALF_NODES, _ORDINAL_HALF_NODES + 1, dtype=mu.dtype)[:, None] * h[None, :]
+    r = ordinal_log_lik(ORDERED_LOGIT, y, m, th)
+    m_new = m - (r[1] - (m - mu) / s2) / (r[2] - 1.0 / s2)
+    return jnp.where((m_new > lo) & (m_new < hi), m_new, m)
+
+
+def _ordered_logit_breakpoints(m, s, has1, b1, has2, b2):
+    """``binary._ordered_logit_breakpoints`` over sites: a (109, n) array of sorted offsets
+    from the mode, clipped to [-9 s, 9 s]."""
+    steps = jnp.arange(-_N_SD, _N_SD + 1, dtype=s.dtype)[:, None] * s[None, :]
+    offs = np.concatenate([np.zeros(1), -_GRADE, _GRADE])[:, None]
+    parts = [steps]
+    for c, has in ((b1, has1), (b2, has2)):
+        parts.append(jnp.where(has[None, :], (c - m)[None, :] + offs, 0.0))
+    pts = jnp.concatenate(parts, axis=0)
+    return jnp.sort(jnp.clip(pts, -_N_SD * s[None, :], _N_SD * s[None, :]), axis=0)
+
+
+def _ordered_logit_tilted(y, mu, s2, th):
+    """``binary._ordered_logit_tilted_local`` over sites: the same composite Gauss-Legendre
+    rule (the same panels and nodes) around the mode of the log-integrand."""
+    _, _, has1, b1, has2, b2, _ = _ordinal_bounds(ORDERED_LOGIT, y, th)
+    m = _ordered_logit_mode(y, mu, s2, th)
+    dm = m - mu
+    g_m = ordinal_log_lik(ORDERED_LOGIT, y, m, th)[0] - 0.5 * dm ** 2 / s2
+    pts = _ordered_logit_breakpoints(m, jnp.sqrt(s2), has1, b1, has2, b2)
+    half = 0.5 * (pts[1:] - pts[:-1])  # (panels, n)
+    mid = 0.5 * (pts[1:] + pts[:-1])
+    t = (mid[:, None, :] + half[:, None, :] * _GL_NODES[None, :, None]).reshape(-1, mu.shape[0])
+    wq = (half[:, None, :] * _GL_WEIGHTS[None, :, None]).reshape(-1, mu.shape[0])
     f = m[None, :] + t
-    out = jax.vmap(lambda fk: ordinal_log_lik(ORDERED_LOGIT, y, fk, th))(f)  # (nodes, 13, n)
-    g_m = ordinal_log_lik(ORDERED_LOGIT, y, m, th)[0] - 0.5 * (m - mu) ** 2 / s2
-    w = jnp.exp(out[:, 0] - 0.5 * (f - mu) ** 2 / s2 - g_m[None, :])
+    u1 = jnp.where(has1[None, :], b1[None, :] - f, 0.0)
+    u2 = jnp.where(has2[None, :], b2[None, :] - f, 0.0)
+    lp, g1, g2, *_ = _interval_partials(True, u1, has1[None, :], u2, has2[None, :])
+    w = wq * jnp.exp(jnp.where(wq > 0.0, lp - 0.5 * (dm[None, :] + t) ** 2 / s2[None, :] - g_m[None, :], -jnp.inf))
     w_sum = w.sum(axis=0)
     mean_t = (w * t).sum(axis=0) / w_sum
-    var = (w * (t - mean_t[None, :]) ** 2).sum(axis=0) / w_sum
-    lz = g_m + jnp.log(h * w_sum) - 0.5 * jnp.log(2.0 * jnp.pi * s2)
-    return (lz, (m + mean_t - mu) / s2, (var - s2) / (s2 * s2), (w * out[:, 4]).sum(0) / w_sum,
-            (w * out[:, 5]).sum(0) / w_sum, jnp.zeros_like(mu))
+    var = jnp.maximum((w * t * t).sum(axis=0) / w_sum - mean_t * mean_t, 0.0)
+    lz = g_m + jnp.log(w_sum) - 0.5 * jnp.log(2.0 * jnp.pi * s2)
+    return (lz, (dm + mean_t) / s2, (var - s2) / (s2 * s2), (w * g1).sum(0) / w_sum,
+            (w * g2).sum(0) / w_sum, jnp.zeros_like(mu))
 
 
 def ordinal_tilted(kind, y, mu, s2, th):

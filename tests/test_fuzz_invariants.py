@@ -1,0 +1,39 @@
+"""A small fixed-seed sample of ``scripts/fuzz.py --invariants`` (issue 58): on duplicated
+inputs with conflicting labels, no likelihood x approximation returns a log evidence above
+0 (numba for every cell, JAX for the step likelihood's EP, the cell that gave +5e11), and
+every likelihood's predictive rows sum to 1 and match quadrature at latent variances up to 1e6."""
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _fuzz():
+    spec = importlib.util.spec_from_file_location("pymc_gpc_fuzz_script", ROOT / "scripts" / "fuzz.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+FUZZ = _fuzz()
+
+
+@pytest.mark.parametrize("lik_name, approx", FUZZ.INVARIANT_CELLS, ids=lambda v: str(v))
+def test_log_evidence_never_above_zero(lik_name, approx):
+    backends = ("numba", "jax") if (lik_name, approx) == ("StepLabelNoise", "ep") else ("numba",)
+    if "jax" in backends:
+        pytest.importorskip("jax")
+    c = FUZZ.invariant_cell(lik_name, approx, 3, np.random.default_rng([58, len(lik_name)]), backends)
+    assert c["draws"] == 3
+    assert c["above_0"] == 0 and c["jax_above_0"] == 0, c
+
+
+def test_predictive_rows_and_quadrature():
+    worst = FUZZ.predictive_check(np.random.default_rng(58), n=100, n_quad=3)
+    for name, (row_err, quad_err) in worst.items():
+        assert row_err <= 1e-9, (name, row_err)
+        assert quad_err <= 1e-8, (name, quad_err)
