@@ -30,7 +30,7 @@ D = q 1^T + 1 r^T - 2 X diag(l) Xs^T and
 evaluates K and its pullback once per leapfrog step: composed from PyTensor's
 elementwise graph (whose exponential runs as numba's scalar loop, much slower than
 NumPy's vectorised one) they cost about as much as a sweep of EP; as these two Ops,
-markedly less (figures: ``benchmarks/results/engine_notes.md``, "Figures moved from
+markedly less (figures: ``docs/design/engine_notes.md``, "Figures moved from
 comments"). Both run in numba's nopython mode, the exponential included
 (``numerics.special.exp_inplace``, vectorised), so a compiled logp never enters Python
 here. The pullback has no gradient itself: for Hessian-based tools
@@ -61,7 +61,7 @@ from .numerics.special import exp_inplace
 # product each (``_product_distance``, ``_product_pullback``) instead of O(n^2 d) loops.
 # The products win clearly from about 10 columns and are level with the loops below
 # that, so small inputs (Pima's 7, Crabs' 5) keep the loops
-# (benchmarks/results/kernel_products.md; benchmarks/results/engine_notes.md).
+# (benchmarks/results/kernel_products.md; docs/design/engine_notes.md).
 PRODUCT_MIN_COLUMNS = 8
 
 

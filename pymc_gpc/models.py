@@ -101,7 +101,7 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
     of the prior mean). At the prior mean e^-3 the latent function is nearly flat and
     NUTS's first tuning iterations travel far. With ``pymc_gpc.sample``'s dense mass
     matrix, starting at 0 saved gradient evaluations on Pima and Crabs
-    (``benchmarks/mass_matrix.py``; figures in ``benchmarks/results/engine_notes.md``).
+    (``benchmarks/results/mass_matrix.md``; figures in ``docs/design/engine_notes.md``).
 
     Examples
     --------

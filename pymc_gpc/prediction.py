@@ -19,7 +19,7 @@ Averaged over draws (``gp.predict(idata=...)``), EP stops at a site change of 1e
 posterior mean and variances have an error of the order of the last site change, and
 averaged over posterior draws the probabilities then differ from those at 1e-8 far below
 the Monte Carlo error of the average, in less time (``benchmarks/results/
-prediction_tolerance.md``; engine_notes.md, "Prediction's tolerance"). A ``tol`` given
+prediction.md``; docs/design/engine_notes.md, "Prediction's tolerance"). A ``tol`` given
 to the GP's constructor is used instead.
 
 ``latent_predictions`` only asks the solver's result for ``predict_latent``; a
@@ -37,11 +37,11 @@ __all__ = ["latent_predictions", "KERNEL_MODE", "POINT_KERNEL_MODE"]
 
 # The kernels' graph is compiled without numba: numba's compilation at the first call
 # takes seconds, PyTensor's Python VM a fraction of one, for a little more time per draw
-# (benchmarks/results/engine_notes.md, "Prediction's compile modes").
+# (docs/design/engine_notes.md, "Prediction's compile modes").
 KERNEL_MODE = PYTHON_VM_MODE  # see python_vm
 # For one point (``predict(point=...)``) the kernels run once, and their compilation is
 # what counts: the merge and clip rewrites only (``python_vm``). Over many draws FAST_COMPILE's
-# rewrites pay: less time per call for a little more compilation (engine_notes.md).
+# rewrites pay: less time per call for a little more compilation (docs/design/engine_notes.md).
 POINT_KERNEL_MODE = PYTHON_VM_FORWARD_MODE
 
 
@@ -86,7 +86,7 @@ def latent_predictions(approximation, likelihood, options, y, kernel_fn, draws, 
     Notes
     -----
     Solving contiguous blocks of draws in two threads (the solvers release the GIL) was
-    tried and was slower on a shared 2-core machine (engine_notes.md), so the draws are
+    tried and was slower on a shared 2-core machine (docs/design/engine_notes.md), so the draws are
     solved in one thread.
     """
     options = prediction_options(options)

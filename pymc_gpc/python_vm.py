@@ -3,7 +3,7 @@ or per draw: PyTensor's FAST_COMPILE (Python linker, NumPy per node), plus one r
 
 Why not numba: numba compiles a graph it has not seen at its first call, seconds to tens
 of seconds for a new model's kernel and pullback graphs, against a fraction of a second
-here (``benchmarks/first_fit.py``, ``benchmarks/results/fit_graphs.md``).
+here (``benchmarks/results/fit_graphs.md``).
 
 The rewrite. The Python linker runs an elementwise node through the NumPy ufunc its scalar
 op names; a scalar op without one goes through a Python-level loop over the elements.
@@ -51,5 +51,5 @@ PYTHON_VM_MODE = get_mode("FAST_COMPILE").including(_TAG)
 # rewrite. FAST_COMPILE's canonicalisation pays where ``pt.grad``'s output needs
 # simplifying (Forensic Glass's pullback graph ran several times slower without it). A
 # forward graph runs about as fast without it and compiles several times faster, which is
-# most of a one-point prediction (figures: benchmarks/results/engine_notes.md).
+# most of a one-point prediction (figures: docs/design/engine_notes.md).
 PYTHON_VM_FORWARD_MODE = Mode(linker=PYTHON_VM_MODE.linker, optimizer=RewriteDatabaseQuery(include=["merge", _TAG]))

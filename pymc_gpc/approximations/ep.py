@@ -368,7 +368,7 @@ def ep_warm(K, y, likelihood, th, state, tol, max_sweeps=300, rough_ok=True):
     ``ep`` would return; None otherwise (a step the compiled loop hands back, the sweep
     limit, a non-finite result), and the caller then runs ``ep``. Skips what ``ep``
     adds around the loop (checks, the result object), a fixed cost per evaluation that
-    is noticeable at the sampler's sizes (``benchmarks/results/engine_notes.md``).
+    is noticeable at the sampler's sizes (``docs/design/engine_notes.md``).
     ``rough_ok=False``: no single-precision sweeps (``_parallel_compiled``).
     """
     n = y.shape[0]
@@ -485,7 +485,7 @@ def _parallel(prior, y, likelihood, th, post, tau, nu, damping, tol, max_sweeps,
 
     The EP map alone converges linearly, at rates near 1 for large kernel amplitudes
     (many sweeps); Anderson acceleration cuts that severalfold (figures:
-    ``benchmarks/results/engine_notes.md``) and does not move the fixed point. An
+    ``docs/design/engine_notes.md``) and does not move the fixed point. An
     extrapolated iterate that makes K^{-1} + S indefinite, or introduces negative sites
     the plain map does not have, or follows a 1000-fold growth of the residual, restarts
     the acceleration.
@@ -543,10 +543,10 @@ def _parallel(prior, y, likelihood, th, post, tau, nu, damping, tol, max_sweeps,
 # Rough (single-precision) posteriors serve sweeps at tolerances this loose or looser,
 _ROUGH_TOL = 1e-3
 # and within the first this many sweeps of a solve (most of the sampler's solves end
-# within that many on hard data, ``benchmarks/ep_sweeps.py``; benchmarks/results/engine_notes.md),
+# within that many on hard data, ``benchmarks/results/ep_sweeps.md``; docs/design/engine_notes.md),
 _ROUGH_SWEEPS = 10
 # The contraction assumed after a first sweep: about what the FITC benchmark's warm starts
-# showed (benchmarks/results/engine_notes.md), less where EP is harder.
+# showed (docs/design/engine_notes.md), less where EP is harder.
 _FIRST_RATE = 0.1
 
 

@@ -35,7 +35,7 @@ class LaplaceState:
     """The last mode, to warm-start from: its representer weights a (f^ = K a) and,
     optionally, its latent values f^. With f^, the next solve's first Newton step is
     linearised there, not at K a for the new K (``laplace``; the reasoning is in
-    ``softmax_laplace._WARM_START``, the figures in ``benchmarks/results/engine_notes.md``).
+    ``softmax_laplace._WARM_START``, the figures in ``docs/design/engine_notes.md``).
 
     Examples
     --------
@@ -74,7 +74,7 @@ def newton_converged(change, previous, f, tol, full_step=True):
     Near the mode Newton's changes shrink quadratically until rounding in the solves sets
     a floor; with a large kernel amplitude that floor can lie above ``tol``, and the
     iteration would then run to its limit, and the retry's, for a mode found long before
-    (observed on Forensic Glass: ``benchmarks/results/engine_notes.md``). A change
+    (observed on Forensic Glass: ``docs/design/engine_notes.md``). A change
     below 1e-6 (1 + max|f|) that is no smaller than half the previous one is that floor.
     """
     scale = 1.0 + np.max(np.abs(f))

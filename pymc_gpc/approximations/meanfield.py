@@ -18,7 +18,7 @@ parameter (checked against finite differences in ``tests/approximations/test_mea
 field I needs K^{-1}, so K must be strictly positive definite (a jitter or the
 paper's diagonal term v); with a nearly singular K its bound is valid but very loose
 (the factorised q cannot follow strong posterior correlations: with a tiny jitter in
-``benchmarks/approximations.py`` it lies far below EP; ``benchmarks/results/engine_notes.md``).
+``benchmarks/engine.py approximations`` it lies far below EP; ``docs/design/engine_notes.md``).
 
 **Ensemble learning (mean field I).** q(a) = prod_i q_i(a_i) minimises KL(q || p).
 The optimal factor is the likelihood times a Gaussian (eq. 5) with
@@ -44,7 +44,7 @@ variance terms cancel and -F above remains. Its terms -(1/2) sum_i log Lambda_i 
 = -KL0, where KL0 = KL(prod_i N(0, 1/Lambda_i) || N(0, K)) >= 0 (Hadamard's inequality), depend
 on K alone: it is what the factorised family loses on the prior itself, zero for a diagonal K
 and unbounded as K nears singularity (smooth kernel, dense inputs, small jitter: then it
-reaches hundreds of nats; ``benchmarks/results/engine_notes.md``).
+reaches hundreds of nats; ``docs/design/engine_notes.md``).
 As s_i^2 = 1/Lambda_i -> 0, Z_i -> p(y_i|c_i) and
 c -> m, so the fixed point becomes m = K grad log p(y|m), Laplace's mode f^, the site
 precisions below become Laplace's W (the same predictive), and
@@ -136,7 +136,7 @@ def _newton(K, s2, y, likelihood, th, alpha, tol, max_iter):
     Newton needs a handful of steps on the problems of the tests and benchmarks. Known
     stalls (``converged=False``, value still returned), rare in a stress run: mean field I
     with the step likelihood with label noise, and naive mean field with the logistic
-    likelihood at very large amplitudes (counts: ``benchmarks/results/engine_notes.md``).
+    likelihood at very large amplitudes (counts: ``docs/design/engine_notes.md``).
     """
     A = K - np.diag(s2)
     scale = np.sqrt(np.diag(K))

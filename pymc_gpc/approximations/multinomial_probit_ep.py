@@ -31,7 +31,7 @@ the inner sites; an extrapolation with negative site precisions the map does not
 replaced by the map's value): fewer sweeps, cold and warm, to the same fixed point. At
 Forensic Glass's amplitudes (mean diag K in the hundreds) the damped map alone oscillates
 and at most points of a MAP-II fit did not converge; accelerated, all converged (figures:
-``benchmarks/results/engine_notes.md``, "Figures moved from comments").
+``docs/design/engine_notes.md``, "Figures moved from comments").
 
 On request (``rough_sweeps=True``), while the sites are far from the fixed point (relative
 changes above 1e-3), the sweeps use posteriors factorised in single precision, as binary
@@ -119,7 +119,7 @@ def _inner_ep_site(m, C, k, tau, nu, tol, max_sweeps, Sw, mw, Sb):
 
     (Written with an array per product and per outer product, the inner EP took a large
     share of a warm evaluation; without allocation and with Sw b in O(c), a small one:
-    benchmarks/results/engine_notes.md.)
+    docs/design/engine_notes.md.)
     """
     c = m.shape[0]
     Sw[:c, :c] = C  # posterior covariance of w = (f, u)
@@ -264,7 +264,7 @@ def multinomial_probit_ep(K, y, likelihood=None, params=None, *, state=None, tol
         only at the inner fixed point too. Against many inner sweeps, a few left the
         outer sweep counts and log Z unchanged on random 3- to 6-class problems and made
         an evaluation cheaper, most so with more classes
-        (benchmarks/results/engine_notes.md, "Nested EP's inner EP").
+        (docs/design/engine_notes.md, "Nested EP's inner EP").
     with_grad : compute dlog Z / dK (``dlog_z_dK``, (c, n, n)).
     with_loo : compute ``loo_log_p`` (None otherwise).
     rough_gradient : form every posterior's H_k = L_M^{-1} E_k in single precision
@@ -274,7 +274,7 @@ def multinomial_probit_ep(K, y, likelihood=None, params=None, *, state=None, tol
         For a sampler's tolerances (``ops.marginal.SAMPLING_DEFAULTS``): along leapfrog
         points of Forensic Glass the sweep counts, log Z errors and the gradient's error
         were about unchanged, and a solve took a little less time (figures:
-        ``benchmarks/results/engine_notes.md``, "Figures moved from comments").
+        ``docs/design/engine_notes.md``, "Figures moved from comments").
     rough_sweeps : take the sweeps before the sites settle (relative change above
         ``_ROUGH_UNTIL``, while the rough map still makes progress) from single-precision
         posteriors (``CoupledBlockPosterior(rough=True, rough_covariances=True)``); the last

@@ -133,7 +133,7 @@ class Approximation:
 APPROXIMATIONS = {a.name: a for a in (
     Approximation(
         "ep", ep, "MarginalEP", _frozen(dense=ep_dense_retries, fitc=ep_fitc_retries),
-        # the sampler's tolerance: why 1e-2 suffices is in engine_notes.md, "Sampler tolerances"
+        # the sampler's tolerance: why 1e-2 suffices is in docs/design/engine_notes.md, "Sampler tolerances"
         sampling_defaults=_frozen(tol=1e-2),
         engine_defaults=_frozen(tol=inspect.signature(ep).parameters["tol"].default),
         prediction_defaults=_frozen(tol=1e-3), coarse_fit_defaults=_frozen(tol=1e-3),
@@ -152,7 +152,7 @@ APPROXIMATIONS = {a.name: a for a in (
         "ep-multiclass", multinomial_probit_ep, "MarginalEP", 
         _frozen(**{"dense-multiclass": nested_ep_retries, "fitc-multiclass": nested_ep_retries}),
         # nested EP's tol is on the inner site parameters; its log Z converges more slowly in
-        # the site change than binary EP's (engine_notes.md, "Sampler tolerances")
+        # the site change than binary EP's (docs/design/engine_notes.md, "Sampler tolerances")
         sampling_defaults=_frozen(tol=1e-4, rough_gradient=True),
         # the fit's first run at the sampler's site tolerance (multiclass_gold.md, "Nested EP at
         # ten classes"); its predictions over draws stay exact (prediction_defaults empty)

@@ -32,7 +32,7 @@ from .result import ApproximationResult, WarmStartMismatch, loo_outputs
 
 # Quasi-random draws for the LA-LOO expectations (computed at every evaluation, also
 # while sampling): fewer than ``predict``'s 4096, at a larger but still small error in
-# log p (measured on random 6-class Gaussians: benchmarks/results/engine_notes.md).
+# log p (measured on random 6-class Gaussians: docs/design/engine_notes.md).
 LOO_DRAWS = 512
 
 # Newton steps are solved by conjugate gradients preconditioned with the solve's last
@@ -45,7 +45,7 @@ LOO_DRAWS = 512
 # costs its steps, so the step limit is kept small: more steps made random walks near
 # Forensic Glass's MAP slower, while warm starts that never decline were indifferent to
 # it; the rough posteriors saved time at the cost of a few more Newton steps (figures:
-# benchmarks/results/engine_notes.md, "Figures moved from comments").
+# docs/design/engine_notes.md, "Figures moved from comments").
 _CG_TOL = 0.01
 _CG_ETA = 0.01
 _CG_STEPS = 12
@@ -59,7 +59,7 @@ _CG_STEPS = 12
 # evaluations on Forensic Glass, the first step from f landed much nearer the mode than
 # one from the extrapolated K a, and the Newton steps per solve and the time per solve
 # fell, as they did on random walks near the MAP (figures:
-# benchmarks/results/engine_notes.md, "Figures moved from comments").
+# docs/design/engine_notes.md, "Figures moved from comments").
 
 
 @dataclass

@@ -26,7 +26,7 @@ __all__ = ["Objective", "objective_for", "marginal_nodes", "other_terms", "start
 
 # The kernel and pullback graphs of ``fit`` are compiled without numba: numba's first call
 # of a new graph compiles it for seconds, which a fit does not win back; an iteration
-# costs somewhat more (``benchmarks/results/engine_notes.md``, "Fit's compile modes"); see
+# costs somewhat more (``docs/design/engine_notes.md``, "Fit's compile modes"); see
 # ``python_vm`` for the rewrite that keeps it close.
 FIT_MODE = PYTHON_VM_MODE
 
@@ -211,7 +211,7 @@ def all_values(model, point, objective=None):
     outputs (the ``{name}_loo``, ``_n_iter`` and ``_status`` deterministics) are
     evaluated by ``_evidence_outputs`` and enter the graph as constants, so the compiled
     graph holds no kernel and no solve: compiling the model's whole deterministic graph
-    took a noticeable share of a MAP-II fit (engine_notes.md, "Fit's compile modes"), and
+    took a noticeable share of a MAP-II fit (docs/design/engine_notes.md, "Fit's compile modes"), and
     its solve started cold.
     """
     outs = model.unobserved_value_vars

@@ -101,7 +101,7 @@ def _gaussian_draws(mean, cov, size):
     F[k] = mean[:, k] + L[:, k, :] Z^T, one BLAS product per class. Class-major keeps the
     likelihoods' reductions over classes elementwise across c contiguous slabs (with the
     class axis last, numpy's reductions over a few elements were several times slower:
-    benchmarks/results/engine_notes.md)."""
+    docs/design/engine_notes.md)."""
     mean = np.asarray(mean, float)
     c = mean.shape[1]
     L = _cov_factor(cov)
@@ -183,7 +183,7 @@ class MulticlassLikelihood:
         else:
             # in blocks of rows: the draws (c, rows, s) and the multinomial probit's
             # u-quadrature (nodes, c - 1, rows, s) stay a few MB (all rows at once grow as
-            # points x classes x draws and reached gigabytes: benchmarks/results/engine_notes.md)
+            # points x classes x draws and reached gigabytes: docs/design/engine_notes.md)
             p = self._integrated(mean, np.asarray(cov, float), size or self.n_draws)
         return p / p.sum(axis=1, keepdims=True)
 
@@ -215,7 +215,7 @@ class MulticlassLikelihood:
 def _softmax_log_lik(y, F):
     """log pi_{y_i}(f_i) (n,) and pi (c, n), column by column with the largest f_k subtracted
     (log-sum-exp): one compiled pass, called at every Newton step and line-search trial,
-    where scipy's ``log_softmax`` cost far more a call (benchmarks/results/engine_notes.md)."""
+    where scipy's ``log_softmax`` cost far more a call (docs/design/engine_notes.md)."""
     c, n = F.shape
     lp = np.empty(n)
     pi = np.empty((c, n))

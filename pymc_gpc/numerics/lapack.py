@@ -11,7 +11,7 @@ take float32 arrays (spotrf, slauum, strmm, strsm, strtri, ssyrk, sgemm: the rou
 posteriors of ``structures.dense`` and ``structures.fitc`` and the rough gradients); numba
 compiles one version per precision.
 scipy's ``scipy.linalg.blas`` wrappers hold the GIL too: two threads calling them take
-as long as one doing their work in turn (``benchmarks/results/engine_notes.md``, "LAPACK
+as long as one doing their work in turn (``docs/design/engine_notes.md``, "LAPACK
 and BLAS without the GIL").
 """
 
@@ -171,7 +171,7 @@ def inv_lower(a):
     column from the last: A21 <- -(A22^{-1} A21) A11^{-1} by one dtrmm and one dtrsm,
     then the diagonal block A11 by dtrtri. The same n^3/3 flops as a single dtrtri
     call, mostly at BLAS-3 speed, where OpenBLAS's own dtrtri runs well below the rate of
-    its Cholesky (timings: ``benchmarks/results/engine_notes.md``, "The blocked triangular
+    its Cholesky (timings: ``docs/design/engine_notes.md``, "The blocked triangular
     inverse").
     """
     n = a.shape[0]

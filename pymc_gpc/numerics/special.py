@@ -12,7 +12,7 @@ the role of ``util/logphi.m`` in GPML).
   below z = -5 by a continued fraction; for z -> -inf it tends to -z.
 * ``exp_inplace(a)``: a <- exp(a), within 1 ulp, as a loop the compiler vectorises
   (numba's ``np.exp`` calls the C library once per element, much slower than NumPy's
-  vectorised exp; ``benchmarks/results/engine_notes.md``): the kernel's exponential
+  vectorised exp; ``docs/design/engine_notes.md``): the kernel's exponential
   runs without leaving compiled code.
 """
 

@@ -6,7 +6,7 @@ and its first touch faults in every page: a large FITC evaluation's four m x n a
 evaluation, paid in system time. Worse, NumPy advises the kernel to back large arrays
 with huge pages (``MADV_HUGEPAGE``); where transparent huge pages are ``madvise`` with
 ``defrag`` ``madvise``, a fault may then stall in synchronous memory compaction (NumPy
-issue 31590). The sizes and timings are in ``benchmarks/results/engine_notes.md``
+issue 31590). The sizes and timings are in ``docs/design/engine_notes.md``
 ("Reused work arrays").
 
 ``ArrayPool.empty`` hands out an array it made before wherever nothing else refers to it

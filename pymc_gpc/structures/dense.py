@@ -39,7 +39,7 @@ _MIN_RELATIVE_VAR = 1e-14
 # B^{-1} then carries relative errors of about 6e-8 x 1e4 = 6e-4, below the sampler's EP
 # tolerance 1e-2. Along NUTS chains the bound stays below this on some benchmark data and
 # exceeds it on others (which then sweep exactly); far above it (very large amplitudes)
-# rough sweeps slowed or stalled parallel EP (figures: benchmarks/results/engine_notes.md).
+# rough sweeps slowed or stalled parallel EP (figures: docs/design/engine_notes.md).
 MAX_COND_ROUGH = 1e4
 
 

@@ -77,7 +77,7 @@ def _fitc_bound_fn():
     value = -0.5 * logdet - 0.5 * quad - 0.5 * trace
     grads = pt.grad(value, [Kuu, Kuf, k_diag])
     # numba, unlike the model's graphs (``FIT_MODE``): this graph is the same for every model, and
-    # its O(n m) elementwise work runs faster so (engine_notes.md, "Fit's compile modes")
+    # its O(n m) elementwise work runs faster so (docs/design/engine_notes.md, "Fit's compile modes")
     return compile_fn([Kuu, Kuf, k_diag, h, a0, U], [value, logdet, *grads], mode="NUMBA")
 
 

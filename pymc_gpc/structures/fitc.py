@@ -99,7 +99,7 @@ class _TriangularFactor:
 
     Where L is well conditioned (LAPACK's estimate of its 1-norm condition number at most
     ``MAX_COND``), L^{-1} is formed once (m^3/3 flops) and applied as a product: dtrmm runs
-    faster than the solve dtrsm with many right-hand sides (``engine_notes.md``, "FITC
+    faster than the solve dtrsm with many right-hand sides (``docs/design/engine_notes.md``, "FITC
     structure"), and its rounding error, about cond(L) times the unit roundoff, stays below
     1e-10 relative. Otherwise (a K_uu factorised without jitter, an A near singular from
     negative site precisions) it is a triangular solve. A float32 B (a rough posterior's
@@ -147,7 +147,7 @@ def _column_blocks(m, n):
 
     The O(n m^2) products run over column blocks so that no m x n temporary is made: a
     fresh array of that size is served by a new mapping whose first touch can cost more
-    than the arithmetic of a product (``engine_notes.md``, "FITC structure").
+    than the arithmetic of a product (``docs/design/engine_notes.md``, "FITC structure").
     """
     step = max(256, (1 << 17) // max(m, 1))
     return [slice(j, min(j + step, n)) for j in range(0, n, step)]
@@ -303,7 +303,7 @@ class FITCPosterior:
 
     ``rough=True`` (honoured where every site precision is >= 0 and cond(L_A) <=
     ``MAX_COND_ROUGH``) forms A and C = L_A^{-1} V,
-    the two m^2 n products, in single precision (``engine_notes.md``, "FITC structure"):
+    the two m^2 n products, in single precision (``docs/design/engine_notes.md``, "FITC structure"):
     the marginal variances then carry relative errors of about 1e-7 cond(L_A), and the
     means and weights are exact for the rounded A. It serves EP sweeps whose sites are
     only a step towards the fixed point (``approximations.ep._parallel``); it refuses the
@@ -316,11 +316,11 @@ class FITCPosterior:
     MAX_COND_INVERSE = 1e4
     # A rough posterior is kept only where cond(L_A) is at most this, else it is made exact:
     # single-precision rounding bounds the variances' relative error by about 6e-8 cond(L_A),
-    # 6e-3 at the limit, below the sampler's tol 1e-2 (``engine_notes.md``, "FITC structure")
+    # 6e-3 at the limit, below the sampler's tol 1e-2 (``docs/design/engine_notes.md``, "FITC structure")
     MAX_COND_ROUGH = 1e5
     # The gradient's products are rounded to single precision (``kernel_gradient(rough=True)``)
     # only where LAPACK's estimate of cond(L_uu) is at most this (the largest measured, where
-    # the rounding stayed below EP's own error at the sampler's tolerance: ``engine_notes.md``,
+    # the rounding stayed below EP's own error at the sampler's tolerance: ``docs/design/engine_notes.md``,
     # "FITC structure"); beyond it the solves with L_uu would carry about 6e-8 cond(L_uu)
     MAX_COND_ROUGH_GRADIENT = 1e6
 
@@ -472,13 +472,13 @@ class FITCPosterior:
         and one per sign otherwise), column block by column block (``_column_blocks``),
         P formed in one pass in dK_uf (``_gradient_block_terms``), the only m x n array
         made (rather than 5 m^2 n with three m x n temporaries, as a direct transcription
-        would take; ``engine_notes.md``, "FITC structure").
+        would take; ``docs/design/engine_notes.md``, "FITC structure").
 
         ``rough=True`` runs those two m^2 n products (L_uu^{-T} P and the dsyrk) in single
         precision, P formed in double and rounded once; honoured where cond(L_uu) <=
         ``MAX_COND_ROUGH_GRADIENT``, else the gradient is double. The rounding moves a
         hyperparameter's gradient by less than stopping EP at the sampler's tol 1e-2 does
-        (``engine_notes.md``, "FITC structure"; ``benchmarks/sparse.py --gradient``): for EP
+        (``docs/design/engine_notes.md``, "FITC structure"; ``benchmarks/sparse.py --gradient``): for EP
         solves at the sampler's tolerances only (``approximations.ep``).
         """
         if self.rough:  # (``rough=True`` here rounds an exact posterior's gradient)

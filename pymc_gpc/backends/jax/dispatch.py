@@ -28,7 +28,7 @@ Registered here:
 Importing this module imports jax and PyTensor's JAX dispatch; ``registration``
 (installed when ``pymc_gpc`` is imported) imports it right after PyTensor's JAX dispatch
 is first imported (by PyMC's JAX samplers, ``mode="JAX"``), so that ``import pymc_gpc``
-does not pay for importing jax (``benchmarks/results/engine_notes.md``, "Importing jax").
+does not pay for importing jax (``docs/design/engine_notes.md``, "Importing jax").
 """
 
 import jax

@@ -38,7 +38,7 @@ Loops are ``lax.while_loop`` with a sweep limit:
 Every call starts cold (zero sites, a = 0): a pure function cannot keep the numba path's
 per-thread warm starts. Anderson acceleration keeps cold EP to few sweeps on
 Pima-sized problems (``benchmarks/results/jax_backend.md``: EP sweeps per draw;
-``benchmarks/results/engine_notes.md``).
+``docs/design/engine_notes.md``).
 
 Status: 0 converged, 1 not converged (value used), 2 failed (a non-finite value, a
 likelihood parameter out of range, a kernel without a Cholesky factor): log_z = -inf,

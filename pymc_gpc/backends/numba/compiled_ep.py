@@ -16,7 +16,7 @@ cached on disk, their addresses registered with LLVM under fixed symbols, as
 ``numerics.lapack`` does for LAPACK). Compiled graphs call those symbols rather than
 linking the engine into their own code: nutpie builds an uncached cfunc around a model's
 logp at every compilation, and with the engine linked in, LLVM re-optimised all of it
-each time (``benchmarks/results/engine_notes.md``, "Numba compilation"). Neither function
+each time (``docs/design/engine_notes.md``, "Numba compilation"). Neither function
 enters Python: the object-mode steps (making a thread's block, the Python path) are the
 caller's, because numba's object-mode blocks inside a cfunc failed when the cfunc was
 loaded from the disk cache ("_python_path expected 14 arguments, got 0", numba 0.63).

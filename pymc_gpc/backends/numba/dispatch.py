@@ -27,7 +27,7 @@ from . import thread_state
 # a graph is compiled (environment variable PYMC_GPC_COMPILED_EP=0 switches it off, or set
 # this). It is faster per evaluation than the object-mode Op, with one thread and
 # markedly with two (no GIL to share), and compiles as fast, since the engine is reached
-# through a symbol (benchmarks/results/engine_notes.md).
+# through a symbol (docs/design/engine_notes.md).
 COMPILED_EP = os.environ.get("PYMC_GPC_COMPILED_EP", "1") == "1"
 
 
@@ -99,7 +99,7 @@ def _fallback_ep(key, K, params, y, hyper, use_block, has_start, tau, nu, first_
 
 # The two object-mode steps of the compiled function, module-level and cached on disk
 # (closures calling closures made PyTensor's cache of the whole graph miss: the graph was
-# compiled again at every ``pm.sample``; engine_notes.md, "Numba compilation").
+# compiled again at every ``pm.sample``; docs/design/engine_notes.md, "Numba compilation").
 @numba.njit(cache=True)
 def _allocate_block(key, n, p, q):
     with numba.objmode():
@@ -132,7 +132,7 @@ def register_numba(op_types=None):
     function with a string key (``_numba_key``) rather than a closure over the Op, so
     that numba can cache the whole compiled graph on disk: a model's logp and gradient
     then come from the cache from the second ``pm.sample`` on
-    (``benchmarks/results/engine_notes.md``, "Numba compilation").
+    (``docs/design/engine_notes.md``, "Numba compilation").
 
     An Op for which ``compiles_ep`` holds (binary or ordinal EP, by default) gets
     ``_compiled_ep_function`` instead: its common case runs without Python
