@@ -415,7 +415,7 @@ def _fit_and_write(args, built, data, classes, y_test_labels, out):
 def _sample(args, model):
     """(idata, interrupted): NUTS, with Ctrl-C during the draws noted (PyMC then returns the draws
     made so far); KeyboardInterrupt when it left fewer than ``MIN_KEPT_DRAWS`` per chain."""
-    from .idata import sample
+    from .sampling import sample
 
     hits = []
 

@@ -329,114 +329,23 @@ def parallel_defaults(kwargs, sampler):
     return kwargs
 
 
-class DenseSamplingWarning(UserWarning):
-    """NUTS on a dense GP prior with more training rows than ``models.DENSE_MAX_ROWS``."""
-
-
-_dense_warned = []  # the warning is given once a process
-
-
-def warn_dense_size(model):
-    """Warn once a process when ``model`` has a dense GP prior (binary or multi-class) over
-    more than ``models.DENSE_MAX_ROWS`` rows: NUTS there takes more than a few minutes;
-    name the ways that scale (a FITC prior; deterministic integration by CCD)."""
-    from .models import DENSE_MAX_ROWS
-    from .ops.sparse import FITCInputs
-
-    if _dense_warned:
-        return
-    rows = [_rows(node) for node in _marginal_nodes(model) if not isinstance(node.op, FITCInputs)]
-    rows = [n for n in rows if n is not None and n > DENSE_MAX_ROWS]
-    if rows:
-        _dense_warned.append(True)
-        warnings.warn(
-            f"NUTS on a dense GP prior over {max(rows)} rows (more than {DENSE_MAX_ROWS}): each evaluation "
-            "is O(n^3) and sampling may take hours. Use a FITC prior (ard_classifier(..., inducing='auto' or m); "
-            "approx='FITC' with Xu) or deterministic integration over the hyperparameters "
-            "(pymc_gpc.sample(method='ccd')).", DenseSamplingWarning, stacklevel=3)
-
-
-def _marginal_nodes(model):
-    from .ops.marginal import ApproxMarginalOp
-
-    values = model.replace_rvs_by_values(model.potentials)
-    return [v.owner for v in ancestors(values) if v.owner is not None and isinstance(v.owner.op, ApproxMarginalOp)]
-
-
-def _rows(node):
-    """The number of training rows of an evidence node (its labels' length), or None."""
-    try:
-        return int(node.inputs[2].shape[-1].eval())
-    except Exception:  # noqa: BLE001 - a size we cannot read gives no warning
-        return None
-
-
-def sample(*args, model=None, method="nuts", **kwargs):
-    """``pm.sample`` with this package's defaults, then ``add_log_likelihood``: the result
-    is ready for ``az.loo``, ``az.summary`` and ``az.plot_trace`` (the pointwise terms in
-    ``log_likelihood``, the solver diagnostics in ``sample_stats``).
-
-    ``method="ccd"`` or ``"grid"`` integrates over the hyperparameters deterministically
-    instead (a central composite design or a grid around the mode, a few dozen evidence
-    evaluations; ``pymc_gpc.estimation.integration.sample_integrated``, which takes the
-    keyword arguments then) and returns draws resampled from the weighted design points,
-    with the points in the group ``integration``.
-
-    The sampler evaluates the evidence at the sampling tolerances
-    (``approximations.registry``'s ``sampling_defaults``: EP's tol 1e-2; ``ops.rewrites.sampling_tolerance``),
-    a speed device measured for NUTS; every other use of the model's logp and gradient
-    (plain ``pm.sample`` included) gets the engine's accuracy.
-
-    ``nuts_sampler="numpyro"`` or ``"blackjax"`` runs PyMC's JAX samplers on the Ops' JAX
-    implementation (``backends/jax/dispatch.py``; needs ``pip install pymc-gpc[jax]``).
-
-    Defaults: the sampler measured faster for the model's size (``default_sampler``):
-    PyMC's own NUTS (``nuts_sampler="pymc"``, chains in processes) for at most
-    ``PYMC_NUTS_MAX`` sampled values, nutpie (chains as threads) above, where it is
-    installed; with PyMC's NUTS and no ``init`` or ``step`` given,
-    ``init=default_init(model)``, a dense mass matrix for the usual few hyperparameters.
-    (Plain ``pm.sample`` prefers nutpie whenever it is installed.)
-    Chains run in parallel on the cores available (``parallel_defaults``: PyMC's own
-    default counts half the CPUs and sampled two chains in sequence on 2 cores); when
-    stderr is not a terminal (a log file), progress comes as a plain line every
-    ``progress.LOG_EVERY`` seconds (``progress.sampler_log_lines``). A dense prior over more
-    than ``models.DENSE_MAX_ROWS`` rows gives a ``DenseSamplingWarning`` once a process.
-    PyMC's warning that its dense adaptation is experimental is not shown (a
-    ``warnings.catch_warnings`` block, which is not thread-safe: concurrent calls from
-    several threads may leave the warning filters of one of them in place).
+def sample_nuts(*args, model=None, **kwargs):
+    """NUTS over the hyperparameters with this package's defaults: what
+    ``pymc_gpc.sample(method="nuts")`` runs (``pymc_gpc.sampling.sample``, which documents the
+    defaults and adds the warning for large dense priors).
 
     Parameters
     ----------
     *args, **kwargs
-        Passed to ``pm.sample`` (``draws``, ``tune``, ``chains``, ``random_seed``,
-        ``nuts_sampler``, ``init``, ...), over the defaults above.
+        Passed to ``pm.sample`` over the defaults.
     model : pm.Model, optional
         The model (default: the model on the context stack).
-    method : str, optional
-        "nuts" (default), "ccd" or "grid".
 
     Returns
     -------
     arviz.InferenceData
         ``pm.sample``'s result with the ``log_likelihood`` group added.
-
-    Raises
-    ------
-    ImportError
-        For ``nuts_sampler="numpyro"`` or ``"blackjax"`` without the ``jax`` extra.
-
-    Examples
-    --------
-    >>> with model:  # a model with a pymc_gpc classifier
-    ...     idata = pymc_gpc.sample(draws=500, tune=500, random_seed=1)  # doctest: +SKIP
-    >>> az.loo(idata)  # doctest: +SKIP
     """
-    if method != "nuts":
-        if args:
-            raise ValueError(f"method={method!r} takes keyword arguments only")
-        from .estimation.integration import sample_integrated
-
-        return sample_integrated(model=model, method=method, **kwargs)
     model = pm.modelcontext(model)
     kwargs["nuts_sampler"] = kwargs.get("nuts_sampler") or default_sampler(model)
     if kwargs["nuts_sampler"] in JAX_SAMPLERS and not jax_available():
@@ -444,7 +353,6 @@ def sample(*args, model=None, method="nuts", **kwargs):
     if kwargs["nuts_sampler"] == "pymc" and kwargs.get("init") is None and kwargs.get("step") is None:
         kwargs["init"] = default_init(model)
     kwargs = parallel_defaults(kwargs, kwargs["nuts_sampler"])
-    warn_dense_size(model)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="QuadPotentialFullAdapt is an experimental feature")
         with sampling_tolerance(), sampler_log_lines(args, kwargs) as kwargs:

@@ -40,7 +40,7 @@ import pymc as pm
 from . import likelihoods
 from .gp import MarginalEP, MarginalLaplace
 from .estimation.integration import predict as integrated_predict
-from .idata import sample as _sample_hyperparameters
+from .sampling import sample as _sample_hyperparameters
 from .models import ard_classifier, kmeans_centres
 from .point_estimates import fit as _fit_hyperparameters
 

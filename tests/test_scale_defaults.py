@@ -38,7 +38,7 @@ def _sample_kwargs(monkeypatch, model, cores_available, **kwargs):
     monkeypatch.setattr(I.os, "cpu_count", lambda: cores_available)
     monkeypatch.setattr(I.pm, "sample", fake_sample)
     with pytest.raises(_Stop):
-        I.sample(model=model, progressbar=False, **kwargs)
+        pymc_gpc.sample(model=model, progressbar=False, **kwargs)
     return seen
 
 

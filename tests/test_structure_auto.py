@@ -9,6 +9,7 @@ import pytest
 import pymc_gpc
 from pymc_gpc import idata as I
 from pymc_gpc import models as M
+from pymc_gpc import sampling as S
 from pymc_gpc.ops.sparse import FITCInputs
 
 
@@ -19,7 +20,7 @@ def _data(n, d=2, seed=0):
 
 
 def _is_fitc(model):
-    nodes = I._marginal_nodes(model)
+    nodes = S._marginal_nodes(model)
     assert len(nodes) == 1
     return isinstance(nodes[0].op, FITCInputs)
 
@@ -61,24 +62,24 @@ def _sample(monkeypatch, model):
 
     monkeypatch.setattr(I.pm, "sample", fake_sample)
     with pytest.raises(_Stop):
-        I.sample(model=model, progressbar=False, nuts_sampler="pymc", chains=1)
+        S.sample(model=model, progressbar=False, nuts_sampler="pymc", chains=1)
 
 
 def test_sampling_a_large_dense_model_warns_once_naming_fitc_and_ccd(monkeypatch):
-    monkeypatch.setattr(I, "_dense_warned", [])
+    monkeypatch.setattr(S, "_dense_warned", [])
     X, y = _data(M.DENSE_MAX_ROWS + 1)
     model, _ = pymc_gpc.ard_classifier(X, y, inducing=None)
-    with pytest.warns(I.DenseSamplingWarning, match=r"FITC.*method='ccd'"):
+    with pytest.warns(S.DenseSamplingWarning, match=r"FITC.*method='ccd'"):
         _sample(monkeypatch, model)
     with warnings.catch_warnings():
-        warnings.simplefilter("error", I.DenseSamplingWarning)
+        warnings.simplefilter("error", S.DenseSamplingWarning)
         _sample(monkeypatch, model)  # once a process
 
 
 def test_no_warning_for_fitc_or_small_dense(monkeypatch):
-    monkeypatch.setattr(I, "_dense_warned", [])
+    monkeypatch.setattr(S, "_dense_warned", [])
     X, y = _data(M.DENSE_MAX_ROWS + 1)
     with warnings.catch_warnings():
-        warnings.simplefilter("error", I.DenseSamplingWarning)
+        warnings.simplefilter("error", S.DenseSamplingWarning)
         _sample(monkeypatch, pymc_gpc.ard_classifier(X, y)[0])  # auto: FITC
         _sample(monkeypatch, pymc_gpc.ard_classifier(X[:200], y[:200])[0])
