@@ -96,9 +96,10 @@ def _parser():
         help="more than two classes: one ARD kernel shared by all classes instead of one per class",
     )
     p.add_argument(
-        "--inducing", type=int, default=None, metavar="M",
+        "--inducing", type=_inducing_option, default="auto", metavar="M",
         help="FITC prior with M inducing inputs placed by k-means (ep or laplace): O(n M^2) per evaluation, "
-             "O(c^2 n M^2) with c > 2 classes",
+             "O(c^2 n M^2) with c > 2 classes; 'auto': dense up to 1,200 training rows, FITC with "
+             "2 sqrt(n) inducing inputs (100 to 300) above; 'none': dense whatever n",
     )
     p.add_argument(
         "--sampler", default="pymc", choices=["pymc", "nutpie"],
@@ -281,7 +282,7 @@ def run(args):
 
 def _check_choices(args):
     """Combinations of options that do not fit together, before the data are read."""
-    if args.inducing is not None and args.approximation not in ("ep", "laplace"):
+    if isinstance(args.inducing, int) and args.approximation not in ("ep", "laplace"):
         raise ValueError(f"--inducing works with --approximation ep or laplace, not {args.approximation}")
     if args.levels is not None and not args.ordinal:
         raise ValueError("--levels orders the labels of an --ordinal target")
@@ -366,11 +367,35 @@ def _model_for(args, data):
     model, gp = ard_classifier(
         data.X_train, data.y_train, approximation=approximation, likelihood=likelihood,
         feature_names=data.feature_names, **({"variant": variant} if variant else {}),
-        **({"inducing": args.inducing} if args.inducing is not None else {}),
+        inducing=args.inducing,
         **({"per_class": not args.shared_kernel} if multiclass and not args.ordinal else {}),
         **({"levels": levels} if args.ordinal else {}),
     )
     return model, gp, likelihood, multiclass
+
+
+def _inducing_option(text):
+    """``--inducing``: "auto", "none" (the dense prior) or a number of inducing inputs."""
+    if text.lower() in ("auto", "none"):
+        return text.lower() if text.lower() == "auto" else None
+    try:
+        m = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of inducing inputs, 'auto' or 'none'") from None
+    if m < 1:
+        raise argparse.ArgumentTypeError(f"the number of inducing inputs must be positive, not {m}")
+    return m
+
+
+def _prior_line(args, n):
+    """The report's words for the prior structure that ``--inducing`` chose."""
+    from .models import auto_inducing
+
+    m = auto_inducing(n, args.approximation.partition("-")[0]) if args.inducing == "auto" else args.inducing
+    if m is None:
+        return ", dense GP prior" + (" (--inducing auto: at most 1,200 rows)" if args.inducing == "auto" else "")
+    how = " (--inducing auto: more than 1,200 rows)" if args.inducing == "auto" else ""
+    return f", FITC prior with {m} inducing inputs (k-means){how}"
 
 
 def _fit_and_write(args, built, data, classes, y_test_labels, out):
@@ -386,7 +411,7 @@ def _fit_and_write(args, built, data, classes, y_test_labels, out):
            + (f"ordered ({', '.join(map(str, gp.classes))}), free cutpoints" if args.ordinal else
               'one ARD kernel shared by the classes' if args.shared_kernel else 'one ARD kernel per class')
            if multiclass else "")
-        + (f", FITC prior with {args.inducing} inducing inputs (k-means)" if args.inducing is not None else ""),
+        + _prior_line(args, len(data.y_train)),
     ]
     if not multiclass:
         report.append(f"- classes: {classes[0]!r} (negative) and {classes[1]!r} (positive): probabilities are "

@@ -82,6 +82,19 @@ def test_help_shows_defaults(capsys):
     assert "(default: None)" not in text and "(default: False)" not in text
 
 
+def test_inducing_option_auto_none_or_a_count():
+    assert cli._inducing_option("auto") == "auto" and cli._inducing_option("None") is None
+    assert cli._inducing_option("12") == 12
+    for bad in ("x", "0", "-3"):
+        with pytest.raises(Exception, match="inducing inputs"):
+            cli._inducing_option(bad)
+    args = cli._parser().parse_args([])
+    assert args.inducing == "auto"
+    assert "dense GP prior (--inducing auto" in cli._prior_line(args, 200)
+    assert "FITC prior with 100 inducing inputs (k-means) (--inducing auto" in cli._prior_line(args, 2000)
+    assert cli._prior_line(cli._parser().parse_args(["--inducing", "none"]), 5000) == ", dense GP prior"
+
+
 def test_the_default_folder_is_never_overwritten_silently(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     assert cli._output_folder(None, overwrite=False).name == "pymc-gpc-output"  # missing: used
