@@ -285,19 +285,24 @@ class GaussianProcessClassifier(_GPClassifierBase):
 
 
 class GaussianProcessOrdinalClassifier(_GPClassifierBase):
-    """GP classification of ordered classes: ordered probit or logit (Chu & Ghahramani 2005).
+    r"""GP classification of ordered classes: ordered probit or logit (Chu & Ghahramani 2005).
 
-    p(y = k | f) = F(b_k - f) - F(b_{k-1} - f) with cutpoints b_1 < ... < b_{K-1} estimated
-    with the kernel's hyperparameters (F the normal or logistic CDF). Two levels reduce to
-    the binary model with that link (the kernel's constant term playing the cutpoint).
+    .. math::
+
+        p(y = k \mid f) = F(b_k - f) - F(b_{k-1} - f)
+
+    with cutpoints :math:`b_1 < \dots < b_{K-1}` estimated with the kernel's
+    hyperparameters (:math:`F` the normal or logistic CDF). Two levels reduce to the binary
+    model with that link (the kernel's constant term playing the cutpoint). The other
+    parameters (``kernel``, ``approximation``, ``method``, ``inducing``, ``prior``,
+    ``draws``, ``tune``, ``chains``, ``n_jobs``, ``max_draws``, ``maxiter``,
+    ``random_state``, ``verbose``) are as ``GaussianProcessClassifier``'s.
 
     Parameters
     ----------
     classes : the levels from lowest to highest (None: an ordered pandas categorical's
         categories, else the sorted labels). A level need not occur in y.
     link : "probit" or "logit".
-    kernel, approximation, method, inducing, prior, draws, tune, chains, n_jobs,
-    max_draws, maxiter, random_state, verbose : as ``GaussianProcessClassifier``'s.
     """
 
     def __init__(self, classes=None, link="probit", kernel="se", approximation="ep", method="map", inducing=None,
