@@ -45,9 +45,38 @@ LONGEST_FIRST = (
 )
 
 
+# Marked ``slow`` (``bash scripts/test.sh -m "not slow"`` leaves them out between edits;
+# CI runs everything): whole files whose tests compile JAX programs, build the docs, run
+# notebooks, sample with NUTS against gold standards or start other processes.
+SLOW_FILES = (
+    "integration/test_docs_site.py",
+    "backends/test_jax.py",
+    "backends/test_jax_fitc.py",
+    "backends/test_jax_multiclass.py",
+    "backends/test_jax_ordinal.py",
+    "backends/test_jax_distributed.py",
+    "integration/test_notebook.py",
+    "integration/test_multiclass_gold.py",
+    "integration/test_posterior_gold.py",
+    "integration/test_robustness.py",
+    "integration/test_new_user.py",
+    "approximations/test_loo_ground_truth.py",
+    "test_sklearn.py",
+    "test_fuzz_invariants.py",
+)
+
+
 def pytest_collection_modifyitems(config, items):
-    """Stable-sort the tests so that the files of ``LONGEST_FIRST`` come first, in its order."""
+    """Stable-sort the tests so that the files of ``LONGEST_FIRST`` come first, in its order,
+    and mark the tests of ``SLOW_FILES`` ``slow``."""
     here = pathlib.Path(__file__).parent
+    slow = set(SLOW_FILES)
+    for item in items:
+        try:
+            if pathlib.Path(item.path).relative_to(here).as_posix() in slow:
+                item.add_marker(pytest.mark.slow)
+        except ValueError:  # a test outside tests/
+            pass
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
 
     def key(item):
