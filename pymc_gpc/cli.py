@@ -379,12 +379,9 @@ def _inducing_option(text):
     if text.lower() in ("auto", "none"):
         return text.lower() if text.lower() == "auto" else None
     try:
-        m = int(text)
+        return int(text)  # its range against n is ard_classifier's check
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of inducing inputs, 'auto' or 'none'") from None
-    if m < 1:
-        raise argparse.ArgumentTypeError(f"the number of inducing inputs must be positive, not {m}")
-    return m
 
 
 def _prior_line(args, n):

@@ -85,7 +85,7 @@ def sample(*args, model=None, method="nuts", **kwargs):
     >>> az.loo(idata)  # doctest: +SKIP
     """
     if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, not {method!r}")
+        raise ValueError(f"method must be 'nuts', 'ccd' or 'grid', not {method!r}")
     if method != "nuts":
         if args:
             raise ValueError(f"method={method!r} takes keyword arguments only")

@@ -85,9 +85,9 @@ def test_help_shows_defaults(capsys):
 def test_inducing_option_auto_none_or_a_count():
     assert cli._inducing_option("auto") == "auto" and cli._inducing_option("None") is None
     assert cli._inducing_option("12") == 12
-    for bad in ("x", "0", "-3"):
-        with pytest.raises(Exception, match="inducing inputs"):
-            cli._inducing_option(bad)
+    with pytest.raises(Exception, match="inducing inputs"):
+        cli._inducing_option("x")
+    assert cli._inducing_option("0") == 0  # out of range: ard_classifier says so (test_fitc_api)
     args = cli._parser().parse_args([])
     assert args.inducing == "auto"
     assert "dense GP prior (--inducing auto" in cli._prior_line(args, 200)
