@@ -11,7 +11,7 @@ are compared with the exact ones:
   by noise), a near-separable 2-d synthetic set (noiseless linear labels, 60 training
   points) and Crabs (60 training points): elliptical slice sampling (4 chains, R-hat and
   bulk ESS reported) and annealed importance sampling for log Z
-  (``tests/gold_sampler.py``, written without the package's code).
+  (``tests/reference/gold_sampler.py``, written without the package's code).
 
 A second table explains mean field I's loose bound: it carries the term
 KL0 = (sum_i log [K^-1]_ii + log|K|) / 2, the KL divergence from the factorised Gaussian
@@ -213,7 +213,7 @@ def markdown(rows, mfs, n_iter):
            "evidence and class probabilities in closed form and the latent moments by 2-D quadrature; for the",
            f"others, elliptical slice sampling ({n_iter} iterations x 4 chains, thinned by 10, max R-hat and min",
            f"bulk ESS over the training latents) and annealed importance sampling for log Z ({AIS[0]} particles,",
-           f"{AIS[1]} temperatures; +- its standard error over the particles), `tests/gold_sampler.py`.", "",
+           f"{AIS[1]} temperatures; +- its standard error over the particles), `tests/reference/gold_sampler.py`.", "",
            "Columns: dlog Z = approximation - exact; mean err = RMS(m - m_exact) / RMS(m_exact) of the latent",
            "predictive mean at the test points; var err = mean |v / v_exact - 1| of the latent predictive",
            "variance; |dp| = mean (max) absolute error of p(y* = +1); log p = mean test log probability",

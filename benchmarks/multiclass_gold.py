@@ -2,7 +2,7 @@
 
 ``gold``: at fixed hyperparameters, softmax Laplace and nested EP (multinomial probit)
 against the exact posterior of their own likelihood (elliptical slice sampling, 4 chains,
-R-hat / ESS checked; log evidence by annealed importance sampling; ``tests/gold_sampler.py``)
+R-hat / ESS checked; log evidence by annealed importance sampling; ``tests/reference/gold_sampler.py``)
 on three small 3-class problems (a synthetic 2-d set, a Forensic Glass subset, a digits
 subset), each at a moderate kernel amplitude and at the large unequal per-class amplitudes
 MAP-II chose on digits (e^1.4, e^2.4, e^3.4). Reports log Z, the latent predictive mean
@@ -284,7 +284,7 @@ def _stacks_per_class(Xtr, Xte, ls, amps, jitter=1e-8):
 
 def diagnose(names=("wine", "glass"), n_iter=10000):
     """Why a predictive wins or loses held out: at nested EP's MAP-II hyperparameters
-    (``_gp_fit``), the exact posterior predictive (``tests/gold_sampler.py``) against
+    (``_gp_fit``), the exact posterior predictive (``tests/reference/gold_sampler.py``) against
     nested EP's latent moments and its two predictives, per dataset."""
     lines = ["| dataset | MAP-II log lengthscales / log amplitudes | predictive | test errors | "
              "mean test log p | mean abs dp to exact |", "|---|---|---|---|---|---|"]

@@ -77,7 +77,7 @@ import pymc_gpc
 from pymc_gpc import likelihoods as L
 from pymc_gpc.datasets import load_pima, synthetic
 from pymc_gpc.kernels import MixedARD
-from pymc_gpc.models import classification_metrics, label_noise_classifier
+from pymc_gpc.gp.models import classification_metrics, label_noise_classifier
 
 OUT = pathlib.Path(__file__).parent / "results" / "point_estimates.md"
 
@@ -252,7 +252,7 @@ import sys
 
 
 from pymc_gpc.datasets import _columns, _read_csv, load_pima
-from pymc_gpc.models import ard_classifier, classification_metrics, label_noise_classifier
+from pymc_gpc.gp.models import ard_classifier, classification_metrics, label_noise_classifier
 
 CV_OUT = pathlib.Path(__file__).parent / "results" / "cross_validation.md"
 PAPER = {  # Kim & Ghahramani Table 2 (error rate, sd of the mean)

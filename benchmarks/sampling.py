@@ -81,7 +81,7 @@ import pytensor.tensor as pt
 
 import pymc_gpc
 from pymc_gpc.kernels import MixedARD
-from pymc_gpc.models import LOG_V0_START, classification_metrics
+from pymc_gpc.gp.models import LOG_V0_START, classification_metrics
 
 
 OUT = pathlib.Path(__file__).parent / "results" / "sampling.md"

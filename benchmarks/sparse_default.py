@@ -66,7 +66,7 @@ import numpy as np
 
 import pymc_gpc
 from pymc_gpc.datasets import load_default
-from pymc_gpc.models import ard_classifier, classification_metrics
+from pymc_gpc.gp.models import ard_classifier, classification_metrics
 
 OUT = pathlib.Path(__file__).parent / "results" / "sparse_default.md"
 
@@ -163,7 +163,7 @@ def main():
 import arviz as az
 from sampling import diagnostic  # noqa: E402  (pymc_gpc.sample: diagnostics in sample_stats)
 
-from pymc_gpc.models import ard_classifier
+from pymc_gpc.gp.models import ard_classifier
 
 NUTS_OUT = pathlib.Path(__file__).parent / "results" / "sparse_nuts.md"
 
@@ -216,7 +216,7 @@ import pymc as pm
 import pytensor.tensor as pt
 from scipy.special import ndtr
 
-from pymc_gpc.models import LOG_V0_START, ard_classifier, classification_metrics
+from pymc_gpc.gp.models import LOG_V0_START, ard_classifier, classification_metrics
 
 HSGP_OUT = pathlib.Path(__file__).parent / "results" / "sparse_hsgp.md"
 HYPER = ["log_w", "log_v0", "log_v1"]

@@ -86,12 +86,12 @@ def _data():
 
 def _inducing(m, xu_file):
     """k-means inducing inputs as ``ard_classifier(inducing=m)`` places them
-    (``pymc_gpc.models.kmeans_centres``, seed 0), computed once by the driver (``xu_file``,
+    (``pymc_gpc.gp.models.kmeans_centres``, seed 0), computed once by the driver (``xu_file``,
     with its CPU and wall time) or here; returns (Xu, CPU time, wall time)."""
     if xu_file:
         saved = np.load(xu_file)
         return saved["Xu"], float(saved["cpu"]), float(saved["wall"])
-    from pymc_gpc.models import kmeans_centres
+    from pymc_gpc.gp.models import kmeans_centres
 
     t0, c0 = time.perf_counter(), time.process_time()
     Xu = kmeans_centres(m, _data().X_train, seed=0)
@@ -112,7 +112,7 @@ def run_package(approximation, m, single_stage=False, xu_file=None, learn=False,
 
     if single_stage:
         type2.COARSE_FTOL = 0.0  # tol >= COARSE_FTOL: one run at the engine's tolerances
-    from pymc_gpc.models import ard_classifier, classification_metrics
+    from pymc_gpc.gp.models import ard_classifier, classification_metrics
 
     data = _data()
     Xu, km_cpu, km_wall = _inducing(m, xu_file)
@@ -261,7 +261,7 @@ def profile(approximation, m):
     def count(self, result, seconds):
         solves.append({"sweeps": int(result.n_iter), "cpu": seconds, "coarse": bool(self.overrides[0])})
 
-    from pymc_gpc import gp as gp_module, prediction
+    from pymc_gpc.gp import marginal as gp_module, prediction
 
     predicted = []
     solve_for_prediction = prediction.solve_with_retries
@@ -302,7 +302,7 @@ def evaluation_cost(m, repeats=3, learn=False, profile_file=""):
 
     from pymc_gpc import kernels
     from pymc_gpc.estimation.objective import objective_for, other_terms, ravel, start_point, unravel
-    from pymc_gpc.models import ard_classifier
+    from pymc_gpc.gp.models import ard_classifier
 
     data = _data()
     Xu = data.X_train[np.random.default_rng(0).choice(N_TRAIN, m, replace=False)]
@@ -341,7 +341,7 @@ def warm_up():
     runs, which then start warm as after a first use."""
     from pymc_gpc.estimation import type2
     from pymc_gpc.estimation.objective import start_point
-    from pymc_gpc.models import ard_classifier
+    from pymc_gpc.gp.models import ard_classifier
 
     data = _data()
     for learn in (False, True):

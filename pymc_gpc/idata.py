@@ -331,7 +331,7 @@ def parallel_defaults(kwargs, sampler):
 
 def sample_nuts(*args, model=None, **kwargs):
     """NUTS over the hyperparameters with this package's defaults: what
-    ``pymc_gpc.sample(method="nuts")`` runs (``pymc_gpc.sampling.sample``, which documents the
+    ``pymc_gpc.sample(method="nuts")`` runs (``pymc_gpc.estimation.sampling.sample``, which documents the
     defaults and adds the warning for large dense priors).
 
     Parameters

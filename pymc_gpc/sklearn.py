@@ -38,11 +38,11 @@ except ImportError as err:  # scikit-learn missing, or older than 1.6 (no valida
 import pymc as pm
 
 from . import likelihoods
-from .gp import MarginalEP, MarginalLaplace
+from .gp.marginal import MarginalEP, MarginalLaplace
 from .estimation.integration import predict as integrated_predict
-from .sampling import sample as _sample_hyperparameters
-from .models import ard_classifier, kmeans_centres
-from .point_estimates import fit as _fit_hyperparameters
+from .estimation.sampling import sample as _sample_hyperparameters
+from .gp.models import ard_classifier, kmeans_centres
+from .estimation.point_estimates import fit as _fit_hyperparameters
 
 __all__ = ["GaussianProcessClassifier", "GaussianProcessOrdinalClassifier"]
 

@@ -141,9 +141,9 @@ FAULTS = [
           "d = F[k][None] - np.delete(F, k, axis=0)", "d = 0.9 * (F[k][None] - np.delete(F, k, axis=0))",
           (MULTI, "-k", "zero_covariance or multinomial_probit"), "multinomial probit: class differences scaled"),
     # -- issue 58's survivors: label coding, the posterior's coordinates, the ordinal label check --
-    Fault("gp-container-labels-ge", "pymc_gpc/gp.py",
+    Fault("gp-container-labels-ge", "pymc_gpc/gp/marginal.py",
           "return pt.switch(pt.gt(values, 0), 1.0, -1.0)", "return pt.switch(pt.ge(values, 0), 1.0, -1.0)",
-          ("tests/test_gp_label_coding.py",), "labels from a pm.Data container coded with >= 0 (class 0 as +1)"),
+          ("tests/gp/test_gp_label_coding.py",), "labels from a pm.Data container coded with >= 0 (class 0 as +1)"),
     Fault("idata-keeps-unused-coords", "pymc_gpc/idata.py",
           'idata["posterior"] = _drop_unused_coords(post.drop_vars(drop))', 'idata["posterior"] = post.drop_vars(drop)',
           ("tests/test_idata_coords.py",), "the posterior keeps the LOO terms' observation coordinate"),

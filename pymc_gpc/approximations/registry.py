@@ -93,7 +93,7 @@ class Approximation:
     engine_defaults : the engine's defaults that compiled paths need explicitly
         (``ep_warm`` and ``backends.numba.compiled_ep`` take tol as an argument).
     prediction_defaults : solver options when predicting over posterior draws
-        (``pymc_gpc.prediction``).
+        (``pymc_gpc.gp.prediction``).
     coarse_fit_defaults : solver options of the first, coarse L-BFGS-B run of
         ``fit(method="type2" | "map")`` (``estimation.type2._coarse_stage``), which only
         has to find the optimum's neighbourhood; the second run solves at the Op's own

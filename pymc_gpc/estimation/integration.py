@@ -25,7 +25,7 @@ import pymc as pm
 import xarray as xr
 
 from ..idata import add_log_likelihood, gp_names
-from ..point_estimates import fit
+from .point_estimates import fit
 from . import designs
 from .hyper_posterior import LogPosterior, find_mode
 from .objective import FIT_FORWARD_MODE, ravel, start_point

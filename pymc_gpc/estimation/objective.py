@@ -15,7 +15,7 @@ from pytensor.graph.traversal import ancestors
 from ..approximations import registry
 from ..approximations.solve import solve_with_retries
 from ..ops.marginal import ApproxMarginalOp
-from ..python_vm import PYTHON_VM_FORWARD_MODE, PYTHON_VM_MODE
+from ..backends.python_vm import PYTHON_VM_FORWARD_MODE, PYTHON_VM_MODE
 from ..structures.fitc import NonFiniteKernelError
 from ..structures.select import structure_of_op
 from ..validation import trusted_kernel

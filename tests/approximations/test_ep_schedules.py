@@ -152,7 +152,7 @@ def test_results_are_reproducible_and_at_eps_fixed_point():
     answer is EP's: the parallel and the sequential schedules, different iterations, reach
     the same fixed point, where every site's cavity times its likelihood has the posterior
     marginal's moments (by quadrature, ``ground_truth.tilted``)."""
-    from ..ground_truth import cavity, gaussian_with_sites, tilted
+    from ..reference.ground_truth import cavity, gaussian_with_sites, tilted
 
     lik = LIKELIHOOD_CASES[1]
     rng = np.random.default_rng(5)

@@ -18,7 +18,7 @@ from pymc_gpc import adf, ep, laplace, meanfield
 from pymc_gpc.structures import FITCPrior
 
 from ..conftest import LIKELIHOOD_CASES, ard_kernel, brute_force_log_z, lik_id, random_problem
-from ..ground_truth import (
+from ..reference.ground_truth import (
     adf_sites,
     cavity,
     fitc_dense,

@@ -1,7 +1,7 @@
 """Multi-class GP classification: softmax Laplace (and multinomial-probit EP) numerics.
 
 Ground truth: brute-force Gauss-Hermite quadrature of the evidence (n <= 2, c = 3), a
-dense cn x cn Newton written independently (tests/multiclass_reference.py), and central
+dense cn x cn Newton written independently (tests/reference/multiclass_reference.py), and central
 finite differences for every gradient.
 """
 
@@ -14,7 +14,7 @@ from pymc_gpc.approximations.softmax_laplace import softmax_laplace
 from pymc_gpc.likelihoods import MultinomialProbit, Probit, Softmax
 from pymc_gpc.validation import as_class_codes
 
-from ..multiclass_reference import (
+from ..reference.multiclass_reference import (
     brute_force_log_evidence,
     dense_softmax_laplace,
     dense_softmax_mode,

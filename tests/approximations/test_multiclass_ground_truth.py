@@ -24,7 +24,7 @@ from pymc_gpc import laplace, multinomial_probit_ep, softmax_laplace
 from pymc_gpc.approximations.softmax_laplace import LOO_DRAWS
 from pymc_gpc.likelihoods import Logistic, MultinomialProbit, Softmax
 
-from ..multiclass_reference import (
+from ..reference.multiclass_reference import (
     dense_latent_predictive,
     dense_softmax_mode,
     gaussian_expectation,

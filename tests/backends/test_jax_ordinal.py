@@ -28,7 +28,7 @@ from pymc_gpc import likelihoods as L  # noqa: E402
 from pymc_gpc.backends.jax import engine as jax_engine  # noqa: E402
 from pymc_gpc.backends.jax import fitc as jax_fitc  # noqa: E402
 from pymc_gpc.ops import LatentPredictiveOp  # noqa: E402
-from pymc_gpc.python_vm import PYTHON_VM_MODE  # noqa: E402
+from pymc_gpc.backends.python_vm import PYTHON_VM_MODE  # noqa: E402
 from pymc_gpc.structures import FITCPrior  # noqa: E402
 
 TOL = {"ep": {"tol": 1e-12}, "laplace": {}}

@@ -16,7 +16,7 @@ import pytensor.tensor as pt
 import pytest
 
 import pymc_gpc
-from pymc_gpc import prediction
+from pymc_gpc.gp import prediction
 from pymc_gpc.approximations import registry
 from pymc_gpc.estimation import objective as OBJ
 from pymc_gpc.likelihoods import MultinomialProbit

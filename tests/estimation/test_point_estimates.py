@@ -17,12 +17,12 @@ from scipy import integrate, stats
 
 import pymc_gpc
 from pymc_gpc import likelihoods as L
-from pymc_gpc import point_estimates as PE
+from pymc_gpc.estimation import point_estimates as PE
 from pymc_gpc.estimation import em_ep, objective as OBJ
 from pymc_gpc.structures import em_bounds
 from pymc_gpc.datasets import synthetic
 from pymc_gpc.kernels import MixedARD
-from pymc_gpc.models import classification_metrics, label_noise_classifier
+from pymc_gpc.gp.models import classification_metrics, label_noise_classifier
 from pymc_gpc.structures import FITCPrior
 
 from ..conftest import LIKELIHOOD_CASES, lik_id, reference_log_lik

@@ -28,7 +28,8 @@ import xarray as xr
 from scipy import special
 
 import pymc_gpc
-from pymc_gpc import cli, ep, laplace
+from pymc_gpc import ep, laplace
+from pymc_gpc.cli import command as cli
 from pymc_gpc import likelihoods as L
 from pymc_gpc.approximations.ep import EPState
 from pymc_gpc.approximations.laplace import LaplaceState

@@ -4,7 +4,7 @@ import csv
 
 import numpy as np
 
-from pymc_gpc.cli import main
+from pymc_gpc.cli.command import main
 from pymc_gpc.datasets import load_crabs
 
 

@@ -14,7 +14,7 @@ import time
 import numpy as np
 import pytest
 
-from pymc_gpc import cli
+from pymc_gpc.cli import command as cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

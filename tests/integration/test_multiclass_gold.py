@@ -1,6 +1,6 @@
 """Several classes against the exact posterior at fixed hyperparameters (ground truth).
 
-The gold standard (``tests/gold_sampler.py``, written without the package): elliptical
+The gold standard (``tests/reference/gold_sampler.py``, written without the package): elliptical
 slice sampling of the 3 x 12 latent values under each approximation's own likelihood, 4
 chains (R-hat checked), and the log evidence by annealed importance sampling; the sampler
 and AIS themselves are checked against brute-force quadrature on a two-point problem.
@@ -35,8 +35,8 @@ import pytest
 from pymc_gpc import likelihoods as L
 from pymc_gpc import multinomial_probit_ep, softmax_laplace
 
-from .. import gold_sampler as gs
-from .. import multiclass_reference as mr
+from ..reference import gold_sampler as gs
+from ..reference import multiclass_reference as mr
 from ..conftest import se_kernel as se
 
 X = np.sort(np.random.default_rng(4).uniform(-3, 3, 12))

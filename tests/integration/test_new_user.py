@@ -18,7 +18,8 @@ from scipy import stats
 
 import pymc_gpc
 from pymc_gpc import likelihoods as L
-from pymc_gpc import prediction, progress
+from pymc_gpc import progress
+from pymc_gpc.gp import prediction
 from pymc_gpc.datasets import load
 
 from ..conftest import random_problem
@@ -102,7 +103,7 @@ def test_every_python_snippet_in_the_readme_runs_as_written(cheap_sampling):
                 assert p.ndim in (1, 2) and np.all((p >= 0) & (p <= 1)), block
                 assert p.ndim == 1 or p.shape[0] == 5, block
                 assert p.ndim == 1 or np.allclose(p.sum(axis=1), 1.0)
-        for module, shape in [(pymc_gpc.gp, (5,)), (pymc_gpc.gp_multiclass, (5, 3))]:
+        for module, shape in [(pymc_gpc.gp.marginal, (5,)), (pymc_gpc.gp.multiclass, (5, 3))]:
             example = {**data, "pm": pm, "pt": pt, "pymc_gpc": pymc_gpc}
             exec(compile(_docstring_example(module), f"{module.__name__}", "exec"), example)
             assert example["p"].shape == shape
@@ -216,7 +217,7 @@ def test_type2_runaway_on_the_bundled_data(name, expected):
 
 
 def test_cli_rejects_a_test_class_that_is_not_in_the_training_file(tmp_path, capsys):
-    from pymc_gpc.cli import main
+    from pymc_gpc.cli.command import main
 
     rng = np.random.default_rng(5)
     X = rng.normal(size=(30, 2))
@@ -250,7 +251,7 @@ def test_fit_and_predict_compile_their_graphs_without_numba():
     X, y = random_problem(rng, 15)
     model, gp = small_model(X, y)
     objective = objective.objective_for(model, objective.other_terms(model, include_priors=False), model.continuous_value_vars)
-    from pymc_gpc.prediction import POINT_KERNEL_MODE
+    from pymc_gpc.gp.prediction import POINT_KERNEL_MODE
 
     fn, _ = gp._compile_kernels(model)
     fn_point, _ = gp._compile_kernels(model, POINT_KERNEL_MODE)
@@ -266,7 +267,7 @@ def test_fit_and_predict_compile_their_graphs_without_numba():
 def test_python_vm_clip_rewrite_keeps_values_and_gradients():
     """clip -> minimum(maximum) in PYTHON_VM_MODE: the same values and gradients as the
     plain Clip (FAST_COMPILE), below, inside and above the bounds and exactly at them."""
-    from pymc_gpc.python_vm import PYTHON_VM_MODE
+    from pymc_gpc.backends.python_vm import PYTHON_VM_MODE
 
     x = pt.dvector("x")
     lo, hi = pt.dscalar("lo"), pt.dscalar("hi")
@@ -297,7 +298,7 @@ def test_python_vm_forward_mode_merges_and_keeps_values():
     """PYTHON_VM_FORWARD_MODE (the kernels of fit and predict): the merge and clip rewrites
     only. The kernels equal FAST_COMPILE's, a subexpression built twice is computed once,
     and no Clip is left."""
-    from pymc_gpc.python_vm import PYTHON_VM_FORWARD_MODE
+    from pymc_gpc.backends.python_vm import PYTHON_VM_FORWARD_MODE
 
     X = pt.dmatrix("X")
     ls = pt.dvector("ls")

@@ -88,7 +88,7 @@ def test_ard_classifier_three_classes_builds_per_class_variables():
 
 
 def test_cli_on_a_multiclass_target(tmp_path):
-    from pymc_gpc.cli import main
+    from pymc_gpc.cli.command import main
 
     header = "u,v,kind\n"
     rows = [f"{x[0]:.6f},{x[1]:.6f},{lab}\n" for x, lab in zip(X3, Y3)]

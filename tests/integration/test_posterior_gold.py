@@ -192,12 +192,12 @@ def test_binary_approximations_on_the_two_point_problem(amp, ls):
 
 
 def test_binary_approximations_against_sampling_on_the_thirty_point_problem():
-    """Elliptical slice sampling and AIS (tests/gold_sampler.py) on the 30-point set:
+    """Elliptical slice sampling and AIS (tests/reference/gold_sampler.py) on the 30-point set:
     EP within 0.3 nats of AIS and 0.01 (amplitude 1) / 0.02 (amplitude 25) of the exact class
     probabilities on average; at amplitude 25 Laplace's probabilities are off by more than
     0.04 on average (0.063 in benchmarks/results/binary_gold.md) and mean field I's bound is
     tens of nats below (its prior term, tests/approximations/test_meanfield.py)."""
-    from .. import gold_sampler as gs
+    from ..reference import gold_sampler as gs
 
     rng = np.random.default_rng(3)
     X30 = rng.uniform(-3, 3, size=(30, 1))

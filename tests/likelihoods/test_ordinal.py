@@ -15,7 +15,7 @@ import pytest
 from scipy import integrate, special
 
 import pymc_gpc
-from pymc_gpc.python_vm import PYTHON_VM_MODE
+from pymc_gpc.backends.python_vm import PYTHON_VM_MODE
 from pymc_gpc.likelihoods import Logistic, OrderedLogit, OrderedProbit, ProbitBias
 
 rng = np.random.default_rng(3)

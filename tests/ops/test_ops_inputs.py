@@ -12,7 +12,7 @@ from pymc_gpc.likelihoods import Softmax
 from pymc_gpc.ops.marginal import ApproxMarginalOp
 from pymc_gpc.ops.multiclass import MulticlassMarginalOp, MulticlassSparseMarginalOp
 from pymc_gpc.ops.sparse import FITCInputs, SparseMarginalOp
-from pymc_gpc.python_vm import PYTHON_VM_MODE
+from pymc_gpc.backends.python_vm import PYTHON_VM_MODE
 
 
 def test_both_fitc_ops_take_their_input_handling_from_the_mixin():

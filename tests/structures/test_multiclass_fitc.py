@@ -14,7 +14,7 @@ import pymc_gpc
 from pymc_gpc.approximations.multinomial_probit_ep import multinomial_probit_ep
 from pymc_gpc.approximations.softmax_laplace import softmax_laplace
 from pymc_gpc.likelihoods import MultinomialProbit, Softmax
-from pymc_gpc.python_vm import PYTHON_VM_MODE
+from pymc_gpc.backends.python_vm import PYTHON_VM_MODE
 from pymc_gpc.ops.multiclass import MulticlassSparseMarginalOp
 from pymc_gpc.structures.multiclass import CoupledBlockPosterior
 from pymc_gpc.structures.multiclass_fitc import MulticlassFITCGradient, MulticlassFITCPrior

@@ -44,10 +44,10 @@ ArviZ ``DataTree`` for ``az.summary`` and plots.
 
 import pymc as pm
 
-from .estimation.em_ep import EPSILON_RULES, epsilon_update, fit_em_ep
-from .estimation.objective import start_point
-from .estimation.result import FitResult, FitStartError, RunawayHyperparameterWarning
-from .estimation.type2 import maximise
+from .em_ep import EPSILON_RULES, epsilon_update, fit_em_ep
+from .objective import start_point
+from .result import FitResult, FitStartError, RunawayHyperparameterWarning
+from .type2 import maximise
 
 __all__ = ["fit", "FitResult", "FitStartError", "METHODS", "EPSILON_RULES", "RunawayHyperparameterWarning",
            "epsilon_update"]

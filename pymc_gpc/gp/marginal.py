@@ -38,16 +38,16 @@ from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.traversal import ancestors
 from pytensor.tensor.random.op import RandomVariable
 
-from .likelihoods.binary import Likelihood, laplace_unsupported_message
-from .likelihoods.multiclass import MulticlassLikelihood
-from .likelihoods.ordinal import OrdinalLikelihood
+from ..likelihoods.binary import Likelihood, laplace_unsupported_message
+from ..likelihoods.multiclass import MulticlassLikelihood
+from ..likelihoods.ordinal import OrdinalLikelihood
 from .model_terms import add_evidence_terms, as_input_matrix, checked_input_matrix, checked_label_count, label_dims
-from .ops.training_check import checked_training_tensor
-from .approximations import registry
-from .estimation.result import FitResult
+from ..ops.training_check import checked_training_tensor
+from ..approximations import registry
+from ..estimation.result import FitResult
 from .prediction import KERNEL_MODE, POINT_KERNEL_MODE, latent_predictions
-from .structures.select import select_structure
-from .validation import (
+from ..structures.select import select_structure
+from ..validation import (
     as_ordinal_codes,
     as_signed_labels,
     binary_classes,
@@ -347,7 +347,7 @@ class _ApproximateMarginal:
         ``model`` and reused by later calls at any new inputs, reading ``pm.Data``
         containers at each call (with ``idata=`` it is compiled at each call). Over draws EP stops at
         a site change of 1e-3, at one point at the engine's 1e-8, unless ``tol`` was
-        given to the constructor (``pymc_gpc.prediction``). After ``pymc_gpc.fit``, pass
+        given to the constructor (``pymc_gpc.gp.prediction``). After ``pymc_gpc.fit``, pass
         the result (``point=result``) rather than ``result.point``: a cold start at the
         fitted point repeats the sweeps the fit already made
         (``benchmarks/results/predict_warm.md``).
@@ -557,7 +557,7 @@ class MarginalEP(_ApproximateMarginal):
         (``pymc_gpc.approximations.registry``), while every other use of the model's
         logp and gradient (``pm.sample``, ``pm.find_MAP``, ``model.compile_dlogp``, ADVI),
         ``pymc_gpc.fit`` and ``predict`` at a point get the engine's 1e-8 (``predict``
-        over posterior draws 1e-3: ``pymc_gpc.prediction``).
+        over posterior draws 1e-3: ``pymc_gpc.gp.prediction``).
 
     Raises
     ------

@@ -43,10 +43,10 @@ import pymc as pm
 import pytensor.tensor as pt
 from pymc.gp.util import JITTER_DEFAULT
 
-from .gp import MarginalEP, MarginalLaplace
-from .likelihoods.multiclass import MulticlassLikelihood
+from .marginal import MarginalEP, MarginalLaplace
+from ..likelihoods.multiclass import MulticlassLikelihood
 from .model_terms import add_evidence_terms as _add_evidence_terms, checked_input_matrix
-from .validation import as_class_codes, check_inputs, check_kernel_columns, data_input
+from ..validation import as_class_codes, check_inputs, check_kernel_columns, data_input
 
 
 class MulticlassMarginal:
@@ -210,7 +210,7 @@ class MulticlassMarginal:
         ``"probit"``; for ``MultinomialProbit`` the integral over the latent predictive
         (``"integrate"``). As the binary ``predict``: one compiled kernel function, kept by the GP
         for later calls at other inputs, each draw's approximation warm-started from the
-        previous draw's (``pymc_gpc.prediction``).
+        previous draw's (``pymc_gpc.gp.prediction``).
         """
         return super().predict(Xnew, point=point, idata=idata, model=model, return_latent=return_latent,
                                max_draws=max_draws, progressbar=progressbar)

@@ -28,11 +28,11 @@ import warnings
 
 import numpy as np
 
-from . import likelihoods as L
-from .datasets import Split, load
-from .cli_multiclass import MULTICLASS_LIKELIHOODS, is_multiclass, likelihood_for, test_report
-from .likelihoods.ordinal import OrderedLogit, OrderedProbit
-from .validation import SingleMemberClassWarning, as_signed_labels, binary_classes, check_inputs
+from .. import likelihoods as L
+from ..datasets import Split, load
+from .multiclass import MULTICLASS_LIKELIHOODS, is_multiclass, likelihood_for, test_report
+from ..likelihoods.ordinal import OrderedLogit, OrderedProbit
+from ..validation import SingleMemberClassWarning, as_signed_labels, binary_classes, check_inputs
 
 LIKELIHOODS = {
     "probit": L.Probit,
@@ -347,7 +347,7 @@ def _publish(staging, out):
 
 def _model_for(args, data):
     """(model, gp, likelihood, multiclass) of the command line's choices."""
-    from .models import ard_classifier
+    from ..gp.models import ard_classifier
 
     multiclass = is_multiclass(data.y_train) or args.ordinal
     levels = None
@@ -386,7 +386,7 @@ def _inducing_option(text):
 
 def _prior_line(args, n):
     """The report's words for the prior structure that ``--inducing`` chose."""
-    from .models import auto_inducing
+    from ..gp.models import auto_inducing
 
     m = auto_inducing(n, args.approximation.partition("-")[0]) if args.inducing == "auto" else args.inducing
     if m is None:
@@ -420,7 +420,7 @@ def _fit_and_write(args, built, data, classes, y_test_labels, out):
         report += _nuts_report(args, idata, hyper, time.perf_counter() - t0, interrupted, out)
         fitted = idata
     else:
-        from .point_estimates import fit
+        from ..estimation.point_estimates import fit
 
         interrupted = False
         fitted = fit(model, method=args.method, progressbar=not args.no_progress)
@@ -437,7 +437,7 @@ def _fit_and_write(args, built, data, classes, y_test_labels, out):
 def _sample(args, model):
     """(idata, interrupted): NUTS, with Ctrl-C during the draws noted (PyMC then returns the draws
     made so far); KeyboardInterrupt when it left fewer than ``MIN_KEPT_DRAWS`` per chain."""
-    from .sampling import sample
+    from ..estimation.sampling import sample
 
     hits = []
 
@@ -520,7 +520,7 @@ def _fit_report(args, result, hyper, fit_time, out):
 
 def _test_report(args, gp, model, fitted, data, classes, y_test_labels, multiclass, out):
     """Predict the test rows, write predictions.csv; the report's test-set lines."""
-    from .models import classification_metrics
+    from ..gp.models import classification_metrics
 
     t1 = time.perf_counter()
     if args.method == "nuts":
@@ -581,7 +581,7 @@ def _plots(result, out, report, feature_names, classes):
         plt.close("all")
         report += ["", "Plots: trace.png (hyperparameter traces), relevance.png (ARD: log inverse squared lengthscale per input)."]
         return
-    from .plots import plot_fit, plot_history
+    from ..plots import plot_fit, plot_history
 
     if np.ndim(result.point["log_w"]) > 1:  # one kernel per class: a relevance bar chart per class row
         _plot_per_class_relevance(result.point["log_w"], out / "relevance.png", feature_names, classes)
@@ -628,5 +628,3 @@ def main(argv=None):
         return INTERRUPTED
 
 
-if __name__ == "__main__":
-    sys.exit(main())

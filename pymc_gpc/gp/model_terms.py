@@ -1,10 +1,10 @@
-"""What every GP classifier (``gp``, ``gp_multiclass``) adds to a PyMC model: its inputs as a
+"""What every GP classifier (``gp.marginal``, ``gp.multiclass``) adds to a PyMC model: its inputs as a
 matrix tensor, and the evidence potential with its deterministics."""
 
 import pymc as pm
 import pytensor.tensor as pt
 
-from .validation import INPUT_MAGNITUDE_LIMIT
+from ..validation import INPUT_MAGNITUDE_LIMIT
 
 __all__ = ["as_input_matrix", "checked_input_matrix", "checked_label_count", "add_evidence_terms", "label_dims"]
 

@@ -28,10 +28,10 @@ loop (the draws' rows then stack to (S, m, c)).
 """
 
 import numpy as np
-from .approximations.solve import prediction_options, solve_with_retries
-from .progress import Progress
-from .python_vm import PYTHON_VM_FORWARD_MODE, PYTHON_VM_MODE
-from .validation import trusted_kernel
+from ..approximations.solve import prediction_options, solve_with_retries
+from ..progress import Progress
+from ..backends.python_vm import PYTHON_VM_FORWARD_MODE, PYTHON_VM_MODE
+from ..validation import trusted_kernel
 
 __all__ = ["latent_predictions", "KERNEL_MODE", "POINT_KERNEL_MODE"]
 

@@ -29,7 +29,7 @@ What each approximation's leave-one-out term means (derived here, checked in
 import numpy as np
 from scipy import integrate, special
 
-from .conftest import reference_lik
+from ..conftest import reference_lik
 
 
 def gaussian_with_sites(K, tau, nu, drop=None):

@@ -8,8 +8,8 @@ import pytest
 
 import pymc_gpc
 from pymc_gpc import idata as I
-from pymc_gpc import models as M
-from pymc_gpc import sampling as S
+from pymc_gpc.gp import models as M
+from pymc_gpc.estimation import sampling as S
 from pymc_gpc.ops.sparse import FITCInputs
 
 

@@ -11,7 +11,7 @@ import pytest
 import pymc_gpc
 from pymc_gpc.likelihoods import MultinomialProbit, Probit, Softmax
 
-from .multiclass_reference import (
+from ..reference.multiclass_reference import (
     gaussian_expectation,
     multinomial_probit_probabilities,
     rbf,
@@ -218,7 +218,7 @@ def test_errors():
 
 
 def test_cli_multiclass_confusion_matrix(tmp_path):
-    from pymc_gpc.cli import main
+    from pymc_gpc.cli.command import main
     from pymc_gpc.datasets import load_fgl
 
     data = load_fgl()

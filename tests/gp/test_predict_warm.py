@@ -14,13 +14,13 @@ import pytest
 from pymc.gp.util import JITTER_DEFAULT
 
 import pymc_gpc
-import pymc_gpc.prediction as prediction
+import pymc_gpc.gp.prediction as prediction
 from pymc_gpc import likelihoods as L
 from pymc_gpc.approximations.ep import EPState
 from pymc_gpc.approximations.solve import solve_with_retries
 
-from .conftest import nested_gp, random_problem, se_kernel
-from .ground_truth import cavity, fitc_dense, gaussian_with_sites, laplace_mode, tilted
+from ..conftest import nested_gp, random_problem, se_kernel
+from ..reference.ground_truth import cavity, fitc_dense, gaussian_with_sites, laplace_mode, tilted
 
 N, N_INDUCING = 30, 8
 CASES = {  # name: (class, likelihood, approx)

@@ -11,7 +11,7 @@ import csv
 
 import numpy as np
 
-from .likelihoods.multiclass import MultinomialProbit, Softmax
+from ..likelihoods.multiclass import MultinomialProbit, Softmax
 
 LIKELIHOOD_FOR = {"laplace": Softmax, "ep": MultinomialProbit}
 # --likelihood names of the multi-class likelihoods, and the approximation each needs

@@ -16,9 +16,9 @@ import pymc_gpc
 from pymc_gpc import ep
 from pymc_gpc import likelihoods as L
 
-from .conftest import random_problem
-from .conftest import se_kernel as _se
-from .ground_truth import gaussian_with_sites, laplace_mode
+from ..conftest import random_problem
+from ..conftest import se_kernel as _se
+from ..reference.ground_truth import gaussian_with_sites, laplace_mode
 
 JITTER = 1e-6  # pymc.gp.util.JITTER_DEFAULT: the GP's on K, and conditional's on the new block
 

@@ -11,11 +11,11 @@ import warnings
 import pymc as pm
 from pytensor.graph.traversal import ancestors
 
-from .estimation.integration import sample_integrated
-from .idata import sample_nuts
-from .models import DENSE_MAX_ROWS
-from .ops.marginal import ApproxMarginalOp
-from .ops.sparse import FITCInputs
+from .integration import sample_integrated
+from ..idata import sample_nuts
+from ..gp.models import DENSE_MAX_ROWS
+from ..ops.marginal import ApproxMarginalOp
+from ..ops.sparse import FITCInputs
 
 __all__ = ["sample", "DenseSamplingWarning", "warn_dense_size"]
 

@@ -15,8 +15,8 @@ from pymc_gpc import ep, laplace
 from pymc_gpc import likelihoods as L
 from pymc_gpc.structures import FITCPrior
 
-from .conftest import random_problem
-from .conftest import se_kernel as rbf
+from ..conftest import random_problem
+from ..conftest import se_kernel as rbf
 
 JITTER = 1e-6
 
@@ -223,7 +223,7 @@ def test_failure_is_minus_inf_with_status_not_an_exception():
 
 
 def test_cli_inducing(tmp_path, capsys):
-    from pymc_gpc.cli import main
+    from pymc_gpc.cli.command import main
 
     assert main(["--data", "crabs", "--method", "type2", "--inducing", "15", "--no-progress",
                  "--out", str(tmp_path)]) == 0
@@ -264,7 +264,7 @@ def test_bundled_default_data_set():
 def test_kmeans_centres_find_separated_clusters_and_match_scipy_distortion():
     from scipy.cluster.vq import kmeans, vq
 
-    from pymc_gpc.models import kmeans_centres
+    from pymc_gpc.gp.models import kmeans_centres
 
     rng = np.random.default_rng(3)
     truth = np.array([[0.0, 0.0], [5.0, 0.0], [0.0, 5.0], [5.0, 5.0], [10.0, 2.5]]) * [1.0, 100.0]
@@ -285,7 +285,7 @@ def test_kmeans_centres_find_separated_clusters_and_match_scipy_distortion():
 def test_learned_inducing_inputs_move_uphill_and_the_callback_sees_every_iterate():
     from pymc_gpc.estimation import type2
     from pymc_gpc.estimation.objective import start_point
-    from pymc_gpc.models import ard_classifier, kmeans_centres
+    from pymc_gpc.gp.models import ard_classifier, kmeans_centres
 
     rng = np.random.default_rng(5)
     X, y = random_problem(rng, 40)
@@ -308,14 +308,14 @@ def test_learned_inducing_inputs_move_uphill_and_the_callback_sees_every_iterate
 
 
 def test_learn_inducing_without_inducing_inputs_is_a_value_error():
-    from pymc_gpc.models import ard_classifier
+    from pymc_gpc.gp.models import ard_classifier
 
     with pytest.raises(ValueError, match="learn_inducing=True needs inducing="):
         ard_classifier(X0, Y0, learn_inducing=True)
 
 
 def test_learn_inducing_serves_ordinal_targets_too():
-    from pymc_gpc.models import ard_classifier
+    from pymc_gpc.gp.models import ard_classifier
 
     levels = np.digitize(X0[:, 0], [-0.5, 0.5])  # three ordered levels
     model, _ = ard_classifier(X0, levels, likelihood=pymc_gpc.OrderedProbit, approximation="laplace", inducing=3,

@@ -16,7 +16,7 @@ import pytest
 import pymc_gpc
 from pymc_gpc import likelihoods as L
 
-from .conftest import nested_gp, random_problem
+from ..conftest import nested_gp, random_problem
 
 N, N_INDUCING = 30, 8
 LS = 0.8

@@ -15,13 +15,13 @@ import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
 
-from .gp import MarginalADF, MarginalEP, MarginalLaplace, MarginalMeanField
-from .kernels import MixedARD, ard_kernels
-from .approximations import registry
-from .likelihoods.binary import Probit
-from .likelihoods.multiclass import MulticlassLikelihood, MultinomialProbit, Softmax
-from .likelihoods.ordinal import OrdinalLikelihood
-from .validation import as_class_codes, as_ordinal_codes, check_inputs
+from .marginal import MarginalADF, MarginalEP, MarginalLaplace, MarginalMeanField
+from ..kernels import MixedARD, ard_kernels
+from ..approximations import registry
+from ..likelihoods.binary import Probit
+from ..likelihoods.multiclass import MulticlassLikelihood, MultinomialProbit, Softmax
+from ..likelihoods.ordinal import OrdinalLikelihood
+from ..validation import as_class_codes, as_ordinal_codes, check_inputs
 
 # Where the chains start log v0 (``ard_classifier``'s docstring); comparisons that
 # build the same model by hand (the benchmark's and the notebook's pm.gp.Latent) use it.
@@ -412,13 +412,13 @@ def label_noise_classifier(X, y, *, epsilon=None, lengthscales="multiple", laten
     Examples
     --------
     >>> import pymc_gpc
-    >>> from pymc_gpc.models import label_noise_classifier
+    >>> from pymc_gpc.gp.models import label_noise_classifier
     >>> from pymc_gpc.datasets import load
     >>> pima = load("pima")
     >>> model, gp = label_noise_classifier(pima.X_train, pima.y_train)
     >>> result = pymc_gpc.fit(model, method="em-ep", progressbar=False)  # doctest: +SKIP
     """
-    from .likelihoods.binary import StepLabelNoise
+    from ..likelihoods.binary import StepLabelNoise
 
     if lengthscales not in ("multiple", "single"):
         raise ValueError(f"lengthscales must be 'multiple' or 'single', got {lengthscales!r}")

@@ -13,8 +13,8 @@ import pymc_gpc
 from pymc_gpc import ep, laplace
 from pymc_gpc import likelihoods as L
 
-from .conftest import random_problem
-from .conftest import se_kernel as rbf
+from ..conftest import random_problem
+from ..conftest import se_kernel as rbf
 
 
 def build(X, y, cls=pymc_gpc.MarginalEP, likelihood=None, sigma_prior=False, **options):
