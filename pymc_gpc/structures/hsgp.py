@@ -57,6 +57,7 @@ from collections import namedtuple
 import numbers
 
 import numpy as np
+import pymc as pm
 import pytensor.tensor as pt
 from pytensor.graph.basic import Constant
 from pytensor.graph.traversal import graph_inputs
@@ -191,24 +192,30 @@ def spectral_variances(cov_func, omega):
 class PeriodicBasis:
     r"""The cosine-sine expansion of the periodic kernel (Riutort-Mayol et al. 2023, app. B).
 
-    For ``pm.gp.cov.Periodic`` with period T and lengthscale ell, omega_0 = 2 pi / T and
-    a = ell^{-2},
+    ``pm.gp.cov.Periodic`` with period T and lengthscale ell is
+    k(tau) = exp(-sin^2(pi tau / T) / (2 ell^2)) = exp(a (cos(omega_0 tau) - 1)), with
+    omega_0 = 2 pi / T and a = 1 / (4 ell^2); the generating function of the modified Bessel
+    functions, e^{a cos t} = I_0(a) + 2 sum_{j>=1} I_j(a) cos(j t), gives
 
     .. math::
 
-        k(\tau) = \sum_{j=0}^{m-1} \tilde q_j^2 \cos(j \omega_0 \tau), \qquad
+        k(\tau) = \sum_{j=0}^{\infty} \tilde q_j^2 \cos(j \omega_0 \tau), \qquad
         \tilde q_0^2 = \frac{I_0(a)}{e^{a}},\ \tilde q_j^2 = \frac{2 I_j(a)}{e^{a}},
 
-    so that, with cos(j w0 (x - x')) = cos cos + sin sin, the basis is
+    and, with cos(j w0 (x - x')) = cos cos + sin sin, the basis is
     [cos(j omega_0 x)]_{j<m} and [sin(j omega_0 x)]_{1<=j<m} (``pm.gp.HSGPPeriodic``'s
     ``phi_cos`` and ``phi_sin[:, 1:]``), 2m - 1 functions, with variances
-    scale^2 (q~_0^2..q~_{m-1}^2, q~_1^2..q~_{m-1}^2), q~_j^2 being
-    ``Periodic.power_spectral_density_approx``. (``pm.gp.HSGPPeriodic`` multiplies its
-    weights by ``scale q~_j^2``, a standard deviation, so its prior variance is
-    scale^2 sum_j q~_j^4 where the kernel's is scale^2; here the variances are the kernel's.)
+    scale^2 (q~_0^2..q~_{m-1}^2, q~_1^2..q~_{m-1}^2).
+
+    Two differences from ``pm.gp.HSGPPeriodic``, whose prior is not its kernel's: its
+    ``Periodic.power_spectral_density_approx`` takes a = 1 / ell^2 (the kernel
+    exp(-2 sin^2 / ell^2) of the usual convention, where ``Periodic`` has 1/2 in the
+    exponent), and it multiplies the weights by scale q~_j^2 as if that were a standard
+    deviation (prior variance scale^2 sum_j q~_j^4). Here Phi diag(S) Phi^T converges to
+    scale^2 times ``Periodic``'s own matrix (tested).
 
     The basis depends on the period, which must therefore be a number: the gradient of
-    the evidence is taken in S only.
+    the evidence is taken in S only (the lengthscale and the scale).
 
     Parameters
     ----------
@@ -221,7 +228,7 @@ class PeriodicBasis:
         X = _checked_inputs(X)
         if not isinstance(m, numbers.Integral) or m <= 0:
             raise ValueError(f"m must be a positive integer, got {m!r}")
-        if not hasattr(cov_func, "power_spectral_density_approx") or not hasattr(cov_func, "period"):
+        if not isinstance(cov_func, pm.gp.cov.Periodic):
             raise ValueError(f"the periodic expansion needs pm.gp.cov.Periodic, got {type(cov_func).__name__}")
         if cov_func.n_dims != 1:
             raise ValueError("the periodic expansion is for a kernel on one input dimension")
@@ -238,7 +245,9 @@ class PeriodicBasis:
 
     def variances(self, scale=1.0):
         """S as a PyTensor graph: scale^2 [q~^2, q~^2[1:]] (class docstring)."""
-        q2 = self.cov_func.power_spectral_density_approx(pt.arange(self.m))
+        a = 0.25 / pt.square(self.cov_func.ls)
+        j = np.arange(self.m)
+        q2 = np.where(j > 0, 2.0, 1.0) * pt.ive(j, pt.flatten(a)[0])  # I_j(a) e^{-a}
         return pt.square(scale) * pt.concatenate([q2, q2[1:]])
 
 
