@@ -64,6 +64,7 @@ from pytensor.graph.traversal import graph_inputs
 from scipy.linalg import blas, solve_triangular
 from scipy.linalg.lapack import dtrtri
 
+from ..numerics.product_to_sum import CosineProductBasis
 from .dense import NotPositiveDefiniteError, chol_lower
 
 HSGPGradient = namedtuple("HSGPGradient", ["S"])
@@ -142,12 +143,24 @@ class LaplacianBasis:
         index = np.meshgrid(*[np.arange(_BOUNDARY_TABLE[b][0], _BOUNDARY_TABLE[b][0] + k)
                               for b, k in zip(self.boundary, self.m)])  # pm.gp.HSGP's order
         index = np.vstack([i.flatten() for i in index]).T
-        self.omega = np.sqrt(np.square(np.pi * index / (2.0 * L)))[int(self.drop_first):]
+        self.index = index[int(self.drop_first):]
+        self.omega = np.sqrt(np.square(np.pi * self.index / (2.0 * L)))  # pm.gp.HSGP's rounding
         self.M = self.omega.shape[0]
+
+    def _centred(self, X):
+        return (_checked_inputs(X) - self.center)[:, self.active_dims]
+
+    def at(self, X):
+        """The basis at inputs X as an operator (``numerics.product_to_sum.CosineProductBasis``):
+        Phi never formed, O(n sum_k m_k) memory, the posterior's products in O(n P)."""
+        u = np.pi * (self._centred(X) + self.L) / (2.0 * self.L)
+        amplitude = np.where(self.index == 0.0, 1.0 / np.sqrt(2.0 * self.L), 1.0 / np.sqrt(self.L))
+        sine = [_BOUNDARY_TABLE[b][1] is np.sin for b in self.boundary]
+        return CosineProductBasis(u, self.index, amplitude, sine)
 
     def __call__(self, X):
         """Phi (n, M), C-ordered: the basis functions at inputs X (the training box)."""
-        Xs = (_checked_inputs(X) - self.center)[:, self.active_dims]
+        Xs = self._centred(X)
         n = Xs.shape[0]
         phi = np.ones((n, self.M))
         for k, b in enumerate(self.boundary):
@@ -294,54 +307,33 @@ def _row_blocks(n, M):
     return [slice(i, min(i + step, n)) for i in range(0, n, step)]
 
 
-class HSGPPrior:
-    r"""The prior covariance K~ = Phi diag(S) Phi^T (module docstring), never formed.
+class DenseBasis:
+    """A basis matrix Phi (n, M) held as an array: the products of ``HSGPPosterior`` by BLAS,
+    O(n M^2) for the Gram matrix and the quadratic forms (any basis; ``CosineProductBasis``
+    answers the same questions in O(n P) for the Laplacian bases)."""
 
-    Parameters
-    ----------
-    Phi : (n, M) basis functions at the training inputs (``LaplacianBasis``, ``PeriodicBasis``).
-    S : (M,) non-negative prior variances of the weights (``spectral_variances``' values).
-
-    Examples
-    --------
-    >>> import numpy as np, pymc as pm, pymc_gpc
-    >>> from pymc_gpc.structures.hsgp import HSGPPrior, LaplacianBasis
-    >>> X = np.linspace(-2, 2, 200)[:, None]
-    >>> basis = LaplacianBasis(X, m=[30], c=1.5)
-    >>> S = basis.variances(pm.gp.cov.ExpQuad(1, ls=0.7)).eval()
-    >>> res = pymc_gpc.ep(HSGPPrior(basis(X), S), np.sign(X[:, 0] + 0.1), pymc_gpc.likelihoods.Probit())
-    >>> res.dlog_z_dK.S.shape
-    (30,)
-    """
-
-    sequential = False  # no rank-one sequential EP sweeps (they need the dense Sigma)
-
-    def __init__(self, Phi, S):
+    def __init__(self, Phi):
         Phi = np.ascontiguousarray(Phi, dtype=float)
-        S = np.asarray(S, dtype=float).reshape(-1)
-        if Phi.ndim != 2 or S.shape != (Phi.shape[1],):
-            raise ValueError(f"HSGP shapes do not match: Phi {Phi.shape}, S {S.shape}")
-        if not np.all(np.isfinite(S)) or (S.size and np.min(S) < 0.0):
-            raise ValueError("S (the spectral density at the basis frequencies) must be finite and non-negative")
+        if Phi.ndim != 2:
+            raise ValueError(f"Phi must be an (n, M) array, got shape {Phi.shape}")
         if not np.all(np.isfinite(Phi)):
             raise ValueError("Phi contains NaN or inf")
-        self.Phi, self.S, self.s = Phi, S, np.sqrt(S)
+        self.Phi = Phi
         self.n, self.M = Phi.shape
-        self._diag = np.einsum("ij,ij,j->i", Phi, Phi, S)
 
-    def diag(self):
-        """diag K~ (the prior variances)."""
-        return self._diag
+    def rmatvec(self, v):
+        """Phi^T v."""
+        return self.Phi.T @ v
 
-    def matvec(self, v):
-        r""":math:`\tilde K v = \Phi (S \circ \Phi^T v)`."""
-        return self.Phi @ (self.S * (self.Phi.T @ v))
+    def matvec(self, z):
+        """Phi z."""
+        return self.Phi @ z
 
-    def posterior(self, w, rough=False):
-        """q(f) at site precisions w (``HSGPPosterior``; always exact, ``rough`` is ignored)."""
-        return HSGPPosterior(self, w)
+    def sq_diag(self, S):
+        """sum_j S_j Phi_ij^2 for every i."""
+        return np.einsum("ij,ij,j->i", self.Phi, self.Phi, S)
 
-    def weighted_gram(self, w):
+    def gram(self, w):
         """H = Phi^T diag(w) Phi (M x M, symmetric), over row blocks (dsyrk where w >= 0)."""
         M = self.M
         H = np.zeros((M, M), order="F")
@@ -354,6 +346,72 @@ class HSGPPrior:
             else:
                 H += np.tril(P.T @ (P * w[rows][:, None]))
         return H + np.tril(H, -1).T
+
+    def quad_diag(self, L_A, s):
+        """||L_A^{-1} s Phi_i||^2 = diag(Phi s A^{-1} s Phi^T)_i for every i (one triangular
+        product over row blocks)."""
+        out = np.empty(self.n)
+        for rows in _row_blocks(self.n, self.M):
+            B = self.Phi[rows] * s  # (rows, M) C-ordered: B.T is Fortran (M, rows)
+            C = blas.dtrsm(1.0, L_A, B.T, side=0, lower=1, overwrite_b=1)
+            out[rows] = np.einsum("ij,ij->j", C, C)
+        return out
+
+    def dense(self):
+        return self.Phi
+
+
+def as_basis(Phi):
+    """A basis operator (``DenseBasis``, ``CosineProductBasis``) for Phi, or Phi itself if it is one."""
+    return Phi if hasattr(Phi, "quad_diag") else DenseBasis(Phi)
+
+
+class HSGPPrior:
+    r"""The prior covariance K~ = Phi diag(S) Phi^T (module docstring), never formed.
+
+    Parameters
+    ----------
+    Phi : (n, M) basis functions at the training inputs (``LaplacianBasis.__call__``,
+        ``PeriodicBasis.__call__``), or a basis operator (``LaplacianBasis.at``: the
+        Laplacian basis through ``numerics.product_to_sum``, O(n P) per evaluation).
+    S : (M,) non-negative prior variances of the weights (``spectral_variances``' values).
+
+    Examples
+    --------
+    >>> import numpy as np, pymc as pm, pymc_gpc
+    >>> from pymc_gpc.structures.hsgp import HSGPPrior, LaplacianBasis
+    >>> X = np.linspace(-2, 2, 200)[:, None]
+    >>> basis = LaplacianBasis(X, m=[30], c=1.5)
+    >>> S = basis.variances(pm.gp.cov.ExpQuad(1, ls=0.7)).eval()
+    >>> res = pymc_gpc.ep(HSGPPrior(basis.at(X), S), np.sign(X[:, 0] + 0.1), pymc_gpc.likelihoods.Probit())
+    >>> res.dlog_z_dK.S.shape
+    (30,)
+    """
+
+    sequential = False  # no rank-one sequential EP sweeps (they need the dense Sigma)
+
+    def __init__(self, Phi, S):
+        self.basis = as_basis(Phi)
+        S = np.asarray(S, dtype=float).reshape(-1)
+        if S.shape != (self.basis.M,):
+            raise ValueError(f"HSGP shapes do not match: Phi {(self.basis.n, self.basis.M)}, S {S.shape}")
+        if not np.all(np.isfinite(S)) or (S.size and np.min(S) < 0.0):
+            raise ValueError("S (the spectral density at the basis frequencies) must be finite and non-negative")
+        self.S, self.s = S, np.sqrt(S)
+        self.n, self.M = self.basis.n, self.basis.M
+        self._diag = self.basis.sq_diag(S)
+
+    def diag(self):
+        """diag K~ (the prior variances)."""
+        return self._diag
+
+    def matvec(self, v):
+        r""":math:`\tilde K v = \Phi (S \circ \Phi^T v)`."""
+        return self.basis.matvec(self.S * self.basis.rmatvec(v))
+
+    def posterior(self, w, rough=False):
+        """q(f) at site precisions w (``HSGPPosterior``; always exact, ``rough`` is ignored)."""
+        return HSGPPosterior(self, w)
 
 
 class HSGPPosterior:
@@ -370,7 +428,7 @@ class HSGPPosterior:
     def __init__(self, prior, w):
         self.prior = prior
         self.w = np.asarray(w, dtype=float)
-        self.H = prior.weighted_gram(self.w)
+        self.H = prior.basis.gram(self.w)
         s = prior.s
         A = s[:, None] * self.H * s[None, :]
         A[np.diag_indices_from(A)] += 1.0
@@ -392,9 +450,9 @@ class HSGPPosterior:
 
     def mean_and_weights(self, v):
         """(K~ b, b) for b = (I + W K~)^{-1} v: K~ b = Phi s A^{-1} s Phi^T v, b = v - w K~ b."""
-        Phi = self.prior.Phi
+        basis = self.prior.basis
         v = np.asarray(v, dtype=float)
-        mean = Phi @ self._sigma_beta_times(Phi.T @ v)
+        mean = basis.matvec(self._sigma_beta_times(basis.rmatvec(v)))
         return mean, v - self.w * mean
 
     def weights(self, v):
@@ -411,15 +469,11 @@ class HSGPPosterior:
         return wv - self.w * self.sigma_times(wv)
 
     def var_diag(self):
-        """diag Sigma_ii = ||L_A^{-1} s Phi_i||^2 (one triangular product over row blocks),
-        floored at a tiny positive value."""
+        """diag Sigma_ii = ||L_A^{-1} s Phi_i||^2 (``DenseBasis.quad_diag``,
+        ``CosineProductBasis.quad_diag``), floored at a tiny positive value."""
         if self._var is None:
             prior = self.prior
-            var = np.empty(prior.n)
-            for rows in _row_blocks(prior.n, prior.M):
-                B = prior.Phi[rows] * prior.s  # (rows, M) C-ordered: B.T is Fortran (M, rows)
-                C = blas.dtrsm(1.0, self.L_A, B.T, side=0, lower=1, overwrite_b=1)
-                var[rows] = np.einsum("ij,ij->j", C, C)
+            var = prior.basis.quad_diag(self.L_A, prior.s)
             self._var = np.maximum(var, 1e-14 * np.maximum(prior.diag(), 1e-300))
         return self._var
 
@@ -452,11 +506,11 @@ class HSGPPosterior:
 
         outer : sequence of (x, y, c).
         """
-        Phi = self.prior.Phi
+        basis = self.prior.basis
         dS = scale_R * self.R_projected_diag() if scale_R != 0.0 else np.zeros(self.prior.M)
         for x, y, c in outer:
-            px = Phi.T @ x
-            py = px if y is x else Phi.T @ y
+            px = basis.rmatvec(x)
+            py = px if y is x else basis.rmatvec(y)
             dS += c * px * py
         return HSGPGradient(dS)
 
@@ -470,10 +524,8 @@ class HSGPPosterior:
         f_* = Phi_* beta: mean Phi_* (S Phi^T a) (K_*f a); variance ||L_A^{-1} s Phi_*i||^2
         (Cov(beta | y) = s A^{-1} s). ``k_diag_star`` is not needed (the basis defines the prior).
 
-        Phi_star : (n_*, M) the basis at the new inputs.
+        Phi_star : (n_*, M) the basis at the new inputs, or its operator (``LaplacianBasis.at``).
         """
-        prior = self.prior
-        Phi_star = np.asarray(Phi_star, dtype=float)
-        mean = Phi_star @ (prior.S * (prior.Phi.T @ a))
-        C = solve_triangular(self.L_A, (Phi_star * prior.s).T, lower=True, check_finite=False)
-        return mean, np.einsum("ij,ij->j", C, C)
+        prior, star = self.prior, as_basis(Phi_star)
+        mean = star.matvec(prior.S * prior.basis.rmatvec(np.asarray(a, dtype=float)))
+        return mean, star.quad_diag(self.L_A, prior.s)

@@ -22,7 +22,8 @@ import pytest
 from pymc_gpc import ep, laplace
 from pymc_gpc.likelihoods import Logistic, OrderedLogit, OrderedProbit, Probit, ProbitBias, StepLabelNoise
 from pymc_gpc.structures.dense import LatentPosterior
-from pymc_gpc.structures.hsgp import (BOUNDARIES, HSGPPrior, LaplacianBasis, PeriodicBasis,
+from pymc_gpc.structures.dense import chol_lower
+from pymc_gpc.structures.hsgp import (BOUNDARIES, DenseBasis, HSGPPrior, LaplacianBasis, PeriodicBasis,
                                       spectral_variances)
 
 RUNS = {
@@ -54,11 +55,12 @@ def kernel(d, eta=1.3, ls=0.5):
     return eta**2 * pm.gp.cov.ExpQuad(d, ls=[ls] * d)
 
 
-def basis_prior(X, m, cov, c=2.0):
+def basis_prior(X, m, cov, c=2.0, product_to_sum=True):
+    """(prior, Phi, S): the prior on the basis operator (``LaplacianBasis.at``) or on the array Phi."""
     basis = LaplacianBasis(X, m=[m] * X.shape[1], c=c)
     Phi = basis(X)
     S = basis.variances(cov).eval()
-    return HSGPPrior(Phi, S), Phi, S
+    return HSGPPrior(basis.at(X) if product_to_sum else Phi, S), Phi, S
 
 
 # --- the basis ---------------------------------------------------------------------------
@@ -82,6 +84,31 @@ def test_basis_and_sqrt_psd_equal_pymc_prior_linearized(d, m, kw):
     np.testing.assert_allclose(basis(X), phi.eval(), rtol=0, atol=1e-14)
     np.testing.assert_allclose(np.sqrt(basis.variances(cov).eval()), sqrt_psd.eval(), rtol=1e-14, atol=0)
     np.testing.assert_array_equal(basis.L, gp.L.eval())
+
+
+@pytest.mark.parametrize("d, m, kw", [
+    (1, [9], dict(c=1.5)),
+    (2, [5, 4], dict(c=1.3, drop_first=True)),
+    (2, [4, 6], dict(c=1.6, boundary=("neumann", "dirichlet-neumann"))),
+    (3, [3, 4, 2], dict(c=1.5, boundary="neumann-dirichlet")),
+])
+def test_product_to_sum_operator_equals_the_dense_products(d, m, kw):
+    """``CosineProductBasis`` (numerics.product_to_sum) against the same products on the array Phi,
+    signed weights included (the step likelihood's negative EP sites)."""
+    rng = np.random.default_rng(11)
+    X = rng.normal(size=(300, d))
+    basis = LaplacianBasis(X, m=m, **kw)
+    op, dense = basis.at(X), DenseBasis(basis(X))
+    np.testing.assert_allclose(op.dense(), dense.Phi, rtol=0, atol=1e-14)
+    w, v, z = rng.normal(size=300), rng.normal(size=300), rng.normal(size=basis.M)
+    np.testing.assert_allclose(op.gram(w), dense.gram(w), rtol=0, atol=1e-13 * np.sum(np.abs(w)))
+    np.testing.assert_allclose(op.rmatvec(v), dense.rmatvec(v), rtol=0, atol=1e-13)
+    np.testing.assert_allclose(op.matvec(z), dense.matvec(z), rtol=0, atol=1e-13)
+    S = rng.uniform(0.1, 1.0, basis.M)
+    s = np.sqrt(S)
+    L_A = chol_lower(np.eye(basis.M) + s[:, None] * dense.gram(50.0 * np.abs(w)) * s)
+    np.testing.assert_allclose(op.quad_diag(L_A, s), dense.quad_diag(L_A, s), rtol=1e-10)
+    np.testing.assert_allclose(op.sq_diag(S), dense.sq_diag(S), rtol=1e-12)
 
 
 class _no_warning:
@@ -157,17 +184,21 @@ def dense_S_gradient(dK, Phi):
     return np.einsum("ij,ik,kj->j", Phi, dK, Phi)
 
 
+@pytest.mark.parametrize("product_to_sum", [True, False], ids=["operator", "array"])
 @pytest.mark.parametrize("d, n, m", [(1, 50, 24), (2, 60, 9)], ids=["1d", "2d"])
 @pytest.mark.parametrize("lik, approx", CASES, ids=IDS)
-def test_evidence_and_gradient_equal_dense_computation_on_basis_covariance(lik, approx, d, n, m):
+def test_evidence_and_gradient_equal_dense_computation_on_basis_covariance(lik, approx, d, n, m, product_to_sum):
     X, y = problem(lik, n, d)
-    prior, Phi, S = basis_prior(X, m, kernel(d))
+    prior, Phi, S = basis_prior(X, m, kernel(d), product_to_sum=product_to_sum)
     K = Phi @ np.diag(S) @ Phi.T
-    if isinstance(lik, StepLabelNoise):  # negative sites: the dense route factors K (jitter 1e-10 mean diag)
-        K = K + 1e-6 * np.mean(np.diag(K)) * np.eye(n)
-        prior = HSGPPrior(np.hstack([Phi, np.sqrt(1e-6 * np.mean(np.diag(K))) * np.eye(n)]),
-                          np.concatenate([S, np.ones(n)]))
-        Phi = prior.Phi
+    if isinstance(lik, StepLabelNoise):
+        # negative sites: the dense route factors K (with a jitter of 1e-10 mean diag K), so K
+        # gets a nugget of 1e-6 mean diag K, and the basis n columns sqrt(nugget) e_i (an array
+        # basis: the operator's signed products are tested in test_product_to_sum_operator...)
+        nugget = 1e-6 * np.mean(np.diag(K))
+        K = K + nugget * np.eye(n)
+        Phi = np.hstack([Phi, np.sqrt(nugget) * np.eye(n)])
+        prior = HSGPPrior(Phi, np.concatenate([S, np.ones(n)]))
     hs, dense = RUNS[approx](prior, y, lik), RUNS[approx](K, y, lik)
     assert hs.converged and dense.converged
     tol = 1e-6 if isinstance(lik, StepLabelNoise) else 1e-8
