@@ -529,3 +529,80 @@ class HSGPPosterior:
         prior, star = self.prior, as_basis(Phi_star)
         mean = star.matvec(prior.S * prior.basis.rmatvec(np.asarray(a, dtype=float)))
         return mean, star.quad_diag(self.L_A, prior.s)
+
+
+class HSGPStructure:
+    r"""What an evidence Op asks of the HSGP prior structure of one latent GP.
+
+    The Op's one kernel input is S, the graph of the kernel's spectral density at the
+    basis frequencies (``kernel_inputs``), so PyTensor's autodiff carries the cotangent
+    d log Z / dS (``kernel_cotangents``) into every hyperparameter. The basis is data: fixed
+    by the training inputs when ``kernel_inputs`` is called (as ``pm.gp.HSGP`` fixes its box
+    at the first ``prior_linearized``), held here, and used by ``prior_from``. EP runs
+    parallel sweeps only (no dense Sigma): its retries are FITC's, damped 0.5 then 0.25.
+    EM-EP has no bound for this structure yet (its M-step takes a dense or FITC covariance).
+
+    Parameters
+    ----------
+    m, L, c, drop_first, boundary : as ``pm.gp.HSGP`` (``LaplacianBasis``); for a
+        ``pm.gp.cov.Periodic`` kernel, m is an int (``pm.gp.HSGPPeriodic``'s m) and L, c,
+        drop_first and boundary are not used.
+    scale : the periodic expansion's standard deviation (``pm.gp.HSGPPeriodic``'s ``scale``;
+        a number or a PyTensor variable); only with a periodic kernel.
+
+    Raises
+    ------
+    ValueError
+        At construction, for both or neither of L and c (non-periodic use is checked when
+        the basis is built, where the kernel's kind is known); at ``kernel_inputs``, for a
+        kernel without a spectral density, a bad m, or a box of zero width.
+    """
+
+    name = "hsgp"
+    n_kernel_inputs = 1
+
+    def __init__(self, m, L=None, c=None, drop_first=False, boundary="dirichlet", scale=None):
+        if L is not None and c is not None:
+            raise ValueError("give at most one of L (the box's half-widths) and c (a factor on the inputs' half-range)")
+        self.m, self.L, self.c, self.drop_first, self.boundary, self.scale = m, L, c, drop_first, boundary, scale
+        self.basis = self.operator = None
+
+    def kernel_inputs(self, cov_func, X):
+        """[S]: the basis fixed at the training inputs X (numbers, or a tensor that is evaluated
+        once, as ``pm.gp.HSGP`` does), and S's graph in ``cov_func``'s hyperparameters."""
+        if hasattr(X, "eval") and not isinstance(X, np.ndarray):
+            X = X.eval()
+        X = _checked_inputs(X)
+        if isinstance(cov_func, pm.gp.cov.Periodic):
+            self.basis = PeriodicBasis(X, self.m, cov_func)
+            self.operator = DenseBasis(self.basis(X))
+            return [self.basis.variances(1.0 if self.scale is None else self.scale)]
+        if self.scale is not None:
+            raise ValueError("scale is for a periodic kernel (pm.gp.HSGPPeriodic); scale a stationary kernel itself")
+        self.basis = LaplacianBasis(X, self.m, L=self.L, c=self.c, drop_first=self.drop_first,
+                                    boundary=self.boundary, active_dims=cov_func.active_dims)
+        S = self.basis.variances(cov_func)
+        self.operator = self.basis.at(X)
+        return [S]
+
+    def _bound(self):
+        if self.operator is None:
+            raise RuntimeError("the HSGP basis is fixed by kernel_inputs(cov_func, X) first")
+        return self.operator
+
+    def prior_from(self, S):
+        """The solvers' prior from the kernel input's value: ``HSGPPrior`` on the held basis."""
+        return HSGPPrior(self._bound(), S)
+
+    @staticmethod
+    def kernel_cotangents(result):
+        """(d log Z / dS,) from a solver result on an ``HSGPPrior``."""
+        return (np.asarray(result.dlog_z_dK.S),)
+
+    def cross_covariances(self, Xnew):
+        """What ``HSGPPosterior.predict`` takes at new inputs: the basis there (an operator)."""
+        self._bound()
+        Xnew = Xnew.eval() if hasattr(Xnew, "eval") and not isinstance(Xnew, np.ndarray) else Xnew
+        if isinstance(self.basis, LaplacianBasis):
+            return self.basis.at(Xnew)
+        return DenseBasis(self.basis(Xnew))

@@ -10,7 +10,9 @@
 * gradients in every kernel hyperparameter (through PyTensor's graph of S) and likelihood
   parameter against central finite differences;
 * predictions against the dense predictive with the basis cross-covariance;
-* a kernel without a spectral density, and bad bases, are ValueErrors naming the problem.
+* a kernel without a spectral density, and bad bases, are ValueErrors naming the problem;
+* the structure an evidence Op asks (``HSGPStructure``): its S graph and cotangent give the
+  finite-difference gradient in hyperparameters that are PyTensor variables.
 """
 
 import numpy as np
@@ -23,8 +25,8 @@ from pymc_gpc import ep, laplace
 from pymc_gpc.likelihoods import Logistic, OrderedLogit, OrderedProbit, Probit, ProbitBias, StepLabelNoise
 from pymc_gpc.structures.dense import LatentPosterior
 from pymc_gpc.structures.dense import chol_lower
-from pymc_gpc.structures.hsgp import (BOUNDARIES, DenseBasis, HSGPPrior, LaplacianBasis, PeriodicBasis,
-                                      spectral_variances)
+from pymc_gpc.structures.hsgp import (BOUNDARIES, DenseBasis, HSGPPrior, HSGPStructure, LaplacianBasis,
+                                      PeriodicBasis, spectral_variances)
 
 RUNS = {
     "ep": lambda K, y, lik, p=None: ep(K, y, lik, p, tol=1e-12),
@@ -319,3 +321,62 @@ def test_every_boundary_condition_runs_ep_equal_to_dense():
         Phi, S = basis(X), basis.variances(kernel(1)).eval()
         hs, dense = RUNS["ep"](HSGPPrior(Phi, S), y, lik), RUNS["ep"](Phi @ np.diag(S) @ Phi.T, y, lik)
         assert hs.log_z == pytest.approx(dense.log_z, rel=1e-10), boundary
+
+
+# --- the structure an evidence Op asks -----------------------------------------------------
+
+@pytest.mark.parametrize("approx", list(RUNS))
+def test_structure_cotangent_through_the_S_graph_matches_finite_differences(approx):
+    lik = Probit() if approx == "ep" else Logistic()
+    X, y = problem(lik, 60, 2, seed=12)
+    eta, ls = pt.dscalar("eta"), pt.dvector("ls")
+    cov = eta**2 * pm.gp.cov.Matern32(3, ls=ls, active_dims=[0, 2])
+    X3 = np.column_stack([X[:, 0], np.zeros(len(X)), X[:, 1]])  # the kernel reads columns 0 and 2
+    X3[0, 1] = 5.0  # a column the kernel does not read moves the centre only
+    structure = HSGPStructure(m=[10, 9], c=2.0)
+    [S] = structure.kernel_inputs(cov, pt.as_tensor(X3))
+    cot = pt.dvector("cot")
+    S_of = pytensor.function([eta, ls], S)
+    pull = pytensor.function([eta, ls, cot], pytensor.grad(pt.sum(S * cot), [eta, ls]))
+
+    def log_z(e, l):
+        return RUNS[approx](structure.prior_from(S_of(e, l)), y, lik).log_z
+
+    e0, l0 = 0.9, np.array([0.5, 0.7])
+    res = RUNS[approx](structure.prior_from(S_of(e0, l0)), y, lik)
+    (dS,) = structure.kernel_cotangents(res)
+    g_eta, g_ls = pull(e0, l0, dS)
+    h = 1e-5
+    assert g_eta == pytest.approx((log_z(e0 + h, l0) - log_z(e0 - h, l0)) / (2 * h), rel=1e-5)
+    for k in range(2):
+        e = np.eye(2)[k] * h
+        assert g_ls[k] == pytest.approx((log_z(e0, l0 + e) - log_z(e0, l0 - e)) / (2 * h), rel=1e-5)
+    mean, var = res.posterior.predict(res.a, structure.cross_covariances(X3[:7]))
+    np.testing.assert_allclose(mean, res.mean[:7], rtol=0, atol=1e-10)
+    np.testing.assert_allclose(var, res.posterior.var_diag()[:7], rtol=1e-10)
+
+
+def test_structure_takes_the_periodic_expansion_for_a_periodic_kernel():
+    X = np.linspace(0.0, 4.0, 50)[:, None]
+    y = np.where(np.sin(2 * np.pi * X[:, 0] / 1.3) > 0, 1, -1)
+    structure = HSGPStructure(m=15, scale=1.4)
+    cov = pm.gp.cov.Periodic(1, period=1.3, ls=0.8)
+    [S] = structure.kernel_inputs(cov, X)
+    res = RUNS["ep"](structure.prior_from(S.eval()), y, Probit())
+    dense = RUNS["ep"](1.4**2 * cov(X).eval(), y, Probit())
+    assert res.log_z == pytest.approx(dense.log_z, rel=1e-8)
+    assert structure.operator.M == 29
+
+
+def test_structure_arguments_and_kernels_are_checked():
+    X = np.linspace(0.0, 1.0, 10)[:, None]
+    with pytest.raises(ValueError, match="at most one of L"):
+        HSGPStructure(m=[5], L=[1.0], c=1.5)
+    with pytest.raises(ValueError, match="Linear has no power_spectral_density"):
+        HSGPStructure(m=[5], c=1.5).kernel_inputs(pm.gp.cov.Linear(1, c=0.0), X)
+    with pytest.raises(ValueError, match="scale is for a periodic kernel"):
+        HSGPStructure(m=[5], c=1.5, scale=2.0).kernel_inputs(pm.gp.cov.ExpQuad(1, ls=1.0), X)
+    with pytest.raises(ValueError, match="exactly one of L"):
+        HSGPStructure(m=[5]).kernel_inputs(pm.gp.cov.ExpQuad(1, ls=1.0), X)
+    with pytest.raises(RuntimeError, match="kernel_inputs"):
+        HSGPStructure(m=[5], c=1.5).prior_from(np.ones(5))
