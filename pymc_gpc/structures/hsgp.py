@@ -35,7 +35,11 @@ diag(s) A^{-1} diag(s) = (diag(1/S) + H)^{-1}, written through A so that S_j may
 * R = (K~ + W^{-1})^{-1} = W - W Phi s A^{-1} s Phi^T W.
 
 Each evaluation costs two products over the n points (H, and L_A^{-1} s Phi^T for the
-variances), 2 n M^2 flops, an M^3/3 Cholesky, and O(n M) memory: no n x n matrix.
+variances), 2 n M^2 flops with Phi held as an array (``DenseBasis``, any basis), an M^3/3
+Cholesky, and O(n M) memory: no n x n matrix. The Laplacian bases have an operator
+(``LaplacianBasis.at``, ``numerics.product_to_sum``) that forms H and the variances in
+O(n P), P ~ 2^d M, without Phi: at n = 1e5, d = 2, m = 30 x 30 an EP evaluation with its
+gradient takes 1.9 s of one core from zero sites (10 sweeps).
 
 Gradient. Given the gradient of an evidence in K~ as G = sum_k c_k (x_k y_k^T + y_k x_k^T)/2
 + r R (EP: (b b^T - R)/2; Laplace: its implicit term added, ``approximations.laplace``),
@@ -66,6 +70,7 @@ from scipy.linalg.lapack import dtrtri
 
 from ..numerics.product_to_sum import CosineProductBasis
 from .dense import NotPositiveDefiniteError, chol_lower
+from .fitc import NonFiniteKernelError
 
 HSGPGradient = namedtuple("HSGPGradient", ["S"])
 HSGPGradient.__doc__ = """d log Z / dS of an evidence with the HSGP prior (module docstring).
@@ -395,8 +400,10 @@ class HSGPPrior:
         S = np.asarray(S, dtype=float).reshape(-1)
         if S.shape != (self.basis.M,):
             raise ValueError(f"HSGP shapes do not match: Phi {(self.basis.n, self.basis.M)}, S {S.shape}")
-        if not np.all(np.isfinite(S)) or (S.size and np.min(S) < 0.0):
-            raise ValueError("S (the spectral density at the basis frequencies) must be finite and non-negative")
+        if not np.all(np.isfinite(S)):
+            raise NonFiniteKernelError("S (the spectral density at the basis frequencies) contains NaN or inf")
+        if S.size and np.min(S) < 0.0:
+            raise ValueError(f"S (the spectral density at the basis frequencies) has a negative entry ({np.min(S):.3g})")
         self.S, self.s = S, np.sqrt(S)
         self.n, self.M = self.basis.n, self.basis.M
         self._diag = self.basis.sq_diag(S)

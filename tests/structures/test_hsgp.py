@@ -24,6 +24,7 @@ import pytest
 from pymc_gpc import ep, laplace
 from pymc_gpc.likelihoods import Logistic, OrderedLogit, OrderedProbit, Probit, ProbitBias, StepLabelNoise
 from pymc_gpc.structures.dense import LatentPosterior
+from pymc_gpc.structures import NonFiniteKernelError
 from pymc_gpc.structures.dense import chol_lower
 from pymc_gpc.structures.hsgp import (BOUNDARIES, DenseBasis, HSGPPrior, HSGPStructure, LaplacianBasis,
                                       PeriodicBasis, spectral_variances)
@@ -173,8 +174,10 @@ def test_constant_input_column_is_a_value_error():
 def test_prior_inputs_are_checked():
     with pytest.raises(ValueError, match="shapes do not match"):
         HSGPPrior(np.ones((4, 3)), np.ones(2))
-    with pytest.raises(ValueError, match="non-negative"):
+    with pytest.raises(ValueError, match="negative entry"):
         HSGPPrior(np.ones((4, 2)), [1.0, -1.0])
+    with pytest.raises(NonFiniteKernelError, match="NaN or inf"):
+        HSGPPrior(np.ones((4, 2)), [1.0, np.nan])
     with pytest.raises(ValueError, match="2 points"):
         ep(HSGPPrior(np.ones((2, 2)), [1.0, 1.0]), np.array([1, -1, 1]), Probit())
 
