@@ -25,12 +25,14 @@ Loops are ``lax.while_loop`` with a sweep limit:
 * **EP**, parallel updates (all sites from one posterior, then one Cholesky of
   B = I + S^1/2 K S^1/2), Anderson-accelerated as ``ep._parallel_compiled`` (memory 5,
   restarts on a 1000-fold residual growth or an iterate with negative or non-finite
-  sites). If ``max_sweeps`` pass without convergence, a second phase restarts from zero
-  sites with damping 0.5 and twice the sweeps (the numba path's first retry). The step
-  likelihood, whose sites may be negative, uses the representation through chol(K) of
-  ``structures.dense.IndefiniteSitePosterior`` (K + 1e-10 mean(diag K) I, as there)
-  throughout, and halves a step that would make K^-1 + S indefinite (up to 20 times).
-  The numba path's sequential fallback is not reproduced (same fixed point).
+  sites; an iterate that makes K^-1 + S indefinite restarts it and the plain map's step is
+  halved, up to 20 times, as ``ep._parallel``), with the numba path's retry schedule
+  (``registry.ep_dense_retries``): if ``max_sweeps`` pass without convergence, parallel EP
+  from zero sites with damping 0.5 and twice the sweeps, then sequential EP
+  (``sequential_ep``) with damping 0.7 and twice the sweeps; a retry replaces the result
+  when it is finite (``ep_solve``). The step likelihood, whose sites may be negative, uses
+  the representation through chol(K) of ``structures.dense.IndefiniteSitePosterior``
+  (K + 1e-10 mean(diag K) I, as there) throughout.
 * **Laplace**: Newton on a = K^-1 f with a backtracking line search (Psi must not
   decrease; 40 halvings at most), ``4 * max_iter`` iterations at most (the numba path's
   retry limit).
