@@ -318,6 +318,10 @@ INVARIANT_CELLS = [(lik, a) for lik in (*LIKELIHOODS, "OrderedProbit", "OrderedL
 # the first distinct inputs), both served by the numba and the JAX engines
 INVARIANT_STRUCTURE_CELLS = [(st, lik, a) for st in ("dense", "fitc") for lik, a in INVARIANT_CELLS]
 N_INVARIANT_INDUCING = 8
+# several classes: (structure, approximation), the likelihood each serves (Softmax, MultinomialProbit)
+MULTICLASS_INVARIANT_CELLS = [(st, a) for st in ("dense-multiclass", "fitc-multiclass")
+                              for a in ("laplace-multiclass", "ep-multiclass")]
+MULTICLASS_LIKELIHOOD = {"laplace-multiclass": "Softmax", "ep-multiclass": "MultinomialProbit"}
 # PyTensor's Python VM (the Op's ``perform``) against the numba linker: binary EP, dense
 PYTHON_VM_CELLS = LIKELIHOODS
 PYTHON_VM_KEYS = ("draws", "finite", "vm_finite", "above_0", "disagree", "one_inf")
@@ -425,6 +429,63 @@ def invariant_cell(lik_name, approx, draws, rng, backends=("numba", "jax"), stru
     return c
 
 
+def multiclass_invariant_cell(structure, approx, draws, rng, backends=("numba", "jax")):
+    """``invariant_cell`` for several classes (``approx`` "laplace-multiclass": Softmax,
+    "ep-multiclass": MultinomialProbit), dense or FITC (``structure`` "dense-multiclass" /
+    "fitc-multiclass"): three classes, one kernel per class with its own N(0, 3^2)
+    log-hyperparameters, the issue's data with the second copy of 8 pairs moved a class on."""
+    from pymc_gpc.approximations import registry
+    from pymc_gpc.approximations.solve import solve_with_retries
+    from pymc_gpc.structures import MulticlassFITCPrior
+
+    c = dict.fromkeys(INVARIANT_KEYS, 0)
+    c["max_diff"] = 0.0
+    X, y = conflicting_duplicates(True)  # bands 0, 1, 2 as classes
+    fitc = structure.startswith("fitc")
+    lik = L.Softmax() if approx == "laplace-multiclass" else L.MultinomialProbit()
+    opts = dict(registry.APPROXIMATIONS[approx].engine_defaults)
+    retries = registry.get(approx).retry_schedule(opts, structure)
+    jfn = None
+    if "jax" in backends:
+        import jax
+
+        from pymc_gpc.backends.jax import multiclass, multiclass_fitc
+
+        jfn = jax.jit((multiclass_fitc if fitc else multiclass).marginal_fn(approx))
+    Xu = X[:N_INVARIANT_INDUCING]
+    for _ in range(draws):
+        zs = rng.normal(0.0, 3.0, size=(3, 5))
+        if fitc:
+            K = (np.stack([_invariant_kernel(Xu, Xu, z) + 1e-8 * np.exp(z[2]) * np.eye(len(Xu)) for z in zs]),
+                 np.stack([_invariant_kernel(Xu, X, z) for z in zs]), np.stack([np.full(len(X), np.exp(z[2])) for z in zs]))
+            prior = MulticlassFITCPrior(*K)
+        else:
+            K = (np.stack([_invariant_kernel(X, X, z) + 1e-8 * np.eye(len(X)) for z in zs]),)
+            prior = K[0]  # the dense solvers take the (c, n, n) stack
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                a = solve_with_retries(approx, prior, y, lik, np.zeros(0), None, opts, retry_options=retries)[0].log_z
+            except (ValueError, ArithmeticError, np.linalg.LinAlgError):
+                a = -np.inf
+        c["draws"] += 1
+        c["finite"] += bool(np.isfinite(a))
+        c["neg_inf"] += a == -np.inf
+        c["above_0"] += bool(a > 0.0)
+        if jfn is None:
+            continue
+        b = float(jfn(*K, np.zeros(0), y)[0])
+        c["jax_finite"] += bool(np.isfinite(b))
+        c["jax_neg_inf"] += b == -np.inf
+        c["jax_above_0"] += bool(b > 0.0)
+        if np.isfinite(a) and np.isfinite(b):
+            c["disagree"] += bool(abs(a - b) > 1e-8 * (1.0 + abs(a)))
+            c["max_diff"] = max(c["max_diff"], abs(a - b))
+        elif np.isfinite(a) or np.isfinite(b):
+            c["one_inf"] += 1
+    return c
+
+
 def python_vm_cell(lik_name, draws, rng):
     """The evidence Op of a PyMC model (``MarginalEP``, dense prior, the issue's data) compiled
     twice: PyTensor's Python VM (``pymc_gpc.python_vm.PYTHON_VM_MODE``, the Op's ``perform``)
@@ -505,7 +566,8 @@ def invariants_table(rows, vm_rows, predictive, draws, seconds):
     lines = [INVARIANTS_TITLE, "",
              f"`python scripts/fuzz.py --invariants --draws {draws}`; wall time {seconds / 60:.1f} min. Dense prior and",
              f"FITC ({N_INVARIANT_INDUCING} inducing inputs: the first distinct inputs), the issue's data (24 inputs each",
-             "given twice, 8 pairs with conflicting labels; ordinal: one band apart), every log-hyperparameter and",
+             "given twice, 8 pairs with conflicting labels; ordinal and several classes: three bands, the second copy",
+             "one band apart; one kernel per class), every log-hyperparameter and",
              "likelihood parameter ~ N(0, 3^2) on its unconstrained scale. Engine level: the numba path as the Ops",
              "call it (`solve_with_retries`, the structure's retry schedule) against the JAX engine",
              "(`backends/jax/engine.py`, `fitc.py`). `> 0`: log evidence above 0 (impossible for discrete labels);",
@@ -540,6 +602,10 @@ def invariants_main(args):
         c = invariant_cell(lik_name, approx, args.draws, np.random.default_rng([args.seed, j]), structure=structure)
         rows.append((structure, lik_name, approx, c))
         print(structure, lik_name, approx, c, flush=True)
+    for j, (structure, approx) in enumerate(MULTICLASS_INVARIANT_CELLS):
+        c = multiclass_invariant_cell(structure, approx, args.draws, np.random.default_rng([args.seed, 500 + j]))
+        rows.append((structure, MULTICLASS_LIKELIHOOD[approx], approx, c))
+        print(structure, approx, c, flush=True)
     for j, lik_name in enumerate(PYTHON_VM_CELLS):
         c = python_vm_cell(lik_name, args.draws, np.random.default_rng([args.seed, 1000 + j]))
         vm_rows.append((lik_name, c))
