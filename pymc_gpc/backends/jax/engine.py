@@ -32,7 +32,10 @@ Loops are ``lax.while_loop`` with a sweep limit:
   (``sequential_ep``) with damping 0.7 and twice the sweeps; a retry replaces the result
   when it is finite (``ep_solve``). The step likelihood, whose sites may be negative, uses
   the representation through chol(K) of ``structures.dense.IndefiniteSitePosterior``
-  (K + 1e-10 mean(diag K) I, as there) throughout.
+  (K + 1e-10 mean(diag K) I, as there) throughout. That likelihood is not log-concave, and
+  on duplicated inputs with conflicting labels EP can have several fixed points (three
+  distinct converged evidences at one point of ``scripts/fuzz.py --invariants``): the same
+  schedule in another floating-point order can end at another one.
 * **Laplace**: Newton on a = K^-1 f with a backtracking line search (Psi must not
   decrease; 40 halvings at most), ``4 * max_iter`` iterations at most (the numba path's
   retry limit).
