@@ -152,6 +152,7 @@ def _no_log_lik(y, f, th):
 _LOGISTIC_GL_NODES, _LOGISTIC_GL_WEIGHTS = np.polynomial.legendre.leggauss(12)
 _LOGISTIC_GRADE = 2.0 ** np.arange(-1, 21)  # panel ends at f = +-2^j around sigma's poles' real part 0
 _LOGISTIC_N_SD = 9  # the rule covers mode +- 9 sd: the log-integrand has fallen by more than 40 there
+_LOGISTIC_SD_PANELS = 3  # panels of 3 sd on each side (12 nodes resolve a Gaussian over 3 sd to ~1e-15)
 
 
 @njit(nogil=True, cache=True)
@@ -184,16 +185,16 @@ def _logistic_mode(y, mu, s2):
 
 @njit(nogil=True, cache=True)
 def _logistic_breakpoints(m, s):
-    """Sorted panel ends as offsets t = f - m over [-9 s, 9 s]: steps of s (the Gaussian's
+    """Sorted panel ends as offsets t = f - m over [-9 s, 9 s]: steps of 3 s (the Gaussian's
     scale) and ends at f = 0 and f = +-2^j, j = -1..20 (sigma's scale is 1 and its poles lie at
     Im f = +-pi: a panel at distance d >= 1/2 from 0 is at most d wide, so its Bernstein
     ellipse clears the poles and 12 Gauss-Legendre nodes reach ~1e-16), clipped to the range
     (empty panels). Offsets, not abscissae, so that a narrow cavity far from 0 loses no digits."""
     n_g = _LOGISTIC_GRADE.shape[0]
-    n_sd = 2 * _LOGISTIC_N_SD + 1
+    n_sd = 2 * _LOGISTIC_SD_PANELS + 1
     pts = np.empty(n_sd + 2 * n_g + 1)
     for k in range(n_sd):
-        pts[k] = (k - _LOGISTIC_N_SD) * s
+        pts[k] = (k - _LOGISTIC_SD_PANELS) * (_LOGISTIC_N_SD / _LOGISTIC_SD_PANELS) * s
     pts[n_sd] = -m
     for i in range(n_g):
         pts[n_sd + 1 + 2 * i] = -m - _LOGISTIC_GRADE[i]

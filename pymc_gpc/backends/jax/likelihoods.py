@@ -97,6 +97,7 @@ def _step_tilted(y, mu, s2, eps):
 _LOGISTIC_GL_NODES, _LOGISTIC_GL_WEIGHTS = np.polynomial.legendre.leggauss(12)
 _LOGISTIC_GRADE = 2.0 ** np.arange(-1, 21)
 _LOGISTIC_N_SD = 9
+_LOGISTIC_SD_PANELS = 3
 
 
 def _logistic_mode(y, mu, s2):
@@ -127,12 +128,13 @@ def _logistic_mode(y, mu, s2):
 
 def _logistic_tilted(y, mu, s2):
     """``binary._logistic_tilted`` over sites: the same composite Gauss-Legendre rule (panel
-    ends at every sd over mode +- 9 sd and at f = 0, +-2^j, ``binary._logistic_breakpoints``;
+    ends at every 3 sd over mode +- 9 sd and at f = 0, +-2^j, ``binary._logistic_breakpoints``;
     12 nodes each) in the offset t = f - m from the mode."""
     s = jnp.sqrt(s2)
     m = _logistic_mode(y, mu, s2)
     dm = m - mu
-    steps = jnp.arange(-_LOGISTIC_N_SD, _LOGISTIC_N_SD + 1, dtype=s.dtype)[:, None] * s[None, :]
+    steps = (jnp.arange(-_LOGISTIC_SD_PANELS, _LOGISTIC_SD_PANELS + 1, dtype=s.dtype)[:, None]
+             * (_LOGISTIC_N_SD / _LOGISTIC_SD_PANELS) * s[None, :])
     offs = np.concatenate([np.zeros(1), -_LOGISTIC_GRADE, _LOGISTIC_GRADE])[:, None]
     pts = jnp.concatenate([steps, -m[None, :] + offs], axis=0)
     pts = jnp.sort(jnp.clip(pts, -_LOGISTIC_N_SD * s[None, :], _LOGISTIC_N_SD * s[None, :]), axis=0)
