@@ -33,10 +33,11 @@ failed (status 2) evaluations and the retries taken (``ApproxMarginalOp.counts``
     nice -n 10 python scripts/fuzz.py --draws 1200 --out benchmarks/results/fuzz.md
     PYTHONPATH=. python scripts/fuzz.py --invariants --draws 10 --out benchmarks/results/fuzz.md
 
-``--invariants`` (issue 58): over every likelihood x approximation on the dense prior, numba
-and JAX, on duplicated inputs with conflicting labels: the log evidence never above 0, the
-backends equal wherever both are finite, and every likelihood's predictive rows summing
-to 1 and matching quadrature at latent variances up to 1e6 (``invariant_cell``,
+``--invariants`` (issue 58): over every likelihood x approximation on the dense and the FITC
+prior, numba and JAX, on duplicated inputs with conflicting labels: the log evidence never
+above 0, the backends equal wherever either is finite; the evidence Op under PyTensor's
+Python VM against the numba linker (``python_vm_cell``); and every likelihood's predictive
+rows summing to 1 and matching quadrature at latent variances up to 1e6 (``invariant_cell``,
 ``predictive_check``); its section of the results file is replaced in place. (``PYTHONPATH=.``:
 run as a script, ``scripts/`` heads the path and an installed ``pymc_gpc`` would be measured.)
     python scripts/fuzz.py --draws 100 --structures fitc dense-multiclass
@@ -313,6 +314,17 @@ def _header():
 
 INVARIANT_CELLS = [(lik, a) for lik in (*LIKELIHOODS, "OrderedProbit", "OrderedLogit") for a in ("ep", "laplace")
                    if not (lik == "StepLabelNoise" and a == "laplace")]
+# (structure, likelihood, approximation): the dense and the FITC prior (8 inducing inputs:
+# the first distinct inputs), both served by the numba and the JAX engines
+INVARIANT_STRUCTURE_CELLS = [(st, lik, a) for st in ("dense", "fitc") for lik, a in INVARIANT_CELLS]
+N_INVARIANT_INDUCING = 8
+# several classes: (structure, approximation), the likelihood each serves (Softmax, MultinomialProbit)
+MULTICLASS_INVARIANT_CELLS = [(st, a) for st in ("dense-multiclass", "fitc-multiclass")
+                              for a in ("laplace-multiclass", "ep-multiclass")]
+MULTICLASS_LIKELIHOOD = {"laplace-multiclass": "Softmax", "ep-multiclass": "MultinomialProbit"}
+# PyTensor's Python VM (the Op's ``perform``) against the numba linker: binary EP, dense
+PYTHON_VM_CELLS = LIKELIHOODS
+PYTHON_VM_KEYS = ("draws", "finite", "vm_finite", "above_0", "disagree", "one_inf")
 INVARIANT_KEYS = ("draws", "finite", "neg_inf", "above_0", "jax_finite", "jax_neg_inf", "jax_above_0",
                   "disagree", "one_inf")
 
@@ -329,11 +341,23 @@ def conflicting_duplicates(ordinal, seed=0):
     return np.vstack([X0, X0]), np.concatenate([y0, y1])
 
 
-def invariant_point(lik_name, X, rng):
-    """(K, likelihood, params) at log-hyperparameters drawn from N(0, 3^2)."""
+def _invariant_kernel(A, B, z):
+    """exp(z2) exp(-|a - b|^2_ls / 2) with lengthscales exp(z0), exp(z1)."""
+    D = (((A[:, None, :] - B[None, :, :]) / np.exp(z[:2])) ** 2).sum(-1)
+    return np.exp(z[2]) * np.exp(-0.5 * D)
+
+
+def invariant_point(lik_name, X, rng, structure="dense"):
+    """(K, likelihood, params) at log-hyperparameters drawn from N(0, 3^2); K is the dense
+    matrix, or for ``structure="fitc"`` the triple (K_uu, K_uf, diag K_ff) with the first
+    ``N_INVARIANT_INDUCING`` distinct inputs as inducing inputs."""
     z = rng.normal(0.0, 3.0, size=5)
-    D = (((X[:, None, :] - X[None, :, :]) / np.exp(z[:2])) ** 2).sum(-1)
-    K = np.exp(z[2]) * np.exp(-0.5 * D) + 1e-8 * np.eye(X.shape[0])
+    if structure == "fitc":
+        Xu = X[:N_INVARIANT_INDUCING]
+        K = (_invariant_kernel(Xu, Xu, z) + 1e-8 * np.exp(z[2]) * np.eye(Xu.shape[0]), _invariant_kernel(Xu, X, z),
+             np.full(X.shape[0], np.exp(z[2])))
+    else:
+        K = _invariant_kernel(X, X, z) + 1e-8 * np.eye(X.shape[0])
     lik = {"Probit": lambda: L.Probit(), "ProbitBias": lambda: L.ProbitBias(z[3]),
            "ProbitNoise": lambda: L.ProbitNoise(np.exp(z[3])),
            "StepLabelNoise": lambda: L.StepLabelNoise(0.5 / (1.0 + np.exp(-z[3]))), "Logistic": lambda: L.Logistic(),
@@ -342,49 +366,156 @@ def invariant_point(lik_name, X, rng):
     return K, lik, lik.resolve_params(None)
 
 
-def _numba_log_z(approx, K, y, lik, th):
+def _numba_log_z(approx, K, y, lik, th, structure="dense"):
+    """The numba path's log evidence as the Ops get it: ``solve_with_retries`` with the
+    structure's retry schedule (FITC: ``ops.sparse``'s); -inf where it raises."""
     from pymc_gpc.approximations import registry
     from pymc_gpc.approximations.solve import solve_with_retries
-    from pymc_gpc.structures import DensePrior
+    from pymc_gpc.structures import DensePrior, FITCPrior
 
     opts = dict(registry.APPROXIMATIONS[approx].engine_defaults)
+    prior = FITCPrior(*K) if structure == "fitc" else DensePrior(K)
+    retries = registry.get(approx).retry_schedule(opts, structure)
     try:
-        result, _ = solve_with_retries(approx, DensePrior(K), y, lik, th, None, opts)
+        result, _ = solve_with_retries(approx, prior, y, lik, th, None, opts, retry_options=retries)
     except (ValueError, ArithmeticError, np.linalg.LinAlgError):
         return -np.inf
     return result.log_z
 
 
-def invariant_cell(lik_name, approx, draws, rng, backends=("numba", "jax")):
-    """Counts of one (likelihood, approximation) cell on the dense prior, both backends."""
+def _jax_log_z_fn(approx, lik_name, structure):
+    """The JAX engine's (K..., th, y) -> log evidence, jit-compiled (dense or FITC)."""
+    import jax
+
+    from pymc_gpc.backends.jax import engine, fitc
+
+    kind = (getattr(L, lik_name, None) or getattr(pymc_gpc, lik_name)).kind
+    fn = jax.jit((fitc if structure == "fitc" else engine).marginal_fn(approx, kind))
+
+    def log_z(K, th, y):
+        args = K if structure == "fitc" else (K,)
+        return float(fn(*args, np.asarray(th, dtype=float), y)[0])
+
+    return log_z
+
+
+def invariant_cell(lik_name, approx, draws, rng, backends=("numba", "jax"), structure="dense"):
+    """Counts of one (likelihood, approximation) cell on the dense or FITC prior, both
+    backends; ``max_diff``: the largest |numba - JAX| where both are finite."""
     c = dict.fromkeys(INVARIANT_KEYS, 0)
+    c["max_diff"] = 0.0
     X, y = conflicting_duplicates(lik_name.startswith("Ordered"))
-    jfn = None
-    if "jax" in backends:
-        import jax
-        import jax.numpy as jnp
-
-        from pymc_gpc.backends.jax import engine
-
-        jfn = jax.jit(engine.marginal_fn(approx, getattr(L, lik_name, None).kind if hasattr(L, lik_name)
-                                         else getattr(pymc_gpc, lik_name).kind))
+    jfn = _jax_log_z_fn(approx, lik_name, structure) if "jax" in backends else None
     for _ in range(draws):
-        K, lik, th = invariant_point(lik_name, X, rng)
+        K, lik, th = invariant_point(lik_name, X, rng, structure)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            a = _numba_log_z(approx, K, y, lik, th)
+            a = _numba_log_z(approx, K, y, lik, th, structure)
         c["draws"] += 1
         c["finite"] += bool(np.isfinite(a))
         c["neg_inf"] += a == -np.inf
         c["above_0"] += bool(a > 0.0)
         if jfn is None:
             continue
-        b = float(jfn(jnp.asarray(K), jnp.asarray(th, dtype=float), jnp.asarray(y))[0])
+        b = jfn(K, th, y)
         c["jax_finite"] += bool(np.isfinite(b))
         c["jax_neg_inf"] += b == -np.inf
         c["jax_above_0"] += bool(b > 0.0)
         if np.isfinite(a) and np.isfinite(b):
-            c["disagree"] += bool(abs(a - b) > 1e-6 * (1.0 + abs(a)))
+            c["disagree"] += bool(abs(a - b) > 1e-8 * (1.0 + abs(a)))
+            c["max_diff"] = max(c["max_diff"], abs(a - b))
+        elif np.isfinite(a) or np.isfinite(b):
+            c["one_inf"] += 1
+    return c
+
+
+def multiclass_invariant_cell(structure, approx, draws, rng, backends=("numba", "jax")):
+    """``invariant_cell`` for several classes (``approx`` "laplace-multiclass": Softmax,
+    "ep-multiclass": MultinomialProbit), dense or FITC (``structure`` "dense-multiclass" /
+    "fitc-multiclass"): three classes, one kernel per class with its own N(0, 3^2)
+    log-hyperparameters, the issue's data with the second copy of 8 pairs moved a class on."""
+    from pymc_gpc.approximations import registry
+    from pymc_gpc.approximations.solve import solve_with_retries
+    from pymc_gpc.structures import MulticlassFITCPrior
+
+    c = dict.fromkeys(INVARIANT_KEYS, 0)
+    c["max_diff"] = 0.0
+    X, y = conflicting_duplicates(True)  # bands 0, 1, 2 as classes
+    fitc = structure.startswith("fitc")
+    lik = L.Softmax() if approx == "laplace-multiclass" else L.MultinomialProbit()
+    opts = dict(registry.APPROXIMATIONS[approx].engine_defaults)
+    retries = registry.get(approx).retry_schedule(opts, structure)
+    jfn = None
+    if "jax" in backends:
+        import jax
+
+        from pymc_gpc.backends.jax import multiclass, multiclass_fitc
+
+        jfn = jax.jit((multiclass_fitc if fitc else multiclass).marginal_fn(approx))
+    Xu = X[:N_INVARIANT_INDUCING]
+    for _ in range(draws):
+        zs = rng.normal(0.0, 3.0, size=(3, 5))
+        if fitc:
+            K = (np.stack([_invariant_kernel(Xu, Xu, z) + 1e-8 * np.exp(z[2]) * np.eye(len(Xu)) for z in zs]),
+                 np.stack([_invariant_kernel(Xu, X, z) for z in zs]), np.stack([np.full(len(X), np.exp(z[2])) for z in zs]))
+            prior = MulticlassFITCPrior(*K)
+        else:
+            K = (np.stack([_invariant_kernel(X, X, z) + 1e-8 * np.eye(len(X)) for z in zs]),)
+            prior = K[0]  # the dense solvers take the (c, n, n) stack
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                a = solve_with_retries(approx, prior, y, lik, np.zeros(0), None, opts, retry_options=retries)[0].log_z
+            except (ValueError, ArithmeticError, np.linalg.LinAlgError):
+                a = -np.inf
+        c["draws"] += 1
+        c["finite"] += bool(np.isfinite(a))
+        c["neg_inf"] += a == -np.inf
+        c["above_0"] += bool(a > 0.0)
+        if jfn is None:
+            continue
+        b = float(jfn(*K, np.zeros(0), y)[0])
+        c["jax_finite"] += bool(np.isfinite(b))
+        c["jax_neg_inf"] += b == -np.inf
+        c["jax_above_0"] += bool(b > 0.0)
+        if np.isfinite(a) and np.isfinite(b):
+            c["disagree"] += bool(abs(a - b) > 1e-8 * (1.0 + abs(a)))
+            c["max_diff"] = max(c["max_diff"], abs(a - b))
+        elif np.isfinite(a) or np.isfinite(b):
+            c["one_inf"] += 1
+    return c
+
+
+def python_vm_cell(lik_name, draws, rng):
+    """The evidence Op of a PyMC model (``MarginalEP``, dense prior, the issue's data) compiled
+    twice: PyTensor's Python VM (``pymc_gpc.python_vm.PYTHON_VM_MODE``, the Op's ``perform``)
+    and the default numba linker. Counts: log evidence above 0 on either, and the two
+    disagreeing (1e-8 (1 + |numba|)) or exactly one finite."""
+    from pymc_gpc.python_vm import PYTHON_VM_MODE
+
+    X, y = conflicting_duplicates(lik_name.startswith("Ordered"))
+    with pm.Model() as model:
+        z = pm.Flat("z", shape=5)
+        cov = pt.exp(z[2]) * pm.gp.cov.ExpQuad(2, ls=pt.exp(z[:2]))
+        lik = {"Probit": lambda: L.Probit(), "ProbitBias": lambda: L.ProbitBias(z[3]),
+               "ProbitNoise": lambda: L.ProbitNoise(pt.exp(z[3])),
+               "StepLabelNoise": lambda: L.StepLabelNoise(0.5 * pm.math.sigmoid(z[3])),
+               "Logistic": lambda: L.Logistic()}[lik_name]()
+        pymc_gpc.MarginalEP(cov_func=cov, likelihood=lik).marginal_likelihood("y", X=X, y=y)
+    logp = model.logp()  # the potential: z is Flat
+    vm, nb = (model.compile_fn(logp, inputs=model.value_vars, mode=mode, point_fn=False) for mode in (PYTHON_VM_MODE, None))
+    c = dict.fromkeys(("draws", "finite", "vm_finite", "above_0", "disagree", "one_inf"), 0)
+    for _ in range(draws):
+        point = rng.normal(0.0, 3.0, size=5)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            a, b = float(nb(point)), float(vm(point))
+        c["draws"] += 1
+        c["finite"] += bool(np.isfinite(a))
+        c["vm_finite"] += bool(np.isfinite(b))
+        c["above_0"] += bool(a > 0.0) + bool(b > 0.0)
+        if np.isfinite(a) and np.isfinite(b):
+            c["disagree"] += bool(abs(a - b) > 1e-8 * (1.0 + abs(a)))
         elif np.isfinite(a) or np.isfinite(b):
             c["one_inf"] += 1
     return c
@@ -430,19 +561,29 @@ def predictive_check(rng, n=200, n_quad=12):
 INVARIANTS_TITLE = "# Invariants: log evidence <= 0, rows summing to 1, JAX equal to numba, quadrature"
 
 
-def invariants_table(rows, predictive, draws, seconds):
+def invariants_table(rows, vm_rows, predictive, draws, seconds):
     """The invariants section of ``fuzz.md`` (Markdown)."""
     lines = [INVARIANTS_TITLE, "",
-             f"`python scripts/fuzz.py --invariants --draws {draws}`; wall time {seconds / 60:.1f} min. Dense prior,",
-             "the issue's data (24 inputs each given twice, 8 pairs with conflicting labels; ordinal: one",
-             "band apart), every log-hyperparameter and likelihood parameter ~ N(0, 3^2) on its",
-             "unconstrained scale. `> 0`: log evidence above 0 (impossible for discrete labels);",
-             "`disagree`: both backends finite and |numba - JAX| > 1e-6 (1 + |numba|) (non-converged",
-             "runs may differ); `one -inf`: one backend finite, the other -inf (status 2).", "",
-             "| likelihood | approx | draws | numba finite | numba -inf | numba > 0 | JAX finite | JAX -inf | JAX > 0 "
-             "| disagree | one -inf |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for lik_name, approx, c in rows:
-        lines.append(f"| {lik_name} | {approx} | " + " | ".join(str(c[k]) for k in INVARIANT_KEYS) + " |")
+             f"`python scripts/fuzz.py --invariants --draws {draws}`; wall time {seconds / 60:.1f} min. Dense prior and",
+             f"FITC ({N_INVARIANT_INDUCING} inducing inputs: the first distinct inputs), the issue's data (24 inputs each",
+             "given twice, 8 pairs with conflicting labels; ordinal and several classes: three bands, the second copy",
+             "one band apart; one kernel per class), every log-hyperparameter and",
+             "likelihood parameter ~ N(0, 3^2) on its unconstrained scale. Engine level: the numba path as the Ops",
+             "call it (`solve_with_retries`, the structure's retry schedule) against the JAX engine",
+             "(`backends/jax/engine.py`, `fitc.py`). `> 0`: log evidence above 0 (impossible for discrete labels);",
+             "`disagree`: both finite and |numba - JAX| > 1e-8 (1 + |numba|); `one -inf`: one backend finite, the",
+             "other -inf (status 2); `max |diff|`: the largest |numba - JAX| where both are finite.", "",
+             "| structure | likelihood | approx | draws | numba finite | numba -inf | numba > 0 | JAX finite | JAX -inf "
+             "| JAX > 0 | disagree | one -inf | max abs diff |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for structure, lik_name, approx, c in rows:
+        lines.append(f"| {structure} | {lik_name} | {approx} | " + " | ".join(str(c[k]) for k in INVARIANT_KEYS)
+                     + f" | {c['max_diff']:.1e} |")
+    lines += ["", "PyTensor's Python VM (`python_vm.PYTHON_VM_MODE`: the evidence Op's `perform`) against the default",
+              "numba linker, on a PyMC model (`MarginalEP`, dense prior, the same data and draws of the kernel's three",
+              "log-hyperparameters and the likelihood parameter); `> 0` counts both compilations.", "",
+              "| likelihood | draws | numba finite | Python VM finite | > 0 | disagree | one -inf |",
+              "|---|---|---|---|---|---|---|"]
+    lines += [f"| {lik_name} | " + " | ".join(str(c[k]) for k in PYTHON_VM_KEYS) + " |" for lik_name, c in vm_rows]
     lines += ["", "Predictive probabilities at 200 points, mu ~ N(0, 10^2), latent variance 10^U(-4, 6): the",
               "worst |row sum - 1| there, and the worst |p - quadrature| at 12 of them (scipy's adaptive",
               "quad of p(y | f) N(f; mu, s2), split at the cutpoints; the step likelihood in closed form).", "",
@@ -456,13 +597,21 @@ def invariants_main(args):
     file's previous invariants section, after the rest of the file."""
     t0 = time.time()
     provenance = _header()
-    rows = []
-    for j, (lik_name, approx) in enumerate(INVARIANT_CELLS):
-        c = invariant_cell(lik_name, approx, args.draws, np.random.default_rng([args.seed, j]))
-        rows.append((lik_name, approx, c))
-        print(lik_name, approx, c, flush=True)
+    rows, vm_rows = [], []
+    for j, (structure, lik_name, approx) in enumerate(INVARIANT_STRUCTURE_CELLS):
+        c = invariant_cell(lik_name, approx, args.draws, np.random.default_rng([args.seed, j]), structure=structure)
+        rows.append((structure, lik_name, approx, c))
+        print(structure, lik_name, approx, c, flush=True)
+    for j, (structure, approx) in enumerate(MULTICLASS_INVARIANT_CELLS):
+        c = multiclass_invariant_cell(structure, approx, args.draws, np.random.default_rng([args.seed, 500 + j]))
+        rows.append((structure, MULTICLASS_LIKELIHOOD[approx], approx, c))
+        print(structure, approx, c, flush=True)
+    for j, lik_name in enumerate(PYTHON_VM_CELLS):
+        c = python_vm_cell(lik_name, args.draws, np.random.default_rng([args.seed, 1000 + j]))
+        vm_rows.append((lik_name, c))
+        print("python-vm", lik_name, c, flush=True)
     predictive = predictive_check(np.random.default_rng(args.seed))
-    text = invariants_table(rows, predictive, args.draws, time.time() - t0)
+    text = invariants_table(rows, vm_rows, predictive, args.draws, time.time() - t0)
     print(text)
     if args.out:
         old = open(args.out).read() if os.path.exists(args.out) else ""
@@ -470,7 +619,7 @@ def invariants_main(args):
         body = provenance.replace("<!-- provenance: written by benchmarks/_provenance.py -->\n", "")
         with open(args.out, "w") as fh:
             fh.write((head + "\n\n" if head else "") + text.replace("\n\n", "\n\n" + body, 1))
-    bad = sum(c["above_0"] + c["jax_above_0"] for _, _, c in rows)
+    bad = sum(c["above_0"] + c["jax_above_0"] for *_, c in rows) + sum(c["above_0"] for _, c in vm_rows)
     return 1 if bad or any(v[0] > 1e-9 for v in predictive.values()) else 0
 
 

@@ -99,10 +99,12 @@ def reset_history(hist):
             "count": jnp.zeros_like(hist["count"]), "have_prev": jnp.array(False)}
 
 
-def ep_fixed_point(S, kind, y, th, *, tol, max_sweeps, damping, memory, tau0=None, nu0=None):
+def ep_fixed_point(S, kind, y, th, *, tol, max_sweeps, damping, memory, tau0=None, nu0=None, restart=True):
     """Parallel EP on structure ``S`` to convergence (``engine`` module docstring: Anderson
     acceleration, restarts, the damped second phase from zero sites, step halving while
-    K~^-1 + S is indefinite). Starts from sites (tau0, nu0) (default zero).
+    K~^-1 + S is indefinite). Starts from sites (tau0, nu0) (default zero). ``restart=False``:
+    no second phase (stop after ``max_sweeps``, fail on a non-finite change; the caller
+    runs its own retries, ``engine.ep_solve``).
 
     Returns the final state: ``tau``, ``nu``, ``F`` (the posterior there), ``u`` (the EP map
     and the cavities there, ``ep_update``), ``sweeps``, ``failed``.
@@ -118,16 +120,18 @@ def ep_fixed_point(S, kind, y, th, *, tol, max_sweeps, damping, memory, tau0=Non
              "phase_sweeps": jnp.array(1, jnp.int64), "damping": jnp.array(damping, jnp.float64),
              "failed": ~factor_ok(F0)}
 
+    restart_ok = restart
+
     def keep_going(s):
         limit = jnp.where(s["phase"] == 0, max_sweeps, 2 * max_sweeps)
-        more = (s["phase"] == 0) | (s["phase_sweeps"] < limit)
+        more = ((s["phase"] == 0) & restart) | (s["phase_sweeps"] < limit)
         return ~(s["u"]["change"] < tol) & ~s["failed"] & more
 
     def body(s):
         """One sweep: the next sites (Anderson; zero sites when phase 0 is exhausted or gave a
         non-finite change: phase 1, damped), their posterior, and the EP map there."""
         u, tau, nu = s["u"], s["tau"], s["nu"]
-        restart = (s["phase"] == 0) & ((s["phase_sweeps"] >= max_sweeps) | ~jnp.isfinite(u["change"]))
+        restart = (s["phase"] == 0) & ((s["phase_sweeps"] >= max_sweeps) | ~jnp.isfinite(u["change"])) & restart_ok
         grew = restart | (u["change"] > 1e3 * s["best"])  # residual grew 1000-fold: restart Anderson
         h = jax.lax.cond(grew, reset_history, lambda x: x, s["hist"])
         g = jnp.concatenate([u["tau_g"], u["nu_g"]])
@@ -141,14 +145,22 @@ def ep_fixed_point(S, kind, y, th, *, tol, max_sweeps, damping, memory, tau0=Non
         if S.nonneg_sites:
             tau_x = jnp.maximum(tau_x, 0.0)
         F = S.factor(tau_x)
+        # K^-1 + S indefinite at the new sites (ep._parallel): restart Anderson, and from the
+        # plain map's sites halve the step (ep._proper_posterior), clipping after 20 halvings
+        indefinite = ~factor_ok(F) & ~restart
+        h = jax.lax.cond(indefinite, reset_history, lambda x: x, h)
+        tau_x, nu_x = jnp.where(indefinite, u["tau_g"], tau_x), jnp.where(indefinite, u["nu_g"], nu_x)
+        F = jax.lax.cond(indefinite, S.factor, lambda t: F, tau_x)
 
-        def halve(c):  # K^-1 + S indefinite at the new sites: halve the step (ep._proper_posterior)
+        def halve(c):
             tx, nx, _, k = c
             tx, nx = 0.5 * (tau + tx), 0.5 * (nu + nx)
             return tx, nx, S.factor(tx), k + 1
 
         tau_x, nu_x, F, _ = jax.lax.while_loop(lambda c: ~factor_ok(c[2]) & (c[3] < 20), halve,
                                                (tau_x, nu_x, F, jnp.array(0, jnp.int64)))
+        tau_x = jnp.where(factor_ok(F), tau_x, jnp.maximum(tau_x, 0.0))
+        F = jax.lax.cond(factor_ok(F), lambda t: F, S.factor, tau_x)
         damping_x = jnp.where(restart, jnp.asarray(0.5, jnp.float64), s["damping"])
         u_new = ep_update(kind, y, th, S, F, tau_x, nu_x, damping_x)
         phase = jnp.where(restart, 1, s["phase"])
@@ -156,7 +168,7 @@ def ep_fixed_point(S, kind, y, th, *, tol, max_sweeps, damping, memory, tau0=Non
                 "best": jnp.where(restart, jnp.inf, jnp.minimum(s["best"], u["change"])),
                 "sweeps": s["sweeps"] + 1, "phase": phase,
                 "phase_sweeps": jnp.where(restart, 1, s["phase_sweeps"] + 1), "damping": damping_x,
-                "failed": ~factor_ok(F) | ((phase == 1) & ~jnp.isfinite(u_new["change"]))}
+                "failed": ~factor_ok(F) | (((phase == 1) | (not restart_ok)) & ~jnp.isfinite(u_new["change"]))}
 
     return jax.lax.while_loop(keep_going, body, state)
 

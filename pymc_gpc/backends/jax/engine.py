@@ -25,12 +25,17 @@ Loops are ``lax.while_loop`` with a sweep limit:
 * **EP**, parallel updates (all sites from one posterior, then one Cholesky of
   B = I + S^1/2 K S^1/2), Anderson-accelerated as ``ep._parallel_compiled`` (memory 5,
   restarts on a 1000-fold residual growth or an iterate with negative or non-finite
-  sites). If ``max_sweeps`` pass without convergence, a second phase restarts from zero
-  sites with damping 0.5 and twice the sweeps (the numba path's first retry). The step
-  likelihood, whose sites may be negative, uses the representation through chol(K) of
-  ``structures.dense.IndefiniteSitePosterior`` (K + 1e-10 mean(diag K) I, as there)
-  throughout, and halves a step that would make K^-1 + S indefinite (up to 20 times).
-  The numba path's sequential fallback is not reproduced (same fixed point).
+  sites; an iterate that makes K^-1 + S indefinite restarts it and the plain map's step is
+  halved, up to 20 times, as ``ep._parallel``), with the numba path's retry schedule
+  (``registry.ep_dense_retries``): if ``max_sweeps`` pass without convergence, parallel EP
+  from zero sites with damping 0.5 and twice the sweeps, then sequential EP
+  (``sequential_ep``) with damping 0.7 and twice the sweeps; a retry replaces the result
+  when it is finite (``ep_solve``). The step likelihood, whose sites may be negative, uses
+  the representation through chol(K) of ``structures.dense.IndefiniteSitePosterior``
+  (K + 1e-10 mean(diag K) I, as there) throughout. That likelihood is not log-concave, and
+  on duplicated inputs with conflicting labels EP can have several fixed points (three
+  distinct converged evidences at one point of ``scripts/fuzz.py --invariants``): the same
+  schedule in another floating-point order can end at another one.
 * **Laplace**: Newton on a = K^-1 f with a backtracking line search (Psi must not
   decrease; 40 halvings at most), ``4 * max_iter`` iterations at most (the numba path's
   retry limit).
@@ -52,14 +57,16 @@ from jax.scipy.linalg import cho_solve, solve_triangular
 
 from ...approximations import registry
 from . import likelihoods as lik
-from .common import (ANDERSON_MEMORY, MIN_RELATIVE_VAR, STATUS_FAILED, bind_solver, ep_fixed_point, ep_log_z, factor_ok,
-                     finish_outputs, laplace_loo, newton_mode)
+from .common import (ANDERSON_MEMORY, MIN_RELATIVE_VAR, STATUS_FAILED, bind_solver, ep_fixed_point, ep_log_z, ep_update,
+                     factor_ok, finish_outputs, laplace_loo, newton_mode)
+from .sequential_ep import sequential_fixed_point
 
 jax.config.update("jax_enable_x64", True)
 
 IDENTITY_MIN = 1e-4  # structures.dense: below this w_i K_ii, Sigma_ii directly
 _DIRECT_COLUMNS = 128  # at most this many sites per sweep get the direct formula (_var_nonneg)
 _INDEFINITE_JITTER = 1e-10
+RETRY_DAMPING = (0.5, 0.7)  # registry.ep_dense_retries: the damped parallel, then the sequential retry
 
 
 # ---------------------------------------------------------------------------------
@@ -138,6 +145,11 @@ class DenseLatent(_DenseKernel):
         sw, Li = F["sw"], F["M"]
         return v - sw * (Li.T @ (Li @ (sw * (self.K @ v))))
 
+    def cov(self, F):
+        """Sigma = K - K W^1/2 B^-1 W^1/2 K (``LatentPosterior.full_cov``)."""
+        V = F["M"] @ (F["sw"][:, None] * self.K)
+        return self.K - V.T @ V
+
     def R(self, F):
         """(K + W^-1)^-1 = W^1/2 L^-T L^-1 W^1/2."""
         sw, Li = F["sw"], F["M"]
@@ -171,6 +183,10 @@ class _DenseIndefinite(_DenseKernel):
         M = F["M"]
         return v - F["w"] * (M @ (M.T @ v))
 
+    def cov(self, F):
+        """Sigma = M M^T (``IndefiniteSitePosterior.full_cov``)."""
+        return F["M"] @ F["M"].T
+
     def R(self, F):
         w, M = F["w"], F["M"]
         return jnp.diag(w) - w[:, None] * (M @ M.T) * w[None, :]
@@ -186,19 +202,62 @@ def _structure(K, kind):
 # ---------------------------------------------------------------------------------
 
 
-def ep_solve(K, th, y, *, kind, tol=1e-8, max_sweeps=300, damping=1.0, memory=ANDERSON_MEMORY):
-    """Parallel EP to convergence (module docstring). Returns a dict: log_z, dK, dth, loo,
-    n_iter, status, and the posterior (b, F) for prediction. ``kind`` is static."""
-    S = _structure(K, kind)
-    s = ep_fixed_point(S, kind, y, th, tol=tol, max_sweeps=max_sweeps, damping=damping, memory=memory)
-    u, F = s["u"], s["F"]
-    log_z = ep_log_z(F["half_logdet"], s["tau"], s["nu"], u)
+def _ep_attempt(S, kind, y, th, tau, nu, F, u, change, sweeps, failed, tol):
+    """The evidence, its gradient and the posterior at EP sites (tau, nu) with factorisation F
+    and cavities u (``common.ep_update``), and whether they pass ``common.finish_outputs``'
+    test (``ok``; the likelihood parameters' range is checked there, once)."""
+    log_z = ep_log_z(F["half_logdet"], tau, nu, u)
     R = S.R(F)
     dK = 0.5 * (jnp.outer(u["b"], u["b"]) - R)
     dth = jnp.sum(lik.tilted_dparams(kind, y, th, u["tilted"]), axis=0)
-    converged = u["change"] < tol
-    return finish_outputs(log_z, dK, dth, u["tilted"][0], s["sweeps"], converged, s["failed"], th, kind,
-                   extra={"a": u["b"], "R": R, "mean": u["mean"], "var": u["var"]})
+    ok = (~failed & jnp.isfinite(log_z) & (log_z <= 0.0) & jnp.all(jnp.isfinite(dK)) & jnp.all(jnp.isfinite(dth)))
+    return {"log_z": log_z, "dK": dK, "dth": dth, "loo": u["tilted"][0], "converged": change < tol, "ok": ok,
+            "sweeps": sweeps, "a": u["b"], "R": R, "mean": u["mean"], "var": u["var"]}
+
+
+def _parallel_attempt(S, kind, y, th, *, tol, max_sweeps, damping, memory):
+    s = ep_fixed_point(S, kind, y, th, tol=tol, max_sweeps=max_sweeps, damping=damping, memory=memory,
+                       restart=False)
+    return _ep_attempt(S, kind, y, th, s["tau"], s["nu"], s["F"], s["u"], s["u"]["change"], s["sweeps"],
+                       s["failed"], tol)
+
+
+def _sequential_attempt(S, kind, y, th, *, tol, max_sweeps, damping):
+    tau, nu, F, change, sweeps, failed = sequential_fixed_point(S, kind, y, th, tol=tol, max_sweeps=max_sweeps,
+                                                                damping=damping)
+    u = ep_update(kind, y, th, S, F, tau, nu, damping)
+    return _ep_attempt(S, kind, y, th, tau, nu, F, u, change, sweeps, failed, tol)
+
+
+def _retry(result, attempt, needed):
+    """``approximations.solve.solve_with_retries``' choice: a retry that was needed replaces the
+    result if it passed (or the result did not); the sweeps add up."""
+    take = needed & (attempt["ok"] | ~result["ok"])
+    chosen = jax.tree_util.tree_map(lambda a, r: jnp.where(take, a, r), attempt, result)
+    return {**chosen, "sweeps": result["sweeps"] + jnp.where(needed, attempt["sweeps"], 0)}
+
+
+def ep_solve(K, th, y, *, kind, tol=1e-8, max_sweeps=300, damping=1.0, memory=ANDERSON_MEMORY):
+    """EP to convergence with the numba path's retry schedule (``registry.ep_dense_retries``):
+    parallel EP (Anderson-accelerated) at ``damping``; if it does not converge, parallel EP
+    from zero sites with damping 0.5 and ``2 * max_sweeps``; if neither converged, sequential
+    EP (``sequential_ep``) with damping 0.7 and ``2 * max_sweeps``. A retry replaces the result
+    when it is finite (or the result is not), as ``solve.solve_with_retries``. A retry that is
+    not needed runs no sweep (its sweep limit is 0), so under ``jax.vmap`` a converged chain
+    costs no retry. Returns a dict: log_z, dK, dth, loo, n_iter (all sweeps), status, and the
+    posterior (a, R, mean, var) for prediction. ``kind`` is static."""
+    S = _structure(K, kind)
+    result = _parallel_attempt(S, kind, y, th, tol=tol, max_sweeps=max_sweeps, damping=damping, memory=memory)
+    needed = ~result["converged"]
+    damped = _parallel_attempt(S, kind, y, th, tol=tol, max_sweeps=jnp.where(needed, 2 * max_sweeps, 0),
+                               damping=RETRY_DAMPING[0], memory=memory)
+    result = _retry(result, damped, needed)
+    needed = ~result["converged"]
+    sequential = _sequential_attempt(S, kind, y, th, tol=tol, max_sweeps=jnp.where(needed, 2 * max_sweeps, 0),
+                                     damping=RETRY_DAMPING[1])
+    r = _retry(result, sequential, needed)
+    return finish_outputs(r["log_z"], r["dK"], r["dth"], r["loo"], r["sweeps"], r["converged"], ~r["ok"], th, kind,
+                          extra={k: r[k] for k in ("a", "R", "mean", "var")})
 
 
 # ---------------------------------------------------------------------------------

@@ -20,11 +20,9 @@ engine runs where PyMC is not installed (an accelerator machine).
     The labels as the kernels take them: -1/+1 for the binary kinds, 0..K-1 for the ordinal.
 
 ``kind`` is the integer of ``binary.py`` (PROBIT ... ORDERED_LOGIT), a static Python value.
-The logistic tilted moments use the trapezoidal rule of ``binary._logistic_tilted`` with a
-fixed number of nodes (JAX needs static shapes): ``_LOGISTIC_HALF_NODES`` on each side of
-the mode over +-9 cavity sd, i.e. a step h = 0.045 s, at most the numba kernel's
-min(s/4, 1/2) for s <= 11 (cavity variances up to 121), where both are accurate to
-about 1e-13; wider cavities get a coarser step (error exp(-2 pi^2 / h), 5e-9 at s = 22).
+The logistic and ordered-logit tilted moments use the composite Gauss-Legendre rules of
+``binary._logistic_tilted`` and ``binary._ordered_logit_tilted_local`` (the same panels and
+nodes: a fixed number, as JAX needs static shapes; empty panels weigh nothing).
 """
 
 import math
@@ -40,7 +38,6 @@ SUPPORTS_LAPLACE = {PROBIT: True, PROBIT_BIAS: True, PROBIT_NOISE: True, STEP_LA
                     ORDERED_PROBIT: True, ORDERED_LOGIT: True}
 
 _LOG_2PI = math.log(2.0 * math.pi)
-_LOGISTIC_HALF_NODES = 200
 
 
 def log_npdf(z):
@@ -96,13 +93,20 @@ def _step_tilted(y, mu, s2, eps):
     return lz, alpha, d2, deps
 
 
+# binary._logistic_tilted's rule (numpy: cast at trace time)
+_LOGISTIC_GL_NODES, _LOGISTIC_GL_WEIGHTS = np.polynomial.legendre.leggauss(12)
+_LOGISTIC_GRADE = 2.0 ** np.arange(-1, 21)
+_LOGISTIC_N_SD = 9
+_LOGISTIC_SD_PANELS = 3
+
+
 def _logistic_mode(y, mu, s2):
     """The mode of g(f) = log sigma(y f) - (f - mu)^2 / (2 s2), strictly concave.
 
     g' is decreasing, positive times y at mu and negative times y at mu + y s2, so the mode
-    lies between them: 60 bisections (a bracket of s2 2^-60), then two Newton steps. (Plain
-    Newton from mu, as in ``binary._logistic_tilted``, can stall far from the mode when
-    s2 is large and mu is deep in a tail: mu = -91, s2 = 100.)
+    lies between them: 60 bisections (a bracket of s2 2^-60), then two Newton steps (plain
+    Newton from mu stalls far from the mode when s2 is large and mu is deep in a tail:
+    mu = -91, s2 = 100; ``binary._logistic_mode`` guards it with the same bracket).
     """
 
     def slope(m):
@@ -123,24 +127,29 @@ def _logistic_mode(y, mu, s2):
 
 
 def _logistic_tilted(y, mu, s2):
-    """``binary._logistic_tilted`` with 2 * _LOGISTIC_HALF_NODES + 1 trapezoidal nodes over mode +- 9 s."""
+    """``binary._logistic_tilted`` over sites: the same composite Gauss-Legendre rule (panel
+    ends at every 3 sd over mode +- 9 sd and at f = 0, +-2^j, ``binary._logistic_breakpoints``;
+    12 nodes each) in the offset t = f - m from the mode."""
     s = jnp.sqrt(s2)
     m = _logistic_mode(y, mu, s2)
-    h = 9.0 * s / _LOGISTIC_HALF_NODES
-    t = jnp.arange(-_LOGISTIC_HALF_NODES, _LOGISTIC_HALF_NODES + 1, dtype=mu.dtype)[:, None] * h[None, :]
-    f = m[None, :] + t
-
-    def g(f):
-        return jax.nn.log_sigmoid(y * f) - 0.5 * (f - mu) ** 2 / s2
-
-    g_m = g(m)
-    w = jnp.exp(g(f) - g_m[None, :])
+    dm = m - mu
+    steps = (jnp.arange(-_LOGISTIC_SD_PANELS, _LOGISTIC_SD_PANELS + 1, dtype=s.dtype)[:, None]
+             * (_LOGISTIC_N_SD / _LOGISTIC_SD_PANELS) * s[None, :])
+    offs = np.concatenate([np.zeros(1), -_LOGISTIC_GRADE, _LOGISTIC_GRADE])[:, None]
+    pts = jnp.concatenate([steps, -m[None, :] + offs], axis=0)
+    pts = jnp.sort(jnp.clip(pts, -_LOGISTIC_N_SD * s[None, :], _LOGISTIC_N_SD * s[None, :]), axis=0)
+    half = 0.5 * (pts[1:] - pts[:-1])  # (panels, n)
+    mid = 0.5 * (pts[1:] + pts[:-1])
+    t = (mid[:, None, :] + half[:, None, :] * _LOGISTIC_GL_NODES[None, :, None]).reshape(-1, mu.shape[0])
+    wq = (half[:, None, :] * _LOGISTIC_GL_WEIGHTS[None, :, None]).reshape(-1, mu.shape[0])
+    g_m = jax.nn.log_sigmoid(y * m) - 0.5 * dm ** 2 / s2
+    lg = jax.nn.log_sigmoid(y * (m[None, :] + t)) - 0.5 * (dm[None, :] + t) ** 2 / s2[None, :] - g_m[None, :]
+    w = wq * jnp.exp(jnp.where(wq > 0.0, lg, -jnp.inf))
     w_sum = w.sum(axis=0)
     mean_t = (w * t).sum(axis=0) / w_sum
-    var = (w * (t - mean_t[None, :]) ** 2).sum(axis=0) / w_sum
-    lz = g_m + jnp.log(h * w_sum) - 0.5 * jnp.log(2.0 * jnp.pi * s2)
-    mean = m + mean_t
-    return lz, (mean - mu) / s2, (var - s2) / (s2 * s2), jnp.zeros_like(mu)
+    var = jnp.maximum((w * t * t).sum(axis=0) / w_sum - mean_t * mean_t, 0.0)
+    lz = jnp.minimum(g_m + jnp.log(w_sum) - 0.5 * jnp.log(2.0 * jnp.pi * s2), 0.0)  # Z <= 1: sigma <= 1
+    return lz, (dm + mean_t) / s2, (var - s2) / (s2 * s2), jnp.zeros_like(mu)
 
 
 def tilted(kind, y, mu, s2, th):
