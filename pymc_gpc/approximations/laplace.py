@@ -2,7 +2,11 @@ r"""Laplace's approximation for binary GP classification (R&W Alg. 3.1 and 5.1).
 
 Newton's method finds the mode f^ = K a of
 Psi(f) = log p(y|f) - f^T K^{-1} f / 2, with a backtracking line search, from
-``a = 0`` or a warm start. With W = -d^2 log p / df^2 (diagonal, >= 0 for the
+``a = 0`` or a warm start; near the mode it continues with chord steps, which reuse the
+last factorisation while they converge fast (``_newton_update``, ``CHORD_MAX_RATE``), and
+B is factorised once more at the mode for the evidence and gradient. A warm start after a
+small move of the hyperparameters thus costs two factorisations of B, one at the last
+mode and one at the new, where Newton steps to convergence took three to five. With W = -d^2 log p / df^2 (diagonal, >= 0 for the
 log-concave likelihoods here) and B = I + W^{1/2} K W^{1/2}:
 
 .. math::

@@ -59,6 +59,9 @@ DESIGN_POINT = "design_point"
 # the share of the importance-ratio mass whose tail the Pareto shape is fitted to (PSIS
 # fits at most the largest 20 % of the draws; Vehtari et al. 2024)
 TAIL_SHARE = 0.2
+# ... and to at least this many of the largest ratios (a design's central points may each
+# carry more than that share)
+MIN_TAIL = 5
 
 
 def integrate(model, method="ccd", *, start=None, f0=1.1, step=None, threshold=None, max_points=5000,
@@ -272,9 +275,10 @@ def loo_design(idata, var_name=None):
     The Pareto shape k_i is that of the importance ratios :math:`r_{ik} = e^{-\ell_{ik}}`
     under the weights: a generalised Pareto fit (Zhang & Stephens 2009, with the weak prior
     of Vehtari et al. 2024, weighted as in ArviZ) to the exceedances of the ratios carrying
-    the largest ``TAIL_SHARE`` of the weight. A large k (above 0.7) says the posterior
-    without y_i lies where the design, built around the full posterior, has few points;
-    NaN where the tail has fewer than two distinct ratios.
+    the largest ``TAIL_SHARE`` of the weight, and at least the ``MIN_TAIL`` largest. A large
+    k (above 0.7) says the posterior without y_i lies where the design, built around the
+    full posterior, has few points; NaN for fewer than three points or two distinct
+    exceedances.
 
     Returns
     -------
@@ -297,10 +301,13 @@ def loo(idata, *, pointwise=None, var_name=None):
     log-likelihood terms, so the tail of the importance ratios that Pareto smoothing fits is
     a run of ties: ArviZ then returns a NaN shape or raises ("All tail values are the
     same"). This function gives ``az.loo`` the importance weights instead: for a draw from
-    design point k, :math:`\log(w_k / n_k) - \ell_{ik}`, normalised (n_k: the draws from
-    k, ``sample_stats.design_point``), so that its elpd_i is ``loo_design``'s
-    :math:`-\log \sum_k w_k e^{-\ell_{ik}}` over the points that have draws (all whose
-    weight exceeds 1 / (chains x draws)), and its Pareto shapes are ``loo_design``'s.
+    design point k, :math:`\mathrm{lw}_{is} = \log(w_k / (n_k W)) - \ell_{ik} + \log p(y_i \mid
+    y_{-i})` (n_k: the draws from k, ``sample_stats.design_point``; W: the weight of the points
+    that have draws, all but those below 1 / (chains x draws)) with ``loo_design``'s
+    :math:`\log p(y_i \mid y_{-i}) = -\log \sum_k w_k e^{-\ell_{ik}}` over every point, so
+    that ArviZ's :math:`\log \sum_s e^{\mathrm{lw}_{is} + \ell_{is}}` is that value exactly;
+    the Pareto shapes are ``loo_design``'s. ``p_loo`` is ArviZ's: the log of the draws'
+    average predictive density less the elpd.
 
     Parameters
     ----------
@@ -368,14 +375,15 @@ def _logsumexp(a):
 def _weighted_pareto_k(log_ratio, weight):
     """The generalised Pareto shape of the ratios exp(``log_ratio``) with probabilities
     ``weight``, fitted to the exceedances of those carrying the largest ``TAIL_SHARE`` of the
-    weight over the largest ratio below them (``loo_design``); NaN for fewer than two
-    distinct exceedances."""
+    weight (and at least the ``MIN_TAIL`` largest) over the largest ratio below them
+    (``loo_design``); NaN for fewer than two distinct exceedances."""
     order = np.argsort(log_ratio)
     r = np.exp(log_ratio[order] - log_ratio[order][-1])
     w = weight[order] / weight.sum()
-    tail = np.cumsum(w[::-1])[::-1] <= TAIL_SHARE  # the ratios whose upper mass is within the share
-    if tail.sum() < 2 or tail.all():
+    if r.size < 3:
         return np.nan
+    tail = np.cumsum(w[::-1])[::-1] <= TAIL_SHARE  # the ratios whose upper mass is within the share
+    tail[-min(MIN_TAIL, r.size - 1):] = True
     first = np.argmax(tail)
     x, wt = r[tail] - r[first - 1], w[tail]
     if np.unique(x).size < 2 or x[0] <= 0:
