@@ -59,9 +59,8 @@ DESIGN_POINT = "design_point"
 # the share of the importance-ratio mass whose tail the Pareto shape is fitted to (PSIS
 # fits at most the largest 20 % of the draws; Vehtari et al. 2024)
 TAIL_SHARE = 0.2
-# ... and to at least this many of the largest ratios (a design's central points may each
-# carry more than that share)
-MIN_TAIL = 5
+# ... and to at least this many of the largest ratios
+MIN_TAIL = 2
 
 
 def integrate(model, method="ccd", *, start=None, f0=1.1, step=None, threshold=None, max_points=5000,
@@ -121,11 +120,14 @@ def sample_integrated(model=None, method="ccd", *, draws=500, chains=2, random_s
     -------
     arviz.InferenceData
         ``posterior`` (resampled draws), ``log_likelihood`` and ``sample_stats``
-        (``pymc_gpc.add_log_likelihood``), and the group ``integration``: per design
-        point (dimension ``point``) the model's parameters, ``weight``, ``log_density``
-        (the log posterior in the unconstrained space, up to a constant) and ``z`` (the
-        standardised design coordinates); its attributes give the method, the number of
-        log posterior evaluations and of points dropped for negligible weight.
+        (``pymc_gpc.add_log_likelihood``; ``sample_stats.design_point``: the point each
+        draw was resampled from), and the group ``integration``: per design point
+        (dimension ``point``) the model's parameters, ``weight``, ``log_density`` (the log
+        posterior in the unconstrained space, up to a constant), ``z`` (the standardised
+        design coordinates) and each classifier's leave-one-out terms ``{name}_loo``
+        (``loo``); its attributes give the method, the number of log posterior
+        evaluations, of points dropped for negligible weight, and the classifiers with LOO
+        terms (``loo_terms``).
 
     Raises
     ------
@@ -217,7 +219,8 @@ def _design_group(result, values, model, coords):
     used = {d for dims, _ in data.values() for d in ([dims] if isinstance(dims, str) else dims)}
     group = xr.Dataset(data, coords={k: v for k, v in coords.items() if k in used})
     group.attrs.update(method=result["method"], n_points=int(result["weight"].size),
-                       n_evaluations=int(result["n_evaluations"]), dropped=int(result["dropped"]))
+                       n_evaluations=int(result["n_evaluations"]), dropped=int(result["dropped"]),
+                       loo_terms=[g for g in gp_names(model) if f"{g}_loo" in data])
     return group
 
 
@@ -250,7 +253,8 @@ def predict(gp, Xnew, idata, *, model=None):
                          "'grid'), or use gp.predict(Xnew, idata=idata) for posterior draws") from None
     group = group.to_dataset() if hasattr(group, "to_dataset") else group
     weight = np.asarray(group["weight"], float)
-    names = [n for n in group.data_vars if n not in _INTERNAL]
+    terms = {f"{g}_loo" for g in _loo_names(group)}
+    names = [n for n in group.data_vars if n not in _INTERNAL and n not in terms]
     probs = [gp.predict(Xnew, point={n: np.asarray(group[n][k]) for n in names}, model=model)
              for k in range(weight.size)]
     return np.tensordot(weight / weight.sum(), np.stack(probs), axes=1)
@@ -274,8 +278,11 @@ def loo_design(idata, var_name=None):
 
     The Pareto shape k_i is that of the importance ratios :math:`r_{ik} = e^{-\ell_{ik}}`
     under the weights: a generalised Pareto fit (Zhang & Stephens 2009, with the weak prior
-    of Vehtari et al. 2024, weighted as in ArviZ) to the exceedances of the ratios carrying
-    the largest ``TAIL_SHARE`` of the weight, and at least the ``MIN_TAIL`` largest. A large
+    of Vehtari et al. 2024, weighted as in ArviZ) to the exceedances of the largest ratios,
+    down to the one that completes ``TAIL_SHARE`` of the weight (at least ``MIN_TAIL``),
+    over the next below. On the grid of the one-hyperparameter test every k is below 0.5
+    (the design's values there agree with quadrature within 1e-4); on its three-point CCD
+    (errors up to 0.015) up to 0.9. A large
     k (above 0.7) says the posterior without y_i lies where the design, built around the
     full posterior, has few points; NaN for fewer than three points or two distinct
     exceedances.
@@ -356,7 +363,7 @@ def _loo_group(idata, var_name):
         raise ValueError(f"idata has no {GROUP!r} group: give the result of pymc_gpc.sample(method='ccd' or "
                          "'grid'), or use az.loo(idata) for posterior draws") from None
     group = group.to_dataset() if hasattr(group, "to_dataset") else group
-    names = [n[: -len("_loo")] for n in group.data_vars if n.endswith("_loo")]
+    names = _loo_names(group)
     if var_name is None:
         if len(names) != 1:
             raise ValueError(f"the design has LOO terms of {names}: name one with var_name")
@@ -364,6 +371,12 @@ def _loo_group(idata, var_name):
     if var_name not in names:
         raise ValueError(f"the design has no LOO terms of {var_name!r}; it has {names}")
     return group, var_name
+
+
+def _loo_names(group):
+    """The classifiers whose LOO terms the design group holds (its ``loo_terms`` attribute)."""
+    names = group.attrs.get("loo_terms", [])
+    return [names] if isinstance(names, str) else list(names)
 
 
 def _logsumexp(a):
@@ -375,15 +388,16 @@ def _logsumexp(a):
 def _weighted_pareto_k(log_ratio, weight):
     """The generalised Pareto shape of the ratios exp(``log_ratio``) with probabilities
     ``weight``, fitted to the exceedances of those carrying the largest ``TAIL_SHARE`` of the
-    weight (and at least the ``MIN_TAIL`` largest) over the largest ratio below them
-    (``loo_design``); NaN for fewer than two distinct exceedances."""
+    weight (``loo_design``); NaN for fewer than two distinct exceedances."""
     order = np.argsort(log_ratio)
     r = np.exp(log_ratio[order] - log_ratio[order][-1])
     w = weight[order] / weight.sum()
     if r.size < 3:
         return np.nan
-    tail = np.cumsum(w[::-1])[::-1] <= TAIL_SHARE  # the ratios whose upper mass is within the share
+    above = np.cumsum(w[::-1])[::-1] - w  # the weight of the larger ratios
+    tail = above < TAIL_SHARE  # the largest ratios up to the one that completes the share
     tail[-min(MIN_TAIL, r.size - 1):] = True
+    tail[0] = False  # the cutoff: a ratio below the tail
     first = np.argmax(tail)
     x, wt = r[tail] - r[first - 1], w[tail]
     if np.unique(x).size < 2 or x[0] <= 0:
