@@ -17,7 +17,7 @@ import pytest
 
 from pymc_gpc import likelihoods as L
 from pymc_gpc.approximations import registry, solve as solve_module
-from pymc_gpc.ops import STATUS_FAILED
+from pymc_gpc.ops import STATUS_FAILED, ApproxMarginalOp
 from pymc_gpc.structures.select import DENSE_MULTICLASS, FITC_MULTICLASS
 
 CASES = [("laplace-multiclass", L.Softmax), ("ep-multiclass", L.MultinomialProbit)]
@@ -40,7 +40,7 @@ def _data(n=12, c=3, m=5):
 
 
 def _evaluate(structure, approx, lik_type, kernels, y):
-    op = structure.marginal_op(approx, lik_type, (("tol", 1e-10),))
+    op = ApproxMarginalOp(approx, lik_type, (("tol", 1e-10),), structure=structure)
     out = op(*[pt.as_tensor_variable(a) for a in kernels], pt.zeros(0), y)
     fn = pytensor.function([], [out[0], out[-1]], mode="FAST_COMPILE")
     value, status = fn()
