@@ -283,8 +283,10 @@ class ApproxMarginalOp(Op):
 
     def make_node(self, *inputs):
         """Inputs: the structure's kernel tensors (ValueError for a wrong number of
-        dimensions), theta, y and optionally the hyperparameter vector."""
+        dimensions), theta, y and optionally the hyperparameter vector (None: none)."""
         k = self.structure.n_kernel_inputs
+        if len(inputs) == k + 3 and inputs[-1] is None:
+            inputs = inputs[:-1]
         if len(inputs) not in (k + 2, k + 3):
             raise TypeError(f"the {self.structure.name} evidence Op takes {k} kernel inputs, theta, y and optionally "
                             f"the hyperparameters: {k + 2} or {k + 3} inputs, got {len(inputs)}")
