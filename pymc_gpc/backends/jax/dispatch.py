@@ -14,9 +14,11 @@ Registered here:
   tol is 1e-2 while sampling). The fourth input (hyperparameter values, used by the numba
   path for warm starts and warnings) is ignored: each evaluation starts cold.
 * ``LatentPredictiveOp`` (prediction, ``conditional``).
-* ``SparseMarginalOp`` and ``SparsePredictiveOp`` (FITC, ``backends/jax/fitc.py``), with
-  the training points split over a device mesh inside ``sharding.shard_rows()``.
-* The multi-class Ops (dense and FITC) are registered in ``multiclass.py`` and
+* The same two Ops on the FITC prior (``backends/jax/fitc.py``), with the training points
+  split over a device mesh inside ``sharding.shard_rows()``: each Op is one class for every
+  prior structure, registered once (``jax_funcify_structured``), which calls the
+  implementation of the Op's structure (``implements``).
+* The multi-class structures' implementations (dense and FITC) are in ``multiclass.py`` and
   ``multiclass_fitc.py``; a structure the registry does not list for JAX raises
   ``registry.UnsupportedCombinationError`` (a ``NotImplementedError`` and a ``ValueError``).
 * ``training_check.TrainingValuesCheck`` (a training ``pm.Data`` container in a predictive
