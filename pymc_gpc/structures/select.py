@@ -63,6 +63,8 @@ class PriorStructure(Protocol):
         the same cache key in every process).
     multiclass : whether the likelihood has one latent GP per class
         (``likelihoods.multiclass.MulticlassLikelihood``).
+    dense_kernel : whether each latent GP's prior is a dense n x n kernel, O(n^3) per
+        evaluation (``sampling.warn_dense_size``).
     n_kernel_inputs : how many tensors ``kernel_inputs`` returns (the Ops' first inputs).
     kernel_names, kernel_ndims : their names (for messages) and numbers of dimensions; the
         evidence Op's gradient outputs have the same ranks.
@@ -78,6 +80,7 @@ class PriorStructure(Protocol):
 
     name: str
     multiclass: bool
+    dense_kernel: bool
     n_kernel_inputs: int
     kernel_names: tuple
     kernel_ndims: tuple
@@ -156,6 +159,7 @@ class DenseBinary:
 
     name = "dense"
     multiclass = False
+    dense_kernel = True
     n_kernel_inputs = 1
     kernel_names = ("K",)
     kernel_ndims = (2,)
@@ -244,6 +248,7 @@ class FITCBinary(DenseBinary):
     K_uu, K_uf and diag K_ff, each jittered where the dense K's diagonal is."""
 
     name = "fitc"
+    dense_kernel = False
     n_kernel_inputs = 3
     kernel_names = ("Kuu", "Kuf", "k_diag")
     kernel_ndims = (2, 2, 1)
@@ -361,6 +366,7 @@ class FITCMulticlass(DenseMulticlass):
     shared by the classes or one per class (``gp.Xu`` a list of c sets)."""
 
     name = "fitc-multiclass"
+    dense_kernel = False
     n_kernel_inputs = 3
     kernel_names = FITCBinary.kernel_names
     kernel_ndims = (3, 3, 2)  # one slice per class
