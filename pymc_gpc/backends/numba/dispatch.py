@@ -58,7 +58,7 @@ def _numba_key(op, node):
     and the data of its constant inputs (the labels, usually), hashed."""
     import hashlib
 
-    parts = [type(op).__qualname__, [(k, repr(v)) for k, v in op._props_dict().items()]]
+    parts = [type(op).__qualname__, [(k, repr(getattr(op, k))) for k in op.__props__]]
     for v in node.inputs:
         data = getattr(v, "data", None)
         if isinstance(data, np.ndarray):
