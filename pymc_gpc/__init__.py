@@ -19,6 +19,11 @@ from .estimation.point_estimates import FitResult, FitStartError, RunawayHyperpa
 from .idata import add_log_likelihood, sample_posterior_predictive  # noqa: E402
 from .estimation.sampling import sample  # noqa: E402
 from .ops import reset_warm_starts  # noqa: E402
+from .backends.numba.dispatch import register_numba  # noqa: E402
+from .backends.jax import registration as _jax_registration  # noqa: E402
+
+register_numba()  # the numba implementations of the evidence and predictive Ops
+_jax_registration.install()  # the JAX ones, once PyTensor's JAX backend is imported
 from .gp.models import ard_classifier  # noqa: E402
 from .validation import SingleMemberClassWarning  # noqa: E402
 from .approximations.laplace import LaplaceState, laplace  # noqa: E402

@@ -435,14 +435,14 @@ def test_package_sampler_solves_at_the_sampling_tolerance(monkeypatch):
     from pymc_gpc.approximations.registry import APPROXIMATIONS
     from pymc_gpc.ops.marginal import ApproxMarginalOp
 
-    original, tols = ApproxMarginalOp._solver_options, []
+    original, tols = ApproxMarginalOp.solver_options, []
 
     def recording(self):
         options = original(self)
         tols.append(options["tol"])
         return options
 
-    monkeypatch.setattr(ApproxMarginalOp, "_solver_options", recording)
+    monkeypatch.setattr(ApproxMarginalOp, "solver_options", recording)
     model, _ = _binary()
     pymc_gpc.sample(model=model, draws=5, tune=5, chains=1, cores=1, nuts_sampler="pymc", random_seed=1,
                     progressbar=False, compute_convergence_checks=False)

@@ -12,7 +12,7 @@ import numpy as np
 from .registry import APPROXIMATIONS, get
 from .result import WarmStartMismatch
 
-__all__ = ["solve", "solve_with_retries", "default_retries", "prediction_options"]
+__all__ = ["solve", "solve_with_retries", "default_retries", "prediction_options", "max_log_evidence"]
 
 
 def prediction_options(options):
@@ -24,13 +24,27 @@ def solve(approximation, K, y, lik, params, state, options):
     return APPROXIMATIONS[approximation].solver(K, y, lik, params, state=state, **options)
 
 
+# The bound on log p(y) for a likelihood that states none (``max_log_evidence``): every
+# likelihood of the package (binary, ordinal, several classes) models discrete labels, so
+# p(y) <= 1 and log p(y) <= 0.
+DISCRETE_LABELS_MAX_LOG_EVIDENCE = 0.0
+
+
+def max_log_evidence(lik):
+    """The largest log evidence ``lik`` admits: its ``max_log_evidence``, else 0 (discrete
+    labels, p(y) <= 1: the multi-class likelihoods, softmax and multinomial probit)."""
+    return getattr(lik, "max_log_evidence", DISCRETE_LABELS_MAX_LOG_EVIDENCE)
+
+
 def _bounded(result, lik):
-    """``result``, or where its log evidence is NaN or above ``lik.max_log_evidence`` (0 for
+    """``result``, or where its log evidence is NaN or above ``max_log_evidence(lik)`` (0 for
     discrete labels: p(y) <= 1) a failed copy of it (log_z = -inf, not converged), which the
     retries replace and the Ops report as status 2. Such values come from runs that did not
     reach a fixed point: EP sites oscillating with nearly singular K^-1 + S (the step
-    likelihood with label noise on duplicated inputs with conflicting labels gave +5e11)."""
-    bound = getattr(lik, "max_log_evidence", np.inf)
+    likelihood with label noise on duplicated inputs with conflicting labels gave +5e11).
+    The same holds for one latent GP or several (softmax Laplace, multinomial probit EP;
+    issue 58)."""
+    bound = max_log_evidence(lik)
     if np.isnan(result.log_z) or result.log_z > bound:
         return dataclasses.replace(result, log_z=-np.inf, converged=False)
     return result

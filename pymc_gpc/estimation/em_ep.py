@@ -11,7 +11,6 @@ from pytensor.graph.traversal import ancestors
 from ..likelihoods.binary import StepLabelNoise
 from ..progress import Iterations
 from ..structures.dense import NotPositiveDefiniteError
-from ..structures.select import structure_of_op
 from .objective import all_values, marginal_nodes, objective_for, ravel, unravel
 from .result import FitResult, fitted_states
 
@@ -34,7 +33,7 @@ def _epsilon_variable(model, node):
     """The value variable of a free label-noise rate of the step likelihood, or None if fixed."""
     if not isinstance(node.op.likelihood, StepLabelNoise):
         return None
-    sources = [v for v in ancestors([node.inputs[structure_of_op(node.op).n_kernel_inputs]]) if v in model.value_vars]
+    sources = [v for v in ancestors([node.inputs[node.op.structure.n_kernel_inputs]]) if v in model.value_vars]
     if not sources:
         return None
     if len(sources) != 1 or model.values_to_rvs[sources[0]].ndim != 0:
@@ -64,7 +63,7 @@ class _EMEP:
             raise ValueError(f"em-ep needs exactly one GP classification term, the model has {len(nodes)}")
         self.model, self.rule = model, epsilon_rule
         self.epsilon_var = _epsilon_variable(model, nodes[0])
-        self.structure = structure_of_op(nodes[0].op)
+        self.structure = nodes[0].op.structure
         k = self.structure.n_kernel_inputs  # the node's inputs: the prior's k arrays, then theta
         dependent = set(ancestors(nodes[0].inputs[:k + 1]))
         targets = [v for v in model.continuous_value_vars if v in dependent and v is not self.epsilon_var]

@@ -17,7 +17,6 @@ from ..approximations.solve import solve_with_retries
 from ..ops.marginal import ApproxMarginalOp
 from ..backends.python_vm import PYTHON_VM_FORWARD_MODE, PYTHON_VM_MODE
 from ..structures.fitc import NonFiniteKernelError
-from ..structures.select import structure_of_op
 from ..validation import trusted_kernel
 
 __all__ = ["Objective", "objective_for", "marginal_nodes", "other_terms", "start_point", "ravel", "unravel",
@@ -52,7 +51,7 @@ class Objective:
         if not self.free:
             raise ValueError("the model has no continuous free variables to fit")
         self.nodes = marginal_nodes(model)
-        self.structures = [structure_of_op(node.op) for node in self.nodes]
+        self.structures = [node.op.structure for node in self.nodes]
         self.targets = list(targets)
         # a node's inputs: the prior's (K; or K_uu, K_uf, diag K_ff for FITC), theta, y, ...
         self.sizes = [structure.n_kernel_inputs + 1 for structure in self.structures]

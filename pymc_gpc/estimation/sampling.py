@@ -15,7 +15,6 @@ from .integration import sample_integrated
 from ..idata import sample_nuts
 from ..gp.models import DENSE_MAX_ROWS
 from ..ops.marginal import ApproxMarginalOp
-from ..ops.sparse import FITCInputs
 
 __all__ = ["sample", "DenseSamplingWarning", "warn_dense_size"]
 
@@ -107,7 +106,7 @@ def warn_dense_size(model):
     name the ways that scale (a FITC prior; deterministic integration by CCD)."""
     if _dense_warned:
         return
-    rows = [_rows(node) for node in _marginal_nodes(model) if not isinstance(node.op, FITCInputs)]
+    rows = [_rows(node) for node in _marginal_nodes(model) if node.op.structure.dense_kernel]
     rows = [n for n in rows if n is not None and n > DENSE_MAX_ROWS]
     if rows:
         _dense_warned.append(True)

@@ -46,6 +46,7 @@ from ..ops.training_check import checked_training_tensor
 from ..approximations import registry
 from ..estimation.result import FitResult
 from .prediction import KERNEL_MODE, POINT_KERNEL_MODE, latent_predictions
+from ..ops import ApproxMarginalOp, LatentPredictiveOp
 from ..structures.select import select_structure
 from ..validation import (
     as_ordinal_codes,
@@ -116,8 +117,8 @@ class _ApproximateMarginal:
 
     def _op(self, hyper_names=()):
         """The evidence Op of this GP's prior structure."""
-        return self.structure.marginal_op(self.approximation, type(self.likelihood), self.solver_options,
-                                          hyper_names)
+        return ApproxMarginalOp(self.approximation, type(self.likelihood), self.solver_options, hyper_names,
+                                structure=self.structure)
 
     @staticmethod
     def _hyperparameters(model, outputs):
@@ -197,7 +198,8 @@ class _ApproximateMarginal:
 
     def _build_predictive(self, Xnew, full_cov):
         structure = self.structure
-        op = structure.predictive_op(self.approximation, type(self.likelihood), self.solver_options, full_cov)
+        op = LatentPredictiveOp(self.approximation, type(self.likelihood), self.solver_options, full_cov,
+                                structure=structure)
         X = self._training_inputs()
         K_cross = structure.cross_covariances(self, X, Xnew)
         K_star = self.cov_func(Xnew) if full_cov else self.cov_func(Xnew, diag=True)

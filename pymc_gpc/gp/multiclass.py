@@ -46,6 +46,7 @@ from pymc.gp.util import JITTER_DEFAULT
 from .marginal import MarginalEP, MarginalLaplace
 from ..likelihoods.multiclass import MulticlassLikelihood
 from .model_terms import add_evidence_terms as _add_evidence_terms, checked_input_matrix
+from ..ops import LatentPredictiveOp
 from ..validation import as_class_codes, check_inputs, check_kernel_columns, data_input
 
 
@@ -109,7 +110,8 @@ class MulticlassMarginal:
     def _build_predictive(self, Xnew, full_cov):
         """The predictive Op of this GP's prior structure at ``Xnew`` (no theta input)."""
         structure = self.structure
-        op = structure.predictive_op(self.approximation, type(self.likelihood), self.solver_options, full_cov)
+        op = LatentPredictiveOp(self.approximation, type(self.likelihood), self.solver_options, full_cov,
+                                structure=structure)
         X = self._training_inputs()
         K_star = pt.stack([f(Xnew) if full_cov else f(Xnew, diag=True) for f in self.class_cov_funcs()])
         return op(*self._prior_inputs(X), self.y, structure.cross_covariances(self, X, Xnew), K_star)

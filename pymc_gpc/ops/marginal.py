@@ -1,22 +1,30 @@
-r"""PyTensor Ops: the approximate marginal likelihood and the latent predictive.
+r"""The PyTensor Op of the approximate marginal likelihood, one class for every prior structure.
 
-``ApproxMarginalOp`` maps (K, theta, y) to
+``ApproxMarginalOp`` maps (kernel inputs, theta, y[, hyper]) to
 
 * ``log_z``: log q(y | K, theta) by EP, Laplace, mean field (I or II) or online ADF
-  (``approximations.registry``),
-* ``dlog_z_dK`` (n, n) and ``dlog_z_dtheta`` (p,): its gradient, computed in the same
-  pass (the solver's fixed point gives both); ADF has none (NaN, and ``pullback``
-  raises a clear error),
+  (``approximations.registry``), for the prior structure in its props
+  (``structures.select``: the dense n x n K; FITC's K_uu, K_uf, diag K_ff; a (c, n, n)
+  stack of class kernels; each class's FITC prior), which forms the prior from the
+  kernel inputs, reads the gradient in each of them, and gives the retry schedule,
+* one gradient per kernel input (dense: ``dlog_z_dK`` (n, n); FITC: d/dK_uu, d/dK_uf,
+  d/d diag K_ff, derived in ``structures.fitc``) and ``dlog_z_dtheta`` (p,): computed in
+  the same pass (the solver's fixed point gives both); ADF has none (NaN, and
+  ``pullback`` raises a clear error),
 * ``loo`` (n,): the leave-one-out log predictive log q(y_i | y_{-i}, theta) from the
   cavity of EP or of Laplace's Gaussian, the pointwise term of PSIS-LOO for a
   non-factorising likelihood (Buerkner, Gabry & Vehtari 2021),
 * ``n_iter`` and ``status`` diagnostics (0 converged, 1 not converged, 2 failed).
 
 ``pullback`` returns cotangent * gradient, so PyTensor's autodiff carries d/dK into
-the hyperparameters of any ``pm.gp.cov`` kernel that built K (one reverse sweep).
+the hyperparameters of any ``pm.gp.cov`` kernel that built K (one reverse sweep), and
+into the inducing inputs when they are random variables.
 
-Failures never reach the sampler as an exception or a NaN: after a non-converged EP
-run the Op retries damped and sequential (``approximations.solve.solve_with_retries``); if the last run
+Failures never reach the sampler as an exception or a NaN: after a non-converged run the
+Op retries along the structure's schedule (``approximations.solve.solve_with_retries``:
+dense EP damped, then sequential; FITC EP damped 0.5, then 0.25; Newton with more
+iterations); a log evidence above the likelihood's bound (0 for discrete labels) or NaN
+is a failed run there. If the last run
 is still not converged the value is used, status is 1 and an
 ``ApproximationFailedWarning`` names the hyperparameter values (from the optional,
 gradient-disconnected fourth input); if the solver raises (K not positive definite,
@@ -24,10 +32,16 @@ an invalid likelihood parameter such as epsilon >= 0.5 drawn by the sampler) or 
 output is not finite, it returns log_z = -inf with a zero gradient and status 2, so
 NUTS rejects the point.
 
-The common case inside a sampler (EP with the default schedule, labels -1/+1, valid
-likelihood parameters, non-negative warm-start sites) runs through ``ep.ep_warm``, the
-compiled loop and its converged outputs without ``ep``'s checks and result object; all
+The common case inside a sampler (dense binary EP with the default schedule, labels -1/+1,
+valid likelihood parameters, non-negative warm-start sites) runs through ``ep.ep_warm``,
+the compiled loop and its converged outputs without ``ep``'s checks and result object; all
 else, and every run it declines, goes through ``ep`` and the retries below.
+
+Backends register their implementations of this Op from outside (``pymc_gpc/__init__``:
+``backends.numba.dispatch.register_numba``, the JAX hook); this module imports none. A
+backend that keeps solver state of its own (the compiled EP path's per-thread blocks)
+attaches it with ``attach_backend_state``, so that ``counts`` and ``reset_warm_starts``
+cover it, and runs the Op's Python path through ``evaluate``.
 
 Warm starts: the last few solutions are kept per thread (``PerThread``), so
 process-based chains and nutpie's threads never share state, and the next start is
@@ -50,9 +64,10 @@ from pytensor.graph.op import Op
 
 from ..approximations import registry
 from ..approximations.ep import ep_warm
-from ..approximations.solve import default_retries, prediction_options, solve, solve_with_retries
+from ..approximations.solve import solve_with_retries
+from ..likelihoods.multiclass import MulticlassLikelihood
+from ..structures.select import DENSE_BINARY
 from ..validation import trusted_kernel
-from ..backends.numba import thread_state
 from .warm_start import PerThread, WarmStarts, new_thread_state
 
 STATUS_CONVERGED, STATUS_NOT_CONVERGED, STATUS_FAILED = 0, 1, 2
@@ -76,6 +91,20 @@ class ApproximationFailedWarning(RuntimeWarning):
     ...     idata = pymc_gpc.sample(model=model)
     >>> int((idata.sample_stats["y_status"] == 1).sum())   # doctest: +SKIP
     """
+
+
+def check_structure(structure, approximation, likelihood_type):
+    """ValueError unless ``structure`` (a ``structures.select.PriorStructure``) takes the
+    family of ``likelihood_type`` (several classes or one latent GP) and is served by
+    ``approximation`` (``registry.check_structure``, naming the approximations that are)."""
+    if not hasattr(structure, "n_kernel_inputs") or not hasattr(structure, "prior_from"):
+        raise ValueError(f"structure must be a prior structure of structures.select.STRUCTURES, got {structure!r}")
+    multiclass = isinstance(likelihood_type, type) and issubclass(likelihood_type, MulticlassLikelihood)
+    if multiclass != structure.multiclass:
+        family = "a multi-class" if multiclass else "a binary or ordinal"
+        raise ValueError(f"the {structure.name} prior structure does not take {family} likelihood "
+                         f"({getattr(likelihood_type, '__name__', likelihood_type)})")
+    registry.check_structure(approximation, structure.name)
 
 
 def _write_outputs(output_storage, log_z, cotangents, dth, loo, n_iter, status):
@@ -124,18 +153,26 @@ def reset_warm_starts():
 
 
 class ApproxMarginalOp(Op):
-    """log q(y | K, theta) with its gradient, for one approximation and likelihood type.
+    """log q(y | prior, theta) with its gradient, for one prior structure, approximation and
+    likelihood type.
+
+    Inputs: the structure's ``n_kernel_inputs`` kernel tensors (dense: K (n, n); FITC:
+    K_uu (m, m), K_uf (m, n), diag K_ff (n,); several classes: one slice per class),
+    theta (p,), y (n,) and the optional hyperparameter vector. Outputs: log_z, one gradient
+    per kernel input (shaped as it), dlog_z/dtheta (p,), loo (n,), n_iter, status.
 
     Parameters
     ----------
     approximation : a key of ``approximations.registry.APPROXIMATIONS``: "ep", "laplace",
-        "meanfield" or "adf".
-    likelihood_type : a ``pymc_gpc.likelihoods.Likelihood`` subclass; its parameter
-        values are the second input, so they may be random variables.
+        "meanfield" or "adf"; "laplace-multiclass" or "ep-multiclass" for several classes.
+        ValueError unless it serves ``structure``.
+    likelihood_type : a ``pymc_gpc.likelihoods.Likelihood`` subclass (a
+        ``MulticlassLikelihood`` one for the multi-class structures); its parameter values
+        are the theta input, so they may be random variables.
     options : tuple of (name, value) pairs passed to the solver, over the engine's
         defaults (EP's tol 1e-8), or over the registry's ``sampling_defaults`` (EP's tol 1e-2) where
         ``sampling`` is set.
-    hyper_names : tuple of (name, size) pairs naming the optional fourth input, a
+    hyper_names : tuple of (name, size) pairs naming the optional last input, a
         vector of the model's hyperparameter values (gradient-disconnected). It is used
         only to name the point in the non-convergence warning.
     defer_loo : leave the ``loo`` output unfilled (NaN) and keep, with the recent results,
@@ -149,29 +186,36 @@ class ApproxMarginalOp(Op):
         (``pymc_gpc.sample``), on a copy that shares its warm starts with the other
         sampling copies of the same Op (not with the Op itself, whose recent results
         are at the engine's accuracy).
+    structure : the prior structure (``structures.select``: ``DENSE_BINARY``, the default,
+        ``FITC_BINARY``, ``DENSE_MULTICLASS``, ``FITC_MULTICLASS``), as
+        ``select_structure`` returns it.
 
     Notes
     -----
     ``counts`` (not a prop, not pickled) tallies, per Op instance, the evaluations,
     retries taken, non-converged and failed results since construction (diagnostics:
     increments from concurrent threads are not locked); its evaluations include those of
-    the compiled path (``backends.numba.compiled_ep``) under this Op's keys, which equal Ops on
-    equal data share.
+    a backend's own state (``attach_backend_state``: the compiled EP path of
+    ``backends.numba``), which equal Ops on equal data share.
 
     Examples
     --------
     The GP classes build this Op; by hand:
 
     >>> from pymc_gpc.ops import ApproxMarginalOp
+    >>> from pymc_gpc.structures.select import FITC_BINARY
     >>> op = ApproxMarginalOp("ep", pymc_gpc.likelihoods.Probit)                    # doctest: +SKIP
     >>> outputs = op(K, params, y)   # log Z first; the LOO terms, iterations and status last  # doctest: +SKIP
+    >>> fitc = ApproxMarginalOp("ep", pymc_gpc.likelihoods.Probit, structure=FITC_BINARY)   # doctest: +SKIP
+    >>> outputs = fitc(Kuu, Kuf, k_diag, params, y)                                   # doctest: +SKIP
     """
 
-    __props__ = ("approximation", "likelihood_type", "options", "hyper_names", "defer_loo", "sampling")
+    __props__ = ("structure", "approximation", "likelihood_type", "options", "hyper_names", "defer_loo", "sampling")
 
     def __init__(self, approximation, likelihood_type, options=(), hyper_names=(), defer_loo=False,
-                 sampling=False):
-        registry.get(approximation)  # ValueError naming the known ones
+                 sampling=False, structure=DENSE_BINARY):
+        check_structure(structure, approximation, likelihood_type)
+        self.structure = structure
         self.approximation = approximation
         self.likelihood_type = likelihood_type
         self.options = tuple(options)
@@ -181,29 +225,21 @@ class ApproxMarginalOp(Op):
         self.likelihood = likelihood_type()
         self._start_fresh()
 
-    # The position of the ``loo`` output (``defer_loo``, ``RecentResults``).
-    loo_output = 3
+    @property
+    def n_kernel_inputs(self):
+        """How many kernel tensors come first (the structure's); ``pymc_gpc.fit`` reads a node
+        through this, the structure's ``prior_from`` and ``kernel_cotangents``."""
+        return self.structure.n_kernel_inputs
 
-    # The prior's inputs come first (here K alone), then theta, y and the hyperparameters;
-    # ``pymc_gpc.fit`` reads a node through these three (``ops.sparse`` has three inputs).
-    n_kernel_inputs = 1
-
-    @staticmethod
-    def prior_from(K):
-        """What the solvers take as the prior, from the values of the first inputs."""
-        return K
-
-    # The option sets tried after a non-converged run (``approximations.solve.solve_with_retries``), by approximation.
-    retry_schedule_for = staticmethod(default_retries)
+    @property
+    def loo_output(self):
+        """The position of the ``loo`` output (``defer_loo``, ``RecentResults``)."""
+        return self.structure.n_kernel_inputs + 2
 
     def retry_schedule(self, options):
-        """The option sets tried after a non-converged run of this Op's approximation."""
-        return self.retry_schedule_for(self.approximation, options)
-
-    @staticmethod
-    def kernel_cotangents(result):
-        """The solver's gradient in each of the first inputs."""
-        return (result.dlog_z_dK,)
+        """The option sets tried after a non-converged run: the structure's schedule for this
+        Op's approximation."""
+        return self.structure.retry_schedule(self.approximation, options)
 
     def _start_fresh(self):
         """No warm starts, zero counts, listed for ``reset_warm_starts`` (new or unpickled)."""
@@ -212,11 +248,27 @@ class ApproxMarginalOp(Op):
         self._counts = _new_counts()
         _LIVE_OPS[id(self)] = self
 
+    def attach_backend_state(self, key, reset, evaluations):
+        """Attach state that a backend keeps for this Op under ``key`` (shared by the Op's
+        ``deferring_loo`` copies): ``reset(key)`` is called by ``reset_warm_starts``, and
+        ``evaluations(key)`` (the evaluations answered there) is added to ``counts``.
+        Returns whether ``key`` was new; the state is not pickled."""
+        attached = self._shared.setdefault("backend", {})
+        if key in attached:
+            return False
+        attached[key] = (reset, evaluations)
+        return True
+
+    @property
+    def backend_state_keys(self):
+        """The keys of the backend state attached with ``attach_backend_state`` (a tuple)."""
+        return tuple(self._shared.get("backend", ()))
+
     @property
     def counts(self):
         """The evaluations, retries, non-converged and failed results (a new dict)."""
         counts = dict(self._counts)
-        counts["evaluations"] += sum(thread_state.evaluations(k) for k in self._shared.get("compiled", ()))
+        counts["evaluations"] += sum(evaluations(k) for k, (_, evaluations) in self._shared.get("backend", {}).items())
         return counts
 
     def __getstate__(self):
@@ -229,22 +281,25 @@ class ApproxMarginalOp(Op):
         self.__dict__.update(state)
         self._start_fresh()
 
-    def make_node(self, K, params, y, hyper=None):
-        K = pt.as_tensor_variable(K).astype("float64")
-        params = pt.as_tensor_variable(params).astype("float64")
-        y = pt.as_tensor_variable(y).astype("float64")
-        if hyper is None:
-            hyper = pt.zeros((0,), dtype="float64")
-        hyper = pt.as_tensor_variable(hyper).astype("float64")
-        outputs = [
-            pt.dscalar(),  # log_z
-            pt.dmatrix(),  # dlog_z / dK
-            pt.dvector(),  # dlog_z / dtheta
-            pt.dvector(),  # loo
-            pt.lscalar(),  # n_iter
-            pt.lscalar(),  # status
-        ]
-        return Apply(self, [K, params, y, hyper], outputs)
+    def make_node(self, *inputs):
+        """Inputs: the structure's kernel tensors (ValueError for a wrong number of
+        dimensions), theta, y and optionally the hyperparameter vector (None: none)."""
+        k = self.structure.n_kernel_inputs
+        if len(inputs) == k + 3 and inputs[-1] is None:
+            inputs = inputs[:-1]
+        if len(inputs) not in (k + 2, k + 3):
+            raise TypeError(f"the {self.structure.name} evidence Op takes {k} kernel inputs, theta, y and optionally "
+                            f"the hyperparameters: {k + 2} or {k + 3} inputs, got {len(inputs)}")
+        ins = [pt.as_tensor_variable(v).astype("float64") for v in inputs]
+        for name, v, nd in zip(self.structure.kernel_names, ins, self.structure.kernel_ndims):
+            if v.ndim != nd:
+                hint = " (one slice per class)" if self.structure.multiclass else ""
+                raise ValueError(f"{name} must have {nd} dimensions{hint}, got {v.ndim}")
+        if len(ins) == k + 2:
+            ins.append(pt.zeros((0,), dtype="float64"))
+        kernel_grads = [pt.tensor(dtype="float64", shape=(None,) * nd) for nd in self.structure.kernel_ndims]
+        outputs = [pt.dscalar(), *kernel_grads, pt.dvector(), pt.dvector(), pt.lscalar(), pt.lscalar()]
+        return Apply(self, ins, outputs)
 
     def reset_warm_starts(self):
         """Forget the warm starts and recent results of every thread: the next evaluation
@@ -257,11 +312,12 @@ class ApproxMarginalOp(Op):
         "Reproducibility", lists what still depends on history within the tolerance).
         Otherwise a run's warm starts would come from whatever the process evaluated
         before, and since warm starts move the solution within the solver's tolerance,
-        the same seed would give different draws.
+        the same seed would give different draws. A backend's attached state
+        (``attach_backend_state``) is reset too.
         """
         self._shared["threads"] = PerThread(new_thread_state)
-        for key in self._shared.get("compiled", ()):  # the compiled path's (``backends.numba``)
-            thread_state.reset(key)
+        for key, (reset, _) in self._shared.get("backend", {}).items():
+            reset(key)
 
     @property
     def _threads(self):
@@ -321,9 +377,10 @@ class ApproxMarginalOp(Op):
             storage[0] = value
 
     def _recent_key(self, inputs):
-        """(kernel, theta, y, hyper): the values that identify an evaluation for ``_recent``."""
-        K, params, y, hyper = (*inputs, np.zeros(0))[:4]
-        return K, params, y, hyper
+        """(the structure's ``point_input``, theta, y, hyper): the values that identify an
+        evaluation for ``_recent``."""
+        kernels, params, y, hyper = self._split(inputs)
+        return kernels[self.structure.point_input], params, y, hyper
 
     def _describe_point(self, params, hyper):
         """'log_w=[...], log_v0=...' from the hyperparameter input, else the likelihood values."""
@@ -337,9 +394,10 @@ class ApproxMarginalOp(Op):
             parts = [f"{n}={v:.4g}" for n, v in zip(self.likelihood.param_names, params)]
         return ", ".join(parts)
 
-    def _solver_options(self):
-        """The solver's options: the registry's ``sampling_defaults`` (with ``sampling``) or
-        ``engine_defaults`` under the Op's, and the LOO deferred where ``defer_loo`` is set."""
+    def solver_options(self):
+        """The solver's options (a new dict): the registry's ``sampling_defaults`` (with
+        ``sampling``) or ``engine_defaults`` under the Op's, and the LOO deferred where
+        ``defer_loo`` is set. A backend's own solver reads its tolerances here."""
         entry = registry.APPROXIMATIONS[self.approximation]
         defaults = entry.sampling_defaults if self.sampling else entry.engine_defaults
         options = {**defaults, **dict(self.options)}
@@ -349,7 +407,7 @@ class ApproxMarginalOp(Op):
 
     def _split(self, inputs):
         """(kernel input arrays, theta, y, hyper) from the Op's inputs (hyper empty if absent)."""
-        k = self.n_kernel_inputs
+        k = self.structure.n_kernel_inputs
         hyper = inputs[k + 2] if len(inputs) > k + 2 else np.zeros(0)
         return tuple(inputs[:k]), inputs[k], inputs[k + 1], hyper
 
@@ -358,33 +416,43 @@ class ApproxMarginalOp(Op):
         output was deferred)."""
         _, _, y, hyper = self._split(inputs)
         warm = self._warm_starts(y.shape[0])
-        state, loo_later = self._evaluate(inputs, warm.guess(hyper), output_storage)
+        state, loo_later = self.evaluate(inputs, warm.guess(hyper), output_storage)
         if state is not None:
             warm.add(hyper, state)
         return loo_later
 
-    def _evaluate(self, inputs, guess, output_storage):
-        """Solve from the warm start ``guess`` (a solver state or None) and write the outputs;
-        returns (the solution's state to keep as a warm start, or None after a failure;
-        the result's ``loo_later``)."""
+    def evaluate(self, inputs, guess, output_storage):
+        """Solve at ``inputs`` (the Op's input values) from the warm start ``guess`` (a solver
+        state or None) and write the outputs into ``output_storage`` (one ``[None]`` per
+        output), without reading or writing this thread's warm starts or recent results:
+        the Python path that a backend with its own state runs (``backends.numba``'s
+        compiled EP, where its loop declines). Failures are outputs (-inf, status 2), not
+        exceptions.
+
+        Returns
+        -------
+        state : the solution's solver state, to keep as a warm start; None after a failure.
+        loo_later : the result's deferred LOO function (None unless ``defer_loo``).
+        """
         kernels, params, y, hyper = self._split(inputs)
         n = y.shape[0]
-        options = self._solver_options()
+        options = self.solver_options()
         self._counts["evaluations"] += 1
         fast = self._fast_ep(kernels[0], params, y, guess, options)
         if fast is not None:
             log_z, dK, dth, loo, sweeps, state = fast
             _write_outputs(output_storage, log_z, (dK,), dth, loo, sweeps, STATUS_CONVERGED)
             return state, None
+        structure = self.structure
         result, status, retries = None, STATUS_FAILED, 0
         try:  # the solvers (and FITCPrior) reject non-finite or invalid inputs with ValueError
-            prior = self.prior_from(*kernels)
+            prior = structure.prior_from(*kernels)
             with trusted_kernel():  # K comes from a covariance function: no extra PSD check
                 result, retries = solve_with_retries(self.approximation, prior, y, self.likelihood, params, guess,
                                                       options, self.retry_schedule(options))
             ok = np.isfinite(result.log_z) and (
                 result.dlog_z_dK is None  # ADF: no gradient (pullback refuses it)
-                or (all(np.all(np.isfinite(g)) for g in self.kernel_cotangents(result))
+                or (all(np.all(np.isfinite(g)) for g in structure.kernel_cotangents(result))
                     and np.all(np.isfinite(result.dlog_z_dparams)))
             )
             status = (STATUS_CONVERGED if result.converged else STATUS_NOT_CONVERGED) if ok else STATUS_FAILED
@@ -400,31 +468,26 @@ class ApproxMarginalOp(Op):
             return None, None
         if status == STATUS_NOT_CONVERGED:
             self._counts["not_converged"] += 1
-            warnings.warn(self._not_converged_message(self._describe_point(params, hyper), kernels, result, retries),
-                          ApproximationFailedWarning, stacklevel=2)
+            message = structure.not_converged_message(self.approximation, self._describe_point(params, hyper),
+                                                      kernels, result, retries)
+            warnings.warn(message, ApproximationFailedWarning, stacklevel=2)
         no_grad = result.dlog_z_dK is None  # ADF: NaN, and pullback refuses (below)
         cotangents = (tuple(np.full(np.shape(a), np.nan) for a in kernels) if no_grad
-                      else self.kernel_cotangents(result))
+                      else structure.kernel_cotangents(result))
         _write_outputs(output_storage, result.log_z, cotangents,
                        np.full(len(params), np.nan) if no_grad else result.dlog_z_dparams,
                        _loo_or_placeholder(result, n), result.n_iter, status)
         return result.state, result.loo_later
 
-    def _not_converged_message(self, point, kernels, result, retries):
-        """The ``ApproximationFailedWarning`` after the retries, naming the point."""
-        K = kernels[0]
-        return (f"{self.approximation.upper()} did not converge at {point or 'this point'} "
-                f"(mean diag(K) {np.mean(np.diagonal(K, axis1=-2, axis2=-1)):.3g}; last change "
-                f"{result.max_change:.2e} after {retries} retr{'y' if retries == 1 else 'ies'} with damped/sequential "
-                "updates). The value is used; the evaluation's status output is 1.")
-
     def _fast_ep(self, K, params, y, state, options):
-        """``ep.ep_warm`` where it applies, else None: EP with the default schedule (only
-        tol / max_sweeps set), labels already -1/+1 in a vector matching an n x n K with
-        finite entries, valid likelihood parameters and non-negative warm-start sites.
+        """``ep.ep_warm`` where it applies, else None: EP on a structure that its compiled
+        loop solves (``compiled_ep_loop``: the dense binary one) with the default schedule
+        (only tol / max_sweeps set), labels already -1/+1 in a vector matching an n x n K
+        with finite entries, valid likelihood parameters and non-negative warm-start sites.
         Anything else, and any run ``ep_warm`` declines or that raises, goes through
         ``ep`` with its checks and retries (which give the error, or -inf, status 2)."""
-        if self.approximation != "ep" or not options.keys() <= {"tol", "max_sweeps"}:
+        if (not self.structure.compiled_ep_loop or self.approximation != "ep"
+                or not options.keys() <= {"tol", "max_sweeps"}):
             return None
         n = y.shape[0] if y.ndim == 1 else 0
         if n == 0 or K.shape != (n, n) or y.dtype != np.float64 or not np.all(np.abs(y) == 1.0):
@@ -438,110 +501,23 @@ class ApproxMarginalOp(Op):
             return None
 
     def connection_pattern(self, node):
-        # inputs K, params, y, hyper  x  outputs log_z, dK, dth, loo, n_iter, status
-        return [
-            [True, True, True, True, False, False],
-            [True, True, True, True, False, False],
-            [False] * 6,
-            [False] * 6,
-        ]
+        # inputs: k kernel inputs, theta, y, hyper  x  outputs: log_z, k gradients, dth, loo, n_iter, status
+        k = self.structure.n_kernel_inputs
+        connected = [True] * (k + 3) + [False, False]
+        return [connected] * (k + 1) + [[False] * (k + 5)] * 2
 
     def pullback(self, inputs, outputs, cotangents):
-        K, params = inputs[:2]
+        k = self.structure.n_kernel_inputs
+        differentiable = inputs[: k + 1]  # the kernel inputs and theta
         g = cotangents[0]
-        for other in cotangents[1:4]:
-            if not isinstance(other.type, DisconnectedType):
-                return [
-                    grad_not_implemented(self, 0, K, "second derivatives of the evidence"),
-                    grad_not_implemented(self, 1, params, "second derivatives of the evidence"),
-                    disconnected_type(),
-                    disconnected_type(),
-                ]
+        if any(not isinstance(c.type, DisconnectedType) for c in cotangents[1 : k + 3]):
+            return [grad_not_implemented(self, i, v, "second derivatives of the evidence")
+                    for i, v in enumerate(differentiable)] + [disconnected_type()] * 2
         if isinstance(g.type, DisconnectedType):
-            return [disconnected_type()] * 4
+            return [disconnected_type()] * (k + 3)
         if not registry.APPROXIMATIONS[self.approximation].has_gradient:
             msg = ("the online (ADF) evidence has no gradient in pymc-gpc; use a gradient-free "
                    "step method, or MarginalEP / MarginalMeanField")
-            return [grad_not_implemented(self, 0, K, msg), grad_not_implemented(self, 1, params, msg),
-                    disconnected_type(), disconnected_type()]
-        return [g * outputs[1], g * outputs[2], disconnected_type(), disconnected_type()]
-
-
-def check_training_sizes(n, **shapes):
-    """ValueError unless every leading dimension in ``shapes`` (name: shape) is the number
-    ``n`` of training labels: a predictive Op given kernels of other training inputs (a
-    training ``pm.Data`` container changed after ``marginal_likelihood``) says so instead of
-    returning NaN."""
-    bad = {name: tuple(int(v) for v in shape) for name, shape in shapes.items() if any(v != n for v in shape)}
-    if bad:
-        raise ValueError(
-            f"the prediction's training kernels have shapes {bad} but there are {n} training labels: the training "
-            "inputs changed after marginal_likelihood (pm.set_data on the training container?); put new inputs "
-            "in a separate pm.Data container (e.g. pm.Data(\"X_new\", ...)) passed to gp.conditional"
-        )
-
-
-class LatentPredictiveOp(Op):
-    """Mean and variance (or covariance) of f* under q, given (K, theta, y, K_cross, K_star).
-
-    Inputs: K (n, n), theta (p,), y (n,), K_cross (n, m), K_star (m, m) or its
-    diagonal (m,). Outputs: mean (m,) and the variance (m,) or covariance (m, m).
-    No gradient: used for prediction and ``pm.sample_posterior_predictive``.
-
-    Examples
-    --------
-    The GP classes build this Op; by hand:
-
-    >>> from pymc_gpc.ops import LatentPredictiveOp
-    >>> op = LatentPredictiveOp("ep", pymc_gpc.likelihoods.Probit)                    # doctest: +SKIP
-    >>> mean, var = op(K, params, y, K_cross, k_star_diag)   # doctest: +SKIP
-    """
-
-    __props__ = ("approximation", "likelihood_type", "options", "full_cov")
-
-    def __init__(self, approximation, likelihood_type, options=(), full_cov=False):
-        self.approximation = approximation
-        self.likelihood_type = likelihood_type
-        self.options = tuple(options)
-        self.full_cov = full_cov
-        self.likelihood = likelihood_type()
-
-    def make_node(self, K, params, y, K_cross, K_star):
-        ins = [pt.as_tensor_variable(v).astype("float64") for v in (K, params, y, K_cross, K_star)]
-        out_cov = pt.dmatrix() if self.full_cov else pt.dvector()
-        return Apply(self, ins, [pt.dvector(), out_cov])
-
-    # The prior's inputs come first (here K alone), as for ``ApproxMarginalOp``.
-    n_kernel_inputs = 1
-    prior_from = staticmethod(ApproxMarginalOp.prior_from)
-
-    def perform(self, node, inputs, output_storage):
-        k = self.n_kernel_inputs
-        kernels, (params, y, K_cross, K_star) = inputs[:k], inputs[k:]
-        m = K_cross.shape[1]
-        check_training_sizes(y.shape[0], **self._training_shapes(kernels, K_cross))
-        try:
-            res = solve(self.approximation, self.prior_from(*kernels), y, self.likelihood, params, None,
-                         prediction_options(self.options))
-            output_storage[0][0], output_storage[1][0] = self._latent(res, K_cross, K_star)
-        except (ValueError, np.linalg.LinAlgError):  # NotPositiveDefiniteError is a LinAlgError
-            output_storage[0][0] = np.full(m, np.nan)
-            output_storage[1][0] = np.full((m, m) if self.full_cov else m, np.nan)
-
-    @staticmethod
-    def _training_shapes(kernels, K_cross):
-        """The shapes whose leading dimensions must be the number of training labels."""
-        return {"K": kernels[0].shape, "K_cross": K_cross.shape[:1]}
-
-    def _latent(self, res, K_cross, K_star):
-        """The mean and the variance (or covariance, with ``full_cov``) of f* from the solve."""
-        mean = K_cross.T @ res.a
-        if self.full_cov:
-            V = res.posterior.R() @ K_cross
-            cov = K_star - K_cross.T @ V
-            return mean, 0.5 * (cov + cov.T)
-        _, var = res.predict_latent(K_cross, K_star)
-        return mean, var
-
-    def pullback(self, inputs, outputs, cotangents):
-        return [grad_not_implemented(self, i, v, "prediction has no gradient") for i, v in enumerate(inputs)]
+            return [grad_not_implemented(self, i, v, msg) for i, v in enumerate(differentiable)] + \
+                [disconnected_type()] * 2
+        return [g * outputs[1 + j] for j in range(k + 1)] + [disconnected_type()] * 2

@@ -13,11 +13,17 @@ The numeric linear algebra of each structure (``posterior``, ``matvec``...) is i
 module (``structures.dense``, ``structures.fitc``, ``structures.multiclass``); the objects
 here wire it to the PyMC and PyTensor side.
 
-Adding a structure (e.g. multi-class FITC): write a class with the attributes and methods
-of ``PriorStructure``, give ``select_structure`` the one condition that chooses it, and
-list it in ``STRUCTURES``. Its marginal Op type must take the structure's
-``n_kernel_inputs`` kernel tensors first, then theta, y and the optional hyperparameter
-vector (``ops.marginal.ApproxMarginalOp``'s convention, read by ``pymc_gpc.fit``).
+The evidence and predictive Ops (``ops.marginal.ApproxMarginalOp``,
+``ops.predictive.LatentPredictiveOp``) are one class each, with the structure among their
+``__props__``: they take the structure's ``n_kernel_inputs`` kernel tensors first, then
+theta, y and the optional hyperparameter vector, and ask the structure for the prior
+(``prior_from``), the gradient in each kernel input (``kernel_cotangents``), the retry
+schedule and the predictive's outputs. This module imports no Op: a structure is data the
+Ops read, not a map to Op types.
+
+Adding a structure (e.g. HSGP bases): write a class with the attributes and methods of
+``PriorStructure``, give ``select_structure`` the one condition that chooses it, and list
+it in ``STRUCTURES``.
 """
 
 from typing import Protocol, runtime_checkable
@@ -27,21 +33,16 @@ import pytensor
 import pytensor.tensor as pt
 from pytensor.raise_op import Assert
 
+from ..approximations import registry
 from ..likelihoods.multiclass import MulticlassLikelihood
-from ..ops.marginal import ApproxMarginalOp, LatentPredictiveOp
-from ..ops.multiclass import (
-    MulticlassMarginalOp,
-    MulticlassPredictiveOp,
-    MulticlassSparseMarginalOp,
-    MulticlassSparsePredictiveOp,
-)
-from ..ops.sparse import SparseMarginalOp, SparsePredictiveOp
 from ..validation import check_inputs
 from .em_bounds import FITCCovariance, covariance_bound, fitc_covariance_bound
 from .dense import chol_lower
+from .fitc import FITCPrior
+from .multiclass_fitc import MulticlassFITCPrior
 
 __all__ = ["PriorStructure", "DenseBinary", "FITCBinary", "DenseMulticlass", "FITCMulticlass", "STRUCTURES",
-           "select_structure", "structure_of_op", "DENSE_BINARY", "FITC_BINARY", "DENSE_MULTICLASS",
+           "select_structure", "structure_named", "DENSE_BINARY", "FITC_BINARY", "DENSE_MULTICLASS",
            "FITC_MULTICLASS"]
 
 
@@ -57,20 +58,36 @@ class PriorStructure(Protocol):
     Attributes
     ----------
     name : a short name for messages and the approximation registry ("dense", "fitc",
-        "dense-multiclass").
-    marginal_op : the evidence Op type (``ops.marginal.ApproxMarginalOp`` or a subclass),
-        constructed as ``marginal_op(approximation, likelihood_type, options, hyper_names)``
-        and applied to ``(*kernel_inputs, theta, y, hyper)``.
-    predictive_op : the latent predictive Op type (``ops.marginal.LatentPredictiveOp`` or
-        a subclass), constructed as ``predictive_op(approximation, likelihood_type,
-        options, full_cov)``.
-    n_kernel_inputs : how many tensors ``kernel_inputs`` returns (the Op's first inputs).
+        "dense-multiclass", "fitc-multiclass"); it identifies the structure (equality,
+        hash, ``repr`` and pickling go by it, so an Op holding it in ``__props__`` has
+        the same cache key in every process).
+    multiclass : whether the likelihood has one latent GP per class
+        (``likelihoods.multiclass.MulticlassLikelihood``).
+    dense_kernel : whether each latent GP's prior is a dense n x n kernel, O(n^3) per
+        evaluation (``sampling.warn_dense_size``).
+    n_kernel_inputs : how many tensors ``kernel_inputs`` returns (the Ops' first inputs).
+    kernel_names, kernel_ndims : their names (for messages) and numbers of dimensions; the
+        evidence Op's gradient outputs have the same ranks.
+    point_input : the kernel input whose value, with theta, y and the hyperparameters,
+        identifies an evaluation (the evidence Op's recent results): K, or K_uf for FITC.
+    compiled_ep_loop : whether binary EP's compiled dense loop (``approximations.ep.ep_warm``,
+        ``backends.numba.compiled_ep``) solves this structure.
+    predictive_takes_theta : whether the predictive Op takes theta after the kernel inputs
+        (the multi-class likelihoods have no parameters).
+    trusted_prediction : whether the predictive's solve skips the dense kernel's checks
+        (``validation.trusted_kernel``): the FITC prior checks its own inputs.
     """
 
     name: str
-    marginal_op: type
-    predictive_op: type
+    multiclass: bool
+    dense_kernel: bool
     n_kernel_inputs: int
+    kernel_names: tuple
+    kernel_ndims: tuple
+    point_input: int
+    compiled_ep_loop: bool
+    predictive_takes_theta: bool
+    trusted_prediction: bool
 
     def check_inducing(self, Xu, X, n_classes=None):
         """``Xu`` (inducing inputs given to ``marginal_likelihood``, or None) checked against
@@ -104,6 +121,23 @@ class PriorStructure(Protocol):
         """The option dicts tried, in order, after a non-converged run of ``approximation``
         with ``options`` (``approximations.solve.solve_with_retries``)."""
 
+    def not_converged_message(self, approximation, point, kernels, result, retries):
+        """The evidence Op's ``ApproximationFailedWarning`` after the retries, naming the point."""
+
+    def training_shapes(self, kernels, cross):
+        """name -> shape of the predictive inputs whose dimensions must all be the number of
+        training labels (``ops.predictive.check_training_sizes``)."""
+
+    def latent_predictive(self, result, cross, star, full_cov):
+        """(mean, variance or covariance) of f* from a solve ``result``, the
+        cross-covariances and the prior (co)variances at the new inputs."""
+
+    def predictive_types(self, full_cov):
+        """The predictive Op's output types (mean, variance or covariance)."""
+
+    def failed_prediction(self, cross, full_cov):
+        """The predictive's NaN outputs where the solve failed, shaped as ``latent_predictive``'s."""
+
     def q_covariance(self, q):
         """The covariance A of q(f) in a solver result ``q``, in the form
         ``covariance_bound`` and ``marginal_variances`` take (EM-EP's E-step)."""
@@ -124,9 +158,27 @@ class DenseBinary:
     """The dense n x n kernel K = k(X, X) + jitter I of one latent GP (``structures.dense``)."""
 
     name = "dense"
-    marginal_op = ApproxMarginalOp
-    predictive_op = LatentPredictiveOp
+    multiclass = False
+    dense_kernel = True
     n_kernel_inputs = 1
+    kernel_names = ("K",)
+    kernel_ndims = (2,)
+    point_input = 0
+    compiled_ep_loop = True
+    predictive_takes_theta = True
+    trusted_prediction = False
+
+    def __repr__(self):
+        return f"structure:{self.name}"
+
+    def __eq__(self, other):
+        return isinstance(other, DenseBinary) and other.name == self.name
+
+    def __hash__(self):
+        return hash(("PriorStructure", self.name))
+
+    def __reduce__(self):
+        return structure_named, (self.name,)
 
     def check_inducing(self, Xu, X, n_classes=None):
         if Xu is not None:
@@ -139,17 +191,43 @@ class DenseBinary:
     def cross_covariances(self, gp, X, Xnew):
         return gp.cov_func(X, Xnew)
 
-    def prior_from(self, *arrays):
-        return self.marginal_op.prior_from(*arrays)
+    def prior_from(self, K):
+        return K
 
     def prior_function(self, fn):
         return fn
 
     def kernel_cotangents(self, result):
-        return self.marginal_op.kernel_cotangents(result)
+        return (result.dlog_z_dK,)
 
     def retry_schedule(self, approximation, options):
-        return self.marginal_op.retry_schedule_for(approximation, options)
+        """The registry's schedule for ``approximation`` under this structure (one lookup)."""
+        return registry.get(approximation).retry_schedule(options, self.name)
+
+    def not_converged_message(self, approximation, point, kernels, result, retries):
+        K = kernels[0]
+        return (f"{approximation.upper()} did not converge at {point or 'this point'} "
+                f"(mean diag(K) {np.mean(np.diagonal(K, axis1=-2, axis2=-1)):.3g}; last change "
+                f"{result.max_change:.2e} after {retries} retr{'y' if retries == 1 else 'ies'} with damped/sequential "
+                "updates). The value is used; the evaluation's status output is 1.")
+
+    def training_shapes(self, kernels, cross):
+        return {"K": kernels[0].shape, "K_cross": cross.shape[:1]}
+
+    def latent_predictive(self, result, cross, star, full_cov):
+        if full_cov:
+            V = result.posterior.R() @ cross
+            cov = star - cross.T @ V
+            return cross.T @ result.a, 0.5 * (cov + cov.T)
+        _, var = result.predict_latent(cross, star)
+        return cross.T @ result.a, var
+
+    def predictive_types(self, full_cov):
+        return pt.dvector(), pt.dmatrix() if full_cov else pt.dvector()
+
+    def failed_prediction(self, cross, full_cov):
+        m = cross.shape[-1]
+        return np.full(m, np.nan), np.full((m, m) if full_cov else m, np.nan)
 
     def q_covariance(self, q):
         return q.posterior.full_cov()
@@ -170,9 +248,12 @@ class FITCBinary(DenseBinary):
     K_uu, K_uf and diag K_ff, each jittered where the dense K's diagonal is."""
 
     name = "fitc"
-    marginal_op = SparseMarginalOp
-    predictive_op = SparsePredictiveOp
+    dense_kernel = False
     n_kernel_inputs = 3
+    kernel_names = ("Kuu", "Kuf", "k_diag")
+    kernel_ndims = (2, 2, 1)
+    point_input = 1  # K_uf
+    compiled_ep_loop = False
 
     def check_inducing(self, Xu, X, n_classes=None):
         """Xu as a constant array or a tensor, checked against X (before any heavy work)."""
@@ -200,6 +281,27 @@ class FITCBinary(DenseBinary):
 
     def cross_covariances(self, gp, X, Xnew):
         return gp.cov_func(gp.Xu, Xnew)
+
+    def prior_from(self, Kuu, Kuf, k_diag):
+        return FITCPrior(Kuu, Kuf, k_diag)
+
+    def kernel_cotangents(self, result):
+        """d log q / d(K_uu, K_uf, diag K_ff): the solver's ``FITCGradient`` (``structures.fitc``)."""
+        return tuple(result.dlog_z_dK)
+
+    def not_converged_message(self, approximation, point, kernels, result, retries):
+        return (f"{approximation.upper()} (FITC) did not converge at {point or 'this point'} (last change "
+                f"{result.max_change:.2e} after {retries} damped retries). The value is used; "
+                "the evaluation's status output is 1.")
+
+    def training_shapes(self, kernels, cross):
+        Kuu, Kuf, k_diag = kernels
+        return {"K_uf": Kuf.shape[1:], "k_diag": k_diag.shape}
+
+    def latent_predictive(self, result, cross, star, full_cov):
+        if full_cov:
+            return result.posterior.predict_cov(result.a, cross, star)
+        return result.predict_latent(cross, star)
 
     def prior_function(self, fn):
         k = self.n_kernel_inputs
@@ -229,14 +331,32 @@ class DenseMulticlass(DenseBinary):
     built by the multi-class classifier (``gp_multiclass``: ``gp.class_kernels(X)``)."""
 
     name = "dense-multiclass"
-    marginal_op = MulticlassMarginalOp
-    predictive_op = MulticlassPredictiveOp
+    multiclass = True
+    kernel_names = ("K",)
+    kernel_ndims = (3,)  # the (c, n, n) stack
+    compiled_ep_loop = False
+    predictive_takes_theta = False
 
     def kernel_inputs(self, gp, X):
         return [gp.class_kernels(X)]
 
     def cross_covariances(self, gp, X, Xnew):
         return pt.stack([f(X, Xnew) for f in gp.class_cov_funcs()])
+
+    def training_shapes(self, kernels, cross):
+        return {"K": kernels[0].shape[1:], "K_cross": cross.shape[1:2]}
+
+    def latent_predictive(self, result, cross, star, full_cov):
+        """Mean (c, m) and the per-point c x c covariances (m, c, c), or the joint (c m, c m)
+        class-major covariance with ``full_cov``."""
+        return result.posterior.predict(result.a, cross, star, full_cov=full_cov)
+
+    def predictive_types(self, full_cov):
+        return pt.dmatrix(), pt.dmatrix() if full_cov else pt.dtensor3()
+
+    def failed_prediction(self, cross, full_cov):
+        c, m = cross.shape[0], cross.shape[-1]
+        return np.full((c, m), np.nan), np.full((c * m, c * m) if full_cov else (m, c, c), np.nan)
 
 
 class FITCMulticlass(DenseMulticlass):
@@ -246,10 +366,22 @@ class FITCMulticlass(DenseMulticlass):
     shared by the classes or one per class (``gp.Xu`` a list of c sets)."""
 
     name = "fitc-multiclass"
-    marginal_op = MulticlassSparseMarginalOp
-    predictive_op = MulticlassSparsePredictiveOp
+    dense_kernel = False
     n_kernel_inputs = 3
+    kernel_names = FITCBinary.kernel_names
+    kernel_ndims = (3, 3, 2)  # one slice per class
+    point_input = FITCBinary.point_input
+    trusted_prediction = True  # the FITC prior validates its own inputs
     prior_function = FITCBinary.prior_function
+    kernel_cotangents = FITCBinary.kernel_cotangents
+    not_converged_message = FITCBinary.not_converged_message
+
+    def prior_from(self, Kuu, Kuf, k_diag):
+        return MulticlassFITCPrior(Kuu, Kuf, k_diag)
+
+    def training_shapes(self, kernels, cross):
+        Kuu, Kuf, k_diag = kernels
+        return {"K_uf": Kuf.shape[2:], "k_diag": k_diag.shape[1:]}
 
     def check_inducing(self, Xu, X, n_classes=None):
         """Xu as one (m, d) set (an array or a tensor) or a list of c of them (from a list or a
@@ -321,12 +453,11 @@ def select_structure(likelihood, approx):
     return DENSE_BINARY if approx is None else FITC_BINARY
 
 
-def structure_of_op(op):
-    """The prior structure whose ``marginal_op`` or ``predictive_op`` (or a base of it, the
-    most derived first) ``op`` is an instance of: how ``pymc_gpc.fit`` reads the evidence
-    nodes it finds in a model, and a backend the Ops it is given."""
-    for op_type in type(op).__mro__:
-        for structure in STRUCTURES:
-            if op_type in (structure.marginal_op, structure.predictive_op):
-                return structure
-    raise ValueError(f"{op!r} is not the evidence Op of a known prior structure")
+def structure_named(name):
+    """The structure of ``STRUCTURES`` called ``name`` (how a pickled structure is restored:
+    each structure is one object, compared and hashed by its name)."""
+    for structure in STRUCTURES:
+        if structure.name == name:
+            return structure
+    raise ValueError(f"no prior structure is named {name!r}; the structures are "
+                     f"{[s.name for s in STRUCTURES]}")

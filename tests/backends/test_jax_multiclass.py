@@ -21,7 +21,8 @@ import pytensor.tensor as pt  # noqa: E402
 import pymc_gpc  # noqa: E402
 from pymc_gpc import likelihoods as L  # noqa: E402
 from pymc_gpc import multinomial_probit_ep, softmax_laplace  # noqa: E402
-from pymc_gpc.ops import MulticlassMarginalOp, MulticlassPredictiveOp  # noqa: E402
+from pymc_gpc.ops import ApproxMarginalOp, LatentPredictiveOp  # noqa: E402
+from pymc_gpc.structures.select import DENSE_MULTICLASS  # noqa: E402
 
 from .test_jax_fitc import assert_same_posterior, sample_both  # noqa: E402
 
@@ -65,8 +66,8 @@ def _graph(approximation, lik_type, options, X, y, Xnew):
     K = pt.stack([amp[k] * pt.exp(-0.5 * d / ls[k] ** 2) + jitter * pt.eye(N) for k in range(C)])
     Kc = pt.stack([amp[k] * pt.exp(-0.5 * dc / ls[k] ** 2) for k in range(C)])
     Ks = pt.outer(amp, pt.ones(M))
-    out = MulticlassMarginalOp(approximation, lik_type, options)(K, pt.zeros(0), y)
-    mean, cov = MulticlassPredictiveOp(approximation, lik_type, options)(K, y, Kc, Ks)
+    out = ApproxMarginalOp(approximation, lik_type, options, structure=DENSE_MULTICLASS)(K, pt.zeros(0), y)
+    mean, cov = LatentPredictiveOp(approximation, lik_type, options, structure=DENSE_MULTICLASS)(K, y, Kc, Ks)
     grads = pytensor.grad(out[0], [log_amp, log_ls])
     return [log_amp, log_ls, jitter], [out[0], *grads, out[1], out[3], out[5], mean, cov]
 

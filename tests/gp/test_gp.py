@@ -231,7 +231,7 @@ def test_nutpie_threads_keep_their_warm_starts_compiled(compiled_ep):
                   nuts_sampler="nutpie", compute_convergence_checks=False)
     (op,) = {v.owner.op for v in ancestors(model.potentials) if v.owner
              and isinstance(v.owner.op, ApproxMarginalOp)}
-    keys = op._shared["compiled"]
+    keys = op.backend_state_keys
     solves = sum(thread_state.evaluations(k) for k in keys)
     cold = sum(thread_state.evaluations(k, cold=True) for k in keys)
     assert solves > 200 and op._counts["evaluations"] < 0.02 * solves  # the Python path: rare

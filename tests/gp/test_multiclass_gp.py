@@ -284,11 +284,12 @@ def test_nuts_recovers_the_grid_posterior():
 def test_op_warns_and_fails_cleanly():
     """Not converged: the value is used with status 1 and a warning naming the point (the
     warning path handles a (c, n, n) K); a K that is not positive definite: -inf, status 2."""
-    from pymc_gpc.ops import ApproximationFailedWarning, MulticlassMarginalOp
+    from pymc_gpc.ops import ApproximationFailedWarning, ApproxMarginalOp
+    from pymc_gpc.structures.select import DENSE_MULTICLASS
 
     X, labels, y = _data(12)
     K = np.array([rbf(X, 1.0, 4.0)] * 3)
-    op = MulticlassMarginalOp("laplace-multiclass", Softmax, (("max_iter", 1),))
+    op = ApproxMarginalOp("laplace-multiclass", Softmax, (("max_iter", 1),), structure=DENSE_MULTICLASS)
     Kv = pt.dtensor3("K")
     out = op(Kv, pt.zeros((0,)), y.astype(float))
     fn = pytensor.function([Kv], [out[0], out[5]])

@@ -356,7 +356,7 @@ def test_compiled_ep_path_equals_the_python_path(lik_type, theta, compiled_ep):
         assert int(got[4]) == int(want[4]) == 0
         for a, b in zip(got[:4], want[:4]):
             np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-10 * np.abs(b).max(initial=1.0))
-    (key,) = ops_[0]._shared["compiled"]
+    (key,) = ops_[0].backend_state_keys
     assert ops_[0]._counts["evaluations"] == 0 and thread_state.evaluations(key) == 6
     unordered = np.array(theta)
     unordered[[0, 1]] = unordered[[1, 0]]

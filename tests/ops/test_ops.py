@@ -74,7 +74,7 @@ def test_multiclass_op_gradient_matches_finite_differences(approx, lik_type):
     with central differences to rtol 1e-6 (log q is stationary in the mode / sites, so
     the solve's tolerance enters the differences only at its square)."""
     from pymc_gpc import multinomial_probit_ep, softmax_laplace
-    from pymc_gpc.ops import MulticlassMarginalOp
+    from pymc_gpc.structures.select import DENSE_MULTICLASS
 
     rng = np.random.default_rng(12)
     X = rng.uniform(-2, 2, (10, 1))
@@ -82,7 +82,7 @@ def test_multiclass_op_gradient_matches_finite_differences(approx, lik_type):
     log_ls, log_v = pt.dvector("log_ls"), pt.dscalar("log_v")
     K = pt.stack([pt.exp(log_v + 0.3 * k) * pm.gp.cov.ExpQuad(1, ls=pt.exp(log_ls[k]))(X) + 1e-6 * pt.eye(10)
                   for k in range(3)])
-    out = MulticlassMarginalOp(approx, lik_type, (("tol", 1e-12),))(K, pt.zeros(0), y)
+    out = ApproxMarginalOp(approx, lik_type, (("tol", 1e-12),), structure=DENSE_MULTICLASS)(K, pt.zeros(0), y)
     fn = pytensor.function([log_ls, log_v], [out[0], *pytensor.grad(out[0], [log_ls, log_v]), out[5]])
     p = [np.log([0.7, 1.2, 0.9]), np.log(1.5)]
     val, g_ls, g_v, status = fn(*p)
@@ -253,7 +253,7 @@ def test_warm_start_state_is_per_thread(compiled, monkeypatch):
     for i in range(2):
         np.testing.assert_allclose(got[i], want[i], atol=1e-7)
     if compiled:  # one state per worker thread, held by the compiled path (``backends.numba.thread_state``)
-        (key,) = op._shared["compiled"]
+        (key,) = op.backend_state_keys
         assert len(thread_state.threads(key)) == 2 and not op._threads.items
     else:
         assert len(op._threads.items) == 2
@@ -290,7 +290,7 @@ def _stored(op):
     python = [state for _, state in op._threads.items.values()]
     warm = sum(len(s["warm"][1].states) for s in python if s["warm"][1] is not None)
     recent = sum(len(s["recent"].entries) for s in python)
-    for key in op._shared.get("compiled", ()):
+    for key in op.backend_state_keys:
         w, r = thread_state.stored(key)
         warm, recent = warm + w, recent + r
     return warm, recent
@@ -606,7 +606,7 @@ def test_compiled_path_gives_the_python_paths_results_along_a_random_walk(lik_ty
         np.testing.assert_allclose(got[0], want[0], rtol=min(rtol * 1e-3, 1e-8))
         for a, b in zip(got[1:4], want[1:4]):
             np.testing.assert_allclose(a, b, rtol=rtol, atol=rtol * 1e-3 * np.abs(b).max(initial=0.0))
-    (key,) = op_numba._shared["compiled"]
+    (key,) = op_numba.backend_state_keys
     solves = thread_state.evaluations(key)
     assert solves + op_numba._counts["evaluations"] == op_py.counts["evaluations"] < len(points)
     if lik_type is L.StepLabelNoise:

@@ -15,7 +15,8 @@ from pymc_gpc.approximations.multinomial_probit_ep import multinomial_probit_ep
 from pymc_gpc.approximations.softmax_laplace import softmax_laplace
 from pymc_gpc.likelihoods import MultinomialProbit, Softmax
 from pymc_gpc.backends.python_vm import PYTHON_VM_MODE
-from pymc_gpc.ops.multiclass import MulticlassSparseMarginalOp
+from pymc_gpc.ops import ApproxMarginalOp
+from pymc_gpc.structures.select import FITC_MULTICLASS
 from pymc_gpc.structures.multiclass import CoupledBlockPosterior
 from pymc_gpc.structures.multiclass_fitc import MulticlassFITCGradient, MulticlassFITCPrior
 
@@ -98,7 +99,7 @@ def test_inducing_inputs_at_the_data_equal_the_dense_model(approx):
 
 def _op_functions(approx, y):
     cls, lik = CLASSES[approx]
-    op = MulticlassSparseMarginalOp(f"{approx}-multiclass", lik, tuple(SOLVERS[approx][1].items()))
+    op = ApproxMarginalOp(f"{approx}-multiclass", lik, tuple(SOLVERS[approx][1].items()), structure=FITC_MULTICLASS)
     Kuu, Kuf, kd = pt.dtensor3("Kuu"), pt.dtensor3("Kuf"), pt.dmatrix("kd")
     log_z = op(Kuu, Kuf, kd, pt.zeros(0), y)[0]
     return (pytensor.function([Kuu, Kuf, kd], log_z, mode=VM),

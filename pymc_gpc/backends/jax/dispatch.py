@@ -14,9 +14,11 @@ Registered here:
   tol is 1e-2 while sampling). The fourth input (hyperparameter values, used by the numba
   path for warm starts and warnings) is ignored: each evaluation starts cold.
 * ``LatentPredictiveOp`` (prediction, ``conditional``).
-* ``SparseMarginalOp`` and ``SparsePredictiveOp`` (FITC, ``backends/jax/fitc.py``), with
-  the training points split over a device mesh inside ``sharding.shard_rows()``.
-* The multi-class Ops (dense and FITC) are registered in ``multiclass.py`` and
+* The same two Ops on the FITC prior (``backends/jax/fitc.py``), with the training points
+  split over a device mesh inside ``sharding.shard_rows()``: each Op is one class for every
+  prior structure, registered once (``jax_funcify_structured``), which calls the
+  implementation of the Op's structure (``implements``).
+* The multi-class structures' implementations (dense and FITC) are in ``multiclass.py`` and
   ``multiclass_fitc.py``; a structure the registry does not list for JAX raises
   ``registry.UnsupportedCombinationError`` (a ``NotImplementedError`` and a ``ValueError``).
 * ``training_check.TrainingValuesCheck`` (a training ``pm.Data`` container in a predictive
@@ -37,10 +39,8 @@ import numpy as np
 
 from ...approximations import registry
 from ...kernels import ARDKernelOp, ARDKernelPullbackOp
-from ...ops.marginal import ApproxMarginalOp, LatentPredictiveOp
-from ...ops.sparse import SparseMarginalOp, SparsePredictiveOp
+from ...ops import ApproxMarginalOp, LatentPredictiveOp
 from ...ops.training_check import TrainingValuesCheck
-from ...structures.select import structure_of_op
 from . import engine as jax_engine
 from . import fitc as jax_fitc
 from . import sharding
@@ -61,7 +61,28 @@ def op_options(op, sampling):
 def check_supported(op):
     """The registry's ``check_backend``: mean field and ADF have no JAX implementation
     (``UnsupportedCombinationError``, a NotImplementedError naming what works)."""
-    registry.check_backend(op.approximation, structure_of_op(op).name, "jax", type(op).__name__)
+    registry.check_backend(op.approximation, op.structure.name, "jax", type(op).__name__)
+
+
+# The evidence and predictive Ops are one class each for every prior structure: one
+# jax_funcify each, dispatching on (Op type, the Op's structure name) to what ``implements``
+# registered (here, ``multiclass.py`` and ``multiclass_fitc.py``).
+_IMPLEMENTATIONS = {}
+
+
+def implements(op_type, structure_name):
+    """Register the decorated funcify as the JAX implementation of ``op_type`` on the prior
+    structure ``structure_name``."""
+    def register(funcify):
+        _IMPLEMENTATIONS[(op_type, structure_name)] = funcify
+        return funcify
+    return register
+
+
+def jax_funcify_structured(op, node=None, **kwargs):
+    """The implementation registered for the Op's structure (``implements``)."""
+    check_supported(op)
+    return _IMPLEMENTATIONS[(type(op), op.structure.name)](op, node=node, **kwargs)
 
 
 # PyTensor's JAX dispatch is imported here, after what the other backend modules import from
@@ -70,7 +91,11 @@ def check_supported(op):
 from pytensor.link.jax.dispatch import jax_funcify  # noqa: E402
 
 
-@jax_funcify.register(ApproxMarginalOp)
+jax_funcify.register(ApproxMarginalOp)(jax_funcify_structured)
+jax_funcify.register(LatentPredictiveOp)(jax_funcify_structured)
+
+
+@implements(ApproxMarginalOp, "dense")
 def jax_funcify_ApproxMarginalOp(op, node=None, **kwargs):
     check_supported(op)
     marginal = jax_engine.marginal_fn(op.approximation, op.likelihood.kind, **op_options(op, sampling=op.sampling))
@@ -81,7 +106,7 @@ def jax_funcify_ApproxMarginalOp(op, node=None, **kwargs):
     return approx_marginal
 
 
-@jax_funcify.register(LatentPredictiveOp)
+@implements(LatentPredictiveOp, "dense")
 def jax_funcify_LatentPredictiveOp(op, node=None, **kwargs):
     check_supported(op)
     predict = jax_engine.predictive_fn(op.approximation, op.likelihood.kind, op.full_cov, **op_options(op, sampling=False))
@@ -92,7 +117,7 @@ def jax_funcify_LatentPredictiveOp(op, node=None, **kwargs):
     return latent_predictive
 
 
-@jax_funcify.register(SparseMarginalOp)
+@implements(ApproxMarginalOp, "fitc")
 def jax_funcify_SparseMarginalOp(op, node=None, **kwargs):
     check_supported(op)
     marginal = jax_fitc.marginal_fn(op.approximation, op.likelihood.kind, constrain=sharding.active_constraint(),
@@ -104,7 +129,7 @@ def jax_funcify_SparseMarginalOp(op, node=None, **kwargs):
     return sparse_marginal
 
 
-@jax_funcify.register(SparsePredictiveOp)
+@implements(LatentPredictiveOp, "fitc")
 def jax_funcify_SparsePredictiveOp(op, node=None, **kwargs):
     check_supported(op)
     predict = jax_fitc.predictive_fn(op.approximation, op.likelihood.kind, op.full_cov,

@@ -46,7 +46,7 @@ from jax.scipy.special import log_ndtr, logsumexp
 
 from ...approximations.softmax_laplace import LOO_DRAWS
 from ...likelihoods.multiclass import standard_draws
-from ...ops.multiclass import MulticlassMarginalOp, MulticlassPredictiveOp
+from ...ops import ApproxMarginalOp, LatentPredictiveOp
 from .common import (ANDERSON_MEMORY, STATUS_CONVERGED, STATUS_FAILED, STATUS_NOT_CONVERGED, anderson_mix, empty_history,
                      push_history, reset_history)
 from .engine import DenseLatent
@@ -618,15 +618,10 @@ def predict_from(r, K_cross, K_star, full_cov):
 # ---------------------------------------------------------------------------------
 
 
-# PyTensor's JAX dispatch is imported here, after what the other backend modules import from
-# this one: its import runs ``registration``'s hook, which imports them (a direct import of
-# this module must not hand them a half-initialised module).
-from pytensor.link.jax.dispatch import jax_funcify  # noqa: E402
-
-from .dispatch import check_supported, op_options  # noqa: E402  (registers the binary Ops)
+from .dispatch import check_supported, implements, op_options  # noqa: E402  (registers the binary Ops)
 
 
-@jax_funcify.register(MulticlassMarginalOp)
+@implements(ApproxMarginalOp, "dense-multiclass")
 def jax_funcify_MulticlassMarginalOp(op, node=None, **kwargs):
     check_supported(op)
     marginal = marginal_fn(op.approximation, **op_options(op, sampling=op.sampling))
@@ -637,7 +632,7 @@ def jax_funcify_MulticlassMarginalOp(op, node=None, **kwargs):
     return multiclass_marginal
 
 
-@jax_funcify.register(MulticlassPredictiveOp)
+@implements(LatentPredictiveOp, "dense-multiclass")
 def jax_funcify_MulticlassPredictiveOp(op, node=None, **kwargs):
     check_supported(op)
     predict = predictive_fn(op.approximation, op.full_cov, **op_options(op, sampling=False))

@@ -40,9 +40,9 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.linalg import cho_solve
 
-from ...ops.multiclass import MulticlassSparseMarginalOp, MulticlassSparsePredictiveOp
+from ...ops import ApproxMarginalOp, LatentPredictiveOp
 from .fitc import prior_factors, tri_inverse
-from .dispatch import check_supported, op_options
+from .dispatch import check_supported, implements, op_options
 from .multiclass import LoopCarried, codes, evidence_with_vjp, predict_from, solver
 
 jax.config.update("jax_enable_x64", True)
@@ -241,13 +241,7 @@ def predictive_fn(approximation, full_cov=False, **options):
 # ---------------------------------------------------------------------------------
 
 
-# PyTensor's JAX dispatch is imported here, after what the other backend modules import from
-# this one: its import runs ``registration``'s hook, which imports them (a direct import of
-# this module must not hand them a half-initialised module).
-from pytensor.link.jax.dispatch import jax_funcify  # noqa: E402
-
-
-@jax_funcify.register(MulticlassSparseMarginalOp)
+@implements(ApproxMarginalOp, "fitc-multiclass")
 def jax_funcify_MulticlassSparseMarginalOp(op, node=None, **kwargs):
     check_supported(op)
     marginal = marginal_fn(op.approximation, **op_options(op, sampling=op.sampling))
@@ -258,7 +252,7 @@ def jax_funcify_MulticlassSparseMarginalOp(op, node=None, **kwargs):
     return multiclass_sparse_marginal
 
 
-@jax_funcify.register(MulticlassSparsePredictiveOp)
+@implements(LatentPredictiveOp, "fitc-multiclass")
 def jax_funcify_MulticlassSparsePredictiveOp(op, node=None, **kwargs):
     check_supported(op)
     predict = predictive_fn(op.approximation, op.full_cov, **op_options(op, sampling=False))

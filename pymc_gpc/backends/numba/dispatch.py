@@ -2,11 +2,16 @@
 
 ``register_numba`` makes numba-compiled graphs (PyMC's default backend, nutpie) run the
 Ops' Python ``perform`` through an object-mode block keyed by a string, so that numba can
-cache the whole graph on disk; binary and ordinal EP's evidence Op (``compiles_ep``) gets a compiled
-function instead (``compiled_ep``), which answers its common case without Python and falls
-back on the Op's Python path (``_fallback_ep``) for the rest. ``ops/__init__`` calls
-``register_numba`` once, for ApproxMarginalOp and LatentPredictiveOp (their subclasses, FITC
-and multi-class, dispatch to the same implementation).
+cache the whole graph on disk; binary and ordinal EP's evidence Op on the dense prior
+(``compiles_ep``) gets a compiled function instead (``compiled_ep``), which answers its
+common case without Python and falls back on the Op's Python path (``_fallback_ep``) for
+the rest. ``pymc_gpc/__init__`` calls ``register_numba`` once, for ``ApproxMarginalOp`` and
+``LatentPredictiveOp`` (one class each for every prior structure).
+
+Only the Ops' public interface is used: ``perform``, ``evaluate`` (the Python path from a
+given warm start), ``solver_options``, ``structure``, ``likelihood``, and
+``attach_backend_state`` with ``thread_state``'s reset and count, so that the Op's
+``reset_warm_starts`` and ``counts`` cover the compiled path's per-thread blocks.
 """
 
 import os
@@ -19,7 +24,7 @@ from ..._numba_cache import cache_key
 from ...approximations.ep import EPState
 from ...likelihoods.binary import LIKELIHOODS
 from ...likelihoods.ordinal import ORDINAL_LIKELIHOODS
-from ...ops.marginal import ApproxMarginalOp, LatentPredictiveOp
+from ...ops import ApproxMarginalOp, LatentPredictiveOp
 from . import thread_state
 
 # Whether binary and ordinal EP's numba implementation is the compiled one (``compiled_ep``: no
@@ -33,9 +38,11 @@ COMPILED_EP = os.environ.get("PYMC_GPC_COMPILED_EP", "1") == "1"
 
 def compiles_ep(op):
     """Whether the numba implementation runs ``op``'s common case compiled (``compiled_ep``):
-    where ``COMPILED_EP`` is set, dense EP with the default schedule and one of the
-    package's binary or ordinal likelihoods (one latent value per site)."""
-    return (COMPILED_EP and type(op) is ApproxMarginalOp and op.approximation == "ep"
+    where ``COMPILED_EP`` is set, EP on a structure its loop solves (``compiled_ep_loop``: the
+    dense one) with the default schedule and one of the package's binary or ordinal
+    likelihoods (one latent value per site)."""
+    return (COMPILED_EP and isinstance(op, ApproxMarginalOp) and op.structure.compiled_ep_loop
+            and op.approximation == "ep"
             and op.likelihood_type in LIKELIHOODS + ORDINAL_LIKELIHOODS
             and dict(op.options).keys() <= {"tol", "max_sweeps"})
 
@@ -51,7 +58,7 @@ def _numba_key(op, node):
     and the data of its constant inputs (the labels, usually), hashed."""
     import hashlib
 
-    parts = [type(op).__qualname__, [(k, repr(v)) for k, v in op._props_dict().items()]]
+    parts = [type(op).__qualname__, [(k, repr(getattr(op, k))) for k in op.__props__]]
     for v in node.inputs:
         data = getattr(v, "data", None)
         if isinstance(data, np.ndarray):
@@ -87,7 +94,7 @@ def _fallback_ep(key, K, params, y, hyper, use_block, has_start, tau, nu, first_
     else:
         guess = EPState(tau.copy(), nu.copy(), first_change) if has_start else None
         with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
-            state, _ = op._evaluate(inputs, guess, storage)
+            state, _ = op.evaluate(inputs, guess, storage)
     log_z, dK, dth, loo, n_iter, status = (s[0] for s in storage)
     outputs = (float(log_z), np.ascontiguousarray(dK, dtype=float), np.ascontiguousarray(dth, dtype=float),
                np.ascontiguousarray(loo, dtype=float), int(n_iter), int(status))
@@ -155,8 +162,7 @@ def register_numba(op_types=None):
         if not any(r[0]() is op for r in refs):
             refs.append((weakref.ref(op), len(node.outputs)))
         compiled = compiles_ep(op)
-        if compiled and key not in op._shared.setdefault("compiled", set()):
-            op._shared["compiled"].add(key)
+        if compiled and op.attach_backend_state(key, thread_state.reset, thread_state.evaluations):
             weakref.finalize(op, _release_if_unused, key)
         for ref, _ in refs:  # any of them may answer the compiled graph (``_perform_registered``)
             alive = ref()
@@ -191,7 +197,7 @@ def _compiled_ep_function(op, key, numba_njit, ret_sig):
     evaluate_at, store_at = C.external()
     h = thread_state.key_hash(key)
     kind, n_params = op.likelihood.kind, op.likelihood.n_params
-    options = op._solver_options()
+    options = op.solver_options()
     tol, max_sweeps = float(options["tol"]), int(options.get("max_sweeps", 300))
 
     @numba_njit
