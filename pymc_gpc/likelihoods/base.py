@@ -40,6 +40,7 @@ import hashlib
 import inspect
 import sys
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 from numba import njit
@@ -462,3 +463,64 @@ def laplace_unsupported_message(lik):
         "piecewise constant in f, so the mode and Hessian that Laplace's method needs do "
         "not exist. Use Expectation Propagation (MarginalEP / ep) instead."
     )
+
+
+# ---------------------------------------------------------------------------------
+# The contract as a Protocol (``contracts.conformance_gaps`` checks an object against it)
+# ---------------------------------------------------------------------------------
+
+
+@runtime_checkable
+class BinaryLikelihood(Protocol):
+    """A binary observation model p(y | f, theta) with at most a few parameters theta.
+
+    The Ops construct the likelihood *type* with no arguments (``likelihood_type()``) and
+    pass theta as an input, so every method takes ``params`` (None: the values the
+    instance was built with).
+
+    Attributes
+    ----------
+    kind : its index in the registry of kinds (``register``), which the compiled dispatch
+        (``tilted_site`` / ``log_lik_site``) and the JAX table take; read by EP, ADF and the
+        numba and JAX Ops.
+    param_names : names of theta's entries (messages; ``n_params`` of them).
+    supports_laplace : whether ``log_lik`` exists (False for a likelihood piecewise constant
+        in f, whose mode and Hessian Laplace's method needs do not exist).
+    """
+
+    kind: int
+    param_names: tuple
+    supports_laplace: bool
+
+    @property
+    def n_params(self) -> int:
+        """The length p of theta."""
+
+    @property
+    def params(self):
+        """The fixed theta the instance was built with, (p,); ValueError where it is symbolic."""
+
+    def params_tensor(self):
+        """theta as a PyTensor vector (p,), the Op's parameter input (``gp``)."""
+
+    def check_params(self, params):
+        """theta as a float array (p,), or ValueError naming the problem (wrong length, not
+        finite, outside the likelihood's domain such as epsilon >= 1/2)."""
+
+    def tilted(self, y, mu, s2, params=None):
+        """EP's tilted moments at cavities N(mu_i, s2_i): log Z_i = log int p(y_i | f)
+        N(f; mu_i, s2_i) df with d/dmu_i, d^2/dmu_i^2 and d/dtheta at fixed cavity
+        (R&W eq. 3.58; Tan et al., Appendix A, per likelihood), as ``TiltedMoments``."""
+
+    def log_lik(self, y, f, params=None):
+        """log p(y_i | f_i) with its f-derivatives to third order and the theta-derivatives of
+        the first three (Laplace: R&W eq. 3.15-3.16 and Alg. 5.1; Barber & Williams), as
+        ``LogLikDerivatives``; ValueError where ``supports_laplace`` is False."""
+
+    def expected_log_lik(self, y, mu, s2, params=None):
+        """E_q[log p(y_i | f_i)] under q(f_i) = N(mu_i, s2_i), (n,), and its theta-gradient
+        (n, p): the data term of the variational bound (Kim & Ghahramani eq. 15; Tan eq. 17),
+        read by EM-EP's M-step (``estimation.em_ep``)."""
+
+    def predict(self, mu, s2, params=None):
+        """p(y* = +1 | mu*, s2*) = int p(+1 | f) N(f; mu*, s2*) df (Tan eq. 13)."""
