@@ -109,7 +109,7 @@ _ROLES = {  # role -> arguments after ``kind``, and the value of an unknown kind
 }
 # the modules whose compiled functions call the dispatch (``_compiled_callers``)
 _CALLERS = ("pymc_gpc.likelihoods.base", "pymc_gpc.approximations.", "pymc_gpc.backends.numba.")
-_GENERATED = set()  # roles whose chain numba has generated in this process
+_GENERATED = set()  # roles whose chain numba has generated in this process (and ``freeze``'s reasons)
 
 
 def register(cls):
@@ -129,12 +129,11 @@ def register(cls):
     return len(KINDS) - 1
 
 
-def kind_of(name):
-    """The kind of the registered class named ``name`` (e.g. "StepLabelNoise"); KeyError otherwise."""
-    for kind, cls in enumerate(KINDS):
-        if cls.__name__ == name:
-            return kind
-    raise KeyError(f"no likelihood class named {name!r} is registered; known: {[c.__name__ for c in KINDS]}")
+def freeze(reason):
+    """Record that compiled code holding the dispatch exists in this process (``reason``: what),
+    so that ``register`` refuses a later kind: a C-callable compiled elsewhere
+    (``backends.numba.compiled_ep.external``) that ``_compiled_callers`` cannot see."""
+    _GENERATED.add(reason)
 
 
 def _source_digest(kernels):

@@ -198,7 +198,7 @@ def _logistic_log_lik_rows(y, f, th):
 # site's upper and lower cutpoint and in sigma (``ordinal_scatter`` places them in the
 # parameter vector; ``tilted_dparams`` / ``log_lik_dparams`` above call it).
 
-# The ordered logit's composite Gauss-Legendre rule (as ``binary.py``'s)
+# The ordered logit's composite Gauss-Legendre rule (as ``ordinal.py``'s)
 _GL_NODES, _GL_WEIGHTS = np.polynomial.legendre.leggauss(12)  # numpy: cast at trace time
 _GRADE = 2.0 ** np.arange(-1, 21)
 _N_SD = 9
@@ -224,7 +224,7 @@ def _ordinal_bounds(logit, y, th):
 
 
 def _probit_two_sided(u1, u2, two_sided):
-    """``binary._probit_two_sided``: log(Phi(u1) - Phi(u2)), N(u1) / D, N(u2) / D; where
+    """``ordinal._probit_two_sided``: log(Phi(u1) - Phi(u2)), N(u1) / D, N(u2) / D; where
     ``two_sided`` is False, log Phi(u1), N(u1) / Phi(u1) and 0."""
     lp1 = log_ndtr(u1)
     delta = jnp.where(two_sided, jnp.minimum(log_ndtr(u2) - lp1, 0.0), -jnp.inf)
@@ -287,7 +287,7 @@ def ordinal_log_lik(logit, y, f, th):
 def _ordered_logit_mode(y, mu, s2, th):
     """The mode of the strictly concave g(f) = log p(y | f) - (f - mu)^2 / (2 s2) by 90
     bisections of [mu - s2 - 50, mu + s2 + 50] (|d log p / df| < 1 for the logit, so g' changes
-    sign there), then one Newton step (``binary._ordered_logit_mode``)."""
+    sign there), then one Newton step (``ordinal._ordered_logit_mode``)."""
 
     def slope(m):
         return ordinal_log_lik(True, y, m, th)[1] - (m - mu) / s2
@@ -306,7 +306,7 @@ def _ordered_logit_mode(y, mu, s2, th):
 
 
 def _ordered_logit_breakpoints(m, s, has1, b1, has2, b2):
-    """``binary._ordered_logit_breakpoints`` over sites: a (109, n) array of sorted offsets
+    """``ordinal._ordered_logit_breakpoints`` over sites: a (109, n) array of sorted offsets
     from the mode, clipped to [-9 s, 9 s]."""
     steps = jnp.arange(-_N_SD, _N_SD + 1, dtype=s.dtype)[:, None] * s[None, :]
     offs = np.concatenate([np.zeros(1), -_GRADE, _GRADE])[:, None]
@@ -318,7 +318,7 @@ def _ordered_logit_breakpoints(m, s, has1, b1, has2, b2):
 
 
 def _ordered_logit_tilted(y, mu, s2, th):
-    """``binary._ordered_logit_tilted_local`` over sites: the same composite Gauss-Legendre
+    """``ordinal._ordered_logit_tilted_local`` over sites: the same composite Gauss-Legendre
     rule (the same panels and nodes) around the mode of the log-integrand."""
     _, _, has1, b1, has2, b2, _ = _ordinal_bounds(True, y, th)
     m = _ordered_logit_mode(y, mu, s2, th)

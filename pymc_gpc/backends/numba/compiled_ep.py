@@ -27,7 +27,7 @@ import numpy as np
 from numba import carray, cfunc, njit, types
 
 from ...approximations.ep import ep_warm_compiled
-from ...likelihoods.base import labels_valid, params_valid
+from ...likelihoods.base import freeze, labels_valid, params_valid
 from . import thread_state as ts
 
 SYMBOLS = ("pymc_gpc_compiled_ep_evaluate", "pymc_gpc_compiled_ep_store")
@@ -53,6 +53,7 @@ def external():
     cache and registered on the first call in a process. Arrays are passed as
     ``arr.ctypes``."""
     if not _CFUNCS:
+        freeze("backends.numba.compiled_ep")  # the cfuncs hold the dispatch of the kinds known now
         for symbol, function, scalars in zip(SYMBOLS, (_evaluate_at, _store_at), (_EVALUATE, _STORE)):
             compiled = cfunc(types.int64(*scalars, *(_P,) * 10), cache=True)(function)
             llvm.add_symbol(symbol, compiled.address)
