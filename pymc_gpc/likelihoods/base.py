@@ -203,7 +203,7 @@ def _overload(stub, role):
     have the implementation's arguments)."""
     namespace = {"generate": _generate}
     exec(f"def typer(kind, {_ROLES[role][0]}):\n    return generate({role!r})", namespace)
-    overload(stub, jit_options={"nogil": True})(namespace["typer"])
+    overload(stub, inline="always", jit_options={"nogil": True})(namespace["typer"])
 
 
 for _stub, _role in ((_tilted, "tilted"), (_log_lik, "log_lik"), (_params_valid, "params_valid"),
