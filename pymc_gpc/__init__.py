@@ -3,16 +3,30 @@
 The latent function is integrated out by Expectation Propagation, Laplace's method,
 mean-field methods or the online ADF approximation (Csato et al. 2000),
 giving an approximate marginal likelihood with an exact gradient (ADF: no gradient).
+
+``__all__`` holds what a PyMC user writes: the GP classes, the likelihoods, ``fit`` and
+``sample``, the kernel helpers, data sets and plots. The solvers that run on a kernel
+matrix without a model (``ep``, ``laplace``, ...) are ``pymc_gpc.solvers``; the PyTensor Ops
+are ``pymc_gpc.ops``.
 """
 
 from . import _numba_cache
 
 _numba_cache.install()  # before any cached numba function is defined
 
-from . import kernels, likelihoods  # noqa: E402
-from .likelihoods import OrderedLogit, OrderedProbit  # noqa: E402
-from .approximations.ep import EPState, ep  # noqa: E402
-from .approximations.adf import adf  # noqa: E402
+from . import datasets, kernels, likelihoods, plots, solvers  # noqa: E402
+from .likelihoods import (  # noqa: E402
+    Logistic,
+    MultinomialProbit,
+    OrderedLogit,
+    OrderedProbit,
+    Probit,
+    ProbitBias,
+    ProbitNoise,
+    Softmax,
+    StepLabelNoise,
+)
+from .kernels import MixedARD, ard_kernels, per_class  # noqa: E402
 from .gp.marginal import MarginalADF, MarginalEP, MarginalLaplace, MarginalMeanField  # noqa: E402
 from .gp import multiclass as _gp_multiclass  # noqa: E402,F401  (the multi-class variants gp.__new__ builds)
 from .estimation.point_estimates import FitResult, FitStartError, RunawayHyperparameterWarning, fit  # noqa: E402
@@ -26,40 +40,57 @@ register_numba()  # the numba implementations of the evidence and predictive Ops
 _jax_registration.install()  # the JAX ones, once PyTensor's JAX backend is imported
 from .gp.models import ard_classifier  # noqa: E402
 from .validation import SingleMemberClassWarning  # noqa: E402
-from .approximations.laplace import LaplaceState, laplace  # noqa: E402
-from .approximations.meanfield import MeanFieldState, meanfield  # noqa: E402
-from .approximations.result import ApproximationResult  # noqa: E402
-from .approximations.softmax_laplace import softmax_laplace  # noqa: E402
-from .approximations.multinomial_probit_ep import multinomial_probit_ep  # noqa: E402
+# The solver layer's names, kept importable here for existing callers; their place is
+# ``pymc_gpc.solvers`` (not in ``__all__``).
+from .solvers import (  # noqa: E402,F401
+    ApproximationResult,
+    EPState,
+    LaplaceState,
+    MeanFieldState,
+    adf,
+    ep,
+    laplace,
+    meanfield,
+    multinomial_probit_ep,
+    softmax_laplace,
+)
 
 __all__ = [
-    "likelihoods",
-    "kernels",
-    "OrderedProbit",
-    "OrderedLogit",
+    # the GP classifiers
     "MarginalEP",
     "MarginalLaplace",
     "MarginalMeanField",
     "MarginalADF",
     "ard_classifier",
-    "sample",
+    # likelihoods
+    "likelihoods",
+    "Probit",
+    "ProbitBias",
+    "ProbitNoise",
+    "StepLabelNoise",
+    "Logistic",
+    "OrderedProbit",
+    "OrderedLogit",
+    "Softmax",
+    "MultinomialProbit",
+    # kernels
+    "kernels",
+    "MixedARD",
+    "ard_kernels",
+    "per_class",
+    # inference
     "fit",
     "FitResult",
     "FitStartError",
-    "SingleMemberClassWarning",
-    "sample_posterior_predictive",
     "RunawayHyperparameterWarning",
+    "SingleMemberClassWarning",
+    "sample",
+    "sample_posterior_predictive",
     "add_log_likelihood",
     "reset_warm_starts",
-    "ep",
-    "laplace",
-    "meanfield",
-    "adf",
-    "EPState",
-    "LaplaceState",
-    "MeanFieldState",
-    "ApproximationResult",
-    "softmax_laplace",
-    "multinomial_probit_ep",
+    # data sets, plots, the solver layer
+    "datasets",
+    "plots",
+    "solvers",
 ]
 __version__ = "0.1.0"

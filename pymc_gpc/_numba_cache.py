@@ -36,6 +36,13 @@ def _package_stamp():
 STAMP = _package_stamp()
 
 
+def extend_stamp(part):
+    """Add ``part`` to ``STAMP``: code from outside the package that the compiled functions
+    contain (a likelihood defined elsewhere, ``likelihoods.base.register``)."""
+    global STAMP
+    STAMP = hashlib.sha256(f"{STAMP}|{part}".encode()).hexdigest()
+
+
 def cache_key(*parts):
     """A key for PyTensor's cache of a compiled graph holding a package Op: a fixed-length
     hash of ``parts`` (reprs that are the same in every process) and of ``STAMP``. PyTensor

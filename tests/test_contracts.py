@@ -1,18 +1,23 @@
-"""The public contracts (``pymc_gpc.contracts``): every concrete likelihood, prior, posterior,
-solve result and prior structure satisfies its Protocol (members present, signatures
-callable as the contract declares), and a planted class that breaks the contract is caught."""
+"""The contracts (Protocols next to what they describe, checked by
+``pymc_gpc.contracts.conformance_gaps``): every concrete likelihood, prior, posterior, solve
+result and prior structure satisfies its contract (members present, signatures callable as
+the contract declares), and a planted class that breaks the contract is caught."""
 
 import numpy as np
 import pytest
 
 import pymc_gpc
-from pymc_gpc import contracts as C
 from pymc_gpc import likelihoods as L
+from pymc_gpc.approximations.base import SolveResult
+from pymc_gpc.contracts import conformance_gaps
+from pymc_gpc.likelihoods.base import BinaryLikelihood
 from pymc_gpc.approximations.multinomial_probit_ep import multinomial_probit_ep
 from pymc_gpc.approximations.softmax_laplace import softmax_laplace
 from pymc_gpc.structures import DensePrior, FITCPrior, MulticlassFITCPrior
 from pymc_gpc.structures.multiclass import CoupledBlockPosterior
-from pymc_gpc.structures.select import STRUCTURES
+from pymc_gpc.structures.base import (BinarySolverPrior, DenseLatentPosterior, FITCLatentPosterior, LatentPosterior,
+                                      MulticlassPosterior, SolverPrior)
+from pymc_gpc.structures.select import STRUCTURES, PriorStructure
 
 from .conftest import random_problem, se_kernel
 
@@ -30,7 +35,7 @@ def _concrete(base):
 
 
 def _assert_conforms(obj, contract):
-    assert C.conformance_gaps(obj, contract) == []
+    assert conformance_gaps(obj, contract) == []
     assert isinstance(obj, contract)
 
 
@@ -48,7 +53,7 @@ def test_every_binary_likelihood_and_the_ops_construction_of_it_conform():
     types = _concrete(L.Likelihood)
     assert {L.Probit, L.ProbitBias, L.ProbitNoise, L.StepLabelNoise, L.Logistic} <= set(types)
     for lik_type in types:
-        _assert_conforms(lik_type(), C.BinaryLikelihood)  # the Ops build it with no arguments
+        _assert_conforms(lik_type(), BinaryLikelihood)  # the Ops build it with no arguments
         assert lik_type().n_params == len(lik_type.param_names)
 
 
@@ -56,7 +61,7 @@ def test_every_multiclass_likelihood_conforms():
     types = _concrete(L.MulticlassLikelihood)
     assert {L.Softmax, L.MultinomialProbit} <= set(types)
     for lik_type in types:
-        _assert_conforms(lik_type(), C.MulticlassLikelihood)
+        _assert_conforms(lik_type(), L.MulticlassLikelihood)
 
 
 def test_every_solver_prior_and_its_posteriors_conform(problem):
@@ -64,13 +69,13 @@ def test_every_solver_prior_and_its_posteriors_conform(problem):
     w = np.linspace(0.1, 2.0, N)
     dense, sparse = DensePrior(K), FITCPrior(*fitc)
     for prior in (dense, sparse):
-        _assert_conforms(prior, C.BinarySolverPrior)
-    _assert_conforms(MulticlassFITCPrior(*(np.stack([a] * CLASSES) for a in fitc)), C.SolverPrior)
+        _assert_conforms(prior, BinarySolverPrior)
+    _assert_conforms(MulticlassFITCPrior(*(np.stack([a] * CLASSES) for a in fitc)), SolverPrior)
     dense_posts = [dense.posterior(w), dense.posterior(w - 0.5)]  # non-negative and indefinite sites
     assert {type(p).__name__ for p in dense_posts} == {"LatentPosterior", "IndefiniteSitePosterior"}
     for post in dense_posts:
-        _assert_conforms(post, C.DenseLatentPosterior)
-    _assert_conforms(sparse.posterior(w), C.FITCLatentPosterior)
+        _assert_conforms(post, DenseLatentPosterior)
+    _assert_conforms(sparse.posterior(w), FITCLatentPosterior)
 
 
 def test_every_multiclass_posterior_conforms(problem):
@@ -78,7 +83,7 @@ def test_every_multiclass_posterior_conforms(problem):
     K3 = np.stack([problem["K"]] * CLASSES)
     prior = MulticlassFITCPrior(*(np.stack([a] * CLASSES) for a in problem["fitc"]))
     for post in (CoupledBlockPosterior(K3, d), prior.posterior(d)):
-        _assert_conforms(post, C.MulticlassPosterior)
+        _assert_conforms(post, MulticlassPosterior)
 
 
 def test_every_approximation_returns_a_solve_result(problem):
@@ -89,14 +94,14 @@ def test_every_approximation_returns_a_solve_result(problem):
                pymc_gpc.ep(FITCPrior(*problem["fitc"]), y, L.Probit()),
                softmax_laplace(K3, codes, L.Softmax()), multinomial_probit_ep(K3, codes, L.MultinomialProbit())]
     for res in results:
-        _assert_conforms(res, C.SolveResult)
+        _assert_conforms(res, SolveResult)
         assert np.isfinite(res.log_z)
 
 
 def test_every_prior_structure_conforms():
     assert len(STRUCTURES) == 4
     for structure in STRUCTURES:
-        _assert_conforms(structure, C.PriorStructure)
+        _assert_conforms(structure, PriorStructure)
 
 
 # Planted breakages: each must be reported, by name.
@@ -150,22 +155,22 @@ class _MissingMember:
 
 
 def test_a_likelihood_without_a_method_is_caught():
-    gaps = C.conformance_gaps(_NoExpectation(), C.BinaryLikelihood)
+    gaps = conformance_gaps(_NoExpectation(), BinaryLikelihood)
     assert gaps == ["_NoExpectation.expected_log_lik is not callable"]
 
 
 def test_an_incompatible_signature_is_caught(problem):
-    gaps = C.conformance_gaps(_TiltedWithoutVariance(), C.BinaryLikelihood)
+    gaps = conformance_gaps(_TiltedWithoutVariance(), BinaryLikelihood)
     assert gaps == ["_TiltedWithoutVariance.tilted takes the contract's 's2' as its 'params'"]
-    gaps = C.conformance_gaps(_PredictWithoutCovariance(), C.MulticlassLikelihood)
+    gaps = conformance_gaps(_PredictWithoutCovariance(), L.MulticlassLikelihood)
     assert gaps == ["_PredictWithoutCovariance.predict does not accept the keyword 'predictive'"]
-    gaps = C.conformance_gaps(_posterior_requiring_rough(problem), C.LatentPosterior)
+    gaps = conformance_gaps(_posterior_requiring_rough(problem), LatentPosterior)
     assert gaps == ["Broken.ep_gradient requires ['rough'], which the contract does not pass"]
 
 
 def test_a_missing_member_is_caught_by_gaps_and_isinstance():
     broken = _MissingMember()
-    assert C.conformance_gaps(broken, C.LatentPosterior) == ["_MissingMember has no 'var_diag'"]
-    assert not isinstance(broken, C.LatentPosterior)
+    assert conformance_gaps(broken, LatentPosterior) == ["_MissingMember has no 'var_diag'"]
+    assert not isinstance(broken, LatentPosterior)
     broken.var_diag = lambda: None
-    assert isinstance(broken, C.LatentPosterior)
+    assert isinstance(broken, LatentPosterior)

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numba import njit
 
-from ..likelihoods.binary import tilted_dparams_sum, tilted_site
+from ..likelihoods.base import tilted_dparams_sum, tilted_site
 from ..structures import DensePrior, is_structure
 from ..structures.dense import (
     LatentPosterior,

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .ep import cavity_precision, checked_inputs
-from ..likelihoods.binary import laplace_unsupported_message
+from ..likelihoods.base import laplace_unsupported_message
 from .result import ApproximationResult, WarmStartMismatch, loo_outputs
 
 

@@ -38,7 +38,7 @@ from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.traversal import ancestors
 from pytensor.tensor.random.op import RandomVariable
 
-from ..likelihoods.binary import Likelihood, laplace_unsupported_message
+from ..likelihoods.base import Likelihood, laplace_unsupported_message
 from ..likelihoods.multiclass import MulticlassLikelihood
 from ..likelihoods.ordinal import OrdinalLikelihood
 from .model_terms import add_evidence_terms, as_input_matrix, checked_input_matrix, checked_label_count, label_dims

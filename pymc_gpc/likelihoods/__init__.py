@@ -1,5 +1,8 @@
 """Observation models p(y | f), one class each, behind one numeric contract.
 
+``base``: the contract (``Likelihood``, its result holders), the registry of likelihood
+kinds and the compiled dispatch generated from it (``SiteKernels``).
+
 ``binary``: one latent value per observation, labels y in {-1, +1} (probit, its bias and
 noise variants, the step likelihood with label noise, logistic). Every approximation talks
 to a likelihood only through that contract (tilted moments for EP, log p and its
@@ -13,9 +16,9 @@ f-derivatives for Laplace, expected log-likelihoods for mean field, the predicti
 probit's noise scale) as parameters.
 """
 
+from .base import Likelihood, SiteKernels
 from .binary import (
     LIKELIHOODS,
-    Likelihood,
     Logistic,
     Probit,
     ProbitBias,
@@ -25,6 +28,6 @@ from .binary import (
 from .multiclass import MULTICLASS_LIKELIHOODS, MulticlassLikelihood, MultinomialProbit, Softmax
 from .ordinal import ORDINAL_LIKELIHOODS, OrderedLogit, OrderedProbit, OrdinalLikelihood
 
-__all__ = ["Likelihood", "Probit", "ProbitBias", "ProbitNoise", "StepLabelNoise", "Logistic", "LIKELIHOODS",
+__all__ = ["Likelihood", "SiteKernels", "Probit", "ProbitBias", "ProbitNoise", "StepLabelNoise", "Logistic", "LIKELIHOODS",
            "MulticlassLikelihood", "Softmax", "MultinomialProbit", "MULTICLASS_LIKELIHOODS",
            "OrdinalLikelihood", "OrderedProbit", "OrderedLogit", "ORDINAL_LIKELIHOODS"]

@@ -14,9 +14,10 @@ any likelihood works with any approximation:
 ``predict(mu, s2, params)``
     p(y* = +1) = \int p(+1 | f) N(f; mu, s2) df (Tan, eq. 13).
 
-The compiled kernels work on one site; ``tilted_map`` / ``log_lik_map`` map them over arrays.
-Each binary likelihood has at most one parameter, carried as a length-0 or length-1 array; the
-ordinal kinds (section "Ordinal", classes in ``ordinal.py``) carry their cutpoints and sigma.
+The compiled kernels work on one site; each class names its kernels in ``site_kernels``,
+and ``base.tilted_map`` / ``base.log_lik_map`` map them over arrays (``base`` holds the
+contract, the result holders and the dispatch). Each binary likelihood has at most one
+parameter, carried as a length-0 or length-1 array.
 """
 
 import math
@@ -25,9 +26,7 @@ import numpy as np
 from numba import njit
 
 from ..numerics.special import inv_mills, log_add_exp, log_ndtr, log_ndtr_array, log_npdf, log_sigmoid, sigmoid
-
-# Gauss-Hermite rule for expectations of log p(y | f) under a Gaussian (``expected_log_lik``).
-_GH_NODES, _GH_WEIGHTS = np.polynomial.hermite.hermgauss(128)
+from .base import Likelihood, SiteKernels
 
 # ---------------------------------------------------------------------------------
 # Probit family: p(y | f) = Phi(y (f + b) / c).  Probit (b=0, c=1), ProbitBias (c=1),
@@ -136,11 +135,6 @@ def _step_tilted(y, mu, s2, th):
     one_minus_2phi = math.exp(log_ndtr(-z)) - math.exp(log_phi)
     deps = one_minus_2phi * math.exp(-lz)
     return lz, alpha, d2, deps
-
-
-@njit(nogil=True, cache=True)
-def _no_log_lik(y, f, th):
-    return math.nan, math.nan, math.nan, math.nan, math.nan, math.nan, math.nan
 
 
 # ---------------------------------------------------------------------------------
@@ -252,619 +246,21 @@ def _logistic_log_lik(y, f, th):
     return log_sigmoid(y * f), d1, d2, d3, 0.0, 0.0, 0.0
 
 
-# ---------------------------------------------------------------------------------
-# Ordinal: p(y = k | f) = F((b_{k+1} - f)/s) - F((b_k - f)/s) (Chu & Ghahramani 2005,
-# eq. 4), the kernels of ``ordinal.OrderedProbit`` / ``OrderedLogit``. Every derivative
-# comes from the partials of g(u_1, u_2) = log(F(u_1) - F(u_2)) at u_1 = (b_hi - f)/s,
-# u_2 = (b_lo - f)/s, written with the ratios a_j = F'(u_j) / D, D = F(u_1) - F(u_2).
-# ---------------------------------------------------------------------------------
-
-_LN2 = math.log(2.0)
-
-
-# ---------------------------------------------------------------------------------
-# The interval probability D = F(u_1) - F(u_2) and the partials of g = log D
-# ---------------------------------------------------------------------------------
+@njit(nogil=True, cache=True)
+def _positive_param(th, n_params):
+    """ProbitNoise's range: sigma > 0."""
+    return th.shape[0] == n_params and th[0] > 0.0
 
 
 @njit(nogil=True, cache=True)
-def _log1mexp(x):
-    """log(1 - e^x) for x <= 0 (Maechler 2012: the branch at -log 2 keeps full precision)."""
-    if x > -_LN2:
-        return math.log(-math.expm1(x))
-    return math.log1p(-math.exp(x))
-
-
-@njit(nogil=True, cache=True)
-def _probit_two_sided(u1, u2):
-    """log(Phi(u1) - Phi(u2)) and N(u_j) / (Phi(u1) - Phi(u2)) for u1 > u2, from the lower
-    tail: D = Phi(u1) (1 - e^delta), delta = log Phi(u2) - log Phi(u1)."""
-    lp1 = log_ndtr(u1)
-    delta = log_ndtr(u2) - lp1
-    em = -math.expm1(delta)
-    return lp1 + math.log(em), inv_mills(u1) / em, inv_mills(u2) * math.exp(delta) / em
-
-
-@njit(nogil=True, cache=True)
-def _probit_interval(u1, has1, u2, has2):
-    """(log D, N(u1)/D, N(u2)/D) for D = Phi(u1) - Phi(u2) (a missing bound is +-inf).
-
-    An interval in the upper tail is reflected (Phi(u1) - Phi(u2) = Phi(-u2) - Phi(-u1)),
-    so that the difference is always formed where Phi is small and exact in logs."""
-    if not has2:
-        return log_ndtr(u1), inv_mills(u1), 0.0
-    if not has1:
-        return log_ndtr(-u2), 0.0, inv_mills(-u2)
-    if u1 + u2 > 0.0:
-        log_d, r_lo, r_hi = _probit_two_sided(-u2, -u1)
-        return log_d, r_hi, r_lo
-    return _probit_two_sided(u1, u2)
-
-
-@njit(nogil=True, cache=True)
-def _logit_interval(u1, has1, u2, has2):
-    """(log D, F'(u1)/D, F'(u2)/D) for D = sigma(u1) - sigma(u2), F' = sigma (1 - sigma),
-    from sigma(u1) - sigma(u2) = sigma(u1) sigma(-u2) (1 - e^(u2 - u1))."""
-    if not has2:
-        return log_sigmoid(u1), sigmoid(-u1), 0.0
-    if not has1:
-        return log_sigmoid(-u2), 0.0, sigmoid(u2)
-    l1me = _log1mexp(u2 - u1)
-    log_d = log_sigmoid(u1) + log_sigmoid(-u2) + l1me
-    a1 = math.exp(log_sigmoid(-u1) - log_sigmoid(-u2) - l1me)
-    a2 = math.exp(log_sigmoid(u2) - log_sigmoid(u1) - l1me)
-    return log_d, a1, a2
-
-
-@njit(nogil=True, cache=True)
-def _interval_partials(logit, u1, has1, u2, has2):
-    """g = log(F(u1) - F(u2)) and its partial derivatives to third order.
-
-    Returns (g, g1, g2, g11, g12, g22, g111, g112, g122, g222). With a_j = F'(u_j)/D,
-    b_j = F''(u_j)/D, c_j = F'''(u_j)/D (F''/F' = -u, F'''/F' = u^2 - 1 for Phi;
-    1 - 2 sigma and 1 - 6 sigma (1 - sigma) for the logistic):
-    g1 = a1, g2 = -a2, g11 = b1 - a1^2, g12 = a1 a2, g22 = -b2 - a2^2,
-    g111 = c1 - 3 a1 b1 + 2 a1^3, g112 = a2 b1 - 2 a1^2 a2, g122 = a1 b2 + 2 a1 a2^2,
-    g222 = -c2 - 3 a2 b2 - 2 a2^3. A missing bound contributes nothing (a_j = 0).
-    """
-    if logit:
-        g, a1, a2 = _logit_interval(u1, has1, u2, has2)
-        s1, s2 = sigmoid(u1), sigmoid(u2)
-        rb1, rb2 = 1.0 - 2.0 * s1, 1.0 - 2.0 * s2
-        rc1, rc2 = 1.0 - 6.0 * s1 * (1.0 - s1), 1.0 - 6.0 * s2 * (1.0 - s2)
-    else:
-        g, a1, a2 = _probit_interval(u1, has1, u2, has2)
-        rb1, rb2 = -u1, -u2
-        rc1, rc2 = u1 * u1 - 1.0, u2 * u2 - 1.0
-    b1, c1 = a1 * rb1, a1 * rc1
-    b2, c2 = a2 * rb2, a2 * rc2
-    return (g, a1, -a2, b1 - a1 * a1, a1 * a2, -b2 - a2 * a2,
-            c1 - 3.0 * a1 * b1 + 2.0 * a1 ** 3, a2 * b1 - 2.0 * a1 * a1 * a2,
-            a1 * b2 + 2.0 * a1 * a2 * a2, -c2 - 3.0 * a2 * b2 - 2.0 * a2 ** 3)
-
-
-@njit(nogil=True, cache=True)
-def _site_bounds(y, n_cut, th):
-    """(valid, has_hi, b_hi, has_lo, b_lo): the cutpoints around class y in 0..n_cut.
-    A label that is not one of those integers is not valid (its log-likelihood is -inf)."""
-    k = int(y) if abs(y) < 1e9 else -1
-    if k != y or k < 0 or k > n_cut:
-        return False, False, 0.0, False, 0.0
-    has_hi, has_lo = k < n_cut, k > 0
-    return True, has_hi, th[k] if has_hi else 0.0, has_lo, th[k - 1] if has_lo else 0.0
-
-
-@njit(nogil=True, cache=True)
-def _layout(kind, th):
-    """(logit, number of cutpoints, scale s) of the parameter vector th."""
-    if kind == ORDERED_LOGIT:
-        return True, th.shape[0], 1.0
-    return False, th.shape[0] - 1, th[th.shape[0] - 1]
+def _flip_probability(th, n_params):
+    """StepLabelNoise's range: 0 <= epsilon < 1/2."""
+    return th.shape[0] == n_params and 0.0 <= th[0] < 0.5
 
 
 # ---------------------------------------------------------------------------------
-# Laplace: log p(y | f), its f-derivatives and their derivatives in (b_hi, b_lo, s)
+# The likelihood classes
 # ---------------------------------------------------------------------------------
-
-
-@njit(nogil=True, cache=True)
-def ordinal_log_lik_local(kind, y, f, th):
-    """log p(y | f) with u_j = (b_j - f)/s (d/df = -(d/du_1 + d/du_2)/s) and d/db_j = (d/du_j)/s:
-
-    d1 = -S1/s, d2 = S2/s^2, d3 = -S3/s^3 with S1 = g1 + g2, S2 = g11 + 2 g12 + g22,
-    S3 = g111 + 3 g112 + 3 g122 + g222; d/ds through du_j/ds = -u_j/s.
-
-    Returns (lp, d1, d2, d3, then (d/db_hi, d/db_lo, d/ds) of lp, of d1 and of d2): 13 values.
-    """
-    logit, n_cut, s = _layout(kind, th)
-    valid, has1, b1, has2, b2 = _site_bounds(y, n_cut, th)
-    if not valid:
-        return (-math.inf, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
-    u1 = (b1 - f) / s if has1 else 0.0
-    u2 = (b2 - f) / s if has2 else 0.0
-    g, g1, g2, g11, g12, g22, g111, g112, g122, g222 = _interval_partials(logit, u1, has1, u2, has2)
-    s1, s2_ = g1 + g2, g11 + 2.0 * g12 + g22
-    t1, t2 = g111 + 2.0 * g112 + g122, g112 + 2.0 * g122 + g222  # d S2 / du_1, d S2 / du_2
-    ss = s * s
-    lp_s = -(u1 * g1 + u2 * g2) / s
-    d1_s = (s1 + u1 * (g11 + g12) + u2 * (g12 + g22)) / ss
-    d2_s = -(2.0 * s2_ + u1 * t1 + u2 * t2) / (ss * s)
-    if logit:
-        lp_s = d1_s = d2_s = 0.0
-    return (g, -s1 / s, s2_ / ss, -(g111 + 3.0 * g112 + 3.0 * g122 + g222) / (ss * s),
-            g1 / s, g2 / s, lp_s,
-            -(g11 + g12) / ss, -(g12 + g22) / ss, d1_s,
-            t1 / (ss * s), t2 / (ss * s), d2_s)
-
-
-# ---------------------------------------------------------------------------------
-# EP: tilted moments
-# ---------------------------------------------------------------------------------
-
-
-@njit(nogil=True, cache=True)
-def _ordered_probit_tilted_local(y, mu, s2, th):
-    """Z = Phi(z_1) - Phi(z_2), z_j = (b_j - mu) / sqrt(sigma^2 + s2) (Chu & Ghahramani 2005,
-    sec. 3.2): log Z = g(z_1, z_2), so with v = sigma^2 + s2
-    d/dmu = -S1/sqrt(v), d^2/dmu^2 = S2/v, d/db_j = g_j/sqrt(v),
-    d/dsigma = 2 sigma d/dv = -sigma (z_1 g1 + z_2 g2) / v.
-
-    Returns (log Z, d/dmu, d^2/dmu^2, d/db_hi, d/db_lo, d/dsigma)."""
-    n_cut = th.shape[0] - 1
-    sigma = th[n_cut]
-    valid, has1, b1, has2, b2 = _site_bounds(y, n_cut, th)
-    if not valid:
-        return -math.inf, 0.0, 0.0, 0.0, 0.0, 0.0
-    v = sigma * sigma + s2
-    sv = math.sqrt(v)
-    z1 = (b1 - mu) / sv if has1 else 0.0
-    z2 = (b2 - mu) / sv if has2 else 0.0
-    g, g1, g2, g11, g12, g22, _, _, _, _ = _interval_partials(False, z1, has1, z2, has2)
-    return g, -(g1 + g2) / sv, (g11 + 2.0 * g12 + g22) / v, g1 / sv, g2 / sv, -sigma * (z1 * g1 + z2 * g2) / v
-
-
-# Composite Gauss-Legendre rule of the ordered-logit tilted moments (``_ordered_logit_tilted_local``;
-# the JAX twin in ``backends/jax/likelihoods.py`` uses the same breakpoints and nodes).
-_GL_NODES, _GL_WEIGHTS = np.polynomial.legendre.leggauss(12)
-_GRADE = 2.0 ** np.arange(-1, 21)  # offsets from a cutpoint of the graded panels' ends
-_N_SD = 9  # the rule covers mode +- 9 sd: the log-integrand has fallen by more than 40 there
-
-
-@njit(nogil=True, cache=True)
-def _ordered_logit_mode(y, mu, s2, th):
-    """The mode of g(f) = log p(y | f) - (f - mu)^2 / (2 s2) by Newton guarded with a bracket.
-
-    g is strictly concave (g'' <= -1/s2) and |d log p / df| < 1 for the logit, so
-    g'(mu - s2 - 50) > 0 > g'(mu + s2 + 50): the bracket [lo, hi] keeps the mode, shrinks
-    at every iterate, and a Newton step that leaves it is replaced by bisection (plain
-    Newton diverges in the flat tails, where g'' is close to -1/s2: mu = 5, s2 = 100 for the
-    middle class of cutpoints (-1, 1)).
-    """
-    lo, hi = mu - s2 - 50.0, mu + s2 + 50.0
-    m = mu
-    for _ in range(300):
-        r = ordinal_log_lik_local(ORDERED_LOGIT, y, m, th)
-        g1 = r[1] - (m - mu) / s2
-        if g1 > 0.0:
-            lo = m
-        else:
-            hi = m
-        m_new = m - g1 / (r[2] - 1.0 / s2)
-        if not (lo < m_new < hi):
-            m_new = 0.5 * (lo + hi)
-        tol = 1e-13 * (1.0 + abs(m_new)) + 1e-9 * math.sqrt(s2)
-        if abs(m_new - m) <= tol or hi - lo <= tol:
-            return m_new
-        m = m_new
-    return m
-
-
-@njit(nogil=True, cache=True)
-def _ordered_logit_breakpoints(m, s, has1, b1, has2, b2):
-    """Sorted panel ends of the composite rule as offsets t = f - m over [-9 s, 9 s]: steps
-    of s (the Gaussian factor's scale s) and, around each cutpoint of the site, ends at
-    offsets +-2^j, j = -1..20 from it (the logistic factor's scale is 1 and its poles lie at
-    Im f = +-pi: a panel at distance d >= 1/2 from a cutpoint is at most d wide, so its
-    Bernstein ellipse clears the poles and 12 Gauss-Legendre nodes reach ~1e-16). Ends
-    outside the range are clipped to it (empty panels). Offsets, not abscissae, so that a
-    narrow cavity far from 0 loses no digits."""
-    n_g = _GRADE.shape[0]
-    n_sd = 2 * _N_SD + 1
-    pts = np.empty(n_sd + 2 * (2 * n_g + 1))
-    for k in range(n_sd):
-        pts[k] = (k - _N_SD) * s
-    j = n_sd
-    for c, has in ((b1, has1), (b2, has2)):
-        d = c - m if has else 0.0
-        pts[j] = d
-        for i in range(n_g):
-            pts[j + 1 + 2 * i] = d - _GRADE[i] if has else 0.0
-            pts[j + 2 + 2 * i] = d + _GRADE[i] if has else 0.0
-        j += 2 * n_g + 1
-    for i in range(pts.shape[0]):
-        pts[i] = min(max(pts[i], -_N_SD * s), _N_SD * s)
-    return np.sort(pts)
-
-
-@njit(nogil=True, cache=True)
-def _ordered_logit_tilted_local(y, mu, s2, th):
-    """Tilted moments of p(y | f) N(f; mu, s2) for the ordered logit by a composite
-    Gauss-Legendre rule around the mode m of the log-integrand g (``_ordered_logit_mode``).
-    log p(y | f) is concave (the logistic density is log-concave), so g'' <= -1/s2 and
-    g(m + t) <= g(m) - t^2 / (2 s2): m +- 9 sqrt(s2) holds all but e^-40 of the mass; the
-    panels (``_ordered_logit_breakpoints``) resolve both the Gaussian's scale sqrt(s2) and the
-    logistic's scale 1 at any cavity variance. With E, Var under the tilted distribution:
-    d log Z / d mu = (E f - mu) / s2, d^2 log Z / d mu^2 = (Var f - s2) / s2^2,
-    d log Z / d b_j = E[d log p / d b_j].
-
-    Returns (log Z, d/dmu, d^2/dmu^2, d/db_hi, d/db_lo, 0)."""
-    n_cut = th.shape[0]
-    valid, has1, b1, has2, b2 = _site_bounds(y, n_cut, th)
-    if not valid:
-        return -math.inf, 0.0, 0.0, 0.0, 0.0, 0.0
-    s = math.sqrt(s2)
-    m = _ordered_logit_mode(y, mu, s2, th)
-    dm = m - mu
-    g_m = ordinal_log_lik_local(ORDERED_LOGIT, y, m, th)[0] - 0.5 * dm ** 2 / s2
-    pts = _ordered_logit_breakpoints(m, s, has1, b1, has2, b2)
-    w_sum = w_t = w_tt = w_hi = w_lo = 0.0
-    for p in range(pts.shape[0] - 1):
-        half = 0.5 * (pts[p + 1] - pts[p])
-        if half <= 0.0:
-            continue
-        mid = 0.5 * (pts[p + 1] + pts[p])
-        for q in range(_GL_NODES.shape[0]):
-            t = mid + half * _GL_NODES[q]
-            f = m + t
-            lp, a1, a2 = _logit_interval(b1 - f, has1, b2 - f, has2)
-            w = half * _GL_WEIGHTS[q] * math.exp(lp - 0.5 * (dm + t) ** 2 / s2 - g_m)
-            w_sum += w
-            w_t += w * t
-            w_tt += w * t * t
-            w_hi += w * a1
-            w_lo -= w * a2
-    mean_t = w_t / w_sum
-    var = max(w_tt / w_sum - mean_t * mean_t, 0.0)
-    lz = g_m + math.log(w_sum) - 0.5 * math.log(2.0 * math.pi * s2)
-    return lz, (dm + mean_t) / s2, (var - s2) / (s2 * s2), w_hi / w_sum, w_lo / w_sum, 0.0
-
-
-@njit(nogil=True, cache=True)
-def ordinal_tilted_local(kind, y, mu, s2, th):
-    """(log Z, d/dmu, d^2/dmu^2, d/db_hi, d/db_lo, d/dsigma) at one site."""
-    if kind == ORDERED_LOGIT:
-        return _ordered_logit_tilted_local(y, mu, s2, th)
-    return _ordered_probit_tilted_local(y, mu, s2, th)
-
-
-@njit(nogil=True, cache=True)
-def ordinal_tilted(kind, y, mu, s2, th):
-    """The ordinal kinds' entry of ``binary.tilted_site`` (the parameter slot is 0: the
-    parameter gradient is ``ordinal_tilted_dparams``'s)."""
-    r = ordinal_tilted_local(kind, y, mu, s2, th)
-    return r[0], r[1], r[2], 0.0
-
-
-@njit(nogil=True, cache=True)
-def ordinal_log_lik(kind, y, f, th):
-    """The ordinal kinds' entry of ``binary.log_lik_site`` (parameter slots 0, see above)."""
-    r = ordinal_log_lik_local(kind, y, f, th)
-    return r[0], r[1], r[2], r[3], 0.0, 0.0, 0.0
-
-
-# ---------------------------------------------------------------------------------
-# Parameter gradients: the local derivatives scattered into th's positions
-# ---------------------------------------------------------------------------------
-
-
-@njit(nogil=True, cache=True)
-def _scatter(kind, y, th, row, d_hi, d_lo, d_s):
-    """row[th index] += the derivatives in the site's upper and lower cutpoints and in sigma."""
-    logit, n_cut, _ = _layout(kind, th)
-    valid, has1, _, has2, _ = _site_bounds(y, n_cut, th)
-    if not valid:
-        return
-    k = int(y)
-    if has1:
-        row[k] += d_hi
-    if has2:
-        row[k - 1] += d_lo
-    if not logit:
-        row[n_cut] += d_s
-
-
-@njit(nogil=True, cache=True)
-def ordinal_tilted_dparams(kind, y, mu, s2, th):
-    """d log Z_i / d th at fixed cavities N(mu_i, s2_i): an (n, p) array."""
-    n, p = y.shape[0], th.shape[0]
-    out = np.zeros((n, p))
-    for i in range(n):
-        r = ordinal_tilted_local(kind, y[i], mu[i], s2[i], th)
-        _scatter(kind, y[i], th, out[i], r[3], r[4], r[5])
-    return out
-
-
-@njit(nogil=True, cache=True)
-def ordinal_tilted_dparams_sum(kind, y, mu, s2, th, dth):
-    """dth[:] = sum_i d log Z_i / d th (the compiled EP's parameter gradient)."""
-    dth[:] = 0.0
-    for i in range(y.shape[0]):
-        r = ordinal_tilted_local(kind, y[i], mu[i], s2[i], th)
-        _scatter(kind, y[i], th, dth, r[3], r[4], r[5])
-
-
-@njit(nogil=True, cache=True)
-def ordinal_log_lik_dparams(kind, y, f, th):
-    """d/d th of (log p, d1, d2) at each site: a (3, n, p) array."""
-    n, p = y.shape[0], th.shape[0]
-    out = np.zeros((3, n, p))
-    for i in range(n):
-        r = ordinal_log_lik_local(kind, y[i], f[i], th)
-        for j in range(3):
-            _scatter(kind, y[i], th, out[j, i], r[4 + 3 * j], r[5 + 3 * j], r[6 + 3 * j])
-    return out
-
-
-# ---------------------------------------------------------------------------------
-# Array maps over sites
-# ---------------------------------------------------------------------------------
-
-
-# Index of each likelihood in the dispatch below (``Likelihood.kind``). One compiled
-# function serves every likelihood, so that numba can cache it on disk (closures over
-# per-likelihood kernels cannot be cached) and compiled loops elsewhere (sequential EP,
-# ADF, parallel EP) take the likelihood as an integer argument.
-PROBIT, PROBIT_BIAS, PROBIT_NOISE, STEP_LABEL_NOISE, LOGISTIC, ORDERED_PROBIT, ORDERED_LOGIT = range(7)
-
-
-@njit(nogil=True, cache=True)
-def tilted_site(kind, y, mu, s2, th):
-    """The tilted kernel of likelihood ``kind`` at one site: log Z, d/dmu, d^2/dmu^2, d/dtheta."""
-    if kind == PROBIT:
-        return _probit_tilted(y, mu, s2, th)
-    if kind == PROBIT_BIAS:
-        return _probit_bias_tilted(y, mu, s2, th)
-    if kind == PROBIT_NOISE:
-        return _probit_noise_tilted(y, mu, s2, th)
-    if kind == STEP_LABEL_NOISE:
-        return _step_tilted(y, mu, s2, th)
-    if kind == LOGISTIC:
-        return _logistic_tilted(y, mu, s2, th)
-    if kind == ORDERED_PROBIT or kind == ORDERED_LOGIT:
-        return ordinal_tilted(kind, y, mu, s2, th)
-    return np.nan, np.nan, np.nan, np.nan  # unreachable: Likelihood.__init_subclass__ checks kind
-
-
-@njit(nogil=True, cache=True)
-def log_lik_site(kind, y, f, th):
-    """The log-likelihood kernel of likelihood ``kind`` at one site (7 values, see below)."""
-    if kind == PROBIT:
-        return _probit_log_lik(y, f, th)
-    if kind == PROBIT_BIAS:
-        return _probit_bias_log_lik(y, f, th)
-    if kind == PROBIT_NOISE:
-        return _probit_noise_log_lik(y, f, th)
-    if kind == STEP_LABEL_NOISE:
-        return _no_log_lik(y, f, th)
-    if kind == LOGISTIC:
-        return _logistic_log_lik(y, f, th)
-    if kind == ORDERED_PROBIT or kind == ORDERED_LOGIT:
-        return ordinal_log_lik(kind, y, f, th)
-    return np.nan, np.nan, np.nan, np.nan, np.nan, np.nan, np.nan  # unreachable (kind checked)
-
-
-@njit(nogil=True, cache=True)
-def tilted_map(kind, y, mu, s2, th):
-    """``tilted_site`` over all sites: rows log Z, d/dmu, d^2/dmu^2, d/dtheta."""
-    n = y.shape[0]
-    out = np.empty((4, n))
-    for i in range(n):
-        a, b, c, d = tilted_site(kind, y[i], mu[i], s2[i], th)
-        out[0, i] = a
-        out[1, i] = b
-        out[2, i] = c
-        out[3, i] = d
-    return out
-
-
-@njit(nogil=True, cache=True)
-def log_lik_map(kind, y, f, th):
-    """``log_lik_site`` over all sites (7 rows)."""
-    n = y.shape[0]
-    out = np.empty((7, n))
-    for i in range(n):
-        r = log_lik_site(kind, y[i], f[i], th)
-        for k in range(7):
-            out[k, i] = r[k]
-    return out
-
-
-@njit(nogil=True, cache=True)
-def tilted_dparams_sum(kind, y, mu, s2, th, row, dth):
-    """dth[:] = sum_i d log Z_i / d theta at the cavities N(mu_i, s2_i); ``row`` holds the
-    single-parameter kinds' per-site derivatives (``tilted_map``'s last row)."""
-    if kind == ORDERED_PROBIT or kind == ORDERED_LOGIT:
-        ordinal_tilted_dparams_sum(kind, y, mu, s2, th, dth)
-    elif dth.shape[0] > 0:
-        dth[0] = row.sum()
-
-
-class TiltedMoments:
-    """Per-site EP quantities at given cavities: log Z_i, d/dmu, d^2/dmu^2, d/dtheta.
-
-    ``dparams``: the (n, p) derivatives in theta where they are not ``out``'s last row
-    (likelihoods with several parameters, ``ordinal``)."""
-
-    __slots__ = ("log_z", "dlog_z", "d2log_z", "dlog_z_dparams")
-
-    def __init__(self, out, n_params, dparams=None):
-        self.log_z, self.dlog_z, self.d2log_z = out[0], out[1], out[2]
-        self.dlog_z_dparams = out[3:4].T[:, :n_params] if dparams is None else dparams
-
-
-class LogLikDerivatives:
-    """log p(y_i | f_i), its f-derivatives d1..d3, and d/dtheta of (log p, d1, d2)."""
-
-    __slots__ = ("lp", "d1", "d2", "d3", "lp_dparams", "d1_dparams", "d2_dparams")
-
-    def __init__(self, out, n_params, dparams=None):
-        """``dparams``: a (3, n, p) array of the theta-derivatives of (log p, d1, d2) where
-        they are not ``out``'s last three rows (``ordinal``)."""
-        self.lp, self.d1, self.d2, self.d3 = out[0], out[1], out[2], out[3]
-        if dparams is None:
-            dparams = out[4:7, :, None][:, :, :n_params]
-        self.lp_dparams, self.d1_dparams, self.d2_dparams = dparams
-
-
-class Likelihood:
-    r"""Base class: a binary observation model with at most one parameter.
-
-    Subclasses set ``param_names``, ``kind`` (their index in the compiled dispatch
-    ``tilted_site`` / ``log_lik_site``) and extend ``check_params``.
-
-    Every approximation talks to a likelihood only through its numeric contract: the EP
-    tilted moments (:math:`\log Z_i` and its derivatives in the cavity mean and variance and
-    in the parameter), :math:`\log p(y \mid f)` and its derivatives in :math:`f` (Laplace),
-    expected log-likelihoods under a Gaussian (mean field, EM-EP's bound) and the
-    predictive :math:`p(y_* = 1 \mid \mu_*, s^2_*)`.
-
-    Examples
-    --------
-    >>> import pymc_gpc
-    >>> lik = pymc_gpc.likelihoods.ProbitNoise(sigma=2.0)
-    >>> isinstance(lik, pymc_gpc.likelihoods.Likelihood), lik.param_names
-    (True, ('sigma',))
-    """
-
-    param_names: tuple = ()
-    supports_laplace = True
-    kind = None  # PROBIT, ..., ORDERED_LOGIT
-    # p(y | f) <= 1 for discrete labels, so log p(y) <= 0: an approximate log evidence above
-    # this is a broken solve, not a value (``approximations.solve.solve_with_retries``)
-    max_log_evidence = 0.0
-
-    def __init_subclass__(cls, **kwargs):
-        super().__init_subclass__(**kwargs)
-        if cls.__dict__.get("_abstract", False):  # an intermediate base (``ordinal.OrdinalLikelihood``)
-            return
-        if cls.kind not in range(ORDERED_LOGIT + 1):
-            raise TypeError(f"{cls.__name__}.kind must name a compiled kernel (PROBIT ... ORDERED_LOGIT), "
-                            f"got {cls.kind!r}")
-
-    def __init__(self, *values):
-        self._values = values
-        if any(_is_symbolic(v) for v in values):
-            self._params = None  # random variables: values arrive at evaluation time
-        else:
-            self._params = self.check_params(values)
-
-    def params_tensor(self):
-        """The parameters as a PyTensor vector (of length ``n_params``)."""
-        import pytensor.tensor as pt
-
-        if not self._values:
-            return pt.zeros((0,), dtype="float64")
-        return pt.stack([pt.as_tensor_variable(v).astype("float64") for v in self._values])
-
-    @property
-    def n_params(self):
-        return len(self.param_names)
-
-    @property
-    def params(self):
-        """The likelihood's fixed parameter values (length ``n_params``)."""
-        if self._params is None:
-            raise ValueError(f"{type(self).__name__} has symbolic parameters; their values are not fixed")
-        return self._params.copy()
-
-    def check_params(self, params):
-        """Return ``params`` as a float array, or raise ValueError naming the problem."""
-        try:
-            params = np.asarray(params, dtype=float).reshape(-1)
-        except (TypeError, ValueError):
-            raise ValueError(
-                f"{type(self).__name__} parameters {self.param_names} must be numbers or "
-                f"PyTensor/PyMC variables, got {params!r}"
-            ) from None
-        if params.shape != (self.n_params,):
-            raise ValueError(
-                f"{type(self).__name__} takes {self.n_params} parameter(s) "
-                f"{self.param_names}, got {params.size}"
-            )
-        if not np.all(np.isfinite(params)):
-            raise ValueError(f"{type(self).__name__} parameters must be finite, got {params}")
-        return params
-
-    def resolve_params(self, params):
-        if params is None:
-            return self.params
-        return np.asarray(params, dtype=float).reshape(-1)
-
-    def check_labels(self, y, params=None):
-        """The solvers' labels as floats: here -1.0 / +1.0 (``validation.as_signed_labels``)."""
-        from ..validation import as_signed_labels
-
-        return as_signed_labels(y, require_both=False)
-
-    def tilted_moments(self, out, y, mu, s2, th):
-        """``TiltedMoments`` of ``tilted_map``'s rows ``out`` (computed at cavities N(mu, s2))."""
-        return TiltedMoments(out, self.n_params)
-
-    def tilted(self, y, mu, s2, params=None):
-        r"""EP tilted moments at cavities :math:`N(\mu_i, s^2_i)`; see the module docstring."""
-        out = tilted_map(self.kind, y, np.asarray(mu, float), np.asarray(s2, float), self.resolve_params(params))
-        return TiltedMoments(out, self.n_params)
-
-    def log_lik(self, y, f, params=None):
-        r""":math:`\log p(y_i \mid f_i)` with its f-derivatives to third order (Laplace)."""
-        if not self.supports_laplace:
-            raise ValueError(laplace_unsupported_message(self))
-        out = log_lik_map(self.kind, y, np.asarray(f, float), self.resolve_params(params))
-        return LogLikDerivatives(out, self.n_params)
-
-    def expected_log_lik(self, y, mu, s2, params=None):
-        r""":math:`E_q[\log p(y_i \mid f_i)]` under :math:`q(f_i) = N(\mu_i, s^2_i)`, and its :math:`\theta`-gradient.
-
-        The data term of the variational bound (Kim & Ghahramani eq. 15, first integral;
-        Tan eq. 17, first sum), by Gauss-Hermite quadrature of ``log_lik``. Returns
-        per-site values (n,) and :math:`\partial / \partial \theta` (n, p).
-        """
-        mu = np.asarray(mu, float).reshape(-1)
-        s2 = np.asarray(s2, float).reshape(-1)
-        f = mu[:, None] + np.sqrt(2.0 * s2)[:, None] * _GH_NODES[None, :]
-        y_rep = np.repeat(np.asarray(y, float), _GH_NODES.size)
-        d = self.log_lik(y_rep, f.reshape(-1), params)
-        w = _GH_WEIGHTS / np.sqrt(np.pi)
-        value = d.lp.reshape(mu.size, -1) @ w
-        grad = np.einsum("ikp,k->ip", d.lp_dparams.reshape(mu.size, _GH_NODES.size, self.n_params), w)
-        return value, grad
-
-    def predict(self, mu, s2, params=None):
-        r""":math:`p(y_* = +1 \mid \mu_*, s^2_*)`: the likelihood averaged over :math:`N(\mu_*, s^2_*)` (Tan eq. 13)."""
-        mu = np.asarray(mu, dtype=float).reshape(-1)
-        s2 = np.asarray(s2, dtype=float).reshape(-1)
-        return np.exp(self.tilted(np.ones_like(mu), mu, s2, params).log_z)
-
-    def __repr__(self):
-        vals = self._values if self._params is None else [f"{v:g}" for v in self._params]
-        args = ", ".join(f"{k}={v}" for k, v in zip(self.param_names, vals))
-        return f"{type(self).__name__}({args})"
-
-
-def _is_symbolic(value):
-    try:
-        from pytensor.graph.basic import Variable
-    except ImportError:  # pragma: no cover
-        return False
-    return isinstance(value, Variable)
-
-
-def laplace_unsupported_message(lik):
-    return (
-        f"{type(lik).__name__} has no Laplace approximation: its log-likelihood is "
-        "piecewise constant in f, so the mode and Hessian that Laplace's method needs do "
-        "not exist. Use Expectation Propagation (MarginalEP / ep) instead."
-    )
 
 
 class Probit(Likelihood):
@@ -877,7 +273,7 @@ class Probit(Likelihood):
     >>> gp = pymc_gpc.MarginalEP(cov_func=pm.gp.cov.ExpQuad(2, ls=1.0), likelihood=lik)
     """
 
-    kind = PROBIT
+    site_kernels = SiteKernels(_probit_tilted, _probit_log_lik)
 
     def __init__(self):
         super().__init__()
@@ -900,7 +296,7 @@ class ProbitBias(Likelihood):
     """
 
     param_names = ("bias",)
-    kind = PROBIT_BIAS
+    site_kernels = SiteKernels(_probit_bias_tilted, _probit_bias_log_lik)
 
     def __init__(self, bias=0.0):
         super().__init__(bias)
@@ -923,7 +319,7 @@ class ProbitNoise(Likelihood):
     """
 
     param_names = ("sigma",)
-    kind = PROBIT_NOISE
+    site_kernels = SiteKernels(_probit_noise_tilted, _probit_noise_log_lik, params_valid=_positive_param)
 
     def __init__(self, sigma=1.0):
         super().__init__(sigma)
@@ -957,7 +353,7 @@ class StepLabelNoise(Likelihood):
 
     param_names = ("epsilon",)
     supports_laplace = False
-    kind = STEP_LABEL_NOISE
+    site_kernels = SiteKernels(_step_tilted, params_valid=_flip_probability)
 
     def __init__(self, epsilon=0.0):
         super().__init__(epsilon)
@@ -1004,7 +400,7 @@ class Logistic(Likelihood):
     >>> gp = pymc_gpc.MarginalLaplace(cov_func=pm.gp.cov.ExpQuad(2, ls=1.0), likelihood=lik)
     """
 
-    kind = LOGISTIC
+    site_kernels = SiteKernels(_logistic_tilted, _logistic_log_lik)
 
     def __init__(self):
         super().__init__()

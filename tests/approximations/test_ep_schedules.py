@@ -4,10 +4,11 @@ import numpy as np
 import pytest
 
 from pymc_gpc import EPState, LaplaceState, ep, laplace
-from pymc_gpc.likelihoods import Probit
-from pymc_gpc.likelihoods.binary import STEP_LABEL_NOISE as STEP
+from pymc_gpc.likelihoods import Probit, StepLabelNoise
 
 from ..conftest import LIKELIHOOD_CASES, ard_kernel, lik_id, random_problem
+
+STEP = StepLabelNoise.kind
 
 
 @pytest.mark.parametrize("lik", LIKELIHOOD_CASES, ids=lik_id)

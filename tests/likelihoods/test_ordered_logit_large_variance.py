@@ -12,7 +12,7 @@ from scipy import integrate
 from scipy.special import log_expit
 
 import pymc_gpc
-from pymc_gpc.likelihoods import binary
+from pymc_gpc.likelihoods import ordinal
 
 CUT = np.array([-1.0, 1.0])
 
@@ -74,9 +74,9 @@ def test_rows_sum_to_one_everywhere():
 def test_tilted_derivatives_against_finite_differences(k, mu, s2):
     """d log Z / d mu, d^2 log Z / d mu^2 and d log Z / d b_j at large and small variance."""
     def lz(m, th=CUT):
-        return binary.ordinal_tilted_local(binary.ORDERED_LOGIT, float(k), m, s2, th)[0]
+        return ordinal.ordinal_tilted_local(True, float(k), m, s2, th)[0]
 
-    r = binary.ordinal_tilted_local(binary.ORDERED_LOGIT, float(k), mu, s2, CUT)
+    r = ordinal.ordinal_tilted_local(True, float(k), mu, s2, CUT)
     h = 1e-4 * max(1.0, np.sqrt(s2)) ** 0.5
     d1 = (lz(mu + h) - lz(mu - h)) / (2 * h)
     d2 = (lz(mu + h) - 2 * lz(mu) + lz(mu - h)) / h ** 2
@@ -101,7 +101,7 @@ def test_jax_equals_numba_at_every_variance():
     y = rng.integers(0, 4, n).astype(float)
     mu = rng.normal(0, 10, n)
     s2 = 10 ** rng.uniform(-4, 6, n)
-    ref = np.array([binary.ordinal_tilted_local(binary.ORDERED_LOGIT, y[i], mu[i], s2[i], th) for i in range(n)]).T
-    out = np.asarray(jax.jit(jl.ordinal_tilted, static_argnums=0)(jl.ORDERED_LOGIT, y, mu, s2, th))
+    ref = np.array([ordinal.ordinal_tilted_local(True, y[i], mu[i], s2[i], th) for i in range(n)]).T
+    out = np.asarray(jax.jit(jl.ordinal_tilted, static_argnums=0)(True, y, mu, s2, th))
     np.testing.assert_allclose(out[[0, 1, 3, 4]], ref[[0, 1, 3, 4]], rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(out[2], ref[2], rtol=1e-7, atol=1e-10)  # (var - s2) / s2^2: cancellation at small s2

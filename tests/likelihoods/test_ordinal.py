@@ -301,7 +301,7 @@ def test_jax_kernels_match_numba(lik):
     import jax.numpy as jnp
 
     from pymc_gpc.backends.jax import likelihoods as JL
-    from pymc_gpc.likelihoods.binary import log_lik_map, tilted_map
+    from pymc_gpc.likelihoods.base import log_lik_map, tilted_map
     from pymc_gpc.likelihoods.ordinal import ordinal_log_lik_dparams, ordinal_tilted_dparams
 
     r = np.random.default_rng(0)
@@ -309,14 +309,14 @@ def test_jax_kernels_match_numba(lik):
     mu, s2, f = 3 * r.normal(size=30), np.exp(r.normal(size=30)), 3 * r.normal(size=30)
     th = lik.params
     J = [jnp.asarray(a) for a in (y, mu, s2, f, th)]
-    rows = np.asarray(JL.ordinal_tilted(lik.kind, J[0], J[1], J[2], J[4]))
+    rows = np.asarray(JL.ordinal_tilted(lik.logit, J[0], J[1], J[2], J[4]))
     np.testing.assert_allclose(rows[:3], tilted_map(lik.kind, y, mu, s2, th)[:3], rtol=1e-8, atol=1e-8)
-    np.testing.assert_allclose(JL.ordinal_scatter(lik.kind, J[0], J[4], *rows[3:6]),
-                               ordinal_tilted_dparams(lik.kind, y, mu, s2, th), rtol=1e-8, atol=1e-8)
-    rows = np.asarray(JL.ordinal_log_lik(lik.kind, J[0], J[3], J[4]))
+    np.testing.assert_allclose(JL.ordinal_scatter(lik.logit, J[0], J[4], *rows[3:6]),
+                               ordinal_tilted_dparams(lik.logit, y, mu, s2, th), rtol=1e-8, atol=1e-8)
+    rows = np.asarray(JL.ordinal_log_lik(lik.logit, J[0], J[3], J[4]))
     np.testing.assert_allclose(rows[:4], log_lik_map(lik.kind, y, f, th)[:4], rtol=1e-8, atol=1e-8)
-    for j, want in enumerate(ordinal_log_lik_dparams(lik.kind, y, f, th)):
-        np.testing.assert_allclose(JL.ordinal_scatter(lik.kind, J[0], J[4], *rows[4 + 3 * j:7 + 3 * j]), want,
+    for j, want in enumerate(ordinal_log_lik_dparams(lik.logit, y, f, th)):
+        np.testing.assert_allclose(JL.ordinal_scatter(lik.logit, J[0], J[4], *rows[4 + 3 * j:7 + 3 * j]), want,
                                    rtol=1e-8, atol=1e-8)
 
 

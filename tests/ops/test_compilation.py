@@ -23,7 +23,7 @@ _SCRIPT = textwrap.dedent(
     from pymc_gpc import likelihoods as L
     from pymc_gpc.approximations.ep import _parallel_compiled, _sequential_sweep
     from pymc_gpc.approximations.adf import _steps
-    from pymc_gpc.likelihoods.binary import log_lik_map
+    from pymc_gpc.likelihoods.base import log_lik_map
     rng = np.random.default_rng(0)
     X = rng.normal(size=(30, 2)); y = np.sign(X[:, 0] + 0.1)
     K = np.exp(-0.5 * ((X[:, None] - X[None]) ** 2).sum(-1)) + 1e-6 * np.eye(30)

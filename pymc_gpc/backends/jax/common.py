@@ -20,11 +20,16 @@ convention (``finish_outputs``). They talk to the prior only through a *structur
     whether the representation needs site precisions >= 0 (negative iterates are clipped).
 """
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
+from types import MappingProxyType
 
 import jax
 import jax.numpy as jnp
 
+from ...approximations import registry
+from ...likelihoods.base import laplace_unsupported_message
 from . import likelihoods as lik
 
 jax.config.update("jax_enable_x64", True)
@@ -257,17 +262,45 @@ def finish_outputs(log_z, dK, dth, loo, n_iter, converged, failed, th, kind, ext
     }
 
 
-def bind_solver(solvers, allowed, approximation, kind, options, label, **bound):
-    """``solvers[approximation]`` with likelihood ``kind``, ``bound`` and ``options`` bound.
+@dataclass(frozen=True)
+class JaxSolver:
+    """The JAX twin of one of the registry's solvers: ``solve`` and the options it takes.
+    ``needs_log_lik``: it calls the likelihood's ``log_lik`` (Laplace's Newton steps)."""
 
-    ValueError for the step likelihood under Laplace and for options outside
-    ``allowed[approximation]``; EP's ``method`` is accepted and dropped (the JAX EP is
-    parallel, with the same fixed point as the sequential schedule).
-    """
-    if approximation == "laplace" and not lik.SUPPORTS_LAPLACE[kind]:
-        raise ValueError("the step likelihood has no Laplace approximation: use EP")
-    unknown = set(options) - set(allowed[approximation])
+    solve: Callable
+    options: tuple
+    needs_log_lik: bool = False
+
+
+def solver_table(twins):
+    """{approximation name: JaxSolver} from the registry: each entry that lists the JAX
+    backend and whose solver (``Approximation.solver``, the numba one) has a twin in ``twins``."""
+    return MappingProxyType({a.name: twins[a.solver] for a in registry.APPROXIMATIONS.values()
+                             if "jax" in a.backends and a.solver in twins})
+
+
+def checked_options(solvers, approximation, options, label):
+    """``solvers[approximation]`` and ``options``, or ValueError for an approximation the table
+    lacks or an option outside its ``JaxSolver.options``."""
+    if approximation not in solvers:
+        raise ValueError(f"the JAX backend's solvers here are {sorted(solvers)}, got {approximation!r}")
+    unknown = set(options) - set(solvers[approximation].options)
     if unknown:
         raise ValueError(f"the JAX backend's {label} does not take options {sorted(unknown)}")
+    return solvers[approximation], options
+
+
+def bind_solver(solvers, approximation, kind, options, label, **bound):
+    """``solvers[approximation].solve`` (a ``solver_table``) with likelihood ``kind``, ``bound``
+    and ``options`` bound.
+
+    ValueError for a likelihood without ``log_lik`` under a solver that needs it (the step
+    likelihood under Laplace) and for options the solver does not take; EP's ``method`` is
+    accepted and dropped (the JAX EP is parallel, with the same fixed point as the
+    sequential schedule).
+    """
+    twin, options = checked_options(solvers, approximation, options, label)
+    if twin.needs_log_lik and not lik.supports_laplace(kind):
+        raise ValueError(laplace_unsupported_message(lik.KINDS[kind]()))
     options = {k: v for k, v in options.items() if k != "method"}
-    return partial(solvers[approximation], kind=kind, **bound, **options)
+    return partial(twin.solve, kind=kind, **bound, **options)

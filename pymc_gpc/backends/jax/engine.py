@@ -57,8 +57,10 @@ from jax.scipy.linalg import cho_solve, solve_triangular
 
 from ...approximations import registry
 from . import likelihoods as lik
-from .common import (ANDERSON_MEMORY, MIN_RELATIVE_VAR, STATUS_FAILED, bind_solver, ep_fixed_point, ep_log_z, ep_update,
-                     factor_ok, finish_outputs, laplace_loo, newton_mode)
+from ...approximations.ep import ep
+from ...approximations.laplace import laplace
+from .common import (JaxSolver, solver_table, ANDERSON_MEMORY, MIN_RELATIVE_VAR, STATUS_FAILED, bind_solver, ep_fixed_point,
+                     ep_log_z, ep_update, factor_ok, finish_outputs, laplace_loo, newton_mode)
 from .sequential_ep import sequential_fixed_point
 
 jax.config.update("jax_enable_x64", True)
@@ -194,7 +196,7 @@ class _DenseIndefinite(_DenseKernel):
 
 def _structure(K, kind):
     """The representation EP needs: through chol(K) where sites may be negative (step likelihood)."""
-    return _DenseIndefinite(K) if kind == lik.STEP_LABEL_NOISE else DenseLatent(K)
+    return _DenseIndefinite(K) if lik.negative_sites(kind) else DenseLatent(K)
 
 
 # ---------------------------------------------------------------------------------
@@ -292,8 +294,8 @@ def laplace_solve(K, th, y, *, kind, tol=1e-10, max_iter=100):
 # The pure functions the Ops call
 # ---------------------------------------------------------------------------------
 
-SOLVERS = {"ep": ep_solve, "laplace": laplace_solve}
-OPTIONS = {"ep": ("tol", "max_sweeps", "damping", "method"), "laplace": ("tol", "max_iter")}
+SOLVERS = solver_table({ep: JaxSolver(ep_solve, ("tol", "max_sweeps", "damping", "method")),
+                        laplace: JaxSolver(laplace_solve, ("tol", "max_iter"), needs_log_lik=True)})
 
 
 def solver(approximation, kind, **options):
@@ -302,7 +304,7 @@ def solver(approximation, kind, **options):
     EP's ``method="sequential"`` runs the parallel schedule here (the same fixed point).
     """
     registry.check_backend(approximation, "dense", "jax", "ApproxMarginalOp")
-    return bind_solver(SOLVERS, OPTIONS, approximation, kind, options, approximation)
+    return bind_solver(SOLVERS, approximation, kind, options, approximation)
 
 
 def marginal_fn(approximation, kind, **options):

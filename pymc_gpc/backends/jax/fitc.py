@@ -46,7 +46,9 @@ from jax.scipy.linalg import cho_solve, solve_triangular
 
 from ...approximations import registry
 from . import likelihoods as lik
-from .common import (bind_solver, ANDERSON_MEMORY, MIN_RELATIVE_VAR, STATUS_FAILED, ep_log_z, factor_ok, finish_outputs,
+from ...approximations.ep import ep
+from ...approximations.laplace import laplace
+from .common import (JaxSolver, solver_table, bind_solver, ANDERSON_MEMORY, MIN_RELATIVE_VAR, STATUS_FAILED, ep_log_z, factor_ok, finish_outputs,
                      ep_fixed_point, laplace_loo, newton_mode)
 
 jax.config.update("jax_enable_x64", True)
@@ -210,15 +212,15 @@ def laplace_solve(Kuu, Kuf, k_diag, th, y, *, kind, tol=1e-10, max_iter=100, con
                    extra={"a": a, "L_uu": L, "S": S, "F": F})
 
 
-SOLVERS = {"ep": ep_solve, "laplace": laplace_solve}
-OPTIONS = {"ep": ("tol", "max_sweeps", "damping", "method"), "laplace": ("tol", "max_iter")}
+SOLVERS = solver_table({ep: JaxSolver(ep_solve, ("tol", "max_sweeps", "damping", "method")),
+                        laplace: JaxSolver(laplace_solve, ("tol", "max_iter"), needs_log_lik=True)})
 
 
 def solver(approximation, kind, constrain=None, **options):
     """The FITC solver (K_uu, K_uf, k_ff, th, y) -> dict, options bound (EP's
     ``method`` is ignored: FITC's EP is parallel)."""
     registry.check_backend(approximation, "fitc", "jax", "SparseMarginalOp")
-    return bind_solver(SOLVERS, OPTIONS, approximation, kind, options, f"FITC {approximation}",
+    return bind_solver(SOLVERS, approximation, kind, options, f"FITC {approximation}",
                        constrain=constrain or _no_constraint)
 
 

@@ -1,9 +1,9 @@
-r"""The binary likelihoods' numeric contract in JAX (``binary.py``, vectorised over sites).
+r"""The likelihoods' numeric contract in JAX (``likelihoods.base``, vectorised over sites).
 
-The same formulas as the numba kernels of ``binary.py``, in the same order, for the JAX
-backend (``backends/jax/engine.py``): every function maps arrays of sites at once
-and is traceable by ``jax.jit`` and ``jax.vmap``. Imports only jax and numpy, so the
-engine runs where PyMC is not installed (an accelerator machine).
+The same formulas as the numba kernels of ``binary.py`` and ``ordinal.py``, in the same
+order, for the JAX backend (``backends/jax/engine.py``): every function maps arrays of sites
+at once and is traceable by ``jax.jit`` and ``jax.vmap``. Imports jax, numpy and the
+likelihood classes (for their kinds).
 
 ``tilted(kind, y, mu, s2, th)``
     EP: rows log Z_i, d/dmu, d^2/dmu^2, d/dtheta at the cavities N(mu_i, s2_i).
@@ -19,23 +19,27 @@ engine runs where PyMC is not installed (an accelerator machine).
 ``labels(kind, y)``
     The labels as the kernels take them: -1/+1 for the binary kinds, 0..K-1 for the ordinal.
 
-``kind`` is the integer of ``binary.py`` (PROBIT ... ORDERED_LOGIT), a static Python value.
+``kind`` is the likelihood class's ``kind`` (``likelihoods.base``), a static Python value;
+each class's JAX kernels are registered at the end of this module (``register``), the
+counterpart of its ``SiteKernels``.
 The logistic and ordered-logit tilted moments use the composite Gauss-Legendre rules of
-``binary._logistic_tilted`` and ``binary._ordered_logit_tilted_local`` (the same panels and
+``binary._logistic_tilted`` and ``ordinal._ordered_logit_tilted_local`` (the same panels and
 nodes: a fixed number, as JAX needs static shapes; empty panels weigh nothing).
 """
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import log_ndtr
 
-PROBIT, PROBIT_BIAS, PROBIT_NOISE, STEP_LABEL_NOISE, LOGISTIC, ORDERED_PROBIT, ORDERED_LOGIT = range(7)  # as binary.py
-ORDINAL = (ORDERED_PROBIT, ORDERED_LOGIT)
-SUPPORTS_LAPLACE = {PROBIT: True, PROBIT_BIAS: True, PROBIT_NOISE: True, STEP_LABEL_NOISE: False, LOGISTIC: True,
-                    ORDERED_PROBIT: True, ORDERED_LOGIT: True}
+from ...likelihoods.base import KINDS
+from ...likelihoods.binary import Logistic, Probit, ProbitBias, ProbitNoise, StepLabelNoise
+from ...likelihoods.ordinal import OrderedLogit, OrderedProbit
 
 _LOG_2PI = math.log(2.0 * math.pi)
 
@@ -152,93 +156,48 @@ def _logistic_tilted(y, mu, s2):
     return lz, (dm + mean_t) / s2, (var - s2) / (s2 * s2), jnp.zeros_like(mu)
 
 
-def tilted(kind, y, mu, s2, th):
-    """EP tilted moments of likelihood ``kind`` at all sites: rows log Z, d/dmu, d^2/dmu^2,
-    then the parameter rows ``tilted_dparams`` reads: a (4, n) array (``binary.tilted_map``),
-    (6, n) for the ordinal kinds (``ordinal_tilted``)."""
-    if kind in ORDINAL:
-        return ordinal_tilted(kind, y, mu, s2, th)
-    zero = jnp.zeros_like(mu)
-    if kind == PROBIT:
-        lz, d1, d2, _, _ = _probit_family_tilted(y, mu, s2, 0.0, 1.0)
-        rows = (lz, d1, d2, zero)
-    elif kind == PROBIT_BIAS:
-        lz, d1, d2, db, _ = _probit_family_tilted(y, mu, s2, th[0], 1.0)
-        rows = (lz, d1, d2, db)
-    elif kind == PROBIT_NOISE:
-        lz, d1, d2, _, dc2 = _probit_family_tilted(y, mu, s2, 0.0, th[0] * th[0])
-        rows = (lz, d1, d2, 2.0 * th[0] * dc2)
-    elif kind == STEP_LABEL_NOISE:
-        rows = _step_tilted(y, mu, s2, th[0])
-    elif kind == LOGISTIC:
-        rows = _logistic_tilted(y, mu, s2)
-    else:
-        raise ValueError(f"unknown likelihood kind {kind!r}")
-    return jnp.stack(rows)
+def _probit_rows(y, mu, s2, th):
+    lz, d1, d2, _, _ = _probit_family_tilted(y, mu, s2, 0.0, 1.0)
+    return jnp.stack((lz, d1, d2, jnp.zeros_like(mu)))
 
 
-def log_lik(kind, y, f, th):
-    """log p(y|f), its f-derivatives to third order and theta-derivatives: a (7, n) array
-    (``binary.log_lik_map``), (13, n) for the ordinal kinds (``ordinal_log_lik``); rows 0-3
-    are log p, d1, d2, d3 for every kind, the rest are read by ``log_lik_dparams``."""
-    if kind in ORDINAL:
-        return ordinal_log_lik(kind, y, f, th)
+def _probit_log_lik_rows(y, f, th):
+    lp, d1, d2, d3, _, _, _ = _probit_family_log_lik(y, f, 0.0, 1.0)
     zero = jnp.zeros_like(f)
-    if kind == PROBIT:
-        lp, d1, d2, d3, _, _, _ = _probit_family_log_lik(y, f, 0.0, 1.0)
-        rows = (lp, d1, d2, d3, zero, zero, zero)
-    elif kind == PROBIT_BIAS:
-        lp, d1, d2, d3, _, _, _ = _probit_family_log_lik(y, f, th[0], 1.0)
-        rows = (lp, d1, d2, d3, d1, d2, d3)
-    elif kind == PROBIT_NOISE:
-        rows = _probit_family_log_lik(y, f, 0.0, th[0])
-    elif kind == LOGISTIC:
-        p, q = jax.nn.sigmoid(f), jax.nn.sigmoid(-f)
-        rows = (jax.nn.log_sigmoid(y * f), y * jax.nn.sigmoid(-y * f), -p * q, -p * q * (q - p), zero, zero, zero)
-    else:
-        raise ValueError(f"likelihood kind {kind!r} has no Laplace approximation (piecewise constant)")
-    return jnp.stack(rows)
+    return jnp.stack((lp, d1, d2, d3, zero, zero, zero))
 
 
-def params_valid(kind, th):
-    """Whether the parameter vector ``th`` is in the likelihood's range (a traced bool):
-    ``Likelihood.check_params`` as a yes / no (``OrdinalLikelihood.check_params``: at least
-    one cutpoint, strictly increasing, sigma > 0)."""
-    ok = jnp.all(jnp.isfinite(th))
-    if kind == PROBIT_NOISE:
-        ok = ok & (th[0] > 0.0)
-    elif kind == STEP_LABEL_NOISE:
-        ok = ok & (th[0] >= 0.0) & (th[0] < 0.5)
-    elif kind in ORDINAL:
-        n_cut = th.shape[0] - (0 if kind == ORDERED_LOGIT else 1)
-        if n_cut < 1:
-            return jnp.asarray(False)
-        ok = ok & jnp.all(jnp.diff(th[:n_cut]) > 0.0)
-        if kind == ORDERED_PROBIT:
-            ok = ok & (th[n_cut] > 0.0)
-    return ok
+def _probit_bias_rows(y, mu, s2, th):
+    lz, d1, d2, db, _ = _probit_family_tilted(y, mu, s2, th[0], 1.0)
+    return jnp.stack((lz, d1, d2, db))
 
 
-def labels(kind, y):
-    """The labels as the kernels take them: -1/+1 (values above 0 are +1) for the binary
-    kinds, the class codes 0..K-1 as floats for the ordinal ones."""
-    if kind in ORDINAL:
-        return jnp.asarray(y, jnp.float64)
-    return jnp.where(y > 0, 1.0, -1.0).astype(jnp.float64)
+def _probit_bias_log_lik_rows(y, f, th):
+    lp, d1, d2, d3, _, _, _ = _probit_family_log_lik(y, f, th[0], 1.0)
+    return jnp.stack((lp, d1, d2, d3, d1, d2, d3))
 
 
-def tilted_dparams(kind, y, th, t):
-    """d log Z_i / d th at the cavities of ``tilted``'s rows ``t``: an (n, p) array."""
-    if kind in ORDINAL:
-        return ordinal_scatter(kind, y, th, t[3], t[4], t[5])
-    return jnp.broadcast_to(t[3][:, None], (t.shape[1], th.shape[0]))  # p is 0 or 1
+def _probit_noise_rows(y, mu, s2, th):
+    lz, d1, d2, _, dc2 = _probit_family_tilted(y, mu, s2, 0.0, th[0] * th[0])
+    return jnp.stack((lz, d1, d2, 2.0 * th[0] * dc2))
 
 
-def log_lik_dparams(kind, y, th, out):
-    """d/d th of (log p, d1, d2) at each site from ``log_lik``'s rows ``out``: three (n, p) arrays."""
-    if kind in ORDINAL:
-        return tuple(ordinal_scatter(kind, y, th, out[4 + 3 * j], out[5 + 3 * j], out[6 + 3 * j]) for j in range(3))
-    return tuple(jnp.broadcast_to(out[4 + j][:, None], (out.shape[1], th.shape[0])) for j in range(3))
+def _probit_noise_log_lik_rows(y, f, th):
+    return jnp.stack(_probit_family_log_lik(y, f, 0.0, th[0]))
+
+
+def _step_rows(y, mu, s2, th):
+    return jnp.stack(_step_tilted(y, mu, s2, th[0]))
+
+
+def _logistic_rows(y, mu, s2, th):
+    return jnp.stack(_logistic_tilted(y, mu, s2))
+
+
+def _logistic_log_lik_rows(y, f, th):
+    p, q = jax.nn.sigmoid(f), jax.nn.sigmoid(-f)
+    zero = jnp.zeros_like(f)
+    return jnp.stack((jax.nn.log_sigmoid(y * f), y * jax.nn.sigmoid(-y * f), -p * q, -p * q * (q - p), zero, zero, zero))
 
 
 # ---------------------------------------------------------------------------------
@@ -248,7 +207,7 @@ def log_lik_dparams(kind, y, th, out):
 # site's upper and lower cutpoint and in sigma (``ordinal_scatter`` places them in the
 # parameter vector; ``tilted_dparams`` / ``log_lik_dparams`` above call it).
 
-# The ordered logit's composite Gauss-Legendre rule (as ``binary.py``'s)
+# The ordered logit's composite Gauss-Legendre rule (as ``ordinal.py``'s)
 _GL_NODES, _GL_WEIGHTS = np.polynomial.legendre.leggauss(12)  # numpy: cast at trace time
 _GRADE = 2.0 ** np.arange(-1, 21)
 _N_SD = 9
@@ -260,10 +219,10 @@ def _log1mexp(x):
                      jnp.log1p(-jnp.exp(jnp.minimum(x, -math.log(2.0)))))
 
 
-def _ordinal_bounds(kind, y, th):
+def _ordinal_bounds(logit, y, th):
     """(n_cut, scale, has_hi, b_hi, has_lo, b_lo, valid) for labels y (0..n_cut)."""
-    n_cut = th.shape[0] - (0 if kind == ORDERED_LOGIT else 1)
-    scale = 1.0 if kind == ORDERED_LOGIT else th[n_cut]
+    n_cut = th.shape[0] - (0 if logit else 1)
+    scale = 1.0 if logit else th[n_cut]
     k = jnp.round(y).astype(jnp.int32)
     valid = (k == y) & (k >= 0) & (k <= n_cut)
     has_hi, has_lo = k < n_cut, k > 0
@@ -274,7 +233,7 @@ def _ordinal_bounds(kind, y, th):
 
 
 def _probit_two_sided(u1, u2, two_sided):
-    """``binary._probit_two_sided``: log(Phi(u1) - Phi(u2)), N(u1) / D, N(u2) / D; where
+    """``ordinal._probit_two_sided``: log(Phi(u1) - Phi(u2)), N(u1) / D, N(u2) / D; where
     ``two_sided`` is False, log Phi(u1), N(u1) / Phi(u1) and 0."""
     lp1 = log_ndtr(u1)
     delta = jnp.where(two_sided, jnp.minimum(log_ndtr(u2) - lp1, 0.0), -jnp.inf)
@@ -313,18 +272,18 @@ def _interval_partials(logit, u1, has1, u2, has2):
             a1 * b2 + 2.0 * a1 * a2 * a2, -c2 - 3.0 * a2 * b2 - 2.0 * a2 ** 3)
 
 
-def ordinal_log_lik(kind, y, f, th):
+def ordinal_log_lik(logit, y, f, th):
     """``ordinal.ordinal_log_lik_local`` at all sites: a (13, n) array (lp, d1, d2, d3, then
     (d/db_hi, d/db_lo, d/ds) of lp, d1 and d2)."""
-    _, s, has1, b1, has2, b2, valid = _ordinal_bounds(kind, y, th)
+    _, s, has1, b1, has2, b2, valid = _ordinal_bounds(logit, y, th)
     u1 = jnp.where(has1, (b1 - f) / s, 0.0)
     u2 = jnp.where(has2, (b2 - f) / s, 0.0)
-    g, g1, g2, g11, g12, g22, g111, g112, g122, g222 = _interval_partials(kind == ORDERED_LOGIT, u1, has1, u2, has2)
+    g, g1, g2, g11, g12, g22, g111, g112, g122, g222 = _interval_partials(logit, u1, has1, u2, has2)
     s1, s2_ = g1 + g2, g11 + 2.0 * g12 + g22
     t1, t2 = g111 + 2.0 * g112 + g122, g112 + 2.0 * g122 + g222
     ss = s * s
     zero = jnp.zeros_like(f)
-    sig = kind != ORDERED_LOGIT
+    sig = not logit
     rows = [g, -s1 / s, s2_ / ss, -(g111 + 3.0 * g112 + 3.0 * g122 + g222) / (ss * s),
             g1 / s, g2 / s, -(u1 * g1 + u2 * g2) / s if sig else zero,
             -(g11 + g12) / ss, -(g12 + g22) / ss, (s1 + u1 * (g11 + g12) + u2 * (g12 + g22)) / ss if sig else zero,
@@ -337,10 +296,10 @@ def ordinal_log_lik(kind, y, f, th):
 def _ordered_logit_mode(y, mu, s2, th):
     """The mode of the strictly concave g(f) = log p(y | f) - (f - mu)^2 / (2 s2) by 90
     bisections of [mu - s2 - 50, mu + s2 + 50] (|d log p / df| < 1 for the logit, so g' changes
-    sign there), then one Newton step (``binary._ordered_logit_mode``)."""
+    sign there), then one Newton step (``ordinal._ordered_logit_mode``)."""
 
     def slope(m):
-        return ordinal_log_lik(ORDERED_LOGIT, y, m, th)[1] - (m - mu) / s2
+        return ordinal_log_lik(True, y, m, th)[1] - (m - mu) / s2
 
     def bisect(_, bracket):
         lo, hi = bracket
@@ -350,13 +309,13 @@ def _ordered_logit_mode(y, mu, s2, th):
 
     lo, hi = jax.lax.fori_loop(0, 90, bisect, (mu - s2 - 50.0, mu + s2 + 50.0))
     m = 0.5 * (lo + hi)
-    r = ordinal_log_lik(ORDERED_LOGIT, y, m, th)
+    r = ordinal_log_lik(True, y, m, th)
     m_new = m - (r[1] - (m - mu) / s2) / (r[2] - 1.0 / s2)
     return jnp.where((m_new > lo) & (m_new < hi), m_new, m)
 
 
 def _ordered_logit_breakpoints(m, s, has1, b1, has2, b2):
-    """``binary._ordered_logit_breakpoints`` over sites: a (109, n) array of sorted offsets
+    """``ordinal._ordered_logit_breakpoints`` over sites: a (109, n) array of sorted offsets
     from the mode, clipped to [-9 s, 9 s]."""
     steps = jnp.arange(-_N_SD, _N_SD + 1, dtype=s.dtype)[:, None] * s[None, :]
     offs = np.concatenate([np.zeros(1), -_GRADE, _GRADE])[:, None]
@@ -368,12 +327,12 @@ def _ordered_logit_breakpoints(m, s, has1, b1, has2, b2):
 
 
 def _ordered_logit_tilted(y, mu, s2, th):
-    """``binary._ordered_logit_tilted_local`` over sites: the same composite Gauss-Legendre
+    """``ordinal._ordered_logit_tilted_local`` over sites: the same composite Gauss-Legendre
     rule (the same panels and nodes) around the mode of the log-integrand."""
-    _, _, has1, b1, has2, b2, _ = _ordinal_bounds(ORDERED_LOGIT, y, th)
+    _, _, has1, b1, has2, b2, _ = _ordinal_bounds(True, y, th)
     m = _ordered_logit_mode(y, mu, s2, th)
     dm = m - mu
-    g_m = ordinal_log_lik(ORDERED_LOGIT, y, m, th)[0] - 0.5 * dm ** 2 / s2
+    g_m = ordinal_log_lik(True, y, m, th)[0] - 0.5 * dm ** 2 / s2
     pts = _ordered_logit_breakpoints(m, jnp.sqrt(s2), has1, b1, has2, b2)
     half = 0.5 * (pts[1:] - pts[:-1])  # (panels, n)
     mid = 0.5 * (pts[1:] + pts[:-1])
@@ -392,11 +351,11 @@ def _ordered_logit_tilted(y, mu, s2, th):
             (w * g2).sum(0) / w_sum, jnp.zeros_like(mu))
 
 
-def ordinal_tilted(kind, y, mu, s2, th):
+def ordinal_tilted(logit, y, mu, s2, th):
     """``ordinal.ordinal_tilted_local`` at all sites: a (6, n) array (log Z, d/dmu, d^2/dmu^2,
     d/db_hi, d/db_lo, d/dsigma)."""
-    _, sigma, has1, b1, has2, b2, valid = _ordinal_bounds(kind, y, th)
-    if kind == ORDERED_LOGIT:
+    _, sigma, has1, b1, has2, b2, valid = _ordinal_bounds(logit, y, th)
+    if logit:
         rows = list(_ordered_logit_tilted(y, mu, s2, th))
     else:
         v = sigma * sigma + s2
@@ -410,14 +369,154 @@ def ordinal_tilted(kind, y, mu, s2, th):
     return jnp.stack(rows)
 
 
-def ordinal_scatter(kind, y, th, d_hi, d_lo, d_sigma):
+def ordinal_scatter(logit, y, th, d_hi, d_lo, d_sigma):
     """(n, p): each site's derivatives in its upper and lower cutpoint and in sigma placed at
     their positions in th (``ordinal._scatter``)."""
-    n_cut, _, has1, _, has2, _, valid = _ordinal_bounds(kind, y, th)
+    n_cut, _, has1, _, has2, _, valid = _ordinal_bounds(logit, y, th)
     k = jnp.round(y).astype(jnp.int32)
     cols = jnp.arange(th.shape[0])[None, :]
     out = (jnp.where((cols == k[:, None]) & has1[:, None], d_hi[:, None], 0.0)
            + jnp.where((cols == k[:, None] - 1) & has2[:, None], d_lo[:, None], 0.0))
-    if kind != ORDERED_LOGIT:
+    if not logit:
         out = out + jnp.where(cols == n_cut, d_sigma[:, None], 0.0)
     return jnp.where(valid[:, None], out, 0.0)
+
+
+# ---------------------------------------------------------------------------------
+# The table of kinds: each likelihood class's JAX counterpart
+# ---------------------------------------------------------------------------------
+
+
+def _signed(y, th):
+    return jnp.where(y > 0, 1.0, -1.0).astype(jnp.float64)
+
+
+def _codes(y, th):
+    return jnp.asarray(y, jnp.float64)
+
+
+def _always(th):
+    return jnp.asarray(True)
+
+
+def _slot_dparams(y, th, t):
+    return jnp.broadcast_to(t[3][:, None], (t.shape[1], th.shape[0]))  # p is 0 or 1
+
+
+def _slot_log_lik_dparams(y, th, out):
+    return tuple(jnp.broadcast_to(out[4 + j][:, None], (out.shape[1], th.shape[0])) for j in range(3))
+
+
+@dataclass(frozen=True)
+class JaxKernels:
+    """One likelihood's rows in JAX (signatures as the module docstring's functions, without ``kind``).
+
+    ``tilted`` -> (4, n) (or more rows, read by ``tilted_dparams``); ``log_lik`` -> (7, n) or
+    more, None where the likelihood has no Laplace; ``params_valid(th)`` beyond finiteness;
+    ``labels(y, th)``; ``tilted_dparams(y, th, t)`` -> (n, p); ``log_lik_dparams(y, th, out)``
+    -> three (n, p); ``negative_sites``: EP's site precisions may be negative (the dense solve
+    then needs the indefinite form, ``engine.py``).
+    """
+
+    tilted: Callable
+    log_lik: Callable | None = None
+    params_valid: Callable = _always
+    labels: Callable = _signed
+    tilted_dparams: Callable = _slot_dparams
+    log_lik_dparams: Callable = _slot_log_lik_dparams
+    negative_sites: bool = False
+
+
+JAX_KERNELS = {}  # kind -> JaxKernels
+
+
+def register(likelihood_class, kernels):
+    """Make ``kernels`` the JAX counterpart of ``likelihood_class`` (its ``kind``)."""
+    if likelihood_class.supports_laplace != (kernels.log_lik is not None):
+        raise ValueError(f"{likelihood_class.__name__}: log_lik must be given exactly when it supports Laplace")
+    JAX_KERNELS[likelihood_class.kind] = kernels
+
+
+def kernels(kind):
+    """The JAX kernels of ``kind``; ValueError naming the likelihood that has none."""
+    if kind not in JAX_KERNELS:
+        name = KINDS[kind].__name__ if 0 <= kind < len(KINDS) else repr(kind)
+        raise ValueError(f"the likelihood {name} has no JAX implementation (backends/jax/likelihoods.py)")
+    return JAX_KERNELS[kind]
+
+
+def supports_laplace(kind):
+    """Whether likelihood ``kind`` has a Laplace approximation."""
+    return kernels(kind).log_lik is not None
+
+
+def negative_sites(kind):
+    """Whether EP's site precisions of likelihood ``kind`` may be negative."""
+    return kernels(kind).negative_sites
+
+
+def tilted(kind, y, mu, s2, th):
+    """EP tilted moments of likelihood ``kind`` at all sites: rows log Z, d/dmu, d^2/dmu^2,
+    then the parameter rows ``tilted_dparams`` reads: a (4, n) array (``base.tilted_map``),
+    (6, n) for the ordinal kinds (``ordinal_tilted``)."""
+    return kernels(kind).tilted(y, mu, s2, th)
+
+
+def log_lik(kind, y, f, th):
+    """log p(y|f), its f-derivatives to third order and theta-derivatives: a (7, n) array
+    (``base.log_lik_map``), (13, n) for the ordinal kinds (``ordinal_log_lik``); rows 0-3
+    are log p, d1, d2, d3 for every kind, the rest are read by ``log_lik_dparams``."""
+    fn = kernels(kind).log_lik
+    if fn is None:
+        raise ValueError(f"likelihood {KINDS[kind].__name__} has no Laplace approximation (piecewise constant)")
+    return fn(y, f, th)
+
+
+def params_valid(kind, th):
+    """Whether the parameter vector ``th`` is in the likelihood's range (a traced bool):
+    ``Likelihood.check_params`` as a yes / no."""
+    return jnp.all(jnp.isfinite(th)) & kernels(kind).params_valid(th)
+
+
+def labels(kind, y, th=None):
+    """The labels as the kernels take them: -1/+1 (values above 0 are +1) for the binary
+    kinds, the class codes 0..K-1 as floats for the ordinal ones."""
+    return kernels(kind).labels(y, th)
+
+
+def tilted_dparams(kind, y, th, t):
+    """d log Z_i / d th at the cavities of ``tilted``'s rows ``t``: an (n, p) array."""
+    return kernels(kind).tilted_dparams(y, th, t)
+
+
+def log_lik_dparams(kind, y, th, out):
+    """d/d th of (log p, d1, d2) at each site from ``log_lik``'s rows ``out``: three (n, p) arrays."""
+    return kernels(kind).log_lik_dparams(y, th, out)
+
+
+def _cutpoints_valid(logit, th):
+    """``OrdinalLikelihood.check_params``: at least one cutpoint, strictly increasing, sigma > 0."""
+    n_cut = th.shape[0] - (0 if logit else 1)
+    if n_cut < 1:
+        return jnp.asarray(False)
+    ok = jnp.all(jnp.diff(th[:n_cut]) > 0.0)
+    return ok if logit else ok & (th[n_cut] > 0.0)
+
+
+def _ordinal_kernels(logit):
+    return JaxKernels(
+        tilted=partial(ordinal_tilted, logit), log_lik=partial(ordinal_log_lik, logit),
+        params_valid=partial(_cutpoints_valid, logit), labels=_codes,
+        tilted_dparams=lambda y, th, t: ordinal_scatter(logit, y, th, t[3], t[4], t[5]),
+        log_lik_dparams=lambda y, th, out: tuple(
+            ordinal_scatter(logit, y, th, out[4 + 3 * j], out[5 + 3 * j], out[6 + 3 * j]) for j in range(3)))
+
+
+register(Probit, JaxKernels(_probit_rows, _probit_log_lik_rows))
+register(ProbitBias, JaxKernels(_probit_bias_rows, _probit_bias_log_lik_rows))
+register(ProbitNoise, JaxKernels(_probit_noise_rows, _probit_noise_log_lik_rows, params_valid=lambda th: th[0] > 0.0))
+register(StepLabelNoise, JaxKernels(_step_rows, params_valid=lambda th: (th[0] >= 0.0) & (th[0] < 0.5),
+                                    negative_sites=True))
+register(Logistic, JaxKernels(_logistic_rows, _logistic_log_lik_rows))
+register(OrderedProbit, _ordinal_kernels(False))
+register(OrderedLogit, _ordinal_kernels(True))

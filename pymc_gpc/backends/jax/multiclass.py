@@ -44,10 +44,11 @@ import jax.numpy as jnp
 from jax.scipy.linalg import cho_solve, solve_triangular
 from jax.scipy.special import log_ndtr, logsumexp
 
-from ...approximations.softmax_laplace import LOO_DRAWS
+from ...approximations.multinomial_probit_ep import multinomial_probit_ep
+from ...approximations.softmax_laplace import LOO_DRAWS, softmax_laplace
 from ...likelihoods.multiclass import standard_draws
 from ...ops import ApproxMarginalOp, LatentPredictiveOp
-from .common import (ANDERSON_MEMORY, STATUS_CONVERGED, STATUS_FAILED, STATUS_NOT_CONVERGED, anderson_mix, empty_history,
+from .common import (JaxSolver, checked_options, solver_table, ANDERSON_MEMORY, STATUS_CONVERGED, STATUS_FAILED, STATUS_NOT_CONVERGED, anderson_mix, empty_history,
                      push_history, reset_history)
 from .engine import DenseLatent
 from .likelihoods import inv_mills
@@ -533,26 +534,23 @@ def nested_ep_solve(prior, y, *, tol=1e-8, max_sweeps=100, damping=0.8, inner_to
 # The pure functions the Ops call
 # ---------------------------------------------------------------------------------
 
-SOLVERS = {"laplace-multiclass": softmax_laplace_solve, "ep-multiclass": nested_ep_solve}
-OPTIONS = {"laplace-multiclass": ("tol", "max_iter"),
-           "ep-multiclass": ("tol", "max_sweeps", "damping", "inner_tol", "inner_max_sweeps")}
+SOLVERS = solver_table({
+    softmax_laplace: JaxSolver(softmax_laplace_solve, ("tol", "max_iter")),
+    multinomial_probit_ep: JaxSolver(nested_ep_solve, ("tol", "max_sweeps", "damping", "inner_tol", "inner_max_sweeps")),
+})
 # options of the numba solvers with no meaning here (single-precision products, LOO on demand)
 _IGNORED = ("rough_gradient", "with_grad", "with_loo")
 
 
 def solver(approximation, **options):
-    """The solver (prior, y codes) -> dict for ``approximation`` ("laplace-multiclass" or
-    "ep-multiclass"), options bound; ValueError for an option it does not take. The prior is
+    """The solver (prior, y codes) -> dict for ``approximation`` (a multi-class entry of the
+    registry), options bound; ValueError for an option it does not take. The prior is
     a ``DenseStack`` or a ``multiclass_fitc.MulticlassFITCStack``."""
-    if approximation not in SOLVERS:
-        raise ValueError(f"the JAX backend's multi-class solvers are {sorted(SOLVERS)}, got {approximation!r}")
     options = {k: v for k, v in options.items() if k not in _IGNORED}
-    unknown = set(options) - set(OPTIONS[approximation])
-    if unknown:
-        raise ValueError(f"the JAX backend's {approximation} does not take options {sorted(unknown)}")
-    if approximation == "ep-multiclass" and not 0.0 < options.get("damping", 0.8) <= 1.0:
+    twin, options = checked_options(SOLVERS, approximation, options, approximation)
+    if "damping" in options and not 0.0 < options["damping"] <= 1.0:
         raise ValueError(f"damping must be in (0, 1], got {options['damping']}")
-    return partial(SOLVERS[approximation], **options)
+    return partial(twin.solve, **options)
 
 
 def codes(y):

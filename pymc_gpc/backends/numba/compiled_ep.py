@@ -27,7 +27,7 @@ import numpy as np
 from numba import carray, cfunc, njit, types
 
 from ...approximations.ep import ep_warm_compiled
-from ...likelihoods.binary import ORDERED_LOGIT, ORDERED_PROBIT, PROBIT_NOISE, STEP_LABEL_NOISE
+from ...likelihoods.base import freeze, labels_valid, params_valid
 from . import thread_state as ts
 
 SYMBOLS = ("pymc_gpc_compiled_ep_evaluate", "pymc_gpc_compiled_ep_store")
@@ -53,6 +53,7 @@ def external():
     cache and registered on the first call in a process. Arrays are passed as
     ``arr.ctypes``."""
     if not _CFUNCS:
+        freeze("backends.numba.compiled_ep")  # the cfuncs hold the dispatch of the kinds known now
         for symbol, function, scalars in zip(SYMBOLS, (_evaluate_at, _store_at), (_EVALUATE, _STORE)):
             compiled = cfunc(types.int64(*scalars, *(_P,) * 10), cache=True)(function)
             llvm.add_symbol(symbol, compiled.address)
@@ -92,57 +93,11 @@ def _store_at(h, n, p, q, K_, params_, y_, hyper_, dK_, dth_, loo_, out_, tau_, 
 
 
 @njit(nogil=True, cache=True)
-def _is_ordinal(kind):
-    return kind == ORDERED_PROBIT or kind == ORDERED_LOGIT
-
-
-@njit(nogil=True, cache=True)
-def params_valid(kind, th, n_params):
-    """``Likelihood.check_params`` of the package's likelihoods, as a yes / no: a binary one
-    takes ``n_params`` parameters; an ordinal one (``OrdinalLikelihood.check_params``) any
-    number of cutpoints, at least one, strictly increasing, then sigma > 0 (ordered probit)."""
-    for v in th:
-        if not np.isfinite(v):
-            return False
-    if _is_ordinal(kind):
-        n_cut = th.size - (1 if kind == ORDERED_PROBIT else 0)
-        if n_cut < 1:
-            return False
-        for j in range(1, n_cut):
-            if not th[j] > th[j - 1]:
-                return False
-        return kind == ORDERED_LOGIT or th[n_cut] > 0.0
-    if th.size != n_params:
-        return False
-    if kind == PROBIT_NOISE:
-        return th[0] > 0.0
-    if kind == STEP_LABEL_NOISE:
-        return 0.0 <= th[0] < 0.5
-    return True
-
-
-@njit(nogil=True, cache=True)
-def _labels_coded(kind, y, q):
-    """Labels as the kernels take them (``validation``): -1/+1 for a binary likelihood, the
-    class codes 0..K-1 for an ordinal one with q parameters (K - 1 cutpoints, [sigma])."""
-    if not _is_ordinal(kind):
-        for v in y:
-            if abs(v) != 1.0:
-                return False
-        return True
-    top = q - (1 if kind == ORDERED_PROBIT else 0)  # K - 1
-    for v in y:
-        if not (v == np.floor(v) and 0.0 <= v <= top):
-            return False
-    return True
-
-
-@njit(nogil=True, cache=True)
-def _fast_case(kind, K, y, tau, q):
+def _fast_case(kind, K, y, tau, params):
     """The conditions of ``ApproxMarginalOp._fast_ep`` on K, y and the start's sites (labels
-    coded for likelihood ``kind`` with q parameters)."""
+    coded for likelihood ``kind`` with parameters ``params``: ``likelihoods.base.labels_valid``)."""
     n = y.shape[0]
-    if n == 0 or K.shape[0] != n or K.shape[1] != n or not _labels_coded(kind, y, q):
+    if n == 0 or K.shape[0] != n or K.shape[1] != n or not labels_valid(kind, y, params):
         return False
     for i in range(n):
         if not K[i, i] > 0.0:
@@ -166,11 +121,12 @@ def evaluate(block, kind, n_params, tol, max_sweeps, K, params, y, hyper, dK, dt
         _write(dK, dth, loo, out, dK_r, dth_r, loo_r, log_z, n_iter, status)
         return True, False, np.inf
     has, first_change = ts.warm_guess(block, n, p, q, hyper, tau, nu)
-    if not (_fast_case(kind, K, y, tau, q) and params_valid(kind, params, n_params)):
+    if not (_fast_case(kind, K, y, tau, params) and params_valid(kind, params, n_params)):
         return False, has, first_change
-    n_out = q if _is_ordinal(kind) else n_params  # an ordinal template's n_params is 0: its K arrives with th
+    # q parameters: a binary kind's params_valid holds q == n_params; an ordinal template's
+    # n_params is 0, its cutpoints arrive with th
     ok, log_z, dK_f, dth_s, loo_s, sweeps, tau_new, nu_new, change = ep_warm_compiled(
-        kind, K, y, params.copy(), tau.copy(), nu.copy(), first_change if has else np.inf, tol, max_sweeps, n_out)
+        kind, K, y, params.copy(), tau.copy(), nu.copy(), first_change if has else np.inf, tol, max_sweeps, q)
     if not ok:
         return False, has, first_change
     _write(dK, dth, loo, out, dK_f, dth_s, loo_s, log_z, sweeps, 0)  # dK: C order, the Python path's values
