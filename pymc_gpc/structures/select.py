@@ -191,7 +191,8 @@ class DenseBinary:
     def cross_covariances(self, gp, X, Xnew):
         return gp.cov_func(X, Xnew)
 
-    def prior_from(self, K):
+    def prior_from(self, *arrays):
+        (K,) = arrays
         return K
 
     def prior_function(self, fn):
@@ -282,7 +283,8 @@ class FITCBinary(DenseBinary):
     def cross_covariances(self, gp, X, Xnew):
         return gp.cov_func(gp.Xu, Xnew)
 
-    def prior_from(self, Kuu, Kuf, k_diag):
+    def prior_from(self, *arrays):
+        Kuu, Kuf, k_diag = arrays
         return FITCPrior(Kuu, Kuf, k_diag)
 
     def kernel_cotangents(self, result):
@@ -376,7 +378,8 @@ class FITCMulticlass(DenseMulticlass):
     kernel_cotangents = FITCBinary.kernel_cotangents
     not_converged_message = FITCBinary.not_converged_message
 
-    def prior_from(self, Kuu, Kuf, k_diag):
+    def prior_from(self, *arrays):
+        Kuu, Kuf, k_diag = arrays
         return MulticlassFITCPrior(Kuu, Kuf, k_diag)
 
     def training_shapes(self, kernels, cross):

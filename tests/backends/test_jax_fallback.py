@@ -22,7 +22,9 @@ import jax.numpy as jnp  # noqa: E402
 
 from pymc_gpc import ep  # noqa: E402
 from pymc_gpc.backends.jax import engine  # noqa: E402
-from pymc_gpc.likelihoods.binary import STEP_LABEL_NOISE  # noqa: E402
+from pymc_gpc.likelihoods import StepLabelNoise  # noqa: E402
+
+STEP_LABEL_NOISE = StepLabelNoise.kind
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED = 20261122

@@ -17,7 +17,9 @@ from scipy import integrate, optimize
 from scipy.special import expit, log_expit
 
 from pymc_gpc.likelihoods import Logistic
-from pymc_gpc.likelihoods.binary import LOGISTIC, _logistic_tilted
+from pymc_gpc.likelihoods.binary import _logistic_tilted
+
+LOGISTIC = Logistic.kind
 
 MEANS = (-91.0, -50.0, -10.0, 0.0, 3.0, 50.0)
 VARIANCES = (1e-6, 1e-2, 1.0, 100.0, 1e4, 1e6)
