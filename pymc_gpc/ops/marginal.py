@@ -340,7 +340,7 @@ class ApproxMarginalOp(Op):
     def _solver_options(self):
         """The solver's options: the registry's ``sampling_defaults`` (with ``sampling``) or
         ``engine_defaults`` under the Op's, and the LOO deferred where ``defer_loo`` is set."""
-        entry = registry.APPROXIMATIONS[self.approximation]
+        entry = registry.solver_for(self.approximation, self.likelihood_type)
         defaults = entry.sampling_defaults if self.sampling else entry.engine_defaults
         options = {**defaults, **dict(self.options)}
         if self.defer_loo:

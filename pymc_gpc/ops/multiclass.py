@@ -6,8 +6,8 @@ its c cotangents) and class codes 0..c-1 as labels. It keeps everything else of 
 binary Op: outputs (log_z, dlog_z/dK (c, n, n), dlog_z/dtheta (empty), loo (n,),
 n_iter, status), ``pullback`` (cotangent times the gradient), -inf and status 2 on
 failure, retries, per-thread warm starts, recent results and the numba registration.
-The approximations are the registry's "laplace-multiclass" (softmax, ``softmax_laplace``)
-and "ep-multiclass" (multinomial probit, ``multinomial_probit_ep``).
+The approximations are the registry's "laplace" (softmax: its multi-class solver
+``softmax_laplace``) and "ep" (multinomial probit: ``multinomial_probit_ep``).
 
 With inducing points (``approx="FITC"``), ``MulticlassSparseMarginalOp`` takes each class's
 FITC prior instead, (K_uu (c, m, m), K_uf (c, m, n), diag K_ff (c, n), theta, y[, hyper]),
@@ -30,22 +30,27 @@ from .marginal import ApproxMarginalOp, LatentPredictiveOp, check_training_sizes
 from .sparse import FITCInputs
 
 
+def _dense_multiclass_retries(approximation, options):
+    return registry.get(approximation).retry_schedule(options, "dense-multiclass")
+
+
 class MulticlassMarginalOp(ApproxMarginalOp):
     """log q(y | K_1..K_c) with its gradient (see the module docstring).
 
-    Parameters as for ``ApproxMarginalOp``; ``approximation`` is "laplace-multiclass"
-    or "ep-multiclass" and ``likelihood_type`` a ``MulticlassLikelihood`` subclass.
+    Parameters as for ``ApproxMarginalOp``; ``approximation`` is "laplace" or "ep" and
+    ``likelihood_type`` a ``MulticlassLikelihood`` subclass (the registry's multi-class solver).
 
     Examples
     --------
     The GP classes build this Op; by hand:
 
     >>> from pymc_gpc.ops import MulticlassMarginalOp
-    >>> op = MulticlassMarginalOp("laplace-multiclass", pymc_gpc.likelihoods.Softmax)   # doctest: +SKIP
+    >>> op = MulticlassMarginalOp("laplace", pymc_gpc.likelihoods.Softmax)   # doctest: +SKIP
     >>> outputs = op(K_stack, params, y)   # K_stack: (c, n, n)  # doctest: +SKIP
     """
 
     structure_name = "dense-multiclass"
+    retry_schedule_for = staticmethod(_dense_multiclass_retries)
 
     def __init__(self, approximation, likelihood_type, options=(), hyper_names=(), defer_loo=False,
                  sampling=False):
@@ -105,7 +110,7 @@ class MulticlassPredictiveOp(LatentPredictiveOp):
     The GP classes build this Op; by hand:
 
     >>> from pymc_gpc.ops import MulticlassPredictiveOp
-    >>> op = MulticlassPredictiveOp("laplace-multiclass", pymc_gpc.likelihoods.Softmax)   # doctest: +SKIP
+    >>> op = MulticlassPredictiveOp("laplace", pymc_gpc.likelihoods.Softmax)   # doctest: +SKIP
     >>> mean, cov = op(K_stack, y, K_cross, K_star)   # doctest: +SKIP
     """
 

@@ -80,8 +80,8 @@ def test_potential_value_and_gradient(setup, shared):
     assert np.allclose(g, fd, rtol=2e-3, atol=2e-3), (g, fd)  # the Op runs at the sampling tolerance
 
 
-@pytest.mark.parametrize("key, cls, lik", [("laplace-multiclass", pymc_gpc.MarginalLaplace, Softmax),
-                                           ("ep-multiclass", pymc_gpc.MarginalEP, MultinomialProbit)])
+@pytest.mark.parametrize("key, cls, lik", [("laplace", pymc_gpc.MarginalLaplace, Softmax),
+                                           ("ep", pymc_gpc.MarginalEP, MultinomialProbit)])
 def test_sampler_asks_for_a_rough_gradient_and_fit_does_not(monkeypatch, key, cls, lik):
     """The Op's solves in ``pymc_gpc.sample``'s sampler (graphs compiled within
     ``sampling_tolerance()``) ask ``softmax_laplace`` and ``multinomial_probit_ep`` for the
@@ -92,14 +92,16 @@ def test_sampler_asks_for_a_rough_gradient_and_fit_does_not(monkeypatch, key, cl
     from pymc_gpc.approximations.registry import APPROXIMATIONS
     from pymc_gpc.ops.rewrites import sampling_tolerance
 
-    original, asked = APPROXIMATIONS[key].solver, []
+    entry = APPROXIMATIONS[key]
+    original, asked = entry.solvers["multiclass"].solve, []
 
     def recording(*args, **kwargs):
         # (rough?, called by fit or predict: they pass with_grad, the Op does not)
         asked.append((kwargs.get("rough_gradient", False), "with_grad" in kwargs))
         return original(*args, **kwargs)
 
-    monkeypatch.setitem(APPROXIMATIONS, key, dataclasses.replace(APPROXIMATIONS[key], solver=recording))
+    solvers = {**entry.solvers, "multiclass": dataclasses.replace(entry.solvers["multiclass"], solve=recording)}
+    monkeypatch.setitem(APPROXIMATIONS, key, dataclasses.replace(entry, solvers=solvers))
     X, labels, _ = _data()
     model, gp = _model(cls, lik, X, labels, shared=True)
     point = {"log_ls": np.array([0.2]), "log_v": np.array(0.7)}
@@ -288,7 +290,7 @@ def test_op_warns_and_fails_cleanly():
 
     X, labels, y = _data(12)
     K = np.array([rbf(X, 1.0, 4.0)] * 3)
-    op = MulticlassMarginalOp("laplace-multiclass", Softmax, (("max_iter", 1),))
+    op = MulticlassMarginalOp("laplace", Softmax, (("max_iter", 1),))
     Kv = pt.dtensor3("K")
     out = op(Kv, pt.zeros((0,)), y.astype(float))
     fn = pytensor.function([Kv], [out[0], out[5]])

@@ -533,16 +533,16 @@ def nested_ep_solve(prior, y, *, tol=1e-8, max_sweeps=100, damping=0.8, inner_to
 # The pure functions the Ops call
 # ---------------------------------------------------------------------------------
 
-SOLVERS = {"laplace-multiclass": softmax_laplace_solve, "ep-multiclass": nested_ep_solve}
-OPTIONS = {"laplace-multiclass": ("tol", "max_iter"),
-           "ep-multiclass": ("tol", "max_sweeps", "damping", "inner_tol", "inner_max_sweeps")}
+SOLVERS = {"laplace": softmax_laplace_solve, "ep": nested_ep_solve}
+OPTIONS = {"laplace": ("tol", "max_iter"),
+           "ep": ("tol", "max_sweeps", "damping", "inner_tol", "inner_max_sweeps")}
 # options of the numba solvers with no meaning here (single-precision products, LOO on demand)
 _IGNORED = ("rough_gradient", "with_grad", "with_loo")
 
 
 def solver(approximation, **options):
-    """The solver (prior, y codes) -> dict for ``approximation`` ("laplace-multiclass" or
-    "ep-multiclass"), options bound; ValueError for an option it does not take. The prior is
+    """The solver (prior, y codes) -> dict for ``approximation`` (the registry's "laplace" or
+    "ep", multi-class), options bound; ValueError for an option it does not take. The prior is
     a ``DenseStack`` or a ``multiclass_fitc.MulticlassFITCStack``."""
     if approximation not in SOLVERS:
         raise ValueError(f"the JAX backend's multi-class solvers are {sorted(SOLVERS)}, got {approximation!r}")
@@ -550,7 +550,7 @@ def solver(approximation, **options):
     unknown = set(options) - set(OPTIONS[approximation])
     if unknown:
         raise ValueError(f"the JAX backend's {approximation} does not take options {sorted(unknown)}")
-    if approximation == "ep-multiclass" and not 0.0 < options.get("damping", 0.8) <= 1.0:
+    if approximation == "ep" and not 0.0 < options.get("damping", 0.8) <= 1.0:
         raise ValueError(f"damping must be in (0, 1], got {options['damping']}")
     return partial(SOLVERS[approximation], **options)
 
