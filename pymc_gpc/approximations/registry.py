@@ -256,10 +256,16 @@ class _SolverView(Mapping):
 SOLVERS = _SolverView()
 
 
+# The names the multi-class solvers had as entries of their own, for the message that says where they went.
+_FORMER_NAMES = {"laplace-multiclass": "laplace", "ep-multiclass": "ep"}
+
+
 def get(name):
     """The entry of ``name``; ValueError naming the known ones otherwise."""
     if name not in APPROXIMATIONS:
-        raise ValueError(f"approximation must be one of {sorted(APPROXIMATIONS)}, got {name!r}")
+        former = (f" ({name!r} is now {_FORMER_NAMES[name]!r}: a multi-class likelihood chooses its solver)"
+                  if name in _FORMER_NAMES else "")
+        raise ValueError(f"approximation must be one of {sorted(APPROXIMATIONS)}, got {name!r}{former}")
     return APPROXIMATIONS[name]
 
 
@@ -286,11 +292,11 @@ def _multiclass_pairs():
 
 
 def _check_likelihood(entry, likelihood):
-    """``likelihood`` (an instance, or an ordinal class for ``ard_classifier``) of a family that
-    ``entry`` integrates out, or ValueError naming the classifiers that do."""
-    kind = likelihood if isinstance(likelihood, type) else type(likelihood)
-    if not issubclass(kind, (Likelihood, MulticlassLikelihood)):
+    """``likelihood`` (an instance) of a family that ``entry`` integrates out, or ValueError
+    naming the classifiers that do."""
+    if not isinstance(likelihood, (Likelihood, MulticlassLikelihood)):
         raise ValueError(f"likelihood must be a pymc_gpc.likelihoods.Likelihood instance, got {likelihood!r}")
+    kind = type(likelihood)
     fam = family(likelihood)
     if fam == "multiclass" and not (fam in entry.solvers and entry.name in kind.approximations):
         raise UnsupportedCombinationError(
@@ -307,7 +313,7 @@ def _check_likelihood(entry, likelihood):
 def check(approximation, likelihood, structure="dense", backend=None):
     """The one check of a combination, before any heavy work: ``UnsupportedCombinationError``
     (a ValueError) naming what works unless approximation ``approximation`` integrates out
-    ``likelihood`` (an instance, or an ordinal likelihood class) under the prior
+    ``likelihood`` (a ``pymc_gpc.likelihoods`` instance) under the prior
     ``structure`` (a ``structures.select`` name: "dense", "fitc", "dense-multiclass",
     "fitc-multiclass") on ``backend`` (None: any the structure has; "numba" or "jax").
 
@@ -333,9 +339,17 @@ def check(approximation, likelihood, structure="dense", backend=None):
 
 def approx_option(approx):
     """``approx`` (the sparse approximation of the prior, as in ``pm.gp.MarginalApprox``) as the
-    GP classes keep it: None (the dense kernel) or "FITC" (any case); ValueError otherwise."""
+    GP classes keep it: None (the dense kernel) or "FITC" (any case); ValueError otherwise,
+    which for the name of an approximation of the latent functions ("laplace") says where
+    that name goes (the class, or ``approximation=``)."""
     if approx is None:
         return None
+    if isinstance(approx, str) and (approx in APPROXIMATIONS or approx in _FORMER_NAMES):
+        entry = APPROXIMATIONS[_FORMER_NAMES.get(approx, approx)]
+        raise ValueError(
+            f"approx must be None (dense) or 'FITC', got {approx!r}: approx is the sparse approximation of the "
+            f"prior (as in pm.gp.MarginalApprox); {entry.name!r} integrates out the latent functions, chosen by "
+            f"the class ({entry.classifier}) or ard_classifier(approximation={entry.name!r})")
     if not isinstance(approx, str) or approx.upper() != "FITC":
         raise ValueError(f"approx must be None (dense) or 'FITC', got {approx!r}")
     return "FITC"

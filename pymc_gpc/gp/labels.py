@@ -27,8 +27,9 @@ def coded_labels(likelihood, y, levels=None):
     family; ``levels`` (the ordinal labels from lowest to highest) serves ordinal likelihoods only."""
     kind = family(likelihood)
     if levels is not None and kind != "ordinal":
+        what = "binary" if kind == "binary" else "of several unordered classes"
         raise ValueError("levels= orders the labels of an ordinal likelihood (OrderedProbit, OrderedLogit); "
-                         f"{type(likelihood).__name__} is {'binary' if kind == 'binary' else 'of several unordered classes'}")
+                         f"{type(likelihood).__name__} is {what}")
     return _CODERS[kind](likelihood, y, levels)
 
 

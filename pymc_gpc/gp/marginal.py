@@ -101,6 +101,10 @@ class _ApproximateMarginal:
     approximation = None
 
     def __init__(self, *, cov_func, likelihood, jitter=JITTER_DEFAULT, approx=None, **solver_options):
+        if "approximation" in solver_options:
+            raise ValueError(f"approximation= is not an option of {type(self).__name__} (whose approximation is "
+                             f"{self.approximation!r}): choose the class (MarginalEP, MarginalLaplace, ...); approx= "
+                             "names the sparse approximation of the prior (None or 'FITC')")
         self.approx = registry.approx_option(approx)
         registry.check(self.approximation, likelihood, select_structure(likelihood, self.approx).name)
         self.several_classes = registry.family(likelihood) == "multiclass"
@@ -518,7 +522,6 @@ class _OneCallAtATime:
         return getattr(self._fn, name)
 
 
-
 def _class_cov_funcs(cov_func, several_classes):
     """The list of the c classes' covariance functions a multi-class GP was given, or None
     (one covariance function, shared by the classes); ValueError for anything else."""
@@ -549,8 +552,6 @@ def _posterior_points(idata, names, max_draws):
     if max_draws is not None and total > max_draws:
         idx = np.linspace(0, total - 1, max_draws).round().astype(int)
     return [{n: stacked[n][i] for n in names} for i in idx]
-
-
 
 
 class MarginalEP(_ApproximateMarginal):

@@ -55,9 +55,12 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
     ----------
     X, y : training inputs (n, d) and labels: two classes, or more (then a multi-class
         likelihood, ``per_class`` kernels by default).
-    approximation : "ep", "laplace", "meanfield" (with ``variant="ensemble"`` or
-        ``"naive"`` among the solver options) or "adf" (no gradient: not for NUTS).
-        More than two classes: "laplace" (softmax) or "ep" (multinomial probit, nested EP).
+    approximation : how the latent functions are integrated out, the registry's name and the
+        class built (``MarginalEP.approximation``): "ep", "laplace", "meanfield" (with
+        ``variant="ensemble"`` or ``"naive"`` among the solver options) or "adf" (no
+        gradient: not for NUTS). More than two classes: "laplace" (softmax) or "ep"
+        (multinomial probit, nested EP). The sparse approximation of the prior, the GP
+        classes' ``approx``, is chosen by ``inducing``.
     likelihood : a ``pymc_gpc.likelihoods`` instance (default ``Probit()`` for two classes,
         ``Softmax()`` with Laplace and ``MultinomialProbit()`` with EP for more), or an
         ordinal likelihood class (``pymc_gpc.OrderedProbit`` or ``OrderedLogit``, the class
@@ -99,7 +102,8 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
     ValueError
         For an unknown ``approximation``, a ``prior`` that is not a finite (mean, sd > 0)
         pair, bad inputs, ``inducing`` with mean field or ADF, or ``per_class`` with a
-        binary likelihood, or ``learn_inducing`` without ``inducing``.
+        binary likelihood, or ``learn_inducing`` without ``inducing``, or ``approx=`` (use
+        ``inducing``); the combination is checked by ``approximations.registry.check``.
 
     Notes
     -----
@@ -129,6 +133,9 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
     >>> model, gp = pymc_gpc.ard_classifier(glass.X, glass.y, approximation="laplace")  # doctest: +SKIP
     >>> result = pymc_gpc.fit(model, method="map")  # doctest: +SKIP
     """
+    if "approx" in solver_options:
+        raise ValueError("ard_classifier chooses the prior with inducing= (None: the dense kernel; a number m or an "
+                         "(m, d) array: FITC, the GP classes' approx='FITC'), not approx=")
     X = check_inputs(X)
     inducing = auto_inducing(X.shape[0], approximation) if _is_auto(inducing) else inducing
     if learn_inducing and inducing is None:
@@ -149,7 +156,8 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
         likelihood = multiclass_likelihood(approximation)
     likelihood = Probit() if likelihood is None else likelihood
     approx = "FITC" if inducing is not None else None
-    registry.check(approximation, likelihood, select_structure(likelihood, approx).name)
+    if not isinstance(likelihood, type):  # an ordinal class: its instance is checked by the GP class
+        registry.check(approximation, likelihood, select_structure(likelihood, approx).name)
     several = isinstance(likelihood, MulticlassLikelihood) or (isinstance(likelihood, type)
                                                                and issubclass(likelihood, OrdinalLikelihood))
     if several and (kernel != "se" or linear):
