@@ -414,7 +414,7 @@ def multiclass_report(p, classes, y):
     classes = [str(c) for c in classes]
     pred = np.array(classes)[np.argmax(p, axis=1)]
     y = np.asarray(y).astype(str)
-    unknown = sorted(set(y) - set(classes))
+    unknown = sorted(str(v) for v in set(y) - set(classes))
     if unknown:
         return [f"- test labels not seen in training: {unknown} (counted as errors)"]
     errors = int(np.sum(pred != y))
