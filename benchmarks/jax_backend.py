@@ -360,8 +360,8 @@ def fitc_entry():
 
 
 MULTICLASS_OUT = pathlib.Path(__file__).parent / "results" / "jax_multiclass.md"
-CASES = {"softmax Laplace": ("laplace-multiclass", "softmax_laplace"),
-         "nested EP": ("ep-multiclass", "multinomial_probit_ep")}
+CASES = {"softmax Laplace": ("laplace", "softmax_laplace"),
+         "nested EP": ("ep", "multinomial_probit_ep")}
 
 
 def make_data(n, c, seed=0):

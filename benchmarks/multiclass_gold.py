@@ -438,10 +438,11 @@ def profile_fit(n=600, only=None):
     for label, lik_type, cls, options, coarse in FIT_VARIANTS:
         if only and not any(o in label for o in only):
             continue
-        name = "ep-multiclass" if lik_type is L.MultinomialProbit else "laplace-multiclass"
+        name = "ep" if lik_type is L.MultinomialProbit else "laplace"  # their multi-class solvers
         entry = registry.APPROXIMATIONS[name]
         if coarse is not None:
-            registry.APPROXIMATIONS[name] = dataclasses.replace(entry, coarse_fit_defaults=coarse)
+            solver = dataclasses.replace(entry.solvers["multiclass"], coarse_fit_defaults=coarse)
+            registry.APPROXIMATIONS[name] = dataclasses.replace(entry, solvers={**entry.solvers, "multiclass": solver})
         try:
             counts.update(solves=0, sweeps=0)
             cpu = time.process_time()

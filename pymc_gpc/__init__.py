@@ -28,7 +28,6 @@ from .likelihoods import (  # noqa: E402
 )
 from .kernels import MixedARD, ard_kernels, per_class  # noqa: E402
 from .gp.marginal import MarginalADF, MarginalEP, MarginalLaplace, MarginalMeanField  # noqa: E402
-from .gp import multiclass as _gp_multiclass  # noqa: E402,F401  (the multi-class variants gp.__new__ builds)
 from .estimation.point_estimates import FitResult, FitStartError, RunawayHyperparameterWarning, fit  # noqa: E402
 from .idata import add_log_likelihood, sample_posterior_predictive  # noqa: E402
 from .estimation.sampling import sample  # noqa: E402

@@ -41,7 +41,7 @@ from . import likelihoods
 from .gp.marginal import MarginalEP, MarginalLaplace
 from .estimation.integration import predict as integrated_predict
 from .estimation.sampling import sample as _sample_hyperparameters
-from .gp.models import ard_classifier, kmeans_centres
+from .gp.models import ard_classifier, kmeans_centres, multiclass_likelihood
 from .estimation.point_estimates import fit as _fit_hyperparameters
 
 __all__ = ["GaussianProcessClassifier", "GaussianProcessOrdinalClassifier"]
@@ -58,7 +58,6 @@ KERNELS = ("se", "matern52")
 BINARY_LIKELIHOODS = {"probit": likelihoods.Probit, "logistic": likelihoods.Logistic}
 ORDINAL_LINKS = {"probit": (likelihoods.OrderedProbit, likelihoods.Probit),
                  "logit": (likelihoods.OrderedLogit, likelihoods.Logistic)}
-MULTICLASS_LIKELIHOODS = {"laplace": likelihoods.Softmax, "ep": likelihoods.MultinomialProbit}
 
 
 class _GPClassifierBase(ClassifierMixin, BaseEstimator):
@@ -281,7 +280,7 @@ class GaussianProcessClassifier(_GPClassifierBase):
         if self.likelihood is not None:
             raise ValueError(f"likelihood={self.likelihood!r} names a binary likelihood, but y holds {n_classes} "
                              f"classes: leave it None (approximation='ep': multinomial probit; 'laplace': softmax)")
-        return MULTICLASS_LIKELIHOODS[self.approximation]()
+        return multiclass_likelihood(self.approximation)
 
 
 class GaussianProcessOrdinalClassifier(_GPClassifierBase):

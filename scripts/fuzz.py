@@ -320,8 +320,8 @@ INVARIANT_STRUCTURE_CELLS = [(st, lik, a) for st in ("dense", "fitc") for lik, a
 N_INVARIANT_INDUCING = 8
 # several classes: (structure, approximation), the likelihood each serves (Softmax, MultinomialProbit)
 MULTICLASS_INVARIANT_CELLS = [(st, a) for st in ("dense-multiclass", "fitc-multiclass")
-                              for a in ("laplace-multiclass", "ep-multiclass")]
-MULTICLASS_LIKELIHOOD = {"laplace-multiclass": "Softmax", "ep-multiclass": "MultinomialProbit"}
+                              for a in ("laplace", "ep")]
+MULTICLASS_LIKELIHOOD = {"laplace": "Softmax", "ep": "MultinomialProbit"}
 # PyTensor's Python VM (the Op's ``perform``) against the numba linker: binary EP, dense
 PYTHON_VM_CELLS = LIKELIHOODS
 PYTHON_VM_KEYS = ("draws", "finite", "vm_finite", "above_0", "disagree", "one_inf")
@@ -430,8 +430,8 @@ def invariant_cell(lik_name, approx, draws, rng, backends=("numba", "jax"), stru
 
 
 def multiclass_invariant_cell(structure, approx, draws, rng, backends=("numba", "jax")):
-    """``invariant_cell`` for several classes (``approx`` "laplace-multiclass": Softmax,
-    "ep-multiclass": MultinomialProbit), dense or FITC (``structure`` "dense-multiclass" /
+    """``invariant_cell`` for several classes (``approx`` "laplace": Softmax,
+    "ep": MultinomialProbit), dense or FITC (``structure`` "dense-multiclass" /
     "fitc-multiclass"): three classes, one kernel per class with its own N(0, 3^2)
     log-hyperparameters, the issue's data with the second copy of 8 pairs moved a class on."""
     from pymc_gpc.approximations import registry
@@ -442,7 +442,7 @@ def multiclass_invariant_cell(structure, approx, draws, rng, backends=("numba", 
     c["max_diff"] = 0.0
     X, y = conflicting_duplicates(True)  # bands 0, 1, 2 as classes
     fitc = structure.startswith("fitc")
-    lik = L.Softmax() if approx == "laplace-multiclass" else L.MultinomialProbit()
+    lik = L.Softmax() if approx == "laplace" else L.MultinomialProbit()
     opts = dict(registry.APPROXIMATIONS[approx].engine_defaults)
     retries = registry.get(approx).retry_schedule(opts, structure)
     jfn = None

@@ -36,8 +36,8 @@ def build(X_in=None, y_in=None, coords=None, **gp_options):
 @pytest.mark.parametrize("cls, extra", [(pymc_gpc.MarginalEP, "approx"), (pymc_gpc.MarginalLaplace, "approx"),
                                         (pymc_gpc.MarginalMeanField, "variant"), (pymc_gpc.MarginalADF, "sweeps")])
 def test_the_classifiers_show_their_parameters(cls, extra):
-    """inspect.signature (IDEs, the API pages) shows the keyword-only parameters, not the
-    ``(*args, **kwargs)`` of the ``__new__`` that picks the multi-class subclass."""
+    """inspect.signature (IDEs, the API pages) shows the keyword-only parameters of ``__init__``
+    (no ``__new__`` or ``__signature__`` in between)."""
     params = inspect.signature(cls).parameters
     assert {"cov_func", "likelihood", "jitter"} <= set(params)
     assert all(p.kind in (p.KEYWORD_ONLY, p.VAR_KEYWORD) for p in params.values())

@@ -29,8 +29,10 @@ import warnings
 import numpy as np
 
 from .. import likelihoods as L
+from ..approximations import registry
 from ..datasets import Split, load
-from .multiclass import MULTICLASS_LIKELIHOODS, is_multiclass, likelihood_for, test_report
+from ..gp.models import has_several_classes
+from ..likelihoods.multiclass import MULTICLASS_LIKELIHOODS
 from ..likelihoods.ordinal import OrderedLogit, OrderedProbit
 from ..validation import SingleMemberClassWarning, as_signed_labels, binary_classes, check_inputs
 
@@ -41,7 +43,8 @@ LIKELIHOODS = {
     "probit-noise": L.ProbitNoise,
     "step": L.StepLabelNoise,
 }
-# --likelihood names of the ordinal likelihoods (with --ordinal; ordered-probit the default)
+# --likelihood names of the ordinal likelihoods (with --ordinal; ordered-probit the default);
+# those of several classes are the keys of ``likelihoods.MULTICLASS_LIKELIHOODS``
 ORDINAL_LIKELIHOODS = {"ordered-probit": OrderedProbit, "ordered-logit": OrderedLogit}
 
 
@@ -190,7 +193,7 @@ def _load(args):
     if not args.target:
         raise ValueError("--target is required with a CSV file")
     Xtr, ytr, names = _read_csv(args.train, args.target)
-    multiclass = is_multiclass(ytr) or args.ordinal  # labels kept as read (cli_multiclass, ordinal_levels)
+    multiclass = has_several_classes(ytr) or args.ordinal  # labels kept as read (ordinal_levels)
     with warnings.catch_warnings():  # a single-member class: marginal_likelihood warns, once
         warnings.simplefilter("ignore", SingleMemberClassWarning)
         ytr_signed = ytr if multiclass else as_signed_labels(_label_values(ytr))
@@ -280,14 +283,23 @@ def run(args):
     return INTERRUPTED if interrupted else 0
 
 
+def _serving(served):
+    """The registry's approximations of which ``served(entry)`` holds (``_check_choices``)."""
+    return [a.name for a in registry.APPROXIMATIONS.values() if served(a)]
+
+
 def _check_choices(args):
-    """Combinations of options that do not fit together, before the data are read."""
-    if isinstance(args.inducing, int) and args.approximation not in ("ep", "laplace"):
-        raise ValueError(f"--inducing works with --approximation ep or laplace, not {args.approximation}")
+    """Combinations of options that do not fit together, before the data are read (the
+    registry's ``check`` runs again on the model ``ard_classifier`` builds)."""
+    approximation = args.approximation.partition("-")[0]
+    fitc = _serving(lambda a: "fitc" in a.structures)
+    if isinstance(args.inducing, int) and approximation not in fitc:
+        raise ValueError(f"--inducing works with --approximation {' or '.join(fitc)}, not {args.approximation}")
     if args.levels is not None and not args.ordinal:
         raise ValueError("--levels orders the labels of an --ordinal target")
-    if args.ordinal and args.approximation not in ("ep", "laplace"):
-        raise ValueError(f"--ordinal works with --approximation ep or laplace, not {args.approximation}")
+    ordinal = _serving(lambda a: "ordinal" in a.solvers)
+    if args.ordinal and approximation not in ordinal:
+        raise ValueError(f"--ordinal works with --approximation {' or '.join(ordinal)}, not {args.approximation}")
     if args.likelihood in ORDINAL_LIKELIHOODS and not args.ordinal:
         raise ValueError(f"--likelihood {args.likelihood} needs --ordinal (a target with ordered classes)")
     if args.ordinal and args.likelihood is not None and args.likelihood not in ORDINAL_LIKELIHOODS:
@@ -345,17 +357,32 @@ def _publish(staging, out):
         os.replace(staging / name, out / name)
 
 
+def _multiclass_likelihood(approximation, name=None):
+    """The multi-class likelihood that ``approximation`` integrates out (the one whose
+    ``approximations`` name it); ``name``, a --likelihood given, must be that one's. ValueError
+    naming the pairs otherwise."""
+    names = {a: key for key, lik in MULTICLASS_LIKELIHOODS.items() for a in lik.approximations}
+    if approximation not in names:
+        pairs = " or ".join(f"{a} ({key})" for a, key in names.items())
+        raise ValueError(f"the target has more than two classes: use --approximation {pairs}, not {approximation!r}")
+    if name is not None and name != names[approximation]:
+        raise ValueError(
+            f"the target has more than two classes: --likelihood {name} does not fit it with "
+            f"--approximation {approximation}; use --likelihood {names[approximation]} (or leave --likelihood out)")
+    return MULTICLASS_LIKELIHOODS[names[approximation]]()
+
+
 def _model_for(args, data):
     """(model, gp, likelihood, multiclass) of the command line's choices."""
     from ..gp.models import ard_classifier
 
-    multiclass = is_multiclass(data.y_train) or args.ordinal
+    multiclass = has_several_classes(data.y_train) or args.ordinal
     levels = None
     if args.ordinal:
         levels = ordinal_levels(data.y_train, args.levels)
         likelihood = ORDINAL_LIKELIHOODS[args.likelihood or "ordered-probit"]
     elif multiclass:
-        likelihood = likelihood_for(args.approximation, args.likelihood)
+        likelihood = _multiclass_likelihood(args.approximation, args.likelihood)
     elif args.likelihood in MULTICLASS_LIKELIHOODS:
         raise ValueError(f"--likelihood {args.likelihood} serves a target with more than two classes; this one has "
                          f"two: use one of {sorted(LIKELIHOODS)}")
@@ -520,7 +547,7 @@ def _fit_report(args, result, hyper, fit_time, out):
 
 def _test_report(args, gp, model, fitted, data, classes, y_test_labels, multiclass, out):
     """Predict the test rows, write predictions.csv; the report's test-set lines."""
-    from ..gp.models import classification_metrics
+    from ..gp.models import classification_metrics, multiclass_report
 
     t1 = time.perf_counter()
     if args.method == "nuts":
@@ -529,7 +556,8 @@ def _test_report(args, gp, model, fitted, data, classes, y_test_labels, multicla
         p = gp.predict(data.X_test, point=fitted.point, model=model)
     lines = ["", "## Test set", "", f"- prediction time: {time.perf_counter() - t1:.1f} s"]
     if multiclass:
-        return lines + test_report(p, gp.classes, data.y_test, out / "predictions.csv")
+        _write_class_predictions(out / "predictions.csv", p, gp.classes, data.y_test)
+        return lines + ([] if data.y_test is None else multiclass_report(p, gp.classes, data.y_test))
     _write_predictions(out / "predictions.csv", p, classes, y_test_labels)
     if data.y_test is not None:
         m = classification_metrics(p, data.y_test)
@@ -547,6 +575,19 @@ def _markdown_table(frame):
     for idx, row in frame.iterrows():
         lines.append(f"| {idx} | " + " | ".join(str(v) for v in row.tolist()) + " |")
     return "\n".join(lines)
+
+
+def _write_class_predictions(path, p, classes, labels):
+    """predictions.csv of a target with several classes: one probability column per class
+    (in the order of ``classes``), the most probable class and, when the test file has them,
+    the labels."""
+    classes = [str(c) for c in classes]
+    pred = np.array(classes)[np.argmax(p, axis=1)]
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["row", *[f"p_{c}" for c in classes], "predicted"] + (["label"] if labels is not None else []))
+        for i, row in enumerate(p):
+            w.writerow([i, *[f"{v:.6f}" for v in row], pred[i]] + ([labels[i]] if labels is not None else []))
 
 
 def _write_predictions(path, p, classes, labels):

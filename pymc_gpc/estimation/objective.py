@@ -73,7 +73,7 @@ class Objective:
         out = []
         for node in self.nodes:
             own = dict(node.op.options)
-            loose = dict(registry.get(node.op.approximation).coarse_fit_defaults)
+            loose = dict(registry.solver_for(node.op.approximation, node.op.likelihood_type).coarse_fit_defaults)
             out.append({} if all(own.get(k) == v for k, v in loose.items()) else loose)
         return out
 

@@ -1,4 +1,4 @@
-r"""GP classifiers for PyMC whose latent function is integrated out (EP, Laplace, mean field, ADF).
+r"""GP classifiers for PyMC whose latent functions are integrated out (EP, Laplace, mean field, ADF).
 
 Shaped like ``pm.gp.Marginal``: construct with a covariance function and a
 likelihood, then ``marginal_likelihood(name, X, y)`` adds
@@ -13,6 +13,29 @@ hyperparameters only (Barber & Williams 1997; Kim & Ghahramani 2003), and
 ``predict`` averages p(y* = gp.classes[1]) over the posterior draws (Barber & Williams
 eq. 9).
 
+Several classes are a property of the likelihood, not of the class: with a multi-class
+likelihood (``Softmax`` for ``MarginalLaplace``, ``MultinomialProbit`` for ``MarginalEP``;
+the likelihood names the approximations that serve it) the same classes integrate out c
+latent functions, a priori independent GPs,
+
+.. math::
+
+    f_k \sim GP(0, k_k), \quad k = 1..c, \qquad
+    \log q(y \mid X, \theta) \approx \log \int \prod_i p(y_i \mid f_{1..c}(x_i))
+        \prod_k N(f_k; 0, K_k)\, df,
+
+with one covariance function shared by all classes or a list of c of them (each may
+carry its own random hyperparameters), and ``predict`` gives an (m, c) array whose columns
+follow ``gp.classes``. Laplace with the softmax: Williams & Barber (1998), R&W Alg. 3.3;
+nested EP with the multinomial probit: Riihimaki, Jylanki & Vehtari (2013). The registry
+(``approximations.registry``) holds each approximation's solver per likelihood family and
+checks every combination (``registry.check``).
+
+Two words, two meanings: ``approximation`` (a class attribute: "ep", "laplace", "meanfield",
+"adf") is how the latent functions are integrated out; ``approx`` (a constructor argument, as
+in ``pm.gp.MarginalApprox``) is the sparse approximation of the prior, None (the dense
+kernel) or "FITC" (inducing points, then ``marginal_likelihood(..., Xu=...)``).
+
 Example
 -------
 >>> with pm.Model() as model:
@@ -23,10 +46,28 @@ Example
 ...     gp.marginal_likelihood("y", X=X, y=y)
 ...     idata = pymc_gpc.sample()   # NUTS at the sampler's EP tolerance; plain pm.sample is slower
 >>> p = gp.predict(Xnew, idata=idata)
+
+Several classes, one kernel per class:
+
+>>> with pm.Model() as model:
+...     log_ls = pm.Normal("log_ls", 0, 1, shape=3)
+...     covs = [pm.gp.cov.ExpQuad(d, ls=pt.exp(log_ls[k])) for k in range(3)]
+...     gp = pymc_gpc.MarginalLaplace(cov_func=covs, likelihood=pymc_gpc.likelihoods.Softmax())
+...     gp.marginal_likelihood("y", X=X, y=labels)   # 3 classes: ints, strings, categorical
+...     idata = pymc_gpc.sample()                   # plain pm.sample works, more slowly
+>>> p_classes = gp.predict(Xnew, idata=idata)        # (m, 3); columns follow gp.classes
+
+With ``approx="FITC"`` each class has the FITC prior K~_k = Q_k + Lambda_k
+(``structures.multiclass_fitc``: O(c^2 m^2 n) time and O(c m n) memory per posterior, no
+n x n matrix); ``marginal_likelihood(name, X, y, Xu=...)`` then takes one (m, d) set of
+inducing inputs shared by the classes, or one per class (a list of c of them or a (c, m, d)
+array), arrays or random variables (which get gradients too). The softmax predicts at
+Laplace's latent predictive mean by default (``Softmax(predictive="mean")``; ``"integrate"``
+and ``"probit"`` are the options), the multinomial probit integrates over nested EP's latent
+predictive; the ``{name}_loo`` terms always integrate.
 """
 
 import functools
-import inspect
 import threading
 
 import numpy as np
@@ -38,25 +79,15 @@ from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.traversal import ancestors
 from pytensor.tensor.random.op import RandomVariable
 
-from ..likelihoods.base import Likelihood, laplace_unsupported_message
-from ..likelihoods.multiclass import MulticlassLikelihood
-from ..likelihoods.ordinal import OrdinalLikelihood
-from .model_terms import add_evidence_terms, as_input_matrix, checked_input_matrix, checked_label_count, label_dims
-from ..ops.training_check import checked_training_tensor
 from ..approximations import registry
 from ..estimation.result import FitResult
-from .prediction import KERNEL_MODE, POINT_KERNEL_MODE, latent_predictions
+from ..ops.training_check import checked_training_tensor
 from ..ops import ApproxMarginalOp, LatentPredictiveOp
 from ..structures.select import select_structure
-from ..validation import (
-    as_ordinal_codes,
-    as_signed_labels,
-    binary_classes,
-    check_inputs,
-    check_kernel_columns,
-    check_training_values,
-    data_input,
-)
+from ..validation import check_inputs, check_kernel_columns, check_training_values, data_input
+from .labels import check_label_container, coded_labels, label_tensor
+from .model_terms import add_evidence_terms, as_input_matrix, checked_input_matrix, checked_label_count, label_dims
+from .prediction import KERNEL_MODE, POINT_KERNEL_MODE, latent_predictions
 
 __all__ = ["MarginalEP", "MarginalLaplace", "MarginalMeanField", "MarginalADF"]
 
@@ -65,39 +96,20 @@ _KERNEL_CACHE_SIZE = 8
 
 
 class _ApproximateMarginal:
-    """Shared machinery; subclasses set ``approximation``."""
+    """Shared machinery; subclasses set ``approximation`` (the registry's name of how the
+    latent functions are integrated out)."""
 
     approximation = None
 
-    def __new__(cls, *args, **kwargs):
-        """A multi-class likelihood (``likelihoods.multiclass``) builds the multi-class
-        variant of this classifier (the subclass of ``cls`` whose approximation is the
-        registry's ``multiclass_variant``: ``gp_multiclass``), or raises ValueError if this
-        approximation cannot integrate it out."""
-        likelihood = kwargs.get("likelihood")
-        if isinstance(likelihood, MulticlassLikelihood) and not hasattr(cls, "n_classes"):
-            cls = _subclass_for(cls, registry.multiclass_variant(cls.approximation, likelihood, cls.__name__))
-        return super().__new__(cls)
-
-    def __init_subclass__(cls, **kwargs):
-        """Give each classifier the signature of its ``__init__`` (keyword-only parameters):
-        without it ``inspect.signature``, IDEs and the API pages show ``__new__``'s
-        ``(*args, **kwargs)``."""
-        super().__init_subclass__(**kwargs)
-        parameters = list(inspect.signature(cls.__init__).parameters.values())[1:]  # without self
-        cls.__signature__ = inspect.Signature(parameters)
-
     def __init__(self, *, cov_func, likelihood, jitter=JITTER_DEFAULT, approx=None, **solver_options):
-        self.approx = registry.check_approx(approx, self.approximation)
-        if not isinstance(likelihood, Likelihood):
-            raise ValueError(
-                f"likelihood must be a pymc_gpc.likelihoods.Likelihood instance, got {likelihood!r}"
-            )
-        if isinstance(likelihood, OrdinalLikelihood) and self.approximation not in ("ep", "laplace"):
-            raise ValueError(f"{type(self).__name__} does not integrate out the ordinal likelihood "
-                             f"{type(likelihood).__name__}; use MarginalEP or MarginalLaplace")
-        if not callable(cov_func):
-            raise ValueError(f"cov_func must be a pm.gp.cov covariance function, got {cov_func!r}")
+        if "approximation" in solver_options:
+            raise ValueError(f"approximation= is not an option of {type(self).__name__} (whose approximation is "
+                             f"{self.approximation!r}): choose the class (MarginalEP, MarginalLaplace, ...); approx= "
+                             "names the sparse approximation of the prior (None or 'FITC')")
+        self.approx = registry.approx_option(approx)
+        registry.check(self.approximation, likelihood, select_structure(likelihood, self.approx).name)
+        self.several_classes = registry.family(likelihood) == "multiclass"
+        self.cov_funcs = _class_cov_funcs(cov_func, self.several_classes)
         if not jitter >= 0:
             raise ValueError(f"jitter must be >= 0, got {jitter}")
         self.cov_func = cov_func
@@ -114,6 +126,28 @@ class _ApproximateMarginal:
     def structure(self):
         """The prior structure (``structures.select``) of this GP's likelihood and ``approx``."""
         return select_structure(self.likelihood, self.approx)
+
+    @property
+    def n_classes(self):
+        """The number of classes of the labels ``marginal_likelihood`` was given (None before)."""
+        return None if self.classes is None else len(self.classes)
+
+    def class_cov_funcs(self):
+        """The c classes' covariance functions (a shared one repeated); several classes only."""
+        return self.cov_funcs or [self.cov_func] * self.n_classes
+
+    def class_kernels(self, X):
+        """The (c, n, n) stack K_k(X) + jitter I of several classes (a shared covariance is built once)."""
+        eye = self.jitter * pt.eye(X.shape[0])
+        if self.cov_funcs is None:
+            return pt.stack([self.cov_func(X) + eye] * self.n_classes)
+        return pt.stack([f(X) + eye for f in self.cov_funcs])
+
+    def _per_latent(self, build):
+        """``build(cov_func)`` of the one latent function, or its (c, ...) stack over the classes'."""
+        if not self.several_classes:
+            return build(self.cov_func)
+        return pt.stack([build(f) for f in self.class_cov_funcs()])
 
     def _op(self, hyper_names=()):
         """The evidence Op of this GP's prior structure."""
@@ -193,17 +227,19 @@ class _ApproximateMarginal:
 
     def _prior_inputs(self, X=None):
         """The evidence Op's kernel inputs at the training X (or ``X``): the structure's
-        ``kernel_inputs`` ([K], or with FITC [K_uu, K_uf, diag K_ff])."""
+        ``kernel_inputs`` ([K], with FITC [K_uu, K_uf, diag K_ff]; (c, ...) stacks for several classes)."""
         return self.structure.kernel_inputs(self, self.X if X is None else X)
 
     def _build_predictive(self, Xnew, full_cov):
+        """The latent predictive Op of this GP's prior structure at ``Xnew``: (mean, cov)."""
         structure = self.structure
         op = LatentPredictiveOp(self.approximation, type(self.likelihood), self.solver_options, full_cov,
                                 structure=structure)
         X = self._training_inputs()
         K_cross = structure.cross_covariances(self, X, Xnew)
-        K_star = self.cov_func(Xnew) if full_cov else self.cov_func(Xnew, diag=True)
-        return op(*self._prior_inputs(X), self.likelihood.params_tensor(), self.y, K_cross, K_star)
+        K_star = self._per_latent(lambda f: f(Xnew) if full_cov else f(Xnew, diag=True))
+        theta = [] if self.several_classes else [self.likelihood.params_tensor()]  # the multi-class Op takes none
+        return op(*self._prior_inputs(X), *theta, self.y, K_cross, K_star)
 
     # -- public verbs ----------------------------------------------------------------
 
@@ -222,20 +258,23 @@ class _ApproximateMarginal:
             ``pm.Data`` container of them (checked at its current values; its values are
             recorded: ``predict`` and ``conditional`` raise ValueError after a
             ``pm.set_data`` on it, since new inputs go in a separate container passed to them).
-        y : (n,) binary labels: {-1, +1}, {0, 1}, booleans, or two distinct strings
-            (more classes: a multi-class likelihood, ``gp_multiclass``); or a ``pm.Data``
+        y : (n,) labels, coded by the likelihood's family (``gp.labels``).
+            Binary: {-1, +1}, {0, 1}, booleans, or two distinct strings; or a ``pm.Data``
             container of numeric or boolean labels (values above 0 are the positive class;
             a ``pm.set_data`` to labels outside the two it was built with raises ValueError
-            where the container is evaluated).
-            ``self.classes`` then holds the two labels, the one ``predict`` gives the
-            probability of last.
-            With an ordinal likelihood (``OrderedProbit``, ``OrderedLogit``): integers
-            0..K-1, an ordered pandas categorical, or any labels with ``levels``; at least
-            3 levels (``validation.as_ordinal_codes``). ``self.classes`` then holds the K
-            levels, in the order of ``predict``'s columns.
+            where the container is evaluated). ``self.classes`` then holds the two labels,
+            the one ``predict`` gives the probability of last.
+            Ordinal (``OrderedProbit``, ``OrderedLogit``): integers 0..K-1, an ordered pandas
+            categorical, or any labels with ``levels``; at least 3 levels
+            (``validation.as_ordinal_codes``); also as a ``pm.Data`` container of codes.
+            Several classes (``Softmax``, ``MultinomialProbit``): c >= 2 classes as integers,
+            strings, booleans or a pandas categorical (a Series or a bare ``pd.Categorical``),
+            not a ``pm.Data`` container. ``self.classes`` then holds the K levels or c
+            classes, in the order of ``predict``'s columns.
         Xu : (m, d) inducing inputs, with ``approx="FITC"`` only (required there): an
             array (e.g. ``pm.gp.util.kmeans_inducing_points(m, X)``) or a tensor of random
-            variables, which then get gradients too. m <= n.
+            variables, which then get gradients too. m <= n. With several classes also a
+            list of c sets or a (c, m, d) array (one per class, all of one size m).
         levels : ordinal likelihoods only: the K labels from lowest to highest (for labels
             such as strings that carry no order of their own).
 
@@ -247,47 +286,28 @@ class _ApproximateMarginal:
         X = check_inputs(X_values)
         check_kernel_columns(self.cov_func, X.shape[1])
         y_values, y_tensor = data_input(y, "y")
-        if y_tensor is not None and not (np.issubdtype(np.asarray(y_values).dtype, np.number)
-                                         or np.asarray(y_values).dtype == bool):
-            raise ValueError("y as a pm.Data container must hold numeric or boolean labels ({0, 1}, {-1, +1})")
-        coded, classes = self._coded_labels(y_values, levels)
+        check_label_container(self.likelihood, y_values, y_tensor)
+        coded, classes = coded_labels(self.likelihood, y_values, levels)
+        if self.cov_funcs is not None and len(self.cov_funcs) != len(classes):
+            raise ValueError(f"cov_func lists {len(self.cov_funcs)} covariances but y holds {len(classes)} classes")
         if X.shape[0] != coded.shape[0]:
             raise ValueError(f"X has {X.shape[0]} rows but y has {coded.shape[0]} labels")
-        Xu = self.structure.check_inducing(Xu, X)
+        Xu = self.structure.check_inducing(Xu, X, n_classes=len(classes))
         self.classes = classes
         self._n_inputs = X.shape[1]
         self._record_training_container(X_tensor, X_values)
         if X_tensor is not None:
             X = checked_input_matrix(X_tensor, X.shape[1])
-        y = coded if y_tensor is None else checked_label_count(self._label_tensor(y_tensor), X, y_tensor.name)
+        if y_tensor is not None:
+            coded = checked_label_count(label_tensor(self.likelihood, y_tensor, classes), X, y_tensor.name)
         model = pm.modelcontext(None)
-        self.X, self.y, self.name, self.Xu, self.model = X, y, name, Xu, model
+        self.X, self.y, self.name, self.Xu, self.model = X, coded, name, Xu, model
         self._forget_kernel_functions()
         priors, params = self._prior_inputs(), self.likelihood.params_tensor()
         hyper_names, hyper = self._hyperparameters(model, [*priors, params])
-        log_z, *_, loo, n_iter, status = self._op(hyper_names)(*priors, params, y, hyper)
+        log_z, *_, loo, n_iter, status = self._op(hyper_names)(*priors, params, self.y, hyper)
         return add_evidence_terms(model, name, log_z, loo, n_iter, status,
                                   dims=label_dims(model, y_tensor))
-
-    def _coded_labels(self, y_values, levels):
-        """(the labels as the solvers take them, the classes in ``predict``'s order): binary
-        labels as -1 / +1 and (label coded -1, label coded +1); ordinal ones as 0..K-1 and
-        the K levels (``validation.as_ordinal_codes``)."""
-        if isinstance(self.likelihood, OrdinalLikelihood):
-            if self.likelihood.n_classes is None:
-                raise ValueError(f"{type(self.likelihood).__name__} needs its cutpoints (K-1 of them for K classes)")
-            return as_ordinal_codes(y_values, self.likelihood.n_classes, levels)
-        if levels is not None:
-            raise ValueError("levels= orders the labels of an ordinal likelihood (OrderedProbit, OrderedLogit); "
-                             f"{type(self.likelihood).__name__} is binary")
-        return as_signed_labels(y_values), binary_classes(y_values)
-
-    def _label_tensor(self, y_tensor):
-        """A ``pm.Data`` container of labels coded as the solvers take them, checked wherever it
-        is evaluated (``_signed_label_tensor``, ``_ordinal_label_tensor``)."""
-        if isinstance(self.likelihood, OrdinalLikelihood):
-            return _ordinal_label_tensor(y_tensor, self.likelihood.n_classes)
-        return _signed_label_tensor(y_tensor, self.classes)
 
     def conditional(self, name, Xnew, *, jitter=JITTER_DEFAULT, **kwargs):
         """The latent f* at ``Xnew`` under q, as a ``pm.MvNormal`` (for posterior predictive).
@@ -297,6 +317,12 @@ class _ApproximateMarginal:
         or directly from ``predict``. The variable is added to ``model=`` if given, else
         to the model that ``marginal_likelihood`` added the potential to (so it may be
         called after the ``with pm.Model()`` block).
+
+        With several classes, ``name`` is a deterministic of shape (m, c), the c latent
+        functions in the order of ``self.classes`` (as ``predict``'s columns), so that
+        ``pm.Categorical(..., p=pm.math.softmax(f, axis=-1))`` takes it directly; they are
+        drawn jointly (with their between-class correlations) as a ``pm.MvNormal`` named
+        ``{name}_stacked`` of length c m (class-major).
 
         ``Xnew`` may be a ``pm.Data`` container: ``pm.set_data({"Xnew": ...})`` then moves the
         predictions to other inputs (any number of rows), as for a GLM.
@@ -311,15 +337,19 @@ class _ApproximateMarginal:
         Xnew = self._check_new_inputs(Xnew, symbolic=True)
         self._check_training_container()
         mean, cov = self._build_predictive(Xnew, full_cov=True)
-        cov = cov + jitter * pt.eye(Xnew.shape[0])
+        size = Xnew.shape[0] * (self.n_classes if self.several_classes else 1)
         with self._model(kwargs.pop("model", None)):
-            return pm.MvNormal(name, mu=mean, cov=cov, **kwargs)
+            if not self.several_classes:
+                return pm.MvNormal(name, mu=mean, cov=cov + jitter * pt.eye(size), **kwargs)
+            f = pm.MvNormal(f"{name}_stacked", mu=mean.reshape((size,)), cov=cov + jitter * pt.eye(size), **kwargs)
+            return pm.Deterministic(name, f.reshape((self.n_classes, Xnew.shape[0])).T)
 
     def predict(self, Xnew, *, point=None, idata=None, model=None, return_latent=False, max_draws=None,
                 progressbar=True):
         """Class probabilities p(y* = gp.classes[1]) at ``Xnew``: of the positive class, the
         label coded +1 (True, 1, +1, or the later of two strings in sorted order). With an
-        ordinal likelihood, an (n*, K) array: p(y* = gp.classes[k]) in column k, rows summing to one.
+        ordinal likelihood or several classes, an (n*, K) array: p(y* = gp.classes[k]) in
+        column k, rows summing to one.
 
         Parameters
         ----------
@@ -334,12 +364,14 @@ class _ApproximateMarginal:
             ``marginal_likelihood`` added the potential to, so ``predict`` works after the
             ``with pm.Model()`` block).
         max_draws : with ``idata``, use at most this many draws, evenly thinned.
-        return_latent : also return the latent mean and variance (per draw with idata).
+        return_latent : also return the latent mean and variance (per draw with idata);
+            with several classes the means (c, n*) and per-point c x c covariances (n*, c, c).
         progressbar : with ``idata``, show PyMC's progress bar over the draws.
 
         Returns
         -------
-        p ((n*,), or (n*, K) for an ordinal likelihood), or (p, mean, var) with ``return_latent``.
+        p ((n*,), or (n*, K) for an ordinal likelihood or several classes), or (p, mean, var)
+        with ``return_latent``.
 
         Notes
         -----
@@ -349,10 +381,14 @@ class _ApproximateMarginal:
         ``model`` and reused by later calls at any new inputs, reading ``pm.Data``
         containers at each call (with ``idata=`` it is compiled at each call). Over draws EP stops at
         a site change of 1e-3, at one point at the engine's 1e-8, unless ``tol`` was
-        given to the constructor (``pymc_gpc.gp.prediction``). After ``pymc_gpc.fit``, pass
+        given to the constructor (the registry's ``prediction_defaults``, per likelihood
+        family; ``pymc_gpc.gp.prediction``). After ``pymc_gpc.fit``, pass
         the result (``point=result``) rather than ``result.point``: a cold start at the
         fitted point repeats the sweeps the fit already made
-        (``benchmarks/results/predict_warm.md``).
+        (``benchmarks/results/predict_warm.md``). With several classes the probabilities
+        come from ``self.likelihood.predict`` with the likelihood's own ``predictive``
+        (``Softmax``: the plug-in at Laplace's latent predictive mean unless built with
+        ``predictive="integrate"`` or ``"probit"``; ``MultinomialProbit``: the integral).
         """
         if (point is None) == (idata is None):
             raise ValueError("give exactly one of point= or idata=")
@@ -369,7 +405,8 @@ class _ApproximateMarginal:
             if missing:
                 raise ValueError(f"point is missing values for {missing}")
         draws = [tuple(np.asarray(pt_[n]) for n in names) for pt_ in points]
-        defaults = registry.get(self.approximation).prediction_defaults if idata is not None else {}
+        solver = registry.solver_for(self.approximation, self.likelihood)
+        defaults = solver.prediction_defaults if idata is not None else {}
         means, vars_, thetas = latent_predictions(
             self.approximation, self.likelihood, {**defaults, **dict(self.solver_options)}, self._labels(),
             functools.partial(fn, Xnew), draws,
@@ -398,13 +435,17 @@ class _ApproximateMarginal:
         """Tensors [prior inputs..., theta, cross-covariances, prior variances at Xnew].
 
         The prior inputs are the (n, n) kernel K, or with FITC K_uu, K_uf and diag K_ff
-        (the cross-covariances are then K_u*, (m, n*)).
+        (the cross-covariances are then K_u*, (m, n*)); (c, ...) stacks for several classes.
         """
         crosses = self.structure.cross_covariances(self, self.X, Xnew)
-        return [*self._prior_inputs(), self.likelihood.params_tensor(), crosses, self.cov_func(Xnew, diag=True)]
+        variances = self._per_latent(lambda f: f(Xnew, diag=True))
+        return [*self._prior_inputs(), self.likelihood.params_tensor(), crosses, variances]
 
     def _probabilities(self, mean, var, theta):
-        """Class probabilities from one draw's latent predictive."""
+        """Class probabilities from one draw's latent predictive: mean and variance (n*,), or
+        with several classes means (c, n*) and covariances (n*, c, c)."""
+        if self.several_classes:
+            return self.likelihood.predict(mean.T, var)
         return self.likelihood.predict(mean, var, theta)
 
     def _kernel_function(self, model):
@@ -483,45 +524,19 @@ class _OneCallAtATime:
         return getattr(self._fn, name)
 
 
-def _signed_label_tensor(y_tensor, classes):
-    """A ``pm.Data`` container of binary labels as -1 / +1 (values above 0 are +1), checked
-    wherever it is evaluated (the evidence, ``predict``, ``conditional``): a ValueError when
-    the container holds labels other than the two of ``classes`` it was built with (e.g.
-    ``pm.set_data`` to {1, 2}, which the coding would otherwise turn into all +1)."""
-    from pytensor.raise_op import CheckAndRaise
-
-    values = pt.flatten(y_tensor).astype("float64")
-    low, high = (float(c) for c in classes)
-    coded = pt.all(pt.or_(pt.eq(values, low), pt.eq(values, high)))
-    message = (f"the labels' pm.Data container {y_tensor.name!r} holds values other than the two classes "
-               f"{low:g} and {high:g} it was built with (pm.set_data of labels must keep that coding; "
-               "values above 0 are the positive class)")
-    values = CheckAndRaise(ValueError, message)(values, coded)
-    return pt.switch(pt.gt(values, 0), 1.0, -1.0)
-
-
-def _ordinal_label_tensor(y_tensor, n_classes):
-    """A ``pm.Data`` container of ordinal labels 0..K-1, checked wherever it is evaluated: a
-    ValueError when it holds anything else (e.g. after ``pm.set_data``)."""
-    from pytensor.raise_op import CheckAndRaise
-
-    values = pt.flatten(y_tensor).astype("float64")
-    coded = pt.all(pt.eq(values, pt.round(values)) & pt.ge(values, 0) & pt.le(values, n_classes - 1))
-    message = (f"the labels' pm.Data container {y_tensor.name!r} holds values other than the integers "
-               f"0..{n_classes - 1} of the ordinal likelihood's {n_classes} classes")
-    return CheckAndRaise(ValueError, message)(values, coded)
-
-
-def _subclass_for(cls, approximation):
-    """The subclass of ``cls`` (at any depth) whose ``approximation`` is ``approximation``:
-    found among the classes defined, so that this module need not import ``gp_multiclass``
-    (which subclasses the classes here; ``pymc_gpc/__init__`` imports it)."""
-    for sub in cls.__subclasses__():
-        if sub.approximation == approximation:
-            return sub
-        found = _subclass_for(sub, approximation)
-        if found is not None:
-            return found
+def _class_cov_funcs(cov_func, several_classes):
+    """The list of the c classes' covariance functions a multi-class GP was given, or None
+    (one covariance function, shared by the classes); ValueError for anything else."""
+    if several_classes and isinstance(cov_func, (list, tuple)):
+        funcs = list(cov_func)
+        if not funcs or not all(callable(f) for f in funcs):
+            raise ValueError(f"cov_func must be a pm.gp.cov covariance function or a list of them, got {cov_func!r}")
+        if len(funcs) < 2:
+            raise ValueError(f"a list cov_func needs one covariance per class (c >= 2), got {len(funcs)}")
+        return funcs
+    if not callable(cov_func):
+        lists = " or a list of them" if several_classes else ""
+        raise ValueError(f"cov_func must be a pm.gp.cov covariance function{lists}, got {cov_func!r}")
     return None
 
 
@@ -546,27 +561,41 @@ class MarginalEP(_ApproximateMarginal):
 
     Parameters
     ----------
-    cov_func : any ``pm.gp.cov`` covariance (sums and products included).
+    cov_func : any ``pm.gp.cov`` covariance (sums and products included); with a multi-class
+        likelihood, one shared by the c classes or a list of c of them.
     likelihood : a ``pymc_gpc.likelihoods`` instance; its parameters may be random variables.
+        Binary, ordinal (``OrderedProbit``, ``OrderedLogit``) or, for several classes,
+        ``MultinomialProbit`` (nested EP, Riihimaki et al. 2013): the likelihood's family
+        chooses the registry's solver (``approximations.registry``).
     jitter : added to the diagonal of :math:`K` (with FITC: of :math:`K_{uu}` and
-        :math:`\operatorname{diag} K_{ff}`).
-    approx : None (the dense :math:`n \times n` kernel) or "FITC": the inducing-point prior
+        :math:`\operatorname{diag} K_{ff}`; with several classes: of every class's).
+    approx : the sparse approximation of the prior, as in ``pm.gp.MarginalApprox``: None
+        (the dense :math:`n \times n` kernel) or "FITC", the inducing-point prior
         :math:`K \approx Q + \Lambda` (Snelson & Ghahramani 2006; Naish-Guzman & Holden 2008) in
-        :math:`O(n m^2)` time and :math:`O(n m)` memory, as ``pm.gp.MarginalApprox(approx="FITC")``;
-        ``marginal_likelihood`` then takes the inducing inputs ``Xu``.
-    **solver_options : passed to ``pymc_gpc.ep`` (method, damping, tol, max_sweeps);
-        in ``pymc_gpc.sample``'s sampler tol defaults to 1e-2
-        (``pymc_gpc.approximations.registry``), while every other use of the model's
+        :math:`O(n m^2)` time and :math:`O(n m)` memory; ``marginal_likelihood`` then takes
+        the inducing inputs ``Xu``. Not to be confused with the class attribute
+        ``approximation`` ("ep"), how the latent functions are integrated out.
+    **solver_options : passed to ``pymc_gpc.ep`` (method, damping, tol, max_sweeps), or for
+        several classes to ``pymc_gpc.multinomial_probit_ep`` (tol, damping, max_sweeps,
+        inner_tol); in ``pymc_gpc.sample``'s sampler tol defaults to 1e-2 (several classes:
+        1e-4) (``pymc_gpc.approximations.registry``), while every other use of the model's
         logp and gradient (``pm.sample``, ``pm.find_MAP``, ``model.compile_dlogp``, ADVI),
         ``pymc_gpc.fit`` and ``predict`` at a point get the engine's 1e-8 (``predict``
         over posterior draws 1e-3: ``pymc_gpc.gp.prediction``).
 
+    Attributes
+    ----------
+    approximation : "ep", the registry's name (``approximations.registry.APPROXIMATIONS``).
+    classes : the labels ``marginal_likelihood`` was given, in ``predict``'s order.
+
     Raises
     ------
     ValueError
-        When the likelihood is not an instance of ``pymc_gpc.likelihoods``, ``approx`` is
-        not None or "FITC", or ``marginal_likelihood`` is given bad inputs (non-finite
-        values, labels that are not two classes, mismatched lengths).
+        When the likelihood is not an instance of ``pymc_gpc.likelihoods`` or is a multi-class
+        likelihood EP does not integrate out (``Softmax``: use ``MarginalLaplace``), ``approx``
+        is not None or "FITC", or ``marginal_likelihood`` is given bad inputs (non-finite
+        values, labels that do not fit the likelihood, mismatched lengths); the checks are
+        the registry's ``check``.
 
     Notes
     -----
@@ -604,18 +633,25 @@ class MarginalEP(_ApproximateMarginal):
 class MarginalLaplace(_ApproximateMarginal):
     """GP classifier whose latent function is integrated out by Laplace's method.
 
-    Parameters as for ``MarginalEP``; solver options go to ``pymc_gpc.laplace``.
+    Parameters as for ``MarginalEP``; solver options go to ``pymc_gpc.laplace`` (tol,
+    max_iter), or for several classes to ``pymc_gpc.softmax_laplace``. The multi-class
+    likelihood it integrates out is ``Softmax`` (Williams & Barber 1998; R&W Alg. 3.3).
     The step likelihood has no Laplace approximation (ValueError).
 
     The potential is Laplace's approximation at the posterior mode (Rasmussen & Williams
     eq. 3.32, Alg. 3.1); its gradient includes the mode's implicit dependence on K
     (Alg. 5.1), in adjoint form (Margossian et al. 2020).
 
+    Attributes
+    ----------
+    approximation : "laplace", the registry's name.
+    classes : the labels ``marginal_likelihood`` was given, in ``predict``'s order.
+
     Raises
     ------
     ValueError
-        For the step likelihood (piecewise constant: no Laplace approximation), or bad
-        inputs as for ``MarginalEP``.
+        For the step likelihood (piecewise constant: no Laplace approximation), a
+        multi-class likelihood other than ``Softmax``, or bad inputs as for ``MarginalEP``.
 
     Examples
     --------
@@ -634,11 +670,6 @@ class MarginalLaplace(_ApproximateMarginal):
 
     approximation = "laplace"
 
-    def __init__(self, *, cov_func, likelihood, jitter=JITTER_DEFAULT, approx=None, **solver_options):
-        if isinstance(likelihood, Likelihood) and not likelihood.supports_laplace:
-            raise ValueError(laplace_unsupported_message(likelihood))
-        super().__init__(cov_func=cov_func, likelihood=likelihood, jitter=jitter, approx=approx, **solver_options)
-
 
 class MarginalMeanField(_ApproximateMarginal):
     """GP classifier whose latent function is integrated out by a mean-field method.
@@ -655,8 +686,8 @@ class MarginalMeanField(_ApproximateMarginal):
     Raises
     ------
     ValueError
-        For a ``variant`` other than "ensemble" or "naive", ``approx="FITC"`` or a
-        multi-class likelihood.
+        For a ``variant`` other than "ensemble" or "naive", ``approx="FITC"``, an ordinal
+        or a multi-class likelihood.
 
     Examples
     --------
@@ -699,7 +730,7 @@ class MarginalADF(_ApproximateMarginal):
     Raises
     ------
     ValueError
-        For ``approx="FITC"`` or a multi-class likelihood.
+        For ``approx="FITC"``, an ordinal or a multi-class likelihood.
 
     Examples
     --------

@@ -1,4 +1,4 @@
-"""What every GP classifier (``gp.marginal``, ``gp.multiclass``) adds to a PyMC model: its inputs as a
+"""What every GP classifier (``gp.marginal``) adds to a PyMC model: its inputs as a
 matrix tensor, and the evidence potential with its deterministics."""
 
 import pymc as pm

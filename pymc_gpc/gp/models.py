@@ -19,22 +19,31 @@ from .marginal import MarginalADF, MarginalEP, MarginalLaplace, MarginalMeanFiel
 from ..kernels import MixedARD, ard_kernels
 from ..approximations import registry
 from ..likelihoods.binary import Probit
-from ..likelihoods.multiclass import MulticlassLikelihood, MultinomialProbit, Softmax
+from ..likelihoods.multiclass import MULTICLASS_LIKELIHOODS, MulticlassLikelihood
 from ..likelihoods.ordinal import OrdinalLikelihood
+from ..structures.select import select_structure
 from ..validation import as_class_codes, as_ordinal_codes, check_inputs
 
 # Where the chains start log v0 (``ard_classifier``'s docstring); comparisons that
 # build the same model by hand (the benchmark's and the notebook's pm.gp.Latent) use it.
 LOG_V0_START = 0.0
 
-# ``approximation=`` names: the registry's entries whose classifier class is built for them
-# (the multi-class entries are variants reached through the same classes).
+# ``approximation=`` names: the registry's entries and the classifier class that builds each
 _CLASSES = {cls.__name__: cls for cls in (MarginalEP, MarginalLaplace, MarginalMeanField, MarginalADF)}
-APPROXIMATIONS = {a.name: _CLASSES[a.classifier] for a in registry.APPROXIMATIONS.values()
-                  if _CLASSES[a.classifier].approximation == a.name}
+APPROXIMATIONS = {a.name: _CLASSES[a.classifier] for a in registry.APPROXIMATIONS.values()}
 
-# The multi-class likelihood ``ard_classifier`` gives a target with more than two classes.
-MULTICLASS_LIKELIHOODS = {"laplace": Softmax, "ep": MultinomialProbit}
+
+def multiclass_likelihood(approximation):
+    """The multi-class likelihood that ``approximation`` integrates out (the one of
+    ``likelihoods.MULTICLASS_LIKELIHOODS`` whose ``approximations`` name it), a new instance:
+    ``ard_classifier``'s, the command line's and the scikit-learn estimators' default for a
+    target with more than two classes; ValueError naming the pairs otherwise."""
+    for likelihood in MULTICLASS_LIKELIHOODS.values():
+        if approximation in likelihood.approximations:
+            return likelihood()
+    pairs = " or ".join(f"{a!r} ({name})" for name, likelihood in MULTICLASS_LIKELIHOODS.items()
+                        for a in likelihood.approximations)
+    raise ValueError(f"y holds more than two classes: use approximation={pairs}, not {approximation!r}")
 
 
 def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.0),
@@ -46,9 +55,12 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
     ----------
     X, y : training inputs (n, d) and labels: two classes, or more (then a multi-class
         likelihood, ``per_class`` kernels by default).
-    approximation : "ep", "laplace", "meanfield" (with ``variant="ensemble"`` or
-        ``"naive"`` among the solver options) or "adf" (no gradient: not for NUTS).
-        More than two classes: "laplace" (softmax) or "ep" (multinomial probit, nested EP).
+    approximation : how the latent functions are integrated out, the registry's name and the
+        class built (``MarginalEP.approximation``): "ep", "laplace", "meanfield" (with
+        ``variant="ensemble"`` or ``"naive"`` among the solver options) or "adf" (no
+        gradient: not for NUTS). More than two classes: "laplace" (softmax) or "ep"
+        (multinomial probit, nested EP). The sparse approximation of the prior, the GP
+        classes' ``approx``, is chosen by ``inducing``.
     likelihood : a ``pymc_gpc.likelihoods`` instance (default ``Probit()`` for two classes,
         ``Softmax()`` with Laplace and ``MultinomialProbit()`` with EP for more), or an
         ordinal likelihood class (``pymc_gpc.OrderedProbit`` or ``OrderedLogit``, the class
@@ -90,7 +102,8 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
     ValueError
         For an unknown ``approximation``, a ``prior`` that is not a finite (mean, sd > 0)
         pair, bad inputs, ``inducing`` with mean field or ADF, or ``per_class`` with a
-        binary likelihood, or ``learn_inducing`` without ``inducing``.
+        binary likelihood, or ``learn_inducing`` without ``inducing``, or ``approx=`` (use
+        ``inducing``); the combination is checked by ``approximations.registry.check``.
 
     Notes
     -----
@@ -120,6 +133,9 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
     >>> model, gp = pymc_gpc.ard_classifier(glass.X, glass.y, approximation="laplace")  # doctest: +SKIP
     >>> result = pymc_gpc.fit(model, method="map")  # doctest: +SKIP
     """
+    if "approx" in solver_options:
+        raise ValueError("ard_classifier chooses the prior with inducing= (None: the dense kernel; a number m or an "
+                         "(m, d) array: FITC, the GP classes' approx='FITC'), not approx=")
     X = check_inputs(X)
     inducing = auto_inducing(X.shape[0], approximation) if _is_auto(inducing) else inducing
     if learn_inducing and inducing is None:
@@ -136,12 +152,12 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
     names = list(feature_names) if feature_names is not None else [f"x{m}" for m in range(d)]
     if len(names) != d:
         raise ValueError(f"feature_names has {len(names)} names for {d} input columns")
-    if likelihood is None and _several_classes(y):
-        if approximation not in MULTICLASS_LIKELIHOODS:
-            raise ValueError(f"y holds more than two classes: use approximation='laplace' (softmax) or 'ep' "
-                             f"(multinomial probit), not {approximation!r}")
-        likelihood = MULTICLASS_LIKELIHOODS[approximation]()
+    if likelihood is None and has_several_classes(y):
+        likelihood = multiclass_likelihood(approximation)
     likelihood = Probit() if likelihood is None else likelihood
+    approx = "FITC" if inducing is not None else None
+    if not isinstance(likelihood, type):  # an ordinal class: its instance is checked by the GP class
+        registry.check(approximation, likelihood, select_structure(likelihood, approx).name)
     several = isinstance(likelihood, MulticlassLikelihood) or (isinstance(likelihood, type)
                                                                and issubclass(likelihood, OrdinalLikelihood))
     if several and (kernel != "se" or linear):
@@ -155,8 +171,7 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
         with pm.Model(coords={"feature": names}) as model:
             cov = ard_kernels(d, classes, prior=prior, bias=bias, shared=per_class is False,
                               feature_names=names, log_v0_start=LOG_V0_START)
-            extra = {"approx": "FITC"} if inducing is not None else {}
-            gp = APPROXIMATIONS[approximation](cov_func=cov, likelihood=likelihood, **extra, **solver_options)
+            gp = APPROXIMATIONS[approximation](cov_func=cov, likelihood=likelihood, approx=approx, **solver_options)
             if inducing is None:
                 gp.marginal_likelihood(name, X=X, y=y)
             else:  # multi-class FITC: marginal_likelihood takes Xu where the classifier supports it
@@ -169,11 +184,10 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
         raise ValueError(f"kernel must be one of {BINARY_KERNELS}, got {kernel!r}")
     with pm.Model(coords={"feature": names}) as model:
         cov = _binary_kernel(d, kernel, linear, bias, mu, sd)
+        gp = APPROXIMATIONS[approximation](cov_func=cov, likelihood=likelihood, approx=approx, **solver_options)
         if inducing is None:
-            gp = APPROXIMATIONS[approximation](cov_func=cov, likelihood=likelihood, **solver_options)
             gp.marginal_likelihood(name, X=X, y=y)
         else:
-            gp = APPROXIMATIONS[approximation](cov_func=cov, likelihood=likelihood, approx="FITC", **solver_options)
             gp.marginal_likelihood(name, X=X, y=y, Xu=_inducing_inputs(inducing, X, learn_inducing))
     return model, gp
 
@@ -208,13 +222,9 @@ def auto_inducing(n, approximation="ep"):
     without FITC (mean field, ADF).
 
     Override with ``inducing=None`` (dense whatever n) or ``inducing=m``."""
-    if approximation not in FITC_APPROXIMATIONS:
+    if approximation not in APPROXIMATIONS or "fitc" not in registry.get(approximation).structures:
         return None
     return inducing_count(n) if n > DENSE_MAX_ROWS else None
-
-
-# the approximations with a FITC prior
-FITC_APPROXIMATIONS = ("ep", "laplace")
 
 # ``ard_classifier``'s ``kernel=`` choices for one latent function
 BINARY_KERNELS = ("se", "matern52")
@@ -270,7 +280,7 @@ def _ordinal_level_count(y, levels):
     return 0  # as_ordinal_codes then names what is missing
 
 
-def _several_classes(y):
+def has_several_classes(y):
     """Whether labels ``y`` hold more than two distinct values (a pandas categorical: categories)."""
     if getattr(getattr(y, "dtype", None), "name", None) == "category":
         cat = y.cat if hasattr(y, "cat") else y
@@ -384,6 +394,43 @@ def classification_metrics(p, y):
     errors = int(np.sum((p > 0.5) != positive))
     mlp = float(np.mean(np.log(np.where(positive, p, 1.0 - p))))
     return {"errors": errors, "n": int(len(y)), "error_rate": errors / len(y), "mean_log_pred": mlp}
+
+
+def confusion_matrix(classes, y_true, y_pred):
+    """Counts (c, c): rows are true classes, columns predicted, in the order of ``classes``
+    (true labels outside ``classes`` are left out)."""
+    index = {c: k for k, c in enumerate(classes)}
+    out = np.zeros((len(classes), len(classes)), dtype=int)
+    for t, p in zip(y_true, y_pred):
+        if t in index:
+            out[index[t], index[p]] += 1
+    return out
+
+
+def multiclass_report(p, classes, y):
+    """The test-set lines of a multi-class report (Markdown) from probabilities ``p`` (n, c),
+    columns in the order of ``classes``, and the true labels ``y``: errors (the most probable
+    class), mean log predictive probability of the true class, and the confusion matrix."""
+    classes = [str(c) for c in classes]
+    pred = np.array(classes)[np.argmax(p, axis=1)]
+    y = np.asarray(y).astype(str)
+    unknown = sorted(str(v) for v in set(y) - set(classes))
+    if unknown:
+        return [f"- test labels not seen in training: {unknown} (counted as errors)"]
+    errors = int(np.sum(pred != y))
+    col = {c: k for k, c in enumerate(classes)}
+    p_true = np.clip(p[np.arange(len(y)), [col[c] for c in y]], 1e-300, 1.0)
+    cm = confusion_matrix(classes, y, pred)
+    lines = [
+        f"- test errors: {errors} / {len(y)} ({100 * errors / len(y):.1f} %)",
+        f"- mean test log predictive: {float(np.mean(np.log(p_true))):.4f}",
+        "",
+        "Confusion matrix (rows: true class, columns: predicted):",
+        "",
+        "| true \\ predicted | " + " | ".join(classes) + " |",
+        "|---" * (len(classes) + 1) + "|",
+    ]
+    return lines + [f"| {c} | " + " | ".join(str(v) for v in cm[k]) + " |" for k, c in enumerate(classes)]
 
 
 def label_noise_classifier(X, y, *, epsilon=None, lengthscales="multiple", latent_noise=True,

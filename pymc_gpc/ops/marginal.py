@@ -164,7 +164,7 @@ class ApproxMarginalOp(Op):
     Parameters
     ----------
     approximation : a key of ``approximations.registry.APPROXIMATIONS``: "ep", "laplace",
-        "meanfield" or "adf"; "laplace-multiclass" or "ep-multiclass" for several classes.
+        "meanfield" or "adf" (a registry name; its solver follows the likelihood's family).
         ValueError unless it serves ``structure``.
     likelihood_type : a ``pymc_gpc.likelihoods.Likelihood`` subclass (a
         ``MulticlassLikelihood`` one for the multi-class structures); its parameter values
@@ -398,7 +398,7 @@ class ApproxMarginalOp(Op):
         """The solver's options (a new dict): the registry's ``sampling_defaults`` (with
         ``sampling``) or ``engine_defaults`` under the Op's, and the LOO deferred where
         ``defer_loo`` is set. A backend's own solver reads its tolerances here."""
-        entry = registry.APPROXIMATIONS[self.approximation]
+        entry = registry.solver_for(self.approximation, self.likelihood_type)
         defaults = entry.sampling_defaults if self.sampling else entry.engine_defaults
         options = {**defaults, **dict(self.options)}
         if self.defer_loo:
@@ -486,7 +486,8 @@ class ApproxMarginalOp(Op):
         with finite entries, valid likelihood parameters and non-negative warm-start sites.
         Anything else, and any run ``ep_warm`` declines or that raises, goes through
         ``ep`` with its checks and retries (which give the error, or -inf, status 2)."""
-        if (not self.structure.compiled_ep_loop or self.approximation != "ep"
+        if (not self.structure.compiled_ep_loop
+                or not registry.solver_for(self.approximation, self.likelihood_type).compiled_loop
                 or not options.keys() <= {"tol", "max_sweeps"}):
             return None
         n = y.shape[0] if y.ndim == 1 else 0

@@ -29,8 +29,8 @@ from .test_jax_fitc import assert_same_posterior, sample_both  # noqa: E402
 N, C, M = 12, 3, 4
 # the numba solvers at a tight tolerance: both backends at the same fixed point
 CASES = {
-    "laplace": ("laplace-multiclass", L.Softmax, (("tol", 1e-12),), softmax_laplace),
-    "ep": ("ep-multiclass", L.MultinomialProbit, (("tol", 1e-11),), multinomial_probit_ep),
+    "laplace": ("laplace", L.Softmax, (("tol", 1e-12),), softmax_laplace),
+    "ep": ("ep", L.MultinomialProbit, (("tol", 1e-11),), multinomial_probit_ep),
 }
 LS = np.array([1.0, 0.7, 1.5])  # per-class lengthscales
 

@@ -38,8 +38,8 @@ AMP = np.array([1.0, 2.0, 0.5])  # per-class amplitude and lengthscale factors
 LS = np.array([1.0, 0.7, 1.5])
 JITTER = 1e-6
 # the numba solvers at a tight tolerance: both backends at the same fixed point
-CASES = {"laplace": ("laplace-multiclass", softmax_laplace, L.Softmax, {"tol": 1e-12}),
-         "ep": ("ep-multiclass", multinomial_probit_ep, L.MultinomialProbit, {"tol": 1e-11})}
+CASES = {"laplace": ("laplace", softmax_laplace, L.Softmax, {"tol": 1e-12}),
+         "ep": ("ep", multinomial_probit_ep, L.MultinomialProbit, {"tol": 1e-11})}
 _FAST = {"xla_backend_optimization_level": 0}
 
 _rng = np.random.default_rng(5)

@@ -21,7 +21,7 @@ from pymc_gpc.approximations import registry
 from pymc_gpc.estimation import objective as OBJ
 from pymc_gpc.likelihoods import MultinomialProbit
 
-NESTED_EP = "ep-multiclass"
+NESTED_EP = "ep"  # with the multinomial probit: its multi-class solver (nested EP)
 
 
 def _spy(monkeypatch, module):
@@ -58,7 +58,7 @@ def _hyper(result):
 
 def test_coarse_first_run_uses_the_registry_field_and_ends_at_the_exact_optimum(nested_ep_model, monkeypatch):
     model, _, _ = nested_ep_model
-    coarse = dict(registry.get(NESTED_EP).coarse_fit_defaults)
+    coarse = dict(registry.solver_for(NESTED_EP, MultinomialProbit).coarse_fit_defaults)
     assert coarse.get("tol", 0.0) > 1e-8  # the field is set for nested EP: its first run is coarse
     calls = _spy(monkeypatch, OBJ)
     two_runs = pymc_gpc.fit(model, method="map", progressbar=False)
@@ -68,7 +68,9 @@ def test_coarse_first_run_uses_the_registry_field_and_ends_at_the_exact_optimum(
     assert len(tols) > n_coarse and all(t is None for t in tols[n_coarse:])  # then the Op's own tol
 
     entry = registry.APPROXIMATIONS[NESTED_EP]
-    monkeypatch.setitem(registry.APPROXIMATIONS, NESTED_EP, dataclasses.replace(entry, coarse_fit_defaults={}))
+    exact = dataclasses.replace(entry.solvers["multiclass"], coarse_fit_defaults={})
+    monkeypatch.setitem(registry.APPROXIMATIONS, NESTED_EP,
+                        dataclasses.replace(entry, solvers={**entry.solvers, "multiclass": exact}))
     calls.clear()
     one_run = pymc_gpc.fit(model, method="map", progressbar=False)
     assert all(c.get("tol") is None for c in calls)  # without the field: one run, exact solves

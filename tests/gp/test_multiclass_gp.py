@@ -80,8 +80,8 @@ def test_potential_value_and_gradient(setup, shared):
     assert np.allclose(g, fd, rtol=2e-3, atol=2e-3), (g, fd)  # the Op runs at the sampling tolerance
 
 
-@pytest.mark.parametrize("key, cls, lik", [("laplace-multiclass", pymc_gpc.MarginalLaplace, Softmax),
-                                           ("ep-multiclass", pymc_gpc.MarginalEP, MultinomialProbit)])
+@pytest.mark.parametrize("key, cls, lik", [("laplace", pymc_gpc.MarginalLaplace, Softmax),
+                                           ("ep", pymc_gpc.MarginalEP, MultinomialProbit)])
 def test_sampler_asks_for_a_rough_gradient_and_fit_does_not(monkeypatch, key, cls, lik):
     """The Op's solves in ``pymc_gpc.sample``'s sampler (graphs compiled within
     ``sampling_tolerance()``) ask ``softmax_laplace`` and ``multinomial_probit_ep`` for the
@@ -92,14 +92,16 @@ def test_sampler_asks_for_a_rough_gradient_and_fit_does_not(monkeypatch, key, cl
     from pymc_gpc.approximations.registry import APPROXIMATIONS
     from pymc_gpc.ops.rewrites import sampling_tolerance
 
-    original, asked = APPROXIMATIONS[key].solver, []
+    entry = APPROXIMATIONS[key]
+    original, asked = entry.solvers["multiclass"].solve, []
 
     def recording(*args, **kwargs):
         # (rough?, called by fit or predict: they pass with_grad, the Op does not)
         asked.append((kwargs.get("rough_gradient", False), "with_grad" in kwargs))
         return original(*args, **kwargs)
 
-    monkeypatch.setitem(APPROXIMATIONS, key, dataclasses.replace(APPROXIMATIONS[key], solver=recording))
+    solvers = {**entry.solvers, "multiclass": dataclasses.replace(entry.solvers["multiclass"], solve=recording)}
+    monkeypatch.setitem(APPROXIMATIONS, key, dataclasses.replace(entry, solvers=solvers))
     X, labels, _ = _data()
     model, gp = _model(cls, lik, X, labels, shared=True)
     point = {"log_ls": np.array([0.2]), "log_v": np.array(0.7)}
@@ -217,6 +219,28 @@ def test_errors():
             gp.predict(X, point={})
 
 
+@pytest.mark.parametrize("cls, lik", [(pymc_gpc.MarginalLaplace, Softmax), (pymc_gpc.MarginalEP, MultinomialProbit)])
+def test_several_classes_are_the_likelihood_not_a_class(cls, lik):
+    """The class built is the class named (no subclass swapped in), its approximation the
+    registry's entry; a shared kernel and a list of c kernels stack as (c, n, n), the shared one
+    repeated, against the kernels computed directly."""
+    X, labels, _ = _data(9)
+    with pm.Model():
+        gp = cls(cov_func=pm.gp.cov.ExpQuad(1, ls=1.3), likelihood=lik())
+        gp.marginal_likelihood("y", X=X, y=labels)
+    assert type(gp) is cls and gp.approximation == ("laplace" if lik is Softmax else "ep")
+    assert gp.several_classes and gp.n_classes == 3 and list(gp.classes) == ["high", "low", "mid"]
+    K = rbf(X, 1.3, 1.0, jitter=0.0)
+    np.testing.assert_allclose(gp.class_kernels(pt.as_tensor(X[:, None])).eval(),
+                               np.stack([K + gp.jitter * np.eye(9)] * 3), atol=1e-12)
+    covs = [pm.gp.cov.ExpQuad(1, ls=ls) for ls in (0.5, 1.0, 2.0)]
+    with pm.Model():
+        gp = cls(cov_func=covs, likelihood=lik())
+        gp.marginal_likelihood("y", X=X, y=labels)
+    expected = [rbf(X, ls, 1.0, jitter=0.0) + gp.jitter * np.eye(9) for ls in (0.5, 1.0, 2.0)]
+    np.testing.assert_allclose(gp.class_kernels(pt.as_tensor(X[:, None])).eval(), np.stack(expected), atol=1e-12)
+
+
 def test_cli_multiclass_confusion_matrix(tmp_path):
     from pymc_gpc.cli.command import main
     from pymc_gpc.datasets import load_fgl
@@ -239,6 +263,25 @@ def test_cli_multiclass_confusion_matrix(tmp_path):
     assert errors <= 14  # 40 test fragments of 3 classes; the majority class alone gets ~21 wrong
     header = (tmp_path / "out" / "predictions.csv").read_text().splitlines()[0]
     assert header.startswith("row,p_Head,p_WinF,p_WinNF,predicted")
+
+
+def test_confusion_matrix_and_report_count_by_hand():
+    """``gp.models.confusion_matrix`` and ``multiclass_report`` on six labels counted by hand."""
+    from pymc_gpc.gp.models import confusion_matrix, multiclass_report
+
+    classes = ["a", "b", "c"]
+    y = ["a", "a", "b", "c", "c", "c"]
+    p = np.array([[0.7, 0.2, 0.1], [0.2, 0.5, 0.3], [0.1, 0.8, 0.1], [0.2, 0.2, 0.6], [0.5, 0.1, 0.4],
+                  [0.1, 0.1, 0.8]])
+    pred = np.array(classes)[p.argmax(axis=1)]
+    np.testing.assert_array_equal(confusion_matrix(classes, y, pred), [[1, 1, 0], [0, 1, 0], [1, 0, 2]])
+    lines = multiclass_report(p, classes, y)
+    assert lines[0] == "- test errors: 2 / 6 (33.3 %)"
+    expected = np.mean(np.log([0.7, 0.2, 0.8, 0.6, 0.4, 0.8]))
+    assert lines[1] == f"- mean test log predictive: {expected:.4f}"
+    assert lines[-1] == "| c | 1 | 0 | 2 |"
+    assert multiclass_report(p, classes, ["a", "a", "b", "c", "c", "z"]) == [
+        "- test labels not seen in training: ['z'] (counted as errors)"]
 
 
 def test_nuts_recovers_the_grid_posterior():
@@ -289,7 +332,7 @@ def test_op_warns_and_fails_cleanly():
 
     X, labels, y = _data(12)
     K = np.array([rbf(X, 1.0, 4.0)] * 3)
-    op = ApproxMarginalOp("laplace-multiclass", Softmax, (("max_iter", 1),), structure=DENSE_MULTICLASS)
+    op = ApproxMarginalOp("laplace", Softmax, (("max_iter", 1),), structure=DENSE_MULTICLASS)
     Kv = pt.dtensor3("K")
     out = op(Kv, pt.zeros((0,)), y.astype(float))
     fn = pytensor.function([Kv], [out[0], out[5]])

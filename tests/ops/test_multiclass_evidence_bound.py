@@ -20,7 +20,7 @@ from pymc_gpc.approximations import registry, solve as solve_module
 from pymc_gpc.ops import STATUS_FAILED, ApproxMarginalOp
 from pymc_gpc.structures.select import DENSE_MULTICLASS, FITC_MULTICLASS
 
-CASES = [("laplace-multiclass", L.Softmax), ("ep-multiclass", L.MultinomialProbit)]
+CASES = [("laplace", L.Softmax), ("ep", L.MultinomialProbit)]
 
 
 def _data(n=12, c=3, m=5):

@@ -67,7 +67,7 @@ def test_op_gradients_through_a_pymc_kernel_match_finite_differences(approx, lik
         assert g_th[0] == pytest.approx(fd, rel=1e-5, abs=1e-7)
 
 
-@pytest.mark.parametrize("approx, lik_type", [("laplace-multiclass", L.Softmax), ("ep-multiclass", L.MultinomialProbit)])
+@pytest.mark.parametrize("approx, lik_type", [("laplace", L.Softmax), ("ep", L.MultinomialProbit)])
 def test_multiclass_op_gradient_matches_finite_differences(approx, lik_type):
     """The multi-class Op at the engine's tight tolerance (1e-12): its value is the engine's
     on the same kernels, and its gradient through three per-class pm.gp.cov kernels agrees
@@ -87,7 +87,7 @@ def test_multiclass_op_gradient_matches_finite_differences(approx, lik_type):
     p = [np.log([0.7, 1.2, 0.9]), np.log(1.5)]
     val, g_ls, g_v, status = fn(*p)
     assert status == 0
-    engine = softmax_laplace if approx == "laplace-multiclass" else multinomial_probit_ep
+    engine = softmax_laplace if approx == "laplace" else multinomial_probit_ep
     assert val == pytest.approx(engine(pytensor.function([log_ls, log_v], K)(*p), y.astype(int), tol=1e-12).log_z,
                                 abs=1e-9)
     h = 1e-5
@@ -157,9 +157,10 @@ def test_op_takes_the_fast_path_only_where_it_applies(monkeypatch):
     from pymc_gpc.approximations.registry import APPROXIMATIONS
 
     calls = []
-    solver = APPROXIMATIONS["ep"].solver
-    monkeypatch.setitem(APPROXIMATIONS, "ep", dataclasses.replace(
-        APPROXIMATIONS["ep"], solver=lambda *a, **k: calls.append(1) or solver(*a, **k)))
+    entry = APPROXIMATIONS["ep"]
+    binary = dataclasses.replace(entry.solvers["binary"],
+                                 solve=lambda *a, **k: calls.append(1) or entry.solvers["binary"].solve(*a, **k))
+    monkeypatch.setitem(APPROXIMATIONS, "ep", dataclasses.replace(entry, solvers={**entry.solvers, "binary": binary}))
     X, y = random_problem(np.random.default_rng(9), 25, d=2)
     D = ((X[:, None] - X[None]) ** 2).sum(-1)
     Kv = np.exp(-0.5 * D) + 1e-6 * np.eye(25)

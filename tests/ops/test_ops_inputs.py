@@ -55,7 +55,7 @@ def test_structures_import_no_op_and_ops_import_no_backend():
 
 
 CELLS = [(DENSE_BINARY, "ep", L.Probit), (FITC_BINARY, "laplace", L.Logistic),
-         (DENSE_MULTICLASS, "laplace-multiclass", L.Softmax), (FITC_MULTICLASS, "ep-multiclass", L.MultinomialProbit)]
+         (DENSE_MULTICLASS, "laplace", L.Softmax), (FITC_MULTICLASS, "ep", L.MultinomialProbit)]
 
 
 @pytest.mark.parametrize("structure, approx, lik", CELLS, ids=lambda v: getattr(v, "name", None))
@@ -93,7 +93,7 @@ def test_select_structure_matches_the_likelihood_family():
 
 
 @pytest.mark.parametrize("structure, approx, lik, match", [
-    (DENSE_BINARY, "laplace-multiclass", L.Softmax, "does not take a multi-class likelihood"),
+    (DENSE_BINARY, "laplace", L.Softmax, "does not take a multi-class likelihood"),
     (DENSE_MULTICLASS, "ep", L.Probit, "does not take a binary or ordinal likelihood"),
     (FITC_BINARY, "meanfield", L.Probit, "the FITC prior supports"),
     ("dense", "ep", L.Probit, "must be a prior structure"),
@@ -110,7 +110,7 @@ def test_a_cell_that_does_not_exist_is_a_value_error(structure, approx, lik, mat
     (FITC_MULTICLASS, [(None,) * 3, (None,) * 2, (None,) * 2], r"Kuf must have 3 dimensions \(one slice per"),
 ])
 def test_kernel_inputs_of_the_wrong_rank_are_refused_when_the_graph_is_built(structure, shapes, message):
-    lik, approx = (L.Softmax, "laplace-multiclass") if structure.multiclass else (L.Probit, "ep")
+    lik, approx = (L.Softmax, "laplace") if structure.multiclass else (L.Probit, "ep")
     op = ApproxMarginalOp(approx, lik, structure=structure)
     with pytest.raises(ValueError, match=message):
         op(*[pt.tensor(shape=s) for s in shapes], pt.dvector(), pt.dvector())
@@ -135,7 +135,7 @@ def test_the_predictive_takes_theta_only_where_the_likelihood_has_parameters():
     np.testing.assert_allclose(mean, want_mean, rtol=1e-8)
     np.testing.assert_allclose(var, want_var, rtol=1e-8)
     with pytest.raises(TypeError, match="takes 4 inputs"):
-        LatentPredictiveOp("laplace-multiclass", L.Softmax, structure=DENSE_MULTICLASS)(
+        LatentPredictiveOp("laplace", L.Softmax, structure=DENSE_MULTICLASS)(
             np.stack([K] * 3), np.zeros(0), y, np.stack([k(X, Xs)] * 3), np.ones((3, 4)))
 
 

@@ -99,7 +99,7 @@ def test_inducing_inputs_at_the_data_equal_the_dense_model(approx):
 
 def _op_functions(approx, y):
     cls, lik = CLASSES[approx]
-    op = ApproxMarginalOp(f"{approx}-multiclass", lik, tuple(SOLVERS[approx][1].items()), structure=FITC_MULTICLASS)
+    op = ApproxMarginalOp(approx, lik, tuple(SOLVERS[approx][1].items()), structure=FITC_MULTICLASS)
     Kuu, Kuf, kd = pt.dtensor3("Kuu"), pt.dtensor3("Kuf"), pt.dmatrix("kd")
     log_z = op(Kuu, Kuf, kd, pt.zeros(0), y)[0]
     return (pytensor.function([Kuu, Kuf, kd], log_z, mode=VM),

@@ -274,9 +274,10 @@ class JaxSolver:
 
 def solver_table(twins):
     """{approximation name: JaxSolver} from the registry: each entry that lists the JAX
-    backend and whose solver (``Approximation.solver``, the numba one) has a twin in ``twins``."""
-    return MappingProxyType({a.name: twins[a.solver] for a in registry.APPROXIMATIONS.values()
-                             if "jax" in a.backends and a.solver in twins})
+    backend and whose solver for some likelihood family (``Solver.solve``, the numba one) has a
+    twin in ``twins`` (a table serves one family: the binary, ordinal or multi-class engine)."""
+    return MappingProxyType({a.name: twins[s.solve] for a in registry.APPROXIMATIONS.values()
+                             if "jax" in a.backends for s in a.solvers.values() if s.solve in twins})
 
 
 def checked_options(solvers, approximation, options, label):

@@ -52,7 +52,7 @@ def op_options(op, sampling):
     registration (binary, FITC, multi-class) reads its options here."""
     options = dict(op.options)
     if sampling:
-        options = {**registry.get(op.approximation).sampling_defaults, **options}
+        options = {**registry.solver_for(op.approximation, op.likelihood_type).sampling_defaults, **options}
     options.pop("with_grad", None)
     options.pop("with_loo", None)
     return options

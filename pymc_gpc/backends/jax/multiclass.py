@@ -543,8 +543,8 @@ _IGNORED = ("rough_gradient", "with_grad", "with_loo")
 
 
 def solver(approximation, **options):
-    """The solver (prior, y codes) -> dict for ``approximation`` (a multi-class entry of the
-    registry), options bound; ValueError for an option it does not take. The prior is
+    """The solver (prior, y codes) -> dict for ``approximation`` (the registry's "laplace" or
+    "ep", multi-class), options bound; ValueError for an option it does not take. The prior is
     a ``DenseStack`` or a ``multiclass_fitc.MulticlassFITCStack``."""
     options = {k: v for k, v in options.items() if k not in _IGNORED}
     twin, options = checked_options(SOLVERS, approximation, options, approximation)

@@ -21,6 +21,7 @@ import numba
 import numpy as np
 
 from ..._numba_cache import cache_key
+from ...approximations import registry
 from ...approximations.ep import EPState
 from ...likelihoods.binary import LIKELIHOODS
 from ...likelihoods.ordinal import ORDINAL_LIKELIHOODS
@@ -42,7 +43,7 @@ def compiles_ep(op):
     dense one) with the default schedule and one of the package's binary or ordinal
     likelihoods (one latent value per site)."""
     return (COMPILED_EP and isinstance(op, ApproxMarginalOp) and op.structure.compiled_ep_loop
-            and op.approximation == "ep"
+            and registry.solver_for(op.approximation, op.likelihood_type).compiled_loop
             and op.likelihood_type in LIKELIHOODS + ORDINAL_LIKELIHOODS
             and dict(op.options).keys() <= {"tol", "max_sweeps"})
 
