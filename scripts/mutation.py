@@ -141,7 +141,7 @@ FAULTS = [
           "d = F[k][None] - np.delete(F, k, axis=0)", "d = 0.9 * (F[k][None] - np.delete(F, k, axis=0))",
           (MULTI, "-k", "zero_covariance or multinomial_probit"), "multinomial probit: class differences scaled"),
     # -- issue 58's survivors: label coding, the posterior's coordinates, the ordinal label check --
-    Fault("gp-container-labels-ge", "pymc_gpc/gp/marginal.py",
+    Fault("gp-container-labels-ge", "pymc_gpc/gp/labels.py",
           "return pt.switch(pt.gt(values, 0), 1.0, -1.0)", "return pt.switch(pt.ge(values, 0), 1.0, -1.0)",
           ("tests/gp/test_gp_label_coding.py",), "labels from a pm.Data container coded with >= 0 (class 0 as +1)"),
     Fault("idata-keeps-unused-coords", "pymc_gpc/idata.py",

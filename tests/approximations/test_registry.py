@@ -53,19 +53,20 @@ def test_an_entry_runs_the_solver_of_the_likelihood_family():
 def test_schedules_and_tolerances_are_those_of_the_family():
     """Dense multi-class EP retries damped nested EP (no sequential schedule); the sampler's and
     the fit's tolerances differ by family; the Ops read their family's."""
-    from pymc_gpc.ops import ApproxMarginalOp, MulticlassMarginalOp
+    from pymc_gpc.ops import ApproxMarginalOp
+    from pymc_gpc.structures.select import DENSE_MULTICLASS
 
     nested = [{"damping": 0.5, "max_sweeps": 200}]
     assert registry.get("ep").retry_schedule({}, "dense-multiclass") == nested
-    assert MulticlassMarginalOp("ep", L.MultinomialProbit).retry_schedule({}) == nested
+    assert ApproxMarginalOp("ep", L.MultinomialProbit, structure=DENSE_MULTICLASS).retry_schedule({}) == nested
     assert ApproxMarginalOp("ep", L.Probit).retry_schedule({})[1]["method"] == "sequential"
     assert registry.solver_for("ep", L.Probit).sampling_defaults == {"tol": 1e-2}
     assert registry.solver_for("ep", L.MultinomialProbit).sampling_defaults == {"tol": 1e-4, "rough_gradient": True}
     assert registry.solver_for("laplace", L.Softmax).sampling_defaults == {"rough_gradient": True}
     assert registry.solver_for("ep", L.MultinomialProbit).coarse_fit_defaults == {"tol": 1e-4}
     assert registry.solver_for("ep", L.Probit).prediction_defaults == {"tol": 1e-3}
-    assert MulticlassMarginalOp("ep", L.MultinomialProbit, sampling=True)._solver_options()["tol"] == 1e-4
-    assert ApproxMarginalOp("ep", L.Probit, sampling=True)._solver_options()["tol"] == 1e-2
+    assert ApproxMarginalOp("ep", L.MultinomialProbit, sampling=True, structure=DENSE_MULTICLASS).solver_options()["tol"] == 1e-4
+    assert ApproxMarginalOp("ep", L.Probit, sampling=True).solver_options()["tol"] == 1e-2
 
 
 # (approximation, likelihood, structure) -> the start of the message that names what works
