@@ -3,7 +3,7 @@
 Synthetic 5-d data (labels: the argmax of the first c inputs plus noise), one ARD-free
 squared-exponential kernel per class (lengthscale 1.5, amplitude 2, per class), inducing
 inputs a random subset of the data shared by the classes, one BLAS thread. Timed: one
-evaluation as ``MulticlassSparseMarginalOp`` does it, given the kernel matrices: the
+evaluation as ``ApproxMarginalOp`` on the FITC multi-class structure does it, given the kernel matrices: the
 structure (each class's chol K_uu and V_k), the solve and the gradient in every class's
 (K_uu, K_uf, diag K_ff); warm = started from the solution at lengthscales 2 % away (as
 inside NUTS or an optimiser). Softmax Laplace at the engine's tolerance, nested EP at the

@@ -67,7 +67,7 @@ def solve_with_retries(approximation, K, y, lik, params, state, options, retry_o
     non-converged run the retry schedule is tried (cold starts); a retry that raises is
     skipped. Returns (result, number of retries taken); other exceptions, and a cold
     start's, propagate. ``retry_options``: a schedule replacing ``default_retries`` (a prior
-    structure without sequential EP, ``ops.sparse``).
+    structure without sequential EP, ``structures.select.FITC_BINARY``).
     """
     schedule = default_retries(approximation, options) if retry_options is None else retry_options
     retries = 0

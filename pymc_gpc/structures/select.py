@@ -52,7 +52,7 @@ class PriorStructure(Protocol):
 
     ``gp`` below is the classifier (``gp.MarginalEP`` and its kin): it offers
     ``cov_func``, ``jitter``, the inducing inputs ``Xu`` (FITC) and, for several classes,
-    ``class_kernels(X)`` (the (c, n, n) stack, ``gp_multiclass``). Arrays are NumPy float64;
+    ``class_kernels(X)`` (the (c, n, n) stack, ``gp.marginal``). Arrays are NumPy float64;
     tensors are PyTensor variables.
 
     Attributes
@@ -330,7 +330,7 @@ class FITCBinary(DenseBinary):
 
 class DenseMulticlass(DenseBinary):
     """c independent dense GPs, their kernels a (c, n, n) stack (``structures.multiclass``),
-    built by the multi-class classifier (``gp_multiclass``: ``gp.class_kernels(X)``)."""
+    built by the multi-class classifier (``gp.marginal``: ``gp.class_kernels(X)``)."""
 
     name = "dense-multiclass"
     multiclass = True

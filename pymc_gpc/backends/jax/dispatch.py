@@ -96,7 +96,7 @@ jax_funcify.register(LatentPredictiveOp)(jax_funcify_structured)
 
 
 @implements(ApproxMarginalOp, "dense")
-def jax_funcify_ApproxMarginalOp(op, node=None, **kwargs):
+def dense_marginal(op, node=None, **kwargs):
     check_supported(op)
     marginal = jax_engine.marginal_fn(op.approximation, op.likelihood.kind, **op_options(op, sampling=op.sampling))
 
@@ -107,7 +107,7 @@ def jax_funcify_ApproxMarginalOp(op, node=None, **kwargs):
 
 
 @implements(LatentPredictiveOp, "dense")
-def jax_funcify_LatentPredictiveOp(op, node=None, **kwargs):
+def dense_predictive(op, node=None, **kwargs):
     check_supported(op)
     predict = jax_engine.predictive_fn(op.approximation, op.likelihood.kind, op.full_cov, **op_options(op, sampling=False))
 
@@ -118,7 +118,7 @@ def jax_funcify_LatentPredictiveOp(op, node=None, **kwargs):
 
 
 @implements(ApproxMarginalOp, "fitc")
-def jax_funcify_SparseMarginalOp(op, node=None, **kwargs):
+def fitc_marginal(op, node=None, **kwargs):
     check_supported(op)
     marginal = jax_fitc.marginal_fn(op.approximation, op.likelihood.kind, constrain=sharding.active_constraint(),
                                     **op_options(op, sampling=op.sampling))
@@ -130,7 +130,7 @@ def jax_funcify_SparseMarginalOp(op, node=None, **kwargs):
 
 
 @implements(LatentPredictiveOp, "fitc")
-def jax_funcify_SparsePredictiveOp(op, node=None, **kwargs):
+def fitc_predictive(op, node=None, **kwargs):
     check_supported(op)
     predict = jax_fitc.predictive_fn(op.approximation, op.likelihood.kind, op.full_cov,
                                      constrain=sharding.active_constraint(), **op_options(op, sampling=False))

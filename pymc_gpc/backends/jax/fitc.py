@@ -1,7 +1,7 @@
 r"""EP and Laplace with the FITC prior in JAX: the evidence and its exact gradient in
 (K_uu, K_uf, diag K_ff, theta), O(n m^2) time and O(n m) memory.
 
-The JAX backend of ``SparseMarginalOp`` / ``SparsePredictiveOp`` (``ops/sparse.py``): the
+The JAX backend of the evidence and predictive Ops on the "fitc" structure (``ops.ApproxMarginalOp``, ``ops.LatentPredictiveOp``): the
 same prior, posterior and gradient as ``structures.fitc`` (Snelson & Ghahramani 2006;
 Naish-Guzman & Holden 2008), the same EP sweep and Newton loop as the dense JAX engine
 (``common.py``: Anderson-accelerated parallel EP, Laplace with backtracking), so the same
@@ -219,14 +219,14 @@ SOLVERS = solver_table({ep: JaxSolver(ep_solve, ("tol", "max_sweeps", "damping",
 def solver(approximation, kind, constrain=None, **options):
     """The FITC solver (K_uu, K_uf, k_ff, th, y) -> dict, options bound (EP's
     ``method`` is ignored: FITC's EP is parallel)."""
-    registry.check_backend(approximation, "fitc", "jax", "SparseMarginalOp")
+    registry.check_backend(approximation, "fitc", "jax", "ApproxMarginalOp")
     return bind_solver(SOLVERS, approximation, kind, options, f"FITC {approximation}",
                        constrain=constrain or _no_constraint)
 
 
 def marginal_fn(approximation, kind, constrain=None, **options):
     """(K_uu, K_uf, k_ff, th, y) -> (log_z, dKuu, dKuf, dk_ff, dth, loo, n_iter, status), the
-    outputs of ``SparseMarginalOp``, with a ``custom_vjp``: the cotangent of log_z times the
+    outputs of ``ApproxMarginalOp`` on the FITC structure, with a ``custom_vjp``: the cotangent of log_z times the
     returned gradient (the other outputs are treated as constants)."""
     solve = solver(approximation, kind, constrain, **options)
 

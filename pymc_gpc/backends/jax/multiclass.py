@@ -3,8 +3,8 @@ r"""The multi-class Ops under JAX: softmax Laplace and nested EP for the multino
 The JAX backend of ``approximations.softmax_laplace`` and
 ``approximations.multinomial_probit_ep`` with the dense (c, n, n) prior of
 ``structures.multiclass`` (same iterations, same fixed points, same evidence, gradient
-and LOO terms), registered with PyTensor's ``jax_funcify`` for ``ops.multiclass``'s
-``MulticlassMarginalOp`` and ``MulticlassPredictiveOp``, so that a multi-class model runs
+and LOO terms), registered with PyTensor's ``jax_funcify`` for the evidence and predictive Ops on the
+"dense-multiclass" structure (``ops.ApproxMarginalOp``, ``ops.LatentPredictiveOp``), so that a multi-class model runs
 under PyMC's JAX samplers (numpyro, blackjax) and ``pytensor.function(..., mode="JAX")``.
 
 * **Softmax Laplace** (Rasmussen & Williams 2006, Alg. 3.3, generalised to c classes;
@@ -33,7 +33,7 @@ differentiation through the loops. Every call starts cold (a pure function keeps
 starts). Status as ``backends.jax.engine``: 0 converged, 1 not converged (value used),
 2 failed (a non-finite value or gradient): log_z = -inf, zero gradient, loo = -inf.
 
-The FITC Ops (``MulticlassSparseMarginalOp``, ``MulticlassSparsePredictiveOp``) are
+The FITC structure's ("fitc-multiclass") Ops are
 registered in ``multiclass_fitc.py`` with these solvers.
 """
 
@@ -593,7 +593,7 @@ def marginal_fn(approximation, **options):
 
 def predictive_fn(approximation, full_cov=False, **options):
     """(K, y, K_cross (c, n, m), K_star (c, m) or (c, m, m)) -> mean (c, m) and covariance
-    (m, c, c) or (c m, c m) under q (``ops.multiclass.MulticlassPredictiveOp``); NaN where
+    (m, c, c) or (c m, c m) under q (``ops.LatentPredictiveOp``); NaN where
     the approximation failed."""
     solve = solver(approximation, **options)
 
@@ -620,7 +620,7 @@ from .dispatch import check_supported, implements, op_options  # noqa: E402  (re
 
 
 @implements(ApproxMarginalOp, "dense-multiclass")
-def jax_funcify_MulticlassMarginalOp(op, node=None, **kwargs):
+def dense_multiclass_marginal(op, node=None, **kwargs):
     check_supported(op)
     marginal = marginal_fn(op.approximation, **op_options(op, sampling=op.sampling))
 
@@ -631,7 +631,7 @@ def jax_funcify_MulticlassMarginalOp(op, node=None, **kwargs):
 
 
 @implements(LatentPredictiveOp, "dense-multiclass")
-def jax_funcify_MulticlassPredictiveOp(op, node=None, **kwargs):
+def dense_multiclass_predictive(op, node=None, **kwargs):
     check_supported(op)
     predict = predictive_fn(op.approximation, op.full_cov, **op_options(op, sampling=False))
 

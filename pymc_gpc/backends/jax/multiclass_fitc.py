@@ -1,8 +1,8 @@
 r"""The multi-class FITC Ops under JAX: softmax Laplace and nested EP with each class's
 inducing-point prior.
 
-The JAX backend of ``ops.multiclass``'s ``MulticlassSparseMarginalOp`` and
-``MulticlassSparsePredictiveOp``: the prior, posterior and gradient of
+The JAX backend of the evidence and predictive Ops on the "fitc-multiclass" structure
+(``ops.ApproxMarginalOp``, ``ops.LatentPredictiveOp``): the prior, posterior and gradient of
 ``structures.multiclass_fitc`` (its module docstring derives them), solved by the
 multi-class JAX solvers of ``multiclass.py`` (the same Newton and nested-EP loops as for
 the dense prior, so the same fixed points as the numba path). Each class k has the FITC
@@ -213,7 +213,7 @@ class MulticlassFITCStack:
 def marginal_fn(approximation, **options):
     """(K_uu (c, m, m), K_uf (c, m, n), k_ff (c, n), theta (0,), y codes) -> (log_z, dK_uu,
     dK_uf, dk_ff, dtheta (0,), loo, n_iter, status), the outputs of
-    ``MulticlassSparseMarginalOp``, with a ``custom_vjp`` (``multiclass.evidence_with_vjp``)."""
+    ``ApproxMarginalOp`` on this structure, with a ``custom_vjp`` (``multiclass.evidence_with_vjp``)."""
     solve = solver(approximation, **options)
 
     def outputs(Kuu, Kuf, k_diag, th, y):
@@ -225,7 +225,7 @@ def marginal_fn(approximation, **options):
 
 def predictive_fn(approximation, full_cov=False, **options):
     """(K_uu, K_uf, k_ff, y, K_u* (c, m, n*), k_** (c, n*) or K_** (c, n*, n*)) -> mean (c, n*) and
-    covariance (n*, c, c) or (c n*, c n*) (``MulticlassSparsePredictiveOp``); NaN where the
+    covariance (n*, c, c) or (c n*, c n*) (``LatentPredictiveOp``); NaN where the
     approximation failed."""
     solve = solver(approximation, **options)
 
@@ -242,7 +242,7 @@ def predictive_fn(approximation, full_cov=False, **options):
 
 
 @implements(ApproxMarginalOp, "fitc-multiclass")
-def jax_funcify_MulticlassSparseMarginalOp(op, node=None, **kwargs):
+def fitc_multiclass_marginal(op, node=None, **kwargs):
     check_supported(op)
     marginal = marginal_fn(op.approximation, **op_options(op, sampling=op.sampling))
 
@@ -253,7 +253,7 @@ def jax_funcify_MulticlassSparseMarginalOp(op, node=None, **kwargs):
 
 
 @implements(LatentPredictiveOp, "fitc-multiclass")
-def jax_funcify_MulticlassSparsePredictiveOp(op, node=None, **kwargs):
+def fitc_multiclass_predictive(op, node=None, **kwargs):
     check_supported(op)
     predict = predictive_fn(op.approximation, op.full_cov, **op_options(op, sampling=False))
 
