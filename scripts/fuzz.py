@@ -488,10 +488,10 @@ def multiclass_invariant_cell(structure, approx, draws, rng, backends=("numba", 
 
 def python_vm_cell(lik_name, draws, rng):
     """The evidence Op of a PyMC model (``MarginalEP``, dense prior, the issue's data) compiled
-    twice: PyTensor's Python VM (``pymc_gpc.python_vm.PYTHON_VM_MODE``, the Op's ``perform``)
+    twice: PyTensor's Python VM (``pymc_gpc.backends.python_vm.PYTHON_VM_MODE``, the Op's ``perform``)
     and the default numba linker. Counts: log evidence above 0 on either, and the two
     disagreeing (1e-8 (1 + |numba|)) or exactly one finite."""
-    from pymc_gpc.python_vm import PYTHON_VM_MODE
+    from pymc_gpc.backends.python_vm import PYTHON_VM_MODE
 
     X, y = conflicting_duplicates(lik_name.startswith("Ordered"))
     with pm.Model() as model:
@@ -578,7 +578,7 @@ def invariants_table(rows, vm_rows, predictive, draws, seconds):
     for structure, lik_name, approx, c in rows:
         lines.append(f"| {structure} | {lik_name} | {approx} | " + " | ".join(str(c[k]) for k in INVARIANT_KEYS)
                      + f" | {c['max_diff']:.1e} |")
-    lines += ["", "PyTensor's Python VM (`python_vm.PYTHON_VM_MODE`: the evidence Op's `perform`) against the default",
+    lines += ["", "PyTensor's Python VM (`backends.python_vm.PYTHON_VM_MODE`: the evidence Op's `perform`) against the default",
               "numba linker, on a PyMC model (`MarginalEP`, dense prior, the same data and draws of the kernel's three",
               "log-hyperparameters and the likelihood parameter); `> 0` counts both compilations.", "",
               "| likelihood | draws | numba finite | Python VM finite | > 0 | disagree | one -inf |",

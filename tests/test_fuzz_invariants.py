@@ -66,8 +66,8 @@ def test_python_vm_equals_numba_linker(lik_name):
     assert c["above_0"] == 0 and c["one_inf"] == 0 and c["disagree"] == 0, c
 
 
-@pytest.mark.parametrize("structure, approx", [("fitc-multiclass", "laplace-multiclass"),
-                                               ("fitc-multiclass", "ep-multiclass")], ids=lambda v: str(v))
+@pytest.mark.parametrize("structure, approx", [("fitc-multiclass", "laplace"),
+                                               ("fitc-multiclass", "ep")], ids=lambda v: str(v))
 def test_fitc_multiclass_numba_equals_jax(structure, approx):
     pytest.importorskip("jax")
     c = FUZZ.multiclass_invariant_cell(structure, approx, 3, np.random.default_rng([58, len(approx)]))
