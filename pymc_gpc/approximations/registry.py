@@ -362,11 +362,11 @@ def approx_option(approx):
     if isinstance(approx, str) and (approx in APPROXIMATIONS or approx in _FORMER_NAMES):
         entry = APPROXIMATIONS[_FORMER_NAMES.get(approx, approx)]
         raise ValueError(
-            f"approx must be None (dense), 'FITC' or 'HSGP', got {approx!r}: approx is the sparse approximation of the "
+            f"approx must be None (dense) or 'FITC' or 'HSGP', got {approx!r}: approx is the sparse approximation of the "
             f"prior (as in pm.gp.MarginalApprox); {entry.name!r} integrates out the latent functions, chosen by "
             f"the class ({entry.classifier}) or ard_classifier(approximation={entry.name!r})")
     if not isinstance(approx, str) or approx.upper() not in SPARSE_PRIORS:
-        raise ValueError(f"approx must be None (dense), 'FITC' or 'HSGP', got {approx!r}")
+        raise ValueError(f"approx must be None (dense) or 'FITC' or 'HSGP', got {approx!r}")
     return approx.upper()
 
 

@@ -83,7 +83,6 @@ from ..approximations import registry
 from ..estimation.result import FitResult
 from ..ops.training_check import checked_training_tensor
 from ..ops import ApproxMarginalOp, LatentPredictiveOp
-from ..structures.hsgp import HSGPStructure, checked_m, spectral_variances
 from ..structures.select import select_structure
 from ..validation import check_inputs, check_kernel_columns, check_training_values, data_input
 from .labels import check_label_container, coded_labels, label_tensor
@@ -110,7 +109,8 @@ class _ApproximateMarginal:
                              "names the sparse approximation of the prior (None, 'FITC' or 'HSGP')")
         self.approx = registry.approx_option(approx)
         registry.check(self.approximation, likelihood, select_structure(likelihood, self.approx).name)
-        self.hsgp = _hsgp_config(cov_func, self.approx, m, L, c, drop_first)
+        self.prior_options = select_structure(likelihood, self.approx).prior_options(
+            cov_func, m=m, L=L, c=c, drop_first=drop_first)
         self._structure = None  # the structure bound to the training inputs (marginal_likelihood)
         self.several_classes = registry.family(likelihood) == "multiclass"
         self.cov_funcs = _class_cov_funcs(cov_func, self.several_classes)
@@ -509,30 +509,6 @@ class _ApproximateMarginal:
                              "the model given (model=); give the model the GP was added to")
         fn = pytensor.function([Xnew, *inputs], outputs, on_unused_input="ignore", mode=mode)
         return self.structure.prior_function(_OneCallAtATime(fn)), [v.name for v in inputs]
-
-
-def _hsgp_config(cov_func, approx, m, L, c, drop_first):
-    """The HSGP options (``structures.hsgp.HSGPStructure``: ``pm.gp.HSGP``'s m, L or c, default
-    c = 1.5, and drop_first) for ``approx="HSGP"``, checked against ``cov_func`` (one m per
-    active dimension, a spectral density) before any heavy work; None for another ``approx``.
-
-    Raises
-    ------
-    ValueError
-        For HSGP options without ``approx="HSGP"``, a missing or bad m, both L and c, or a
-        kernel without ``power_spectral_density`` (named).
-    """
-    if approx != "HSGP":
-        if m is not None or L is not None or c is not None or drop_first:
-            raise ValueError(f"m, L, c and drop_first are options of approx='HSGP', not of approx={approx!r}")
-        return None
-    if m is None:
-        raise ValueError("approx='HSGP' needs m, the number of basis functions per input dimension (e.g. m=[30, 30])")
-    config = HSGPStructure(m, L=L, c=1.5 if L is None and c is None else c, drop_first=drop_first)
-    d = len(np.atleast_1d(cov_func.active_dims))
-    config.m = checked_m(m, d)
-    spectral_variances(cov_func, np.ones((1, d)))  # ValueError naming a kernel without a spectral density
-    return config
 
 
 class _OneCallAtATime:

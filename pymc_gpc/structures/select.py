@@ -40,7 +40,7 @@ from ..validation import check_inputs
 from .em_bounds import FITCCovariance, covariance_bound, fitc_covariance_bound
 from .dense import chol_lower
 from .fitc import FITCPrior
-from .hsgp import HSGPPrior, LaplacianBasis, spectral_variances
+from .hsgp import HSGPPrior, HSGPStructure, LaplacianBasis, checked_m, spectral_variances
 from .multiclass_fitc import MulticlassFITCPrior
 
 __all__ = ["PriorStructure", "DenseBinary", "FITCBinary", "HSGPBinary", "DenseMulticlass", "FITCMulticlass",
@@ -90,6 +90,12 @@ class PriorStructure(Protocol):
     compiled_ep_loop: bool
     predictive_takes_theta: bool
     trusted_prediction: bool
+
+    def prior_options(self, cov_func, m=None, L=None, c=None, drop_first=False):
+        """The options of this prior given to the GP's constructor (HSGP's m, L, c, drop_first;
+        as ``pm.gp.HSGP``'s), checked against ``cov_func`` before any heavy work: what the GP
+        keeps as ``gp.prior_options`` (None for a structure without options). ValueError for
+        options this structure does not take, or bad ones."""
 
     def for_training_inputs(self, gp, X):
         """The structure of ``gp`` with training inputs X (an (n, d) array): itself, or for a
@@ -185,6 +191,13 @@ class DenseBinary:
 
     def __reduce__(self):
         return structure_named, (self.name,)
+
+    def prior_options(self, cov_func, m=None, L=None, c=None, drop_first=False):
+        options = {"m": m, "L": L, "c": c, "drop_first": drop_first}
+        given = [k for k, v in options.items() if v is not None and v is not False]
+        if given:
+            raise ValueError(f"{', '.join(given)}: options of approx='HSGP', not of the {self.name} prior")
+        return None
 
     def for_training_inputs(self, gp, X):
         return self
@@ -380,10 +393,29 @@ class HSGPBinary(FITCBinary):
             raise RuntimeError("the HSGP structure has no basis before marginal_likelihood fixes it at the training X")
         return self._basis
 
+    def prior_options(self, cov_func, m=None, L=None, c=None, drop_first=False):
+        """``pm.gp.HSGP``'s m (one per active dimension of ``cov_func``), L or c (default
+        c = 1.5) and drop_first as an ``HSGPStructure``, checked before any heavy work.
+
+        Raises
+        ------
+        ValueError
+            For a missing or bad m, both L and c, or a kernel without ``power_spectral_density``
+            (named: ``structures.hsgp.spectral_variances``).
+        """
+        if m is None:
+            raise ValueError("approx='HSGP' needs m, the number of basis functions per input dimension "
+                             "(e.g. m=[30, 30])")
+        config = HSGPStructure(m, L=L, c=1.5 if L is None and c is None else c, drop_first=drop_first)
+        d = len(np.atleast_1d(cov_func.active_dims))
+        config.m = checked_m(m, d)
+        spectral_variances(cov_func, np.ones((1, d)))
+        return config
+
     def for_training_inputs(self, gp, X):
-        """This structure with the basis of ``gp.hsgp`` (an ``HSGPStructure``: m, L or c,
-        drop_first, boundary) fixed at X, as ``pm.gp.HSGP`` fixes its box."""
-        config = gp.hsgp
+        """This structure with the basis of ``gp.prior_options`` (``prior_options``) fixed at X,
+        as ``pm.gp.HSGP`` fixes its box."""
+        config = gp.prior_options
         basis = LaplacianBasis(X, config.m, L=config.L, c=config.c, drop_first=config.drop_first,
                                boundary=config.boundary, active_dims=gp.cov_func.active_dims)
         return HSGPBinary(basis.description(), X.shape[1])

@@ -148,7 +148,7 @@ def test_kernel_without_spectral_density_is_a_value_error_at_construction():
     (dict(approx="HSGP"), "needs m"),
     (dict(approx="HSGP", m=[10, 10]), "one positive integer per active dimension"),
     (dict(approx="HSGP", m=[10], L=[3.0], c=1.5), "at most one of L"),
-    (dict(m=[10]), "options of approx='HSGP'"),
+    (dict(m=[10]), "m: options of approx='HSGP'"),
     (dict(approx="hsgpx", m=[10]), "'FITC' or 'HSGP'"),
 ])
 def test_bad_hsgp_options_are_value_errors(kwargs, match):
