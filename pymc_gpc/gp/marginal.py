@@ -579,8 +579,16 @@ class MarginalEP(_ApproximateMarginal):
         (the dense :math:`n \times n` kernel) or "FITC", the inducing-point prior
         :math:`K \approx Q + \Lambda` (Snelson & Ghahramani 2006; Naish-Guzman & Holden 2008) in
         :math:`O(n m^2)` time and :math:`O(n m)` memory; ``marginal_likelihood`` then takes
-        the inducing inputs ``Xu``. Not to be confused with the class attribute
+        the inducing inputs ``Xu``; or "HSGP", the basis-function prior
+        :math:`K \approx \Phi\,\mathrm{diag}(S)\,\Phi^\top` of ``pm.gp.HSGP`` (Solin & Sarkka
+        2020; ``structures.hsgp``; binary and ordinal likelihoods, no jitter), with the
+        basis box fixed at the training inputs. Not to be confused with the class attribute
         ``approximation`` ("ep"), how the latent functions are integrated out.
+    m, L, c, drop_first : with ``approx="HSGP"`` only, ``pm.gp.HSGP``'s meanings: m the
+        number of basis functions per active input dimension (required), L the box's
+        half-widths or c a factor on the inputs' half-range (default c = 1.5), drop_first
+        to drop the first basis function. The kernel needs a ``power_spectral_density``
+        (ValueError naming it, here).
     **solver_options : passed to ``pymc_gpc.ep`` (method, damping, tol, max_sweeps), or for
         several classes to ``pymc_gpc.multinomial_probit_ep`` (tol, damping, max_sweeps,
         inner_tol); in ``pymc_gpc.sample``'s sampler tol defaults to 1e-2 (several classes:
@@ -599,7 +607,7 @@ class MarginalEP(_ApproximateMarginal):
     ValueError
         When the likelihood is not an instance of ``pymc_gpc.likelihoods`` or is a multi-class
         likelihood EP does not integrate out (``Softmax``: use ``MarginalLaplace``), ``approx``
-        is not None or "FITC", or ``marginal_likelihood`` is given bad inputs (non-finite
+        is not None, "FITC" or "HSGP", or ``marginal_likelihood`` is given bad inputs (non-finite
         values, labels that do not fit the likelihood, mismatched lengths); the checks are
         the registry's ``check``.
 
