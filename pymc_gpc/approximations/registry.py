@@ -42,8 +42,10 @@ __all__ = ["Approximation", "Solver", "APPROXIMATIONS", "SOLVERS", "FAMILIES", "
            "check_backend"]
 
 BACKENDS = ("numba", "jax")
+# approx= (as ``approx_option`` returns it) -> the name of the binary structure it selects
+SPARSE_PRIORS = {"FITC": "fitc", "HSGP": "hsgp"}
 # the prior structures each backend implements (PyTensor's Python VM runs the numba Ops' perform)
-BACKEND_STRUCTURES = {"numba": ("dense", "fitc", "dense-multiclass", "fitc-multiclass"),
+BACKEND_STRUCTURES = {"numba": ("dense", "fitc", "dense-multiclass", "fitc-multiclass", "hsgp"),
                       "jax": ("dense", "fitc", "dense-multiclass", "fitc-multiclass")}
 # the likelihood families (``family``): one latent function with two labels, one with K
 # ordered labels, c latent functions
@@ -199,10 +201,15 @@ class Approximation:
         return solver.retry_schedule(options, structure)
 
 
-def _dense_and_fitc(schedule, fitc_schedule=None, multiclass=False):
-    """{structure name: schedule} for the dense and FITC priors (their multi-class blocks)."""
+def _dense_and_fitc(schedule, fitc_schedule=None, multiclass=False, hsgp=False):
+    """{structure name: schedule} for the dense and FITC priors (their multi-class blocks), and
+    with ``hsgp`` the basis-function prior (one latent function), which takes FITC's schedule
+    (no dense Sigma: no sequential sweeps)."""
     suffix = "-multiclass" if multiclass else ""
-    return _frozen(**{f"dense{suffix}": schedule, f"fitc{suffix}": fitc_schedule or schedule})
+    schedules = {f"dense{suffix}": schedule, f"fitc{suffix}": fitc_schedule or schedule}
+    if hsgp:
+        schedules["hsgp"] = fitc_schedule or schedule
+    return _frozen(**schedules)
 
 
 def _one_latent(solve, retries, **defaults):
@@ -212,7 +219,7 @@ def _one_latent(solve, retries, **defaults):
 
 
 _EP_ONE_LATENT = _one_latent(
-    ep, _dense_and_fitc(ep_dense_retries, ep_fitc_retries),
+    ep, _dense_and_fitc(ep_dense_retries, ep_fitc_retries, hsgp=True),
     # the sampler's tolerance: why 1e-2 suffices is in docs/design/engine_notes.md, "Sampler tolerances"
     sampling_defaults=_frozen(tol=1e-2), engine_defaults=_frozen(tol=inspect.signature(ep).parameters["tol"].default),
     prediction_defaults=_frozen(tol=1e-3), coarse_fit_defaults=_frozen(tol=1e-3), compiled_loop=True)
@@ -233,7 +240,7 @@ APPROXIMATIONS = {a.name: a for a in (
     Approximation("ep", "MarginalEP", MappingProxyType({**_EP_ONE_LATENT, "multiclass": _NESTED_EP}),
                   backends=("numba", "jax")),
     Approximation("laplace", "MarginalLaplace",
-                  MappingProxyType({**_one_latent(laplace, _dense_and_fitc(newton_retries)),
+                  MappingProxyType({**_one_latent(laplace, _dense_and_fitc(newton_retries, hsgp=True)),
                                     "multiclass": _SOFTMAX_LAPLACE}),
                   deferred_loo=True, backends=("numba", "jax"), needs_log_density=True),
     Approximation("meanfield", "MarginalMeanField", MappingProxyType(
@@ -328,9 +335,13 @@ def check(approximation, likelihood, structure="dense", backend=None):
     _check_likelihood(entry, likelihood)
     solver = entry.solver_for(likelihood)
     if structure not in solver.structures:
-        if structure.startswith("fitc"):
+        if structure.startswith("fitc") or structure == "hsgp":
             classifiers = " and ".join(a.classifier for a in APPROXIMATIONS.values()
                                        if structure in a.structures)
+            if structure == "hsgp":
+                raise UnsupportedCombinationError(
+                    f"approx='HSGP' is available for {classifiers} with a binary or ordinal likelihood, "
+                    f"not {approximation!r} with {likelihood!r}")
             raise UnsupportedCombinationError(
                 f"approx='FITC' is available for {classifiers}, not {approximation!r}")
         check_structure(approximation, structure)
@@ -343,7 +354,7 @@ def check(approximation, likelihood, structure="dense", backend=None):
 
 def approx_option(approx):
     """``approx`` (the sparse approximation of the prior, as in ``pm.gp.MarginalApprox``) as the
-    GP classes keep it: None (the dense kernel) or "FITC" (any case); ValueError otherwise,
+    GP classes keep it: None (the dense kernel), "FITC" or "HSGP" (any case); ValueError otherwise,
     which for the name of an approximation of the latent functions ("laplace") says where
     that name goes (the class, or ``approximation=``)."""
     if approx is None:
@@ -351,12 +362,12 @@ def approx_option(approx):
     if isinstance(approx, str) and (approx in APPROXIMATIONS or approx in _FORMER_NAMES):
         entry = APPROXIMATIONS[_FORMER_NAMES.get(approx, approx)]
         raise ValueError(
-            f"approx must be None (dense) or 'FITC', got {approx!r}: approx is the sparse approximation of the "
+            f"approx must be None (dense) or 'FITC' or 'HSGP', got {approx!r}: approx is the sparse approximation of the "
             f"prior (as in pm.gp.MarginalApprox); {entry.name!r} integrates out the latent functions, chosen by "
             f"the class ({entry.classifier}) or ard_classifier(approximation={entry.name!r})")
-    if not isinstance(approx, str) or approx.upper() != "FITC":
-        raise ValueError(f"approx must be None (dense) or 'FITC', got {approx!r}")
-    return "FITC"
+    if not isinstance(approx, str) or approx.upper() not in SPARSE_PRIORS:
+        raise ValueError(f"approx must be None (dense) or 'FITC' or 'HSGP', got {approx!r}")
+    return approx.upper()
 
 
 def _serving(structure):
@@ -367,7 +378,7 @@ def check_structure(name, structure):
     """``UnsupportedCombinationError`` unless approximation ``name`` serves ``structure``."""
     if structure not in get(name).structures:
         names = tuple(a.name for a in _serving(structure))
-        label = {"fitc": "FITC", "fitc-multiclass": "multi-class FITC"}.get(structure, structure)
+        label = {"fitc": "FITC", "fitc-multiclass": "multi-class FITC", "hsgp": "HSGP"}.get(structure, structure)
         raise UnsupportedCombinationError(f"the {label} prior supports {names}, got {name!r}")
 
 
@@ -376,9 +387,9 @@ def check_approx(approx, name):
     "FITC" (the inducing-point prior), which only some approximations serve (``approx_option``
     and the structure part of ``check``)."""
     approx = approx_option(approx)
-    if approx is not None and "fitc" not in get(name).structures:
-        classifiers = " and ".join(a.classifier for a in _serving("fitc"))
-        raise UnsupportedCombinationError(f"approx='FITC' is available for {classifiers}, not {name!r}")
+    if approx is not None and SPARSE_PRIORS[approx] not in get(name).structures:
+        classifiers = " and ".join(a.classifier for a in _serving(SPARSE_PRIORS[approx]))
+        raise UnsupportedCombinationError(f"approx={approx!r} is available for {classifiers}, not {name!r}")
     return approx
 
 

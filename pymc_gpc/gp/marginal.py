@@ -101,13 +101,17 @@ class _ApproximateMarginal:
 
     approximation = None
 
-    def __init__(self, *, cov_func, likelihood, jitter=JITTER_DEFAULT, approx=None, **solver_options):
+    def __init__(self, *, cov_func, likelihood, jitter=JITTER_DEFAULT, approx=None, m=None, L=None, c=None,
+                 drop_first=False, **solver_options):
         if "approximation" in solver_options:
             raise ValueError(f"approximation= is not an option of {type(self).__name__} (whose approximation is "
                              f"{self.approximation!r}): choose the class (MarginalEP, MarginalLaplace, ...); approx= "
-                             "names the sparse approximation of the prior (None or 'FITC')")
+                             "names the sparse approximation of the prior (None, 'FITC' or 'HSGP')")
         self.approx = registry.approx_option(approx)
         registry.check(self.approximation, likelihood, select_structure(likelihood, self.approx).name)
+        self.prior_options = select_structure(likelihood, self.approx).prior_options(
+            cov_func, m=m, L=L, c=c, drop_first=drop_first)
+        self._structure = None  # the structure bound to the training inputs (marginal_likelihood)
         self.several_classes = registry.family(likelihood) == "multiclass"
         self.cov_funcs = _class_cov_funcs(cov_func, self.several_classes)
         if not jitter >= 0:
@@ -124,8 +128,9 @@ class _ApproximateMarginal:
 
     @property
     def structure(self):
-        """The prior structure (``structures.select``) of this GP's likelihood and ``approx``."""
-        return select_structure(self.likelihood, self.approx)
+        """The prior structure (``structures.select``) of this GP's likelihood and ``approx``, bound
+        to the training inputs once ``marginal_likelihood`` has them (``for_training_inputs``)."""
+        return self._structure or select_structure(self.likelihood, self.approx)
 
     @property
     def n_classes(self):
@@ -293,6 +298,7 @@ class _ApproximateMarginal:
         if X.shape[0] != coded.shape[0]:
             raise ValueError(f"X has {X.shape[0]} rows but y has {coded.shape[0]} labels")
         Xu = self.structure.check_inducing(Xu, X, n_classes=len(classes))
+        self._structure = select_structure(self.likelihood, self.approx).for_training_inputs(self, X)
         self.classes = classes
         self._n_inputs = X.shape[1]
         self._record_training_container(X_tensor, X_values)
@@ -573,8 +579,16 @@ class MarginalEP(_ApproximateMarginal):
         (the dense :math:`n \times n` kernel) or "FITC", the inducing-point prior
         :math:`K \approx Q + \Lambda` (Snelson & Ghahramani 2006; Naish-Guzman & Holden 2008) in
         :math:`O(n m^2)` time and :math:`O(n m)` memory; ``marginal_likelihood`` then takes
-        the inducing inputs ``Xu``. Not to be confused with the class attribute
+        the inducing inputs ``Xu``; or "HSGP", the basis-function prior
+        :math:`K \approx \Phi\,\mathrm{diag}(S)\,\Phi^\top` of ``pm.gp.HSGP`` (Solin & Sarkka
+        2020; ``structures.hsgp``; binary and ordinal likelihoods, no jitter), with the
+        basis box fixed at the training inputs. Not to be confused with the class attribute
         ``approximation`` ("ep"), how the latent functions are integrated out.
+    m, L, c, drop_first : with ``approx="HSGP"`` only, ``pm.gp.HSGP``'s meanings: m the
+        number of basis functions per active input dimension (required), L the box's
+        half-widths or c a factor on the inputs' half-range (default c = 1.5), drop_first
+        to drop the first basis function. The kernel needs a ``power_spectral_density``
+        (ValueError naming it, here).
     **solver_options : passed to ``pymc_gpc.ep`` (method, damping, tol, max_sweeps), or for
         several classes to ``pymc_gpc.multinomial_probit_ep`` (tol, damping, max_sweeps,
         inner_tol); in ``pymc_gpc.sample``'s sampler tol defaults to 1e-2 (several classes:
@@ -593,7 +607,7 @@ class MarginalEP(_ApproximateMarginal):
     ValueError
         When the likelihood is not an instance of ``pymc_gpc.likelihoods`` or is a multi-class
         likelihood EP does not integrate out (``Softmax``: use ``MarginalLaplace``), ``approx``
-        is not None or "FITC", or ``marginal_likelihood`` is given bad inputs (non-finite
+        is not None, "FITC" or "HSGP", or ``marginal_likelihood`` is given bad inputs (non-finite
         values, labels that do not fit the likelihood, mismatched lengths); the checks are
         the registry's ``check``.
 

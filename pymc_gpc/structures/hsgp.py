@@ -130,7 +130,7 @@ class LaplacianBasis:
         X = _checked_inputs(X)
         self.active_dims = list(range(X.shape[1])) if active_dims is None else list(np.atleast_1d(active_dims))
         d = len(self.active_dims)
-        self.m = _checked_m(m, d)
+        self.m = checked_m(m, d)
         self.boundary = _checked_boundary(boundary, d)
         if (L is None) == (c is None):
             raise ValueError("give exactly one of L (the box's half-widths) and c (a factor on the inputs' half-range)")
@@ -143,6 +143,10 @@ class LaplacianBasis:
         L = np.broadcast_to(np.asarray(L, dtype=float), (d,)).copy()
         if not np.all(np.isfinite(L)) or np.any(L <= 0.0):
             raise ValueError(f"the box half-widths L must be positive and finite, got {L} (a constant input column?)")
+        self._set_box(L, drop_first)
+
+    def _set_box(self, L, drop_first):
+        """The frequencies of the box [-L, L]^d (``self.m``, ``self.boundary`` set)."""
         self.L = L
         self.drop_first = bool(drop_first)
         index = np.meshgrid(*[np.arange(_BOUNDARY_TABLE[b][0], _BOUNDARY_TABLE[b][0] + k)
@@ -151,6 +155,36 @@ class LaplacianBasis:
         self.index = index[int(self.drop_first):]
         self.omega = np.sqrt(np.square(np.pi * self.index / (2.0 * L)))  # pm.gp.HSGP's rounding
         self.M = self.omega.shape[0]
+
+    def description(self):
+        """The basis as a hashable tuple of numbers (what fixes it: m, L, the centre, drop_first,
+        the boundary conditions, the active columns); ``from_description`` rebuilds it."""
+        return (self.m, tuple(float(v) for v in self.L), tuple(float(v) for v in self.center), self.drop_first,
+                self.boundary, tuple(int(k) for k in self.active_dims))
+
+    @classmethod
+    def from_description(cls, description):
+        """The basis of ``description()``, without the training inputs."""
+        m, L, center, drop_first, boundary, active_dims = description
+        basis = cls.__new__(cls)
+        basis.m, basis.boundary, basis.active_dims = tuple(m), tuple(boundary), list(active_dims)
+        basis.center = np.asarray(center, dtype=float)
+        basis._set_box(np.asarray(L, dtype=float), drop_first)
+        return basis
+
+    def tensor(self, X):
+        """Phi (n, M) at inputs X (an (n, D) tensor) as a PyTensor graph: ``__call__``'s formula."""
+        Xs = (X - self.center)[:, self.active_dims]
+        phi = pt.ones((X.shape[0], self.M))
+        for k, b in enumerate(self.boundary):
+            j0, trig = _BOUNDARY_TABLE[b]
+            om = self.omega[:, k]
+            scale = np.full(self.M, 1.0 / np.sqrt(self.L[k]))
+            if j0 == 0.0:
+                scale[om == 0.0] = 1.0 / np.sqrt(2.0 * self.L[k])
+            arg = om[None, :] * (Xs[:, k][:, None] + self.L[k])
+            phi = phi * scale * (pt.sin(arg) if trig is np.sin else pt.cos(arg))
+        return phi
 
     def _centred(self, X):
         return (_checked_inputs(X) - self.center)[:, self.active_dims]
@@ -290,7 +324,8 @@ def _checked_inputs(X):
     return X
 
 
-def _checked_m(m, d):
+def checked_m(m, d):
+    """m as a tuple of d positive ints (an int is repeated), else ValueError."""
     if isinstance(m, numbers.Integral):
         m = (m,) * d
     m = tuple(m)

@@ -32,6 +32,7 @@ import numpy as np
 import pytensor
 import pytensor.tensor as pt
 from pytensor.raise_op import Assert
+from scipy.linalg import solve_triangular
 
 from ..approximations import registry
 from ..likelihoods.multiclass import MulticlassLikelihood
@@ -39,11 +40,12 @@ from ..validation import check_inputs
 from .em_bounds import FITCCovariance, covariance_bound, fitc_covariance_bound
 from .dense import chol_lower
 from .fitc import FITCPrior
+from .hsgp import HSGPPrior, HSGPStructure, LaplacianBasis, checked_m, spectral_variances
 from .multiclass_fitc import MulticlassFITCPrior
 
-__all__ = ["PriorStructure", "DenseBinary", "FITCBinary", "DenseMulticlass", "FITCMulticlass", "STRUCTURES",
-           "select_structure", "structure_named", "DENSE_BINARY", "FITC_BINARY", "DENSE_MULTICLASS",
-           "FITC_MULTICLASS"]
+__all__ = ["PriorStructure", "DenseBinary", "FITCBinary", "HSGPBinary", "DenseMulticlass", "FITCMulticlass",
+           "STRUCTURES", "select_structure", "structure_named", "DENSE_BINARY", "FITC_BINARY", "HSGP_BINARY",
+           "DENSE_MULTICLASS", "FITC_MULTICLASS"]
 
 
 @runtime_checkable
@@ -88,6 +90,16 @@ class PriorStructure(Protocol):
     compiled_ep_loop: bool
     predictive_takes_theta: bool
     trusted_prediction: bool
+
+    def prior_options(self, cov_func, m=None, L=None, c=None, drop_first=False):
+        """The options of this prior given to the GP's constructor (HSGP's m, L, c, drop_first;
+        as ``pm.gp.HSGP``'s), checked against ``cov_func`` before any heavy work: what the GP
+        keeps as ``gp.prior_options`` (None for a structure without options). ValueError for
+        options this structure does not take, or bad ones."""
+
+    def for_training_inputs(self, gp, X):
+        """The structure of ``gp`` with training inputs X (an (n, d) array): itself, or for a
+        prior fixed by X (HSGP's basis box) a structure holding that as data."""
 
     def check_inducing(self, Xu, X, n_classes=None):
         """``Xu`` (inducing inputs given to ``marginal_likelihood``, or None) checked against
@@ -180,9 +192,19 @@ class DenseBinary:
     def __reduce__(self):
         return structure_named, (self.name,)
 
+    def prior_options(self, cov_func, m=None, L=None, c=None, drop_first=False):
+        options = {"m": m, "L": L, "c": c, "drop_first": drop_first}
+        given = [k for k, v in options.items() if v is not None and v is not False]
+        if given:
+            raise ValueError(f"{', '.join(given)}: options of approx='HSGP', not of the {self.name} prior")
+        return None
+
+    def for_training_inputs(self, gp, X):
+        return self
+
     def check_inducing(self, Xu, X, n_classes=None):
         if Xu is not None:
-            raise ValueError("Xu (inducing inputs) is for approx='FITC'; this GP uses the dense kernel")
+            raise ValueError(f"Xu (inducing inputs) is for approx='FITC'; this GP uses the {self.name} prior")
         return None
 
     def kernel_inputs(self, gp, X):
@@ -328,6 +350,122 @@ class FITCBinary(DenseBinary):
         return fitc_covariance_bound(*arrays, h, A)[2]
 
 
+class HSGPBinary(FITCBinary):
+    r"""The basis-function prior K~ = Phi diag(S) Phi^T of one latent GP (``structures.hsgp``,
+    Solin & Sarkka 2020, eq. 20), as ``pm.gp.HSGP`` builds it.
+
+    The basis is fixed by the training inputs (the box [-L, L]^d around their midpoint), so
+    a structure bound to them (``for_training_inputs``) holds the basis as a hashable
+    description (``LaplacianBasis.description``) and is compared, hashed and pickled by it.
+    The Op's kernel inputs are S (M,), the kernel's spectral density at the basis
+    frequencies, whose graph carries the gradient into the hyperparameters, and the training
+    inputs X (n, D), data with a zero cotangent, at which the basis operator
+    (``LaplacianBasis.at``) is formed. The predictive's cross input is Phi at the new inputs
+    (n*, M). ``HSGP_BINARY`` (no basis) names the structure for the registry.
+    """
+
+    name = "hsgp"
+    n_kernel_inputs = 2
+    kernel_names = ("S", "X")
+    kernel_ndims = (1, 2)
+    point_input = 0  # S: X is fixed data
+    trusted_prediction = True  # HSGPPrior checks S itself
+
+    def __init__(self, box=None, columns=None):
+        self.box, self.columns = box, columns  # the basis description; X's column count
+        self._basis = None if box is None else LaplacianBasis.from_description(box)
+
+    def __repr__(self):
+        return f"structure:{self.name}" + ("" if self.box is None else f"(m={self.box[0]}, L={self.box[1]})")
+
+    def __eq__(self, other):
+        return isinstance(other, HSGPBinary) and (other.box, other.columns) == (self.box, self.columns)
+
+    def __hash__(self):
+        return hash(("PriorStructure", self.name, self.box, self.columns))
+
+    def __reduce__(self):
+        return HSGPBinary, (self.box, self.columns)
+
+    @property
+    def basis(self):
+        if self._basis is None:
+            raise RuntimeError("the HSGP structure has no basis before marginal_likelihood fixes it at the training X")
+        return self._basis
+
+    def prior_options(self, cov_func, m=None, L=None, c=None, drop_first=False):
+        """``pm.gp.HSGP``'s m (one per active dimension of ``cov_func``), L or c (default
+        c = 1.5) and drop_first as an ``HSGPStructure``, checked before any heavy work.
+
+        Raises
+        ------
+        ValueError
+            For a missing or bad m, both L and c, or a kernel without ``power_spectral_density``
+            (named: ``structures.hsgp.spectral_variances``).
+        """
+        if m is None:
+            raise ValueError("approx='HSGP' needs m, the number of basis functions per input dimension "
+                             "(e.g. m=[30, 30])")
+        config = HSGPStructure(m, L=L, c=1.5 if L is None and c is None else c, drop_first=drop_first)
+        d = len(np.atleast_1d(cov_func.active_dims))
+        config.m = checked_m(m, d)
+        spectral_variances(cov_func, np.ones((1, d)))
+        return config
+
+    def for_training_inputs(self, gp, X):
+        """This structure with the basis of ``gp.prior_options`` (``prior_options``) fixed at X,
+        as ``pm.gp.HSGP`` fixes its box."""
+        config = gp.prior_options
+        basis = LaplacianBasis(X, config.m, L=config.L, c=config.c, drop_first=config.drop_first,
+                               boundary=config.boundary, active_dims=gp.cov_func.active_dims)
+        return HSGPBinary(basis.description(), X.shape[1])
+
+    def check_inducing(self, Xu, X, n_classes=None):
+        return DenseBinary.check_inducing(self, Xu, X, n_classes)
+
+    def kernel_inputs(self, gp, X):
+        return [spectral_variances(gp.cov_func, self.basis.omega), pt.as_tensor_variable(X)]
+
+    def cross_covariances(self, gp, X, Xnew):
+        return self.basis.tensor(Xnew)
+
+    def prior_from(self, *arrays):
+        S, X = arrays
+        return HSGPPrior(self.basis.at(X), S)
+
+    def kernel_cotangents(self, result):
+        """(d log Z / dS, 0): the training inputs are data."""
+        dS = np.asarray(result.dlog_z_dK.S)
+        return dS, np.zeros((np.shape(result.a)[0], self.columns))
+
+    def not_converged_message(self, approximation, point, kernels, result, retries):
+        return (f"{approximation.upper()} (HSGP) did not converge at {point or 'this point'} (last change "
+                f"{result.max_change:.2e} after {retries} damped retries). The value is used; "
+                "the evaluation's status output is 1.")
+
+    def training_shapes(self, kernels, cross):
+        return {"X": kernels[1].shape[:1]}
+
+    def latent_predictive(self, result, cross, star, full_cov):
+        """f* = Phi* beta: mean Phi* S Phi^T a, (co)variance Phi* s A^{-1} s Phi*^T (``HSGPPosterior.predict``)."""
+        posterior = result.posterior
+        if not full_cov:
+            return posterior.predict(result.a, cross)
+        mean = posterior.predict(result.a, cross)[0]
+        C = solve_triangular(posterior.L_A, (cross * posterior.prior.s).T, lower=True, check_finite=False)
+        return mean, C.T @ C
+
+    def failed_prediction(self, cross, full_cov):
+        m = cross.shape[0]
+        return np.full(m, np.nan), np.full((m, m) if full_cov else m, np.nan)
+
+    def _no_em_bound(self, *args):
+        raise ValueError("EM-EP has no bound for approx='HSGP' (its M-step takes a dense or FITC covariance); "
+                         "fit an HSGP model with method='map' or sample it")
+
+    q_covariance = marginal_variances = covariance_bound = log_det_prior = _no_em_bound
+
+
 class DenseMulticlass(DenseBinary):
     """c independent dense GPs, their kernels a (c, n, n) stack (``structures.multiclass``),
     built by the multi-class classifier (``gp.marginal``: ``gp.class_kernels(X)``)."""
@@ -436,21 +574,25 @@ class FITCMulticlass(DenseMulticlass):
 
 
 DENSE_BINARY, FITC_BINARY, DENSE_MULTICLASS = DenseBinary(), FITCBinary(), DenseMulticlass()
-FITC_MULTICLASS = FITCMulticlass()
-STRUCTURES = (DENSE_BINARY, FITC_BINARY, DENSE_MULTICLASS, FITC_MULTICLASS)
+FITC_MULTICLASS, HSGP_BINARY = FITCMulticlass(), HSGPBinary()
+STRUCTURES = (DENSE_BINARY, FITC_BINARY, DENSE_MULTICLASS, FITC_MULTICLASS, HSGP_BINARY)
 
 
 def select_structure(likelihood, approx):
     """The prior structure for ``likelihood`` (an instance) and ``approx`` (None for the
-    dense kernel, or "FITC" as ``registry.check_approx`` returns it).
+    dense kernel, "FITC" or "HSGP" as ``registry.check_approx`` returns it). "HSGP" gives
+    ``HSGP_BINARY`` for every likelihood (the registry's ``check`` refuses it for several
+    classes); the GP binds it to its training inputs (``for_training_inputs``).
 
     Raises
     ------
     ValueError
-        For an ``approx`` other than None and "FITC".
+        For an ``approx`` other than None, "FITC" and "HSGP".
     """
-    if approx not in (None, "FITC"):
-        raise ValueError(f"approx must be None (dense) or 'FITC', got {approx!r}")
+    if approx not in (None, "FITC", "HSGP"):
+        raise ValueError(f"approx must be None (dense), 'FITC' or 'HSGP', got {approx!r}")
+    if approx == "HSGP":
+        return HSGP_BINARY
     if isinstance(likelihood, MulticlassLikelihood):
         return DENSE_MULTICLASS if approx is None else FITC_MULTICLASS
     return DENSE_BINARY if approx is None else FITC_BINARY

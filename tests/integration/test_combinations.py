@@ -1,7 +1,7 @@
 """The combination matrix a user can write, cell by cell (CPU backend).
 
 classifier (EP, Laplace, mean field, ADF) x likelihood (every binary, multi-class and ordinal one)
-x prior (dense, FITC) x verb (log p, its gradient, ``fit``, ``predict``). Each cell either
+x prior (dense, FITC, HSGP) x verb (log p, its gradient, ``fit``, ``predict``). Each cell either
 works (finite log p and gradient, ``fit`` returns, ``predict`` gives probabilities) or is a
 ``ValueError`` at construction whose message names what works. The expected table below is
 written out by hand, not read from the registry: a new likelihood, classifier or prior
@@ -30,7 +30,7 @@ LIKELIHOODS = {"Probit": L.Probit, "ProbitBias": lambda: L.ProbitBias(0.2), "Pro
                "StepLabelNoise": lambda: L.StepLabelNoise(0.1), "Logistic": L.Logistic, "Softmax": L.Softmax,
                "MultinomialProbit": L.MultinomialProbit, "OrderedProbit": lambda: L.OrderedProbit([-0.5, 0.5], sigma=0.8),
                "OrderedLogit": lambda: L.OrderedLogit([-0.5, 0.5])}
-PRIORS = (None, "FITC")
+PRIORS = (None, "FITC", "HSGP")
 
 ALL = "logp grad fit predict"
 NO_GRADIENT = "logp predict"  # ADF: no gradient (a NullTypeGradError), fit(map) a ValueError naming em-ep
@@ -46,12 +46,15 @@ def _expected():
                 "StepLabelNoise has no Laplace approximation" if lik == "StepLabelNoise" else ALL)
         table["MarginalMeanField", lik, None] = ALL
         table["MarginalADF", lik, None] = NO_GRADIENT
-        table["MarginalMeanField", lik, "FITC"] = "approx='FITC' is available for MarginalEP and MarginalLaplace"
-        table["MarginalADF", lik, "FITC"] = "approx='FITC' is available for MarginalEP and MarginalLaplace"
+        for approx in ("FITC", "HSGP"):
+            table["MarginalMeanField", lik, approx] = table["MarginalADF", lik, approx] = (
+                f"approx='{approx}' is available for MarginalEP and MarginalLaplace")
     for lik, approx in itertools.product(MULTICLASS, PRIORS):
         for name in CLASSIFIERS:
             works = (name, lik) in (("MarginalLaplace", "Softmax"), ("MarginalEP", "MultinomialProbit"))
-            table[name, lik, approx] = ALL if works else f"{name} cannot integrate out the multi-class likelihood"
+            table[name, lik, approx] = (f"{name} cannot integrate out the multi-class likelihood" if not works
+                                        else "approx='HSGP' is available for MarginalEP and MarginalLaplace with a "
+                                        "binary or ordinal likelihood" if approx == "HSGP" else ALL)
     for lik, approx in itertools.product(ORDINAL, PRIORS):
         table["MarginalEP", lik, approx] = table["MarginalLaplace", lik, approx] = ALL
         for name in ("MarginalMeanField", "MarginalADF"):  # the likelihood is checked before the prior
@@ -70,7 +73,7 @@ def test_the_table_covers_every_combination():
                 and name not in ("Likelihood", "MulticlassLikelihood", "OrdinalLikelihood")}
     assert exported == set(LIKELIHOODS), "add the new likelihood's cells to EXPECTED"
     assert {a.classifier for a in registry.APPROXIMATIONS.values()} == set(CLASSIFIERS)
-    assert {s.name for s in STRUCTURES} == {"dense", "fitc", "dense-multiclass", "fitc-multiclass"}, \
+    assert {s.name for s in STRUCTURES} == {"dense", "fitc", "dense-multiclass", "fitc-multiclass", "hsgp"}, \
         "a new prior structure: add its approx value to PRIORS and its cells to EXPECTED"
     assert set(EXPECTED) == set(itertools.product(CLASSIFIERS, LIKELIHOODS, PRIORS))
 
@@ -87,9 +90,9 @@ def _build(classifier, lik, approx):
     with pm.Model() as model:
         ls = pm.LogNormal("ls", 0.0, 0.5)
         gp = CLASSIFIERS[classifier](cov_func=pm.gp.cov.ExpQuad(2, ls=ls), likelihood=LIKELIHOODS[lik](),
-                                     approx=approx)
+                                     approx=approx, **({"m": [5, 5]} if approx == "HSGP" else {}))
         y = Y_MULTI if lik in MULTICLASS else Y_ORDINAL if lik in ORDINAL else Y_BINARY
-        gp.marginal_likelihood("y", X=X, y=y, **({"Xu": XU} if approx else {}))
+        gp.marginal_likelihood("y", X=X, y=y, **({"Xu": XU} if approx == "FITC" else {}))
     return model, gp
 
 
