@@ -152,11 +152,11 @@ FAULTS = [
     Fault("ordinal-label-check-loose", "pymc_gpc/likelihoods/ordinal.py",
           "(y >= 0) & (y <= k - 1))", "(y >= 0) & (y <= k))",
           ("tests/likelihoods/test_ordinal_labels.py",), "ordinal labels: the label K (no such class) accepted"),
-    Fault("ordered-logit-unguarded-newton", "pymc_gpc/likelihoods/ordinal.py",
-          "        if not (lo < m_new < hi):\n            m_new = 0.5 * (lo + hi)\n",
-          "        if not (m_new == m_new):\n            m_new = 0.5 * (lo + hi)\n",
+    Fault("ordered-logit-unguarded-newton", "pymc_gpc/numerics/logit_tilted.py",
+          "    if not (lo < m_new < hi):\n        m_new = 0.5 * (lo + hi)\n",
+          "    if not (m_new == m_new):\n        m_new = 0.5 * (lo + hi)\n",
           ("tests/likelihoods/test_ordered_logit_large_variance.py",),
-          "ordered logit's tilted moments: the mode's Newton steps no longer kept in the bracket"),
+          "logit tilted moments (ordered logit, logistic): the mode's Newton steps no longer kept in the bracket"),
 ]
 
 

@@ -25,6 +25,7 @@ import math
 import numpy as np
 from numba import njit
 
+from ..numerics.logit_tilted import GL_NODES, GL_WEIGHTS, GRADE, N_SD, bracketed_newton_step
 from ..numerics.special import inv_mills, log_add_exp, log_ndtr, log_ndtr_array, log_npdf, log_sigmoid, sigmoid
 from .base import Likelihood, SiteKernels
 
@@ -143,9 +144,7 @@ def _step_tilted(y, mu, s2, th):
 
 
 # The composite Gauss-Legendre rule of the logistic tilted moments (``_logistic_tilted``).
-_LOGISTIC_GL_NODES, _LOGISTIC_GL_WEIGHTS = np.polynomial.legendre.leggauss(12)
-_LOGISTIC_GRADE = 2.0 ** np.arange(-1, 21)  # panel ends at f = +-2^j around sigma's poles' real part 0
-_LOGISTIC_N_SD = 9  # the rule covers mode +- 9 sd: the log-integrand has fallen by more than 40 there
+# the rule's panel ends graded at f = +-2^j (``GRADE``) around sigma's poles' real part 0
 _LOGISTIC_SD_PANELS = 3  # panels of 3 sd on each side (12 nodes resolve a Gaussian over 3 sd to ~1e-15)
 
 
@@ -162,18 +161,9 @@ def _logistic_mode(y, mu, s2):
     m = mu
     for _ in range(300):
         p = sigmoid(-y * m)
-        g1 = y * p - (m - mu) / s2
-        if g1 > 0.0:
-            lo = m
-        else:
-            hi = m
-        m_new = m - g1 / (-p * (1.0 - p) - 1.0 / s2)
-        if not (lo < m_new < hi):
-            m_new = 0.5 * (lo + hi)
-        tol = 1e-13 * (1.0 + abs(m_new)) + 1e-9 * math.sqrt(s2)
-        if abs(m_new - m) <= tol or hi - lo <= tol:
-            return m_new
-        m = m_new
+        m, lo, hi, done = bracketed_newton_step(m, y * p - (m - mu) / s2, -p * (1.0 - p) - 1.0 / s2, lo, hi, s2)
+        if done:
+            break
     return m
 
 
@@ -184,17 +174,17 @@ def _logistic_breakpoints(m, s):
     Im f = +-pi: a panel at distance d >= 1/2 from 0 is at most d wide, so its Bernstein
     ellipse clears the poles and 12 Gauss-Legendre nodes reach ~1e-16), clipped to the range
     (empty panels). Offsets, not abscissae, so that a narrow cavity far from 0 loses no digits."""
-    n_g = _LOGISTIC_GRADE.shape[0]
+    n_g = GRADE.shape[0]
     n_sd = 2 * _LOGISTIC_SD_PANELS + 1
     pts = np.empty(n_sd + 2 * n_g + 1)
     for k in range(n_sd):
-        pts[k] = (k - _LOGISTIC_SD_PANELS) * (_LOGISTIC_N_SD / _LOGISTIC_SD_PANELS) * s
+        pts[k] = (k - _LOGISTIC_SD_PANELS) * (N_SD / _LOGISTIC_SD_PANELS) * s
     pts[n_sd] = -m
     for i in range(n_g):
-        pts[n_sd + 1 + 2 * i] = -m - _LOGISTIC_GRADE[i]
-        pts[n_sd + 2 + 2 * i] = -m + _LOGISTIC_GRADE[i]
+        pts[n_sd + 1 + 2 * i] = -m - GRADE[i]
+        pts[n_sd + 2 + 2 * i] = -m + GRADE[i]
     for i in range(pts.shape[0]):
-        pts[i] = min(max(pts[i], -_LOGISTIC_N_SD * s), _LOGISTIC_N_SD * s)
+        pts[i] = min(max(pts[i], -N_SD * s), N_SD * s)
     return np.sort(pts)
 
 
@@ -224,9 +214,9 @@ def _logistic_tilted(y, mu, s2, th):
         if half <= 0.0:
             continue
         mid = 0.5 * (pts[p + 1] + pts[p])
-        for q in range(_LOGISTIC_GL_NODES.shape[0]):
-            t = mid + half * _LOGISTIC_GL_NODES[q]
-            w = half * _LOGISTIC_GL_WEIGHTS[q] * math.exp(log_sigmoid(y * (m + t)) - 0.5 * (dm + t) ** 2 / s2 - g_m)
+        for q in range(GL_NODES.shape[0]):
+            t = mid + half * GL_NODES[q]
+            w = half * GL_WEIGHTS[q] * math.exp(log_sigmoid(y * (m + t)) - 0.5 * (dm + t) ** 2 / s2 - g_m)
             w_sum += w
             w_t += w * t
             w_tt += w * t * t

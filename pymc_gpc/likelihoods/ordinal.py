@@ -28,6 +28,8 @@ import math
 import numpy as np
 from numba import njit
 
+from ..numerics.logit_tilted import GL_NODES, GL_WEIGHTS, GRADE, N_SD, bracketed_newton_step
+
 from ..numerics.special import inv_mills, log_ndtr, log_sigmoid, sigmoid
 from .base import Likelihood, LogLikDerivatives, SiteKernels, TiltedMoments, _is_symbolic, log_lik_map, tilted_map
 
@@ -205,9 +207,6 @@ def _ordered_probit_tilted_local(y, mu, s2, th):
 
 # Composite Gauss-Legendre rule of the ordered-logit tilted moments (``_ordered_logit_tilted_local``;
 # the JAX twin in ``backends/jax/likelihoods.py`` uses the same breakpoints and nodes).
-_GL_NODES, _GL_WEIGHTS = np.polynomial.legendre.leggauss(12)
-_GRADE = 2.0 ** np.arange(-1, 21)  # offsets from a cutpoint of the graded panels' ends
-_N_SD = 9  # the rule covers mode +- 9 sd: the log-integrand has fallen by more than 40 there
 
 
 @njit(nogil=True, cache=True)
@@ -224,18 +223,9 @@ def _ordered_logit_mode(y, mu, s2, th):
     m = mu
     for _ in range(300):
         r = ordinal_log_lik_local(True, y, m, th)
-        g1 = r[1] - (m - mu) / s2
-        if g1 > 0.0:
-            lo = m
-        else:
-            hi = m
-        m_new = m - g1 / (r[2] - 1.0 / s2)
-        if not (lo < m_new < hi):
-            m_new = 0.5 * (lo + hi)
-        tol = 1e-13 * (1.0 + abs(m_new)) + 1e-9 * math.sqrt(s2)
-        if abs(m_new - m) <= tol or hi - lo <= tol:
-            return m_new
-        m = m_new
+        m, lo, hi, done = bracketed_newton_step(m, r[1] - (m - mu) / s2, r[2] - 1.0 / s2, lo, hi, s2)
+        if done:
+            break
     return m
 
 
@@ -248,21 +238,21 @@ def _ordered_logit_breakpoints(m, s, has1, b1, has2, b2):
     Bernstein ellipse clears the poles and 12 Gauss-Legendre nodes reach ~1e-16). Ends
     outside the range are clipped to it (empty panels). Offsets, not abscissae, so that a
     narrow cavity far from 0 loses no digits."""
-    n_g = _GRADE.shape[0]
-    n_sd = 2 * _N_SD + 1
+    n_g = GRADE.shape[0]
+    n_sd = 2 * N_SD + 1
     pts = np.empty(n_sd + 2 * (2 * n_g + 1))
     for k in range(n_sd):
-        pts[k] = (k - _N_SD) * s
+        pts[k] = (k - N_SD) * s
     j = n_sd
     for c, has in ((b1, has1), (b2, has2)):
         d = c - m if has else 0.0
         pts[j] = d
         for i in range(n_g):
-            pts[j + 1 + 2 * i] = d - _GRADE[i] if has else 0.0
-            pts[j + 2 + 2 * i] = d + _GRADE[i] if has else 0.0
+            pts[j + 1 + 2 * i] = d - GRADE[i] if has else 0.0
+            pts[j + 2 + 2 * i] = d + GRADE[i] if has else 0.0
         j += 2 * n_g + 1
     for i in range(pts.shape[0]):
-        pts[i] = min(max(pts[i], -_N_SD * s), _N_SD * s)
+        pts[i] = min(max(pts[i], -N_SD * s), N_SD * s)
     return np.sort(pts)
 
 
@@ -293,11 +283,11 @@ def _ordered_logit_tilted_local(y, mu, s2, th):
         if half <= 0.0:
             continue
         mid = 0.5 * (pts[p + 1] + pts[p])
-        for q in range(_GL_NODES.shape[0]):
-            t = mid + half * _GL_NODES[q]
+        for q in range(GL_NODES.shape[0]):
+            t = mid + half * GL_NODES[q]
             f = m + t
             lp, a1, a2 = _logit_interval(b1 - f, has1, b2 - f, has2)
-            w = half * _GL_WEIGHTS[q] * math.exp(lp - 0.5 * (dm + t) ** 2 / s2 - g_m)
+            w = half * GL_WEIGHTS[q] * math.exp(lp - 0.5 * (dm + t) ** 2 / s2 - g_m)
             w_sum += w
             w_t += w * t
             w_tt += w * t * t

@@ -38,6 +38,7 @@ import numpy as np
 from jax.scipy.special import log_ndtr
 
 from ...likelihoods.base import KINDS
+from ...numerics.logit_tilted import GL_NODES, GL_WEIGHTS, GRADE, N_SD
 from ...likelihoods.binary import Logistic, Probit, ProbitBias, ProbitNoise, StepLabelNoise
 from ...likelihoods.ordinal import OrderedLogit, OrderedProbit
 
@@ -98,9 +99,6 @@ def _step_tilted(y, mu, s2, eps):
 
 
 # binary._logistic_tilted's rule (numpy: cast at trace time)
-_LOGISTIC_GL_NODES, _LOGISTIC_GL_WEIGHTS = np.polynomial.legendre.leggauss(12)
-_LOGISTIC_GRADE = 2.0 ** np.arange(-1, 21)
-_LOGISTIC_N_SD = 9
 _LOGISTIC_SD_PANELS = 3
 
 
@@ -138,14 +136,14 @@ def _logistic_tilted(y, mu, s2):
     m = _logistic_mode(y, mu, s2)
     dm = m - mu
     steps = (jnp.arange(-_LOGISTIC_SD_PANELS, _LOGISTIC_SD_PANELS + 1, dtype=s.dtype)[:, None]
-             * (_LOGISTIC_N_SD / _LOGISTIC_SD_PANELS) * s[None, :])
-    offs = np.concatenate([np.zeros(1), -_LOGISTIC_GRADE, _LOGISTIC_GRADE])[:, None]
+             * (N_SD / _LOGISTIC_SD_PANELS) * s[None, :])
+    offs = np.concatenate([np.zeros(1), -GRADE, GRADE])[:, None]
     pts = jnp.concatenate([steps, -m[None, :] + offs], axis=0)
-    pts = jnp.sort(jnp.clip(pts, -_LOGISTIC_N_SD * s[None, :], _LOGISTIC_N_SD * s[None, :]), axis=0)
+    pts = jnp.sort(jnp.clip(pts, -N_SD * s[None, :], N_SD * s[None, :]), axis=0)
     half = 0.5 * (pts[1:] - pts[:-1])  # (panels, n)
     mid = 0.5 * (pts[1:] + pts[:-1])
-    t = (mid[:, None, :] + half[:, None, :] * _LOGISTIC_GL_NODES[None, :, None]).reshape(-1, mu.shape[0])
-    wq = (half[:, None, :] * _LOGISTIC_GL_WEIGHTS[None, :, None]).reshape(-1, mu.shape[0])
+    t = (mid[:, None, :] + half[:, None, :] * GL_NODES[None, :, None]).reshape(-1, mu.shape[0])
+    wq = (half[:, None, :] * GL_WEIGHTS[None, :, None]).reshape(-1, mu.shape[0])
     g_m = jax.nn.log_sigmoid(y * m) - 0.5 * dm ** 2 / s2
     lg = jax.nn.log_sigmoid(y * (m[None, :] + t)) - 0.5 * (dm[None, :] + t) ** 2 / s2[None, :] - g_m[None, :]
     w = wq * jnp.exp(jnp.where(wq > 0.0, lg, -jnp.inf))
@@ -208,9 +206,7 @@ def _logistic_log_lik_rows(y, f, th):
 # parameter vector; ``tilted_dparams`` / ``log_lik_dparams`` above call it).
 
 # The ordered logit's composite Gauss-Legendre rule (as ``ordinal.py``'s)
-_GL_NODES, _GL_WEIGHTS = np.polynomial.legendre.leggauss(12)  # numpy: cast at trace time
-_GRADE = 2.0 ** np.arange(-1, 21)
-_N_SD = 9
+# (``numerics.logit_tilted``'s GL_NODES, GL_WEIGHTS, GRADE, N_SD; numpy: cast at trace time)
 
 
 def _log1mexp(x):
@@ -317,13 +313,13 @@ def _ordered_logit_mode(y, mu, s2, th):
 def _ordered_logit_breakpoints(m, s, has1, b1, has2, b2):
     """``ordinal._ordered_logit_breakpoints`` over sites: a (109, n) array of sorted offsets
     from the mode, clipped to [-9 s, 9 s]."""
-    steps = jnp.arange(-_N_SD, _N_SD + 1, dtype=s.dtype)[:, None] * s[None, :]
-    offs = np.concatenate([np.zeros(1), -_GRADE, _GRADE])[:, None]
+    steps = jnp.arange(-N_SD, N_SD + 1, dtype=s.dtype)[:, None] * s[None, :]
+    offs = np.concatenate([np.zeros(1), -GRADE, GRADE])[:, None]
     parts = [steps]
     for c, has in ((b1, has1), (b2, has2)):
         parts.append(jnp.where(has[None, :], (c - m)[None, :] + offs, 0.0))
     pts = jnp.concatenate(parts, axis=0)
-    return jnp.sort(jnp.clip(pts, -_N_SD * s[None, :], _N_SD * s[None, :]), axis=0)
+    return jnp.sort(jnp.clip(pts, -N_SD * s[None, :], N_SD * s[None, :]), axis=0)
 
 
 def _ordered_logit_tilted(y, mu, s2, th):
@@ -336,8 +332,8 @@ def _ordered_logit_tilted(y, mu, s2, th):
     pts = _ordered_logit_breakpoints(m, jnp.sqrt(s2), has1, b1, has2, b2)
     half = 0.5 * (pts[1:] - pts[:-1])  # (panels, n)
     mid = 0.5 * (pts[1:] + pts[:-1])
-    t = (mid[:, None, :] + half[:, None, :] * _GL_NODES[None, :, None]).reshape(-1, mu.shape[0])
-    wq = (half[:, None, :] * _GL_WEIGHTS[None, :, None]).reshape(-1, mu.shape[0])
+    t = (mid[:, None, :] + half[:, None, :] * GL_NODES[None, :, None]).reshape(-1, mu.shape[0])
+    wq = (half[:, None, :] * GL_WEIGHTS[None, :, None]).reshape(-1, mu.shape[0])
     f = m[None, :] + t
     u1 = jnp.where(has1[None, :], b1[None, :] - f, 0.0)
     u2 = jnp.where(has2[None, :], b2[None, :] - f, 0.0)
