@@ -246,12 +246,7 @@ def predict(gp, Xnew, idata, *, model=None):
     ValueError
         When ``idata`` has no ``integration`` group.
     """
-    try:
-        group = idata[GROUP]
-    except KeyError:
-        raise ValueError(f"idata has no {GROUP!r} group: give the result of pymc_gpc.sample(method='ccd' or "
-                         "'grid'), or use gp.predict(Xnew, idata=idata) for posterior draws") from None
-    group = group.to_dataset() if hasattr(group, "to_dataset") else group
+    group = _stored_design(idata, "gp.predict(Xnew, idata=idata)")
     weight = np.asarray(group["weight"], float)
     terms = {f"{g}_loo" for g in _loo_names(group)}
     names = [n for n in group.data_vars if n not in _INTERNAL and n not in terms]
@@ -356,13 +351,19 @@ def loo(idata, *, pointwise=None, var_name=None):
     return az.loo(idata, pointwise=pointwise, var_name=name, log_weights=log_weights, pareto_k=pareto_k)
 
 
-def _loo_group(idata, var_name):
+def _stored_design(idata, draws_route):
+    """``idata``'s design group as an xarray Dataset, or ValueError naming ``draws_route``,
+    the call that serves posterior draws instead."""
     try:
         group = idata[GROUP]
     except KeyError:
         raise ValueError(f"idata has no {GROUP!r} group: give the result of pymc_gpc.sample(method='ccd' or "
-                         "'grid'), or use az.loo(idata) for posterior draws") from None
-    group = group.to_dataset() if hasattr(group, "to_dataset") else group
+                         f"'grid'), or use {draws_route} for posterior draws") from None
+    return group.to_dataset() if hasattr(group, "to_dataset") else group
+
+
+def _loo_group(idata, var_name):
+    group = _stored_design(idata, "az.loo(idata)")
     names = _loo_names(group)
     if var_name is None:
         if len(names) != 1:

@@ -172,18 +172,22 @@ class LaplacianBasis:
         basis._set_box(np.asarray(L, dtype=float), drop_first)
         return basis
 
+    def _dimension_scale(self, k):
+        """The eigenfunctions' normalisation along input dimension k, (M,): 1 / sqrt(L_k), and
+        1 / sqrt(2 L_k) for the constant function of a boundary whose index starts at 0."""
+        scale = np.full(self.M, 1.0 / np.sqrt(self.L[k]))
+        if _BOUNDARY_TABLE[self.boundary[k]][0] == 0.0:
+            scale[self.omega[:, k] == 0.0] = 1.0 / np.sqrt(2.0 * self.L[k])
+        return scale
+
     def tensor(self, X):
         """Phi (n, M) at inputs X (an (n, D) tensor) as a PyTensor graph: ``__call__``'s formula."""
         Xs = (X - self.center)[:, self.active_dims]
         phi = pt.ones((X.shape[0], self.M))
         for k, b in enumerate(self.boundary):
-            j0, trig = _BOUNDARY_TABLE[b]
-            om = self.omega[:, k]
-            scale = np.full(self.M, 1.0 / np.sqrt(self.L[k]))
-            if j0 == 0.0:
-                scale[om == 0.0] = 1.0 / np.sqrt(2.0 * self.L[k])
-            arg = om[None, :] * (Xs[:, k][:, None] + self.L[k])
-            phi = phi * scale * (pt.sin(arg) if trig is np.sin else pt.cos(arg))
+            arg = self.omega[:, k][None, :] * (Xs[:, k][:, None] + self.L[k])
+            trig = pt.sin if _BOUNDARY_TABLE[b][1] is np.sin else pt.cos
+            phi = phi * self._dimension_scale(k) * trig(arg)
         return phi
 
     def _centred(self, X):
@@ -203,12 +207,8 @@ class LaplacianBasis:
         n = Xs.shape[0]
         phi = np.ones((n, self.M))
         for k, b in enumerate(self.boundary):
-            j0, trig = _BOUNDARY_TABLE[b]
-            om = self.omega[:, k]
-            scale = np.full(self.M, 1.0 / np.sqrt(self.L[k]))
-            if j0 == 0.0:
-                scale[om == 0.0] = 1.0 / np.sqrt(2.0 * self.L[k])
-            phi *= scale * trig(om * (Xs[:, k][:, None] + self.L[k]))
+            trig = _BOUNDARY_TABLE[b][1]
+            phi *= self._dimension_scale(k) * trig(self.omega[:, k] * (Xs[:, k][:, None] + self.L[k]))
         return phi
 
     def variances(self, cov_func):
