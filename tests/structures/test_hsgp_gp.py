@@ -168,7 +168,7 @@ def test_unserved_combinations_name_what_works():
         gp.marginal_likelihood("y", X=X, y=y, Xu=X[:5])
 
 
-def test_registry_lists_hsgp_with_fitc_retries_and_numba_only():
+def test_registry_lists_hsgp_with_fitc_retries_on_both_backends():
     for name in ("ep", "laplace"):
         for lik in (L.Probit(), L.OrderedProbit(cutpoints=[0.0, 1.0])):
             assert "hsgp" in registry.solver_for(name, lik).structures
@@ -176,19 +176,8 @@ def test_registry_lists_hsgp_with_fitc_retries_and_numba_only():
     assert ep_hsgp == registry.get("ep").retry_schedule({}, "fitc")
     assert [o.get("damping") for o in ep_hsgp] == [0.5, 0.25]
     assert all(o.get("method", "parallel") == "parallel" for o in ep_hsgp)
-    registry.check("ep", L.Probit(), "hsgp", backend="numba")
-    with pytest.raises(NotImplementedError, match="numba"):
-        registry.check("ep", L.Probit(), "hsgp", backend="jax")
-
-
-def test_jax_backend_is_a_clear_error():
-    pytest.importorskip("jax")
-    model, gp, X, y = _model(pymc_gpc.MarginalEP, L.Probit())
-    log_ls = model["log_ls"]
-    potential = model.potentials[0]
-    with pytest.raises(NotImplementedError, match="numba"):
-        pytensor.function([model.rvs_to_values[log_ls], model.rvs_to_values[model["log_eta"]]],
-                          model.replace_rvs_by_values([potential])[0], mode="JAX")
+    for backend in ("numba", "jax"):  # the JAX implementation: tests/backends/test_jax_hsgp.py
+        registry.check("ep", L.Probit(), "hsgp", backend=backend)
 
 
 def test_structure_is_data_compared_hashed_and_pickled_by_its_basis():

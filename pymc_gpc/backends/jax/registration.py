@@ -15,9 +15,9 @@ import sys
 
 _TARGET = "pytensor.link.jax.dispatch"
 # the modules whose import registers the Ops with jax_funcify: the binary (dense and FITC) Ops,
-# then the multi-class ones (dense, then FITC: its Ops subclass the dense ones)
+# then the multi-class ones (dense, then FITC: its Ops subclass the dense ones), then HSGP's
 _MODULES = ("pymc_gpc.backends.jax.dispatch", "pymc_gpc.backends.jax.multiclass",
-            "pymc_gpc.backends.jax.multiclass_fitc")
+            "pymc_gpc.backends.jax.multiclass_fitc", "pymc_gpc.backends.jax.hsgp")
 
 JAX_SAMPLERS = ("numpyro", "blackjax")
 

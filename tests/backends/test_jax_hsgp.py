@@ -1,0 +1,213 @@
+"""The JAX backend's HSGP EP and Laplace (``backends/jax/hsgp.py``) and its registration:
+against the numba path (``structures.hsgp.HSGPPrior`` with ``pymc_gpc.ep`` /
+``pymc_gpc.laplace``, itself tested against the dense computation on Phi diag(S) Phi^T and
+finite differences in ``tests/structures``), against central finite differences, through
+``pytensor.function(mode="JAX")`` and numpyro.
+
+Skipped where jax is not installed. Each jitted function is compiled once per module
+(``_fn``): compilation, not evaluation, is what these tests spend their time on.
+"""
+
+import warnings
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax", reason="the JAX backend needs jax: pip install pymc-gpc[jax]")
+
+import jax.numpy as jnp  # noqa: E402
+import pymc as pm  # noqa: E402
+import pytensor  # noqa: E402
+import pytensor.tensor as pt  # noqa: E402
+
+import pymc_gpc  # noqa: E402
+from pymc_gpc import likelihoods as L  # noqa: E402
+from pymc_gpc.approximations import registry  # noqa: E402
+from pymc_gpc.approximations.solve import solve_with_retries  # noqa: E402
+from pymc_gpc.backends.jax import hsgp as jax_hsgp  # noqa: E402
+from pymc_gpc.structures.hsgp import HSGPPrior, LaplacianBasis  # noqa: E402
+
+N, M = 40, (6, 5)
+CUTS = [-0.5, 0.5]
+# (approximation, likelihood class, theta, ordinal labels)
+CASES = [("ep", L.Probit, [], False), ("laplace", L.Logistic, [], False),
+         ("ep", L.OrderedProbit, [*CUTS, 0.8], True), ("laplace", L.OrderedProbit, [*CUTS, 0.8], True)]
+IDS = ["ep-probit", "laplace-logistic", "ep-ordered-probit", "laplace-ordered-probit"]
+TOL = {"ep": {"tol": 1e-12}, "laplace": {}}
+_FNS = {}
+
+
+def _likelihood(cls, th):
+    return cls(cutpoints=th[:2], sigma=th[2]) if cls is L.OrderedProbit else cls(*th)
+
+
+@pytest.fixture(scope="module")
+def problem():
+    """n = 40 points in 2-D, a 6 x 5 Laplacian basis (c = 1.5), S of an ExpQuad kernel of
+    variance 4; binary and 3-level ordinal labels."""
+    rng = np.random.default_rng(5)
+    X = rng.uniform(-2.0, 2.0, size=(N, 2))
+    f = np.sin(2.0 * X[:, 0]) + X[:, 1]
+    y_binary = np.where(f + 0.3 * rng.normal(size=N) > 0, 1.0, -1.0)
+    y_ordinal = np.digitize(f + 0.3 * rng.normal(size=N), CUTS).astype(float)
+    basis = LaplacianBasis(X, list(M), c=1.5)
+    S = basis.variances(4.0 * pm.gp.cov.ExpQuad(2, ls=0.8)).eval()
+    return X, basis, S, y_binary, y_ordinal
+
+
+def _fn(basis, approx, kind, **options):
+    """The jitted HSGP function (compiled once per module and options)."""
+    key = (approx, kind, tuple(sorted(options.items())))
+    if key not in _FNS:
+        _FNS[key] = jax.jit(jax_hsgp.marginal_fn(approx, kind, basis, **{**TOL[approx], **options}))
+    return _FNS[key]
+
+
+def _labels(problem, ordinal):
+    return problem[4] if ordinal else problem[3]
+
+
+def _assert_same(out, ref, th):
+    np.testing.assert_allclose(float(out[0]), ref.log_z, rtol=1e-8, atol=1e-8)
+    np.testing.assert_allclose(np.asarray(out[1]), ref.dlog_z_dK.S, rtol=1e-8, atol=1e-8)
+    np.testing.assert_allclose(np.asarray(out[3]), ref.dlog_z_dparams[: len(th)], rtol=1e-8, atol=1e-8)
+    np.testing.assert_allclose(np.asarray(out[4]), ref.loo_log_p, rtol=1e-8, atol=1e-8)
+
+
+@pytest.mark.parametrize("approx, cls, th, ordinal", CASES, ids=IDS)
+def test_jax_hsgp_equals_the_numba_path(problem, approx, cls, th, ordinal):
+    """Evidence, its gradient in S and theta, and the LOO terms, to 1e-8; dX is zero."""
+    X, basis, S, *_ = problem
+    y = _labels(problem, ordinal)
+    out = _fn(basis, approx, cls.kind)(S, X, jnp.asarray(th, float), y)
+    ref = getattr(pymc_gpc, approx)(HSGPPrior(basis.at(X), S), y, _likelihood(cls, th), **TOL[approx])
+    assert int(out[-1]) == 0 and ref.converged
+    _assert_same(out, ref, th)
+    assert np.all(np.asarray(out[2]) == 0.0) and np.shape(out[2]) == X.shape
+
+
+@pytest.mark.parametrize("case", [0, 3], ids=[IDS[0], IDS[3]])
+def test_gradient_matches_central_differences(problem, case):
+    """The returned gradient along a random direction in (S, theta) against central
+    differences of the returned value (step 1e-5 relative to S)."""
+    approx, cls, th, ordinal = CASES[case]
+    X, basis, S, *_ = problem
+    y = _labels(problem, ordinal)
+    rng = np.random.default_rng(3)
+    dS, dth = S * rng.normal(size=S.shape), rng.normal(size=len(th))
+    fn = _fn(basis, approx, cls.kind)
+    th = np.asarray(th, float)
+    out = fn(S, X, th, y)
+    analytic = float(np.sum(np.asarray(out[1]) * dS) + np.sum(np.asarray(out[3]) * dth))
+    h = 1e-5
+
+    def value(t):
+        return float(fn(S + t * h * dS, X, th + t * h * dth, y)[0])
+
+    assert analytic == pytest.approx((value(1) - value(-1)) / (2 * h), rel=1e-6, abs=1e-6)
+
+
+def test_jax_grad_goes_through_the_custom_vjp(problem):
+    """jax.grad of a function of the evidence: the cotangent times the returned gradient."""
+    X, basis, S, y, _ = problem
+    fn = _fn(basis, "ep", L.Probit.kind)
+    dS = jax.grad(lambda s: 3.0 * fn(s, X, jnp.zeros(0), y)[0])(jnp.asarray(S))
+    np.testing.assert_allclose(np.asarray(dS), 3.0 * np.asarray(fn(S, X, jnp.zeros(0), y)[1]), rtol=1e-12)
+
+
+def test_retries_follow_the_numba_schedule(problem):
+    """Four sweeps do not converge EP at a large amplitude: the JAX function runs the
+    registry's "hsgp" retries (damping 0.5 with 8 sweeps, 0.25 with 16), and its value and
+    gradient equal the numba path's ``solve_with_retries`` with the same schedule."""
+    X, basis, S, y, _ = problem
+    options = {"tol": 1e-12, "max_sweeps": 8}
+    schedule = registry.get("ep").retry_schedule(options, "hsgp")
+    assert [r["damping"] for r in schedule] == [0.5, 0.25]
+    ref, retries = solve_with_retries("ep", HSGPPrior(basis.at(X), 100.0 * S), y, L.Probit(), np.zeros(0), None,
+                                      options, retry_options=schedule)
+    out = _fn(basis, "ep", L.Probit.kind, max_sweeps=8)(100.0 * S, X, jnp.zeros(0), y)
+    assert retries == 2 and int(out[-2]) > 8
+    assert int(out[-1]) == (0 if ref.converged else 1)
+    np.testing.assert_allclose(float(out[0]), ref.log_z, rtol=1e-8)
+    np.testing.assert_allclose(np.asarray(out[1]), ref.dlog_z_dK.S, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("case", ["negative S", "nan S", "epsilon >= 0.5"])
+def test_failure_gives_minus_inf_and_a_zero_gradient(problem, case):
+    X, basis, S, y, _ = problem
+    S = S.copy()
+    cls, th = (L.StepLabelNoise, [0.6]) if case == "epsilon >= 0.5" else (L.Probit, [])
+    if case != "epsilon >= 0.5":
+        S[1] = -1.0 if case == "negative S" else np.nan
+    out = _fn(basis, "ep", cls.kind)(S, X, jnp.asarray(th, float), y)
+    assert float(out[0]) == -np.inf and int(out[-1]) == 2
+    assert np.all(np.asarray(out[4]) == -np.inf)
+    assert all(np.all(np.asarray(g) == 0.0) for g in out[1:4])
+
+
+def test_predictive_equals_the_numba_path(problem):
+    """Latent predictive mean and variance, and the joint covariance, at new inputs against
+    ``HSGPPosterior.predict`` (Laplace, logistic)."""
+    X, basis, S, y, _ = problem
+    Xnew = np.random.default_rng(8).uniform(-2.5, 2.5, size=(7, 2))
+    ref = pymc_gpc.laplace(HSGPPrior(basis.at(X), S), y, L.Logistic())
+    want_mean, want_var = ref.posterior.predict(ref.a, basis.at(Xnew))
+    Phi_new = basis(Xnew)
+    for full_cov in (False, True):
+        predict = jax.jit(jax_hsgp.predictive_fn("laplace", L.Logistic.kind, basis, full_cov))
+        mean, second = predict(S, X, jnp.zeros(0), y, Phi_new, np.zeros(7))
+        np.testing.assert_allclose(np.asarray(mean), want_mean, rtol=1e-8, atol=1e-10)
+        var = np.diag(np.asarray(second)) if full_cov else np.asarray(second)
+        np.testing.assert_allclose(var, want_var, rtol=1e-8, atol=1e-10)
+    C = np.linalg.solve(ref.posterior.L_A, (Phi_new * np.sqrt(S)).T)
+    np.testing.assert_allclose(np.asarray(second), C.T @ C, rtol=1e-8, atol=1e-10)
+
+
+def _model(X, y, **options):
+    with pm.Model() as model:
+        log_ls = pm.Normal("log_ls", 0.0, 1.0)
+        log_amp = pm.Normal("log_amp", 0.0, 1.0)
+        cov = pt.exp(log_amp) * pm.gp.cov.ExpQuad(X.shape[1], ls=pt.exp(log_ls))
+        gp = pymc_gpc.MarginalEP(cov_func=cov, likelihood=L.Probit(), approx="HSGP", m=[12], c=1.5, **options)
+        gp.marginal_likelihood("y", X=X, y=y)
+    return model
+
+
+def test_pytensor_jax_mode_on_an_hsgp_model_logp_and_dlogp():
+    """An HSGP model's logp and dlogp (autodiff through the spectral density into log_ls and
+    log_amp) under mode="JAX" against the default (numba) linker."""
+    rng = np.random.default_rng(2)
+    X = rng.uniform(-3.0, 3.0, size=(30, 1))
+    y = np.where(np.sin(1.5 * X[:, 0]) + 0.3 * rng.normal(size=30) > 0, 1, -1)
+    model = _model(X, y, tol=1e-11)
+    logp = model.logp()
+    outputs = [logp, *pytensor.grad(logp, model.value_vars)]
+    numba_fn = pytensor.function(model.value_vars, outputs)
+    jax_fn = pytensor.function(model.value_vars, outputs, mode="JAX")
+    for point in ((0.1, 0.3), (-0.4, 1.5)):
+        ref, got = numba_fn(*map(np.asarray, point)), jax_fn(*map(np.asarray, point))
+        for r, g in zip(ref, got):
+            np.testing.assert_allclose(np.asarray(g), r, rtol=1e-8, atol=1e-8)
+
+
+def test_numpyro_nuts_runs_on_a_tiny_hsgp_model():
+    """numpyro NUTS (the HSGP Op's JAX function) takes a few draws: every evaluation
+    converged, the chain moved, and the log density it recorded at each draw is the numba
+    model's (to the sampler's EP tolerance, 1e-2 in the site change)."""
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-3.0, 3.0, size=(20, 1))
+    y = np.where(np.sin(1.5 * X[:, 0]) > 0, 1, -1)
+    model = _model(X, y)
+    start = model.initial_point()
+    with model, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        idata = pymc_gpc.sample(draws=10, tune=10, chains=1, random_seed=1, progressbar=False,
+                                nuts_sampler="numpyro", initvals=[start], nuts={"jitter": False})
+    assert np.all(np.asarray(idata["sample_stats"]["y_status"]) == 0)
+    post = idata["posterior"]
+    draws = {name: np.asarray(post[name]).ravel() for name in ("log_ls", "log_amp")}
+    assert np.all(np.isfinite(draws["log_ls"])) and np.unique(draws["log_ls"]).size > 1
+    logp = model.compile_logp()
+    numba_lp = [logp({name: v[i] for name, v in draws.items()}) for i in range(10)]
+    # PyMC stores numpyro's potential energy, -log density, as "lp"
+    np.testing.assert_allclose(-np.asarray(idata["sample_stats"]["lp"]).ravel(), numba_lp, atol=1e-3)
