@@ -3,6 +3,7 @@
     pymc-gpc                                  # bundled Pima, EP + NUTS
     pymc-gpc train.csv --target label --test test.csv --approximation laplace
     pymc-gpc --data crabs --method map       # or type2 / em-ep: point estimates
+    pymc-gpc sites.csv --target present --hsgp 30,1.5   # 2-D coordinates: HSGP prior
 
 Writes to ``--out`` (default ``pymc-gpc-output/``, which must be empty or missing unless
 ``--overwrite`` is given): ``report.md`` (metrics and diagnostics), ``summary.csv``
@@ -31,7 +32,7 @@ import numpy as np
 from .. import likelihoods as L
 from ..approximations import registry
 from ..datasets import Split, load
-from ..gp.models import has_several_classes
+from ..gp.models import HSGP_MAX_DIMS, has_several_classes
 from ..likelihoods.multiclass import MULTICLASS_LIKELIHOODS
 from ..likelihoods.ordinal import OrderedLogit, OrderedProbit
 from ..validation import SingleMemberClassWarning, as_signed_labels, binary_classes, check_inputs
@@ -54,6 +55,8 @@ OUTPUT_FILES = ("report.md", "summary.csv", "predictions.csv", "relevance.png", 
 MIN_KEPT_DRAWS = 10
 # Exit status of a run stopped by Ctrl-C (SIGINT), as shells report it (128 + 2).
 INTERRUPTED = 130
+# --hsgp M without C: the box factor of approx="HSGP" (``structures.select.HSGPBinary``'s default)
+HSGP_DEFAULT_C = 1.5
 # Cells a CSV reader takes for a missing value (compared in lower case, stripped).
 MISSING = ("", "na", "n/a", "nan", "null", "none", "?", "-")
 
@@ -103,6 +106,14 @@ def _parser():
         help="FITC prior with M inducing inputs placed by k-means (ep or laplace): O(n M^2) per evaluation, "
              "O(c^2 n M^2) with c > 2 classes; 'auto': dense up to 1,200 training rows, FITC with "
              "2 sqrt(n) inducing inputs (100 to 300) above; 'none': dense whatever n",
+    )
+    p.add_argument(
+        "--hsgp", type=_hsgp_option, default=None, metavar="M,C",
+        help="basis-function prior of pm.gp.HSGP instead of --inducing (ep or laplace; two classes or --ordinal): "
+             "M basis functions per input column (M^d in all) on a box C times the inputs' half-range (C > 1, "
+             f"default {HSGP_DEFAULT_C}); for 1 to {HSGP_MAX_DIMS} continuous input columns (coordinates, time), "
+             "O(n M^2d) per evaluation. The kernel is then the ARD squared exponential without the constant "
+             "term v1 (pm.gp.cov.ExpQuad, which has a spectral density)",
     )
     p.add_argument(
         "--sampler", default="pymc", choices=["pymc", "nutpie"],
@@ -297,6 +308,15 @@ def _check_choices(args):
         raise ValueError(f"--inducing works with --approximation {' or '.join(fitc)}, not {args.approximation}")
     if args.levels is not None and not args.ordinal:
         raise ValueError("--levels orders the labels of an --ordinal target")
+    if args.hsgp is not None:
+        hsgp = _serving(lambda a: "hsgp" in a.structures)
+        if approximation not in hsgp:
+            raise ValueError(f"--hsgp works with --approximation {' or '.join(hsgp)}, not {args.approximation}")
+        if isinstance(args.inducing, int):
+            raise ValueError("give either --hsgp (the basis-function prior) or --inducing (FITC), not both")
+        if args.method == "em-ep":
+            raise ValueError("--hsgp does not take --method em-ep (EM-EP has no bound for the HSGP prior): "
+                             "use --method map, type2 or nuts")
     ordinal = _serving(lambda a: "ordinal" in a.solvers)
     if args.ordinal and approximation not in ordinal:
         raise ValueError(f"--ordinal works with --approximation {' or '.join(ordinal)}, not {args.approximation}")
@@ -390,11 +410,13 @@ def _model_for(args, data):
         likelihood = LIKELIHOODS[args.likelihood or "probit"]()
     if args.shared_kernel and (not multiclass or args.ordinal):
         raise ValueError("--shared-kernel serves a target with more than two classes (a binary model has one kernel)")
+    if args.hsgp is not None:
+        _check_hsgp_inputs(data, multiclass and not args.ordinal)
     approximation, _, variant = args.approximation.partition("-")
     model, gp = ard_classifier(
         data.X_train, data.y_train, approximation=approximation, likelihood=likelihood,
         feature_names=data.feature_names, **({"variant": variant} if variant else {}),
-        inducing=args.inducing,
+        **({"inducing": args.inducing} if args.hsgp is None else {"hsgp": args.hsgp}),
         **({"per_class": not args.shared_kernel} if multiclass and not args.ordinal else {}),
         **({"levels": levels} if args.ordinal else {}),
     )
@@ -411,10 +433,52 @@ def _inducing_option(text):
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of inducing inputs, 'auto' or 'none'") from None
 
 
+def _hsgp_option(text):
+    """``--hsgp``: "M,C" (or "M", C = ``HSGP_DEFAULT_C``) as (m, c), m a positive integer and
+    c a number above 1 (the ranges are ``ard_classifier``'s check)."""
+    parts = [p.strip() for p in text.split(",")]
+    try:
+        if len(parts) not in (1, 2):
+            raise ValueError
+        m = int(parts[0])
+        c = float(parts[1]) if len(parts) == 2 else HSGP_DEFAULT_C
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not M,C: a number M of basis functions per input column and "
+                                         "a box factor C, e.g. 30,1.5") from None
+    if m < 1 or not np.isfinite(c) or c <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text!r}: M must be a positive integer and C a number above 1 (the box "
+                                         "is C times the inputs' half-range; pm.gp.HSGP recommends C >= 1.2)")
+    return m, c
+
+
+def _check_hsgp_inputs(data, several_classes):
+    """ValueError naming what ``--hsgp`` cannot serve: several (unordered) classes, more than
+    ``HSGP_MAX_DIMS`` input columns, or a column with fewer than 3 distinct values (constant, or
+    categorical: the basis is for continuous inputs)."""
+    names, d = data.feature_names, data.X_train.shape[1]
+    if several_classes:
+        raise ValueError("--hsgp serves a target with two classes, or ordered ones with --ordinal; this one has more "
+                         "than two: leave --hsgp out (dense or --inducing)")
+    if d > HSGP_MAX_DIMS:
+        raise ValueError(f"--hsgp serves at most {HSGP_MAX_DIMS} input columns (M^d basis functions), the data have "
+                         f"{d} ({', '.join(names)}): keep the spatial or temporal columns in the CSV, or use "
+                         "--inducing (FITC)")
+    for k, name in enumerate(names):
+        distinct = np.unique(data.X_train[:, k]).size
+        if distinct < 3:
+            raise ValueError(f"--hsgp: input column {name!r} takes {distinct} distinct value"
+                             f"{'s' if distinct != 1 else ''} (constant or categorical); the basis-function prior is "
+                             "for continuous inputs such as coordinates or time: drop the column, or leave --hsgp out")
+
+
 def _prior_line(args, n):
-    """The report's words for the prior structure that ``--inducing`` chose."""
+    """The report's words for the prior structure that ``--inducing`` or ``--hsgp`` chose."""
     from ..gp.models import auto_inducing
 
+    if args.hsgp is not None:
+        m, c = args.hsgp
+        return (f", HSGP prior: {m} basis functions per input column on a box {c:g} times the inputs' half-range, "
+                "ARD squared-exponential kernel (no constant term)")
     m = auto_inducing(n, args.approximation.partition("-")[0]) if args.inducing == "auto" else args.inducing
     if m is None:
         return ", dense GP prior" + (" (--inducing auto: at most 1,200 rows)" if args.inducing == "auto" else "")
@@ -440,7 +504,7 @@ def _fit_and_write(args, built, data, classes, y_test_labels, out):
     if not multiclass:
         report.append(f"- classes: {classes[0]!r} (negative) and {classes[1]!r} (positive): probabilities are "
                       f"of {classes[1]!r} (predictions.csv's p_{classes[1]})")
-    hyper = ["log_w", "log_v0", "log_v1"] + (["cutpoints"] if args.ordinal else [])
+    hyper = [v for v in ("log_w", "log_v0", "log_v1") if v in model.named_vars] + (["cutpoints"] if args.ordinal else [])
     t0 = time.perf_counter()
     if args.method == "nuts":
         idata, interrupted = _sample(args, model)
@@ -454,7 +518,8 @@ def _fit_and_write(args, built, data, classes, y_test_labels, out):
         report += _fit_report(args, fitted, hyper, time.perf_counter() - t0, out)
     if data.X_test is not None:
         report += _test_report(args, gp, model, fitted, data, classes, y_test_labels, multiclass, out)
-    _plots(fitted, out, report, data.feature_names, [str(c) for c in gp.classes])
+    _plots(fitted, out, report, data.feature_names, [str(c) for c in gp.classes],
+           [v for v in hyper if v != "cutpoints"])
     text = "\n".join(report) + "\n"
     (out / "report.md").write_text(text)
     print(text)
@@ -602,9 +667,10 @@ def _write_predictions(path, p, classes, labels):
             w.writerow(row + ([labels[i]] if labels is not None else []))
 
 
-def _plots(result, out, report, feature_names, classes):
+def _plots(result, out, report, feature_names, classes, kernel_vars):
     """Trace and relevance plots of a sampling result, or relevance and history plots of a fit;
-    inputs and classes are named by ``feature_names`` and ``classes``."""
+    inputs and classes are named by ``feature_names`` and ``classes``; the traces are those of
+    ``kernel_vars``."""
     try:
         import arviz as az
         import matplotlib
@@ -615,7 +681,7 @@ def _plots(result, out, report, feature_names, classes):
         report.append("- plots skipped: install the 'plot' extra (matplotlib)")
         return
     if not hasattr(result, "history"):
-        pc = az.plot_trace_dist(result, var_names=["log_w", "log_v0", "log_v1"], backend="matplotlib")
+        pc = az.plot_trace_dist(result, var_names=kernel_vars, backend="matplotlib")
         pc.savefig(out / "trace.png")
         pc = az.plot_forest(result, var_names=["log_w"], combined=True, backend="matplotlib")
         pc.savefig(out / "relevance.png")

@@ -48,7 +48,7 @@ def multiclass_likelihood(approximation):
 
 def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.0),
                    feature_names=None, bias=True, name="y", inducing="auto", learn_inducing=False, per_class=None,
-                   levels=None, kernel="se", linear=False, **solver_options):
+                   levels=None, kernel="se", linear=False, hsgp=None, **solver_options):
     """Build ``pm.Model`` + GP with an ARD kernel (``kernel``, ``linear``), for two classes or more.
 
     Parameters
@@ -74,7 +74,9 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
         the binary model's variables). Not for a binary likelihood.
     prior : (mean, sd) of the Normal prior on every log-hyperparameter.
     feature_names : names for the ``feature`` coordinate of ``log_w``.
-    bias : include the constant term v1.
+    bias : include the constant term v1 (not with ``hsgp``: a constant kernel has no
+        spectral density, so that model has no ``log_v1``; the basis' lowest frequencies
+        carry an offset, and an ordinal model's cutpoints do).
     kernel : two classes only: "se" (the squared exponential above) or "matern52", the ARD
         Matern 5/2 kernel v0 (1 + sqrt5 r + 5 r^2 / 3) exp(-sqrt5 r), r^2 = sum_m w_m (x_m - x'_m)^2
         (Rasmussen & Williams 2006, eq. 4.17), with the same variables and priors.
@@ -87,6 +89,14 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
         (``pm.gp.util.kmeans_inducing_points``, seeded), or an (m, d) array of them: the
         FITC prior (``approx="FITC"``, EP and Laplace only), O(n m^2) per evaluation.
         k-means (``kmeans_centres``) runs on at most ``KMEANS_ROWS`` rows.
+    hsgp : (m, c): the basis-function prior of ``pm.gp.HSGP`` instead (``approx="HSGP"``,
+        ``structures.hsgp``; EP and Laplace, two classes or ordinal), m basis functions per
+        input dimension (m^d in all) on the box c times the inputs' half-range around their
+        midpoint (c > 1; ``pm.gp.HSGP`` recommends c >= 1.2), O(n m^(2d)) per evaluation,
+        never an n x n matrix. For inputs of one to three dimensions (maps, time). The
+        kernel is then ``pm.gp.cov.ExpQuad`` ("se") or ``Matern52`` with ARD lengthscales
+        w^(-1/2), whose spectral densities the basis' prior variances are; ``inducing``
+        must be left at "auto" or None.
     learn_inducing : with ``inducing``, make the inducing inputs a free variable ``Xu``
         (dims ``("inducing", "feature")``, a flat prior) starting at those inputs, so that
         ``pymc_gpc.fit`` optimises them with the hyperparameters, through the exact
@@ -103,7 +113,9 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
         For an unknown ``approximation``, a ``prior`` that is not a finite (mean, sd > 0)
         pair, bad inputs, ``inducing`` with mean field or ADF, or ``per_class`` with a
         binary likelihood, or ``learn_inducing`` without ``inducing``, or ``approx=`` (use
-        ``inducing``); the combination is checked by ``approximations.registry.check``.
+        ``inducing`` or ``hsgp``), or ``hsgp`` that is not a pair (m >= 1, c > 1), with
+        more than ``HSGP_MAX_DIMS`` input columns, with inducing inputs, with several classes
+        or with ``linear``; the combination is checked by ``approximations.registry.check``.
 
     Notes
     -----
@@ -135,8 +147,12 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
     """
     if "approx" in solver_options:
         raise ValueError("ard_classifier chooses the prior with inducing= (None: the dense kernel; a number m or an "
-                         "(m, d) array: FITC, the GP classes' approx='FITC'), not approx=")
+                         "(m, d) array: FITC, the GP classes' approx='FITC') or hsgp=(m, c) (approx='HSGP'), "
+                         "not approx=")
     X = check_inputs(X)
+    if hsgp is not None:
+        hsgp = _hsgp_options(hsgp, X, inducing, linear)
+        inducing = None
     inducing = auto_inducing(X.shape[0], approximation) if _is_auto(inducing) else inducing
     if learn_inducing and inducing is None:
         raise ValueError("learn_inducing=True needs inducing= (a number m of inducing inputs or an (m, d) array)")
@@ -155,7 +171,7 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
     if likelihood is None and has_several_classes(y):
         likelihood = multiclass_likelihood(approximation)
     likelihood = Probit() if likelihood is None else likelihood
-    approx = "FITC" if inducing is not None else None
+    approx = "HSGP" if hsgp is not None else "FITC" if inducing is not None else None
     if not isinstance(likelihood, type):  # an ordinal class: its instance is checked by the GP class
         registry.check(approximation, likelihood, select_structure(likelihood, approx).name)
     several = isinstance(likelihood, MulticlassLikelihood) or (isinstance(likelihood, type)
@@ -165,7 +181,10 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
                          "the ARD squared exponential")
     if isinstance(likelihood, type) and issubclass(likelihood, OrdinalLikelihood):
         return _ordinal_classifier(X, y, likelihood, approximation, (mu, sd), names, bias, name, inducing,
-                                   learn_inducing, levels, solver_options)
+                                   learn_inducing, levels, solver_options, hsgp=hsgp)
+    if isinstance(likelihood, MulticlassLikelihood) and hsgp is not None:
+        raise ValueError("hsgp serves a target with two classes or ordered ones (ordinal likelihoods); for "
+                         "several classes use inducing= (FITC) or the dense prior")
     if isinstance(likelihood, MulticlassLikelihood):
         classes = as_class_codes(y, n_classes=likelihood.n_classes, warn=False)[1]
         with pm.Model(coords={"feature": names}) as model:
@@ -183,8 +202,9 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
     if kernel not in BINARY_KERNELS:
         raise ValueError(f"kernel must be one of {BINARY_KERNELS}, got {kernel!r}")
     with pm.Model(coords={"feature": names}) as model:
-        cov = _binary_kernel(d, kernel, linear, bias, mu, sd)
-        gp = APPROXIMATIONS[approximation](cov_func=cov, likelihood=likelihood, approx=approx, **solver_options)
+        cov = _binary_kernel(d, kernel, linear, bias, mu, sd, spectral=hsgp is not None)
+        gp = APPROXIMATIONS[approximation](cov_func=cov, likelihood=likelihood, approx=approx, **(hsgp or {}),
+                                           **solver_options)
         if inducing is None:
             gp.marginal_likelihood(name, X=X, y=y)
         else:
@@ -230,12 +250,16 @@ def auto_inducing(n, approximation="ep"):
 BINARY_KERNELS = ("se", "matern52")
 
 
-def _binary_kernel(d, kernel, linear, bias, mu, sd):
+def _binary_kernel(d, kernel, linear, bias, mu, sd, spectral=False):
     """The binary model's covariance and its variables, in the model on the context stack:
     v0 k_w(x, x') (+ v1) (+ sum_m a_m x_m x'_m), every log-hyperparameter N(mu, sd^2)
-    (``ard_classifier``'s ``kernel`` and ``linear``)."""
+    (``ard_classifier``'s ``kernel`` and ``linear``). ``spectral``: a kernel with a spectral
+    density (``ard_classifier``'s ``hsgp``): v0 k_w alone, k_w ``pm.gp.cov.ExpQuad`` for "se"."""
     log_w = pm.Normal("log_w", mu, sd, dims="feature")
     log_v0 = pm.Normal("log_v0", mu, sd, initval=float(np.clip(LOG_V0_START, mu - sd, mu + sd)))  # see the docstring
+    if spectral:
+        base = pm.gp.cov.ExpQuad if kernel == "se" else pm.gp.cov.Matern52
+        return pt.exp(log_v0) * base(d, ls=pt.exp(-0.5 * log_w))
     v1 = pt.exp(pm.Normal("log_v1", mu, sd)) if bias else 0.0
     if kernel == "se":
         cov = MixedARD(d, v0=pt.exp(log_v0), l=pt.exp(log_w), v1=v1)  # = v0 ExpQuad(ls=w^-1/2) + v1
@@ -248,8 +272,9 @@ def _binary_kernel(d, kernel, linear, bias, mu, sd):
 
 
 def _ordinal_classifier(X, y, likelihood_class, approximation, prior, names, bias, name, inducing, learn_inducing,
-                        levels, solver_options):
-    """``ard_classifier``'s ordinal model: the binary model's ARD kernel and free ordered cutpoints."""
+                        levels, solver_options, hsgp=None):
+    """``ard_classifier``'s ordinal model: the binary model's ARD kernel and free ordered cutpoints
+    (with ``hsgp``, the HSGP options: the ARD ExpQuad kernel without v1, as ``_binary_kernel``)."""
     n_levels = _ordinal_level_count(y, levels)
     codes, classes = as_ordinal_codes(y, n_levels, levels)  # checked before the model is built
     mu, sd = prior
@@ -257,15 +282,49 @@ def _ordinal_classifier(X, y, likelihood_class, approximation, prior, names, bia
             as model:
         log_w = pm.Normal("log_w", mu, sd, dims="feature")
         log_v0 = pm.Normal("log_v0", mu, sd, initval=float(np.clip(LOG_V0_START, mu - sd, mu + sd)))
-        v1 = pt.exp(pm.Normal("log_v1", mu, sd)) if bias else 0.0
+        v1 = pt.exp(pm.Normal("log_v1", mu, sd)) if bias and hsgp is None else 0.0
         cut = pm.Normal("cutpoints", 0.0, 3.0, dims="cutpoint", transform=pm.distributions.transforms.ordered,
                         initval=np.linspace(-1.0, 1.0, n_levels - 1))
-        cov = MixedARD(X.shape[1], v0=pt.exp(log_v0), l=pt.exp(log_w), v1=v1)
-        extra = {"approx": "FITC"} if inducing is not None else {}
+        if hsgp is not None:  # a kernel with a spectral density, no v1 (the cutpoints carry the offset)
+            cov = pt.exp(log_v0) * pm.gp.cov.ExpQuad(X.shape[1], ls=pt.exp(-0.5 * log_w))
+            extra = {"approx": "HSGP", **hsgp}
+        else:
+            cov = MixedARD(X.shape[1], v0=pt.exp(log_v0), l=pt.exp(log_w), v1=v1)
+            extra = {"approx": "FITC"} if inducing is not None else {}
         gp = APPROXIMATIONS[approximation](cov_func=cov, likelihood=likelihood_class(cut), **extra, **solver_options)
         fitc = {"Xu": _inducing_inputs(inducing, X, learn_inducing)} if inducing is not None else {}
         gp.marginal_likelihood(name, X=X, y=y, levels=levels, **fitc)
     return model, gp
+
+
+# ``ard_classifier``'s ``hsgp``: at most this many input dimensions (m^d basis functions)
+HSGP_MAX_DIMS = 3
+
+
+def _hsgp_options(hsgp, X, inducing, linear):
+    """``ard_classifier``'s ``hsgp`` (m, c) as the GP classes' HSGP options {m: [m] * d, c},
+    checked: ValueError naming the problem (not a pair, m not a positive integer, c not a
+    number above 1, more than ``HSGP_MAX_DIMS`` input columns, inducing inputs, ``linear``)."""
+    try:
+        m, c = hsgp
+    except (TypeError, ValueError):
+        raise ValueError(f"hsgp must be a pair (m, c): m basis functions per input dimension and the box factor c, "
+                         f"got {hsgp!r}") from None
+    if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1:
+        raise ValueError(f"hsgp's m must be a positive integer (basis functions per input dimension), got {m!r}")
+    if isinstance(c, bool) or not isinstance(c, (int, float, np.number)) or not np.isfinite(c) or c <= 1.0:
+        raise ValueError(f"hsgp's c must be a number above 1 (the box is c times the inputs' half-range; "
+                         f"pm.gp.HSGP recommends c >= 1.2), got {c!r}")
+    d = X.shape[1]
+    if d > HSGP_MAX_DIMS:
+        raise ValueError(f"hsgp serves inputs of at most {HSGP_MAX_DIMS} dimensions (m^d basis functions), X has "
+                         f"{d} columns: choose the spatial or temporal columns, or use inducing= (FITC)")
+    if not (inducing is None or (isinstance(inducing, str) and inducing == "auto")):
+        raise ValueError("give either hsgp= (the basis-function prior) or inducing= (FITC), not both")
+    if linear:
+        raise ValueError("hsgp needs a kernel with a spectral density: linear=True adds a linear kernel, which has "
+                         "none")
+    return {"m": [int(m)] * d, "c": float(c)}
 
 
 def _ordinal_level_count(y, levels):
