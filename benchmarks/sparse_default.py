@@ -64,7 +64,7 @@ import pathlib
 import sys
 import time
 
-from _provenance import write_results  # noqa: E402  (benchmarks/_provenance.py)
+from _provenance import results_path, write_results  # noqa: E402  (benchmarks/_provenance.py)
 import numpy as np
 
 import pymc_gpc
@@ -579,7 +579,8 @@ def nuts_part(args):
 
 def merged_sections(new):
     """The sections of ``hsgp.md`` (by part, between markers), ``new``'s replacing the old."""
-    old = HSGP_RESULTS.read_text() if HSGP_RESULTS.exists() else ""
+    target = results_path(HSGP_RESULTS)
+    old = target.read_text() if target.exists() else ""
     sections = {}
     for part in PARTS:
         start, end = f"<!-- part {part} -->", f"<!-- end {part} -->"
