@@ -121,7 +121,7 @@ SUITES = [
     _s("hsgp", "reproductions", "sparse_default.py", [["hsgp"]],
        [["hsgp", "--n-train", "1000", "--n-test", "500", "--m", "8", "--fitc-m", "20", "--eval-n", "2000",
          "--repeats", "2", "--nuts-n", "300", "--nuts-m", "6", "--draws", "30", "--tune", "30",
-         "--predict-draws", "10"]],
+         "--predict-draws", "10", "--more-m", "10"]],
        "approx='HSGP' EP and Laplace on Minneapolis's police stops: MAP-II, n = 1e5, NUTS against pm.gp.HSGP"),
     _s("svgp", "reproductions", "svgp.py", [[]], None,
        "FITC MAP-II against GPyTorch's SVGP on 5 x 10^4 flights (needs gpytorch; no quick form)"),

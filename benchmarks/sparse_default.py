@@ -351,7 +351,7 @@ HSGP_RESULTS = pathlib.Path(__file__).parent / "results" / "hsgp.md"
 STOPS_CSV = pathlib.Path(__file__).parent / "data" / "mpls_stops.csv"
 KM_PER_DEGREE = 111.2  # the mean Earth radius's degree of arc (6371 km x pi / 180)
 STOPS_HYPER = ["log_ls", "log_eta"]
-PARTS = ("map", "eval", "nuts")
+PARTS = ("map", "resolution", "eval", "nuts")
 
 
 def cpu_seconds():
@@ -447,6 +447,29 @@ def map_part(args):
              f" held-out labels; the always-'suspicious' rate of the training rows gives"
              f" {np.log(np.mean(y > 0)) * np.mean(yt > 0) + np.log(np.mean(y < 0)) * np.mean(yt < 0):.4f}.", "",
              "| method | CPU (s) | wall (s) | iterations | converged | point (MAP-II / CV choice) | test errors | mean test log p |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['method']} | {r['cpu']:.1f} | {r['wall']:.1f} | {r['iters']} | {r['converged']} | "
+                     f"{json.dumps(r['point'])} | {r['errors']} / {r['n']} | {r['mean_log_pred']:.4f} |")
+    return "\n".join(lines) + "\n"
+
+
+def resolution_part(args):
+    """HSGP EP MAP-II on the ``map`` part's split with more basis functions (``--more-m``)."""
+    X, y, Xt, yt, _, _ = load_stops(args.n_train, args.n_test)
+    rows = []
+    for m in args.more_m:
+        rows.append(map_row(f"pymc-gpc HSGP EP, m = {m} x {m}, c = {args.c}",
+                            *stops_model(X, y, "HSGP", m=[m, m], c=args.c), Xt, yt))
+        print(rows[-1], flush=True)
+    extent = X.max(axis=0) - X.min(axis=0)
+    lines = ["## HSGP EP MAP-II with more basis functions", "",
+             f"`{args.command}`. The `map` part's split and model; only m changes. The training"
+             f" coordinates span {extent[0]:.1f} km east-west and {extent[1]:.1f} km north-south, so"
+             f" m = {args.m} with c = {args.c} resolves lengthscales down to about 1.75 c range / m ="
+             f" {1.75 * args.c * extent[0] / args.m:.2f} and {1.75 * args.c * extent[1] / args.m:.2f} km"
+             " (Riutort-Mayol et al. 2023's rule), above the MAP-II lengthscales.", "",
+             "| method | CPU (s) | wall (s) | iterations | converged | point (MAP-II) | test errors | mean test log p |",
              "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['method']} | {r['cpu']:.1f} | {r['wall']:.1f} | {r['iters']} | {r['converged']} | "
@@ -613,12 +636,13 @@ def hsgp_main():
       log ls ~ N(0, 1.5^2), log eta ~ N(0, 1); the same prior for every GP below;
     * metric: the mean log predictive probability of the test labels (and test errors).
 
-    Parts (``--parts``, default all three):
+    Parts (``--parts``, default all four):
 
     * ``map``: MAP-II (``pymc_gpc.fit(method="map")``) with HSGP EP and HSGP Laplace at
       m = ``--m`` per dimension, c = ``--c``; FITC EP with ``--fitc-m`` k-means inducing
       inputs; scikit-learn's HistGradientBoostingClassifier on the coordinates, tuned by
       3-fold CV on the training rows.
+    * ``resolution``: HSGP EP MAP-II as in ``map`` at the larger m of ``--more-m``.
     * ``eval``: one logp + gradient at n = ``--eval-n`` rows (drawn with replacement from
       all rows), EP and Laplace, m = ``--m``.
     * ``nuts``: NUTS over the hyperparameters with HSGP EP (``pymc_gpc.sample``) against
@@ -626,7 +650,7 @@ def hsgp_main():
 
     Each part replaces its own section of benchmarks/results/hsgp.md.
 
-    Run:  OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/sparse_default.py hsgp [--parts map eval nuts]
+    Run:  OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/sparse_default.py hsgp [--parts map resolution eval nuts]
     """
     ap = argparse.ArgumentParser(prog="sparse_default.py hsgp")
     ap.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
@@ -635,6 +659,7 @@ def hsgp_main():
     ap.add_argument("--m", type=int, default=30)
     ap.add_argument("--c", type=float, default=1.5)
     ap.add_argument("--fitc-m", type=int, default=200)
+    ap.add_argument("--more-m", type=int, nargs="+", default=[45, 60])
     ap.add_argument("--eval-n", type=int, default=100000)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--nuts-n", type=int, default=2500)
@@ -650,7 +675,7 @@ def hsgp_main():
     load = os.getloadavg()
     new = {}
     for part in args.parts:
-        text = {"map": map_part, "eval": eval_part, "nuts": nuts_part}[part](args)
+        text = {"map": map_part, "resolution": resolution_part, "eval": eval_part, "nuts": nuts_part}[part](args)
         new[part] = text + (f"\nLoad average (1, 5, 15 min) at the start: {load[0]:.2f}, {load[1]:.2f}, {load[2]:.2f};"
                             f" at the end: {', '.join(f'{v:.2f}' for v in os.getloadavg())}.\n")
         print(new[part], flush=True)
