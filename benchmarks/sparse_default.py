@@ -659,7 +659,7 @@ def hsgp_main():
     ap.add_argument("--m", type=int, default=30)
     ap.add_argument("--c", type=float, default=1.5)
     ap.add_argument("--fitc-m", type=int, default=200)
-    ap.add_argument("--more-m", type=int, nargs="+", default=[45, 60])
+    ap.add_argument("--more-m", type=int, nargs="+", default=[45])
     ap.add_argument("--eval-n", type=int, default=100000)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--nuts-n", type=int, default=1500)
