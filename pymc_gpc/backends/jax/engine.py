@@ -32,10 +32,13 @@ Loops are ``lax.while_loop`` with a sweep limit:
   (``sequential_ep``) with damping 0.7 and twice the sweeps; a retry replaces the result
   when it is finite (``ep_solve``). The step likelihood, whose sites may be negative, uses
   the representation through chol(K) of ``structures.dense.IndefiniteSitePosterior``
-  (K + 1e-10 mean(diag K) I, as there) throughout. That likelihood is not log-concave, and
-  on duplicated inputs with conflicting labels EP can have several fixed points (three
-  distinct converged evidences at one point of ``scripts/fuzz.py --invariants``): the same
-  schedule in another floating-point order can end at another one.
+  (K + 1e-10 mean(diag K) I, as there) throughout, as numba's ``ep.IndefiniteSitePrior``.
+  That likelihood is not log-concave, and on duplicated inputs with conflicting labels EP
+  can have several fixed points, or none that a run reaches: every run of the schedule is
+  made and the converged one with the highest evidence kept, status 2 where none converged
+  (``_highest_converged_solve``, numba's ``solve.highest_converged``). Runs that wander for
+  hundreds of sweeps before converging can still end apart from numba's (rounding decides:
+  ``scripts/fuzz.py``'s ``rounding_spread``).
 * **Laplace**: Newton on a = K^-1 f with a backtracking line search (Psi must not
   decrease; 40 halvings at most), ``4 * max_iter`` iterations at most (the numba path's
   retry limit).

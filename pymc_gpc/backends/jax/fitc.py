@@ -28,9 +28,10 @@ mean diagonal that gives a finite factor (``structures.fitc._chol_with_jitter``)
 gradient is that of K_uu + jitter I. None: status 2.
 
 Likelihoods (binary and ordinal) and failure semantics as ``engine``: status 0 converged,
-1 not converged (value used), 2 failed (-inf, zero gradient, loo -inf). EP's retry differs from the numba Op's (damping
-0.5 then 0.25): one damped phase from zero sites (damping 0.5, twice the sweeps), as the
-dense engine.
+1 not converged (value used), 2 failed (-inf, zero gradient, loo -inf). EP's retry for a
+log-concave likelihood differs from the numba Op's (damping 0.5 then 0.25): one damped phase
+from zero sites (damping 0.5, twice the sweeps), as the dense engine. For one that is not
+(the step likelihood), the numba schedule itself, every run made: ``_highest_converged_run``.
 
 ``constrain``: an optional function applied to every array with one axis over the n
 training points (``sharding.py``: a ``with_sharding_constraint`` that splits that axis
