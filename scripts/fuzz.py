@@ -326,7 +326,10 @@ MULTICLASS_LIKELIHOOD = {"laplace": "Softmax", "ep": "MultinomialProbit"}
 PYTHON_VM_CELLS = LIKELIHOODS
 PYTHON_VM_KEYS = ("draws", "finite", "vm_finite", "above_0", "disagree", "one_inf")
 INVARIANT_KEYS = ("draws", "finite", "neg_inf", "above_0", "jax_finite", "jax_neg_inf", "jax_above_0",
-                  "disagree", "one_inf")
+                  "disagree", "one_inf", "disagree_beyond", "one_inf_beyond")
+# The rounding test of a disagreement (``rounding_spread``): numba at K times (1 + 1e-16 E),
+# E symmetric standard normal, this many times.
+N_ROUNDING_PERTURBATIONS = 4
 
 
 def conflicting_duplicates(ordinal, seed=0):
@@ -383,6 +386,40 @@ def _numba_log_z(approx, K, y, lik, th, structure="dense"):
     return result.log_z
 
 
+def rounding_spread(approx, K, y, lik, th, structure="dense", seed=0):
+    """numba's log evidence at ``N_ROUNDING_PERTURBATIONS`` copies of K with every entry
+    multiplied by 1 + 1e-16 e (e standard normal, symmetric in K and K_uu): a change of K
+    at the level of its own rounding. Where these values spread by more than the two
+    backends differ, or differ in finiteness, the value is not determined in float64 beyond
+    that spread, whatever the algorithm (an ill-conditioned K~^-1 + S on duplicated inputs,
+    or EP iterates that wander for hundreds of sweeps before a fixed point catches them)."""
+    rng = np.random.default_rng(seed)
+
+    def perturbed(A, symmetric):
+        E = rng.normal(size=A.shape)
+        return A * (1.0 + 1e-16 * (0.5 * (E + E.T) if symmetric else E))
+
+    values = []
+    for _ in range(N_ROUNDING_PERTURBATIONS):
+        Kp = (perturbed(K[0], True), perturbed(K[1], False), perturbed(K[2], False)) if structure == "fitc" \
+            else perturbed(K, True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            values.append(_numba_log_z(approx, Kp, y, lik, th, structure))
+    return np.array(values)
+
+
+def beyond_rounding(a, b, spread_values):
+    """Whether numba's ``a`` and JAX's ``b`` differ by more than rounding of K moves ``a``
+    (``rounding_spread``'s values): in finiteness, where no perturbed value shares ``b``'s;
+    in value, where |a - b| exceeds the largest |a_k - a| (and every a_k is finite)."""
+    if np.isfinite(a) != np.isfinite(b):
+        return bool(not np.any(np.isfinite(spread_values) == np.isfinite(b)))
+    if not np.all(np.isfinite(spread_values)):
+        return False
+    return bool(abs(a - b) > np.max(np.abs(spread_values - a)))
+
+
 def _jax_log_z_fn(approx, lik_name, structure):
     """The JAX engine's (K..., th, y) -> log evidence, jit-compiled (dense or FITC)."""
     import jax
@@ -401,12 +438,16 @@ def _jax_log_z_fn(approx, lik_name, structure):
 
 def invariant_cell(lik_name, approx, draws, rng, backends=("numba", "jax"), structure="dense"):
     """Counts of one (likelihood, approximation) cell on the dense or FITC prior, both
-    backends; ``max_diff``: the largest |numba - JAX| where both are finite."""
+    backends; ``max_diff``: the largest |numba - JAX| where both are finite;
+    ``disagree_beyond`` / ``one_inf_beyond``: the disagreements and one-sided -inf that
+    ``beyond_rounding`` finds larger than the value's own sensitivity to rounding in K;
+    ``bad_draws``: the indices of the draws that disagree or are one-sided."""
     c = dict.fromkeys(INVARIANT_KEYS, 0)
     c["max_diff"] = 0.0
+    c["bad_draws"] = []
     X, y = conflicting_duplicates(lik_name.startswith("Ordered"))
     jfn = _jax_log_z_fn(approx, lik_name, structure) if "jax" in backends else None
-    for _ in range(draws):
+    for draw in range(draws):
         K, lik, th = invariant_point(lik_name, X, rng, structure)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -421,11 +462,17 @@ def invariant_cell(lik_name, approx, draws, rng, backends=("numba", "jax"), stru
         c["jax_finite"] += bool(np.isfinite(b))
         c["jax_neg_inf"] += b == -np.inf
         c["jax_above_0"] += bool(b > 0.0)
+        disagree = bool(np.isfinite(a) and np.isfinite(b) and abs(a - b) > 1e-8 * (1.0 + abs(a)))
+        one_inf = bool(np.isfinite(a) != np.isfinite(b))
         if np.isfinite(a) and np.isfinite(b):
-            c["disagree"] += bool(abs(a - b) > 1e-8 * (1.0 + abs(a)))
             c["max_diff"] = max(c["max_diff"], abs(a - b))
-        elif np.isfinite(a) or np.isfinite(b):
-            c["one_inf"] += 1
+        if disagree or one_inf:
+            c["bad_draws"].append(draw)
+            beyond = beyond_rounding(a, b, rounding_spread(approx, K, y, lik, th, structure))
+            c["disagree"] += disagree
+            c["one_inf"] += one_inf
+            c["disagree_beyond"] += int(disagree and beyond)
+            c["one_inf_beyond"] += int(one_inf and beyond)
     return c
 
 
@@ -483,6 +530,8 @@ def multiclass_invariant_cell(structure, approx, draws, rng, backends=("numba", 
             c["max_diff"] = max(c["max_diff"], abs(a - b))
         elif np.isfinite(a) or np.isfinite(b):
             c["one_inf"] += 1
+    # no rounding test here: every disagreement counts as beyond rounding
+    c["disagree_beyond"], c["one_inf_beyond"] = c["disagree"], c["one_inf"]
     return c
 
 
@@ -505,7 +554,8 @@ def python_vm_cell(lik_name, draws, rng):
     logp = model.logp()  # the potential: z is Flat
     vm, nb = (model.compile_fn(logp, inputs=model.value_vars, mode=mode, point_fn=False) for mode in (PYTHON_VM_MODE, None))
     c = dict.fromkeys(("draws", "finite", "vm_finite", "above_0", "disagree", "one_inf"), 0)
-    for _ in range(draws):
+    c["bad_draws"] = []
+    for draw in range(draws):
         point = rng.normal(0.0, 3.0, size=5)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -518,6 +568,8 @@ def python_vm_cell(lik_name, draws, rng):
             c["disagree"] += bool(abs(a - b) > 1e-8 * (1.0 + abs(a)))
         elif np.isfinite(a) or np.isfinite(b):
             c["one_inf"] += 1
+        if not (a == b or abs(a - b) <= 1e-8 * (1.0 + abs(a))):
+            c["bad_draws"].append(draw)
     return c
 
 
@@ -572,18 +624,28 @@ def invariants_table(rows, vm_rows, predictive, draws, seconds):
              "call it (`solve_with_retries`, the structure's retry schedule) against the JAX engine",
              "(`backends/jax/engine.py`, `fitc.py`). `> 0`: log evidence above 0 (impossible for discrete labels);",
              "`disagree`: both finite and |numba - JAX| > 1e-8 (1 + |numba|); `one -inf`: one backend finite, the",
-             "other -inf (status 2); `max |diff|`: the largest |numba - JAX| where both are finite.", "",
+             "other -inf (status 2); `beyond rounding`: those of them (disagree / one -inf) that numba's own value",
+             f"does not reproduce at {N_ROUNDING_PERTURBATIONS} copies of K with every entry times 1 + 1e-16 e, e ~ N(0, 1)",
+             "(`rounding_spread`: |numba - JAX| above the copies' largest |change|, or finiteness that no copy",
+             "shares with JAX); `max |diff|`: the largest |numba - JAX| where both are finite; `draws that differ`:",
+             "their indices in the cell's stream (seed, cell index).",
+             "The step likelihood's EP, not log-concave, takes the converged run with the highest evidence among",
+             "all the schedule's cold runs, and -inf where none converged (`solve.highest_converged`), in both.", "",
              "| structure | likelihood | approx | draws | numba finite | numba -inf | numba > 0 | JAX finite | JAX -inf "
-             "| JAX > 0 | disagree | one -inf | max abs diff |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| JAX > 0 | disagree | one -inf | beyond rounding | max abs diff | draws that differ |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for structure, lik_name, approx, c in rows:
-        lines.append(f"| {structure} | {lik_name} | {approx} | " + " | ".join(str(c[k]) for k in INVARIANT_KEYS)
-                     + f" | {c['max_diff']:.1e} |")
+        lines.append(f"| {structure} | {lik_name} | {approx} | "
+                     + " | ".join(str(c[k]) for k in INVARIANT_KEYS[:-2])
+                     + f" | {c['disagree_beyond']} / {c['one_inf_beyond']} | {c['max_diff']:.1e} | "
+                     + (", ".join(map(str, c.get("bad_draws", []))) or "-") + " |")
     lines += ["", "PyTensor's Python VM (`backends.python_vm.PYTHON_VM_MODE`: the evidence Op's `perform`) against the default",
               "numba linker, on a PyMC model (`MarginalEP`, dense prior, the same data and draws of the kernel's three",
               "log-hyperparameters and the likelihood parameter); `> 0` counts both compilations.", "",
-              "| likelihood | draws | numba finite | Python VM finite | > 0 | disagree | one -inf |",
-              "|---|---|---|---|---|---|---|"]
-    lines += [f"| {lik_name} | " + " | ".join(str(c[k]) for k in PYTHON_VM_KEYS) + " |" for lik_name, c in vm_rows]
+              "| likelihood | draws | numba finite | Python VM finite | > 0 | disagree | one -inf | draws that differ |",
+              "|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {lik_name} | " + " | ".join(str(c[k]) for k in PYTHON_VM_KEYS) + " | "
+              + (", ".join(map(str, c.get("bad_draws", []))) or "-") + " |" for lik_name, c in vm_rows]
     lines += ["", "Predictive probabilities at 200 points, mu ~ N(0, 10^2), latent variance 10^U(-4, 6): the",
               "worst |row sum - 1| there, and the worst |p - quadrature| at 12 of them (scipy's adaptive",
               "quad of p(y | f) N(f; mu, s2), split at the cutpoints; the step likelihood in closed form).", "",

@@ -43,6 +43,7 @@ from numba import njit
 from ..likelihoods.base import tilted_dparams_sum, tilted_site
 from ..structures import DensePrior, is_structure
 from ..structures.dense import (
+    IndefiniteSitePosterior,
     LatentPosterior,
     NotPositiveDefiniteError,
     factors,
@@ -301,7 +302,10 @@ def ep(
     forecast = np.inf if state is None else state.first_change
     dense = isinstance(prior, DensePrior)
     K = prior.K if dense else None
-    if dense and method == "parallel" and np.min(tau, initial=0.0) >= 0.0:
+    concave = getattr(likelihood, "log_concave", True)
+    if dense and not concave:
+        prior = IndefiniteSitePrior(K)
+    if dense and concave and method == "parallel" and np.min(tau, initial=0.0) >= 0.0:
         # the compiled loop; it hands back to _parallel only at steps it does not take
         status, done, change, tau, nu, L, Li, *fixed, first_change = _parallel_compiled(
             likelihood.kind, _contiguous(K), y, th, tau, nu, damping, tol, max_sweeps, ANDERSON_MEMORY, forecast
@@ -366,11 +370,13 @@ def ep_warm(K, y, likelihood, th, state, tol, max_sweeps=300, rough_ok=True):
     non-negative sites or None). Returns (log_z, dlog_z_dK, dlog_z_dparams, loo, sweeps,
     EPState) when the compiled loop converged with finite outputs, the same values
     ``ep`` would return; None otherwise (a step the compiled loop hands back, the sweep
-    limit, a non-finite result), and the caller then runs ``ep``. Skips what ``ep``
+    limit, a non-finite result, a likelihood that is not log-concave), and the caller then runs ``ep``. Skips what ``ep``
     adds around the loop (checks, the result object), a fixed cost per evaluation that
     is noticeable at the sampler's sizes (``docs/design/engine_notes.md``).
     ``rough_ok=False``: no single-precision sweeps (``_parallel_compiled``).
     """
+    if not getattr(likelihood, "log_concave", True):  # every run of the schedule: solve.highest_converged
+        return None
     n = y.shape[0]
     tau, nu = (np.zeros(n), np.zeros(n)) if state is None else (state.tau.copy(), state.nu.copy())
     forecast = np.inf if state is None else state.first_change
@@ -398,6 +404,19 @@ def ep_warm_compiled(kind, K, y, th, tau, nu, forecast, tol, max_sweeps, n_param
     # log_z <= 0: every kind here has discrete labels (``Likelihood.max_log_evidence``)
     ok = np.isfinite(log_z) and log_z <= 0.0 and np.isfinite(dK.sum()) and np.all(np.isfinite(dth))
     return ok, log_z, dK, dth, tilted[0].copy(), sweeps, tau, nu, first_change
+
+
+class IndefiniteSitePrior(DensePrior):
+    """The dense prior with q(f) always represented through chol(K)
+    (``structures.dense.IndefiniteSitePosterior``), whatever the signs of the sites: ``ep``'s
+    prior for a likelihood that is not log-concave (its sites may turn negative). One
+    representation from the first sweep on, the one the JAX engine uses for such likelihoods
+    (``backends.jax.engine._structure``), so that both iterate on the same K + jitter and
+    reach the same fixed point; switching representations when the first site turns negative
+    changed the iterates, and on these likelihoods' several fixed points, the one reached."""
+
+    def posterior(self, w, rough=False):
+        return IndefiniteSitePosterior(self.K, w)
 
 
 def checked_inputs(K, y, likelihood, params):

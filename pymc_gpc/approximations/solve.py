@@ -12,7 +12,7 @@ import numpy as np
 from .registry import APPROXIMATIONS, get
 from .result import WarmStartMismatch
 
-__all__ = ["solve", "solve_with_retries", "default_retries", "prediction_options", "max_log_evidence"]
+__all__ = ["solve", "solve_with_retries", "highest_converged", "log_concave", "default_retries", "prediction_options", "max_log_evidence"]
 
 
 def prediction_options(options):
@@ -56,6 +56,43 @@ def default_retries(approximation, options):
     return get(approximation).retry_schedule(options)
 
 
+def log_concave(lik):
+    """Whether ``lik`` is log-concave in f (its ``log_concave``, True unless it says otherwise):
+    then EP's and Laplace's fixed point is unique. The step likelihood with label noise is
+    not; on duplicated inputs with conflicting labels its EP has several fixed points, or
+    none that a schedule reaches (``highest_converged``)."""
+    return getattr(lik, "log_concave", True)
+
+
+def highest_converged(approximation, K, y, lik, params, options, schedule):
+    """The rule for a likelihood that is not log-concave (``log_concave``): every run of the
+    schedule (``options``, then each retry, all from zero sites), and of the converged runs
+    with a finite value the one with the highest log evidence; if none converged, a failed
+    copy of the last run (log_z = -inf, not converged: status 2).
+
+    Where EP has several fixed points, which one a run reaches depends on its schedule and,
+    from iterates that wander for hundreds of sweeps, on rounding; an unconverged iterate's
+    value is no evidence at all. The highest converged value over a fixed set of cold runs is
+    a rule both backends apply alike (``backends.jax.engine.ep_solve``, ``fitc.ep_solve``), so
+    that they agree wherever both find that fixed point, and report -inf alike where neither
+    converges. A warm start is not used: the fixed point it leads to depends on the path.
+    Returns (result, number of runs after the first).
+    """
+    best, last = None, None
+    for run in [options, *schedule]:
+        try:
+            last = _bounded(solve(approximation, K, y, lik, params, None, run), lik)
+        except np.linalg.LinAlgError:
+            continue
+        if last.converged and np.isfinite(last.log_z) and (best is None or last.log_z > best.log_z):
+            best = last
+    if best is not None:
+        return best, len(schedule)
+    if last is None:
+        raise np.linalg.LinAlgError("no run of the schedule had a posterior (K^-1 + S indefinite)")
+    return dataclasses.replace(last, log_z=-np.inf, converged=False), len(schedule)
+
+
 def solve_with_retries(approximation, K, y, lik, params, state, options, retry_options=None):
     """Solve, falling back on a cold start and then on ``default_retries``.
 
@@ -67,9 +104,12 @@ def solve_with_retries(approximation, K, y, lik, params, state, options, retry_o
     non-converged run the retry schedule is tried (cold starts); a retry that raises is
     skipped. Returns (result, number of retries taken); other exceptions, and a cold
     start's, propagate. ``retry_options``: a schedule replacing ``default_retries`` (a prior
-    structure without sequential EP, ``structures.select.FITC_BINARY``).
+    structure without sequential EP, ``structures.select.FITC_BINARY``). A likelihood that is
+    not log-concave runs ``highest_converged`` instead (no warm start, every run of the schedule).
     """
     schedule = default_retries(approximation, options) if retry_options is None else retry_options
+    if not log_concave(lik):
+        return highest_converged(approximation, K, y, lik, params, options, schedule)
     retries = 0
     result = None
     try:

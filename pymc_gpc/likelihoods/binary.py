@@ -343,6 +343,9 @@ class StepLabelNoise(Likelihood):
 
     param_names = ("epsilon",)
     supports_laplace = False
+    # not log-concave: EP's sites may be negative and EP may have several fixed points, among
+    # which every backend picks by one rule (``approximations.solve.solve_with_retries``)
+    log_concave = False
     site_kernels = SiteKernels(_step_tilted, params_valid=_flip_probability)
 
     def __init__(self, epsilon=0.0):

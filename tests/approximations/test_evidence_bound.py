@@ -53,7 +53,7 @@ def test_sequential_nan_is_not_converged():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         r = pymc_gpc.ep(K, y, StepLabelNoise(eps), method="sequential", damping=0.7, max_sweeps=600)
-    assert r.converged == bool(np.isfinite(r.log_z) and np.all(np.isfinite(r.state.tau)))
+    assert not r.converged or bool(np.isfinite(r.log_z) and np.all(np.isfinite(r.state.tau)))
 
 
 def test_jax_never_returns_evidence_above_zero():

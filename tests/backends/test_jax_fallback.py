@@ -28,7 +28,11 @@ STEP_LABEL_NOISE = StepLabelNoise.kind
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED = 20261122
-RECOVERED = (33, 52, 91, 97)  # JAX -inf before the retry schedule, numba finite
+# JAX -inf before the retry schedule, numba finite. Not 52: there JAX's undamped run reaches
+# a fixed point after 191 sweeps or not at all depending on how XLA compiles the graph around
+# it, and numba's value moves by more than |numba - JAX| when K changes by 1e-16 relative
+# (``fuzz.rounding_spread``; benchmarks/results/fuzz.md lists it among the draws that differ).
+RECOVERED = (33, 91, 97)
 
 
 def _fuzz():

@@ -607,13 +607,13 @@ def test_compiled_path_gives_the_python_paths_results_along_a_random_walk(lik_ty
         np.testing.assert_allclose(got[0], want[0], rtol=min(rtol * 1e-3, 1e-8))
         for a, b in zip(got[1:4], want[1:4]):
             np.testing.assert_allclose(a, b, rtol=rtol, atol=rtol * 1e-3 * np.abs(b).max(initial=0.0))
+    if lik_type is L.StepLabelNoise:  # not log-concave: always ``perform`` (solve.highest_converged)
+        assert not op_numba.backend_state_keys and op_numba._counts["evaluations"] == op_py.counts["evaluations"]
+        return
     (key,) = op_numba.backend_state_keys
     solves = thread_state.evaluations(key)
     assert solves + op_numba._counts["evaluations"] == op_py.counts["evaluations"] < len(points)
-    if lik_type is L.StepLabelNoise:
-        assert op_numba._counts["evaluations"] > 0  # negative sites: the Python path
-    else:
-        assert op_numba._counts["evaluations"] == 0 and solves > 30
+    assert op_numba._counts["evaluations"] == 0 and solves > 30
 
 
 def test_compiled_path_failures_are_those_of_the_python_path(compiled_ep):

@@ -178,6 +178,18 @@ def ep_fixed_point(S, kind, y, th, *, tol, max_sweeps, damping, memory, tau0=Non
     return jax.lax.while_loop(keep_going, body, state)
 
 
+def highest_converged(runs):
+    """``approximations.solve.highest_converged`` over the dicts ``runs`` (the same keys, arrays
+    only; ``good``: converged with a value that passed): of the good runs the one with the
+    highest ``log_z``, the first of equals, else the first run (``good`` False: the caller
+    reports status 2). Traced: every run has been computed."""
+    best = runs[0]
+    for r in runs[1:]:
+        take = r["good"] & (~best["good"] | (r["log_z"] > best["log_z"]))
+        best = jax.tree_util.tree_map(lambda a, b: jnp.where(take, a, b), r, best)
+    return best
+
+
 def newton_mode(S, kind, y, th, *, tol, max_iter, a0=None):
     """Newton on a = K~^-1 f with a backtracking line search (Psi must not decrease; 40
     halvings at most), ``4 * max_iter`` iterations at most, from a0 (default 0).

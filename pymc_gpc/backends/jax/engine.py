@@ -32,10 +32,13 @@ Loops are ``lax.while_loop`` with a sweep limit:
   (``sequential_ep``) with damping 0.7 and twice the sweeps; a retry replaces the result
   when it is finite (``ep_solve``). The step likelihood, whose sites may be negative, uses
   the representation through chol(K) of ``structures.dense.IndefiniteSitePosterior``
-  (K + 1e-10 mean(diag K) I, as there) throughout. That likelihood is not log-concave, and
-  on duplicated inputs with conflicting labels EP can have several fixed points (three
-  distinct converged evidences at one point of ``scripts/fuzz.py --invariants``): the same
-  schedule in another floating-point order can end at another one.
+  (K + 1e-10 mean(diag K) I, as there) throughout, as numba's ``ep.IndefiniteSitePrior``.
+  That likelihood is not log-concave, and on duplicated inputs with conflicting labels EP
+  can have several fixed points, or none that a run reaches: every run of the schedule is
+  made and the converged one with the highest evidence kept, status 2 where none converged
+  (``_highest_converged_solve``, numba's ``solve.highest_converged``). Runs that wander for
+  hundreds of sweeps before converging can still end apart from numba's (rounding decides:
+  ``scripts/fuzz.py``'s ``rounding_spread``).
 * **Laplace**: Newton on a = K^-1 f with a backtracking line search (Psi must not
   decrease; 40 halvings at most), ``4 * max_iter`` iterations at most (the numba path's
   retry limit).
@@ -60,7 +63,7 @@ from . import likelihoods as lik
 from ...approximations.ep import ep
 from ...approximations.laplace import laplace
 from .common import (JaxSolver, solver_table, ANDERSON_MEMORY, MIN_RELATIVE_VAR, STATUS_FAILED, bind_solver, ep_fixed_point,
-                     ep_log_z, ep_update, factor_ok, finish_outputs, laplace_loo, newton_mode)
+                     ep_log_z, ep_update, factor_ok, finish_outputs, highest_converged, laplace_loo, newton_mode)
 from .sequential_ep import sequential_fixed_point
 
 jax.config.update("jax_enable_x64", True)
@@ -239,6 +242,18 @@ def _retry(result, attempt, needed):
     return {**chosen, "sweeps": result["sweeps"] + jnp.where(needed, attempt["sweeps"], 0)}
 
 
+def _highest_converged_solve(S, kind, y, th, *, tol, max_sweeps, damping, memory):
+    """``solve.highest_converged`` with the dense schedule (``registry.ep_dense_retries``): the
+    three runs all made (cold), the converged one with the highest evidence chosen; status 2
+    where none converged. For likelihoods that are not log-concave (``lik.negative_sites``)."""
+    runs = [_parallel_attempt(S, kind, y, th, tol=tol, max_sweeps=max_sweeps, damping=damping, memory=memory),
+            _parallel_attempt(S, kind, y, th, tol=tol, max_sweeps=2 * max_sweeps, damping=RETRY_DAMPING[0],
+                              memory=memory),
+            _sequential_attempt(S, kind, y, th, tol=tol, max_sweeps=2 * max_sweeps, damping=RETRY_DAMPING[1])]
+    r = highest_converged([{**a, "good": a["ok"] & a["converged"]} for a in runs])
+    return {**r, "ok": r["good"], "sweeps": sum(a["sweeps"] for a in runs)}
+
+
 def ep_solve(K, th, y, *, kind, tol=1e-8, max_sweeps=300, damping=1.0, memory=ANDERSON_MEMORY):
     """EP to convergence with the numba path's retry schedule (``registry.ep_dense_retries``):
     parallel EP (Anderson-accelerated) at ``damping``; if it does not converge, parallel EP
@@ -247,8 +262,14 @@ def ep_solve(K, th, y, *, kind, tol=1e-8, max_sweeps=300, damping=1.0, memory=AN
     when it is finite (or the result is not), as ``solve.solve_with_retries``. A retry that is
     not needed runs no sweep (its sweep limit is 0), so under ``jax.vmap`` a converged chain
     costs no retry. Returns a dict: log_z, dK, dth, loo, n_iter (all sweeps), status, and the
-    posterior (a, R, mean, var) for prediction. ``kind`` is static."""
+    posterior (a, R, mean, var) for prediction. ``kind`` is static. A likelihood that is not
+    log-concave runs every run of the schedule and keeps the converged one with the highest
+    evidence (``_highest_converged_solve``, ``solve.highest_converged``)."""
     S = _structure(K, kind)
+    if lik.negative_sites(kind):
+        r = _highest_converged_solve(S, kind, y, th, tol=tol, max_sweeps=max_sweeps, damping=damping, memory=memory)
+        return finish_outputs(r["log_z"], r["dK"], r["dth"], r["loo"], r["sweeps"], r["converged"], ~r["ok"], th,
+                              kind, extra={k: r[k] for k in ("a", "R", "mean", "var")})
     result = _parallel_attempt(S, kind, y, th, tol=tol, max_sweeps=max_sweeps, damping=damping, memory=memory)
     needed = ~result["converged"]
     damped = _parallel_attempt(S, kind, y, th, tol=tol, max_sweeps=jnp.where(needed, 2 * max_sweeps, 0),

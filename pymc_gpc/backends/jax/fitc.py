@@ -28,9 +28,10 @@ mean diagonal that gives a finite factor (``structures.fitc._chol_with_jitter``)
 gradient is that of K_uu + jitter I. None: status 2.
 
 Likelihoods (binary and ordinal) and failure semantics as ``engine``: status 0 converged,
-1 not converged (value used), 2 failed (-inf, zero gradient, loo -inf). EP's retry differs from the numba Op's (damping
-0.5 then 0.25): one damped phase from zero sites (damping 0.5, twice the sweeps), as the
-dense engine.
+1 not converged (value used), 2 failed (-inf, zero gradient, loo -inf). EP's retry for a
+log-concave likelihood differs from the numba Op's (damping 0.5 then 0.25): one damped phase
+from zero sites (damping 0.5, twice the sweeps), as the dense engine. For one that is not
+(the step likelihood), the numba schedule itself, every run made: ``_highest_converged_run``.
 
 ``constrain``: an optional function applied to every array with one axis over the n
 training points (``sharding.py``: a ``with_sharding_constraint`` that splits that axis
@@ -49,11 +50,12 @@ from . import likelihoods as lik
 from ...approximations.ep import ep
 from ...approximations.laplace import laplace
 from .common import (JaxSolver, solver_table, bind_solver, ANDERSON_MEMORY, MIN_RELATIVE_VAR, STATUS_FAILED, ep_log_z, factor_ok, finish_outputs,
-                     ep_fixed_point, laplace_loo, newton_mode)
+                     ep_fixed_point, highest_converged, laplace_loo, newton_mode)
 
 jax.config.update("jax_enable_x64", True)
 
 _JITTER_FALLBACK = (0.0, 1e-10, 1e-8, 1e-6, 1e-4, 1e-2)  # structures.fitc
+RETRY_SCHEDULE = ((0.5, 2), (0.25, 4))  # registry.ep_fitc_retries: (damping, sweeps / max_sweeps)
 
 
 def _no_constraint(x, rows_axis):
@@ -174,13 +176,33 @@ def _prior(Kuu, Kuf, k_diag, constrain):
     return L, FITCStructure(V, lam, constrain), pullback
 
 
+def _highest_converged_run(S, kind, y, th, *, tol, max_sweeps, damping, memory):
+    """``solve.highest_converged`` with the FITC schedule (``registry.ep_fitc_retries``): cold
+    parallel runs at ``damping``, at 0.5 with twice the sweeps and at 0.25 with four times,
+    all made; the converged one with the highest evidence, marked ``failed`` where none
+    converged (status 2). For likelihoods that are not log-concave (``lik.negative_sites``)."""
+    runs = []
+    for d, k in ((damping, 1), *RETRY_SCHEDULE):
+        s = ep_fixed_point(S, kind, y, th, tol=tol, max_sweeps=k * max_sweeps, damping=d, memory=memory,
+                           restart=False)
+        log_z = ep_log_z(s["F"]["half_logdet"], s["tau"], s["nu"], s["u"])
+        good = ~s["failed"] & (s["u"]["change"] < tol) & jnp.isfinite(log_z) & (log_z <= 0.0)
+        runs.append({k_: s[k_] for k_ in ("tau", "nu", "F", "u", "failed")} | {"log_z": log_z, "good": good,
+                                                                             "sweeps": s["sweeps"]})
+    best = highest_converged(runs)
+    return {**best, "failed": ~best["good"], "sweeps": sum(r["sweeps"] for r in runs)}
+
+
 def ep_solve(Kuu, Kuf, k_diag, th, y, *, kind, tol=1e-8, max_sweeps=300, damping=1.0,
              memory=ANDERSON_MEMORY, constrain=_no_constraint):
     """FITC EP (``approximations.ep`` with a ``FITCPrior``). Returns a dict: log_z, dK
     (dKuu, dKuf, dk_diag), dth, loo, n_iter, status, and what prediction needs."""
     y = constrain(y, 0)
     L, S, pullback = _prior(Kuu, Kuf, k_diag, constrain)
-    s = ep_fixed_point(S, kind, y, th, tol=tol, max_sweeps=max_sweeps, damping=damping, memory=memory)
+    if lik.negative_sites(kind):
+        s = _highest_converged_run(S, kind, y, th, tol=tol, max_sweeps=max_sweeps, damping=damping, memory=memory)
+    else:
+        s = ep_fixed_point(S, kind, y, th, tol=tol, max_sweeps=max_sweeps, damping=damping, memory=memory)
     u, F = s["u"], s["F"]
     log_z = ep_log_z(F["half_logdet"], s["tau"], s["nu"], u)
     dK = _kernel_gradient(pullback, S, F, [(u["b"], u["b"], 0.5)], -0.5)

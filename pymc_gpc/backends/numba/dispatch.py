@@ -41,10 +41,12 @@ def compiles_ep(op):
     """Whether the numba implementation runs ``op``'s common case compiled (``compiled_ep``):
     where ``COMPILED_EP`` is set, EP on a structure its loop solves (``compiled_ep_loop``: the
     dense one) with the default schedule and one of the package's binary or ordinal
-    likelihoods (one latent value per site)."""
+    likelihoods (one latent value per site) that is log-concave (else ``perform``:
+    ``solve.highest_converged``)."""
     return (COMPILED_EP and isinstance(op, ApproxMarginalOp) and op.structure.compiled_ep_loop
             and registry.solver_for(op.approximation, op.likelihood_type).compiled_loop
             and op.likelihood_type in LIKELIHOODS + ORDINAL_LIKELIHOODS
+            and getattr(op.likelihood_type, "log_concave", True)
             and dict(op.options).keys() <= {"tol", "max_sweeps"})
 
 # Ops whose numba implementation has been built in this process, by cache key
