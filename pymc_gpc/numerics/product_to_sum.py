@@ -38,7 +38,7 @@ at site precisions of about 0.1, 10 and 1e4 (variances 1/60, 1/4000 and 1/3e6 of
 import itertools
 
 import numpy as np
-from scipy.linalg import cho_solve
+from scipy.linalg.lapack import dpotri
 
 
 def _row_blocks(n, width):
@@ -141,8 +141,14 @@ class CosineProductBasis:
         return out
 
     def quad_diag(self, L_A, s):
-        """diag(Phi s A^{-1} s Phi^T) for A = L_A L_A^T (the HSGP posterior's variances)."""
-        A_inv = cho_solve((L_A, True), np.eye(self.M), check_finite=False)
+        """diag(Phi s A^{-1} s Phi^T) for A = L_A L_A^T (the HSGP posterior's variances).
+
+        A^{-1} from its Cholesky factor by LAPACK's ``dpotri`` (M^3 / 3 + M^3 / 3 flops for
+        the triangle's inverse and product, a third of solving against the identity)."""
+        A_inv, info = dpotri(L_A, lower=1)
+        if info != 0:
+            raise np.linalg.LinAlgError(f"the HSGP posterior's A is singular (dpotri info {info})")
+        A_inv = np.tril(A_inv) + np.tril(A_inv, -1).T
         return self.quad_diag_matrix(s[:, None] * A_inv * s[None, :])
 
     def sq_diag(self, S):
