@@ -341,7 +341,7 @@ def _checked_boundary(boundary, d):
     return b
 
 
-def _row_blocks(n, M):
+def row_blocks(n, M):
     """Slices of about 8 MB of rows of an n x M array (the n M^2 products run over them)."""
     step = max(256, (1 << 20) // max(M, 1))
     return [slice(i, min(i + step, n)) for i in range(0, n, step)]
@@ -378,7 +378,7 @@ class DenseBasis:
         M = self.M
         H = np.zeros((M, M), order="F")
         nonneg = np.min(w, initial=0.0) >= 0.0
-        for rows in _row_blocks(self.n, M):
+        for rows in row_blocks(self.n, M):
             P = self.Phi[rows]
             if nonneg:
                 B = P * np.sqrt(w[rows])[:, None]  # (rows, M) C-ordered: B.T is Fortran
@@ -391,7 +391,7 @@ class DenseBasis:
         """||L_A^{-1} s Phi_i||^2 = diag(Phi s A^{-1} s Phi^T)_i for every i (one triangular
         product over row blocks)."""
         out = np.empty(self.n)
-        for rows in _row_blocks(self.n, self.M):
+        for rows in row_blocks(self.n, self.M):
             B = self.Phi[rows] * s  # (rows, M) C-ordered: B.T is Fortran (M, rows)
             C = blas.dtrsm(1.0, L_A, B.T, side=0, lower=1, overwrite_b=1)
             out[rows] = np.einsum("ij,ij->j", C, C)
