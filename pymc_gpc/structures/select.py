@@ -660,7 +660,7 @@ class HSGPMulticlass(HSGPBinary):
 
     @staticmethod
     def _kernels(gp):
-        return gp.class_cov_funcs()
+        return gp.cov_funcs or [gp.cov_func]
 
     def kernel_inputs(self, gp, X):
         scale = gp.prior_options.scale
