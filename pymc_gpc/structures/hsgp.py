@@ -308,19 +308,18 @@ class PeriodicBasis:
         basis.center, basis.active_dims = np.asarray(center, dtype=float), list(active_dims)
         return basis
 
-    def _frequencies(self):
-        return (2.0 * np.pi / self.period) * np.arange(self.m, dtype=float)
+    def _arguments(self, x):
+        """j omega_0 x for j < m, (n, m), x the centred active column (an array or a tensor)."""
+        return (2.0 * np.pi / self.period) * x @ np.arange(self.m)[None, :].astype(float)
 
     def __call__(self, X):
         """Phi (n, 2m - 1), C-ordered: [cos(j w0 x)]_{j<m}, [sin(j w0 x)]_{1<=j<m}."""
-        x = (_checked_inputs(X) - self.center)[:, self.active_dims]
-        arg = x @ self._frequencies()[None, :]
+        arg = self._arguments((_checked_inputs(X) - self.center)[:, self.active_dims])
         return np.ascontiguousarray(np.hstack([np.cos(arg), np.sin(arg[:, 1:])]))
 
     def tensor(self, X):
         """Phi (n, 2m - 1) at inputs X (an (n, D) tensor) as a PyTensor graph: ``__call__``'s formula."""
-        x = (X - self.center)[:, self.active_dims]
-        arg = x @ self._frequencies()[None, :]
+        arg = self._arguments((X - self.center)[:, self.active_dims])
         return pt.concatenate([pt.cos(arg), pt.sin(arg[:, 1:])], axis=1)
 
     def at(self, X):
@@ -406,7 +405,7 @@ def _positive_per_dimension(value, d, what):
     except (TypeError, ValueError):
         v = None
     if v is None or v.ndim > 1 or v.size not in (1, d) or not np.all(np.isfinite(v)) or not np.all(v > 0.0):
-        raise ValueError(f"{what} must be a positive finite number or one per active dimension ({d}), got {value!r}")
+        raise ValueError(f"{what} must be positive and finite (a number or one per active dimension, {d}), got {value!r}")
     return np.broadcast_to(v.reshape(-1), (d,)).copy()
 
 
