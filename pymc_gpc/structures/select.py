@@ -64,7 +64,7 @@ class PriorStructure(Protocol):
     Attributes
     ----------
     name : a short name for messages and the approximation registry ("dense", "fitc",
-        "dense-multiclass", "fitc-multiclass"); it identifies the structure (equality,
+        "dense-multiclass", "fitc-multiclass", "hsgp", "hsgp-multiclass"); it identifies the structure (equality,
         hash, ``repr`` and pickling go by it, so an Op holding it in ``__props__`` has
         the same cache key in every process).
     multiclass : whether the likelihood has one latent GP per class
@@ -114,7 +114,7 @@ class PriorStructure(Protocol):
     def kernel_inputs(self, gp, X):
         """The evidence Op's kernel tensors at the training inputs X (a tensor): dense
         [K(X, X) + jitter I]; FITC [K_uu + jitter I, K_uf, diag K_ff + jitter];
-        several classes [the (c, n, n) stack]."""
+        HSGP [S, X]; several classes their (c, ...) stacks."""
 
     def cross_covariances(self, gp, X, Xnew):
         """The prior cross-covariances the predictive takes: dense K(X, X*) (n, m); FITC
