@@ -37,8 +37,9 @@ covariances, the Newton steps by preconditioned CG) is answered there; what diff
   Phi*_k S_k Phi_k^T a_k and covariances B*_i A^{-1} B*_i^T with B*_i's block k
   s_k Phi*_k,i.
 
-Cost (n observations, c classes, M basis functions each): the H_lk in c^2 n M^2 flops
-(c(c - 1)/2 products and c rank-n updates), A's factor (cM)^3 / 3, the gradient's extra
+Cost (n observations, c classes, M basis functions each): the H_lk in c (c + 1) n M^2 / 2
+flops with one basis shared by the classes (rank-n updates only), c^2 n M^2 with a basis
+per class, A's factor (cM)^3 / 3, the gradient's extra
 c (cM)^2 M; memory O(c n M) (the V_k), never an n x n matrix.
 
 Interface: that of ``structures.multiclass_fitc`` (``MulticlassHSGPPrior`` as
@@ -53,7 +54,7 @@ import numpy as np
 from scipy.linalg import solve_triangular
 
 from .fitc import NonFiniteKernelError
-from .hsgp import row_blocks
+from .hsgp import DenseBasis, row_blocks
 from .multiclass_fitc import MulticlassFITCPosterior, own_weights
 
 MulticlassHSGPGradient = namedtuple("MulticlassHSGPGradient", ["S"])
@@ -71,17 +72,20 @@ def _weighted_gram(P, Q, w):
     return out
 
 
-def _gram_blocks(Phi, W, own):
+def _gram_blocks(Phi, W, own, shared=None):
     r"""H (c, c, M, M), H_lk = Phi_l^T diag(W_lk) Phi_k, for W (n, c, c) the W_i and own (c, n)
     their diagonal entries W_kk = delta_k (sum_{j != k} delta_j) / sum delta >= 0 summed
-    without cancellation (``multiclass_fitc.own_weights``); H_kl = H_lk^T."""
+    without cancellation (``multiclass_fitc.own_weights``); H_kl = H_lk^T. With one basis
+    shared by the classes (``shared``, a ``structures.hsgp.DenseBasis``) every block is a
+    rank-n update (dsyrk, n M^2 flops), since W_lk = -q_l q_k <= 0 for l != k; otherwise the
+    blocks off the diagonal are general products (2 n M^2)."""
     c, M = len(Phi), Phi[0].shape[1]
     H = np.empty((c, c, M, M))
     for k in range(c):
-        H[k, k] = _weighted_gram(Phi[k], Phi[k], own[k])
-        H[k, k] = 0.5 * (H[k, k] + H[k, k].T)
+        H[k, k] = shared.gram(own[k]) if shared is not None else _weighted_gram(Phi[k], Phi[k], own[k])
         for l in range(k):
-            H[l, k] = _weighted_gram(Phi[l], Phi[k], np.ascontiguousarray(W[:, l, k]))
+            w = np.ascontiguousarray(W[:, l, k])
+            H[l, k] = -shared.gram(-w) if shared is not None else _weighted_gram(Phi[l], Phi[k], w)
             H[k, l] = H[l, k].T
     return H
 
@@ -132,6 +136,9 @@ class MulticlassHSGPPrior:
             raise ValueError(f"S (the spectral density at the basis frequencies) has a negative entry ({np.min(S):.3g})")
         self.c, self.m, self.n = c, M, stack[0].shape[0]
         self.Phi = [np.ascontiguousarray(P) for P in stack]
+        self.shared = DenseBasis(self.Phi[0]) if Phi.ndim == 2 else None  # one basis for every class
+        if self.shared is not None:
+            self.Phi = [self.shared.Phi] * c
         self.S, self.s = S, np.sqrt(S)
         self.V = [np.asfortranarray((P * s).T) for P, s in zip(self.Phi, self.s)]  # (M, n) each
         self.lam = np.zeros((c, self.n))
@@ -176,7 +183,7 @@ class MulticlassHSGPPosterior(MulticlassFITCPosterior):
         """A = I + P^T W P from the blocks H_lk (``_gram_blocks``), which are kept for the gradient."""
         prior = self.prior
         c, M = prior.c, prior.m
-        self.H = _gram_blocks(prior.Phi, self.Wt, own_weights(delta))
+        self.H = _gram_blocks(prior.Phi, self.Wt, own_weights(delta), prior.shared)
         s = prior.s.reshape(-1)
         A = (s[:, None] * self.H.transpose(0, 2, 1, 3).reshape(c * M, c * M)) * s[None, :]
         A[np.diag_indices_from(A)] += 1.0
