@@ -153,10 +153,15 @@ def _log_prior(point):
     return sum(float(np.sum(pm.logp(pm.Normal.dist(0.0, 1.0), v).eval())) for v in point.values())
 
 
-@pytest.mark.parametrize("approx", list(SOLVERS))
-def test_logp_and_gradient_in_every_hyperparameter_match_the_dense_computation(approx):
+@pytest.fixture(scope="module", params=list(SOLVERS))
+def fitted(request):
+    """(approx, model, gp, X, y): one model per approximation, shared by the tests below."""
     X, y = _data()
-    model, gp = _model(approx, X, y)
+    return (request.param, *_model(request.param, X, y), X, y)
+
+
+def test_logp_and_gradient_in_every_hyperparameter_match_the_dense_computation(fitted):
+    approx, model, gp, X, y = fitted
     assert gp.structure.name == "hsgp-multiclass"
     logp = model.compile_logp(jacobian=False)
     dlogp = model.compile_dlogp(jacobian=False)
@@ -176,10 +181,8 @@ def test_logp_and_gradient_in_every_hyperparameter_match_the_dense_computation(a
     np.testing.assert_allclose(dlogp(POINT), fd, atol=1e-5)
 
 
-@pytest.mark.parametrize("approx", list(SOLVERS))
-def test_predict_and_conditional_match_the_dense_predictive(approx):
-    X, y = _data(seed=5)
-    model, gp = _model(approx, X, y)
+def test_predict_and_conditional_match_the_dense_predictive(fitted):
+    approx, model, gp, X, y = fitted
     Xs = np.linspace(-2.4, 2.4, 7)[:, None]
     p, mean, cov = gp.predict(Xs, point=POINT, return_latent=True)
     basis, S = _basis_and_S(X, POINT)
@@ -193,8 +196,8 @@ def test_predict_and_conditional_match_the_dense_predictive(approx):
     np.testing.assert_allclose(p, gp.likelihood.predict(m_ref.T, c_ref), atol=1e-8)
     np.testing.assert_allclose(p.sum(axis=1), 1.0, atol=1e-12)
     with model:
-        gp.conditional("f_star", Xs)
-    mu, cov_full = model["f_star_stacked"].owner.inputs[-2:]
+        gp.conditional(f"f_star_{approx}", Xs)
+    mu, cov_full = model[f"f_star_{approx}_stacked"].owner.inputs[-2:]
     fn = model.compile_fn([mu, cov_full], inputs=[model["log_ls"], model["log_eta"]], point_fn=False)
     mu_v, cov_v = fn(POINT["log_ls"], POINT["log_eta"])
     star_full = np.array([(Phi_s * S_k) @ Phi_s.T for S_k in S])
