@@ -99,7 +99,7 @@ def test_every_approximation_returns_a_solve_result(problem):
 
 
 def test_every_prior_structure_conforms():
-    assert len(STRUCTURES) == 5
+    assert len(STRUCTURES) == 6
     for structure in STRUCTURES:
         _assert_conforms(structure, PriorStructure)
 

@@ -19,7 +19,8 @@ likelihood with mean field, the JAX backend with mean field) is an
 Names are the ``approximation`` attribute of the GP classes (``gp.MarginalEP.approximation
 == "ep"``) and the first argument of the Ops (``ops.marginal.ApproxMarginalOp``), whose
 likelihood type selects the solver (``solver_for``). The prior structures are named as in
-``structures.select`` ("dense", "fitc", "dense-multiclass", "fitc-multiclass").
+``structures.select`` ("dense", "fitc", "dense-multiclass", "fitc-multiclass", "hsgp",
+"hsgp-multiclass").
 """
 
 import inspect
@@ -45,7 +46,7 @@ BACKENDS = ("numba", "jax")
 # approx= (as ``approx_option`` returns it) -> the name of the binary structure it selects
 SPARSE_PRIORS = {"FITC": "fitc", "HSGP": "hsgp"}
 # the prior structures each backend implements (PyTensor's Python VM runs the numba Ops' perform)
-BACKEND_STRUCTURES = {"numba": ("dense", "fitc", "dense-multiclass", "fitc-multiclass", "hsgp"),
+BACKEND_STRUCTURES = {"numba": ("dense", "fitc", "dense-multiclass", "fitc-multiclass", "hsgp", "hsgp-multiclass"),
                       "jax": ("dense", "fitc", "dense-multiclass", "fitc-multiclass", "hsgp")}
 # the likelihood families (``family``): one latent function with two labels, one with K
 # ordered labels, c latent functions
@@ -203,12 +204,12 @@ class Approximation:
 
 def _dense_and_fitc(schedule, fitc_schedule=None, multiclass=False, hsgp=False):
     """{structure name: schedule} for the dense and FITC priors (their multi-class blocks), and
-    with ``hsgp`` the basis-function prior (one latent function), which takes FITC's schedule
+    with ``hsgp`` the basis-function prior (its multi-class block), which takes FITC's schedule
     (no dense Sigma: no sequential sweeps)."""
     suffix = "-multiclass" if multiclass else ""
     schedules = {f"dense{suffix}": schedule, f"fitc{suffix}": fitc_schedule or schedule}
     if hsgp:
-        schedules["hsgp"] = fitc_schedule or schedule
+        schedules[f"hsgp{suffix}"] = fitc_schedule or schedule
     return _frozen(**schedules)
 
 
@@ -224,7 +225,7 @@ _EP_ONE_LATENT = _one_latent(
     sampling_defaults=_frozen(tol=1e-2), engine_defaults=_frozen(tol=inspect.signature(ep).parameters["tol"].default),
     prediction_defaults=_frozen(tol=1e-3), coarse_fit_defaults=_frozen(tol=1e-3), compiled_loop=True)
 _NESTED_EP = Solver(
-    multinomial_probit_ep, _dense_and_fitc(nested_ep_retries, multiclass=True),
+    multinomial_probit_ep, _dense_and_fitc(nested_ep_retries, multiclass=True, hsgp=True),
     # nested EP's tol is on the inner site parameters; its log Z converges more slowly in
     # the site change than binary EP's (docs/design/engine_notes.md, "Sampler tolerances")
     sampling_defaults=_frozen(tol=1e-4, rough_gradient=True),
@@ -232,7 +233,7 @@ _NESTED_EP = Solver(
     # ten classes"); its predictions over draws stay exact (prediction_defaults empty)
     coarse_fit_defaults=_frozen(tol=1e-4))
 _SOFTMAX_LAPLACE = Solver(
-    softmax_laplace, _dense_and_fitc(newton_retries, multiclass=True),
+    softmax_laplace, _dense_and_fitc(newton_retries, multiclass=True, hsgp=True),
     # the mode's n^3 products for the gradient in single precision; log q stays double
     sampling_defaults=_frozen(rough_gradient=True))
 
@@ -335,13 +336,12 @@ def check(approximation, likelihood, structure="dense", backend=None):
     _check_likelihood(entry, likelihood)
     solver = entry.solver_for(likelihood)
     if structure not in solver.structures:
-        if structure.startswith("fitc") or structure == "hsgp":
+        if structure.startswith("fitc") or structure.startswith("hsgp"):
             classifiers = " and ".join(a.classifier for a in APPROXIMATIONS.values()
                                        if structure in a.structures)
-            if structure == "hsgp":
+            if structure.startswith("hsgp"):
                 raise UnsupportedCombinationError(
-                    f"approx='HSGP' is available for {classifiers} with a binary or ordinal likelihood, "
-                    f"not {approximation!r} with {likelihood!r}")
+                    f"approx='HSGP' is available for {classifiers}, not {approximation!r} with {likelihood!r}")
             raise UnsupportedCombinationError(
                 f"approx='FITC' is available for {classifiers}, not {approximation!r}")
         check_structure(approximation, structure)
@@ -378,7 +378,8 @@ def check_structure(name, structure):
     """``UnsupportedCombinationError`` unless approximation ``name`` serves ``structure``."""
     if structure not in get(name).structures:
         names = tuple(a.name for a in _serving(structure))
-        label = {"fitc": "FITC", "fitc-multiclass": "multi-class FITC", "hsgp": "HSGP"}.get(structure, structure)
+        label = {"fitc": "FITC", "fitc-multiclass": "multi-class FITC", "hsgp": "HSGP",
+                 "hsgp-multiclass": "multi-class HSGP"}.get(structure, structure)
         raise UnsupportedCombinationError(f"the {label} prior supports {names}, got {name!r}")
 
 

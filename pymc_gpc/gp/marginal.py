@@ -102,18 +102,18 @@ class _ApproximateMarginal:
     approximation = None
 
     def __init__(self, *, cov_func, likelihood, jitter=JITTER_DEFAULT, approx=None, m=None, L=None, c=None,
-                 drop_first=False, **solver_options):
+                 drop_first=False, scale=None, boundary=None, **solver_options):
         if "approximation" in solver_options:
             raise ValueError(f"approximation= is not an option of {type(self).__name__} (whose approximation is "
                              f"{self.approximation!r}): choose the class (MarginalEP, MarginalLaplace, ...); approx= "
                              "names the sparse approximation of the prior (None, 'FITC' or 'HSGP')")
         self.approx = registry.approx_option(approx)
         registry.check(self.approximation, likelihood, select_structure(likelihood, self.approx).name)
-        self.prior_options = select_structure(likelihood, self.approx).prior_options(
-            cov_func, m=m, L=L, c=c, drop_first=drop_first)
         self._structure = None  # the structure bound to the training inputs (marginal_likelihood)
         self.several_classes = registry.family(likelihood) == "multiclass"
         self.cov_funcs = _class_cov_funcs(cov_func, self.several_classes)
+        self.prior_options = select_structure(likelihood, self.approx).prior_options(
+            cov_func, m=m, L=L, c=c, drop_first=drop_first, scale=scale, boundary=boundary)
         if not jitter >= 0:
             raise ValueError(f"jitter must be >= 0, got {jitter}")
         self.cov_func = cov_func
@@ -581,14 +581,20 @@ class MarginalEP(_ApproximateMarginal):
         :math:`O(n m^2)` time and :math:`O(n m)` memory; ``marginal_likelihood`` then takes
         the inducing inputs ``Xu``; or "HSGP", the basis-function prior
         :math:`K \approx \Phi\,\mathrm{diag}(S)\,\Phi^\top` of ``pm.gp.HSGP`` (Solin & Sarkka
-        2020; ``structures.hsgp``; binary and ordinal likelihoods, no jitter), with the
-        basis box fixed at the training inputs. Not to be confused with the class attribute
+        2020; ``structures.hsgp``; every likelihood, several classes with one coefficient
+        vector per class, ``structures.multiclass_hsgp``; no jitter), with the basis fixed at
+        the training inputs; for a ``pm.gp.cov.Periodic`` kernel the periodic expansion of
+        ``pm.gp.HSGPPeriodic``. Not to be confused with the class attribute
         ``approximation`` ("ep"), how the latent functions are integrated out.
-    m, L, c, drop_first : with ``approx="HSGP"`` only, ``pm.gp.HSGP``'s meanings: m the
-        number of basis functions per active input dimension (required), L the box's
+    m, L, c, drop_first, boundary : with ``approx="HSGP"`` only, ``pm.gp.HSGP``'s meanings: m
+        the number of basis functions per active input dimension (required), L the box's
         half-widths or c a factor on the inputs' half-range (default c = 1.5), drop_first
-        to drop the first basis function. The kernel needs a ``power_spectral_density``
-        (ValueError naming it, here).
+        to drop the first basis function, boundary the boundary condition (default
+        "dirichlet"). The kernel needs a ``power_spectral_density`` (ValueError naming it,
+        here). With several kernels (one per class) they read the same input columns.
+    scale : with ``approx="HSGP"`` and a ``pm.gp.cov.Periodic`` kernel only (whose m is then an
+        int, ``pm.gp.HSGPPeriodic``'s): the expansion's standard deviation, a number or a
+        random variable (default 1).
     **solver_options : passed to ``pymc_gpc.ep`` (method, damping, tol, max_sweeps), or for
         several classes to ``pymc_gpc.multinomial_probit_ep`` (tol, damping, max_sweeps,
         inner_tol); in ``pymc_gpc.sample``'s sampler tol defaults to 1e-2 (several classes:

@@ -131,14 +131,11 @@ class LaplacianBasis:
         self.active_dims = list(range(X.shape[1])) if active_dims is None else list(np.atleast_1d(active_dims))
         d = len(self.active_dims)
         self.m = checked_m(m, d)
-        self.boundary = _checked_boundary(boundary, d)
-        if (L is None) == (c is None):
-            raise ValueError("give exactly one of L (the box's half-widths) and c (a factor on the inputs' half-range)")
+        self.boundary = checked_boundary(boundary, d)
+        checked_box(L, c, d)
         self.center = (np.max(X, axis=0) + np.min(X, axis=0)) / 2.0
         Xs = (X - self.center)[:, self.active_dims]
         if L is None:
-            if not (isinstance(c, numbers.Real) or np.ndim(c) <= 1) or not np.all(np.asarray(c, float) > 0):
-                raise ValueError(f"c must be a positive number (or one per active dimension), got {c!r}")
             L = np.asarray(c, float) * (np.max(Xs, axis=0) - np.min(Xs, axis=0)) / 2.0
         L = np.broadcast_to(np.asarray(L, dtype=float), (d,)).copy()
         if not np.all(np.isfinite(L)) or np.any(L <= 0.0):
@@ -215,6 +212,13 @@ class LaplacianBasis:
         """S as a PyTensor graph: the kernel's spectral density at ``omega`` (``spectral_variances``)."""
         return spectral_variances(cov_func, self.omega)
 
+    def kernel_variances(self, cov_func, scale=None):
+        """S of ``cov_func`` (``variances``); ``scale`` belongs to the periodic expansion
+        (``PeriodicBasis.kernel_variances``): ValueError if given."""
+        if scale is not None:
+            raise ValueError("scale is for a periodic kernel (pm.gp.HSGPPeriodic); scale a stationary kernel itself")
+        return self.variances(cov_func)
+
 
 def spectral_variances(cov_func, omega):
     r"""The prior variances S_j = s(omega_j) of the basis weights, as a PyTensor graph.
@@ -237,7 +241,8 @@ def spectral_variances(cov_func, omega):
         raise ValueError(
             f"the kernel {type(cov_func).__name__} has no power_spectral_density, which approx='HSGP' needs "
             "(stationary kernels: ExpQuad, Matern52, Matern32, Matern12/Exponential, RatQuad, and their sums and "
-            "scalings; Periodic through periodic_basis)") from err
+            "scalings; pm.gp.cov.Periodic itself, with scale= for its amplitude, through the periodic expansion "
+            "as pm.gp.HSGPPeriodic)") from err
     return pt.flatten(S)
 
 
@@ -280,30 +285,89 @@ class PeriodicBasis:
         X = _checked_inputs(X)
         if not isinstance(m, numbers.Integral) or m <= 0:
             raise ValueError(f"m must be a positive integer, got {m!r}")
-        if not isinstance(cov_func, pm.gp.cov.Periodic):
-            raise ValueError(f"the periodic expansion needs pm.gp.cov.Periodic, got {type(cov_func).__name__}")
-        if cov_func.n_dims != 1:
-            raise ValueError("the periodic expansion is for a kernel on one input dimension")
+        check_periodic_kernel(cov_func)
         self.cov_func, self.m, self.M = cov_func, int(m), 2 * int(m) - 1
-        self.period = _constant(cov_func.period, "the period of the periodic kernel")
+        self.period = constant_value(cov_func.period, "the period of the periodic kernel")
+        if not (np.isfinite(self.period) and self.period > 0.0):
+            raise ValueError(f"the period of the periodic kernel must be positive and finite, got {self.period}")
         self.center = (np.max(X, axis=0) + np.min(X, axis=0)) / 2.0
         self.active_dims = list(np.atleast_1d(cov_func.active_dims))
 
+    def description(self):
+        """The basis as a hashable tuple ("periodic", m, the period, the centre, the active
+        column); ``from_description`` rebuilds it."""
+        return ("periodic", self.m, self.period, tuple(float(v) for v in self.center),
+                tuple(int(k) for k in self.active_dims))
+
+    @classmethod
+    def from_description(cls, description):
+        """The basis of ``description()``, without the training inputs or the kernel."""
+        _, m, period, center, active_dims = description
+        basis = cls.__new__(cls)
+        basis.cov_func, basis.m, basis.M, basis.period = None, int(m), 2 * int(m) - 1, float(period)
+        basis.center, basis.active_dims = np.asarray(center, dtype=float), list(active_dims)
+        return basis
+
+    def _arguments(self, x):
+        """j omega_0 x for j < m, (n, m), x the centred active column (an array or a tensor)."""
+        return (2.0 * np.pi / self.period) * x @ np.arange(self.m)[None, :].astype(float)
+
     def __call__(self, X):
         """Phi (n, 2m - 1), C-ordered: [cos(j w0 x)]_{j<m}, [sin(j w0 x)]_{1<=j<m}."""
-        x = (_checked_inputs(X) - self.center)[:, self.active_dims]
-        arg = (2.0 * np.pi / self.period) * x @ np.arange(self.m)[None, :].astype(float)
+        arg = self._arguments((_checked_inputs(X) - self.center)[:, self.active_dims])
         return np.ascontiguousarray(np.hstack([np.cos(arg), np.sin(arg[:, 1:])]))
 
-    def variances(self, scale=1.0):
-        """S as a PyTensor graph: scale^2 [q~^2, q~^2[1:]] (class docstring)."""
-        a = 0.25 / pt.square(self.cov_func.ls)
+    def tensor(self, X):
+        """Phi (n, 2m - 1) at inputs X (an (n, D) tensor) as a PyTensor graph: ``__call__``'s formula."""
+        arg = self._arguments((X - self.center)[:, self.active_dims])
+        return pt.concatenate([pt.cos(arg), pt.sin(arg[:, 1:])], axis=1)
+
+    def at(self, X):
+        """The basis at inputs X as an operator (``DenseBasis``: Phi held, O(n m) memory)."""
+        return DenseBasis(self(X))
+
+    def variances(self, scale=1.0, cov_func=None):
+        """S as a PyTensor graph: scale^2 [q~^2, q~^2[1:]] (class docstring), for the lengthscale
+        of ``cov_func`` (default: the kernel the basis was built from)."""
+        cov_func = self.cov_func if cov_func is None else cov_func
+        a = 0.25 / pt.square(cov_func.ls)
         j = np.arange(self.m)
         q2 = np.where(j > 0, 2.0, 1.0) * pt.ive(j, pt.flatten(a)[0])  # I_j(a) e^{-a}
         return pt.square(scale) * pt.concatenate([q2, q2[1:]])
 
+    def kernel_variances(self, cov_func, scale=None):
+        """S of ``cov_func``, a ``pm.gp.cov.Periodic`` of this basis's period, times scale^2
+        (``pm.gp.HSGPPeriodic``'s ``scale``, default 1; a number or a PyTensor variable).
 
-def _constant(value, what):
+        Raises
+        ------
+        ValueError
+            For another kernel, or a periodic kernel of another period (the basis depends on it).
+        """
+        check_periodic_kernel(cov_func)
+        period = constant_value(cov_func.period, "the period of the periodic kernel")
+        if not np.isclose(period, self.period, rtol=1e-12, atol=0.0):
+            raise ValueError(f"the periodic basis has period {self.period}; the kernel has {period}")
+        return self.variances(1.0 if scale is None else scale, cov_func)
+
+
+def check_periodic_kernel(cov_func):
+    """ValueError unless ``cov_func`` is a ``pm.gp.cov.Periodic`` on one input dimension (what the
+    periodic expansion, ``PeriodicBasis``, takes; as ``pm.gp.HSGPPeriodic``)."""
+    if not isinstance(cov_func, pm.gp.cov.Periodic):
+        raise ValueError(f"the periodic expansion needs pm.gp.cov.Periodic, got {type(cov_func).__name__}")
+    if cov_func.n_dims != 1:
+        raise ValueError("the periodic expansion is for a kernel on one input dimension")
+
+
+def basis_from_description(description):
+    """The ``LaplacianBasis`` or ``PeriodicBasis`` of a basis's ``description()``."""
+    if description[0] == "periodic":
+        return PeriodicBasis.from_description(description)
+    return LaplacianBasis.from_description(description)
+
+
+def constant_value(value, what):
     """``value`` as a float if it is a number or a graph of constants only, else ValueError."""
     if isinstance(value, numbers.Real | np.ndarray):
         return float(value)
@@ -334,14 +398,36 @@ def checked_m(m, d):
     return tuple(int(k) for k in m)
 
 
-def _checked_boundary(boundary, d):
+def _positive_per_dimension(value, d, what):
+    """``value`` as d positive finite floats (a number is repeated), else ValueError naming ``what``."""
+    try:
+        v = np.asarray(value, dtype=float)
+    except (TypeError, ValueError):
+        v = None
+    if v is None or v.ndim > 1 or v.size not in (1, d) or not np.all(np.isfinite(v)) or not np.all(v > 0.0):
+        raise ValueError(f"{what} must be positive and finite (a number or one per active dimension, {d}), got {value!r}")
+    return np.broadcast_to(v.reshape(-1), (d,)).copy()
+
+
+def checked_box(L, c, d):
+    """ValueError unless exactly one of L (the box's half-widths) and c (a factor on the inputs'
+    half-range) is given, as a positive finite number or one per active dimension (d)."""
+    if (L is None) == (c is None):
+        raise ValueError("give exactly one of L (the box's half-widths) and c (a factor on the inputs' half-range)")
+    if L is None:
+        _positive_per_dimension(c, d, "c")
+    else:
+        _positive_per_dimension(L, d, "L")
+
+
+def checked_boundary(boundary, d):
     b = (boundary,) * d if isinstance(boundary, str) else tuple(boundary)
     if len(b) != d or any(x not in _BOUNDARY_TABLE for x in b):
         raise ValueError(f"boundary must be one of {BOUNDARIES} or one per active dimension ({d}), got {boundary!r}")
     return b
 
 
-def _row_blocks(n, M):
+def row_blocks(n, M):
     """Slices of about 8 MB of rows of an n x M array (the n M^2 products run over them)."""
     step = max(256, (1 << 20) // max(M, 1))
     return [slice(i, min(i + step, n)) for i in range(0, n, step)]
@@ -378,7 +464,7 @@ class DenseBasis:
         M = self.M
         H = np.zeros((M, M), order="F")
         nonneg = np.min(w, initial=0.0) >= 0.0
-        for rows in _row_blocks(self.n, M):
+        for rows in row_blocks(self.n, M):
             P = self.Phi[rows]
             if nonneg:
                 B = P * np.sqrt(w[rows])[:, None]  # (rows, M) C-ordered: B.T is Fortran
@@ -391,7 +477,7 @@ class DenseBasis:
         """||L_A^{-1} s Phi_i||^2 = diag(Phi s A^{-1} s Phi^T)_i for every i (one triangular
         product over row blocks)."""
         out = np.empty(self.n)
-        for rows in _row_blocks(self.n, self.M):
+        for rows in row_blocks(self.n, self.M):
             B = self.Phi[rows] * s  # (rows, M) C-ordered: B.T is Fortran (M, rows)
             C = blas.dtrsm(1.0, L_A, B.T, side=0, lower=1, overwrite_b=1)
             out[rows] = np.einsum("ij,ij->j", C, C)

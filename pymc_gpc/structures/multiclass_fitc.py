@@ -116,12 +116,12 @@ def _precision(V, delta):
     Q_k = V_k diag(q_k): one dsyrk of Q, (c m)^2 n flops, writes them (and diagonal blocks
     that are then replaced). Each diagonal block V_k diag(W~_kk) V_k^T is a dsyrk of its own,
     with W~_kk = delta_k (sum_{j != k} delta_j) / sum delta >= 0 summed without cancellation
-    (``_own_weights``), rather than V_k diag(delta_k) V_k^T - Q_k Q_k^T. Q comes from the
+    (``own_weights``), rather than V_k diag(delta_k) V_k^T - Q_k Q_k^T. Q comes from the
     package's pool of work arrays (``numerics.workspace``): a fresh (c m) x n array costs
     its first touch at every formation."""
     c, (m, n) = len(V), V[0].shape
     q = _coupling(delta)
-    root = np.sqrt(_own_weights(delta))
+    root = np.sqrt(own_weights(delta))
     Q = POOL.empty((c * m, n))
     for k in range(c):
         np.multiply(V[k], q[k], out=Q[k * m:(k + 1) * m])
@@ -138,7 +138,7 @@ def _precision(V, delta):
     return A
 
 
-def _own_weights(delta):
+def own_weights(delta):
     """W~_kk,i = delta_ik sum_{j != k} delta_ij / sum_j delta_ij (c, n), the sum over the
     other classes formed directly (no difference of nearly equal numbers)."""
     c = len(delta)
@@ -464,12 +464,17 @@ class MulticlassFITCPosterior:
         self.Wt, logdet, delta = _effective_precision(prior, d)
         self._delta = delta
         self._half_logdet_sites = 0.5 * float(np.sum(logdet))
-        self.L_A = chol_lower(_precision(prior.V, delta), overwrite=True)
+        self.L_A = chol_lower(self._capacitance(delta), overwrite=True)
         self._A_inv = None
         self._pass = self._S = None
         self._with_VR = False
 
     # -- factors ---------------------------------------------------------------------
+
+    def _capacitance(self, delta):
+        """A = I + P^T W~ P (``_precision``), to be factorised; a prior whose P has more
+        structure forms it its own way (``multiclass_hsgp``)."""
+        return _precision(self.prior.V, delta)
 
     @property
     def A_inv(self):

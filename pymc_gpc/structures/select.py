@@ -26,9 +26,11 @@ Adding a structure (e.g. HSGP bases): write a class with the attributes and meth
 it in ``STRUCTURES``.
 """
 
+import numbers
 from typing import Protocol, runtime_checkable
 
 import numpy as np
+import pymc as pm
 import pytensor
 import pytensor.tensor as pt
 from pytensor.raise_op import Assert
@@ -40,12 +42,14 @@ from ..validation import check_inputs
 from .em_bounds import FITCCovariance, covariance_bound, fitc_covariance_bound
 from .dense import chol_lower
 from .fitc import FITCPrior
-from .hsgp import HSGPPrior, HSGPStructure, LaplacianBasis, checked_m, spectral_variances
+from .hsgp import (HSGPPrior, HSGPStructure, LaplacianBasis, PeriodicBasis, basis_from_description, check_periodic_kernel,
+                   checked_boundary, checked_box, checked_m, constant_value, spectral_variances)
 from .multiclass_fitc import MulticlassFITCPrior
+from .multiclass_hsgp import MulticlassHSGPPrior
 
 __all__ = ["PriorStructure", "DenseBinary", "FITCBinary", "HSGPBinary", "DenseMulticlass", "FITCMulticlass",
-           "STRUCTURES", "select_structure", "structure_named", "DENSE_BINARY", "FITC_BINARY", "HSGP_BINARY",
-           "DENSE_MULTICLASS", "FITC_MULTICLASS"]
+           "HSGPMulticlass", "STRUCTURES", "select_structure", "structure_named", "hsgp_options", "DENSE_BINARY",
+           "FITC_BINARY", "HSGP_BINARY", "DENSE_MULTICLASS", "FITC_MULTICLASS", "HSGP_MULTICLASS"]
 
 
 @runtime_checkable
@@ -60,7 +64,7 @@ class PriorStructure(Protocol):
     Attributes
     ----------
     name : a short name for messages and the approximation registry ("dense", "fitc",
-        "dense-multiclass", "fitc-multiclass"); it identifies the structure (equality,
+        "dense-multiclass", "fitc-multiclass", "hsgp", "hsgp-multiclass"); it identifies the structure (equality,
         hash, ``repr`` and pickling go by it, so an Op holding it in ``__props__`` has
         the same cache key in every process).
     multiclass : whether the likelihood has one latent GP per class
@@ -91,9 +95,9 @@ class PriorStructure(Protocol):
     predictive_takes_theta: bool
     trusted_prediction: bool
 
-    def prior_options(self, cov_func, m=None, L=None, c=None, drop_first=False):
-        """The options of this prior given to the GP's constructor (HSGP's m, L, c, drop_first;
-        as ``pm.gp.HSGP``'s), checked against ``cov_func`` before any heavy work: what the GP
+    def prior_options(self, cov_func, m=None, L=None, c=None, drop_first=False, scale=None, boundary=None):
+        """The options of this prior given to the GP's constructor (HSGP's m, L, c, drop_first,
+        boundary as ``pm.gp.HSGP``'s; scale as ``pm.gp.HSGPPeriodic``'s), checked against ``cov_func`` before any heavy work: what the GP
         keeps as ``gp.prior_options`` (None for a structure without options). ValueError for
         options this structure does not take, or bad ones."""
 
@@ -110,7 +114,7 @@ class PriorStructure(Protocol):
     def kernel_inputs(self, gp, X):
         """The evidence Op's kernel tensors at the training inputs X (a tensor): dense
         [K(X, X) + jitter I]; FITC [K_uu + jitter I, K_uf, diag K_ff + jitter];
-        several classes [the (c, n, n) stack]."""
+        HSGP [S, X]; several classes their (c, ...) stacks."""
 
     def cross_covariances(self, gp, X, Xnew):
         """The prior cross-covariances the predictive takes: dense K(X, X*) (n, m); FITC
@@ -192,8 +196,8 @@ class DenseBinary:
     def __reduce__(self):
         return structure_named, (self.name,)
 
-    def prior_options(self, cov_func, m=None, L=None, c=None, drop_first=False):
-        options = {"m": m, "L": L, "c": c, "drop_first": drop_first}
+    def prior_options(self, cov_func, m=None, L=None, c=None, drop_first=False, scale=None, boundary=None):
+        options = {"m": m, "L": L, "c": c, "drop_first": drop_first, "scale": scale, "boundary": boundary}
         given = [k for k, v in options.items() if v is not None and v is not False]
         if given:
             raise ValueError(f"{', '.join(given)}: options of approx='HSGP', not of the {self.name} prior")
@@ -352,16 +356,19 @@ class FITCBinary(DenseBinary):
 
 class HSGPBinary(FITCBinary):
     r"""The basis-function prior K~ = Phi diag(S) Phi^T of one latent GP (``structures.hsgp``,
-    Solin & Sarkka 2020, eq. 20), as ``pm.gp.HSGP`` builds it.
+    Solin & Sarkka 2020, eq. 20), as ``pm.gp.HSGP`` builds it, or for a ``pm.gp.cov.Periodic``
+    kernel the periodic expansion of ``pm.gp.HSGPPeriodic`` (``structures.hsgp.PeriodicBasis``).
 
-    The basis is fixed by the training inputs (the box [-L, L]^d around their midpoint), so
-    a structure bound to them (``for_training_inputs``) holds the basis as a hashable
-    description (``LaplacianBasis.description``) and is compared, hashed and pickled by it.
+    The basis is fixed by the training inputs (the box [-L, L]^d around their midpoint; the
+    periodic basis's centre), so a structure bound to them (``for_training_inputs``) holds
+    the basis as a hashable description (``LaplacianBasis.description``,
+    ``PeriodicBasis.description``) and is compared, hashed and pickled by it.
     The Op's kernel inputs are S (M,), the kernel's spectral density at the basis
-    frequencies, whose graph carries the gradient into the hyperparameters, and the training
-    inputs X (n, D), data with a zero cotangent, at which the basis operator
-    (``LaplacianBasis.at``) is formed. The predictive's cross input is Phi at the new inputs
-    (n*, M). ``HSGP_BINARY`` (no basis) names the structure for the registry.
+    frequencies (the periodic expansion's variances), whose graph carries the gradient into
+    the hyperparameters, and the training inputs X (n, D), data with a zero cotangent, at
+    which the basis operator (``LaplacianBasis.at``) is formed. The predictive's cross input
+    is Phi at the new inputs (n*, M). ``HSGP_BINARY`` (no basis) names the structure for the
+    registry.
     """
 
     name = "hsgp"
@@ -373,19 +380,23 @@ class HSGPBinary(FITCBinary):
 
     def __init__(self, box=None, columns=None):
         self.box, self.columns = box, columns  # the basis description; X's column count
-        self._basis = None if box is None else LaplacianBasis.from_description(box)
+        self._basis = None if box is None else basis_from_description(box)
 
     def __repr__(self):
-        return f"structure:{self.name}" + ("" if self.box is None else f"(m={self.box[0]}, L={self.box[1]})")
+        if self.box is None:
+            return f"structure:{self.name}"
+        if self.box[0] == "periodic":
+            return f"structure:{self.name}(periodic, m={self.box[1]}, period={self.box[2]})"
+        return f"structure:{self.name}(m={self.box[0]}, L={self.box[1]})"
 
     def __eq__(self, other):
-        return isinstance(other, HSGPBinary) and (other.box, other.columns) == (self.box, self.columns)
+        return type(other) is type(self) and (other.box, other.columns) == (self.box, self.columns)
 
     def __hash__(self):
         return hash(("PriorStructure", self.name, self.box, self.columns))
 
     def __reduce__(self):
-        return HSGPBinary, (self.box, self.columns)
+        return type(self), (self.box, self.columns)
 
     @property
     def basis(self):
@@ -393,38 +404,34 @@ class HSGPBinary(FITCBinary):
             raise RuntimeError("the HSGP structure has no basis before marginal_likelihood fixes it at the training X")
         return self._basis
 
-    def prior_options(self, cov_func, m=None, L=None, c=None, drop_first=False):
-        """``pm.gp.HSGP``'s m (one per active dimension of ``cov_func``), L or c (default
-        c = 1.5) and drop_first as an ``HSGPStructure``, checked before any heavy work.
+    def prior_options(self, cov_func, m=None, L=None, c=None, drop_first=False, scale=None, boundary=None):
+        """The options of ``pm.gp.HSGP`` (m, one per active dimension of ``cov_func``; L or c,
+        default c = 1.5; drop_first; boundary) or, for a ``pm.gp.cov.Periodic`` kernel, of
+        ``pm.gp.HSGPPeriodic`` (m, an int; scale), as an ``HSGPStructure``, checked before any
+        heavy work (``hsgp_options``)."""
+        return hsgp_options([cov_func], m, L, c, drop_first, scale, boundary)
 
-        Raises
-        ------
-        ValueError
-            For a missing or bad m, both L and c, or a kernel without ``power_spectral_density``
-            (named: ``structures.hsgp.spectral_variances``).
-        """
-        if m is None:
-            raise ValueError("approx='HSGP' needs m, the number of basis functions per input dimension "
-                             "(e.g. m=[30, 30])")
-        config = HSGPStructure(m, L=L, c=1.5 if L is None and c is None else c, drop_first=drop_first)
-        d = len(np.atleast_1d(cov_func.active_dims))
-        config.m = checked_m(m, d)
-        spectral_variances(cov_func, np.ones((1, d)))
-        return config
+    @staticmethod
+    def _kernels(gp):
+        """The latent functions' covariance functions, the one shared (or the first) first."""
+        return [gp.cov_func]
 
     def for_training_inputs(self, gp, X):
         """This structure with the basis of ``gp.prior_options`` (``prior_options``) fixed at X,
         as ``pm.gp.HSGP`` fixes its box."""
-        config = gp.prior_options
-        basis = LaplacianBasis(X, config.m, L=config.L, c=config.c, drop_first=config.drop_first,
-                               boundary=config.boundary, active_dims=gp.cov_func.active_dims)
-        return HSGPBinary(basis.description(), X.shape[1])
+        config, cov_func = gp.prior_options, self._kernels(gp)[0]
+        if isinstance(cov_func, pm.gp.cov.Periodic):
+            basis = PeriodicBasis(X, config.m, cov_func)
+        else:
+            basis = LaplacianBasis(X, config.m, L=config.L, c=config.c, drop_first=config.drop_first,
+                                   boundary=config.boundary, active_dims=cov_func.active_dims)
+        return type(self)(basis.description(), X.shape[1])
 
     def check_inducing(self, Xu, X, n_classes=None):
         return DenseBinary.check_inducing(self, Xu, X, n_classes)
 
     def kernel_inputs(self, gp, X):
-        return [spectral_variances(gp.cov_func, self.basis.omega), pt.as_tensor_variable(X)]
+        return [self.basis.kernel_variances(gp.cov_func, gp.prior_options.scale), pt.as_tensor_variable(X)]
 
     def cross_covariances(self, gp, X, Xnew):
         return self.basis.tensor(Xnew)
@@ -436,7 +443,7 @@ class HSGPBinary(FITCBinary):
     def kernel_cotangents(self, result):
         """(d log Z / dS, 0): the training inputs are data."""
         dS = np.asarray(result.dlog_z_dK.S)
-        return dS, np.zeros((np.shape(result.a)[0], self.columns))
+        return dS, np.zeros((np.shape(result.a)[-1], self.columns))
 
     def not_converged_message(self, approximation, point, kernels, result, retries):
         return (f"{approximation.upper()} (HSGP) did not converge at {point or 'this point'} (last change "
@@ -464,6 +471,64 @@ class HSGPBinary(FITCBinary):
                          "fit an HSGP model with method='map' or sample it")
 
     q_covariance = marginal_variances = covariance_bound = log_det_prior = _no_em_bound
+
+
+def _same_for_every_class(cov_funcs, read, what):
+    """``read(f)`` of the first kernel, ValueError unless every kernel has the same (one basis)."""
+    first = read(cov_funcs[0])
+    if any(read(f) != first for f in cov_funcs[1:]):
+        raise ValueError(f"approx='HSGP' with one kernel per class needs the classes' kernels to share {what} "
+                         "(one basis serves every class)")
+    return first
+
+
+def hsgp_options(cov_funcs, m=None, L=None, c=None, drop_first=False, scale=None, boundary=None):
+    """``approx="HSGP"``'s options for the latent functions' kernels ``cov_funcs`` (one, or one
+    per class) as an ``HSGPStructure``, checked before any heavy work, with ``pm.gp.HSGP``'s
+    and ``pm.gp.HSGPPeriodic``'s meanings: a ``pm.gp.cov.Periodic`` kernel takes the periodic
+    expansion (m an int, scale), any other kernel the Laplacian basis (m one per active
+    dimension, L or c with c = 1.5 by default, drop_first, boundary) and needs a
+    ``power_spectral_density``. Several kernels share one basis: their active columns (and
+    periods) must agree.
+
+    Raises
+    ------
+    ValueError
+        For a missing or bad m, a non-positive c or L, both L and c, options of the other
+        variant, kernels of both kinds or on different columns, or a kernel without a
+        spectral density (named: ``structures.hsgp.spectral_variances``).
+    """
+    if m is None:
+        raise ValueError("approx='HSGP' needs m, the number of basis functions per input dimension "
+                         "(e.g. m=[30, 30]; an int for a pm.gp.cov.Periodic kernel)")
+    periodic = [isinstance(f, pm.gp.cov.Periodic) for f in cov_funcs]
+    if any(periodic) != all(periodic):
+        raise ValueError("approx='HSGP' needs every class's kernel periodic (pm.gp.cov.Periodic) or none")
+    if all(periodic):
+        given = [k for k, v in dict(L=L, c=c, drop_first=drop_first or None, boundary=boundary).items()
+                 if v is not None]
+        if given:
+            raise ValueError(f"{', '.join(given)}: options of pm.gp.HSGP's Laplacian basis; the periodic "
+                             "expansion of a pm.gp.cov.Periodic kernel takes m and scale (as pm.gp.HSGPPeriodic)")
+        if not isinstance(m, numbers.Integral) or isinstance(m, bool) or m <= 0:
+            raise ValueError(f"m must be a positive integer for the periodic expansion, got {m!r}")
+        for f in cov_funcs:
+            check_periodic_kernel(f)
+        _same_for_every_class(cov_funcs, lambda f: float(constant_value(f.period, "the period of the periodic kernel")),
+                              "one period")
+        _same_for_every_class(cov_funcs, lambda f: tuple(np.atleast_1d(f.active_dims)), "their input column")
+        return HSGPStructure(int(m), scale=scale)
+    if scale is not None:
+        raise ValueError("scale is for a periodic kernel (pm.gp.HSGPPeriodic); scale a stationary kernel itself")
+    active = _same_for_every_class(cov_funcs, lambda f: tuple(np.atleast_1d(f.active_dims)), "their input columns")
+    d = len(active)
+    config = HSGPStructure(checked_m(m, d), L=L, c=1.5 if L is None and c is None else c, drop_first=drop_first,
+                           boundary="dirichlet" if boundary is None else boundary)
+    checked_box(config.L, config.c, d)
+    checked_boundary(config.boundary, d)
+    for f in cov_funcs:
+        spectral_variances(f, np.ones((1, d)))
+    return config
 
 
 class DenseMulticlass(DenseBinary):
@@ -573,16 +638,64 @@ class FITCMulticlass(DenseMulticlass):
         return pt.stack([f(Xu, Xnew) for f, Xu in zip(gp.class_cov_funcs(), self._inducing(gp))])
 
 
+class HSGPMulticlass(HSGPBinary):
+    r"""c independent GPs, each with the basis-function prior
+    K~_k = Phi diag(S_k) Phi^T of its own kernel on one shared basis
+    (``structures.multiclass_hsgp``): ``HSGPBinary``'s basis, fixed at the training inputs,
+    and the (c, M) stack of the classes' spectral variances. The classes' kernels (one shared
+    or one per class, ``gp.class_cov_funcs``) read the same input columns, and periodic
+    kernels have one period (``hsgp_options``). The predictive's cross input is the (c, n*, M)
+    stack of the basis at the new inputs (one slice per class)."""
+
+    name = "hsgp-multiclass"
+    multiclass = True
+    kernel_ndims = (2, 2)  # S (c, M), X (n, D)
+    predictive_takes_theta = False
+    predictive_types = DenseMulticlass.predictive_types
+
+    def prior_options(self, cov_func, m=None, L=None, c=None, drop_first=False, scale=None, boundary=None):
+        """``HSGPBinary.prior_options`` for one kernel shared by the classes or a list of them."""
+        cov_funcs = list(cov_func) if isinstance(cov_func, (list, tuple)) else [cov_func]
+        return hsgp_options(cov_funcs, m, L, c, drop_first, scale, boundary)
+
+    @staticmethod
+    def _kernels(gp):
+        return gp.cov_funcs or [gp.cov_func]
+
+    def kernel_inputs(self, gp, X):
+        scale = gp.prior_options.scale
+        if gp.cov_funcs is None:  # one kernel: its variances built once, used by every class
+            S = [self.basis.kernel_variances(gp.cov_func, scale)] * gp.n_classes
+        else:
+            S = [self.basis.kernel_variances(f, scale) for f in gp.cov_funcs]
+        return [pt.stack(S), pt.as_tensor_variable(X)]
+
+    def cross_covariances(self, gp, X, Xnew):
+        return pt.stack([self.basis.tensor(Xnew)] * gp.n_classes)
+
+    def prior_from(self, *arrays):
+        S, X = arrays
+        return MulticlassHSGPPrior(self.basis(X), S)
+
+    def latent_predictive(self, result, cross, star, full_cov):
+        """Mean (c, n*) and the per-point c x c covariances (n*, c, c), or the joint (c n*, c n*)
+        class-major covariance with ``full_cov`` (``MulticlassHSGPPosterior.predict``)."""
+        return result.posterior.predict(result.a, cross, star, full_cov=full_cov)
+
+    def failed_prediction(self, cross, full_cov):
+        c, m = cross.shape[0], cross.shape[1]
+        return np.full((c, m), np.nan), np.full((c * m, c * m) if full_cov else (m, c, c), np.nan)
+
+
 DENSE_BINARY, FITC_BINARY, DENSE_MULTICLASS = DenseBinary(), FITCBinary(), DenseMulticlass()
-FITC_MULTICLASS, HSGP_BINARY = FITCMulticlass(), HSGPBinary()
-STRUCTURES = (DENSE_BINARY, FITC_BINARY, DENSE_MULTICLASS, FITC_MULTICLASS, HSGP_BINARY)
+FITC_MULTICLASS, HSGP_BINARY, HSGP_MULTICLASS = FITCMulticlass(), HSGPBinary(), HSGPMulticlass()
+STRUCTURES = (DENSE_BINARY, FITC_BINARY, DENSE_MULTICLASS, FITC_MULTICLASS, HSGP_BINARY, HSGP_MULTICLASS)
 
 
 def select_structure(likelihood, approx):
     """The prior structure for ``likelihood`` (an instance) and ``approx`` (None for the
-    dense kernel, "FITC" or "HSGP" as ``registry.check_approx`` returns it). "HSGP" gives
-    ``HSGP_BINARY`` for every likelihood (the registry's ``check`` refuses it for several
-    classes); the GP binds it to its training inputs (``for_training_inputs``).
+    dense kernel, "FITC" or "HSGP" as ``registry.check_approx`` returns it). For "HSGP" the
+    GP binds the structure to its training inputs (``for_training_inputs``).
 
     Raises
     ------
@@ -591,11 +704,9 @@ def select_structure(likelihood, approx):
     """
     if approx not in (None, "FITC", "HSGP"):
         raise ValueError(f"approx must be None (dense), 'FITC' or 'HSGP', got {approx!r}")
-    if approx == "HSGP":
-        return HSGP_BINARY
     if isinstance(likelihood, MulticlassLikelihood):
-        return DENSE_MULTICLASS if approx is None else FITC_MULTICLASS
-    return DENSE_BINARY if approx is None else FITC_BINARY
+        return {None: DENSE_MULTICLASS, "FITC": FITC_MULTICLASS, "HSGP": HSGP_MULTICLASS}[approx]
+    return {None: DENSE_BINARY, "FITC": FITC_BINARY, "HSGP": HSGP_BINARY}[approx]
 
 
 def structure_named(name):

@@ -80,6 +80,30 @@ def build_multiclass(X, y, dims=(2, 2, 2), cls=pymc_gpc.MarginalLaplace, likelih
 Y3 = np.arange(10) % 3
 
 
+def build_hsgp(X, y, d=2, likelihood=None, cls=pymc_gpc.MarginalEP, cov=None, **options):
+    """``build`` with the basis-function prior (``approx="HSGP"``, m = 6 per dimension unless given)."""
+    options.setdefault("m", [6] * d)
+    with pm.Model() as model:
+        cov = cov if cov is not None else pm.math.exp(pm.Normal("log_amp", 0, 1)) * pm.gp.cov.ExpQuad(d, ls=1.0)
+        gp = cls(cov_func=cov, likelihood=likelihood or L.Probit(), approx="HSGP", **options)
+        gp.marginal_likelihood("y", X=X, y=y)
+    return model, gp
+
+
+def hsgp(**options):
+    """Only the constructor, with ``approx="HSGP"`` on a 2-D ExpQuad unless ``cov`` is given."""
+    cov = options.pop("cov", pm.gp.cov.ExpQuad(2, ls=1.0))
+    return pymc_gpc.MarginalEP(cov_func=cov, likelihood=L.Probit(), approx="HSGP", **options)
+
+
+def predict_hsgp(Xnew):
+    model, gp = build_hsgp(X0, Y0)
+    return gp.predict(Xnew, model=model, point=POINT)
+
+
+PERIODIC = pm.gp.cov.Periodic(1, period=1.0, ls=1.0)
+
+
 def with_nan(a, where=(0, 0), value=np.nan):
     a = np.array(a, dtype=float)
     a[where] = value
@@ -220,6 +244,36 @@ BAD += [
      "more than two classes: use approximation='laplace'"),
     ("ard-three-classes-binary-likelihood", lambda: pymc_gpc.ard_classifier(X0, Y3, likelihood=L.Probit()),
      "two classes"),
+    # approx="HSGP": its options at construction, the inputs at marginal_likelihood
+    ("hsgp-m-missing", lambda: hsgp(), "needs m"),
+    ("hsgp-m-too-many", lambda: hsgp(m=[6, 6, 6]), r"one positive integer per active dimension \(2\)"),
+    ("hsgp-m-zero", lambda: hsgp(m=[6, 0]), "one positive integer per active dimension"),
+    ("hsgp-m-fraction", lambda: hsgp(m=[6, 6.5]), "one positive integer per active dimension"),
+    ("hsgp-c-negative", lambda: hsgp(m=[6, 6], c=-1.5), "c must be positive and finite"),
+    ("hsgp-c-nan", lambda: hsgp(m=[6, 6], c=np.nan), "c must be positive and finite"),
+    ("hsgp-c-three-for-two-dims", lambda: hsgp(m=[6, 6], c=[1.5, 1.5, 1.5]), "c must be positive and finite"),
+    ("hsgp-L-zero", lambda: hsgp(m=[6, 6], L=[0.0, 2.0]), "L must be positive and finite"),
+    ("hsgp-L-inf", lambda: hsgp(m=[6, 6], L=np.inf), "L must be positive and finite"),
+    ("hsgp-L-and-c", lambda: hsgp(m=[6, 6], L=[2.0, 2.0], c=1.5), "at most one of L"),
+    ("hsgp-boundary", lambda: hsgp(m=[6, 6], boundary="periodic"), "boundary must be one of"),
+    ("hsgp-no-spectral-density", lambda: hsgp(m=[6, 6], cov=pm.gp.cov.Linear(2, c=0.0)),
+     "Linear has no power_spectral_density"),
+    ("hsgp-scale-not-periodic", lambda: hsgp(m=[6, 6], scale=2.0), "scale is for a periodic kernel"),
+    ("hsgp-periodic-c", lambda: hsgp(m=6, c=1.5, cov=PERIODIC), "c: options of pm.gp.HSGP's Laplacian basis"),
+    ("hsgp-periodic-m-list", lambda: hsgp(m=[6], cov=PERIODIC), "positive integer for the periodic expansion"),
+    ("hsgp-options-without-hsgp", lambda: pymc_gpc.MarginalEP(cov_func=pm.gp.cov.ExpQuad(2, ls=1.0),
+                                                              likelihood=L.Probit(), m=[6, 6]),
+     "m: options of approx='HSGP'"),
+    ("ml-hsgp-X-nan", lambda: build_hsgp(with_nan(X0, (3, 1)), Y0), r"X contains NaN or inf \(rows \[3\]\)"),
+    ("ml-hsgp-X-inf", lambda: build_hsgp(with_nan(X0, (3, 1), np.inf), Y0), "X contains NaN or inf"),
+    ("ml-hsgp-kernel-input-dim", lambda: build_hsgp(X0, Y0, d=3), "cov_func has input_dim = 3 but X has 2 columns"),
+    ("ml-hsgp-constant-column", lambda: build_hsgp(np.column_stack([X0[:, 0], np.ones(10)]), Y0),
+     "constant input column"),
+    ("ml-hsgp-softmax-X-nan", lambda: build_hsgp(with_nan(X0), Y3, cls=pymc_gpc.MarginalLaplace,
+                                                likelihood=L.Softmax()), "X contains NaN or inf"),
+    ("predict-hsgp-Xnew-columns", lambda: predict_hsgp(np.zeros((4, 3))),
+     "Xnew has 3 columns but the training inputs X have 2"),
+    ("predict-hsgp-Xnew-nan", lambda: predict_hsgp(with_nan(X0[:3])), "Xnew contains NaN or inf"),
     # ordinal likelihoods
     ("ordinal-cutpoints-equal", lambda: L.OrderedProbit([0.5, 0.5]), "strictly increasing"),
     ("ordinal-cutpoints-decreasing", lambda: L.OrderedLogit([1.0, -1.0]), "strictly increasing"),
@@ -261,9 +315,13 @@ def tripwires(monkeypatch):
 
     monkeypatch.setattr(ep_mod, "latent_posterior", trip)
     from pymc_gpc.structures import DensePrior, FITCPrior
+    from pymc_gpc.structures.hsgp import HSGPPrior
+    from pymc_gpc.structures.multiclass_hsgp import MulticlassHSGPPrior
 
     monkeypatch.setattr(DensePrior, "posterior", trip)  # the Python EP loop and Newton
     monkeypatch.setattr(FITCPrior, "posterior", trip)
+    monkeypatch.setattr(HSGPPrior, "posterior", trip)
+    monkeypatch.setattr(MulticlassHSGPPrior, "posterior", trip)
     monkeypatch.setattr(ep_mod, "_parallel_compiled", trip)  # the compiled EP loop
     monkeypatch.setattr(pm, "sample", trip)
     monkeypatch.setattr(pm, "find_MAP", trip)

@@ -52,9 +52,7 @@ def _expected():
     for lik, approx in itertools.product(MULTICLASS, PRIORS):
         for name in CLASSIFIERS:
             works = (name, lik) in (("MarginalLaplace", "Softmax"), ("MarginalEP", "MultinomialProbit"))
-            table[name, lik, approx] = (f"{name} cannot integrate out the multi-class likelihood" if not works
-                                        else "approx='HSGP' is available for MarginalEP and MarginalLaplace with a "
-                                        "binary or ordinal likelihood" if approx == "HSGP" else ALL)
+            table[name, lik, approx] = f"{name} cannot integrate out the multi-class likelihood" if not works else ALL
     for lik, approx in itertools.product(ORDINAL, PRIORS):
         table["MarginalEP", lik, approx] = table["MarginalLaplace", lik, approx] = ALL
         for name in ("MarginalMeanField", "MarginalADF"):  # the likelihood is checked before the prior
@@ -73,7 +71,8 @@ def test_the_table_covers_every_combination():
                 and name not in ("Likelihood", "MulticlassLikelihood", "OrdinalLikelihood")}
     assert exported == set(LIKELIHOODS), "add the new likelihood's cells to EXPECTED"
     assert {a.classifier for a in registry.APPROXIMATIONS.values()} == set(CLASSIFIERS)
-    assert {s.name for s in STRUCTURES} == {"dense", "fitc", "dense-multiclass", "fitc-multiclass", "hsgp"}, \
+    assert {s.name for s in STRUCTURES} == {"dense", "fitc", "dense-multiclass", "fitc-multiclass", "hsgp",
+                                          "hsgp-multiclass"}, \
         "a new prior structure: add its approx value to PRIORS and its cells to EXPECTED"
     assert set(EXPECTED) == set(itertools.product(CLASSIFIERS, LIKELIHOODS, PRIORS))
 
