@@ -190,6 +190,37 @@ def test_pytensor_jax_mode_on_an_hsgp_model_logp_and_dlogp():
             np.testing.assert_allclose(np.asarray(g), r, rtol=1e-8, atol=1e-8)
 
 
+def test_periodic_hsgp_model_under_jax_mode_equals_numba():
+    """The periodic expansion's variances use ``pt.ive`` (no JAX implementation without
+    TensorFlow Probability; ``backends/jax/special.py`` supplies SciPy's): logp and dlogp in
+    log_ls and log_scale under mode="JAX" equal the numba linker's, and ``special.ive``
+    equals SciPy's on a grid."""
+    import scipy.special
+
+    rng = np.random.default_rng(4)
+    X = np.linspace(0.0, 4.0, 30)[:, None]
+    y = np.where(np.sin(2 * np.pi * X[:, 0] / 1.3) + 0.3 * rng.normal(size=30) > 0, 1, -1)
+    with pm.Model() as model:
+        log_ls = pm.Normal("log_ls", 0.0, 1.0)
+        log_scale = pm.Normal("log_scale", 0.0, 1.0)
+        cov = pm.gp.cov.Periodic(1, period=1.3, ls=pt.exp(log_ls))
+        gp = pymc_gpc.MarginalEP(cov_func=cov, likelihood=L.Probit(), approx="HSGP", m=12,
+                                 scale=pt.exp(log_scale), tol=1e-11)
+        gp.marginal_likelihood("y", X=X, y=y)
+    logp = model.logp()
+    outputs = [logp, *pytensor.grad(logp, model.value_vars)]
+    numba_fn = pytensor.function(model.value_vars, outputs)
+    jax_fn = pytensor.function(model.value_vars, outputs, mode="JAX")
+    for point in ((-0.2, 0.3), (0.4, -0.5)):
+        ref, got = numba_fn(*map(np.asarray, point)), jax_fn(*map(np.asarray, point))
+        for r, g in zip(ref, got):
+            np.testing.assert_allclose(np.asarray(g), r, rtol=1e-8, atol=1e-8)
+    from pymc_gpc.backends.jax import special  # registered by the package already (above)
+
+    v, x = np.arange(6.0)[:, None], np.geomspace(1e-3, 50.0, 7)[None, :]
+    np.testing.assert_allclose(np.asarray(special.ive(v, x)), scipy.special.ive(v, x), rtol=1e-15)
+
+
 def test_numpyro_nuts_runs_on_a_tiny_hsgp_model():
     """numpyro NUTS (the HSGP Op's JAX function) takes a few draws: every evaluation
     converged, the chain moved, and the log density it recorded at each draw is the numba
