@@ -438,7 +438,16 @@ class HSGPBinary(FITCBinary):
 
     def prior_from(self, *arrays):
         S, X = arrays
-        return HSGPPrior(self.basis.at(X), S)
+        return HSGPPrior(self._kept_at(X, self.basis.at), S)
+
+    def _kept_at(self, X, build):
+        """``build(X)`` (the basis at the training inputs X), formed once and kept while X's
+        values stay the same, as they do across a model's evaluations (a new X, e.g. from
+        ``pm.set_data``, forms it anew). Not part of the structure's identity or pickle."""
+        kept = getattr(self, "_kept_basis", None)
+        if kept is None or kept[0].shape != np.shape(X) or not np.array_equal(kept[0], X):
+            kept = self._kept_basis = (np.array(X, copy=True), build(X))
+        return kept[1]
 
     def kernel_cotangents(self, result):
         """(d log Z / dS, 0): the training inputs are data."""
@@ -675,7 +684,7 @@ class HSGPMulticlass(HSGPBinary):
 
     def prior_from(self, *arrays):
         S, X = arrays
-        return MulticlassHSGPPrior(self.basis(X), S)
+        return MulticlassHSGPPrior(self._kept_at(X, self.basis), S)
 
     def latent_predictive(self, result, cross, star, full_cov):
         """Mean (c, n*) and the per-point c x c covariances (n*, c, c), or the joint (c n*, c n*)
