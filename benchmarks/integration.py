@@ -79,8 +79,47 @@ PUBLIC_TRAIN = PUBLIC_TEST = 2000
 
 
 def cpu():
+    """CPU seconds of this process and of all its descendants, living or ended.
+
+    ``getrusage(RUSAGE_CHILDREN)`` counts only children this process has waited for. PyMC
+    starts its chains from a fork server (``mp_ctx="forkserver"``, ``pymc_gpc.sample``'s
+    default): the chains are the server's children, reaped by the server, so their CPU lands
+    in the server's own children's times, which reach this process only when the server
+    ends. So the living descendants are added from ``/proc/<pid>/stat``: each one's user and
+    system time plus those of its waited-for children (``cutime``, ``cstime``), which holds
+    every ended chain the fork server reaped. (A chain reaped between two reads of ``/proc``
+    may be missed or counted twice; the chains of one ``pm.sample`` end together at its end,
+    after which the server is idle.)
+    """
     own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime + _descendants_cpu(os.getpid())
+
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _descendants_cpu(pid):
+    """CPU seconds of ``pid``'s living descendants and of the children they have waited for
+    (``/proc/<pid>/stat`` fields 14-17: utime, stime, cutime, cstime)."""
+    total = 0.0
+    for child in _children(pid):
+        try:
+            with open(f"/proc/{child}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:  # ended meanwhile
+            continue
+        total += sum(int(v) for v in fields[11:15]) / _TICK + _descendants_cpu(child)
+    return total
+
+
+def _children(pid):
+    children = []
+    for task in pathlib.Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            children += (task / "children").read_text().split()
+        except OSError:
+            continue
+    return children
 
 
 def log_p(p, y):
@@ -141,22 +180,41 @@ def run_ccd(model, gp, X_test, y_test):
                 evaluations=int(group.attrs["n_evaluations"]))
 
 
-def run_nuts(model, gp, X_test, y_test, draws=500, tune=500):
+def run_nuts(model, gp, X_test, y_test, draws=500, tune=500, **kwargs):
+    """``pymc_gpc.sample`` (NUTS, 2 chains on 2 cores; ``kwargs`` over the defaults), then
+    predictions over 200 thinned draws; the sampler's CPU (this process and the chains:
+    ``cpu``) and wall apart from the prediction's, and the cost per evaluation: the chains'
+    CPU over their leapfrog steps, tuning included (each step one logp and gradient)."""
+    load = os.getloadavg()
     t, c = time.time(), cpu()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         idata = pymc_gpc.sample(model=model, draws=draws, tune=tune, chains=2, cores=2, random_seed=1,
-                                progressbar=False)
-    p = gp.predict(X_test, idata=idata, max_draws=200, progressbar=False)
+                                progressbar=False, discard_tuned_samples=False, **kwargs)
     wall, used = time.time() - t, cpu() - c
-    post = idata["posterior"]
+    t2, c2 = time.time(), cpu()
+    p = gp.predict(X_test, idata=idata, max_draws=200, progressbar=False)
+    post, stats = idata["posterior"], idata["sample_stats"]
     moments = {}
     for rv in model.free_RVs:
         v = np.asarray(post[rv.name])
         v = v.reshape(v.shape[0] * v.shape[1], -1)
         moments[rv.name] = (v.mean(axis=0), v.std(axis=0, ddof=1))
-    return dict(log_p=log_p(p, y_test), wall=wall, cpu=used, moments=moments,
-                divergences=int(np.asarray(idata["sample_stats"]["diverging"]).sum()))
+    steps = int(np.asarray(stats["n_steps"]).sum() + np.asarray(idata["warmup_sample_stats"]["n_steps"]).sum())
+    return dict(log_p=log_p(p, y_test), wall=wall, cpu=used, predict_cpu=cpu() - c2, predict_wall=time.time() - t2,
+                moments=moments, load=load, draws=draws, tune=tune,
+                divergences=int(np.asarray(stats["diverging"]).sum()),
+                steps_per_draw=float(np.asarray(stats["n_steps"]).mean()),
+                tree_depth=float(np.asarray(stats["tree_depth"]).mean()),
+                steps=steps, cpu_per_step=used / steps, rhat=_max_rhat(idata, model))
+
+
+def _max_rhat(idata, model):
+    import arviz as az
+
+    names = [rv.name for rv in model.free_RVs]
+    rhat = az.rhat(idata, var_names=names)
+    return float(max(np.max(np.asarray(rhat[v])) for v in names))
 
 
 def run_map(model, gp, X_test, y_test):
