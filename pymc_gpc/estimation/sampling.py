@@ -18,6 +18,7 @@ from .integration import laplace, sample_integrated
 from ..idata import default_sampler, parallel_defaults, sample_nuts
 from ..gp.models import DENSE_MAX_ROWS
 from ..ops.marginal import ApproxMarginalOp
+from ..ops.rewrites import sampling_tolerance
 
 __all__ = ["sample", "laplace_start", "LAPLACE_WEIGHT", "DenseSamplingWarning", "warn_dense_size"]
 
@@ -153,7 +154,7 @@ def laplace_start(model, chains, random_seed=None):
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="QuadPotentialFullAdapt is an experimental feature")
         potential = QuadPotentialFullAdapt(mode.size, mode, cov, LAPLACE_WEIGHT, rng=rng)
-        with model:
+        with model, sampling_tolerance():  # the step compiles its logp and gradient here
             step = pm.NUTS(vars=target.free, potential=potential)
     return {"step": step, "initvals": starts}
 
