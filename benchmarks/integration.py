@@ -414,7 +414,8 @@ def main():
 
 INTRO = ("# Deterministic integration (CCD) against NUTS and MAP-II\n\n"
          "The machine was shared and loaded while this ran (2 cores, several other jobs): the wall "
-         "times are upper bounds, the CPU times are this process's and its NUTS chains' (the script's `cpu`). NUTS is left out "
+         "times are upper bounds, the CPU times are this process's and its NUTS chains' (the script's `cpu`). "
+         "NUTS is left out "
          "where the table has no NUTS row (its run would not fit the session).\n\n")
 
 
