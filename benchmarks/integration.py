@@ -94,6 +94,7 @@ HMDA_INPUTS = ["pirat", "hirat", "lvrat", "chist", "mhist", "unemp"]
 OUT_PUBLIC = pathlib.Path(__file__).parent / "results" / "integration_public.md"
 OUT_START = pathlib.Path(__file__).parent / "results" / "integration_start.md"  # public --compare-init
 OUT_LARGE = pathlib.Path(__file__).parent / "results" / "integration_large.md"
+OUT_LARGE_COST = pathlib.Path(__file__).parent / "results" / "integration_large_cost.md"
 LARGE_TRAIN, LARGE_TEST, LARGE_M = 50_000, 10_000, 200
 # (R package, data set, outcome column, positive value, inputs) of ``public``'s sets
 PUBLIC = {
@@ -246,7 +247,7 @@ def run_map(model, gp, X_test, y_test):
     t, c = time.time(), cpu()
     result = pymc_gpc.fit(model, method="map", progressbar=False)
     p = gp.predict(X_test, point=result, progressbar=False)
-    return dict(log_p=log_p(p, y_test), wall=time.time() - t, cpu=cpu() - c)
+    return dict(log_p=log_p(p, y_test), wall=time.time() - t, cpu=cpu() - c, point=result.point)
 
 
 def table(name, n_train, n_test, res):
@@ -332,7 +333,7 @@ def main_public(no_nuts, sets, draws, tune, compare_init):
             record(name)
 
 
-def main_large(no_nuts, tune, draws):
+def main_large(no_nuts, tune, draws, cost_only=False):
     """``large``: MAP-II, the CCD in full, and a short NUTS run whose CPU a step and steps a
     draw project the CPU of 2 x (500 + 500) (module docstring)."""
     from pymc_gpc.datasets import load_flights
@@ -343,6 +344,10 @@ def main_large(no_nuts, tune, draws):
     model, gp = pymc_gpc.ard_classifier(X, y, inducing=LARGE_M)
     build = dict(cpu=cpu() - c, wall=time.time() - t)
     res = {"map": with_load(run_map, model, gp, X_test, y_test)}
+    if cost_only:
+        cost = evaluation_cost(model, res["map"]["point"])
+        write_results(OUT_LARGE_COST, INTRO_LARGE + large_table(len(y), len(y_test), build, res) + cost_note(cost))
+        return
 
     def record():
         write_results(OUT_LARGE, INTRO_LARGE + large_table(len(y), len(y_test), build, res))
@@ -354,6 +359,40 @@ def main_large(no_nuts, tune, draws):
         res["nuts"] = run_nuts(model, gp, X_test, y_test, draws=draws, tune=tune)
         record()
     print(large_table(len(y), len(y_test), build, res), flush=True)
+
+
+def evaluation_cost(model, point, steps=12, step=0.05, seed=0):
+    """CPU seconds of one log posterior and gradient as NUTS evaluates it (compiled at the
+    sampling tolerance, ``ops.rewrites.sampling_tolerance``; EP warm-started from the
+    previous evaluation): the mean over a straight path of ``steps`` points ``step`` apart
+    in a random unit direction from ``point``, as along a leapfrog trajectory; the first
+    (cold) evaluation is left out."""
+    from pymc.blocking import DictToArrayBijection
+    from pymc_gpc.ops.rewrites import sampling_tolerance
+
+    with sampling_tolerance():
+        fn = model.logp_dlogp_function(ravel_inputs=True)
+    fn.set_extra_values({})
+    x0 = DictToArrayBijection.map({v.name: point[v.name] for v in model.continuous_value_vars}).data
+    direction = np.random.default_rng(seed).standard_normal(x0.size)
+    direction /= np.linalg.norm(direction)
+    fn(x0)
+    c = cpu()
+    for k in range(1, steps + 1):
+        fn(x0 + k * step * direction)
+    return (cpu() - c) / steps
+
+
+def cost_note(cost, steps_per_draw=(5.0, 6.9)):
+    """``large --cost-only``'s projection of NUTS 2 x (500 + 500) from the CPU of one
+    evaluation and the steps a draw measured at 200 to 2,000 rows (``peers``, ``public``)."""
+    low, high = (2 * 1000 * s * cost for s in steps_per_draw)
+    return ("\nCPU of one log posterior and gradient as NUTS evaluates it (sampling tolerance, EP warm-started "
+            f"along a path from MAP-II's point: `evaluation_cost`): **{cost:.2f} s**.\n\n"
+            "**Projection, not a measurement**: NUTS 2 x (500 + 500) is 2,000 iterations; at the "
+            f"{steps_per_draw[0]} to {steps_per_draw[1]} leapfrog steps a draw measured on Pima, Crabs and ISLR "
+            f"Default (tree depth 2.5 to 3 after the Laplace start) it needs about {low:.0f} to {high:.0f} CPU s, "
+            "tuning assumed no costlier a step than sampling.\n")
 
 
 def large_table(n_train, n_test, build, res):
@@ -393,6 +432,8 @@ def main():
     parser.add_argument("--compare-init", action="store_true", help="public: NUTS from PyMC's own start too")
     parser.add_argument("--nuts-short", type=int, nargs=2, default=(20, 20), metavar=("TUNE", "DRAWS"),
                         help="large: the short NUTS run that measures the cost a step and the steps a draw")
+    parser.add_argument("--cost-only", action="store_true",
+                        help="large: MAP-II and the CPU of one evaluation as NUTS makes it (integration_large_cost.md)")
     parser.add_argument("--no-nuts", action="store_true", help="leave NUTS out")
     parser.add_argument("--nuts-on", default="pima,crabs", help="data sets on which NUTS runs")
     parser.add_argument("--sets", nargs="+", default=list(PUBLIC), choices=list(PUBLIC), help="public's data sets")
@@ -400,7 +441,7 @@ def main():
     if args.what == "public":
         return main_public(args.no_nuts, args.sets, args.draws, args.tune, args.compare_init)
     if args.what == "large":
-        return main_large(args.no_nuts, *args.nuts_short)
+        return main_large(args.no_nuts, *args.nuts_short, cost_only=args.cost_only)
     sections = []
     for name, X, y, X_test, y_test in datasets():
         model, gp = pymc_gpc.ard_classifier(X, y)
