@@ -61,7 +61,10 @@ train, 10,000 test, seed 0; the set of ``benchmarks/svgp.py``, where only MAP-II
 defaults). MAP-II, the CCD in full, then a short NUTS run
 (``--nuts-short TUNE DRAWS``, 20 and 20 unless given; the default Laplace start) whose CPU
 a step and steps a draw project the CPU of 2 x (500 + 500), stated as a projection. Writes
-``benchmarks/results/integration_large.md``.
+``benchmarks/results/integration_large.md``. ``large --cost-only``: MAP-II, then the CPU of
+one log posterior and gradient as NUTS makes it (``evaluation_cost``) and the projection from
+it and the steps a draw measured by ``peers`` and ``public``; writes
+``benchmarks/results/integration_large_cost.md``.
 
 CPU accounting (``cpu``): PyMC's chains run in processes started by a fork server, whose
 CPU ``getrusage(RUSAGE_CHILDREN)`` misses; ``cpu`` adds the living descendants' times from
