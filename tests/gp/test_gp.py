@@ -120,13 +120,16 @@ def test_sample_defaults_to_a_dense_mass_matrix_for_few_hyperparameters(monkeypa
         raise RuntimeError("stop")
 
     monkeypatch.setattr(idata_mod.pm, "sample", fake_sample)
-    for kwargs, init in [({}, "jitter+adapt_full"), ({"init": "adapt_diag"}, "adapt_diag"),
+    # nothing given: the Laplace start (a NUTS step with the dense mass matrix, estimation.sampling.laplace_start)
+    for kwargs, init in [({}, None), ({"init": "adapt_diag"}, "adapt_diag"),
                          ({"nuts_sampler": "nutpie"}, None), ({"step": object()}, None),
-                         ({"init": None, "step": None, "nuts_sampler": None}, "jitter+adapt_full")]:
+                         ({"init": None, "step": None, "nuts_sampler": None}, None)]:
         with pytest.raises(RuntimeError, match="stop"):
             pymc_gpc.sample(model=model, **kwargs)
         assert seen[-1].get("init") == init
         assert seen[-1]["nuts_sampler"] == (kwargs.get("nuts_sampler") or "pymc")
+        laplace = not any(kwargs.values())
+        assert isinstance(seen[-1].get("step"), pm.NUTS) == laplace and ("initvals" in seen[-1]) == laplace
 
 
 def test_sample_picks_nutpie_for_many_hyperparameters(monkeypatch):

@@ -1,0 +1,64 @@
+"""``pymc_gpc.sample``'s NUTS start from the Laplace approximation (``sampling.laplace_start``):
+on a model whose log posterior is exactly Gaussian its mass matrix starts at the
+Gaussian's covariance and its chains start at distinct points; the default route uses it
+and the routes it does not serve are left to PyMC's initialisation."""
+
+import numpy as np
+import pymc as pm
+import pytest
+
+import pymc_gpc
+from pymc_gpc import likelihoods as L
+from pymc_gpc.estimation import sampling
+
+rng = np.random.default_rng(3)
+X = rng.normal(size=(24, 2))
+Y = (X[:, 0] - 0.5 * X[:, 1] + 0.6 * rng.normal(size=24) > 0).astype(int)
+MU = np.array([0.3, -1.2, 2.0])
+A = np.array([[1.0, 0.4, 0.0], [0.0, 0.7, -0.3], [0.2, 0.0, 0.5]])
+COV = A @ A.T
+
+
+@pytest.fixture(scope="module")
+def gaussian_model():
+    """A GP term with fixed hyperparameters (a constant evidence) and a free MvNormal b:
+    the log posterior in b is exactly N(MU, COV)."""
+    with pm.Model() as model:
+        pm.MvNormal("b", mu=MU, cov=COV)
+        gp = pymc_gpc.MarginalLaplace(cov_func=pm.gp.cov.ExpQuad(2, ls=1.0), likelihood=L.Logistic())
+        gp.marginal_likelihood("y", X=X, y=Y)
+    return model
+
+
+def test_the_mass_matrix_starts_at_the_posterior_covariance(gaussian_model):
+    start = sampling.laplace_start(gaussian_model, chains=3, random_seed=0)
+    potential = start["step"].potential
+    np.testing.assert_allclose(potential._initial_cov, COV, atol=1e-6)
+    np.testing.assert_allclose(potential._initial_mean, MU, atol=1e-6)
+    assert potential._initial_weight == sampling.LAPLACE_WEIGHT
+    points = np.array([p["b"] for p in start["initvals"]])
+    assert points.shape == (3, 3) and len({tuple(p) for p in points}) == 3
+    # draws from N(MU, COV): each within 5 sd of the mean in the Mahalanobis metric
+    z = np.linalg.solve(np.linalg.cholesky(COV), (points - MU).T)
+    assert np.all(np.sum(z ** 2, axis=0) < 25)
+
+
+def test_the_start_is_reproducible(gaussian_model):
+    a = sampling.laplace_start(gaussian_model, chains=2, random_seed=4)["initvals"]
+    b = sampling.laplace_start(gaussian_model, chains=2, random_seed=4)["initvals"]
+    np.testing.assert_array_equal([p["b"] for p in a], [p["b"] for p in b])
+
+
+def test_which_routes_use_it(gaussian_model):
+    assert sampling._laplace_applies(gaussian_model, {})
+    for given in ({"init": "adapt_diag"}, {"initvals": {"b": MU}}, {"step": object()}, {"nuts_sampler": "nutpie"}):
+        assert not sampling._laplace_applies(gaussian_model, given), given
+
+
+def test_no_start_without_a_gradient():
+    """ADF's evidence has no gradient: no Laplace start, PyMC's own initialisation."""
+    with pm.Model() as model:
+        ls = pm.LogNormal("ls", 0.0, 0.7)
+        gp = pymc_gpc.MarginalADF(cov_func=pm.gp.cov.ExpQuad(2, ls=ls), likelihood=L.Probit())
+        gp.marginal_likelihood("y", X=X, y=Y)
+    assert sampling.laplace_start(model, chains=2) == {}
