@@ -445,6 +445,51 @@ def reference_at(data, fit, kind):
             "cpu": time.process_time() - c0, "wall": time.perf_counter() - t0, "test": test}
 
 
+def _mixed_ard(A, B, log_w, log_v0, log_v1):
+    """(c, len(A), len(B)) per-class ``MixedARD`` kernels v0 exp(-sum_m w_m (a_m - b_m)^2 / 2) + v1."""
+    out = []
+    for w, v0, v1 in zip(np.exp(log_w), np.exp(log_v0), np.exp(log_v1)):
+        d2 = (((A[:, None, :] - B[None]) ** 2) * w).sum(-1)
+        out.append(v0 * np.exp(-0.5 * d2) + v1)
+    return np.array(out)
+
+
+def gold_at(data, fit, n_sub=300, n_test=500, n_iter=10000):
+    """At a fit's (per-class) hyperparameters, on the first ``n_sub`` training rows with the dense
+    kernels: the exact posterior predictive of the softmax model (elliptical slice sampling,
+    ``tests/reference/gold_sampler.py``) against softmax Laplace's three predictives, on the
+    first ``n_test`` test rows: errors, mean log p and mean |p - p_exact|."""
+    import sys
+
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+    from tests.reference import gold_sampler as gs
+
+    from pymc_gpc.likelihoods import Softmax
+    from pymc_gpc.solvers import softmax_laplace
+
+    c0 = time.process_time()
+    pt_ = {k: np.asarray(v) for k, v in fit["point"].items()}
+    c = pt_["log_v0"].shape[0] if np.ndim(pt_["log_v0"]) else int(data.y_train.max()) + 1
+    lw, lv0, lv1 = (np.broadcast_to(pt_[k], (c,) + np.shape(pt_[k])[-1:] if k == "log_w" else (c,))
+                    for k in ("log_w", "log_v0", "log_v1"))
+    Xs, ys, Xt, yt = data.X_train[:n_sub], data.y_train[:n_sub], data.X_test[:n_test], data.y_test[:n_test]
+    K = _mixed_ard(Xs, Xs, lw, lv0, lv1) + 1e-8 * np.eye(n_sub)
+    Kx = _mixed_ard(Xs, Xt, lw, lv0, lv1)
+    ks = np.exp(lv0)[:, None] + np.exp(lv1)[:, None] + np.zeros((c, n_test))
+    draws = gs.sample_latents(K, ys, "softmax", n_chains=4, n_iter=n_iter, burn=n_iter // 10, thin=10, seed=0)
+    mean_g, cov_g, p_g, _ = gs.predictive(K, Kx, ks, draws, "softmax")
+    res = softmax_laplace(K, ys, with_grad=False, with_loo=False)
+    mean_a, cov_a = res.posterior.predict(res.a, Kx, ks)
+    lik = Softmax()
+    rows = {"exact (gold sampler)": p_g,
+            **{f"dense Laplace, {p!r}": lik.predict(mean_a.T, cov_a, predictive=p) for p in PREDICTIVES},
+            "exact latent moments, 'integrate'": lik.predict(mean_g, cov_g, predictive="integrate")}
+    out = {k: {**metrics(p, yt), "mean_abs_dp": float(np.mean(np.abs(p - p_g)))} for k, p in rows.items()}
+    return {"method": f"gold standard at the fit's hyperparameters, first {n_sub} training rows (dense)",
+            "of": fit["method"], "n": n_sub, "n_test": n_test, "cpu": time.process_time() - c0, "gold": out,
+            "test": {k: out[k] for k in out}}
+
+
 def svgp_fit(data, m, dtype="float64", seed=0):
     """GPyTorch's multi-class SVGP: per-class ARD RBF kernels (``ScaleKernel``, constant means), m
     inducing inputs shared by the classes and learned (started at the k-means centres), one
@@ -542,11 +587,11 @@ def issue61(args):
     prior = tuple(float(v) for v in args.prior.split(","))
     if args.run == "laplace":
         row = package_fit(data, args.m, not args.shared, prior, args.maxiter, learn=args.learn)
-    elif args.run in ("dense", "ep"):
+    elif args.run in ("dense", "ep", "gold"):
         fits = [json.loads(line) for line in (work / f"{args.data}.jsonl").read_text().splitlines()]
         fit = [f for f in fits if f.get("point") and f["n"] == args.n_train and f["m"] == args.m
                and f["per_class"] == (not args.shared) and f["prior"] == list(prior)][-1]
-        row = reference_at(data, fit, args.run)
+        row = gold_at(data, fit) if args.run == "gold" else reference_at(data, fit, args.run)
     elif args.run == "svgp":
         row = svgp_fit(data, args.m, args.dtype)
     elif args.run == "logistic":
@@ -572,7 +617,7 @@ def main():
     ap.add_argument("--tag", default="", help="profile: suffix of the JSON file's name")
     ap.add_argument("--data", default=None, choices=["storms", "birds", "diamonds"],
                     help="issue 61: run --run on this set (appends to --work/<data>.jsonl)")
-    ap.add_argument("--run", default="laplace", choices=["laplace", "dense", "ep", "svgp", "logistic"])
+    ap.add_argument("--run", default="laplace", choices=["laplace", "dense", "ep", "gold", "svgp", "logistic"])
     ap.add_argument("--shared", action="store_true", help="issue 61: one ARD kernel shared by the classes")
     ap.add_argument("--learn", action="store_true", help="issue 61: learn the inducing inputs")
     ap.add_argument("--prior", default="-3,3", help="issue 61: mean,sd of the log-hyperparameters' prior")
@@ -703,8 +748,48 @@ def report(work, data, args):
                           "logistic then gpc in another, at the same time")
 
 
+def _row61(r):
+    """A results-table row per predictive of one JSON line of ``issue61``."""
+    rows = []
+    for predictive, t in r["test"].items():
+        train = r.get("train", {}).get(predictive)
+        cpu = r.get("cpu_fit", r.get("cpu"))
+        what = r["method"] + (f" ({r['n_iter']} L-BFGS-B iterations)" if "n_iter" in r else "")
+        what += f" ({r['steps']} Adam steps)" if "steps" in r else ""
+        rows.append(f"| {what} | {r['n']} | {predictive} | {t['error']:.4f} | {t['mean_log_p']:.4f} | "
+                    f"{'' if train is None else f'{train['mean_log_p']:.4f}'} | {cpu:.0f} |")
+    return rows
+
+
 def report61(work):
-    raise NotImplementedError
+    """benchmarks/results/multiclass_svgp.md from the JSON lines of --work/<data>.jsonl and --work/notes61.md."""
+    lines = ["# Several classes at 10^4 rows: multi-class FITC against GPyTorch's SVGP (issue 61)", "",
+             "Protocol, data and the peers' settings: the module docstring of ``benchmarks/multiclass_large.py`` "
+             "(``load_set``, ``package_fit``, ``reference_at``, ``svgp_fit``). CPU seconds (``time.process_time``, "
+             "one BLAS / torch thread) from the k-means to the fitted point (for the references at a fit's "
+             "hyperparameters: building and predicting). log p: mean log predictive probability of the true "
+             "class, on the test set and on (the first 2,000 of) the training rows.", ""]
+    for name in ("storms", "birds", "diamonds"):
+        path = work / f"{name}.jsonl"
+        if not path.exists():
+            continue
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        data = load_set(name, 2000)
+        lines += [f"## {name}", "",
+                  f"Classes {', '.join(data.classes)}; test class counts {np.bincount(data.y_test).tolist()}.", "",
+                  "| method | n train | predictive | test error | test log p | train log p | CPU s |",
+                  "|---|---|---|---|---|---|---|"]
+        for r in sorted(rows, key=lambda r: r["n"]):
+            lines += _row61(r)
+        loads = [r["load"] for r in rows if "load" in r]
+        lines += ["", f"Load average during these runs: {min(loads):.0f} to {max(loads):.0f} on "
+                      f"{os.cpu_count()} cores (shared machine; CPU seconds are the guide).", ""]
+    notes = work / "notes61.md"
+    if notes.exists():
+        lines += [notes.read_text().strip(), ""]
+    write_results(OUT_SVGP, "\n".join(lines), peers=("scikit-learn", "torch", "gpytorch"),
+                  command="python benchmarks/multiclass_large.py --data D --run R ... --work W (runs listed in "
+                          "the tables), then --report61 --work W")
 
 
 if __name__ == "__main__":
