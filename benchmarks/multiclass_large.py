@@ -49,8 +49,9 @@ per_class=...)`` (ARD SE + bias per class, or one shared kernel; every log-hyper
 ~ N(-3, 3^2) unless ``--prior``), Xu the m seeded k-means centres (``models.kmeans_centres``),
 MAP-II by ``pymc_gpc.fit(method="map")``; test and training (first 2,000 rows) error and mean
 log p under each predictive of the softmax (plug-in "mean", "probit", "integrate") from one
-latent predictive; ``--run dense`` / ``--run ep``: the dense softmax Laplace / FITC nested EP
-(multinomial probit) at the fit's hyperparameters. SVGP (``--run svgp``, in an environment with
+latent predictive; ``--run ep``: the same with nested EP (multinomial probit, MAP-II of its own);
+``--run dense``: the dense softmax Laplace at the softmax fit's hyperparameters; ``--run gold``:
+the exact posterior predictive there on 300 of the training rows (``gold_at``). SVGP (``--run svgp``, in an environment with
 torch and gpytorch): ``svgp_fit``'s docstring. CPU seconds (``time.process_time``) from the
 k-means to the fitted point; one BLAS / torch thread.
 
@@ -388,7 +389,7 @@ def load_set(name, n_train, seed=0):
 def _predictive_metrics(lik, mean, cov, y):
     """Test error and mean log p under each predictive of the softmax from one latent predictive."""
     out = {}
-    for predictive in PREDICTIVES:
+    for predictive in [p for p in PREDICTIVES if p in lik.predictives]:
         out[predictive] = metrics(lik.predict(mean, cov, predictive=predictive), y)
     return out
 
@@ -399,15 +400,16 @@ def _latent(gp, X, point):
     return np.asarray(mean).T, np.asarray(cov)
 
 
-def package_fit(data, m, per_class, prior, maxiter, learn=False, n_train_eval=2000):
-    """MAP-II of ``ard_classifier(approximation="laplace", inducing=Xu, per_class=...)``, Xu the
-    seeded k-means centres; train (first ``n_train_eval`` rows) and test metrics per predictive."""
+def package_fit(data, m, per_class, prior, maxiter, learn=False, n_train_eval=2000, approximation="laplace"):
+    """MAP-II of ``ard_classifier(approximation=..., inducing=Xu, per_class=...)`` ("laplace": the
+    softmax, "ep": nested EP with the multinomial probit), Xu the seeded k-means centres; train
+    (first ``n_train_eval`` rows) and test metrics per predictive."""
     import pymc_gpc
     from pymc_gpc.gp.models import kmeans_centres
 
     t0, c0 = time.perf_counter(), time.process_time()
     Xu = kmeans_centres(m, data.X_train, seed=0)
-    model, gp = pymc_gpc.ard_classifier(data.X_train, data.y_train, approximation="laplace", inducing=Xu,
+    model, gp = pymc_gpc.ard_classifier(data.X_train, data.y_train, approximation=approximation, inducing=Xu,
                                         per_class=per_class, prior=prior, learn_inducing=learn)
     res = pymc_gpc.fit(model, method="map", maxiter=maxiter, progressbar=False)
     cpu_fit, wall_fit = time.process_time() - c0, time.perf_counter() - t0
@@ -417,7 +419,9 @@ def package_fit(data, m, per_class, prior, maxiter, learn=False, n_train_eval=20
     k = min(n_train_eval, len(data.y_train))
     train = _predictive_metrics(gp.likelihood, *_latent(gp, data.X_train[:k], res), data.y_train[:k])
     point = {k_: np.asarray(v).tolist() for k_, v in res.point.items() if k_.startswith("log_")}
-    return {"method": f"FITC softmax Laplace, m = {m}, {'per-class' if per_class else 'shared'} ARD, "
+    label = "softmax Laplace" if approximation == "laplace" else "nested EP (multinomial probit)"
+    kernels = {True: "per-class ARD", False: "shared ARD", "amplitudes": "shared lengthscales, per-class amplitudes"}
+    return {"method": f"FITC {label}, m = {m}, {kernels[per_class]}, "
                       f"prior N{tuple(prior)}" + (", Xu learned" if learn else ""),
             "n": len(data.y_train), "m": m, "cpu_fit": cpu_fit, "wall_fit": wall_fit, "cpu_predict": cpu_pred,
             "n_iter": int(res.n_iter), "converged": bool(res.converged), "log_evidence": float(res.log_evidence),
@@ -425,24 +429,18 @@ def package_fit(data, m, per_class, prior, maxiter, learn=False, n_train_eval=20
             "prior": list(prior)}
 
 
-def reference_at(data, fit, kind):
-    """At a fit's hyperparameters: the dense softmax Laplace (``kind="dense"``) or FITC nested EP
-    with the multinomial probit (``kind="ep"``, the fit's Xu): test metrics and CPU seconds."""
+def reference_at(data, fit):
+    """At a fit's hyperparameters, the dense softmax Laplace (same kernels, no inducing inputs):
+    test metrics per predictive and CPU seconds (building and predicting)."""
     import pymc_gpc
 
     t0, c0 = time.perf_counter(), time.process_time()
-    approximation = "laplace" if kind == "dense" else "ep"
-    inducing = None if kind == "dense" else np.asarray(fit["Xu"])
-    model, gp = pymc_gpc.ard_classifier(data.X_train, data.y_train, approximation=approximation, inducing=inducing,
+    model, gp = pymc_gpc.ard_classifier(data.X_train, data.y_train, approximation="laplace", inducing=None,
                                         per_class=fit["per_class"], prior=tuple(fit["prior"]))
-    point = {k: np.asarray(v) for k, v in fit["point"].items()}
-    point = {**model.initial_point(), **point}
-    mean, cov = _latent(gp, data.X_test, point)
-    test = (_predictive_metrics(gp.likelihood, mean, cov, data.y_test) if kind == "dense"
-            else {"integrate": metrics(gp.likelihood.predict(mean, cov), data.y_test)})
-    return {"method": {"dense": "dense softmax Laplace", "ep": "FITC nested EP (multinomial probit)"}[kind]
-            + " at the fit's hyperparameters", "of": fit["method"], "n": len(data.y_train),
-            "cpu": time.process_time() - c0, "wall": time.perf_counter() - t0, "test": test}
+    point = {**model.initial_point(), **{k: np.asarray(v) for k, v in fit["point"].items()}}
+    test = _predictive_metrics(gp.likelihood, *_latent(gp, data.X_test, point), data.y_test)
+    return {"method": "dense softmax Laplace at the fit's hyperparameters", "of": fit["method"],
+            "n": len(data.y_train), "cpu": time.process_time() - c0, "wall": time.perf_counter() - t0, "test": test}
 
 
 def _mixed_ard(A, B, log_w, log_v0, log_v1):
@@ -585,13 +583,15 @@ def issue61(args):
     work = pathlib.Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     prior = tuple(float(v) for v in args.prior.split(","))
-    if args.run == "laplace":
-        row = package_fit(data, args.m, not args.shared, prior, args.maxiter, learn=args.learn)
-    elif args.run in ("dense", "ep", "gold"):
+    if args.run in ("laplace", "ep"):
+        per_class = "amplitudes" if args.amplitudes else not args.shared
+        row = package_fit(data, args.m, per_class, prior, args.maxiter, learn=args.learn,
+                          approximation="laplace" if args.run == "laplace" else "ep")
+    elif args.run in ("dense", "gold"):
         fits = [json.loads(line) for line in (work / f"{args.data}.jsonl").read_text().splitlines()]
         fit = [f for f in fits if f.get("point") and f["n"] == args.n_train and f["m"] == args.m
                and f["per_class"] == (not args.shared) and f["prior"] == list(prior)][-1]
-        row = gold_at(data, fit) if args.run == "gold" else reference_at(data, fit, args.run)
+        row = gold_at(data, fit) if args.run == "gold" else reference_at(data, fit)
     elif args.run == "svgp":
         row = svgp_fit(data, args.m, args.dtype)
     elif args.run == "logistic":
@@ -619,6 +619,8 @@ def main():
                     help="issue 61: run --run on this set (appends to --work/<data>.jsonl)")
     ap.add_argument("--run", default="laplace", choices=["laplace", "dense", "ep", "gold", "svgp", "logistic"])
     ap.add_argument("--shared", action="store_true", help="issue 61: one ARD kernel shared by the classes")
+    ap.add_argument("--amplitudes", action="store_true",
+                    help="issue 61: lengthscales shared, amplitudes per class (per_class='amplitudes')")
     ap.add_argument("--learn", action="store_true", help="issue 61: learn the inducing inputs")
     ap.add_argument("--prior", default="-3,3", help="issue 61: mean,sd of the log-hyperparameters' prior")
     ap.add_argument("--dtype", default="float64", help="issue 61: SVGP's float type")
