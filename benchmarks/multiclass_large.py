@@ -537,7 +537,7 @@ def svgp_fit(data, m, dtype="float64", seed=0):
             loss = -elbo(model(X[idx]), y[idx])
             loss.backward()
             opt.step()
-            losses.append(float(loss))
+            losses.append(loss.item())
             steps += 1
             if steps % SVGP_ROUND == 0:
                 mean_loss = float(np.mean(losses[-SVGP_ROUND:]))
@@ -751,16 +751,19 @@ def report(work, data, args):
 
 
 def _row61(r):
-    """A results-table row per predictive of one JSON line of ``issue61``."""
-    rows = []
-    for predictive, t in r["test"].items():
-        train = r.get("train", {}).get(predictive)
-        cpu = r.get("cpu_fit", r.get("cpu"))
-        what = r["method"] + (f" ({r['n_iter']} L-BFGS-B iterations)" if "n_iter" in r else "")
-        what += f" ({r['steps']} Adam steps)" if "steps" in r else ""
-        rows.append(f"| {what} | {r['n']} | {predictive} | {t['error']:.4f} | {t['mean_log_p']:.4f} | "
-                    f"{'' if train is None else f'{train['mean_log_p']:.4f}'} | {cpu:.0f} |")
-    return rows
+    """One results-table row of a JSON line of ``issue61``: test error and log p under each
+    predictive (plug-in "mean" / "probit" / "integrate", as the method has them)."""
+    method = r["method"].replace(", prior N(-3.0, 3.0)", "")
+    if "of" in r:
+        method += f" (of: {r['of'].replace(', prior N(-3.0, 3.0)', '')})"
+    cost = (f"{r['n_iter']} L-BFGS-B iterations" if "n_iter" in r
+            else f"{r['steps']} Adam steps" if "steps" in r else "")
+    cpu = r.get("cpu_fit", r.get("cpu"))
+    preds = [p for p in ("mean", "probit", "integrate") if p in r["test"]]
+    err = " / ".join(f"{r['test'][p]['error']:.4f}" for p in preds)
+    logp = " / ".join(f"{r['test'][p]['mean_log_p']:.4f}" for p in preds)
+    train = " / ".join(f"{r['train'][p]['mean_log_p']:.4f}" for p in preds if p in r.get("train", {}))
+    return [f"| {method} | {r['n']} | {', '.join(preds)} | {err} | {logp} | {train} | {cpu:.0f} | {cost} |"]
 
 
 def report61(work):
@@ -779,8 +782,8 @@ def report61(work):
         data = load_set(name, 2000)
         lines += [f"## {name}", "",
                   f"Classes {', '.join(data.classes)}; test class counts {np.bincount(data.y_test).tolist()}.", "",
-                  "| method | n train | predictive | test error | test log p | train log p | CPU s |",
-                  "|---|---|---|---|---|---|---|"]
+                  "| method | n train | predictive | test error | test log p | train log p | CPU s | iterations |",
+                  "|---|---|---|---|---|---|---|---|"]
         for r in sorted(rows, key=lambda r: r["n"]):
             lines += _row61(r)
         loads = [r["load"] for r in rows if "load" in r]
