@@ -472,7 +472,10 @@ def ard_kernels(input_dim, classes, *, prior=(-3.0, 3.0), bias=True, shared=Fals
     ``MarginalEP(likelihood=MultinomialProbit())`` take as ``cov_func``. With
     ``shared=True`` the variables have no class dimension and one kernel is returned,
     which all classes share (the form to compare against: see the user guide's
-    "several classes").
+    "several classes"). With ``shared="lengthscales"`` the classes share ``log_w`` (dims
+    ``"feature"``) and keep their own ``log_v0`` and ``log_v1``: c kernels
+    :math:`v_{0k} \exp(-\tfrac12 \sum_m w_m (x_m - x'_m)^2) + v_{1k}`, d + 2c
+    hyperparameters instead of c (d + 2).
 
     Parameters
     ----------
@@ -481,7 +484,9 @@ def ard_kernels(input_dim, classes, *, prior=(-3.0, 3.0), bias=True, shared=Fals
         ``gp.classes`` or ``np.unique(y)``; they become the ``class`` coordinate).
     prior : (mean, sd) of the Normal prior on every log-hyperparameter.
     bias : include the bias variance v1.
-    shared : one kernel for all classes instead of one per class.
+    shared : False (one kernel per class), True (one kernel for all classes) or
+        ``"lengthscales"`` (the inverse squared lengthscales shared, amplitudes and bias
+        variances per class).
     feature_names : the ``feature`` coordinate (default x0, x1, ...).
     log_v0_start : where log v0 starts (clipped to within one prior sd of the prior mean),
         as in ``pymc_gpc.ard_classifier``.
@@ -489,6 +494,13 @@ def ard_kernels(input_dim, classes, *, prior=(-3.0, 3.0), bias=True, shared=Fals
     Returns
     -------
     A list of c covariance functions, or one with ``shared=True``.
+
+    Raises
+    ------
+    ValueError
+        For a ``prior`` that is not a finite (mean, sd > 0) pair, fewer than two classes
+        (unless ``shared=True``), ``feature_names`` of the wrong length, or a ``shared``
+        other than True, False or "lengthscales".
 
     Examples
     --------
@@ -509,17 +521,20 @@ def ard_kernels(input_dim, classes, *, prior=(-3.0, 3.0), bias=True, shared=Fals
     mu, sd = (float(v) for v in prior)
     if not (np.isfinite(mu) and np.isfinite(sd) and sd > 0):
         raise ValueError(f"prior needs a finite mean and a finite sd > 0, got (mean, sd) = ({mu}, {sd})")
+    if not (shared is True or shared is False or shared == "lengthscales"):
+        raise ValueError(f"shared must be True, False or 'lengthscales', got {shared!r}")
+    one_kernel = shared is True
     d = int(input_dim)
     labels = [f"class{k}" for k in range(int(classes))] if np.ndim(classes) == 0 else [str(v) for v in classes]
     c = len(labels)
-    if c < 2 and not shared:
+    if c < 2 and not one_kernel:
         raise ValueError(f"ard_kernels needs c >= 2 classes, got {c}")
     features = list(feature_names) if feature_names is not None else [f"x{m}" for m in range(d)]
     if len(features) != d:
         raise ValueError(f"feature_names has {len(features)} names for {d} input columns")
     model = pm.modelcontext(None)
     for dim, values in (("feature", features), ("class", labels)):
-        if dim == "class" and shared:
+        if dim == "class" and one_kernel:
             continue
         if dim not in model.coords:
             model.add_coord(dim, values)
@@ -527,11 +542,18 @@ def ard_kernels(input_dim, classes, *, prior=(-3.0, 3.0), bias=True, shared=Fals
             raise ValueError(f"the model's {dim!r} coordinate has {len(model.coords[dim])} values, "
                              f"not the {len(values)} given")
     start = float(np.clip(log_v0_start, mu - sd, mu + sd))
-    if shared:
+    if one_kernel:
         log_w = pm.Normal("log_w", mu, sd, dims="feature")
         log_v0 = pm.Normal("log_v0", mu, sd, initval=start)
         v1 = pt.exp(pm.Normal("log_v1", mu, sd)) if bias else 0.0
         return MixedARD(d, v0=pt.exp(log_v0), l=pt.exp(log_w), v1=v1)
+    if shared == "lengthscales":
+        w = pt.exp(pm.Normal("log_w", mu, sd, dims="feature"))
+        log_v0 = pm.Normal("log_v0", mu, sd, dims="class", initval=np.full(c, start))
+        if bias:
+            log_v1 = pm.Normal("log_v1", mu, sd, dims="class")
+            return per_class(lambda v0, v1: MixedARD(d, v0=pt.exp(v0), l=w, v1=pt.exp(v1)), log_v0, log_v1)
+        return per_class(lambda v0: MixedARD(d, v0=pt.exp(v0), l=w), log_v0)
     log_w = pm.Normal("log_w", mu, sd, dims=("class", "feature"))
     log_v0 = pm.Normal("log_v0", mu, sd, dims="class", initval=np.full(c, start))
     if bias:

@@ -70,8 +70,10 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
         0..K-1 or an ordered pandas categorical need none).
     per_class : with a multi-class likelihood, one ARD kernel per class (True, the
         default: ``log_w`` has dims ``("class", "feature")``, ``log_v0`` and ``log_v1``
-        dims ``"class"``; ``kernels.ard_kernels``) or one shared by all classes (False:
-        the binary model's variables). Not for a binary likelihood.
+        dims ``"class"``; ``kernels.ard_kernels``), one shared by all classes (False:
+        the binary model's variables), or ``"amplitudes"``: the lengthscales shared
+        (``log_w`` dims ``"feature"``), ``log_v0`` and ``log_v1`` per class
+        (``ard_kernels(shared="lengthscales")``). Not for a binary likelihood.
     prior : (mean, sd) of the Normal prior on every log-hyperparameter.
     feature_names : names for the ``feature`` coordinate of ``log_w``.
     bias : include the constant term v1 (not with ``hsgp``: a constant kernel has no
@@ -188,7 +190,10 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
     if isinstance(likelihood, MulticlassLikelihood):
         classes = as_class_codes(y, n_classes=likelihood.n_classes, warn=False)[1]
         with pm.Model(coords={"feature": names}) as model:
-            cov = ard_kernels(d, classes, prior=prior, bias=bias, shared=per_class is False,
+            if not (per_class is None or per_class is True or per_class is False or per_class == "amplitudes"):
+                raise ValueError(f"per_class must be True, False or 'amplitudes', got {per_class!r}")
+            shared = {False: True, "amplitudes": "lengthscales"}.get(per_class, False)
+            cov = ard_kernels(d, classes, prior=prior, bias=bias, shared=shared,
                               feature_names=names, log_v0_start=LOG_V0_START)
             gp = APPROXIMATIONS[approximation](cov_func=cov, likelihood=likelihood, approx=approx, **solver_options)
             if inducing is None:

@@ -416,3 +416,38 @@ def test_gene_expression_linear_kernel_with_more_genes_than_samples():
     nearest = gp.classes[np.argmin(((Xte[:, None, :] - centroids) ** 2).sum(axis=-1), axis=1)]
     centroid_errors = int(np.sum(nearest != data.y[~train]))
     assert errors <= centroid_errors + 3 and errors <= 17  # 10 % of 168
+
+
+def _mixed_ard(A, w, v0, v1):
+    """v0 exp(-sum_m w_m (a_m - b_m)^2 / 2) + v1 written out in NumPy."""
+    d2 = (((A[:, None, :] - A[None]) ** 2) * w).sum(-1)
+    return v0 * np.exp(-0.5 * d2) + v1
+
+
+def test_shared_lengthscales_per_class_amplitudes():
+    """ard_kernels(shared="lengthscales") / ard_classifier(per_class="amplitudes"): one log_w
+    (dims "feature"), per-class log_v0 and log_v1; each class's kernel is the NumPy formula, and
+    the evidence equals the per-class model's at a point whose log_w rows are all the same."""
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(18, 2))
+    y = np.argmax(X @ rng.normal(size=(2, 3)) + 0.3 * rng.normal(size=(18, 3)), axis=1)
+    w, v0, v1 = np.array([0.7, 2.0]), np.array([0.5, 1.5, 3.0]), np.array([0.1, 0.2, 0.05])
+    with pm.Model() as model:
+        covs = pymc_gpc.kernels.ard_kernels(2, 3, shared="lengthscales")
+    assert model.named_vars_to_dims == {"log_w": ("feature",), "log_v0": ("class",), "log_v1": ("class",)}
+    values = {model["log_w"]: np.log(w), model["log_v0"]: np.log(v0), model["log_v1"]: np.log(v1)}
+    for k, cov in enumerate(covs):
+        np.testing.assert_allclose(cov(X).eval(values), _mixed_ard(X, w, v0[k], v1[k]), rtol=1e-12)
+    shared, _ = pymc_gpc.ard_classifier(X, y, approximation="laplace", per_class="amplitudes", inducing=None)
+    per_class, _ = pymc_gpc.ard_classifier(X, y, approximation="laplace", per_class=True, inducing=None)
+    assert {k: v.shape for k, v in shared.initial_point().items()} == {"log_w": (2,), "log_v0": (3,), "log_v1": (3,)}
+    point = {"log_w": np.log(w), "log_v0": np.log(v0), "log_v1": np.log(v1)}
+    evidence = [m.compile_fn(m.replace_rvs_by_values([m["y"]])[0], point_fn=True)(p)
+                for m, p in ((shared, point), (per_class, {**point, "log_w": np.tile(np.log(w), (3, 1))}))]
+    assert np.isfinite(evidence[0]) and evidence[0] < 0
+    np.testing.assert_allclose(evidence[0], evidence[1], rtol=1e-10)
+    with pytest.raises(ValueError, match="shared must be"):
+        with pm.Model():
+            pymc_gpc.kernels.ard_kernels(2, 3, shared="amplitudes")
+    with pytest.raises(ValueError, match="per_class must be"):
+        pymc_gpc.ard_classifier(X, y, approximation="laplace", per_class="lengthscales")
