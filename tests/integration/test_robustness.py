@@ -154,6 +154,8 @@ def small_model(X, y, likelihood=None, **solver_options):
         cov = pt.exp(log_v0) * pm.gp.cov.ExpQuad(X.shape[1], ls=pt.exp(-0.5 * log_w))
         if likelihood == "step":
             likelihood = L.StepLabelNoise(pm.Uniform("epsilon", 0.0, 0.5))
+        elif likelihood == "bias":
+            likelihood = L.ProbitBias(pm.Uniform("b", -1.0, 1.0))
         gp = pymc_gpc.MarginalEP(cov_func=cov, likelihood=likelihood or L.Probit(), **solver_options)
         gp.marginal_likelihood("y", X=X, y=y)
     return model, gp
@@ -161,16 +163,32 @@ def small_model(X, y, likelihood=None, **solver_options):
 
 def test_non_convergence_warning_names_the_hyperparameters():
     X, y = random_problem(np.random.default_rng(1), 20)
-    model, _ = small_model(X, y, likelihood="step", max_sweeps=1)
-    point = {"log_w": np.array([0.25, -1.5]), "log_v0": np.array(1.0), "epsilon_interval__": np.array(-1.0)}
+    model, _ = small_model(X, y, likelihood="bias", max_sweeps=1)
+    point = {"log_w": np.array([0.25, -1.5]), "log_v0": np.array(1.0), "b_interval__": np.array(-1.0)}
     with pytest.warns(ApproximationFailedWarning) as record:
         value = model.compile_logp()(point)
     assert np.isfinite(value)
     message = str(record[0].message)
-    eps = 0.5 / (1.0 + np.exp(1.0))
-    assert message.startswith("EP did not converge at log_w=[0.25, -1.5], log_v0=1.0, epsilon=")
-    assert f"epsilon={round(eps, 4)}" in message
+    b = -1.0 + 2.0 / (1.0 + np.exp(1.0))
+    assert message.startswith("EP did not converge at log_w=[0.25, -1.5], log_v0=1.0, b=")
+    assert f"b={round(b, 4)}" in message
     assert "2 retries with damped/sequential updates" in message and "status output is 1" in message
+
+
+def test_a_likelihood_not_log_concave_without_a_converged_run_is_minus_inf():
+    """The step likelihood (several EP fixed points) keeps only a converged run: with none
+    (one sweep a run), the log density is -inf and the status 2, not the last iterate."""
+    X, y = random_problem(np.random.default_rng(1), 20)
+    model, gp = small_model(X, y, likelihood="step", max_sweeps=1)
+    point = {"log_w": np.array([0.25, -1.5]), "log_v0": np.array(1.0), "epsilon_interval__": np.array(-1.0)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        value = model.compile_logp()(point)
+        (status_graph,) = model.replace_rvs_by_values([model["y_status"]])
+        status = pytensor.function(model.value_vars, status_graph, on_unused_input="ignore")(
+            **{v.name: point[v.name] for v in model.value_vars})
+    assert value == -np.inf
+    assert int(status) == 2
 
 
 def test_sampling_goes_on_through_non_convergence_and_flags_each_draw():
