@@ -62,7 +62,7 @@ from ...approximations import registry
 from . import likelihoods as lik
 from ...approximations.ep import ep
 from ...approximations.laplace import laplace
-from .common import (JaxSolver, solver_table, ANDERSON_MEMORY, MIN_RELATIVE_VAR, STATUS_FAILED, bind_solver, ep_fixed_point,
+from .common import (JaxSolver, evidence_with_vjp, solver_table, ANDERSON_MEMORY, MIN_RELATIVE_VAR, STATUS_FAILED, bind_solver, ep_fixed_point,
                      ep_log_z, ep_update, factor_ok, finish_outputs, highest_converged, laplace_loo, newton_mode)
 from .sequential_ep import sequential_fixed_point
 
@@ -338,21 +338,7 @@ def marginal_fn(approximation, kind, **options):
         r = solve(K, th, lik.labels(kind, y))
         return r["log_z"], r["dK"], r["dth"], r["loo"], r["n_iter"], r["status"]
 
-    @jax.custom_vjp
-    def marginal(K, th, y):
-        return outputs(K, th, y)
-
-    def fwd(K, th, y):
-        out = outputs(K, th, y)
-        return out, (out[1], out[2], y)
-
-    def bwd(res, cts):
-        dK, dth, y = res
-        g = cts[0]
-        return g * dK, g * dth, jnp.zeros_like(y)
-
-    marginal.defvjp(fwd, bwd)
-    return marginal
+    return evidence_with_vjp(outputs, 1)
 
 
 def predictive_fn(approximation, kind, full_cov=False, **options):

@@ -49,7 +49,7 @@ from ...approximations import registry
 from . import likelihoods as lik
 from ...approximations.ep import ep
 from ...approximations.laplace import laplace
-from .common import (JaxSolver, solver_table, bind_solver, ANDERSON_MEMORY, MIN_RELATIVE_VAR, STATUS_FAILED, ep_log_z, factor_ok, finish_outputs,
+from .common import (JaxSolver, evidence_with_vjp, solver_table, bind_solver, ANDERSON_MEMORY, MIN_RELATIVE_VAR, STATUS_FAILED, ep_log_z, factor_ok, finish_outputs,
                      ep_fixed_point, highest_converged, laplace_loo, newton_mode)
 
 jax.config.update("jax_enable_x64", True)
@@ -256,21 +256,7 @@ def marginal_fn(approximation, kind, constrain=None, **options):
         r = solve(Kuu, Kuf, k_diag, th, lik.labels(kind, y))
         return (r["log_z"], *r["dK"], r["dth"], r["loo"], r["n_iter"], r["status"])
 
-    @jax.custom_vjp
-    def marginal(Kuu, Kuf, k_diag, th, y):
-        return outputs(Kuu, Kuf, k_diag, th, y)
-
-    def fwd(Kuu, Kuf, k_diag, th, y):
-        out = outputs(Kuu, Kuf, k_diag, th, y)
-        return out, (out[1:5], y)
-
-    def bwd(res, cts):
-        grads, y = res
-        g = cts[0]
-        return (*(g * d for d in grads), jnp.zeros_like(y))
-
-    marginal.defvjp(fwd, bwd)
-    return marginal
+    return evidence_with_vjp(outputs, 3)
 
 
 def predictive_fn(approximation, kind, full_cov=False, constrain=None, **options):

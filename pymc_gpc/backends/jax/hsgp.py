@@ -58,7 +58,7 @@ from ...approximations.ep import ep
 from ...approximations.laplace import laplace
 from ...ops import ApproxMarginalOp, LatentPredictiveOp
 from . import likelihoods as lik
-from .common import (ANDERSON_MEMORY, MIN_RELATIVE_VAR, STATUS_FAILED, JaxSolver, bind_solver, ep_fixed_point,
+from .common import (ANDERSON_MEMORY, evidence_with_vjp, MIN_RELATIVE_VAR, STATUS_FAILED, JaxSolver, bind_solver, ep_fixed_point,
                      ep_log_z, factor_ok, finish_outputs, laplace_loo, newton_mode, solver_table)
 from .dispatch import check_supported, implements, op_options
 from .fitc import tri_inverse
@@ -239,21 +239,7 @@ def marginal_fn(approximation, kind, basis, **options):
         r = solve(S, X, th, lik.labels(kind, y))
         return (r["log_z"], *r["dK"], r["dth"], r["loo"], r["n_iter"], r["status"])
 
-    @jax.custom_vjp
-    def marginal(S, X, th, y):
-        return outputs(S, X, th, y)
-
-    def fwd(S, X, th, y):
-        out = outputs(S, X, th, y)
-        return out, (out[1:4], y)
-
-    def bwd(res, cts):
-        grads, y = res
-        g = cts[0]
-        return (*(g * d for d in grads), jnp.zeros_like(y))
-
-    marginal.defvjp(fwd, bwd)
-    return marginal
+    return evidence_with_vjp(outputs, 2)
 
 
 def predictive_fn(approximation, kind, basis, full_cov=False, **options):

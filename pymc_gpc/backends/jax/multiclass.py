@@ -48,7 +48,7 @@ from ...approximations.multinomial_probit_ep import multinomial_probit_ep
 from ...approximations.softmax_laplace import LOO_DRAWS, softmax_laplace
 from ...likelihoods.multiclass import standard_draws
 from ...ops import ApproxMarginalOp, LatentPredictiveOp
-from .common import (JaxSolver, checked_options, solver_table, ANDERSON_MEMORY, STATUS_CONVERGED, STATUS_FAILED, STATUS_NOT_CONVERGED, anderson_mix, empty_history,
+from .common import (JaxSolver, evidence_with_vjp, checked_options, solver_table, ANDERSON_MEMORY, STATUS_CONVERGED, STATUS_FAILED, STATUS_NOT_CONVERGED, anderson_mix, empty_history,
                      push_history, reset_history)
 from .engine import DenseLatent
 from .likelihoods import inv_mills
@@ -558,27 +558,6 @@ def codes(y):
     return jnp.asarray(y).astype(jnp.int32)
 
 
-def evidence_with_vjp(outputs, n_kernels):
-    """``outputs(*kernels, th, y)`` -> (log_z, *d log_z/d kernels, d log_z/d th, loo, n_iter,
-    status) wrapped in a ``custom_vjp``: the cotangent of log_z times the returned gradient
-    (the other outputs are treated as constants), never differentiation through the loops."""
-
-    @jax.custom_vjp
-    def marginal(*args):
-        return outputs(*args)
-
-    def fwd(*args):
-        out = outputs(*args)
-        return out, (out[1:2 + n_kernels], args[-1])
-
-    def bwd(res, cts):
-        grads, y = res
-        return (*(cts[0] * g for g in grads), jnp.zeros_like(y))
-
-    marginal.defvjp(fwd, bwd)
-    return marginal
-
-
 def marginal_fn(approximation, **options):
     """(K (c, n, n), theta (0,), y codes) -> (log_z, dlog_z/dK, dlog_z/dtheta (0,), loo,
     n_iter, status) with a ``custom_vjp`` (``evidence_with_vjp``)."""
@@ -641,6 +620,6 @@ def dense_multiclass_predictive(op, node=None, **kwargs):
     return multiclass_predictive
 
 
-__all__ = ["CoupledPosterior", "DenseStack", "LoopCarried", "check_supported", "codes", "evidence_with_vjp",
+__all__ = ["CoupledPosterior", "DenseStack", "LoopCarried", "check_supported", "codes",
            "marginal_fn", "nested_ep_solve", "predict_from", "predictive_fn", "softmax_laplace_solve", "solver",
            "stack_times"]

@@ -43,7 +43,8 @@ from jax.scipy.linalg import cho_solve
 from ...ops import ApproxMarginalOp, LatentPredictiveOp
 from .fitc import prior_factors, tri_inverse
 from .dispatch import check_supported, implements, op_options
-from .multiclass import LoopCarried, codes, evidence_with_vjp, predict_from, solver
+from .common import evidence_with_vjp
+from .multiclass import LoopCarried, codes, predict_from, solver
 
 jax.config.update("jax_enable_x64", True)
 
@@ -213,7 +214,7 @@ class MulticlassFITCStack:
 def marginal_fn(approximation, **options):
     """(K_uu (c, m, m), K_uf (c, m, n), k_ff (c, n), theta (0,), y codes) -> (log_z, dK_uu,
     dK_uf, dk_ff, dtheta (0,), loo, n_iter, status), the outputs of
-    ``ApproxMarginalOp`` on this structure, with a ``custom_vjp`` (``multiclass.evidence_with_vjp``)."""
+    ``ApproxMarginalOp`` on this structure, with a ``custom_vjp`` (``common.evidence_with_vjp``)."""
     solve = solver(approximation, **options)
 
     def outputs(Kuu, Kuf, k_diag, th, y):
