@@ -264,9 +264,14 @@ def table(name, n_train, n_test, res):
         lines.append(f"| NUTS 2 x ({nuts['tune']} + {nuts['draws']}) | {nuts['log_p']:.4f} | {nuts['cpu']:.1f} | "
                      f"{nuts['wall']:.1f} | {nuts_note(nuts)} |")
     lines.append(f"| MAP-II | {mp['log_p']:.4f} | {mp['cpu']:.1f} | {mp['wall']:.1f} | |")
-    lines += ["", "| hyperparameter | CCD mean | CCD sd |" + (" NUTS mean | NUTS sd | |CCD - NUTS| / NUTS sd |"
-                                                            if nuts else ""),
-              "|---|---|---|" + ("---|---|---|" if nuts else "")]
+    return "\n".join(lines + moments_table(ccd, nuts)) + "\n"
+
+
+def moments_table(ccd, nuts):
+    """The posterior means and sds of the hyperparameters, CCD's beside NUTS's (when it ran)."""
+    lines = ["", "| hyperparameter | CCD mean | CCD sd |" + (" NUTS mean | NUTS sd | |CCD - NUTS| / NUTS sd |"
+                                                          if nuts else ""),
+             "|---|---|---|" + ("---|---|---|" if nuts else "")]
     for rv, (m, s) in ccd["moments"].items():
         for k in range(m.size):
             label = f"{rv}[{k}]" if m.size > 1 else rv
@@ -275,7 +280,7 @@ def table(name, n_train, n_test, res):
                 nm, ns = nuts["moments"][rv]
                 row += f" {nm[k]:.3f} | {ns[k]:.3f} | {abs(m[k] - nm[k]) / ns[k]:.2f} |"
             lines.append(row)
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def nuts_note(r):
@@ -300,6 +305,8 @@ def public_table(name, n_train, n_test, res):
                 nuts_note(r) if key.startswith("nuts") else "")
         load = " / ".join(f"{v:.1f}" for v in r["load"])
         lines.append(f"| {label} | {r['log_p']:.4f} | {r['cpu']:.1f} | {r['wall']:.1f} | {load} | {note} |")
+    if "ccd" in res:
+        lines += moments_table(res["ccd"], res.get("nuts"))
     return "\n".join(lines) + "\n"
 
 
