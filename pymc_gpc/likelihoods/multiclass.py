@@ -113,6 +113,48 @@ def _gaussian_draws(mean, cov, size):
     return F
 
 
+def pairwise_probit_softmax(mean, cov):
+    r"""Probit-style approximation of :math:`E[\operatorname{softmax}(f)]`, :math:`f \sim N(\mu_i, \Sigma_i)`,
+    through the pairwise differences: (m, c) rows summing to 1.
+
+    Derivation. With :math:`d_{kj} = f_k - f_j` and the logistic sigmoid :math:`\sigma`,
+    :math:`1/\sigma(d) = 1 + e^{-d}`, so
+
+    .. math:: \operatorname{softmax}_k(f) = \frac{1}{1 + \sum_{j \ne k} e^{-d_{kj}}}
+              = \frac{1}{2 - c + \sum_{j \ne k} 1 / \sigma(d_{kj})}.
+
+    Each :math:`d_{kj} \sim N(\mu_k - \mu_j,\ v_{kj})`, :math:`v_{kj} = \Sigma_{kk} + \Sigma_{jj}
+    - 2 \Sigma_{kj}`; replacing each :math:`\sigma(d_{kj})` by MacKay's (1992) approximation of its
+    expectation, :math:`E[\sigma(d_{kj})] \approx \sigma(\kappa_{kj} (\mu_k - \mu_j))`,
+    :math:`\kappa_{kj} = (1 + \pi v_{kj} / 8)^{-1/2}` (Daunizeau 2017, "Semi-analytical
+    approximations to statistical moments of sigmoid and softmax mappings", sec. 3), gives
+
+    .. math:: \tilde p_k = \Big(1 + \sum_{j \ne k} e^{-\kappa_{kj} (\mu_k - \mu_j)}\Big)^{-1},
+              \qquad p_k = \tilde p_k / \textstyle\sum_l \tilde p_l.
+
+    Only differences of the means and the differences' variances enter, so
+    :math:`p(\mu + a \mathbf 1) = p(\mu)` for any common shift :math:`a` (the softmax's own
+    invariance, which scaling each :math:`\mu_k` by its own :math:`(1 + \pi \Sigma_{kk}/8)^{-1/2}`
+    breaks); with no variance it is the softmax of :math:`\mu`, and for c = 2 it is MacKay's
+    binary approximation :math:`\sigma(\kappa_{12} (\mu_1 - \mu_2))` exactly. Computed in logs:
+    :math:`\log \tilde p_k = -\operatorname{logsumexp}_j(-\kappa_{kj}(\mu_k - \mu_j))` (the
+    j = k term is 0).
+
+    mean : (m, c); cov : (m, c, c).
+    """
+    from scipy.special import logsumexp
+
+    mean, cov = np.asarray(mean, float), np.asarray(cov, float)
+    if mean.ndim != 2 or cov.shape != mean.shape + mean.shape[1:]:
+        raise ValueError(f"pairwise_probit_softmax needs mean (m, c) and cov (m, c, c); got {mean.shape}, {cov.shape}")
+    diag = np.diagonal(cov, axis1=1, axis2=2)
+    var = np.maximum(diag[:, :, None] + diag[:, None, :] - 2.0 * cov, 0.0)  # v_kj (m, c, c)
+    diff = mean[:, :, None] - mean[:, None, :]  # mu_k - mu_j
+    log_p = -logsumexp(-diff / np.sqrt(1.0 + np.pi / 8.0 * var), axis=2)
+    p = np.exp(log_p - log_p.max(axis=1, keepdims=True))
+    return p / p.sum(axis=1, keepdims=True)
+
+
 class MulticlassLikelihood:
     r"""Base class of likelihoods with one latent function per class.
 
@@ -168,18 +210,16 @@ class MulticlassLikelihood:
           (R&W 2006, sec. 3.5 and Alg. 3.4, line 10), by the fixed quasi-random draws;
         * "mean": :math:`p_k = p(k \mid \mu_i)`, the plug-in at the latent predictive mean (the
           "MAP prediction" of R&W 2006, sec. 3.4.2);
-        * "probit" (softmax only): :math:`p_k = \operatorname{softmax}_k\big(\mu_{ik} /
-          \sqrt{1 + \pi \Sigma_{i,kk} / 8}\big)`, the probit-style approximation of the
-          Gaussian-softmax integral (MacKay 1992's kappa applied per class; Lu, Ie & Sha 2020,
-          "mean-field approximation").
+        * "probit" (softmax only): the probit-style approximation of the Gaussian-softmax
+          integral on the pairwise differences (``pairwise_probit_softmax``), invariant to a
+          shift common to all classes as the softmax is.
         """
         predictive = self._check_predictive(predictive)
         mean = np.asarray(mean, float)
         if predictive == "mean":
             p = self.probabilities(mean.T).T
         elif predictive == "probit":
-            var = np.diagonal(np.asarray(cov, float), axis1=1, axis2=2)
-            p = self.probabilities((mean / np.sqrt(1.0 + np.pi / 8.0 * var)).T).T
+            p = pairwise_probit_softmax(mean, np.asarray(cov, float))
         else:
             # in blocks of rows: the draws (c, rows, s) and the multinomial probit's
             # u-quadrature (nodes, c - 1, rows, s) stay a few MB (all rows at once grow as
@@ -250,7 +290,7 @@ class Softmax(MulticlassLikelihood):
         What ``predict`` returns (default ``"mean"``): the softmax of Laplace's latent
         predictive mean, :math:`\pi(E_q[f_*])`; the average of the softmax over Laplace's latent
         predictive Gaussian (R&W 2006, sec. 3.5); or the probit-style approximation of
-        that average.
+        that average on the classes' pairwise differences (``pairwise_probit_softmax``).
 
     Notes
     -----
