@@ -51,14 +51,18 @@ MAP-II by ``pymc_gpc.fit(method="map")``; test and training (first 2,000 rows) e
 log p under each predictive of the softmax (plug-in "mean", "probit", "integrate") from one
 latent predictive; ``--run ep``: the same with nested EP (multinomial probit, MAP-II of its own);
 ``--run dense``: the dense softmax Laplace at the softmax fit's hyperparameters; ``--run gold``:
-the exact posterior predictive there on 300 of the training rows (``gold_at``). SVGP (``--run svgp``, in an environment with
-torch and gpytorch): ``svgp_fit``'s docstring. CPU seconds (``time.process_time``) from the
-k-means to the fitted point; one BLAS / torch thread.
+the exact posterior predictive there on 300 of the training rows (``gold_at``); ``--run select``:
+the package's configuration chosen on validation rows carved from the training rows, then
+refitted on all of them (``select_fit``, ``validation_split``). SVGP (``--run svgp``, in an
+environment with torch and gpytorch; float32, mini-batches, a plateau schedule on the ELBO and
+an epoch cap): ``svgp_fit``'s docstring. CPU seconds (``time.process_time``) from the k-means
+to the fitted point; one BLAS / torch thread.
 
 Run:  OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/multiclass_large.py --phase all
 Writes benchmarks/results/multiclass_large.md.
-      python benchmarks/multiclass_large.py --data storms --run laplace|dense|ep|svgp|logistic \
-          [--n-train 2000] [--m 100] [--shared] [--prior -3,3] --work W; then --report61 --work W
+      python benchmarks/multiclass_large.py --data storms --run laplace|dense|ep|svgp|logistic|select \
+          [--n-train 2000] [--m 100] [--shared] [--prior -3,3] [--lr 0.02] [--max-epochs 300] --work W;
+          then --report61 --work W
 Writes benchmarks/results/multiclass_svgp.md.
 """
 
@@ -330,9 +334,10 @@ BIRDS_CLASSES = ("Approach", "Climb", "Take-off run", "Landing Roll", "Descent",
 BIRDS_FEATURES = ("log1p_height", "log1p_speed", "ac_mass", "num_engs", "year", "doy")
 STORMS_TEST, BIRDS_TEST = 4000, 2000
 PREDICTIVES = ("mean", "probit", "integrate")
-# SVGP: Adam's step size, the batch, the rounds of steps between loss checks, the plateau schedule
-SVGP_LR, SVGP_BATCH, SVGP_ROUND = 0.01, 1024, 25
-SVGP_FACTOR, SVGP_PATIENCE, SVGP_DECAYS, SVGP_MAX_STEPS = 0.3, 4, 3, 30_000
+# SVGP: Adam's step size and batch; the plateau schedule per epoch (factor, patience, cuts before
+# the stop, relative improvement that counts) and the hard epoch cap
+SVGP_LR, SVGP_BATCH = 0.02, 1024
+SVGP_FACTOR, SVGP_PATIENCE, SVGP_DECAYS, SVGP_TOL, SVGP_MAX_EPOCHS = 0.3, 5, 3, 1e-4, 300
 SVGP_TEST_SAMPLES = 1024
 
 
@@ -383,7 +388,24 @@ def load_set(name, n_train, seed=0):
         raise ValueError(f"unknown data set {name!r}: storms, birds or diamonds")
     if len(train) < n_train:
         raise ValueError(f"{name} has {len(train)} training rows, fewer than n_train = {n_train}")
-    return Split(name, X[train], y[train], X[test], y[test], features, classes)
+    split = Split(name, X[train], y[train], X[test], y[test], features, classes)
+    split.groups_train = col["storm"][train] if name == "storms" else None
+    return split
+
+
+def validation_split(data, share=0.2, seed=1):
+    """The training rows split for choosing a configuration without the test set: a seeded
+    ``share`` of the training storms (storms: whole storms, as the test set is split) or of
+    the training rows (birds) is the validation set, the rest the fitting set (a ``Split``)."""
+    rng = np.random.default_rng(seed)
+    if getattr(data, "groups_train", None) is not None:
+        groups = rng.permutation(np.unique(data.groups_train))
+        is_val = np.isin(data.groups_train, groups[: int(round(share * len(groups)))])
+    else:
+        is_val = np.zeros(len(data.y_train), bool)
+        is_val[rng.permutation(len(data.y_train))[: int(round(share * len(data.y_train)))]] = True
+    return Split(data.name, data.X_train[~is_val], data.y_train[~is_val], data.X_train[is_val],
+                 data.y_train[is_val], data.features, data.classes)
 
 
 def _predictive_metrics(lik, mean, cov, y):
@@ -417,7 +439,7 @@ def package_fit(data, m, per_class, prior, maxiter, learn=False, n_train_eval=20
     test = _predictive_metrics(gp.likelihood, *_latent(gp, data.X_test, res), data.y_test)
     cpu_pred = time.process_time() - c1
     k = min(n_train_eval, len(data.y_train))
-    train = _predictive_metrics(gp.likelihood, *_latent(gp, data.X_train[:k], res), data.y_train[:k])
+    train = _predictive_metrics(gp.likelihood, *_latent(gp, data.X_train[:k], res), data.y_train[:k]) if k else {}
     point = {k_: np.asarray(v).tolist() for k_, v in res.point.items() if k_.startswith("log_")}
     label = "softmax Laplace" if approximation == "laplace" else "nested EP (multinomial probit)"
     kernels = {True: "per-class ARD", False: "shared ARD", "amplitudes": "shared lengthscales, per-class amplitudes"}
@@ -427,6 +449,31 @@ def package_fit(data, m, per_class, prior, maxiter, learn=False, n_train_eval=20
             "n_iter": int(res.n_iter), "converged": bool(res.converged), "log_evidence": float(res.log_evidence),
             "test": test, "train": train, "point": point, "Xu": Xu.tolist(), "per_class": per_class,
             "prior": list(prior)}
+
+
+# the package's candidates for ``select_fit``: ard_classifier's per_class
+SELECT_CANDIDATES = (True, "amplitudes")
+
+
+def select_fit(data, m, prior, maxiter):
+    """The package's configuration chosen without the test set: each of ``SELECT_CANDIDATES``
+    (softmax Laplace FITC, m k-means inducing inputs, MAP-II) fitted on the fitting rows of
+    ``validation_split``, the one with the highest mean validation log p under the plug-in
+    predictive (the default) refitted on all the training rows; the refit's row, with the
+    validation figures and the selection's CPU seconds."""
+    val = validation_split(data)
+    candidates = []
+    for per_class in SELECT_CANDIDATES:
+        r = package_fit(val, m, per_class, prior, maxiter, n_train_eval=0)
+        candidates.append({"per_class": per_class, "n_fit": len(val.y_train), "n_val": len(val.y_test),
+                           "val_log_p": r["test"]["mean"]["mean_log_p"], "val_error": r["test"]["mean"]["error"],
+                           "cpu": r["cpu_fit"] + r["cpu_predict"], "n_iter": r["n_iter"]})
+        print(json.dumps(candidates[-1]), flush=True)
+    best = max(candidates, key=lambda c_: c_["val_log_p"])
+    row = package_fit(data, m, best["per_class"], prior, maxiter)
+    row.update(selection=candidates, cpu_selection=sum(c_["cpu"] for c_ in candidates))
+    row["method"] += " (chosen on validation rows)"
+    return row
 
 
 def reference_at(data, fit):
@@ -488,20 +535,26 @@ def gold_at(data, fit, n_sub=300, n_test=500, n_iter=10000):
             "test": {k: out[k] for k in out}}
 
 
-def svgp_fit(data, m, dtype="float64", seed=0):
+def svgp_fit(data, m, dtype="float32", seed=0, lr=None, max_epochs=None):
     """GPyTorch's multi-class SVGP: per-class ARD RBF kernels (``ScaleKernel``, constant means), m
     inducing inputs shared by the classes and learned (started at the k-means centres), one
     Cholesky variational distribution per class (``IndependentMultitaskVariationalStrategy``),
-    ``SoftmaxLikelihood`` without mixing; Adam (lr ``SVGP_LR``, batches of ``SVGP_BATCH``) with
-    ``ReduceLROnPlateau`` on the mean training loss of rounds of ``SVGP_ROUND`` steps (factor
-    ``SVGP_FACTOR``, patience ``SVGP_PATIENCE`` rounds); it stops after a round without improvement
-    once the step size has been cut ``SVGP_DECAYS`` times (or at ``SVGP_MAX_STEPS``). The test
-    set is not looked at until the end."""
+    ``SoftmaxLikelihood`` without mixing, ``VariationalELBO``; float32 by default (GPyTorch's
+    own), one torch thread. Adam (step size ``lr``, default ``SVGP_LR``) over shuffled
+    mini-batches of ``SVGP_BATCH`` rows; after each epoch (one pass over the training rows)
+    ``ReduceLROnPlateau`` (factor ``SVGP_FACTOR``, patience ``SVGP_PATIENCE`` epochs) steps on
+    the epoch's mean loss (the negative ELBO per row, averaged over the epoch's batches).
+    Training stops at the first epoch without an improvement of the best epoch loss by
+    ``SVGP_TOL`` (relative) once the step size has been cut ``SVGP_DECAYS`` times, or at the
+    hard cap of ``max_epochs`` epochs (default ``SVGP_MAX_EPOCHS``), reported as ``capped``.
+    The test set is not looked at until the end."""
     import gpytorch
     import torch
 
     from pymc_gpc.gp.models import kmeans_centres
 
+    lr = SVGP_LR if lr is None else lr
+    max_epochs = SVGP_MAX_EPOCHS if max_epochs is None else max_epochs
     torch.set_num_threads(1)
     torch.manual_seed(seed)
     tdtype = getattr(torch, dtype)
@@ -527,11 +580,12 @@ def svgp_fit(data, m, dtype="float64", seed=0):
     likelihood = gpytorch.likelihoods.SoftmaxLikelihood(num_classes=c, mixing_weights=False).to(tdtype)
     model.train(), likelihood.train()
     elbo = gpytorch.mlls.VariationalELBO(likelihood, model, num_data=len(y))
-    opt = torch.optim.Adam([*model.parameters(), *likelihood.parameters()], lr=SVGP_LR)
+    opt = torch.optim.Adam([*model.parameters(), *likelihood.parameters()], lr=lr)
     sched = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, factor=SVGP_FACTOR, patience=SVGP_PATIENCE)
     gen = torch.Generator().manual_seed(seed)
-    steps, decays, best, rounds, losses = 0, 0, np.inf, [], []
-    while steps < SVGP_MAX_STEPS:
+    steps, decays, best, epochs, stop = 0, 0, np.inf, [], "capped"
+    for epoch in range(1, max_epochs + 1):
+        losses = []
         for idx in torch.randperm(len(y), generator=gen).split(SVGP_BATCH):
             opt.zero_grad()
             loss = -elbo(model(X[idx]), y[idx])
@@ -539,19 +593,15 @@ def svgp_fit(data, m, dtype="float64", seed=0):
             opt.step()
             losses.append(loss.item())
             steps += 1
-            if steps % SVGP_ROUND == 0:
-                mean_loss = float(np.mean(losses[-SVGP_ROUND:]))
-                lr = opt.param_groups[0]["lr"]
-                sched.step(mean_loss)
-                decays += opt.param_groups[0]["lr"] < lr
-                improved = mean_loss < best - 1e-4 * abs(best)
-                best = min(best, mean_loss)
-                rounds.append((steps, mean_loss, lr, time.process_time() - c0))
-                if decays >= SVGP_DECAYS and not improved:
-                    break
-        else:
-            continue
-        break
+        mean_loss, step_size = float(np.mean(losses)), opt.param_groups[0]["lr"]
+        sched.step(mean_loss)
+        decays += opt.param_groups[0]["lr"] < step_size
+        improved = mean_loss < best - SVGP_TOL * abs(best)
+        best = min(best, mean_loss)
+        epochs.append((epoch, steps, mean_loss, step_size, time.process_time() - c0))
+        if decays >= SVGP_DECAYS and not improved:
+            stop = "plateau"
+            break
     cpu_fit, wall_fit = time.process_time() - c0, time.perf_counter() - t0
     model.eval(), likelihood.eval()
 
@@ -562,9 +612,11 @@ def svgp_fit(data, m, dtype="float64", seed=0):
         return torch.cat(out).double().numpy()
 
     k = min(2000, len(data.y_train))
-    return {"method": f"SVGP (GPyTorch), m = {m} learned, per-class ARD, softmax, {dtype}", "n": len(data.y_train),
-            "m": m, "cpu_fit": cpu_fit, "wall_fit": wall_fit, "steps": steps, "decays": int(decays),
-            "rounds": rounds, "test": {"integrate": metrics(probs(data.X_test), data.y_test)},
+    return {"method": f"SVGP (GPyTorch), m = {m} learned, per-class ARD, softmax, {dtype}, Adam lr {lr}, "
+                      f"batch {SVGP_BATCH}, at most {max_epochs} epochs",
+            "n": len(data.y_train), "m": m, "cpu_fit": cpu_fit, "wall_fit": wall_fit, "steps": steps,
+            "epochs": len(epochs), "max_epochs": max_epochs, "stop": stop, "decays": int(decays), "lr": lr,
+            "rounds": epochs, "test": {"integrate": metrics(probs(data.X_test), data.y_test)},
             "train": {"integrate": metrics(probs(data.X_train[:k]), data.y_train[:k])}}
 
 
@@ -593,8 +645,10 @@ def issue61(args):
                and f["per_class"] == (not args.shared) and f["prior"] == list(prior)][-1]
         row = (gold_at(data, fit, n_sub=args.gold_rows, n_iter=args.gold_iter) if args.run == "gold"
                else reference_at(data, fit))
+    elif args.run == "select":
+        row = select_fit(data, args.m, prior, args.maxiter)
     elif args.run == "svgp":
-        row = svgp_fit(data, args.m, args.dtype)
+        row = svgp_fit(data, args.m, args.dtype, lr=args.lr, max_epochs=args.max_epochs)
     elif args.run == "logistic":
         row = logistic_fit(data)
     row.update(data=args.data, run=args.run, load=os.getloadavg()[0])
@@ -618,13 +672,15 @@ def main():
     ap.add_argument("--tag", default="", help="profile: suffix of the JSON file's name")
     ap.add_argument("--data", default=None, choices=["storms", "birds", "diamonds"],
                     help="issue 61: run --run on this set (appends to --work/<data>.jsonl)")
-    ap.add_argument("--run", default="laplace", choices=["laplace", "dense", "ep", "gold", "svgp", "logistic"])
+    ap.add_argument("--run", default="laplace", choices=["laplace", "dense", "ep", "gold", "svgp", "logistic", "select"])
     ap.add_argument("--shared", action="store_true", help="issue 61: one ARD kernel shared by the classes")
     ap.add_argument("--amplitudes", action="store_true",
                     help="issue 61: lengthscales shared, amplitudes per class (per_class='amplitudes')")
     ap.add_argument("--learn", action="store_true", help="issue 61: learn the inducing inputs")
     ap.add_argument("--prior", default="-3,3", help="issue 61: mean,sd of the log-hyperparameters' prior")
-    ap.add_argument("--dtype", default="float64", help="issue 61: SVGP's float type")
+    ap.add_argument("--dtype", default="float32", help="issue 61: SVGP's float type")
+    ap.add_argument("--lr", type=float, default=None, help="issue 61: SVGP's Adam step size")
+    ap.add_argument("--max-epochs", type=int, default=None, help="issue 61: SVGP's hard epoch cap")
     ap.add_argument("--gold-rows", type=int, default=300, help="issue 61: training rows of the gold standard")
     ap.add_argument("--gold-iter", type=int, default=10000, help="issue 61: elliptical slice iterations per chain")
     ap.add_argument("--report61", action="store_true", help="issue 61: write results/multiclass_svgp.md")
@@ -759,14 +815,50 @@ def _row61(r):
     method = r["method"].replace(", prior N(-3.0, 3.0)", "")
     if "of" in r:
         method += f" (of: {r['of'].replace(', prior N(-3.0, 3.0)', '')})"
-    cost = (f"{r['n_iter']} L-BFGS-B iterations" if "n_iter" in r
-            else f"{r['steps']} Adam steps" if "steps" in r else "")
     cpu = r.get("cpu_fit", r.get("cpu"))
     preds = [p for p in ("mean", "probit", "integrate") if p in r["test"]]
     err = " / ".join(f"{r['test'][p]['error']:.4f}" for p in preds)
     logp = " / ".join(f"{r['test'][p]['mean_log_p']:.4f}" for p in preds)
     train = " / ".join(f"{r['train'][p]['mean_log_p']:.4f}" for p in preds if p in r.get("train", {}))
-    return [f"| {method} | {r['n']} | {', '.join(preds)} | {err} | {logp} | {train} | {cpu:.0f} | {cost} |"]
+    names = [f"{p} [old]" if p == "probit" and r.get("probit_rule") == "per-class" else p for p in preds]
+    return [f"| {method} | {r['n']} | {', '.join(names)} | {err} | {logp} | {train} | {cpu:.0f} | {_cost61(r)} |"]
+
+
+def _cost61(r):
+    """The iterations column: L-BFGS-B iterations (and the selection's CPU), or SVGP's Adam
+    steps, epochs and why it stopped."""
+    if "epochs" in r:
+        return (f"{r['steps']} Adam steps, {r['epochs']} epochs ({'its plateau rule' if r['stop'] == 'plateau' else 'the cap'}"
+                f"; cap {r['max_epochs']}; step size cut {r['decays']} times)")
+    if "steps" in r:
+        return f"{r['steps']} Adam steps"
+    if "selection" in r:
+        return f"{r['n_iter']} L-BFGS-B iterations (+ {r['cpu_selection']:.0f} s CPU choosing)"
+    return f"{r['n_iter']} L-BFGS-B iterations" if "n_iter" in r else ""
+
+
+def _comparison61(work):
+    """The table of issue 61's goal: at 10^4 training rows, SVGP against the package's
+    configuration chosen on validation rows (``select_fit``), both sets."""
+    lines = ["## At 10^4 training rows: the package against SVGP", "",
+             "| set | method | test error | test log p | CPU s (fit) | CPU s (with the choice) | how it stopped |",
+             "|---|---|---|---|---|---|---|"]
+    for name in ("storms", "birds"):
+        path = work / f"{name}.jsonl"
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+        for r in rows:
+            if r["n"] != 10_000 or r["run"] not in ("svgp", "select"):
+                continue
+            pred = "integrate" if r["run"] == "svgp" else "mean"
+            t = r["test"][pred]
+            total = r["cpu_fit"] + r.get("cpu_selection", 0.0)
+            how = (_cost61(r) if r["run"] == "svgp" else
+                   f"{r['n_iter']} L-BFGS-B iterations; chosen: " + ", ".join(
+                       f"{c_['per_class'] if c_['per_class'] != True else 'per-class ARD'} validation log p "
+                       f"{c_['val_log_p']:.4f}" for c_ in r["selection"]))
+            lines.append(f"| {name} | {r['method'].replace(', prior N(-3.0, 3.0)', '')} ({pred}) | {t['error']:.4f} | "
+                         f"{t['mean_log_p']:.4f} | {r['cpu_fit']:.0f} | {total:.0f} | {how} |")
+    return lines + [""]
 
 
 def report61(work):
@@ -776,7 +868,9 @@ def report61(work):
              "(``load_set``, ``package_fit``, ``reference_at``, ``svgp_fit``). CPU seconds (``time.process_time``, "
              "one BLAS / torch thread) from the k-means to the fitted point (for the references at a fit's "
              "hyperparameters: building and predicting). log p: mean log predictive probability of the true "
-             "class, on the test set and on (the first 2,000 of) the training rows.", ""]
+             "class, on the test set and on (the first 2,000 of) the training rows. \"probit [old]\": the softmax's "
+             "probit-style predictive as it was before ``pairwise_probit_softmax`` (each class's latent mean scaled "
+             "by its own variance), in the rows measured then.", "", *_comparison61(work)]
     for name in ("storms", "birds", "diamonds"):
         path = work / f"{name}.jsonl"
         if not path.exists():
