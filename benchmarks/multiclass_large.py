@@ -535,14 +535,14 @@ def gold_at(data, fit, n_sub=300, n_test=500, n_iter=10000):
             "test": {k: out[k] for k in out}}
 
 
-def svgp_fit(data, m, dtype="float32", seed=0, lr=None, max_epochs=None):
+def svgp_fit(data, m, dtype="float32", seed=0, lr=None, max_epochs=None, patience=None):
     """GPyTorch's multi-class SVGP: per-class ARD RBF kernels (``ScaleKernel``, constant means), m
     inducing inputs shared by the classes and learned (started at the k-means centres), one
     Cholesky variational distribution per class (``IndependentMultitaskVariationalStrategy``),
     ``SoftmaxLikelihood`` without mixing, ``VariationalELBO``; float32 by default (GPyTorch's
     own), one torch thread. Adam (step size ``lr``, default ``SVGP_LR``) over shuffled
     mini-batches of ``SVGP_BATCH`` rows; after each epoch (one pass over the training rows)
-    ``ReduceLROnPlateau`` (factor ``SVGP_FACTOR``, patience ``SVGP_PATIENCE`` epochs) steps on
+    ``ReduceLROnPlateau`` (factor ``SVGP_FACTOR``, ``patience`` epochs, default ``SVGP_PATIENCE``) steps on
     the epoch's mean loss (the negative ELBO per row, averaged over the epoch's batches).
     Training stops at the first epoch without an improvement of the best epoch loss by
     ``SVGP_TOL`` (relative) once the step size has been cut ``SVGP_DECAYS`` times, or at the
@@ -555,6 +555,7 @@ def svgp_fit(data, m, dtype="float32", seed=0, lr=None, max_epochs=None):
 
     lr = SVGP_LR if lr is None else lr
     max_epochs = SVGP_MAX_EPOCHS if max_epochs is None else max_epochs
+    patience = SVGP_PATIENCE if patience is None else patience
     torch.set_num_threads(1)
     torch.manual_seed(seed)
     tdtype = getattr(torch, dtype)
@@ -581,7 +582,7 @@ def svgp_fit(data, m, dtype="float32", seed=0, lr=None, max_epochs=None):
     model.train(), likelihood.train()
     elbo = gpytorch.mlls.VariationalELBO(likelihood, model, num_data=len(y))
     opt = torch.optim.Adam([*model.parameters(), *likelihood.parameters()], lr=lr)
-    sched = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, factor=SVGP_FACTOR, patience=SVGP_PATIENCE)
+    sched = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, factor=SVGP_FACTOR, patience=patience)
     gen = torch.Generator().manual_seed(seed)
     steps, decays, best, epochs, stop = 0, 0, np.inf, [], "capped"
     for epoch in range(1, max_epochs + 1):
@@ -613,9 +614,9 @@ def svgp_fit(data, m, dtype="float32", seed=0, lr=None, max_epochs=None):
 
     k = min(2000, len(data.y_train))
     return {"method": f"SVGP (GPyTorch), m = {m} learned, per-class ARD, softmax, {dtype}, Adam lr {lr}, "
-                      f"batch {SVGP_BATCH}, at most {max_epochs} epochs",
+                      f"batch {SVGP_BATCH}, plateau patience {patience}, at most {max_epochs} epochs",
             "n": len(data.y_train), "m": m, "cpu_fit": cpu_fit, "wall_fit": wall_fit, "steps": steps,
-            "epochs": len(epochs), "max_epochs": max_epochs, "stop": stop, "decays": int(decays), "lr": lr,
+            "epochs": len(epochs), "max_epochs": max_epochs, "patience": patience, "stop": stop, "decays": int(decays), "lr": lr,
             "rounds": epochs, "test": {"integrate": metrics(probs(data.X_test), data.y_test)},
             "train": {"integrate": metrics(probs(data.X_train[:k]), data.y_train[:k])}}
 
@@ -648,7 +649,7 @@ def issue61(args):
     elif args.run == "select":
         row = select_fit(data, args.m, prior, args.maxiter)
     elif args.run == "svgp":
-        row = svgp_fit(data, args.m, args.dtype, lr=args.lr, max_epochs=args.max_epochs)
+        row = svgp_fit(data, args.m, args.dtype, lr=args.lr, max_epochs=args.max_epochs, patience=args.patience)
     elif args.run == "logistic":
         row = logistic_fit(data)
     row.update(data=args.data, run=args.run, load=os.getloadavg()[0])
@@ -681,6 +682,7 @@ def main():
     ap.add_argument("--dtype", default="float32", help="issue 61: SVGP's float type")
     ap.add_argument("--lr", type=float, default=None, help="issue 61: SVGP's Adam step size")
     ap.add_argument("--max-epochs", type=int, default=None, help="issue 61: SVGP's hard epoch cap")
+    ap.add_argument("--patience", type=int, default=None, help="issue 61: SVGP's plateau patience (epochs)")
     ap.add_argument("--gold-rows", type=int, default=300, help="issue 61: training rows of the gold standard")
     ap.add_argument("--gold-iter", type=int, default=10000, help="issue 61: elliptical slice iterations per chain")
     ap.add_argument("--report61", action="store_true", help="issue 61: write results/multiclass_svgp.md")
@@ -829,7 +831,7 @@ def _cost61(r):
     steps, epochs and why it stopped."""
     if "epochs" in r:
         return (f"{r['steps']} Adam steps, {r['epochs']} epochs ({'its plateau rule' if r['stop'] == 'plateau' else 'the cap'}"
-                f"; cap {r['max_epochs']}; step size cut {r['decays']} times)")
+                f"; patience {r.get('patience', SVGP_PATIENCE)}, cap {r['max_epochs']}; step size cut {r['decays']} times)")
     if "steps" in r:
         return f"{r['steps']} Adam steps"
     if "selection" in r:
