@@ -856,7 +856,7 @@ def _comparison61(work):
             total = r["cpu_fit"] + r.get("cpu_selection", 0.0)
             how = (_cost61(r) if r["run"] == "svgp" else
                    f"{r['n_iter']} L-BFGS-B iterations; chosen: " + ", ".join(
-                       f"{c_['per_class'] if c_['per_class'] != True else 'per-class ARD'} validation log p "
+                       f"{'per-class ARD' if c_['per_class'] is True else 'shared lengthscales'} validation log p "
                        f"{c_['val_log_p']:.4f}" for c_ in r["selection"]))
             lines.append(f"| {name} | {r['method'].replace(', prior N(-3.0, 3.0)', '')} ({pred}) | {t['error']:.4f} | "
                          f"{t['mean_log_p']:.4f} | {r['cpu_fit']:.0f} | {total:.0f} | {how} |")
