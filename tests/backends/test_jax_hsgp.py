@@ -145,6 +145,25 @@ def test_failure_gives_minus_inf_and_a_zero_gradient(problem, case):
     assert all(np.all(np.asarray(g) == 0.0) for g in out[1:4])
 
 
+@pytest.mark.parametrize("approx, cls, th, ordinal", CASES, ids=IDS)
+def test_all_S_zero_gives_the_evidence_of_the_zero_prior(problem, approx, cls, th, ordinal):
+    """S = 0 (the spectral density underflowed): the prior is f = 0, log Z = sum_i log p(y_i | 0)
+    and the LOO terms log p(y_i | 0), status 0; Laplace's gradient in S the first-order term
+    ((Phi^T g)^2 + (Phi^2)^T h) / 2 (g, h: d/df and d^2/df^2 of log p at 0), as the numba
+    path (``tests/structures/test_hsgp.py``)."""
+    X, basis, S, *_ = problem
+    y = _labels(problem, ordinal)
+    out = _fn(basis, approx, cls.kind)(np.zeros_like(S), X, jnp.asarray(th, float), y)
+    d = _likelihood(cls, th).log_lik(y, np.zeros(N))
+    Phi = basis(X)
+    assert int(out[-1]) == 0
+    np.testing.assert_allclose(float(out[0]), np.sum(d.lp), rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(out[4]), d.lp, rtol=1e-12)
+    if approx == "laplace":
+        dS = 0.5 * ((Phi.T @ d.d1) ** 2 + (Phi ** 2).T @ d.d2)
+        np.testing.assert_allclose(np.asarray(out[1]), dS, rtol=1e-10, atol=1e-12 * np.max(np.abs(dS)))
+
+
 def test_predictive_equals_the_numba_path(problem):
     """Latent predictive mean and variance, and the joint covariance, at new inputs against
     ``HSGPPosterior.predict`` (Laplace, logistic)."""

@@ -57,6 +57,7 @@ from ...approximations import registry
 from ...approximations.ep import ep
 from ...approximations.laplace import laplace
 from ...ops import ApproxMarginalOp, LatentPredictiveOp
+from ...structures.hsgp import PRIOR_VARIANCE_FLOOR
 from . import likelihoods as lik
 from .common import (ANDERSON_MEMORY, evidence_with_vjp, MIN_RELATIVE_VAR, STATUS_FAILED, JaxSolver, bind_solver, ep_fixed_point,
                      ep_log_z, factor_ok, finish_outputs, laplace_loo, newton_mode, solver_table)
@@ -90,7 +91,7 @@ class HSGPLatent:
     def __init__(self, Phi, S):
         self.Phi, self.S = Phi, S
         self.s = jnp.sqrt(jnp.maximum(S, 0.0))
-        self.diag = (Phi * Phi) @ S
+        self.diag = jnp.maximum((Phi * Phi) @ S, PRIOR_VARIANCE_FLOOR)  # structures.hsgp's floor
 
     def factor(self, w):
         Phi, s = self.Phi, self.s
@@ -104,7 +105,7 @@ class HSGPLatent:
                 "c_sq": jnp.sum(C * C, axis=0)}
 
     def var(self, F):
-        return jnp.maximum(F["c_sq"], MIN_RELATIVE_VAR * jnp.maximum(self.diag, 1e-300))
+        return jnp.maximum(F["c_sq"], MIN_RELATIVE_VAR * self.diag)
 
     def _sigma_beta_times(self, F, u):
         """diag(s) A^{-1} diag(s) u: the posterior covariance of the weights times u."""
