@@ -659,13 +659,17 @@ class HSGPPosterior:
         """Latent predictive mean and variance at new inputs, O(n_* M) memory.
 
         f_* = Phi_* beta: mean Phi_* (S Phi^T a) (K_*f a); variance ||L_A^{-1} s Phi_*i||^2
-        (Cov(beta | y) = s A^{-1} s). ``k_diag_star`` is not needed (the basis defines the prior).
+        (Cov(beta | y) = s A^{-1} s), floored as the training marginals are (``var_diag``: 1e-14
+        times the prior variance, itself at least ``PRIOR_VARIANCE_FLOOR``), so that a likelihood's
+        predictive never meets a zero variance (all S = 0). ``k_diag_star`` is not needed (the
+        basis defines the prior).
 
         Phi_star : (n_*, M) the basis at the new inputs, or its operator (``LaplacianBasis.at``).
         """
         prior, star = self.prior, as_basis(Phi_star)
         mean = star.matvec(prior.S * prior.basis.rmatvec(np.asarray(a, dtype=float)))
-        return mean, star.quad_diag(self.L_A, prior.s)
+        floor = 1e-14 * np.maximum(star.sq_diag(prior.S), PRIOR_VARIANCE_FLOOR)
+        return mean, np.maximum(star.quad_diag(self.L_A, prior.s), floor)
 
 
 class HSGPStructure:

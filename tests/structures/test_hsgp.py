@@ -272,6 +272,14 @@ def test_all_S_zero_gives_the_evidence_of_the_zero_prior(lik, approx):
     if approx == "laplace":
         np.testing.assert_allclose(res.dlog_z_dK.S, dS, rtol=1e-10, atol=1e-12 * np.max(np.abs(dS)))
     assert np.all(np.isfinite(res.dlog_z_dK.S))
+    # the predictive at new inputs: f* = 0, so p(y* | 0) for every class (a zero variance would
+    # have the likelihoods' predictive divide by it: the variances are floored, ``predict``)
+    mean, var = res.posterior.predict(res.a, basis.at(np.random.default_rng(1).uniform(-1, 1, size=(5, 2))))
+    assert np.all(mean == 0.0) and np.all(var > 0.0)
+    p = np.asarray(lik.predict(mean, var))
+    classes = np.arange(p.shape[1]) if p.ndim > 1 else np.array([1.0])
+    want = np.exp([lik.log_lik(np.full(5, float(k)), np.zeros(5)).lp for k in classes]).T
+    np.testing.assert_allclose(p.reshape(want.shape), want, rtol=1e-12)
 
 
 @pytest.mark.parametrize("approx", list(RUNS))

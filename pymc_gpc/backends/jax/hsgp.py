@@ -246,8 +246,8 @@ def marginal_fn(approximation, kind, basis, **options):
 def predictive_fn(approximation, kind, basis, full_cov=False, **options):
     """(S, X, th, y, Phi_*, k_**) -> latent predictive mean and variance (or covariance) under
     q (``HSGPPosterior.predict``: f_* = Phi_* beta, mean Phi_* S Phi^T a, Cov(beta | y) =
-    s A^{-1} s); k_** is not used (the basis defines the prior). NaN where the approximation
-    failed."""
+    s A^{-1} s, the variances floored as there); k_** is not used (the basis defines the prior).
+    NaN where the approximation failed."""
     solve = solver(approximation, kind, basis, **options)
 
     def predict(S, X, th, y, Phi_star, K_star):
@@ -255,7 +255,8 @@ def predictive_fn(approximation, kind, basis, full_cov=False, **options):
         P, F = r["P"], r["F"]
         mean = Phi_star @ (P.S * (P.Phi.T @ r["a"]))
         C = F["M_inv"] @ (P.s[:, None] * Phi_star.T)
-        second = C.T @ C if full_cov else jnp.sum(C * C, axis=0)
+        floor = MIN_RELATIVE_VAR * jnp.maximum((Phi_star * Phi_star) @ P.S, PRIOR_VARIANCE_FLOOR)
+        second = C.T @ C if full_cov else jnp.maximum(jnp.sum(C * C, axis=0), floor)  # HSGPPosterior.predict
         bad = r["status"] == STATUS_FAILED
         return jnp.where(bad, jnp.nan, mean), jnp.where(bad, jnp.nan, second)
 
