@@ -371,3 +371,24 @@ def test_numpyro_nuts_runs_on_a_tiny_multiclass_hsgp_model():
     logp = model.compile_logp()
     np.testing.assert_allclose(-np.asarray(idata["sample_stats"]["lp"]).ravel(),
                                [logp({"log_ls": v}) for v in draws], atol=1e-3)
+
+
+@pytest.mark.parametrize("d, m, boundary", [(1, [9], "dirichlet"), (2, [5, 4], "neumann"),
+                                            (2, [4, 6], ("dirichlet-neumann", "neumann-dirichlet"))])
+def test_product_to_sum_equals_the_dense_products(d, m, boundary):
+    """``ProductToSum`` (the O(n P) route the JAX solvers take for a Laplacian basis) against
+    the dense products on Phi: H = Phi^T diag(w) Phi with weights of either sign, and
+    diag(Phi Sigma Phi^T) for a symmetric positive definite Sigma, every boundary condition."""
+    rng = np.random.default_rng(d + len(m))
+    X = rng.uniform(-1.5, 2.0, size=(50, d))
+    basis = LaplacianBasis(X, m, c=1.4, boundary=boundary)
+    Phi = basis(X)
+    pts = jax_hsgp.ProductToSum(basis)
+    tables = pts.tables(jnp.asarray(X))
+    w = rng.normal(size=50)
+    np.testing.assert_allclose(np.asarray(pts.gram(tables, jnp.asarray(w))), Phi.T @ (w[:, None] * Phi),
+                               rtol=1e-10, atol=1e-12)
+    B = rng.normal(size=(basis.M, basis.M))
+    Sigma = B @ B.T / basis.M + np.eye(basis.M)
+    np.testing.assert_allclose(np.asarray(pts.quad_diag(tables, jnp.asarray(Sigma))),
+                               np.einsum("ij,jk,ik->i", Phi, Sigma, Phi), rtol=1e-10)
