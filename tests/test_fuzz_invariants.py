@@ -170,3 +170,23 @@ def test_step_ep_numba_equals_jax_at_regression_draws(structure):
         b = jfn(K, th, y)
         assert a <= 0.0 and b <= 0.0
         assert (a == b == -np.inf) or abs(a - b) <= 1e-8 * (1.0 + abs(a)), (structure, d, a, b)
+
+
+# draws of the HSGP step-likelihood cell's recorded stream where JAX used to keep its first
+# converged run and numba the highest converged one (or -inf where none converged)
+HSGP_STEP_DRAWS = (5, 9, 11)
+
+
+def test_hsgp_step_ep_numba_equals_jax_at_regression_draws():
+    pytest.importorskip("jax")
+    j = FUZZ.INVARIANT_STRUCTURE_CELLS.index(("hsgp", "StepLabelNoise", "ep"))
+    rng = np.random.default_rng([20261122, j])
+    X, y = FUZZ.conflicting_duplicates(False)
+    basis = FUZZ.invariant_basis(X)
+    draws = [FUZZ.invariant_point("StepLabelNoise", X, rng, "hsgp", basis) for _ in range(max(HSGP_STEP_DRAWS) + 1)]
+    jfn = FUZZ._jax_log_z_fn("ep", "StepLabelNoise", "hsgp", basis)
+    for d in HSGP_STEP_DRAWS:
+        K, lik, th = draws[d]
+        a, b = FUZZ._numba_log_z("ep", K, y, lik, th, "hsgp"), jfn(K, th, y)
+        assert a <= 0.0 and b <= 0.0
+        assert (a == b == -np.inf) or abs(a - b) <= 1e-8 * (1.0 + abs(a)), (d, a, b)

@@ -42,7 +42,8 @@ the registry): EP runs parallel sweeps at ``damping``; if they do not converge i
 ``max_sweeps``, parallel EP from zero sites with damping 0.5 and twice the sweeps, then
 damping 0.25 and four times the sweeps, a retry replacing the result when it is finite (or
 the result is not), as ``solve.solve_with_retries``; a retry that is not needed runs no
-sweep. Laplace: Newton to at most ``4 * max_iter`` steps (the numba path's retry).
+sweep. The step likelihood (not log-concave) runs all three, cold, and keeps the converged
+one with the highest evidence, status 2 where none converged (``solve.highest_converged``). Laplace: Newton to at most ``4 * max_iter`` steps (the numba path's retry).
 
 Likelihoods (binary and ordinal) and failure semantics as ``engine``: status 0 converged,
 1 not converged (value used), 2 failed (a non-finite or negative S, a non-finite value or
@@ -65,7 +66,7 @@ from ...ops import ApproxMarginalOp, LatentPredictiveOp
 from ...structures.hsgp import PRIOR_VARIANCE_FLOOR, LaplacianBasis
 from . import likelihoods as lik
 from .common import (ANDERSON_MEMORY, evidence_with_vjp, MIN_RELATIVE_VAR, STATUS_FAILED, JaxSolver, bind_solver, ep_fixed_point,
-                     ep_log_z, factor_ok, finish_outputs, laplace_loo, newton_mode, solver_table)
+                     ep_log_z, factor_ok, finish_outputs, highest_converged, laplace_loo, newton_mode, solver_table)
 from .dispatch import check_supported, implements, op_options
 from .fitc import tri_inverse
 
@@ -240,11 +241,21 @@ def _prior(S, X, phi, pts=None):
 
 def ep_solve(S, X, th, y, *, kind, phi, pts=None, tol=1e-8, max_sweeps=300, damping=1.0, memory=ANDERSON_MEMORY):
     """HSGP EP (``approximations.ep`` with an ``HSGPPrior``) with the registry's retries for
-    this structure (module docstring). Returns a dict: log_z, dK (dS, dX = 0), dth, loo,
+    this structure (module docstring); for a likelihood that is not log-concave (the step
+    likelihood) every run of the schedule, cold, and the converged one with the highest
+    evidence, status 2 where none converged (``solve.highest_converged``, as the dense and
+    FITC engines). Returns a dict: log_z, dK (dS, dX = 0), dth, loo,
     n_iter, status, and what prediction needs."""
     P = _prior(S, X, phi, pts)
+    schedule = registry.get("ep").retry_schedule({"max_sweeps": max_sweeps, "damping": damping}, STRUCTURE)
     result = _ep_attempt(P, kind, y, th, tol=tol, max_sweeps=max_sweeps, damping=damping, memory=memory)
-    for retry in registry.get("ep").retry_schedule({"max_sweeps": max_sweeps, "damping": damping}, STRUCTURE):
+    if lik.negative_sites(kind):  # not log-concave: every run made, the highest converged one
+        runs = [result] + [_ep_attempt(P, kind, y, th, tol=tol, max_sweeps=retry["max_sweeps"],
+                                       damping=retry["damping"], memory=memory) for retry in schedule]
+        best = highest_converged([{**a, "good": a["ok"] & a["converged"]} for a in runs])
+        result = {**best, "ok": best["good"], "sweeps": sum(a["sweeps"] for a in runs)}
+        schedule = []
+    for retry in schedule:
         needed = ~result["converged"]
         attempt = _ep_attempt(P, kind, y, th, tol=tol, max_sweeps=jnp.where(needed, retry["max_sweeps"], 0),
                               damping=retry["damping"], memory=memory)
