@@ -33,12 +33,12 @@ failed (status 2) evaluations and the retries taken (``ApproxMarginalOp.counts``
     nice -n 10 python scripts/fuzz.py --draws 1200 --out benchmarks/results/fuzz.md
     PYTHONPATH=. python scripts/fuzz.py --invariants --draws 10 --out benchmarks/results/fuzz.md
 
-``--invariants`` (issue 58): over every likelihood x approximation on the dense and the FITC
-prior, numba and JAX, on duplicated inputs with conflicting labels: the log evidence never
+``--invariants`` (issue 58): over every likelihood x approximation on the dense, the FITC and
+the HSGP prior (several classes too), numba and JAX, on duplicated inputs with conflicting labels: the log evidence never
 above 0, the backends equal wherever either is finite; the evidence Op under PyTensor's
 Python VM against the numba linker (``python_vm_cell``); and every likelihood's predictive
 rows summing to 1 and matching quadrature at latent variances up to 1e6 (``invariant_cell``,
-``predictive_check``); its section of the results file is replaced in place. (``PYTHONPATH=.``:
+``predictive_check``; HSGP also the posterior's predictive rows at new inputs); its section of the results file is replaced in place. (``PYTHONPATH=.``:
 run as a script, ``scripts/`` heads the path and an installed ``pymc_gpc`` would be measured.)
     python scripts/fuzz.py --draws 100 --structures fitc dense-multiclass
 """
@@ -315,11 +315,14 @@ def _header():
 INVARIANT_CELLS = [(lik, a) for lik in (*LIKELIHOODS, "OrderedProbit", "OrderedLogit") for a in ("ep", "laplace")
                    if not (lik == "StepLabelNoise" and a == "laplace")]
 # (structure, likelihood, approximation): the dense and the FITC prior (8 inducing inputs:
-# the first distinct inputs), both served by the numba and the JAX engines
-INVARIANT_STRUCTURE_CELLS = [(st, lik, a) for st in ("dense", "fitc") for lik, a in INVARIANT_CELLS]
+# the first distinct inputs) and the HSGP prior (a 6 x 6 Laplacian basis), all served by the
+# numba and the JAX engines (new structures go last: a cell's stream is seeded by its index)
+INVARIANT_STRUCTURE_CELLS = [(st, lik, a) for st in ("dense", "fitc", "hsgp") for lik, a in INVARIANT_CELLS]
 N_INVARIANT_INDUCING = 8
+# the HSGP prior's basis: m per dimension and the box factor c (``structures.hsgp.LaplacianBasis``)
+INVARIANT_HSGP_M, INVARIANT_HSGP_C = (6, 6), 1.5
 # several classes: (structure, approximation), the likelihood each serves (Softmax, MultinomialProbit)
-MULTICLASS_INVARIANT_CELLS = [(st, a) for st in ("dense-multiclass", "fitc-multiclass")
+MULTICLASS_INVARIANT_CELLS = [(st, a) for st in ("dense-multiclass", "fitc-multiclass", "hsgp-multiclass")
                               for a in ("laplace", "ep")]
 MULTICLASS_LIKELIHOOD = {"laplace": "Softmax", "ep": "MultinomialProbit"}
 # PyTensor's Python VM (the Op's ``perform``) against the numba linker: binary EP, dense
@@ -350,12 +353,42 @@ def _invariant_kernel(A, B, z):
     return np.exp(z[2]) * np.exp(-0.5 * D)
 
 
-def invariant_point(lik_name, X, rng, structure="dense"):
+def invariant_basis(X):
+    """The HSGP cells' basis at the inputs X: ``INVARIANT_HSGP_M`` Laplacian eigenfunctions per
+    dimension on the box of factor ``INVARIANT_HSGP_C`` (``pm.gp.HSGP``'s m and c)."""
+    from pymc_gpc.structures.hsgp import LaplacianBasis
+
+    return LaplacianBasis(X, list(INVARIANT_HSGP_M), c=INVARIANT_HSGP_C)
+
+
+def invariant_spectral_variances(omega, z):
+    """S_j = s(omega_j) for ``_invariant_kernel``'s ExpQuad kernel (lengthscales exp(z0), exp(z1),
+    amplitude exp(z2)): exp(z2) (2 pi) l0 l1 exp(-|omega_j l|^2 / 2) (R&W eq. 4.21, as
+    ``pm.gp.cov.ExpQuad.power_spectral_density``); underflows to 0 at extreme lengthscales."""
+    ls = np.exp(z[:2])
+    return np.exp(z[2]) * 2.0 * np.pi * np.prod(ls) * np.exp(-0.5 * np.sum((omega * ls) ** 2, axis=1))
+
+
+class HSGPPoint(tuple):
+    """An HSGP cell's prior at one draw: (S, the basis operator at X, X), with ``perturbed``
+    giving the copy whose S is multiplied by 1 + 1e-16 e (``rounding_spread``)."""
+
+    def perturbed(self, rng):
+        S, operator, X = self
+        return HSGPPoint((S * (1.0 + 1e-16 * rng.normal(size=S.shape)), operator, X))
+
+
+def invariant_point(lik_name, X, rng, structure="dense", basis=None):
     """(K, likelihood, params) at log-hyperparameters drawn from N(0, 3^2); K is the dense
-    matrix, or for ``structure="fitc"`` the triple (K_uu, K_uf, diag K_ff) with the first
-    ``N_INVARIANT_INDUCING`` distinct inputs as inducing inputs."""
+    matrix, for ``structure="fitc"`` the triple (K_uu, K_uf, diag K_ff) with the first
+    ``N_INVARIANT_INDUCING`` distinct inputs as inducing inputs, for ``structure="hsgp"`` an
+    ``HSGPPoint`` on ``basis`` (``invariant_basis(X)`` if not given): the ExpQuad kernel's
+    spectral variances (``invariant_spectral_variances``)."""
     z = rng.normal(0.0, 3.0, size=5)
-    if structure == "fitc":
+    if structure == "hsgp":
+        basis = invariant_basis(X) if basis is None else basis
+        K = HSGPPoint((invariant_spectral_variances(basis.omega, z), basis.at(X), X))
+    elif structure == "fitc":
         Xu = X[:N_INVARIANT_INDUCING]
         K = (_invariant_kernel(Xu, Xu, z) + 1e-8 * np.exp(z[2]) * np.eye(Xu.shape[0]), _invariant_kernel(Xu, X, z),
              np.full(X.shape[0], np.exp(z[2])))
@@ -369,21 +402,27 @@ def invariant_point(lik_name, X, rng, structure="dense"):
     return K, lik, lik.resolve_params(None)
 
 
-def _numba_log_z(approx, K, y, lik, th, structure="dense"):
-    """The numba path's log evidence as the Ops get it: ``solve_with_retries`` with the
-    structure's retry schedule (FITC: ``ops.sparse``'s); -inf where it raises."""
+def _numba_solve(approx, K, y, lik, th, structure="dense"):
+    """The numba path's result as the Ops get it: ``solve_with_retries`` with the structure's
+    retry schedule (FITC: ``ops.sparse``'s); None where it raises."""
     from pymc_gpc.approximations import registry
     from pymc_gpc.approximations.solve import solve_with_retries
     from pymc_gpc.structures import DensePrior, FITCPrior
+    from pymc_gpc.structures.hsgp import HSGPPrior
 
     opts = dict(registry.APPROXIMATIONS[approx].engine_defaults)
-    prior = FITCPrior(*K) if structure == "fitc" else DensePrior(K)
+    prior = {"fitc": lambda: FITCPrior(*K), "hsgp": lambda: HSGPPrior(K[1], K[0])}.get(structure, lambda: DensePrior(K))()
     retries = registry.get(approx).retry_schedule(opts, structure)
     try:
-        result, _ = solve_with_retries(approx, prior, y, lik, th, None, opts, retry_options=retries)
+        return solve_with_retries(approx, prior, y, lik, th, None, opts, retry_options=retries)[0]
     except (ValueError, ArithmeticError, np.linalg.LinAlgError):
-        return -np.inf
-    return result.log_z
+        return None
+
+
+def _numba_log_z(approx, K, y, lik, th, structure="dense"):
+    """The numba path's log evidence (``_numba_solve``); -inf where it raises."""
+    result = _numba_solve(approx, K, y, lik, th, structure)
+    return -np.inf if result is None else result.log_z
 
 
 def rounding_spread(approx, K, y, lik, th, structure="dense", seed=0):
@@ -401,8 +440,12 @@ def rounding_spread(approx, K, y, lik, th, structure="dense", seed=0):
 
     values = []
     for _ in range(N_ROUNDING_PERTURBATIONS):
-        Kp = (perturbed(K[0], True), perturbed(K[1], False), perturbed(K[2], False)) if structure == "fitc" \
-            else perturbed(K, True)
+        if structure == "hsgp":
+            Kp = K.perturbed(rng)
+        elif structure == "fitc":
+            Kp = (perturbed(K[0], True), perturbed(K[1], False), perturbed(K[2], False))
+        else:
+            Kp = perturbed(K, True)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             values.append(_numba_log_z(approx, Kp, y, lik, th, structure))
@@ -420,17 +463,21 @@ def beyond_rounding(a, b, spread_values):
     return bool(abs(a - b) > np.max(np.abs(spread_values - a)))
 
 
-def _jax_log_z_fn(approx, lik_name, structure):
-    """The JAX engine's (K..., th, y) -> log evidence, jit-compiled (dense or FITC)."""
+def _jax_log_z_fn(approx, lik_name, structure, basis=None):
+    """The JAX engine's (K..., th, y) -> log evidence, jit-compiled (dense, FITC, or HSGP on
+    ``basis``: ``backends.jax.hsgp.marginal_fn``, called with (S, X, th, y))."""
     import jax
 
-    from pymc_gpc.backends.jax import engine, fitc
+    from pymc_gpc.backends.jax import engine, fitc, hsgp
 
     kind = (getattr(L, lik_name, None) or getattr(pymc_gpc, lik_name)).kind
-    fn = jax.jit((fitc if structure == "fitc" else engine).marginal_fn(approx, kind))
+    if structure == "hsgp":
+        fn = jax.jit(hsgp.marginal_fn(approx, kind, basis))
+    else:
+        fn = jax.jit((fitc if structure == "fitc" else engine).marginal_fn(approx, kind))
 
     def log_z(K, th, y):
-        args = K if structure == "fitc" else (K,)
+        args = (K[0], K[2]) if structure == "hsgp" else K if structure == "fitc" else (K,)
         return float(fn(*args, np.asarray(th, dtype=float), y)[0])
 
     return log_z
@@ -441,17 +488,33 @@ def invariant_cell(lik_name, approx, draws, rng, backends=("numba", "jax"), stru
     backends; ``max_diff``: the largest |numba - JAX| where both are finite;
     ``disagree_beyond`` / ``one_inf_beyond``: the disagreements and one-sided -inf that
     ``beyond_rounding`` finds larger than the value's own sensitivity to rounding in K;
-    ``bad_draws``: the indices of the draws that disagree or are one-sided."""
+    ``bad_draws``: the indices of the draws that disagree or are one-sided. HSGP adds the
+    predictive rows of the numba posterior (``hsgp_predictive_rows``): ``row_err``, the worst
+    |row sum - 1|, and ``pred_bad``, the draws with a finite evidence and a non-finite or
+    negative predictive probability."""
     c = dict.fromkeys(INVARIANT_KEYS, 0)
     c["max_diff"] = 0.0
     c["bad_draws"] = []
     X, y = conflicting_duplicates(lik_name.startswith("Ordered"))
-    jfn = _jax_log_z_fn(approx, lik_name, structure) if "jax" in backends else None
+    basis = invariant_basis(X) if structure == "hsgp" else None
+    if basis is not None:
+        c["row_err"], c["pred_bad"] = 0.0, 0
+        star = basis.at(np.random.default_rng(0).uniform(X.min(0), X.max(0), size=(N_HSGP_PREDICTIVE, X.shape[1])))
+    jfn = _jax_log_z_fn(approx, lik_name, structure, basis) if "jax" in backends else None
     for draw in range(draws):
-        K, lik, th = invariant_point(lik_name, X, rng, structure)
+        K, lik, th = invariant_point(lik_name, X, rng, structure, basis)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            a = _numba_log_z(approx, K, y, lik, th, structure)
+            result = _numba_solve(approx, K, y, lik, th, structure)
+            a = -np.inf if result is None else result.log_z
+            if basis is not None and np.isfinite(a):
+                try:
+                    rows = hsgp_predictive_rows(result, lik, th, star)
+                except ArithmeticError:  # a likelihood's predict at a zero latent variance
+                    rows = np.full((1, 2), np.nan)
+                c["pred_bad"] += int(not (np.all(np.isfinite(rows)) and np.all(rows >= 0.0)))
+                if np.all(np.isfinite(rows)):
+                    c["row_err"] = max(c["row_err"], float(np.max(np.abs(rows.sum(axis=1) - 1.0))))
         c["draws"] += 1
         c["finite"] += bool(np.isfinite(a))
         c["neg_inf"] += a == -np.inf
@@ -476,33 +539,64 @@ def invariant_cell(lik_name, approx, draws, rng, backends=("numba", "jax"), stru
     return c
 
 
+N_HSGP_PREDICTIVE = 12
+
+
+def hsgp_predictive_rows(result, lik, th, star):
+    """The predictive class probabilities (n*, classes) of an HSGP result at the basis operator
+    ``star`` (``HSGPPosterior.predict``, then the likelihood's ``predict``; binary: [1 - p, p])."""
+    mean, var = result.posterior.predict(result.a, star)
+    p = np.asarray(lik.predict(mean, var, th))
+    return np.column_stack([1.0 - p, p]) if p.ndim == 1 else p
+
+
+def _jax_multiclass_fn(structure, approx, basis=None):
+    """The JAX engine's multi-class evidence function for ``structure``, jit-compiled, or None
+    where the JAX backend does not serve it (``registry.BACKEND_STRUCTURES``)."""
+    from pymc_gpc.approximations import registry
+
+    if structure not in registry.BACKEND_STRUCTURES["jax"]:
+        return None
+    import jax
+
+    from pymc_gpc.backends.jax import multiclass, multiclass_fitc
+
+    if structure.startswith("hsgp"):
+        from pymc_gpc.backends.jax import multiclass_hsgp
+
+        return jax.jit(multiclass_hsgp.marginal_fn(approx, basis))
+    return jax.jit((multiclass_fitc if structure.startswith("fitc") else multiclass).marginal_fn(approx))
+
+
 def multiclass_invariant_cell(structure, approx, draws, rng, backends=("numba", "jax")):
     """``invariant_cell`` for several classes (``approx`` "laplace": Softmax,
-    "ep": MultinomialProbit), dense or FITC (``structure`` "dense-multiclass" /
-    "fitc-multiclass"): three classes, one kernel per class with its own N(0, 3^2)
-    log-hyperparameters, the issue's data with the second copy of 8 pairs moved a class on."""
+    "ep": MultinomialProbit), dense, FITC or HSGP (``structure`` "dense-multiclass" /
+    "fitc-multiclass" / "hsgp-multiclass": ``invariant_basis`` shared by the classes): three
+    classes, one kernel per class with its own N(0, 3^2) log-hyperparameters, the issue's data
+    with the second copy of 8 pairs moved a class on. JAX is compared where its engine serves
+    the structure (``_jax_multiclass_fn``); ``jax_run`` says whether it did."""
     from pymc_gpc.approximations import registry
     from pymc_gpc.approximations.solve import solve_with_retries
     from pymc_gpc.structures import MulticlassFITCPrior
+    from pymc_gpc.structures.multiclass_hsgp import MulticlassHSGPPrior
 
     c = dict.fromkeys(INVARIANT_KEYS, 0)
     c["max_diff"] = 0.0
     X, y = conflicting_duplicates(True)  # bands 0, 1, 2 as classes
-    fitc = structure.startswith("fitc")
+    fitc, hsgp = structure.startswith("fitc"), structure.startswith("hsgp")
     lik = L.Softmax() if approx == "laplace" else L.MultinomialProbit()
     opts = dict(registry.APPROXIMATIONS[approx].engine_defaults)
     retries = registry.get(approx).retry_schedule(opts, structure)
-    jfn = None
-    if "jax" in backends:
-        import jax
-
-        from pymc_gpc.backends.jax import multiclass, multiclass_fitc
-
-        jfn = jax.jit((multiclass_fitc if fitc else multiclass).marginal_fn(approx))
+    basis = invariant_basis(X) if hsgp else None
+    jfn = _jax_multiclass_fn(structure, approx, basis) if "jax" in backends else None
+    c["jax_run"] = jfn is not None
     Xu = X[:N_INVARIANT_INDUCING]
     for _ in range(draws):
         zs = rng.normal(0.0, 3.0, size=(3, 5))
-        if fitc:
+        if hsgp:
+            K = (np.stack([invariant_spectral_variances(basis.omega, z) for z in zs]), X)
+            prior = MulticlassHSGPPrior(basis(X), K[0])
+        elif fitc:
             K = (np.stack([_invariant_kernel(Xu, Xu, z) + 1e-8 * np.exp(z[2]) * np.eye(len(Xu)) for z in zs]),
                  np.stack([_invariant_kernel(Xu, X, z) for z in zs]), np.stack([np.full(len(X), np.exp(z[2])) for z in zs]))
             prior = MulticlassFITCPrior(*K)
@@ -616,16 +710,19 @@ INVARIANTS_TITLE = "# Invariants: log evidence <= 0, rows summing to 1, JAX equa
 def invariants_table(rows, vm_rows, predictive, draws, seconds):
     """The invariants section of ``fuzz.md`` (Markdown)."""
     lines = [INVARIANTS_TITLE, "",
-             f"`python scripts/fuzz.py --invariants --draws {draws}`; wall time {seconds / 60:.1f} min. Dense prior and",
-             f"FITC ({N_INVARIANT_INDUCING} inducing inputs: the first distinct inputs), the issue's data (24 inputs each",
+             f"`python scripts/fuzz.py --invariants --draws {draws}`; wall time {seconds / 60:.1f} min. Dense prior,",
+             f"FITC ({N_INVARIANT_INDUCING} inducing inputs: the first distinct inputs) and HSGP (a",
+             f"{' x '.join(map(str, INVARIANT_HSGP_M))} Laplacian basis, c = {INVARIANT_HSGP_C}, S the ExpQuad kernel's spectral density,",
+             "which underflows to 0 at extreme lengthscales), the issue's data (24 inputs each",
              "given twice, 8 pairs with conflicting labels; ordinal and several classes: three bands, the second copy",
              "one band apart; one kernel per class), every log-hyperparameter and",
              "likelihood parameter ~ N(0, 3^2) on its unconstrained scale. Engine level: the numba path as the Ops",
              "call it (`solve_with_retries`, the structure's retry schedule) against the JAX engine",
-             "(`backends/jax/engine.py`, `fitc.py`). `> 0`: log evidence above 0 (impossible for discrete labels);",
+             "(`backends/jax/engine.py`, `fitc.py`, `hsgp.py`, the multi-class modules; `n/a` where it does not serve",
+             "the structure). `> 0`: log evidence above 0 (impossible for discrete labels);",
              "`disagree`: both finite and |numba - JAX| > 1e-8 (1 + |numba|); `one -inf`: one backend finite, the",
              "other -inf (status 2); `beyond rounding`: those of them (disagree / one -inf) that numba's own value",
-             f"does not reproduce at {N_ROUNDING_PERTURBATIONS} copies of K with every entry times 1 + 1e-16 e, e ~ N(0, 1)",
+             f"does not reproduce at {N_ROUNDING_PERTURBATIONS} copies of K (HSGP: of S) with every entry times 1 + 1e-16 e, e ~ N(0, 1)",
              "(`rounding_spread`: |numba - JAX| above the copies' largest |change|, or finiteness that no copy",
              "shares with JAX); `max |diff|`: the largest |numba - JAX| where both are finite; `draws that differ`:",
              "their indices in the cell's stream (seed, cell index).",
@@ -635,10 +732,22 @@ def invariants_table(rows, vm_rows, predictive, draws, seconds):
              "| JAX > 0 | disagree | one -inf | beyond rounding | max abs diff | draws that differ |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for structure, lik_name, approx, c in rows:
+        if c.get("jax_run", True):
+            jax_cells = ([str(c[k]) for k in INVARIANT_KEYS[4:-2]]
+                         + [f"{c['disagree_beyond']} / {c['one_inf_beyond']}", f"{c['max_diff']:.1e}"])
+        else:  # the JAX engine does not serve this structure
+            jax_cells = ["n/a"] * 7
         lines.append(f"| {structure} | {lik_name} | {approx} | "
-                     + " | ".join(str(c[k]) for k in INVARIANT_KEYS[:-2])
-                     + f" | {c['disagree_beyond']} / {c['one_inf_beyond']} | {c['max_diff']:.1e} | "
+                     + " | ".join([str(c[k]) for k in INVARIANT_KEYS[:4]] + jax_cells) + " | "
                      + (", ".join(map(str, c.get("bad_draws", []))) or "-") + " |")
+    hsgp_rows = [(lik_name, approx, c) for structure, lik_name, approx, c in rows if "row_err" in c]
+    if hsgp_rows:
+        lines += ["", f"HSGP cells: the numba posterior's predictive at {N_HSGP_PREDICTIVE} new inputs in the inputs' box",
+                  "(`HSGPPosterior.predict`, then the likelihood's `predict`), at every draw with a finite evidence:",
+                  "`bad` counts draws with a non-finite or negative probability or an ArithmeticError.", "",
+                  "| likelihood | approx | finite draws | worst row sum error | bad |", "|---|---|---|---|---|"]
+        lines += [f"| {lik_name} | {approx} | {c['finite']} | {c['row_err']:.1e} | {c['pred_bad']} |"
+                  for lik_name, approx, c in hsgp_rows]
     lines += ["", "PyTensor's Python VM (`backends.python_vm.PYTHON_VM_MODE`: the evidence Op's `perform`) against the default",
               "numba linker, on a PyMC model (`MarginalEP`, dense prior, the same data and draws of the kernel's three",
               "log-hyperparameters and the likelihood parameter); `> 0` counts both compilations.", "",
@@ -681,7 +790,8 @@ def invariants_main(args):
         body = provenance.replace("<!-- provenance: written by benchmarks/_provenance.py -->\n", "")
         with open(args.out, "w") as fh:
             fh.write((head + "\n\n" if head else "") + text.replace("\n\n", "\n\n" + body, 1))
-    bad = sum(c["above_0"] + c["jax_above_0"] for *_, c in rows) + sum(c["above_0"] for _, c in vm_rows)
+    bad = sum(c["above_0"] + c["jax_above_0"] + c.get("pred_bad", 0) + (c.get("row_err", 0.0) > 1e-9) for *_, c in rows)
+    bad += sum(c["above_0"] for _, c in vm_rows)
     return 1 if bad or any(v[0] > 1e-9 for v in predictive.values()) else 0
 
 

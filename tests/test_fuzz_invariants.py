@@ -1,7 +1,9 @@
 """A small fixed-seed sample of ``scripts/fuzz.py --invariants`` (issue 58): on duplicated
 inputs with conflicting labels, no likelihood x approximation returns a log evidence above
 0 (numba for every cell, JAX for the step likelihood's EP, the cell that gave +5e11); on the
-FITC prior (binary, ordinal, several classes) the numba and JAX engines agree (1e-8) wherever either is finite; the evidence Op
+FITC prior (binary, ordinal, several classes) and the HSGP prior (binary, ordinal) the numba
+and JAX engines agree (1e-8) wherever either is finite, and HSGP's predictive rows at new inputs
+are finite and sum to 1; the evidence Op
 under PyTensor's Python VM equals the numba linker's; and every likelihood's predictive rows
 sum to 1 and match quadrature at latent variances up to 1e6.
 
@@ -60,6 +62,44 @@ def test_fitc_numba_equals_jax(lik_name, approx):
     assert c["draws"] == 4 and c["finite"] + c["jax_finite"] > 0, c
     assert c["above_0"] == 0 and c["jax_above_0"] == 0, c
     assert c["one_inf"] == 0 and c["disagree"] == 0, c
+
+
+HSGP_CELLS = [("Probit", "ep"), ("Logistic", "laplace"), ("ProbitNoise", "ep"), ("OrderedLogit", "ep"),
+              ("OrderedProbit", "laplace")]
+
+
+@pytest.mark.parametrize("lik_name, approx", HSGP_CELLS, ids=lambda v: str(v))
+def test_hsgp_numba_equals_jax(lik_name, approx):
+    """The HSGP cells (``invariant_cell(structure="hsgp")``): S of an ExpQuad kernel at N(0, 3^2)
+    log-hyperparameters, underflowing to 0 at the long lengthscales among them."""
+    pytest.importorskip("jax")
+    c = FUZZ.invariant_cell(lik_name, approx, 6, np.random.default_rng([62, len(lik_name), 3]), structure="hsgp")
+    assert c["draws"] == 6 and c["finite"] == c["jax_finite"] == 6, c
+    assert c["above_0"] == 0 and c["jax_above_0"] == 0, c
+    assert c["one_inf"] == 0 and c["disagree"] == 0, c
+    assert c["pred_bad"] == 0 and c["row_err"] <= 1e-9, c
+
+
+def test_hsgp_spectral_variances_are_pymc_s_and_underflow_to_zero():
+    """The HSGP cells' S: ``pm.gp.cov.ExpQuad.power_spectral_density`` at the basis frequencies,
+    and exactly 0 at a lengthscale of e^6 (the case of ``tests/structures/test_hsgp.py``'s
+    ``test_all_S_zero_gives_the_evidence_of_the_zero_prior``, which the fuzz's draws reach)."""
+    X, _ = FUZZ.conflicting_duplicates(False)
+    basis = FUZZ.invariant_basis(X)
+    z = np.array([6.0, 0.0, 0.0])
+    S = FUZZ.invariant_spectral_variances(basis.omega, z)
+    assert np.all(S == 0.0)
+    import pymc as pm
+
+    cov = pm.gp.cov.ExpQuad(2, ls=np.exp([-1.0, 0.5]))
+    np.testing.assert_allclose(FUZZ.invariant_spectral_variances(basis.omega, np.array([-1.0, 0.5, 0.0])),
+                               cov.power_spectral_density(basis.omega).eval().ravel(), rtol=1e-12)
+
+
+def test_hsgp_multiclass_never_above_zero():
+    c = FUZZ.multiclass_invariant_cell("hsgp-multiclass", "ep", 3, np.random.default_rng([62, 5]))
+    assert c["draws"] == 3 and c["finite"] > 0 and c["above_0"] == 0, c
+    assert not c["jax_run"] or (c["one_inf"] == 0 and c["disagree"] == 0), c
 
 
 @pytest.mark.parametrize("lik_name", ["ProbitBias", "Logistic"])
@@ -130,3 +170,23 @@ def test_step_ep_numba_equals_jax_at_regression_draws(structure):
         b = jfn(K, th, y)
         assert a <= 0.0 and b <= 0.0
         assert (a == b == -np.inf) or abs(a - b) <= 1e-8 * (1.0 + abs(a)), (structure, d, a, b)
+
+
+# draws of the HSGP step-likelihood cell's recorded stream where JAX used to keep its first
+# converged run and numba the highest converged one (or -inf where none converged)
+HSGP_STEP_DRAWS = (5, 9, 11)
+
+
+def test_hsgp_step_ep_numba_equals_jax_at_regression_draws():
+    pytest.importorskip("jax")
+    j = FUZZ.INVARIANT_STRUCTURE_CELLS.index(("hsgp", "StepLabelNoise", "ep"))
+    rng = np.random.default_rng([20261122, j])
+    X, y = FUZZ.conflicting_duplicates(False)
+    basis = FUZZ.invariant_basis(X)
+    draws = [FUZZ.invariant_point("StepLabelNoise", X, rng, "hsgp", basis) for _ in range(max(HSGP_STEP_DRAWS) + 1)]
+    jfn = FUZZ._jax_log_z_fn("ep", "StepLabelNoise", "hsgp", basis)
+    for d in HSGP_STEP_DRAWS:
+        K, lik, th = draws[d]
+        a, b = FUZZ._numba_log_z("ep", K, y, lik, th, "hsgp"), jfn(K, th, y)
+        assert a <= 0.0 and b <= 0.0
+        assert (a == b == -np.inf) or abs(a - b) <= 1e-8 * (1.0 + abs(a)), (d, a, b)

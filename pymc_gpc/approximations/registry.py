@@ -47,7 +47,7 @@ BACKENDS = ("numba", "jax")
 SPARSE_PRIORS = {"FITC": "fitc", "HSGP": "hsgp"}
 # the prior structures each backend implements (PyTensor's Python VM runs the numba Ops' perform)
 BACKEND_STRUCTURES = {"numba": ("dense", "fitc", "dense-multiclass", "fitc-multiclass", "hsgp", "hsgp-multiclass"),
-                      "jax": ("dense", "fitc", "dense-multiclass", "fitc-multiclass", "hsgp")}
+                      "jax": ("dense", "fitc", "dense-multiclass", "fitc-multiclass", "hsgp", "hsgp-multiclass")}
 # the likelihood families (``family``): one latent function with two labels, one with K
 # ordered labels, c latent functions
 FAMILIES = ("binary", "ordinal", "multiclass")

@@ -94,6 +94,13 @@ class CosineProductBasis:
             self._pairs.append((np.ravel_multi_index(p, P).reshape(-1), sign))
         self._pref = np.prod([0.5 * np.outer(amplitude[:, k], amplitude[:, k]) for k in range(self.d)], axis=0)
 
+    def pair_tables(self):
+        """What ``gram`` and ``quad_diag_matrix`` read besides the cosine tables, for another
+        implementation of them (``backends.jax.hsgp``): the widths P_k of the tables c_p(u_k),
+        the 2^d (positions in T of the pairs (j, j'), flattened M^2; sign) and the prefactors
+        prod_k a_jk a_j'k / 2 (M, M) (module docstring)."""
+        return [t.shape[1] for t in self.cosines], list(self._pairs), self._pref
+
     def _blocks(self, tables):
         width = int(np.prod([t.shape[1] for t in tables]))
         for rows in _row_blocks(self.n, width):

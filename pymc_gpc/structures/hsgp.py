@@ -84,6 +84,15 @@ BOUNDARIES = ("dirichlet", "neumann", "dirichlet-neumann", "neumann-dirichlet")
 # (first index j0, trigonometric function) of each boundary condition: lambda_j =
 # (pi j / (2 L))^2 for j = j0, ..., j0 + m - 1, phi_j(x) = trig(sqrt(lambda_j) (x + L)) / sqrt(L)
 # (``pymc.gp.hsgp_approx``'s table; the constant Neumann mode is 1 / sqrt(2 L))
+# The floor of the prior variances diag K~_i as the solvers read them (``HSGPPrior.diag``: EP's
+# cavity floor 1 / K~_ii, the marginal variances' floor 1e-14 K~_ii, LA-LOO's cavity). Where
+# every S_j whose phi_j is non-zero at x_i vanishes (the spectral density underflows at extreme
+# hyperparameters), f_i = 0 under the prior and K~_ii = 0, which those divide by. With the floor
+# the cavity variances stay at or above about 1e-26, where every likelihood's tilted moments are
+# accurate; the site is then EP's and Newton's limit of a vanishing prior variance and the
+# evidence sum_i log p(y_i | 0) to rounding: coefficients with S_j = 0 contribute nothing. A
+# floor is a bound only: posterior variances, means and Phi diag(S) Phi^T itself are unchanged.
+PRIOR_VARIANCE_FLOOR = 1e-12
 _BOUNDARY_TABLE = {"dirichlet": (1.0, np.sin), "neumann": (0.0, np.cos),
                    "dirichlet-neumann": (0.5, np.sin), "neumann-dirichlet": (0.5, np.cos)}
 
@@ -527,10 +536,10 @@ class HSGPPrior:
             raise ValueError(f"S (the spectral density at the basis frequencies) has a negative entry ({np.min(S):.3g})")
         self.S, self.s = S, np.sqrt(S)
         self.n, self.M = self.basis.n, self.basis.M
-        self._diag = self.basis.sq_diag(S)
+        self._diag = np.maximum(self.basis.sq_diag(S), PRIOR_VARIANCE_FLOOR)
 
     def diag(self):
-        """diag K~ (the prior variances)."""
+        """diag K~ (the prior variances), floored at ``PRIOR_VARIANCE_FLOOR``."""
         return self._diag
 
     def matvec(self, v):
@@ -602,7 +611,7 @@ class HSGPPosterior:
         if self._var is None:
             prior = self.prior
             var = prior.basis.quad_diag(self.L_A, prior.s)
-            self._var = np.maximum(var, 1e-14 * np.maximum(prior.diag(), 1e-300))
+            self._var = np.maximum(var, 1e-14 * prior.diag())
         return self._var
 
     def _L_inverse(self):
@@ -650,13 +659,17 @@ class HSGPPosterior:
         """Latent predictive mean and variance at new inputs, O(n_* M) memory.
 
         f_* = Phi_* beta: mean Phi_* (S Phi^T a) (K_*f a); variance ||L_A^{-1} s Phi_*i||^2
-        (Cov(beta | y) = s A^{-1} s). ``k_diag_star`` is not needed (the basis defines the prior).
+        (Cov(beta | y) = s A^{-1} s), floored as the training marginals are (``var_diag``: 1e-14
+        times the prior variance, itself at least ``PRIOR_VARIANCE_FLOOR``), so that a likelihood's
+        predictive never meets a zero variance (all S = 0). ``k_diag_star`` is not needed (the
+        basis defines the prior).
 
         Phi_star : (n_*, M) the basis at the new inputs, or its operator (``LaplacianBasis.at``).
         """
         prior, star = self.prior, as_basis(Phi_star)
         mean = star.matvec(prior.S * prior.basis.rmatvec(np.asarray(a, dtype=float)))
-        return mean, star.quad_diag(self.L_A, prior.s)
+        floor = 1e-14 * np.maximum(star.sq_diag(prior.S), PRIOR_VARIANCE_FLOOR)
+        return mean, np.maximum(star.quad_diag(self.L_A, prior.s), floor)
 
 
 class HSGPStructure:

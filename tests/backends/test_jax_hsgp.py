@@ -145,6 +145,25 @@ def test_failure_gives_minus_inf_and_a_zero_gradient(problem, case):
     assert all(np.all(np.asarray(g) == 0.0) for g in out[1:4])
 
 
+@pytest.mark.parametrize("approx, cls, th, ordinal", CASES, ids=IDS)
+def test_all_S_zero_gives_the_evidence_of_the_zero_prior(problem, approx, cls, th, ordinal):
+    """S = 0 (the spectral density underflowed): the prior is f = 0, log Z = sum_i log p(y_i | 0)
+    and the LOO terms log p(y_i | 0), status 0; Laplace's gradient in S the first-order term
+    ((Phi^T g)^2 + (Phi^2)^T h) / 2 (g, h: d/df and d^2/df^2 of log p at 0), as the numba
+    path (``tests/structures/test_hsgp.py``)."""
+    X, basis, S, *_ = problem
+    y = _labels(problem, ordinal)
+    out = _fn(basis, approx, cls.kind)(np.zeros_like(S), X, jnp.asarray(th, float), y)
+    d = _likelihood(cls, th).log_lik(y, np.zeros(N))
+    Phi = basis(X)
+    assert int(out[-1]) == 0
+    np.testing.assert_allclose(float(out[0]), np.sum(d.lp), rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(out[4]), d.lp, rtol=1e-12)
+    if approx == "laplace":
+        dS = 0.5 * ((Phi.T @ d.d1) ** 2 + (Phi ** 2).T @ d.d2)
+        np.testing.assert_allclose(np.asarray(out[1]), dS, rtol=1e-10, atol=1e-12 * np.max(np.abs(dS)))
+
+
 def test_predictive_equals_the_numba_path(problem):
     """Latent predictive mean and variance, and the joint covariance, at new inputs against
     ``HSGPPosterior.predict`` (Laplace, logistic)."""
@@ -242,3 +261,134 @@ def test_numpyro_nuts_runs_on_a_tiny_hsgp_model():
     numba_lp = [logp({name: v[i] for name, v in draws.items()}) for i in range(10)]
     # PyMC stores numpyro's potential energy, -log density, as "lp"
     np.testing.assert_allclose(-np.asarray(idata["sample_stats"]["lp"]).ravel(), numba_lp, atol=1e-3)
+
+
+# --- several classes (``backends/jax/multiclass_hsgp.py``) ---------------------------------------
+
+MC_SOLVERS = {"laplace": (pymc_gpc.softmax_laplace, L.Softmax, {}),
+              "ep": (pymc_gpc.multinomial_probit_ep, L.MultinomialProbit, {"tol": 1e-10})}
+_MC_FNS = {}
+
+
+@pytest.fixture(scope="module")
+def mc_problem():
+    """n = 36 points in 2-D, a 5 x 4 Laplacian basis (c = 1.5) shared by 3 classes, each with its
+    own ExpQuad kernel's S; the third class's 8 highest frequencies set to 0 (an underflowed
+    spectral density); labels from three bands of a smooth function."""
+    rng = np.random.default_rng(11)
+    X = rng.uniform(-2.0, 2.0, size=(36, 2))
+    y = np.digitize(X[:, 0] + 0.5 * np.sin(2.0 * X[:, 1]) + 0.3 * rng.normal(size=36), [-0.6, 0.6])
+    basis = LaplacianBasis(X, [5, 4], c=1.5)
+    S = np.stack([basis.variances(a * pm.gp.cov.ExpQuad(2, ls=ls)).eval() for a, ls in ((2.0, 0.8), (1.0, 1.2), (3.0, 0.6))])
+    S[2, np.argsort(np.sum(basis.omega ** 2, axis=1))[-8:]] = 0.0
+    return X, basis, S, y
+
+
+def _mc_fn(basis, approx):
+    from pymc_gpc.backends.jax import multiclass_hsgp
+
+    if approx not in _MC_FNS:
+        _MC_FNS[approx] = jax.jit(multiclass_hsgp.marginal_fn(approx, basis, **MC_SOLVERS[approx][2]))
+    return _MC_FNS[approx]
+
+
+def _mc_numba(approx, basis, X, S, y):
+    from pymc_gpc.structures.multiclass_hsgp import MulticlassHSGPPrior
+
+    run, cls, options = MC_SOLVERS[approx]
+    return run(MulticlassHSGPPrior(basis(X), S), y, cls(), **options)
+
+
+@pytest.mark.parametrize("approx", ["laplace", "ep"], ids=["softmax-laplace", "nested-ep"])
+def test_multiclass_jax_hsgp_equals_the_numba_path(mc_problem, approx):
+    """Softmax Laplace and nested EP: the evidence, its gradient in S (c, M) and the LOO terms
+    to 1e-8 against ``structures.multiclass_hsgp`` (itself held to the dense computation in
+    ``tests/structures/test_hsgp_multiclass.py``); dX is zero."""
+    X, basis, S, y = mc_problem
+    out = _mc_fn(basis, approx)(S, X, jnp.zeros(0), y.astype(float))
+    ref = _mc_numba(approx, basis, X, S, y)
+    assert int(out[-1]) == 0 and ref.converged
+    np.testing.assert_allclose(float(out[0]), ref.log_z, rtol=1e-8, atol=1e-8)
+    np.testing.assert_allclose(np.asarray(out[1]), ref.dlog_z_dK.S, rtol=1e-8, atol=1e-8)
+    np.testing.assert_allclose(np.asarray(out[4]), ref.loo_log_p, rtol=1e-8, atol=1e-8)
+    assert np.all(np.asarray(out[2]) == 0.0) and np.shape(out[2]) == X.shape
+
+
+@pytest.mark.parametrize("approx", ["laplace", "ep"], ids=["softmax-laplace", "nested-ep"])
+def test_multiclass_gradient_matches_central_differences(mc_problem, approx):
+    """The returned dS along a random direction (relative to S, the zero entries moved up from
+    0) against central differences of the returned value, step 1e-5."""
+    X, basis, S, y = mc_problem
+    fn = _mc_fn(basis, approx)
+    rng = np.random.default_rng(4)
+    dS = np.where(S > 0.0, S * rng.normal(size=S.shape), 1e-3 * np.abs(rng.normal(size=S.shape)))
+    S0 = S + 1e-5 * (S == 0.0)  # central differences about a point where every S_j > 0
+    analytic = float(np.sum(np.asarray(fn(S0, X, jnp.zeros(0), y.astype(float))[1]) * dS))
+    h = 1e-5
+
+    def value(t):
+        return float(fn(S0 + t * h * dS, X, jnp.zeros(0), y.astype(float))[0])
+
+    assert analytic == pytest.approx((value(1) - value(-1)) / (2 * h), rel=1e-6, abs=1e-7)
+
+
+def test_multiclass_predictive_equals_the_numba_path(mc_problem):
+    """Latent predictive mean and the per-point c x c covariances, and the joint class-major
+    covariance, at new inputs against ``MulticlassHSGPPosterior.predict`` (softmax Laplace)."""
+    from pymc_gpc.backends.jax import multiclass_hsgp
+
+    X, basis, S, y = mc_problem
+    Xnew = np.random.default_rng(8).uniform(-2.5, 2.5, size=(6, 2))
+    ref = _mc_numba("laplace", basis, X, S, y)
+    Phi_new = np.stack([basis(Xnew)] * 3)
+    for full_cov in (False, True):
+        want_mean, want_cov = ref.posterior.predict(ref.a, Phi_new, full_cov=full_cov)
+        predict = jax.jit(multiclass_hsgp.predictive_fn("laplace", basis, full_cov))
+        mean, cov = predict(S, X, y.astype(float), Phi_new, np.zeros((3, 6)))
+        np.testing.assert_allclose(np.asarray(mean), want_mean, rtol=1e-8, atol=1e-10)
+        np.testing.assert_allclose(np.asarray(cov), want_cov, rtol=1e-8, atol=1e-10)
+
+
+def test_numpyro_nuts_runs_on_a_tiny_multiclass_hsgp_model():
+    """numpyro NUTS on a softmax Laplace model with approx="HSGP" (the multi-class HSGP Op's JAX
+    function): every evaluation converged, the chain moved, and the log density recorded at
+    each draw is the numba model's."""
+    rng = np.random.default_rng(1)
+    X = rng.uniform(-3.0, 3.0, size=(24, 1))
+    y = np.digitize(np.sin(1.2 * X[:, 0]) + 0.2 * rng.normal(size=24), [-0.4, 0.4])
+    with pm.Model() as model:
+        log_ls = pm.Normal("log_ls", 0.0, 1.0)
+        cov = pm.gp.cov.ExpQuad(1, ls=pt.exp(log_ls))
+        gp = pymc_gpc.MarginalLaplace(cov_func=cov, likelihood=L.Softmax(), approx="HSGP", m=[10], c=1.5)
+        gp.marginal_likelihood("y", X=X, y=y)
+    with model, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        idata = pymc_gpc.sample(draws=8, tune=8, chains=1, random_seed=1, progressbar=False,
+                                nuts_sampler="numpyro", initvals=[model.initial_point()], nuts={"jitter": False})
+    assert np.all(np.asarray(idata["sample_stats"]["y_status"]) == 0)
+    draws = np.asarray(idata["posterior"]["log_ls"]).ravel()
+    assert np.all(np.isfinite(draws)) and np.unique(draws).size > 1
+    logp = model.compile_logp()
+    np.testing.assert_allclose(-np.asarray(idata["sample_stats"]["lp"]).ravel(),
+                               [logp({"log_ls": v}) for v in draws], atol=1e-3)
+
+
+@pytest.mark.parametrize("d, m, boundary", [(1, [9], "dirichlet"), (2, [5, 4], "neumann"),
+                                            (2, [4, 6], ("dirichlet-neumann", "neumann-dirichlet"))])
+def test_product_to_sum_equals_the_dense_products(d, m, boundary):
+    """``ProductToSum`` (the O(n P) route the JAX solvers take for a Laplacian basis) against
+    the dense products on Phi: H = Phi^T diag(w) Phi with weights of either sign, and
+    diag(Phi Sigma Phi^T) for a symmetric positive definite Sigma, every boundary condition."""
+    rng = np.random.default_rng(d + len(m))
+    X = rng.uniform(-1.5, 2.0, size=(50, d))
+    basis = LaplacianBasis(X, m, c=1.4, boundary=boundary)
+    Phi = basis(X)
+    pts = jax_hsgp.ProductToSum(basis)
+    tables = pts.tables(jnp.asarray(X))
+    w = rng.normal(size=50)
+    np.testing.assert_allclose(np.asarray(pts.gram(tables, jnp.asarray(w))), Phi.T @ (w[:, None] * Phi),
+                               rtol=1e-10, atol=1e-12)
+    B = rng.normal(size=(basis.M, basis.M))
+    Sigma = B @ B.T / basis.M + np.eye(basis.M)
+    np.testing.assert_allclose(np.asarray(pts.quad_diag(tables, jnp.asarray(Sigma))),
+                               np.einsum("ij,jk,ik->i", Phi, Sigma, Phi), rtol=1e-10)

@@ -34,6 +34,8 @@ from pymc_gpc import likelihoods as L
 from pymc_gpc.approximations.ep import EPState
 from pymc_gpc.approximations.laplace import LaplaceState
 from pymc_gpc.ops import STATUS_FAILED
+from pymc_gpc.structures.hsgp import HSGPPrior, LaplacianBasis
+from pymc_gpc.structures.multiclass_hsgp import MulticlassHSGPPrior
 from pymc_gpc.validation import as_signed_labels
 
 RNG = np.random.default_rng(20261122)
@@ -94,6 +96,10 @@ def hsgp(**options):
     """Only the constructor, with ``approx="HSGP"`` on a 2-D ExpQuad unless ``cov`` is given."""
     cov = options.pop("cov", pm.gp.cov.ExpQuad(2, ls=1.0))
     return pymc_gpc.MarginalEP(cov_func=cov, likelihood=L.Probit(), approx="HSGP", **options)
+
+
+PHI0 = LaplacianBasis(X0, [3, 3], c=1.5)(X0)  # (10, 9)
+S0 = np.linspace(1.0, 0.1, 9)
 
 
 def predict_hsgp(Xnew):
@@ -274,6 +280,17 @@ BAD += [
     ("predict-hsgp-Xnew-columns", lambda: predict_hsgp(np.zeros((4, 3))),
      "Xnew has 3 columns but the training inputs X have 2"),
     ("predict-hsgp-Xnew-nan", lambda: predict_hsgp(with_nan(X0[:3])), "Xnew contains NaN or inf"),
+    ("predict-hsgp-Xnew-inf", lambda: predict_hsgp(with_nan(X0[:3], value=-np.inf)), "Xnew contains NaN or inf"),
+    ("ml-hsgp-ordinal-X-inf", lambda: build_hsgp(with_nan(X0, (2, 0), np.inf), Y3, likelihood=L.OrderedProbit([-1.0, 1.0])),
+     "X contains NaN or inf"),
+    # the HSGP priors given to the engines directly (``structures.hsgp``, ``structures.multiclass_hsgp``)
+    ("engine-hsgp-S-negative", lambda: ep(HSGPPrior(PHI0, -S0), Y0, L.Probit()), "S .* has a negative entry"),
+    ("engine-hsgp-S-nan", lambda: laplace(HSGPPrior(PHI0, with_nan(S0, 2)), Y0, L.Probit()), "S .* contains NaN or inf"),
+    ("engine-hsgp-S-length", lambda: ep(HSGPPrior(PHI0, S0[:8]), Y0, L.Probit()), "HSGP shapes do not match"),
+    ("engine-hsgp-Phi-inf", lambda: ep(HSGPPrior(with_nan(PHI0, value=np.inf), S0), Y0, L.Probit()), "Phi contains NaN or inf"),
+    ("engine-hsgp-y-length", lambda: ep(HSGPPrior(PHI0, S0), Y0[:9], L.Probit()), "10 points, y has 9 labels"),
+    ("engine-hsgp-multiclass-shapes", lambda: MulticlassHSGPPrior(PHI0, np.ones((3, 8))), "multi-class HSGP shapes do not match"),
+    ("engine-hsgp-multiclass-one-class", lambda: MulticlassHSGPPrior(PHI0, S0[None]), "c >= 2 latent functions"),
     # ordinal likelihoods
     ("ordinal-cutpoints-equal", lambda: L.OrderedProbit([0.5, 0.5]), "strictly increasing"),
     ("ordinal-cutpoints-decreasing", lambda: L.OrderedLogit([1.0, -1.0]), "strictly increasing"),

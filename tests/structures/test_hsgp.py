@@ -11,6 +11,8 @@
   parameter against central finite differences;
 * predictions against the dense predictive with the basis cross-covariance;
 * a kernel without a spectral density, and bad bases, are ValueErrors naming the problem;
+* all S = 0 (the spectral density underflowed): the evidence, LOO terms and Laplace's gradient
+  of the prior f = 0 in closed form, on the Ops' path (``solve_with_retries``);
 * the structure an evidence Op asks (``HSGPStructure``): its S graph and cotangent give the
   finite-difference gradient in hyperparameters that are PyTensor variables.
 """
@@ -22,6 +24,8 @@ import pytensor.tensor as pt
 import pytest
 
 from pymc_gpc import ep, laplace
+from pymc_gpc.approximations import registry
+from pymc_gpc.approximations.solve import solve_with_retries
 from pymc_gpc.likelihoods import Logistic, OrderedLogit, OrderedProbit, Probit, ProbitBias, StepLabelNoise
 from pymc_gpc.structures.dense import LatentPosterior
 from pymc_gpc.structures import NonFiniteKernelError
@@ -233,6 +237,49 @@ def test_gradient_in_S_is_accurate_where_the_data_dominate_and_where_S_is_tiny(p
     np.testing.assert_allclose(res.dlog_z_dK.S[big], dS[big], rtol=1e-7)  # |dS| ~ 1/S there
     np.testing.assert_allclose(res.dlog_z_dK.S[~big], dS[~big], rtol=1e-7, atol=1e-8 * np.max(np.abs(dS[~big])))
     assert np.all(np.isfinite(res.dlog_z_dK.S))
+
+
+ZERO_S_CASES = [(lik, name) for lik, name in CASES if not isinstance(lik, StepLabelNoise)]
+
+
+def zero_prior_closed_form(lik, y, Phi):
+    """With S = 0 the prior is f = 0: log Z = sum_i log p(y_i | 0), the LOO terms log p(y_i | 0),
+    and, since log Z = log p(y | 0) + (1/2) g^T K~ g + (1/2) sum_i h_i K~_ii + O(K~^2) (g, h the
+    first two f-derivatives of log p at 0), d log Z / dS_j = ((Phi^T g)_j^2 + (Phi^2)^T h)_j / 2."""
+    y_signed = np.asarray(y, float) if hasattr(lik, "n_classes") else np.where(np.asarray(y) > 0, 1.0, -1.0)
+    d = lik.log_lik(y_signed, np.zeros(len(y)))
+    return np.sum(d.lp), d.lp, 0.5 * ((Phi.T @ d.d1) ** 2 + (Phi ** 2).T @ d.d2)
+
+
+@pytest.mark.parametrize("lik, approx", ZERO_S_CASES, ids=[f"{type(lik).__name__}-{a}" for lik, a in ZERO_S_CASES])
+def test_all_S_zero_gives_the_evidence_of_the_zero_prior(lik, approx):
+    """Extreme hyperparameters underflow the spectral density to S = 0 everywhere: K~ = 0,
+    which EP's cavity floor and LA-LOO divide by. On the Ops' path (``solve_with_retries``
+    with the "hsgp" schedule) the evidence and the LOO terms are the closed form of f = 0
+    (``zero_prior_closed_form``), converged; Laplace's gradient in S too (EP stops at its
+    first sweep, which its scale-free test calls converged at a vanishing variance; the
+    gradient in the hyperparameters is zero there either way, dS/dtheta being 0 where S
+    underflowed). The step likelihood is left out: log p(y | f) has no value at f = 0."""
+    X, y = problem(lik, 40, 2)
+    basis = LaplacianBasis(X, m=[6, 5], c=1.5)
+    options = {**registry.APPROXIMATIONS[approx].engine_defaults}
+    res, _ = solve_with_retries(approx, HSGPPrior(basis.at(X), np.zeros(basis.M)), y, lik, lik.resolve_params(None),
+                                None, options, retry_options=registry.get(approx).retry_schedule(options, "hsgp"))
+    log_z, loo, dS = zero_prior_closed_form(lik, y, basis(X))
+    assert res.converged
+    np.testing.assert_allclose(res.log_z, log_z, rtol=1e-12)
+    np.testing.assert_allclose(res.loo_log_p, loo, rtol=1e-12)
+    if approx == "laplace":
+        np.testing.assert_allclose(res.dlog_z_dK.S, dS, rtol=1e-10, atol=1e-12 * np.max(np.abs(dS)))
+    assert np.all(np.isfinite(res.dlog_z_dK.S))
+    # the predictive at new inputs: f* = 0, so p(y* | 0) for every class (a zero variance would
+    # have the likelihoods' predictive divide by it: the variances are floored, ``predict``)
+    mean, var = res.posterior.predict(res.a, basis.at(np.random.default_rng(1).uniform(-1, 1, size=(5, 2))))
+    assert np.all(mean == 0.0) and np.all(var > 0.0)
+    p = np.asarray(lik.predict(mean, var))
+    classes = np.arange(p.shape[1]) if p.ndim > 1 else np.array([1.0])
+    want = np.exp([lik.log_lik(np.full(5, float(k)), np.zeros(5)).lp for k in classes]).T
+    np.testing.assert_allclose(p.reshape(want.shape), want, rtol=1e-12)
 
 
 @pytest.mark.parametrize("approx", list(RUNS))

@@ -336,13 +336,14 @@ def test_boundary_condition_is_passed_to_the_basis():
 
 # --- registration ----------------------------------------------------------------------------
 
-def test_registry_lists_the_structure_with_fitc_retries_numba_only():
+def test_registry_lists_the_structure_with_fitc_retries_on_both_backends():
+    """Both backends serve it (JAX: ``backends/jax/multiclass_hsgp.py``, tested in
+    ``tests/backends/test_jax_hsgp.py``)."""
     for approx, lik in (("laplace", L.Softmax()), ("ep", L.MultinomialProbit())):
-        solver = registry.check(approx, lik, "hsgp-multiclass", backend="numba")
-        assert solver.retry_schedule({}, "hsgp-multiclass") == solver.retry_schedule({}, "fitc-multiclass")
+        for backend in ("numba", "jax"):
+            solver = registry.check(approx, lik, "hsgp-multiclass", backend=backend)
+            assert solver.retry_schedule({}, "hsgp-multiclass") == solver.retry_schedule({}, "fitc-multiclass")
         assert select_structure(lik, "HSGP") is HSGP_MULTICLASS
-    with pytest.raises(ValueError, match="jax"):
-        registry.check("ep", L.MultinomialProbit(), "hsgp-multiclass", backend="jax")
 
 
 def test_structure_is_compared_hashed_and_pickled_by_its_basis():

@@ -16,10 +16,11 @@ import sys
 _TARGET = "pytensor.link.jax.dispatch"
 # the modules whose import registers the Ops with jax_funcify: the binary (dense and FITC) Ops,
 # then the multi-class ones (dense, then FITC: its Ops subclass the dense ones), then HSGP's,
-# then the special functions the priors' graphs need (``ive``: the periodic HSGP prior)
+# and the multi-class HSGP Ops, then the special functions the priors' graphs need (``ive``:
+# the periodic HSGP prior)
 _MODULES = ("pymc_gpc.backends.jax.dispatch", "pymc_gpc.backends.jax.multiclass",
             "pymc_gpc.backends.jax.multiclass_fitc", "pymc_gpc.backends.jax.hsgp",
-            "pymc_gpc.backends.jax.special")
+            "pymc_gpc.backends.jax.multiclass_hsgp", "pymc_gpc.backends.jax.special")
 
 JAX_SAMPLERS = ("numpyro", "blackjax")
 
