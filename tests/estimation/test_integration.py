@@ -78,6 +78,25 @@ def test_grid_matches_brute_force_quadrature(one_hyper):
     np.testing.assert_allclose(integration.predict(gp, XNEW, idata), ref["p"], atol=1e-3)
 
 
+def test_grid_from_a_map_estimate_matches_brute_force_quadrature(one_hyper):
+    """``map_estimate``: the design from a MAP-II result at hand (its point and solver states)
+    skips the search and still matches the quadrature as the grid above does; a MAP-II point
+    (a dict) serves as well, and gives the same design to the solver's accuracy."""
+    model, gp, ref = one_hyper
+    result = pymc_gpc.fit(model, method="map", progressbar=False)
+    idata = pymc_gpc.sample(model=model, method="grid", map_estimate=result, random_seed=1, progressbar=False)
+    for name, fn in (("u", np.log), ("ls", lambda v: v)):
+        mean, sd = _weighted(idata, "ls", fn)
+        assert abs(mean - ref[name][0]) < 1e-3 and abs(sd - ref[name][1]) < 1e-3, (name, mean, sd, ref[name])
+    np.testing.assert_allclose(integration.predict(gp, XNEW, idata), ref["p"], atol=1e-3)
+    from_point = pymc_gpc.sample(model=model, method="grid", map_estimate=dict(result.point), random_seed=1,
+                                 progressbar=False)
+    np.testing.assert_allclose(np.asarray(from_point["integration"]["ls"]), np.asarray(idata["integration"]["ls"]),
+                               rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(from_point["integration"]["weight"]),
+                               np.asarray(idata["integration"]["weight"]), atol=1e-6)
+
+
 def test_ccd_close_to_brute_force_quadrature(one_hyper):
     """With one hyperparameter the CCD has three points (the mode and the two scaled axial
     points), which cannot place a skewed posterior's mass: measured, the mean of log ls is
@@ -211,6 +230,14 @@ def test_bad_input(one_hyper):
         pymc_gpc.sample(model=model, method="ccd", draws=0)
     with pytest.raises(ValueError, match="f0"):
         pymc_gpc.sample(model=model, method="ccd", f0=0.9, progressbar=False)
+    with pytest.raises(ValueError, match="not both"):
+        pymc_gpc.sample(model=model, method="ccd", start={"ls": 1.0}, map_estimate={"ls_log__": 0.0})
+    with pytest.raises(ValueError, match="lacks the free value variables"):
+        pymc_gpc.sample(model=model, method="ccd", map_estimate={"ls": 1.0}, progressbar=False)
+    with pytest.raises(ValueError, match="finite"):
+        pymc_gpc.sample(model=model, method="ccd", map_estimate={"ls_log__": np.nan}, progressbar=False)
+    with pytest.raises(ValueError, match="map_estimate must be"):
+        pymc_gpc.sample(model=model, method="ccd", map_estimate=[0.0], progressbar=False)
     with pm.Model() as clash:
         weight = pm.LogNormal("weight", 0.0, 0.5)
         pymc_gpc.MarginalEP(cov_func=pm.gp.cov.ExpQuad(2, ls=weight), likelihood=L.Probit()).marginal_likelihood(
