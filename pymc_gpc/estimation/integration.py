@@ -19,7 +19,8 @@ al. 2013, GPstuff's ``gp_ia``):
    work unchanged), and the points themselves in the group ``integration``.
 
 Predictions averaged exactly with the weights, :math:`p(y_* \mid y) \approx \sum_k w_k\,
-p(y_* \mid y, \theta_k)`: ``predict(gp, Xnew, idata)``. ``gp.predict(Xnew, idata=idata)``
+p(y_* \mid y, \theta_k)`: ``predict(gp, Xnew, idata)`` (the solves warm-started along a
+short path through the points). ``gp.predict(Xnew, idata=idata)``
 averages over the resampled draws instead, a Monte-Carlo version of the same sum.
 
 Leave-one-out over the design: ``loo(idata)`` (``az.loo`` with the design's exact importance
@@ -39,8 +40,8 @@ from . import designs
 from .hyper_posterior import LogPosterior, find_mode
 from .objective import FIT_FORWARD_MODE, ravel, start_point
 
-__all__ = ["METHODS", "GROUP", "MIN_WEIGHT", "DESIGN_POINT", "integrate", "laplace", "sample_integrated", "predict",
-           "loo", "loo_design"]
+__all__ = ["METHODS", "GROUP", "MIN_WEIGHT", "DESIGN_POINT", "integrate", "laplace", "map_start", "from_mode",
+           "sample_integrated", "predict", "design_path", "loo", "loo_design"]
 
 METHODS = ("ccd", "grid")
 
@@ -312,8 +313,10 @@ def _design_group(result, values, model, coords):
 
 def predict(gp, Xnew, idata, *, model=None):
     r"""Class probabilities at ``Xnew`` averaged exactly with the design's weights,
-    :math:`\sum_k w_k\, p(y_* \mid y, \theta_k)`, each term by ``gp.predict(Xnew, point=...)``
-    at the engine's accuracy.
+    :math:`\sum_k w_k\, p(y_* \mid y, \theta_k)`: one ``gp.predict(Xnew, idata=..., weights=...)``
+    over the design points as draws, each solve warm-started from the previous point's, at
+    the tolerance of predictions over draws (the registry's ``prediction_defaults``: EP's
+    tol 1e-3), the points visited in ``design_path`` order so that each start is near.
 
     Parameters
     ----------
@@ -332,13 +335,29 @@ def predict(gp, Xnew, idata, *, model=None):
     ValueError
         When ``idata`` has no ``integration`` group.
     """
+    import arviz as az
+
     group = _stored_design(idata, "gp.predict(Xnew, idata=idata)")
     weight = np.asarray(group["weight"], float)
     terms = {f"{g}_loo" for g in _loo_names(group)}
     names = [n for n in group.data_vars if n not in _INTERNAL and n not in terms]
-    probs = [gp.predict(Xnew, point={n: np.asarray(group[n][k]) for n in names}, model=model)
-             for k in range(weight.size)]
-    return np.tensordot(weight / weight.sum(), np.stack(probs), axes=1)
+    order = design_path(np.asarray(group["z"], float))
+    design = az.from_dict({"posterior": {n: np.asarray(group[n])[order][None] for n in names}})
+    return gp.predict(Xnew, idata=design, weights=weight[order], model=model, progressbar=False)
+
+
+def design_path(z):
+    """An order of the design points (rows of their standardised coordinates ``z``) that
+    starts at the one nearest the mode (the centre, z = 0) and goes on to the nearest point
+    not yet visited: a short path for solves warm-started from the previous point (the
+    CCD's own order alternates sides of the mode)."""
+    z = np.asarray(z, float)
+    left = list(range(len(z)))
+    order = [left.pop(int(np.argmin(np.sum(z ** 2, axis=1))))]
+    while left:
+        gaps = np.sum((z[left] - z[order[-1]]) ** 2, axis=1)
+        order.append(left.pop(int(np.argmin(gaps))))
+    return np.array(order, dtype=int)
 
 
 def loo_design(idata, var_name=None):
