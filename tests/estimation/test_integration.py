@@ -166,6 +166,21 @@ def test_the_inference_data_works_with_arviz_and_predict(three_hyper):
     p_exact = integration.predict(gp, XNEW, idata)
     assert np.all((p_exact > 0) & (p_exact < 1))
     np.testing.assert_allclose(p_draws, p_exact, atol=0.02)
+    # the weighted sum, one warm-chained call at the prediction tolerance, against a solve
+    # from a cold start at the engine's tolerance at each point
+    names = ("log_ls", "amp")
+    p_points = np.array([gp.predict(XNEW, point={n: np.asarray(group[n][k]) for n in names}, progressbar=False)
+                         for k in range(w.size)])
+    np.testing.assert_allclose(p_exact, w @ p_points, atol=1e-4)
+    with pytest.raises(ValueError, match="one non-negative weight per draw"):
+        gp.predict(XNEW, idata=idata, weights=np.ones(3))
+    with pytest.raises(ValueError, match="weights needs idata"):
+        gp.predict(XNEW, point={n: np.asarray(group[n][0]) for n in names}, weights=np.ones(1))
+
+
+def test_the_design_path_visits_each_point_once_nearest_first():
+    z = np.array([[3.0, 0.0], [0.1, 0.0], [-1.0, 0.0], [2.0, 0.0], [-3.0, 0.0]])
+    np.testing.assert_array_equal(integration.design_path(z), [1, 2, 4, 3, 0])
 
 
 def test_resampling_is_reproducible(three_hyper):
