@@ -263,15 +263,18 @@ def resample(weight, total, random_seed=None):
 
 def point_values(model, result):
     """{name: (n_points, ...) array} of the model's free variables and deterministics
-    (the GP terms' ``_loo`` etc. included) at the design points; one solve per point."""
+    (the GP terms' ``_loo`` etc. included) at the design points; one solve per point, the
+    points visited along ``design_path`` (the evidence Op warm-starts each solve from its
+    previous one)."""
     outs = model.unobserved_value_vars
     fn = model.compile_fn(outs, inputs=model.value_vars, point_fn=False, on_unused_input="ignore",
                           mode=FIT_FORWARD_MODE)
     target = result["target"]
-    rows = []
-    for x in result["x"]:
-        point = target.to_point(x)
-        rows.append(fn(**{v.name: point[v.name] for v in model.value_vars}))
+    order = design_path(result["z"])
+    rows = [None] * len(order)
+    for k in order:
+        point = target.to_point(result["x"][k])
+        rows[k] = fn(**{v.name: point[v.name] for v in model.value_vars})
     names = [v.name for v in outs]
     keep = {v.name for v in model.free_RVs + model.deterministics}
     return {n: np.stack([np.asarray(r[i]) for r in rows]) for i, n in enumerate(names) if n in keep}
