@@ -7,22 +7,28 @@ thousands of gradient evaluations of a NUTS run (Rue, Martino & Chopin 2009; Van
 al. 2013, GPstuff's ``gp_ia``):
 
 1. the mode of :math:`\log p(x \mid y)` (evidence + hyperpriors + log Jacobian, what NUTS
-   targets: ``hyper_posterior.LogPosterior``), from MAP-II's point (``pymc_gpc.fit``);
+   targets: ``hyper_posterior.LogPosterior``), from MAP-II's point (``pymc_gpc.fit``, or a
+   MAP-II result the caller already has: ``map_estimate``);
 2. the Hessian there by central differences of the exact gradient;
 3. the points of a central composite design or of a grid in the Hessian's eigenbasis, and
-   their weights (``designs``);
+   their weights (``designs``), each point's log density without the gradient's cost, its
+   solve warm-started from the mode's solver state at the fit's coarse tolerance
+   (``from_mode``);
 4. an ArviZ ``InferenceData``: posterior draws resampled from the weighted points (so that
    ``gp.predict(Xnew, idata=idata)``, ``az.summary``, ``az.plot_posterior`` and ``az.loo``
    work unchanged), and the points themselves in the group ``integration``.
 
 Predictions averaged exactly with the weights, :math:`p(y_* \mid y) \approx \sum_k w_k\,
-p(y_* \mid y, \theta_k)`: ``predict(gp, Xnew, idata)``. ``gp.predict(Xnew, idata=idata)``
+p(y_* \mid y, \theta_k)`: ``predict(gp, Xnew, idata)`` (the solves warm-started along a
+short path through the points). ``gp.predict(Xnew, idata=idata)``
 averages over the resampled draws instead, a Monte-Carlo version of the same sum.
 
 Leave-one-out over the design: ``loo(idata)`` (``az.loo`` with the design's exact importance
 weights); plain ``az.loo(idata)`` sees resampled duplicates, on which Pareto smoothing
 fails (its docstring).
 """
+
+import copy
 
 import numpy as np
 import pymc as pm
@@ -34,8 +40,8 @@ from . import designs
 from .hyper_posterior import LogPosterior, find_mode
 from .objective import FIT_FORWARD_MODE, ravel, start_point
 
-__all__ = ["METHODS", "GROUP", "MIN_WEIGHT", "DESIGN_POINT", "integrate", "laplace", "sample_integrated", "predict",
-           "loo", "loo_design"]
+__all__ = ["METHODS", "GROUP", "MIN_WEIGHT", "DESIGN_POINT", "integrate", "laplace", "map_start", "from_mode",
+           "sample_integrated", "predict", "design_path", "loo", "loo_design"]
 
 METHODS = ("ccd", "grid")
 
@@ -63,9 +69,10 @@ TAIL_SHARE = 0.2
 MIN_TAIL = 2
 
 
-def integrate(model, method="ccd", *, start=None, f0=1.1, step=None, threshold=None, max_points=5000,
-              progressbar=False):
-    """The weighted design points of ``method`` for the model's hyperparameters.
+def integrate(model, method="ccd", *, start=None, map_estimate=None, f0=1.1, step=None, threshold=None,
+              max_points=5000, progressbar=False):
+    """The weighted design points of ``method`` for the model's hyperparameters
+    (``sample_integrated``'s arguments).
 
     Returns
     -------
@@ -83,12 +90,13 @@ def integrate(model, method="ccd", *, start=None, f0=1.1, step=None, threshold=N
     if method == "ccd" and target.size > designs.CCD_MAX_DIM:
         raise ValueError(f"method='ccd' serves at most {designs.CCD_MAX_DIM} hyperparameters, the model has "
                          f"{target.size}: use NUTS")
-    mode, log_p0, H = laplace(target, start=start, progressbar=progressbar)
+    mode, log_p0, H = laplace(target, start=start, map_estimate=map_estimate, progressbar=progressbar)
     standard = designs.Standardisation(mode, -H)
+    log_density = from_mode(target)
     if method == "ccd":
-        out = designs.ccd(standard, target.value, log_p0, f0=f0)
+        out = designs.ccd(standard, log_density, log_p0, f0=f0)
     else:
-        out = designs.grid(standard, target.value, log_p0, step=step, threshold=threshold, max_points=max_points)
+        out = designs.grid(standard, log_density, log_p0, step=step, threshold=threshold, max_points=max_points)
     keep = out["weight"] >= MIN_WEIGHT
     out = {**{k: v[keep] for k, v in out.items() if k in ("x", "z", "log_density", "weight")},
            "scales": out.get("scales"), "dropped": int((~keep).sum())}
@@ -97,19 +105,80 @@ def integrate(model, method="ccd", *, start=None, f0=1.1, step=None, threshold=N
     return out
 
 
-def laplace(target, *, start=None, progressbar=False):
+def laplace(target, *, start=None, map_estimate=None, progressbar=False):
     """The mode of ``target`` (a ``LogPosterior``), found from MAP-II's point
     (``pymc_gpc.fit``, which lacks only the log Jacobian), and the Hessian there: the centre
     and scale of the integration's designs, and of NUTS's start (``sampling.laplace_start``).
 
+    ``map_estimate``: a MAP-II result already at hand (``sample_integrated``), searched from
+    instead of running ``fit`` again; ``start`` is then unused.
+
     Returns (mode, log density there, Hessian), as ``hyper_posterior.find_mode``.
     """
-    map_ii = fit(target.model, method="map", start=start, progressbar=progressbar)
-    return find_mode(target, ravel(map_ii.point, target.free).data)
+    if map_estimate is None:
+        map_estimate = fit(target.model, method="map", start=start, progressbar=progressbar)
+    x0 = map_start(target, map_estimate)
+    return find_mode(target, x0)
 
 
-def sample_integrated(model=None, method="ccd", *, draws=500, chains=2, random_seed=None, start=None, f0=1.1,
-                      step=None, threshold=None, max_points=5000, progressbar=True, **unknown):
+def map_start(target, map_estimate):
+    """The raveled unconstrained point of ``map_estimate`` (a ``FitResult`` of
+    ``pymc_gpc.fit(method="map")``, or a dict holding every free value variable, as its
+    ``point`` does), with ``target``'s solves warm-started from the fit's last solver states
+    where it has them (``FitResult.solver_states``: a start changes the sweeps, not the
+    fixed point).
+
+    Raises ValueError when the point lacks a free value variable or holds a non-finite value."""
+    point = getattr(map_estimate, "point", map_estimate)
+    if not isinstance(point, dict):
+        raise ValueError("map_estimate must be a result of pymc_gpc.fit(method='map') or a dict point of the "
+                         f"model's value variables, got {type(map_estimate).__name__}")
+    missing = [v.name for v in target.free if v.name not in point]
+    if missing:
+        raise ValueError(f"map_estimate lacks the free value variables {missing} (a pymc_gpc.fit result's "
+                         "point holds them)")
+    values = {v.name: np.asarray(point[v.name], dtype=float) for v in target.free}
+    shapes = {n: np.shape(target.point[n]) for n in values}
+    if any(values[n].shape != shapes[n] for n in values) or not all(np.all(np.isfinite(v)) for v in values.values()):
+        raise ValueError(f"map_estimate's point must hold finite values of the free value variables in their "
+                         f"shapes {shapes}")
+    x0 = np.asarray(ravel(values, target.free).data, float)
+    states = getattr(map_estimate, "solver_states", None) or {}
+    for j, node in enumerate(target.objective.nodes):
+        if states.get(node.outputs[0].name) is not None:
+            target.objective.states[j] = copy.deepcopy(states[node.outputs[0].name])
+    return x0
+
+
+def from_mode(target):
+    """``target.value`` for the design points: each solve warm-started from the solver states
+    that the evaluation at the mode left (``find_mode``'s last), rather than from the previous
+    design point (the mode is the design's centre; the CCD's factorial points lie on opposite
+    sides of it in turn), and run at the fit's coarse solver options
+    (``Objective.coarse_options``: EP's tol 1e-3 against the engine's 1e-8).
+
+    The coarse tolerance moves a log density by far less than the design's own error: at
+    50,000 rows (FITC EP, m = 200), 0.5 from the mode, log q moved by at most 7e-7 between
+    tol 1e-8 and 1e-3 (2e-9 at 1e-4), for 0.6 to 0.8 CPU s a point instead of 1.4 to 1.9;
+    weights are exponentials of the log densities, so they move by that relative amount."""
+    objective = target.objective
+    at_mode = copy.deepcopy(objective.states)
+    coarse, own = objective.coarse_options(), objective.overrides
+
+    def value(x):
+        objective.states = copy.deepcopy(at_mode)
+        objective.set_overrides(coarse)
+        try:
+            return target.value(x)
+        finally:
+            objective.set_overrides(own)
+
+    return value
+
+
+def sample_integrated(model=None, method="ccd", *, draws=500, chains=2, random_seed=None, start=None,
+                      map_estimate=None, f0=1.1, step=None, threshold=None, max_points=5000, progressbar=True,
+                      **unknown):
     """``pymc_gpc.sample(method="ccd" | "grid")``: the design (``integrate``) as an ArviZ
     ``InferenceData``.
 
@@ -122,6 +191,11 @@ def sample_integrated(model=None, method="ccd", *, draws=500, chains=2, random_s
         from the weighted points (systematic resampling, then shuffled).
     random_seed : seeds the resampling (an int or a ``numpy.random.Generator``).
     start : starting values of MAP-II's search (as in ``pymc_gpc.fit``).
+    map_estimate : a MAP-II result already at hand (``pymc_gpc.fit(model, method="map")``,
+        or a dict holding every free value variable, as its ``point`` does): the mode search
+        starts from it (and from its solver states) instead of running MAP-II again, which at
+        50,000 rows is a tenth of the CCD's cost (``benchmarks/results/integration_large.md``).
+        Not with ``start``.
     f0 : the CCD's radius over sqrt(d) (above 1; Rue et al. 2009 use 1.1).
     step, threshold, max_points : the grid's (``designs.grid``).
     progressbar : MAP-II's progress bar.
@@ -148,7 +222,10 @@ def sample_integrated(model=None, method="ccd", *, draws=500, chains=2, random_s
     """
     if unknown:
         raise ValueError(f"method={method!r} does not take {sorted(unknown)} (NUTS's arguments); it takes draws, "
-                         "chains, random_seed, start, f0, step, threshold, max_points, progressbar")
+                         "chains, random_seed, start, map_estimate, f0, step, threshold, max_points, progressbar")
+    if start is not None and map_estimate is not None:
+        raise ValueError("give start (MAP-II's starting values) or map_estimate (a MAP-II result, which skips "
+                         "that search), not both")
     if int(draws) < 1 or int(chains) < 1:
         raise ValueError(f"draws and chains must be positive, got {draws} and {chains}")
     _check_options(method, f0, step, threshold, max_points)
@@ -157,8 +234,8 @@ def sample_integrated(model=None, method="ccd", *, draws=500, chains=2, random_s
     if clash:
         raise ValueError(f"the model has variables named {clash}, which the {GROUP!r} group uses for the design; "
                          "rename them")
-    result = integrate(model, method, start=start, f0=f0, step=step, threshold=threshold, max_points=max_points,
-                       progressbar=progressbar)
+    result = integrate(model, method, start=start, map_estimate=map_estimate, f0=f0, step=step,
+                       threshold=threshold, max_points=max_points, progressbar=progressbar)
     return to_inference_data(result, model, int(draws), int(chains), random_seed)
 
 
@@ -186,15 +263,18 @@ def resample(weight, total, random_seed=None):
 
 def point_values(model, result):
     """{name: (n_points, ...) array} of the model's free variables and deterministics
-    (the GP terms' ``_loo`` etc. included) at the design points; one solve per point."""
+    (the GP terms' ``_loo`` etc. included) at the design points; one solve per point, the
+    points visited along ``design_path`` (the evidence Op warm-starts each solve from its
+    previous one)."""
     outs = model.unobserved_value_vars
     fn = model.compile_fn(outs, inputs=model.value_vars, point_fn=False, on_unused_input="ignore",
                           mode=FIT_FORWARD_MODE)
     target = result["target"]
-    rows = []
-    for x in result["x"]:
-        point = target.to_point(x)
-        rows.append(fn(**{v.name: point[v.name] for v in model.value_vars}))
+    order = design_path(result["z"])
+    rows = [None] * len(order)
+    for k in order:
+        point = target.to_point(result["x"][k])
+        rows[k] = fn(**{v.name: point[v.name] for v in model.value_vars})
     names = [v.name for v in outs]
     keep = {v.name for v in model.free_RVs + model.deterministics}
     return {n: np.stack([np.asarray(r[i]) for r in rows]) for i, n in enumerate(names) if n in keep}
@@ -236,8 +316,10 @@ def _design_group(result, values, model, coords):
 
 def predict(gp, Xnew, idata, *, model=None):
     r"""Class probabilities at ``Xnew`` averaged exactly with the design's weights,
-    :math:`\sum_k w_k\, p(y_* \mid y, \theta_k)`, each term by ``gp.predict(Xnew, point=...)``
-    at the engine's accuracy.
+    :math:`\sum_k w_k\, p(y_* \mid y, \theta_k)`: one ``gp.predict(Xnew, idata=..., weights=...)``
+    over the design points as draws, each solve warm-started from the previous point's, at
+    the tolerance of predictions over draws (the registry's ``prediction_defaults``: EP's
+    tol 1e-3), the points visited in ``design_path`` order so that each start is near.
 
     Parameters
     ----------
@@ -256,13 +338,29 @@ def predict(gp, Xnew, idata, *, model=None):
     ValueError
         When ``idata`` has no ``integration`` group.
     """
+    import arviz as az
+
     group = _stored_design(idata, "gp.predict(Xnew, idata=idata)")
     weight = np.asarray(group["weight"], float)
     terms = {f"{g}_loo" for g in _loo_names(group)}
     names = [n for n in group.data_vars if n not in _INTERNAL and n not in terms]
-    probs = [gp.predict(Xnew, point={n: np.asarray(group[n][k]) for n in names}, model=model)
-             for k in range(weight.size)]
-    return np.tensordot(weight / weight.sum(), np.stack(probs), axes=1)
+    order = design_path(np.asarray(group["z"], float))
+    design = az.from_dict({"posterior": {n: np.asarray(group[n])[order][None] for n in names}})
+    return gp.predict(Xnew, idata=design, weights=weight[order], model=model, progressbar=False)
+
+
+def design_path(z):
+    """An order of the design points (rows of their standardised coordinates ``z``) that
+    starts at the one nearest the mode (the centre, z = 0) and goes on to the nearest point
+    not yet visited: a short path for solves warm-started from the previous point (the
+    CCD's own order alternates sides of the mode)."""
+    z = np.asarray(z, float)
+    left = list(range(len(z)))
+    order = [left.pop(int(np.argmin(np.sum(z ** 2, axis=1))))]
+    while left:
+        gaps = np.sum((z[left] - z[order[-1]]) ** 2, axis=1)
+        order.append(left.pop(int(np.argmin(gaps))))
+    return np.array(order, dtype=int)
 
 
 def loo_design(idata, var_name=None):

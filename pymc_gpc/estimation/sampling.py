@@ -14,7 +14,7 @@ from pymc.step_methods.hmc.quadpotential import QuadPotentialFullAdapt
 from pytensor.graph.traversal import ancestors
 
 from .hyper_posterior import LogPosterior
-from .integration import laplace, sample_integrated
+from .integration import laplace, map_start, sample_integrated
 from ..idata import default_sampler, parallel_defaults, sample_nuts
 from ..gp.models import DENSE_MAX_ROWS
 from ..ops.marginal import ApproxMarginalOp
@@ -25,7 +25,7 @@ __all__ = ["sample", "laplace_start", "LAPLACE_WEIGHT", "DenseSamplingWarning", 
 METHODS = ("nuts", "ccd", "grid")
 
 
-def sample(*args, model=None, method="nuts", **kwargs):
+def sample(*args, model=None, method="nuts", map_estimate=None, **kwargs):
     """``pm.sample`` with this package's defaults, then ``add_log_likelihood``: the result
     is ready for ``az.loo``, ``az.summary`` and ``az.plot_trace`` (the pointwise terms in
     ``log_likelihood``, the solver diagnostics in ``sample_stats``).
@@ -72,6 +72,11 @@ def sample(*args, model=None, method="nuts", **kwargs):
         The model (default: the model on the context stack).
     method : str, optional
         "nuts" (default), "ccd" or "grid".
+    map_estimate : FitResult or dict, optional
+        A MAP-II result already at hand (``pymc_gpc.fit(model, method="map")``): the mode
+        search of the CCD, the grid or NUTS's Laplace start begins there instead of running
+        MAP-II again (``integration.map_start``). Ignored where NUTS does not start from the
+        Laplace approximation (``step``, ``init`` or ``initvals`` given, or nutpie).
 
     Returns
     -------
@@ -96,12 +101,12 @@ def sample(*args, model=None, method="nuts", **kwargs):
     if method != "nuts":
         if args:
             raise ValueError(f"method={method!r} takes keyword arguments only")
-        return sample_integrated(model=model, method=method, **kwargs)
+        return sample_integrated(model=model, method=method, map_estimate=map_estimate, **kwargs)
     model = pm.modelcontext(model)
     warn_dense_size(model)
     if _laplace_applies(model, kwargs):
         kwargs = {**kwargs, **laplace_start(model, parallel_defaults(kwargs, "pymc")["chains"],
-                                            kwargs.get("random_seed"))}
+                                            kwargs.get("random_seed"), map_estimate=map_estimate)}
     return sample_nuts(*args, model=model, **kwargs)
 
 
@@ -120,7 +125,7 @@ def _laplace_applies(model, kwargs):
     return (kwargs.get("nuts_sampler") or default_sampler(model)) == "pymc"
 
 
-def laplace_start(model, chains, random_seed=None):
+def laplace_start(model, chains, random_seed=None, map_estimate=None):
     r"""NUTS's start from the Laplace approximation of the hyperparameters' posterior,
     :math:`x \sim N(\hat x, (-H)^{-1})` in the unconstrained space: the mode
     :math:`\hat x` of the log posterior NUTS targets and its Hessian H there
@@ -143,7 +148,12 @@ def laplace_start(model, chains, random_seed=None):
     """
     try:
         target = LogPosterior(model, model.initial_point())
-        mode, _, H = laplace(target)
+    except ValueError:
+        return {}
+    if map_estimate is not None:
+        map_start(target, map_estimate)  # a ValueError for a bad map_estimate, before the search
+    try:
+        mode, _, H = laplace(target, map_estimate=map_estimate)
         cov = np.linalg.inv(-H)
         chol = np.linalg.cholesky(cov)
     except (ValueError, np.linalg.LinAlgError):

@@ -351,7 +351,7 @@ class _ApproximateMarginal:
             return pm.Deterministic(name, f.reshape((self.n_classes, Xnew.shape[0])).T)
 
     def predict(self, Xnew, *, point=None, idata=None, model=None, return_latent=False, max_draws=None,
-                progressbar=True):
+                weights=None, progressbar=True):
         """Class probabilities p(y* = gp.classes[1]) at ``Xnew``: of the positive class, the
         label coded +1 (True, 1, +1, or the later of two strings in sorted order). With an
         ordinal likelihood or several classes, an (n*, K) array: p(y* = gp.classes[k]) in
@@ -370,6 +370,9 @@ class _ApproximateMarginal:
             ``marginal_likelihood`` added the potential to, so ``predict`` works after the
             ``with pm.Model()`` block).
         max_draws : with ``idata``, use at most this many draws, evenly thinned.
+        weights : with ``idata``, one weight per draw (chain-major; not with ``max_draws``):
+            p is the weighted average over the draws instead of their mean (the design
+            points of ``pymc_gpc.sample(method="ccd")``: ``estimation.integration.predict``).
         return_latent : also return the latent mean and variance (per draw with idata);
             with several classes the means (c, n*) and per-point c x c covariances (n*, c, c).
         progressbar : with ``idata``, show PyMC's progress bar over the draws.
@@ -398,6 +401,13 @@ class _ApproximateMarginal:
         """
         if (point is None) == (idata is None):
             raise ValueError("give exactly one of point= or idata=")
+        if weights is not None:
+            weights = np.asarray(weights, dtype=float)
+            size = idata["posterior"].sizes["chain"] * idata["posterior"].sizes["draw"] if idata is not None else 0
+            if idata is None or max_draws is not None or weights.shape != (size,) or not (
+                    np.all(weights >= 0) and np.sum(weights) > 0):
+                raise ValueError(f"weights needs idata= without max_draws and one non-negative weight per draw "
+                                 f"({size}), not all zero; got shape {weights.shape}")
         Xnew = self._check_new_inputs(Xnew)  # a pm.Data container: its current values
         self._check_training_container()
         model = self._model(model)
@@ -420,7 +430,7 @@ class _ApproximateMarginal:
             retry_options=functools.partial(self.structure.retry_schedule, self.approximation), state=state,
         )
         probs = [self._probabilities(m, v, th) for m, v, th in zip(means, vars_, thetas)]
-        p = np.mean(probs, axis=0)
+        p = np.mean(probs, axis=0) if weights is None else np.tensordot(weights / np.sum(weights), probs, axes=1)
         if return_latent:
             return p, np.squeeze(means), np.squeeze(vars_)
         return p

@@ -78,6 +78,25 @@ def test_grid_matches_brute_force_quadrature(one_hyper):
     np.testing.assert_allclose(integration.predict(gp, XNEW, idata), ref["p"], atol=1e-3)
 
 
+def test_grid_from_a_map_estimate_matches_brute_force_quadrature(one_hyper):
+    """``map_estimate``: the design from a MAP-II result at hand (its point and solver states)
+    skips the search and still matches the quadrature as the grid above does; a MAP-II point
+    (a dict) serves as well, and gives the same design to the solver's accuracy."""
+    model, gp, ref = one_hyper
+    result = pymc_gpc.fit(model, method="map", progressbar=False)
+    idata = pymc_gpc.sample(model=model, method="grid", map_estimate=result, random_seed=1, progressbar=False)
+    for name, fn in (("u", np.log), ("ls", lambda v: v)):
+        mean, sd = _weighted(idata, "ls", fn)
+        assert abs(mean - ref[name][0]) < 1e-3 and abs(sd - ref[name][1]) < 1e-3, (name, mean, sd, ref[name])
+    np.testing.assert_allclose(integration.predict(gp, XNEW, idata), ref["p"], atol=1e-3)
+    from_point = pymc_gpc.sample(model=model, method="grid", map_estimate=dict(result.point), random_seed=1,
+                                 progressbar=False)
+    np.testing.assert_allclose(np.asarray(from_point["integration"]["ls"]), np.asarray(idata["integration"]["ls"]),
+                               rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(from_point["integration"]["weight"]),
+                               np.asarray(idata["integration"]["weight"]), atol=1e-6)
+
+
 def test_ccd_close_to_brute_force_quadrature(one_hyper):
     """With one hyperparameter the CCD has three points (the mode and the two scaled axial
     points), which cannot place a skewed posterior's mass: measured, the mean of log ls is
@@ -147,6 +166,21 @@ def test_the_inference_data_works_with_arviz_and_predict(three_hyper):
     p_exact = integration.predict(gp, XNEW, idata)
     assert np.all((p_exact > 0) & (p_exact < 1))
     np.testing.assert_allclose(p_draws, p_exact, atol=0.02)
+    # the weighted sum, one warm-chained call at the prediction tolerance, against a solve
+    # from a cold start at the engine's tolerance at each point
+    names = ("log_ls", "amp")
+    p_points = np.array([gp.predict(XNEW, point={n: np.asarray(group[n][k]) for n in names}, progressbar=False)
+                         for k in range(w.size)])
+    np.testing.assert_allclose(p_exact, w @ p_points, atol=1e-4)
+    with pytest.raises(ValueError, match="one non-negative weight per draw"):
+        gp.predict(XNEW, idata=idata, weights=np.ones(3))
+    with pytest.raises(ValueError, match="weights needs idata"):
+        gp.predict(XNEW, point={n: np.asarray(group[n][0]) for n in names}, weights=np.ones(1))
+
+
+def test_the_design_path_visits_each_point_once_nearest_first():
+    z = np.array([[3.0, 0.0], [0.1, 0.0], [-1.0, 0.0], [2.0, 0.0], [-3.0, 0.0]])
+    np.testing.assert_array_equal(integration.design_path(z), [1, 2, 4, 3, 0])
 
 
 def test_resampling_is_reproducible(three_hyper):
@@ -211,6 +245,14 @@ def test_bad_input(one_hyper):
         pymc_gpc.sample(model=model, method="ccd", draws=0)
     with pytest.raises(ValueError, match="f0"):
         pymc_gpc.sample(model=model, method="ccd", f0=0.9, progressbar=False)
+    with pytest.raises(ValueError, match="not both"):
+        pymc_gpc.sample(model=model, method="ccd", start={"ls": 1.0}, map_estimate={"ls_log__": 0.0})
+    with pytest.raises(ValueError, match="lacks the free value variables"):
+        pymc_gpc.sample(model=model, method="ccd", map_estimate={"ls": 1.0}, progressbar=False)
+    with pytest.raises(ValueError, match="finite"):
+        pymc_gpc.sample(model=model, method="ccd", map_estimate={"ls_log__": np.nan}, progressbar=False)
+    with pytest.raises(ValueError, match="map_estimate must be"):
+        pymc_gpc.sample(model=model, method="ccd", map_estimate=[0.0], progressbar=False)
     with pm.Model() as clash:
         weight = pm.LogNormal("weight", 0.0, 0.5)
         pymc_gpc.MarginalEP(cov_func=pm.gp.cov.ExpQuad(2, ls=weight), likelihood=L.Probit()).marginal_likelihood(

@@ -43,6 +43,18 @@ def test_the_mass_matrix_starts_at_the_posterior_covariance(gaussian_model):
     assert np.all(np.sum(z ** 2, axis=0) < 25)
 
 
+def test_a_map_estimate_at_hand_is_searched_from(gaussian_model):
+    """``map_estimate``: the mode search starts at the given point (here 1 away from the mode,
+    no MAP-II run) and still finds the Gaussian's mean and covariance; a point lacking the
+    free variable is a ValueError before any search, not a silent fallback to PyMC's start."""
+    start = sampling.laplace_start(gaussian_model, chains=2, random_seed=0, map_estimate={"b": MU + 1.0})
+    potential = start["step"].potential
+    np.testing.assert_allclose(potential._initial_cov, COV, atol=1e-6)
+    np.testing.assert_allclose(potential._initial_mean, MU, atol=1e-6)
+    with pytest.raises(ValueError, match="lacks the free value variables"):
+        sampling.laplace_start(gaussian_model, chains=2, map_estimate={"c": MU})
+
+
 def test_the_start_is_reproducible(gaussian_model):
     a = sampling.laplace_start(gaussian_model, chains=2, random_seed=4)["initvals"]
     b = sampling.laplace_start(gaussian_model, chains=2, random_seed=4)["initvals"]
