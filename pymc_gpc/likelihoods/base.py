@@ -51,6 +51,12 @@ from numba.extending import overload
 # Gauss-Hermite rule for expectations of log p(y | f) under a Gaussian (``expected_log_lik``).
 _GH_NODES, _GH_WEIGHTS = np.polynomial.hermite.hermgauss(128)
 
+# The smallest latent variance ``predict`` integrates over: a predictive variance of 0 (the
+# structures' predictions clip rounding below 0 to 0; a user may pass a point) is read as
+# this one, whose probabilities equal the point's p(y | mu) to O(1e-20), where the tilted
+# rules (which divide by s2, or by s2^2 for the second derivative) are still exact.
+PREDICT_VARIANCE_FLOOR = 1e-20
+
 
 # ---------------------------------------------------------------------------------
 # Defaults of the site kernels a binary likelihood need not write
@@ -440,7 +446,7 @@ class Likelihood:
     def predict(self, mu, s2, params=None):
         r""":math:`p(y_* = +1 \mid \mu_*, s^2_*)`: the likelihood averaged over :math:`N(\mu_*, s^2_*)` (Tan eq. 13)."""
         mu = np.asarray(mu, dtype=float).reshape(-1)
-        s2 = np.asarray(s2, dtype=float).reshape(-1)
+        s2 = np.maximum(np.asarray(s2, dtype=float).reshape(-1), PREDICT_VARIANCE_FLOOR)
         return np.exp(self.tilted(np.ones_like(mu), mu, s2, params).log_z)
 
     def __repr__(self):

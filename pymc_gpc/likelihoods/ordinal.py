@@ -31,7 +31,7 @@ from numba import njit
 from ..numerics.logit_tilted import GL_NODES, GL_WEIGHTS, GRADE, N_SD, bracketed_newton_step
 
 from ..numerics.special import inv_mills, log_ndtr, log_sigmoid, sigmoid
-from .base import Likelihood, LogLikDerivatives, SiteKernels, TiltedMoments, _is_symbolic, log_lik_map, tilted_map
+from .base import PREDICT_VARIANCE_FLOOR, Likelihood, LogLikDerivatives, SiteKernels, TiltedMoments, _is_symbolic, log_lik_map, tilted_map
 
 # ---------------------------------------------------------------------------------
 # Ordinal: p(y = k | f) = F((b_{k+1} - f)/s) - F((b_k - f)/s) (Chu & Ghahramani 2005,
@@ -562,7 +562,7 @@ class OrdinalLikelihood(Likelihood):
         sum to one."""
         th = self.resolve_params(params)
         mu = np.asarray(mu, dtype=float).reshape(-1)
-        s2 = np.asarray(s2, dtype=float).reshape(-1)
+        s2 = np.maximum(np.asarray(s2, dtype=float).reshape(-1), PREDICT_VARIANCE_FLOOR)
         k = self.n_classes_of(th)
         cols = [np.exp(tilted_map(self.kind, np.full(mu.size, float(c)), mu, s2, th)[0]) for c in range(k)]
         return np.column_stack(cols)
