@@ -223,11 +223,14 @@ def test_deterministic_integration_averages_with_the_design_weights(method):
     w = np.asarray(group["weight"]).ravel()
     assert est.idata_.posterior["log_ls"].shape == (2, 50) and est.fit_result_ is None
     np.testing.assert_allclose(w.sum(), 1.0, atol=1e-12)
-    # predict_proba is the weighted sum of the predictions at each design point
+    # predict_proba is the weighted sum of the predictions at each design point (solved one
+    # by one here at the engine's tolerance; the estimator chains warm solves at the
+    # prediction tolerance: estimation.integration.predict, within 1e-4), not their plain mean
     ls = np.asarray(group["log_ls"]).ravel()
     by_point = np.stack([est.gp_.predict(X, point={"log_ls": v}, model=est.model_) for v in ls])
     p = est.predict_proba(X)
-    np.testing.assert_allclose(p[:, 1], w @ by_point, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(p[:, 1], w @ by_point, rtol=0, atol=1e-4)
+    assert np.max(np.abs(p[:, 1] - by_point.mean(axis=0))) > 1e-3
     np.testing.assert_allclose(p.sum(axis=1), 1.0)
     assert np.mean(est.predict(X) == y) > 0.8
 
