@@ -8,4 +8,4 @@ cd "$ROOT"
 # --no-loadscope-reorder (pytest-xdist >= 3.8): files are handed out in collection order,
 # which tests/conftest.py starts with the longest files (LONGEST_FIRST), rather than in
 # order of their number of tests, which would leave the few long files for the end.
-exec "$VENV/bin/python" -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder "$@"
+exec "$VENV/bin/python" -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=25 "$@"
