@@ -13,7 +13,7 @@ import pymc as pm
 from pymc.step_methods.hmc.quadpotential import QuadPotentialFullAdapt
 from pytensor.graph.traversal import ancestors
 
-from .hyper_posterior import LogPosterior
+from .hyper_posterior import LogPosterior, find_mode
 from .integration import laplace, map_start, sample_integrated
 from ..idata import default_sampler, parallel_defaults, sample_nuts
 from ..gp.models import DENSE_MAX_ROWS
@@ -150,10 +150,10 @@ def laplace_start(model, chains, random_seed=None, map_estimate=None):
         target = LogPosterior(model, model.initial_point())
     except ValueError:
         return {}
-    if map_estimate is not None:
-        map_start(target, map_estimate)  # a ValueError for a bad map_estimate, before the search
+    # a bad map_estimate is the caller's ValueError, raised here rather than read as a failed start
+    x0 = None if map_estimate is None else map_start(target, map_estimate)
     try:
-        mode, _, H = laplace(target, map_estimate=map_estimate)
+        mode, _, H = laplace(target) if x0 is None else find_mode(target, x0)
         cov = np.linalg.inv(-H)
         chol = np.linalg.cholesky(cov)
     except (ValueError, np.linalg.LinAlgError):
