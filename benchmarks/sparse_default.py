@@ -346,12 +346,16 @@ import resource
 
 from pymc_gpc import likelihoods as GPL
 from pymc_gpc.gp.models import kmeans_centres
+from pymc_gpc.numerics.product_to_sum import CosineProductBasis
+from pymc_gpc.structures.hsgp import HSGPPrior
+from pymc_gpc.structures.select import HSGPBinary
+from scipy.linalg import cho_solve
 
 HSGP_RESULTS = pathlib.Path(__file__).parent / "results" / "hsgp.md"
 STOPS_CSV = pathlib.Path(__file__).parent / "data" / "mpls_stops.csv"
 KM_PER_DEGREE = 111.2  # the mean Earth radius's degree of arc (6371 km x pi / 180)
 STOPS_HYPER = ["log_ls", "log_eta"]
-PARTS = ("map", "resolution", "eval", "nuts")
+PARTS = ("map", "resolution", "eval", "ab", "nuts")
 
 
 def cpu_seconds():
@@ -525,6 +529,107 @@ def eval_part(args):
     return "\n".join(lines) + "\n"
 
 
+def _rebuilt_at(self, *arrays):
+    """``HSGPBinary.prior_from`` before the operator was kept: the basis at X formed every call."""
+    S, X = arrays
+    return HSGPPrior(self.basis.at(X), S)
+
+
+def _identity_solve_quad_diag(self, L_A, s):
+    """``CosineProductBasis.quad_diag`` before ``dpotri``: A^{-1} by solving against the identity."""
+    A_inv = cho_solve((L_A, True), np.eye(self.M), check_finite=False)
+    return self.quad_diag_matrix(s[:, None] * A_inv * s[None, :])
+
+
+# The variants of the ``ab`` part: (label, HSGPBinary.prior_from, CosineProductBasis.quad_diag).
+AB_VARIANTS = (("operator rebuilt, A^{-1} by solve", _rebuilt_at, _identity_solve_quad_diag),
+               ("operator kept, A^{-1} by solve", HSGPBinary.prior_from, _identity_solve_quad_diag),
+               ("operator kept, A^{-1} by dpotri (the package)", HSGPBinary.prior_from,
+                CosineProductBasis.quad_diag))
+
+
+def _use_variant(variant):
+    HSGPBinary.prior_from, CosineProductBasis.quad_diag = variant[1], variant[2]
+
+
+def ab_values(X, y, Xt, approximation, m, c):
+    """Each variant's logp and gradient from zero sites at the initial point and at a point 0.3
+    away, and its predictive probabilities at Xt: the largest difference from the first variant's."""
+    import pytensor
+
+    out = []
+    for variant in AB_VARIANTS:
+        _use_variant(variant)
+        model, gp = stops_model(X, y, "HSGP", approximation, m=[m, m], c=c)
+        logp = model.logp(jacobian=False)
+        fn = pytensor.function(model.value_vars, [logp, *pt.grad(logp, model.value_vars)])
+        ip = model.initial_point()
+        args = [ip[v.name] for v in model.value_vars]
+        values = np.concatenate([np.concatenate([np.ravel(v) for v in fn(*a)])
+                                 for a in (args, [a + 0.3 for a in args])])
+        point = {**ip, "log_ls": ip["log_ls"] + 0.3}
+        out.append((values, gp.predict(Xt, point=point, model=model)))
+    _use_variant(AB_VARIANTS[-1])
+    return (max(float(np.max(np.abs(v - out[0][0]) / np.maximum(1.0, np.abs(out[0][0])))) for v, _ in out),
+            max(float(np.max(np.abs(p - out[0][1]))) for _, p in out))
+
+
+def ab_times(X, y, approximation, m, c, rounds):
+    """CPU and wall seconds of a warm logp + gradient per variant, paired: one compiled
+    function, one seeded random walk (independent N(0, 0.05^2) steps in every log hyperparameter:
+    no point revisited, which the Op's cache would answer), the variants taking the walk's calls
+    in turn (each warm-started from the previous call's sites), medians over ``rounds`` rounds."""
+    import pytensor
+
+    model, _ = stops_model(X, y, "HSGP", approximation, m=[m, m], c=c)
+    logp = model.logp(jacobian=False)
+    fn = pytensor.function(model.value_vars, [logp, *pt.grad(logp, model.value_vars)])
+    ip = model.initial_point()
+    point = [np.asarray(ip[v.name], dtype=float) for v in model.value_vars]
+    rng = np.random.default_rng(3)
+    fn(*point)
+    times = {v[0]: [] for v in AB_VARIANTS}
+    for _ in range(rounds):
+        for variant in AB_VARIANTS:
+            _use_variant(variant)
+            point = [a + 0.05 * rng.standard_normal(np.shape(a)) for a in point]
+            times[variant[0]].append(timed(lambda: fn(*point))[1:])
+    _use_variant(AB_VARIANTS[-1])
+    return {k: np.median(v, axis=0) for k, v in times.items()}
+
+
+def ab_part(args):
+    """Step 1 of issue 62's follow-up: the kept operator and ``dpotri``, A/B in one process."""
+    X_tr, y_tr, Xt, yt, X_all, y_all = load_stops(args.n_train, args.n_test)
+    idx = np.random.default_rng(1).integers(0, len(y_all), args.eval_n)
+    settings = [(args.eval_n, args.m, X_all[idx], y_all[idx], args.ab_rounds[0]),
+                (args.nuts_n, args.nuts_m, X_tr[:args.nuts_n], y_tr[:args.nuts_n], args.ab_rounds[1])]
+    lines = ["## The basis operator kept and A^{-1} by dpotri: A/B in one process", "",
+             f"`{args.command}`. A warm logp + gradient, as in the `eval` part, at n = {args.eval_n}"
+             f" (rows drawn as there), m = {args.m} x {args.m}, and at n = {args.nuts_n} (the `nuts` part's"
+             f" rows), m = {args.nuts_m} x {args.nuts_m}; c = {args.c}. One process and one compiled function"
+             " per setting; the three variants take the calls of one seeded random walk (independent"
+             " N(0, 0.05^2) steps in every log hyperparameter) in turn, each warm-started from the previous call's sites; the"
+             " medians over the rounds. The two older variants are the package's former code, restored in"
+             " the script (`_rebuilt_at`, `_identity_solve_quad_diag`). Values: the largest relative"
+             " difference in logp and gradient (from zero sites, at the initial point and 0.3 away) and the"
+             " largest absolute difference in the predictive probability of the first 2000 test rows, against"
+             " the first variant.", "",
+             "| n | m | approximation | rounds | variant | CPU (s) | wall (s) | CPU / first variant's |"
+             " max diff: logp, gradient | max diff: predictive |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for n, m, X, y, rounds in settings:
+        for approximation in ("ep", "laplace"):
+            d_value, d_pred = ab_values(X, y, Xt[:2000], approximation, m, args.c)
+            times = ab_times(X, y, approximation, m, args.c, rounds)
+            base = times[AB_VARIANTS[0][0]][1]
+            for label, (wall, cpu) in times.items():
+                lines.append(f"| {n} | {m} x {m} | {'EP' if approximation == 'ep' else 'Laplace'} | {rounds} |"
+                             f" {label} | {cpu:.4f} | {wall:.4f} | {cpu / base:.2f} | {d_value:.1e} | {d_pred:.1e} |")
+            print(lines[-3:], flush=True)
+    return "\n".join(lines) + "\n"
+
+
 def pm_hsgp_model(X, y, m, c):
     """``stops_model``'s prior and link with ``pm.gp.HSGP`` (non-centred, the coefficients sampled)."""
     with pm.Model() as model:
@@ -601,7 +706,8 @@ def nuts_part(args):
 
 
 def merged_sections(new):
-    """The sections of ``hsgp.md`` (by part, between markers), ``new``'s replacing the old."""
+    """The sections of ``hsgp.md`` (by part, between markers), ``new``'s replacing the old, and
+    the text after the last section (the reading against the goals) as it was."""
     target = results_path(HSGP_RESULTS)
     old = target.read_text() if target.exists() else ""
     sections = {}
@@ -611,7 +717,9 @@ def merged_sections(new):
             sections[part] = new[part]
         elif start in old:
             sections[part] = old.split(start, 1)[1].split(end, 1)[0].strip("\n") + "\n"
-    return "\n".join(f"<!-- part {p} -->\n{sections[p]}<!-- end {p} -->\n" for p in PARTS if p in sections)
+    body = "\n".join(f"<!-- part {p} -->\n{sections[p]}<!-- end {p} -->\n" for p in PARTS if p in sections)
+    reading = old.rsplit("<!-- end ", 1)[1].split("-->", 1)[1].strip("\n") if "<!-- end " in old else ""
+    return body + (f"\n{reading}\n" if reading else "")  # the text after the parts (the reading) kept
 
 
 def hsgp_main():
@@ -662,6 +770,7 @@ def hsgp_main():
     ap.add_argument("--more-m", type=int, nargs="+", default=[45])
     ap.add_argument("--eval-n", type=int, default=100000)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--ab-rounds", type=int, nargs=2, default=[5, 40])
     ap.add_argument("--nuts-n", type=int, default=1500)
     ap.add_argument("--nuts-m", type=int, default=12)
     ap.add_argument("--draws", type=int, default=300)
@@ -675,7 +784,7 @@ def hsgp_main():
     load = os.getloadavg()
     new = {}
     for part in args.parts:
-        text = {"map": map_part, "resolution": resolution_part, "eval": eval_part, "nuts": nuts_part}[part](args)
+        text = {"map": map_part, "resolution": resolution_part, "eval": eval_part, "ab": ab_part, "nuts": nuts_part}[part](args)
         new[part] = text + (f"\nLoad average (1, 5, 15 min) at the start: {load[0]:.2f}, {load[1]:.2f}, {load[2]:.2f};"
                             f" at the end: {', '.join(f'{v:.2f}' for v in os.getloadavg())}.\n")
         print(new[part], flush=True)
