@@ -355,7 +355,7 @@ HSGP_RESULTS = pathlib.Path(__file__).parent / "results" / "hsgp.md"
 STOPS_CSV = pathlib.Path(__file__).parent / "data" / "mpls_stops.csv"
 KM_PER_DEGREE = 111.2  # the mean Earth radius's degree of arc (6371 km x pi / 180)
 STOPS_HYPER = ["log_ls", "log_eta"]
-PARTS = ("map", "resolution", "eval", "ab", "nuts")
+PARTS = ("map", "resolution", "eval", "ab", "nuts", "nuts_default")
 
 
 def cpu_seconds():
@@ -642,66 +642,143 @@ def pm_hsgp_model(X, y, m, c):
     return model, gp
 
 
-def nuts_row(label, sampler, idata, wall, cpu, p, y_test):
-    summary = az.summary(idata, var_names=STOPS_HYPER)
+def nuts_row(label, sampler, idata, wall, cpu, p, y_test, hyper=STOPS_HYPER):
+    summary = az.summary(idata, var_names=hyper)
     ess = float(summary["ess_bulk"].min())
+    stats = idata.sample_stats
+    steps = float(np.mean(stats["n_steps"])) if "n_steps" in stats else float(np.mean(2 ** stats["tree_depth"] - 1))
     return {"method": label, "sampler": sampler, "wall": wall, "cpu": cpu, "ess": ess, "ess_s": ess / wall,
-            "ess_cpu": ess / cpu, "div": int(idata.sample_stats["diverging"].sum()),
+            "ess_cpu": ess / cpu, "div": int(stats["diverging"].sum()), "steps": steps,
             "rhat": float(summary["r_hat"].max()), **classification_metrics(p, y_test)}
+
+
+def sample_ours(model, gp, X_test, y_test, sampling, predict_draws, label, hyper):
+    """``pymc_gpc.sample`` (PyMC's NUTS over the hyperparameters) on a model of the package, and
+    its predictive averaged over ``predict_draws`` draws."""
+    def ours():
+        with model:
+            return pymc_gpc.sample(**sampling)
+
+    idata, wall, cpu = timed(ours)
+    p = gp.predict(X_test, idata=idata, max_draws=predict_draws)
+    row = nuts_row(label, "PyMC NUTS (pymc_gpc.sample)", idata, wall, cpu, p, y_test, hyper)
+    print(row, flush=True)
+    return row
+
+
+def sample_theirs(model, gp, X_test, y_test, sampling, label, hyper, offset=None):
+    """``pm.sample`` with nutpie on a ``pm.gp.HSGP`` model, its predictive over all draws
+    (``offset``: a sampled variable added to the latent function)."""
+    def theirs():
+        with model:
+            return pm.sample(nuts_sampler="nutpie", **sampling)
+
+    idata, wall, cpu = timed(theirs)
+    with model:
+        gp.conditional("f_star", X_test)
+        names = ["f_star"] + ([offset] if offset else [])
+        pp = pm.sample_posterior_predictive(idata, var_names=names, progressbar=False, random_seed=2)
+    f = np.asarray(pp.posterior_predictive["f_star"])
+    if offset:
+        f = f + np.asarray(pp.posterior_predictive[offset])[..., None]
+    p = ndtr(f).reshape(-1, f.shape[-1]).mean(axis=0)
+    row = nuts_row(label, "nutpie (pm.sample)", idata, wall, cpu, p, y_test, hyper)
+    print(row, flush=True)
+    return row
+
+
+NUTS_COLUMNS = ["| method | sampler | wall (s) | CPU (s) | min bulk ESS | ESS / wall s | ESS / CPU s | divergences |"
+                " max r_hat | steps / draw | test errors | mean test log p |",
+                "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+
+
+def nuts_lines(rows):
+    lines = list(NUTS_COLUMNS)
+    for r in rows:
+        lines.append(f"| {r['method']} | {r['sampler']} | {r['wall']:.0f} | {r['cpu']:.0f} | {r['ess']:.0f} | "
+                     f"{r['ess_s']:.3f} | {r['ess_cpu']:.3f} | {r['div']} | {r['rhat']:.3f} | {r['steps']:.1f} | "
+                     f"{r['errors']} / {r['n']} | {r['mean_log_pred']:.4f} |")
+    theirs = rows[-1]
+    lines.append("")
+    for r in rows[:-1]:
+        lines.append(f"{r['method']} over pm.gp.HSGP: {r['ess_s'] / theirs['ess_s']:.2f}x the ESS per wall second,"
+                     f" {r['ess_cpu'] / theirs['ess_cpu']:.2f}x per CPU second.")
+    return lines
 
 
 def nuts_part(args):
     X, y, Xt, yt, _, _ = load_stops(args.n_train, args.n_test)
     X, y = X[:args.nuts_n], y[:args.nuts_n]
     sampling = dict(draws=args.draws, tune=args.tune, chains=2, cores=1, random_seed=1, progressbar=False)
-    rows = []
+    mm = [args.nuts_m, args.nuts_m]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        model, gp = stops_model(X, y, "HSGP", m=[args.nuts_m, args.nuts_m], c=args.c)
-
-        def ours():
-            with model:
-                return pymc_gpc.sample(**sampling)
-
-        idata, wall, cpu = timed(ours)
-        p = gp.predict(Xt, idata=idata, max_draws=args.predict_draws)
-        rows.append(nuts_row(f"pymc-gpc HSGP EP, m = {args.nuts_m} x {args.nuts_m}", "PyMC NUTS (pymc_gpc.sample)",
-                             idata, wall, cpu, p, yt))
-        print(rows[-1], flush=True)
-        model, gp = pm_hsgp_model(X, y, args.nuts_m, args.c)
-
-        def theirs():
-            with model:
-                return pm.sample(nuts_sampler="nutpie", **sampling)
-
-        idata, wall, cpu = timed(theirs)
-        with model:
-            f_star = gp.conditional("f_star", Xt)
-            pp = pm.sample_posterior_predictive(idata, var_names=["f_star"], progressbar=False, random_seed=2)
-        f = np.asarray(pp.posterior_predictive["f_star"])
-        p = ndtr(f).reshape(-1, f.shape[-1]).mean(axis=0)
-        rows.append(nuts_row(f"pm.gp.HSGP + Bernoulli, m = {args.nuts_m} x {args.nuts_m}"
-                             f" ({args.nuts_m ** 2} coefficients)", "nutpie (pm.sample)", idata, wall, cpu, p, yt))
-        print(rows[-1], flush=True)
-    ratio = rows[0]["ess_s"] / rows[1]["ess_s"]
+        rows = [sample_ours(*stops_model(X, y, "HSGP", approximation, m=mm, c=args.c), Xt, yt, sampling,
+                            args.predict_draws, f"pymc-gpc HSGP {name}, m = {args.nuts_m} x {args.nuts_m}", STOPS_HYPER)
+                for approximation, name in (("ep", "EP"), ("laplace", "Laplace"))]
+        rows.append(sample_theirs(*pm_hsgp_model(X, y, args.nuts_m, args.c), Xt, yt, sampling,
+                                  f"pm.gp.HSGP + Bernoulli, m = {args.nuts_m} x {args.nuts_m}"
+                                  f" ({args.nuts_m ** 2} coefficients)", STOPS_HYPER))
     lines = [f"## NUTS over the hyperparameters at n = {len(y)} (goal: 30x pm.gp.HSGP's ESS/s, 0 divergences,"
              " equal or better test log p)", "",
              f"`{args.command}`. The first {len(y)} training rows; m = {args.nuts_m} x {args.nuts_m}, c = {args.c}"
-             f" for both; 2 chains x ({args.tune} tune + {args.draws} draws), seed 1, one chain after the other in"
+             f" for all; 2 chains x ({args.tune} tune + {args.draws} draws), seed 1, one chain after the other in"
              " one process (cores=1), so that CPU seconds count every chain. Wall and CPU seconds include compilation;"
-             " ESS is the minimum bulk ESS over log_ls (2) and log_eta; test log p averages the"
-             f" probabilities over the draws ({args.predict_draws} draws for HSGP EP, whose predictive runs EP"
-             " per draw; all for pm.gp.HSGP) on the"
-             f" {len(yt)} test rows.", "",
-             "| method | sampler | wall (s) | CPU (s) | min bulk ESS | ESS / wall s | ESS / CPU s | divergences | max r_hat |"
-             " test errors | mean test log p |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| {r['method']} | {r['sampler']} | {r['wall']:.0f} | {r['cpu']:.0f} | {r['ess']:.0f} | "
-                     f"{r['ess_s']:.3f} | {r['ess_cpu']:.3f} | {r['div']} | {r['rhat']:.3f} | "
-                     f"{r['errors']} / {r['n']} | {r['mean_log_pred']:.4f} |")
-    lines += ["", f"ESS per wall second, HSGP EP over pm.gp.HSGP: {ratio:.1f}x"
-              f" (per CPU second: {rows[0]['ess_cpu'] / rows[1]['ess_cpu']:.1f}x)."]
+             " ESS is the minimum bulk ESS over log_ls (2) and log_eta; steps / draw is the mean number of leapfrog"
+             " steps (gradient evaluations) per draw, tuning included; test log p averages the"
+             f" probabilities over the draws ({args.predict_draws} draws for HSGP EP and Laplace, whose predictive"
+             " runs the approximation per draw; all for pm.gp.HSGP) on the"
+             f" {len(yt)} test rows.", ""] + nuts_lines(rows)
+    return "\n".join(lines) + "\n"
+
+
+DEFAULT_HYPER = ["log_w", "log_v0"]
+
+
+def default_models(X, y, m, c):
+    """ISLR Default's two models (``nuts_default_part``): HSGP EP, and ``pm.gp.HSGP`` with its
+    coefficients sampled (non-centred), on one prior: ARD ExpQuad v0 k_w, probit link,
+    log w ~ N(-3, 3^2) per input, log v0 ~ N(-3, 3^2) started at ``LOG_V0_START``; no bias term."""
+    d = X.shape[1]
+
+    def prior():
+        log_w = pm.Normal("log_w", -3, 3, shape=d)
+        log_v0 = pm.Normal("log_v0", -3, 3, initval=LOG_V0_START)
+        return pt.exp(log_v0) * pm.gp.cov.ExpQuad(d, ls=pt.exp(-0.5 * log_w))
+
+    with pm.Model() as ours:
+        gp_ours = pymc_gpc.MarginalEP(cov_func=prior(), likelihood=GPL.Probit(), approx="HSGP", m=list(m), c=c)
+        gp_ours.marginal_likelihood("y", X=X, y=y)
+    with pm.Model() as theirs:
+        gp_theirs = pm.gp.HSGP(m=list(m), c=c, cov_func=prior())
+        f = gp_theirs.prior("f", X=X)
+        pm.Bernoulli("y", p=pm.math.invprobit(f), observed=(y > 0).astype(int))
+    return (ours, gp_ours), (theirs, gp_theirs)
+
+
+def nuts_default_part(args):
+    data = load_default()
+    m = args.default_m
+    sampling = dict(draws=args.draws, tune=args.tune, chains=2, cores=1, random_seed=1, progressbar=False)
+    label = " x ".join(map(str, m))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ours, theirs = default_models(data.X_train, data.y_train, m, args.c)
+        rows = [sample_ours(*ours, data.X_test, data.y_test, sampling, args.predict_draws,
+                            f"pymc-gpc HSGP EP, m = {label}", DEFAULT_HYPER),
+                sample_theirs(*theirs, data.X_test, data.y_test, sampling,
+                              f"pm.gp.HSGP + Bernoulli, m = {label} ({int(np.prod(m))} coefficients)", DEFAULT_HYPER)]
+    lines = [f"## NUTS over the hyperparameters on ISLR Default, n = {len(data.y_train)} (the goal of the `nuts` part)",
+             "", f"`{args.command}`. A second data set, fixed before the run: ISLR's Default as"
+             " `sparse_hsgp.md` used it (`pymc_gpc.datasets.load_default()`: student, balance and income,"
+             f" standardised; {len(data.y_train)} training and {len(data.y_test)} test rows), its m = {label} and"
+             f" c = {args.c}, and its prior on log w (3) and log v0, but no bias term in either model (HSGP EP's"
+             " kernel needs a spectral density, which a constant kernel has not; `sparse_hsgp.md`'s pm.gp.HSGP had"
+             " a non-centred bias, so its 113 divergences were another model's). Probit link for both. Sampling as"
+             f" in the `nuts` part: 2 chains x ({args.tune} + {args.draws}), seed 1, cores=1; ESS the minimum bulk"
+             f" ESS over log_w and log_v0; test log p over {args.predict_draws} draws for HSGP EP, all for"
+             " pm.gp.HSGP. Always predicting 'no default' makes"
+             f" {int(np.sum(data.y_test > 0))} test errors.", ""] + nuts_lines(rows)
     return "\n".join(lines) + "\n"
 
 
@@ -744,7 +821,7 @@ def hsgp_main():
       log ls ~ N(0, 1.5^2), log eta ~ N(0, 1); the same prior for every GP below;
     * metric: the mean log predictive probability of the test labels (and test errors).
 
-    Parts (``--parts``, default all four):
+    Parts (``--parts``, default all):
 
     * ``map``: MAP-II (``pymc_gpc.fit(method="map")``) with HSGP EP and HSGP Laplace at
       m = ``--m`` per dimension, c = ``--c``; FITC EP with ``--fitc-m`` k-means inducing
@@ -753,8 +830,18 @@ def hsgp_main():
     * ``resolution``: HSGP EP MAP-II as in ``map`` at the larger m of ``--more-m``.
     * ``eval``: one logp + gradient at n = ``--eval-n`` rows (drawn with replacement from
       all rows), EP and Laplace, m = ``--m``.
-    * ``nuts``: NUTS over the hyperparameters with HSGP EP (``pymc_gpc.sample``) against
-      ``pm.gp.HSGP`` + Bernoulli sampled by nutpie, m = ``--nuts-m`` per dimension, same c.
+    * ``ab``: the warm logp + gradient with the basis operator kept and A^{-1} by dpotri
+      against the former code (restored in this script), paired in one process, at
+      n = ``--eval-n``, m = ``--m`` and at the ``nuts`` part's n and m; the values' differences.
+    * ``nuts``: NUTS over the hyperparameters with HSGP EP and HSGP Laplace
+      (``pymc_gpc.sample``) against ``pm.gp.HSGP`` + Bernoulli sampled by nutpie,
+      m = ``--nuts-m`` per dimension, same c.
+    * ``nuts_default``: the ``nuts`` comparison (HSGP EP against pm.gp.HSGP) on a second data
+      set fixed before its run: ISLR Default as ``benchmarks/results/sparse_hsgp.md`` used it
+      (``load_default()``, 8,000 training and 2,000 test rows, m = ``--default-m`` = 3 x 15 x 6,
+      c = ``--c``), the prior of ``hsgp_model`` above (ARD ExpQuad, log w and log v0 ~
+      N(-3, 3^2)) without its bias term in either model (a constant kernel has no spectral
+      density), probit link, the ``nuts`` part's sampling.
 
     Each part replaces its own section of benchmarks/results/hsgp.md.
 
@@ -776,6 +863,7 @@ def hsgp_main():
     ap.add_argument("--draws", type=int, default=300)
     ap.add_argument("--tune", type=int, default=300)
     ap.add_argument("--predict-draws", type=int, default=200)
+    ap.add_argument("--default-m", type=int, nargs="+", default=[3, 15, 6])
     args = ap.parse_args(sys.argv[2:])
     args.command = "python benchmarks/sparse_default.py " + " ".join(sys.argv[1:])
     import numba
@@ -784,7 +872,7 @@ def hsgp_main():
     load = os.getloadavg()
     new = {}
     for part in args.parts:
-        text = {"map": map_part, "resolution": resolution_part, "eval": eval_part, "ab": ab_part, "nuts": nuts_part}[part](args)
+        text = {"map": map_part, "resolution": resolution_part, "eval": eval_part, "ab": ab_part, "nuts": nuts_part, "nuts_default": nuts_default_part}[part](args)
         new[part] = text + (f"\nLoad average (1, 5, 15 min) at the start: {load[0]:.2f}, {load[1]:.2f}, {load[2]:.2f};"
                             f" at the end: {', '.join(f'{v:.2f}' for v in os.getloadavg())}.\n")
         print(new[part], flush=True)
