@@ -380,7 +380,10 @@ class ApproxMarginalOp(Op):
         """(the structure's ``point_input``, theta, y, hyper): the values that identify an
         evaluation for ``_recent``."""
         kernels, params, y, hyper = self._split(inputs)
-        return kernels[self.structure.point_input], params, y, hyper
+        point = self.structure.point_input
+        if isinstance(point, tuple):  # several inputs (HSGP's S and X): their values, concatenated
+            return np.concatenate([np.ravel(kernels[i]) for i in point]), params, y, hyper
+        return kernels[point], params, y, hyper
 
     def _describe_point(self, params, hyper):
         """'log_w=[...], log_v0=...' from the hyperparameter input, else the likelihood values."""

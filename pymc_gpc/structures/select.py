@@ -75,7 +75,8 @@ class PriorStructure(Protocol):
     kernel_names, kernel_ndims : their names (for messages) and numbers of dimensions; the
         evidence Op's gradient outputs have the same ranks.
     point_input : the kernel input whose value, with theta, y and the hyperparameters,
-        identifies an evaluation (the evidence Op's recent results): K, or K_uf for FITC.
+        identifies an evaluation (the evidence Op's recent results): K, or K_uf for FITC; or a
+        tuple of inputs, whose values together do (HSGP: S, and X, at which the basis is taken).
     compiled_ep_loop : whether binary EP's compiled dense loop (``approximations.ep.ep_warm``,
         ``backends.numba.compiled_ep``) solves this structure.
     predictive_takes_theta : whether the predictive Op takes theta after the kernel inputs
@@ -90,7 +91,7 @@ class PriorStructure(Protocol):
     n_kernel_inputs: int
     kernel_names: tuple
     kernel_ndims: tuple
-    point_input: int
+    point_input: object
     compiled_ep_loop: bool
     predictive_takes_theta: bool
     trusted_prediction: bool
@@ -375,7 +376,7 @@ class HSGPBinary(FITCBinary):
     n_kernel_inputs = 2
     kernel_names = ("S", "X")
     kernel_ndims = (1, 2)
-    point_input = 0  # S: X is fixed data
+    point_input = (0, 1)  # S, and X: the basis is taken at X, which pm.set_data may change
     trusted_prediction = True  # HSGPPrior checks S itself
 
     def __init__(self, box=None, columns=None):

@@ -187,3 +187,45 @@ def test_structure_is_data_compared_hashed_and_pickled_by_its_basis():
     assert restored == s and hash(restored) == hash(s)
     other = HSGP_BINARY.for_training_inputs(gp, X * 2.0)
     assert other != s
+
+
+def test_new_training_inputs_are_answered_at_those_inputs():
+    """pm.set_data's new X keeps the basis fixed at the first X (as pm.gp.HSGP's box) and is
+    answered at the new X, by neither the basis operator kept for the old X nor the Op's
+    recent results at the same hyperparameters: against EP on Phi(X') diag(S) Phi(X')^T,
+    formed, with Phi the basis of the first X."""
+    X, y = _data()
+    with pm.Model() as model:
+        X_data = pm.Data("X", X)
+        log_ls, log_eta = pm.Normal("log_ls", 0, 1), pm.Normal("log_eta", 0, 1)
+        gp = pymc_gpc.MarginalEP(cov_func=_kernel(log_ls, log_eta), likelihood=L.Probit(), approx="HSGP", m=[M], c=C)
+        gp.marginal_likelihood("y", X=X_data, y=y)
+    logp = model.compile_logp(jacobian=False)
+    basis = LaplacianBasis(X, [M], c=C)
+    S = basis.variances(_kernel(POINT["log_ls"], POINT["log_eta"])).eval()
+
+    def dense(Xe):
+        Phi = basis(Xe)
+        return pymc_gpc.ep(Phi @ (S[:, None] * Phi.T), y, L.Probit()).log_z + _log_prior(POINT)
+
+    for Xe in (X, 0.9 * X, X):  # the same point each time: only X changes
+        with model:
+            pm.set_data({"X": Xe})
+        np.testing.assert_allclose(logp(POINT), dense(Xe), rtol=1e-8)
+
+
+def test_kept_basis_follows_inputs_changed_in_place_and_is_not_pickled():
+    """The structure's basis at the training inputs, kept between evaluations, is formed anew
+    for inputs whose values change (the same array changed in place included), and is not
+    part of the structure's pickle; prior variances against the basis formed densely."""
+    _, gp, X, _ = _model(pymc_gpc.MarginalEP, L.Probit())
+    s = gp.structure
+    S = s.basis.variances(_kernel(POINT["log_ls"], POINT["log_eta"])).eval()
+    inputs = X.copy()
+    first = s.prior_from(S, inputs)
+    assert s.prior_from(S, X.copy()).basis is first.basis  # equal values: kept
+    inputs *= 0.9
+    Phi = LaplacianBasis(X, [M], c=C)(inputs)
+    np.testing.assert_allclose(s.prior_from(S, inputs).diag(), np.einsum("ij,ij,j->i", Phi, Phi, S), rtol=1e-10)
+    restored = pickle.loads(pickle.dumps(s))
+    assert restored == s and "_kept_basis" not in vars(restored)
