@@ -64,6 +64,7 @@ import pathlib
 import sys
 import time
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # this checkout's pymc_gpc, not an installed one
 from _provenance import results_path, write_results  # noqa: E402  (benchmarks/_provenance.py)
 import numpy as np
 
