@@ -404,8 +404,11 @@ def validation_split(data, share=0.2, seed=1):
     else:
         is_val = np.zeros(len(data.y_train), bool)
         is_val[rng.permutation(len(data.y_train))[: int(round(share * len(data.y_train)))]] = True
-    return Split(data.name, data.X_train[~is_val], data.y_train[~is_val], data.X_train[is_val],
-                 data.y_train[is_val], data.features, data.classes)
+    split = Split(data.name, data.X_train[~is_val], data.y_train[~is_val], data.X_train[is_val],
+                  data.y_train[is_val], data.features, data.classes)
+    groups = data.groups_train if getattr(data, "groups_train", None) is not None else np.arange(len(is_val))
+    split.groups_train, split.groups_test = groups[~is_val], groups[is_val]
+    return split
 
 
 def _predictive_metrics(lik, mean, cov, y):
@@ -436,23 +439,43 @@ def package_fit(data, m, per_class, prior, maxiter, learn=False, n_train_eval=20
     res = pymc_gpc.fit(model, method="map", maxiter=maxiter, progressbar=False)
     cpu_fit, wall_fit = time.process_time() - c0, time.perf_counter() - t0
     c1 = time.process_time()
-    test = _predictive_metrics(gp.likelihood, *_latent(gp, data.X_test, res), data.y_test)
+    latent = _latent(gp, data.X_test, res)
+    test = _predictive_metrics(gp.likelihood, *latent, data.y_test)
     cpu_pred = time.process_time() - c1
     k = min(n_train_eval, len(data.y_train))
     train = _predictive_metrics(gp.likelihood, *_latent(gp, data.X_train[:k], res), data.y_train[:k]) if k else {}
     point = {k_: np.asarray(v).tolist() for k_, v in res.point.items() if k_.startswith("log_")}
     label = "softmax Laplace" if approximation == "laplace" else "nested EP (multinomial probit)"
-    kernels = {True: "per-class ARD", False: "shared ARD", "amplitudes": "shared lengthscales, per-class amplitudes"}
-    return {"method": f"FITC {label}, m = {m}, {kernels[per_class]}, "
+    return {"method": f"FITC {label}, m = {m}, {KERNEL_NAMES[per_class]}, "
                       f"prior N{tuple(prior)}" + (", Xu learned" if learn else ""),
             "n": len(data.y_train), "m": m, "cpu_fit": cpu_fit, "wall_fit": wall_fit, "cpu_predict": cpu_pred,
             "n_iter": int(res.n_iter), "converged": bool(res.converged), "log_evidence": float(res.log_evidence),
             "test": test, "train": train, "point": point, "Xu": Xu.tolist(), "per_class": per_class,
-            "prior": list(prior)}
+            "prior": list(prior), "test_log_p_rows": _log_p_rows(gp.likelihood, *latent, data.y_test)}
 
 
-# the package's candidates for ``select_fit``: ard_classifier's per_class
-SELECT_CANDIDATES = (True, "amplitudes")
+def _log_p_rows(lik, mean, cov, y):
+    """Each test row's log predictive probability of its class under the plug-in predictive."""
+    p = np.clip(lik.predict(mean, cov, predictive="mean"), 1e-300, None)
+    return np.log(p[np.arange(len(y)), y]).tolist()
+
+
+def grouped_se(diff, groups):
+    """Standard error of the mean of per-row differences ``diff`` when rows of one group (one
+    storm) are not independent: the cluster-robust (ratio) estimate over the groups,
+    sqrt(G / (G - 1) sum_g (S_g - dbar n_g)^2) / n, S_g and n_g the group's sum and count."""
+    diff = np.asarray(diff, dtype=float)
+    _, idx = np.unique(groups, return_inverse=True)
+    sums, counts = np.bincount(idx, weights=diff), np.bincount(idx)
+    G, dbar = len(sums), diff.mean()
+    return float(np.sqrt(G / (G - 1) * np.sum((sums - dbar * counts) ** 2)) / len(diff))
+
+
+# the package's candidates for ``select_fit``: every kernel ard_classifier's per_class offers (the
+# three of the diagnosis tables: per-class ARD, shared lengthscales with per-class amplitudes,
+# one shared ARD kernel)
+SELECT_CANDIDATES = (True, "amplitudes", False)
+KERNEL_NAMES = {True: "per-class ARD", False: "shared ARD", "amplitudes": "shared lengthscales, per-class amplitudes"}
 
 
 def select_fit(data, m, prior, maxiter):
@@ -462,14 +485,21 @@ def select_fit(data, m, prior, maxiter):
     predictive (the default) refitted on all the training rows; the refit's row, with the
     validation figures and the selection's CPU seconds."""
     val = validation_split(data)
-    candidates = []
+    candidates, rows = [], []
     for per_class in SELECT_CANDIDATES:
         r = package_fit(val, m, per_class, prior, maxiter, n_train_eval=0)
+        rows.append(np.asarray(r["test_log_p_rows"]))
         candidates.append({"per_class": per_class, "n_fit": len(val.y_train), "n_val": len(val.y_test),
+                           "groups_val": int(len(np.unique(val.groups_test))),
                            "val_log_p": r["test"]["mean"]["mean_log_p"], "val_error": r["test"]["mean"]["error"],
                            "cpu": r["cpu_fit"] + r["cpu_predict"], "n_iter": r["n_iter"]})
         print(json.dumps(candidates[-1]), flush=True)
-    best = max(candidates, key=lambda c_: c_["val_log_p"])
+    i_best = int(np.argmax([c_["val_log_p"] for c_ in candidates]))
+    best = candidates[i_best]
+    for c_, lp in zip(candidates, rows):
+        # the margin to the chosen candidate and its standard error over the validation groups
+        c_["gap_to_best"] = float(np.mean(rows[i_best] - lp))
+        c_["gap_se"] = grouped_se(rows[i_best] - lp, val.groups_test) if c_ is not best else 0.0
     row = package_fit(data, m, best["per_class"], prior, maxiter)
     row.update(selection=candidates, cpu_selection=sum(c_["cpu"] for c_ in candidates))
     row["method"] += " (chosen on validation rows)"
@@ -856,8 +886,9 @@ def _comparison61(work):
             total = r["cpu_fit"] + r.get("cpu_selection", 0.0)
             how = (_cost61(r) if r["run"] == "svgp" else
                    f"{r['n_iter']} L-BFGS-B iterations; chosen: " + ", ".join(
-                       f"{'per-class ARD' if c_['per_class'] is True else 'shared lengthscales'} validation log p "
-                       f"{c_['val_log_p']:.4f}" for c_ in r["selection"]))
+                       f"{KERNEL_NAMES[c_['per_class']]} validation log p {c_['val_log_p']:.4f}"
+                       + (f" (gap {c_['gap_to_best']:.4f} +- {c_['gap_se']:.4f})" if c_.get("gap_se") else "")
+                       for c_ in r["selection"]))
             lines.append(f"| {name} | {r['method'].replace(', prior N(-3.0, 3.0)', '')} ({pred}) | {t['error']:.4f} | "
                          f"{t['mean_log_p']:.4f} | {r['cpu_fit']:.0f} | {total:.0f} | {how} |")
     return lines + [""]
