@@ -616,6 +616,8 @@ if __name__ == "__main__":
         body = old[old.index("\n# "):] if old.startswith("<!--") else old
         for section in sections:
             body = replace_blocks(body, section)
-        note = (f"the blocks printed by `{' '.join(args.task)}` re-run now; the rest of the file (and the "
-                f"previous header's note) from the earlier runs it describes")
+        previous = "; ".join(line[2:].replace("**", "") for line in old[:old.index("\n# ")].splitlines()
+                             if line.startswith(("- **command**", "- **commit**", "- **date**", "- **note**")))
+        note = (f"only the blocks this command prints were re-run; the rest of the file is from the runs of "
+                f"the previous header ({previous})")
         write_results(RESULTS / args.replace, body, peers=("scikit-learn",), note=note)

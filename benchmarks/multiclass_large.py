@@ -53,7 +53,8 @@ latent predictive; ``--run ep``: the same with nested EP (multinomial probit, MA
 ``--run dense``: the dense softmax Laplace at the softmax fit's hyperparameters; ``--run gold``:
 the exact posterior predictive there on 300 of the training rows (``gold_at``); ``--run select``:
 the package's configuration chosen on validation rows carved from the training rows, then
-refitted on all of them (``select_fit``, ``validation_split``). SVGP (``--run svgp``, in an
+refitted on all of them (``select_fit``, ``validation_split``: for storms whole storms, as the
+test split is drawn; the three kernels ``per_class`` offers as candidates). SVGP (``--run svgp``, in an
 environment with torch and gpytorch; float32, mini-batches, a plateau schedule on the ELBO and
 an epoch cap): ``svgp_fit``'s docstring. CPU seconds (``time.process_time``) from the k-means
 to the fitted point; one BLAS / torch thread.
@@ -483,7 +484,8 @@ def select_fit(data, m, prior, maxiter):
     (softmax Laplace FITC, m k-means inducing inputs, MAP-II) fitted on the fitting rows of
     ``validation_split``, the one with the highest mean validation log p under the plug-in
     predictive (the default) refitted on all the training rows; the refit's row, with the
-    validation figures and the selection's CPU seconds."""
+    validation figures (each candidate's margin to the chosen one, and that margin's standard
+    error over the validation storms or rows, ``grouped_se``) and the selection's CPU seconds."""
     val = validation_split(data)
     candidates, rows = [], []
     for per_class in SELECT_CANDIDATES:
@@ -518,6 +520,48 @@ def reference_at(data, fit):
     test = _predictive_metrics(gp.likelihood, *_latent(gp, data.X_test, point), data.y_test)
     return {"method": "dense softmax Laplace at the fit's hyperparameters", "of": fit["method"],
             "n": len(data.y_train), "cpu": time.process_time() - c0, "wall": time.perf_counter() - t0, "test": test}
+
+
+def ep_timing(data, m, fit, seed=0):
+    """Nested EP (``multinomial_probit_ep``) on the FITC prior of all the training rows with m
+    seeded k-means inducing inputs, at three points near a fit's per-class hyperparameters
+    (log hyperparameters moved by N(0, 0.02^2)): a cold solve, then warm solves (from the cold
+    one's sites) at the fit's coarse tolerance (1e-4, ``coarse_fit_defaults``) and at the
+    engine's (1e-8); per solve the outer sweeps and CPU seconds, and the CPU seconds in the
+    site covariances S_i = P_i A^{-1} P_i^T (``_site_blocks``), in forming A (``_precision``)
+    and in the gradient's column pass (``_column_pass``)."""
+    from pymc_gpc.approximations.multinomial_probit_ep import multinomial_probit_ep
+    from pymc_gpc.gp.models import kmeans_centres
+    from pymc_gpc.structures import multiclass_fitc
+
+    X, y = data.X_train, data.y_train
+    Xu = kmeans_centres(m, X, seed=0)
+    pt_ = {k: np.asarray(v) for k, v in fit["point"].items()}
+    rng = np.random.default_rng(seed)
+
+    def prior():
+        lw, lv0, lv1 = (pt_[k] + 0.02 * rng.normal(size=pt_[k].shape) for k in ("log_w", "log_v0", "log_v1"))
+        kd = (np.exp(lv0) + np.exp(lv1))[:, None] + 1e-6 + np.zeros((len(lv0), len(X)))
+        return multiclass_fitc.MulticlassFITCPrior(_mixed_ard(Xu, Xu, lw, lv0, lv1) + 1e-6 * np.eye(m),
+                                                   _mixed_ard(Xu, X, lw, lv0, lv1), kd)
+
+    clock = _Clock()
+    clock.wrap(multiclass_fitc.MulticlassFITCPosterior, "_site_blocks")
+    clock.wrap(multiclass_fitc.MulticlassFITCPosterior, "_column_pass")
+    clock.wrap(multiclass_fitc, "_precision")
+    rows, state = [], None
+    for label, tol in (("cold", 1e-8), ("warm", 1e-4), ("warm", 1e-8)):
+        K = prior()
+        clock.totals.clear()
+        c0 = time.process_time()
+        res = multinomial_probit_ep(K, y, state=state if label == "warm" else None, tol=tol, with_loo=False)
+        rows.append({"start": label, "tol": tol, "sweeps": int(res.n_iter), "cpu": time.process_time() - c0,
+                     "log_z": float(res.log_z), **{k: v["cpu"] for k, v in clock.totals.items()}})
+        state = res.state if label == "cold" else state
+        print(json.dumps(rows[-1]), flush=True)
+    return {"method": f"nested EP (multinomial probit) solves, FITC m = {m}, per-class ARD, at the point of: "
+                      f"{fit['method']} (n = {fit['n']})", "n": len(y), "m": m, "c": int(y.max()) + 1,
+            "solves": rows, "test": {}}
 
 
 def _mixed_ard(A, B, log_w, log_v0, log_v1):
@@ -643,11 +687,13 @@ def svgp_fit(data, m, dtype="float32", seed=0, lr=None, max_epochs=None, patienc
         return torch.cat(out).double().numpy()
 
     k = min(2000, len(data.y_train))
+    p_test = probs(data.X_test)
     return {"method": f"SVGP (GPyTorch), m = {m} learned, per-class ARD, softmax, {dtype}, Adam lr {lr}, "
                       f"batch {SVGP_BATCH}, plateau patience {patience}, at most {max_epochs} epochs",
             "n": len(data.y_train), "m": m, "cpu_fit": cpu_fit, "wall_fit": wall_fit, "steps": steps,
             "epochs": len(epochs), "max_epochs": max_epochs, "patience": patience, "stop": stop, "decays": int(decays), "lr": lr,
-            "rounds": epochs, "test": {"integrate": metrics(probs(data.X_test), data.y_test)},
+            "rounds": epochs, "test": {"integrate": metrics(p_test, data.y_test)},
+            "test_log_p_rows": np.log(np.clip(p_test[np.arange(len(data.y_test)), data.y_test], 1e-300, None)).tolist(),
             "train": {"integrate": metrics(probs(data.X_train[:k]), data.y_train[:k])}}
 
 
@@ -676,6 +722,9 @@ def issue61(args):
                and f["per_class"] == (not args.shared) and f["prior"] == list(prior)][-1]
         row = (gold_at(data, fit, n_sub=args.gold_rows, n_iter=args.gold_iter) if args.run == "gold"
                else reference_at(data, fit))
+    elif args.run == "ep-timing":
+        fits = [json.loads(line) for line in (work / f"{args.data}.jsonl").read_text().splitlines()]
+        row = ep_timing(data, args.m, [f for f in fits if f["run"] == "ep" and f.get("point")][-1])
     elif args.run == "select":
         row = select_fit(data, args.m, prior, args.maxiter)
     elif args.run == "svgp":
@@ -703,7 +752,7 @@ def main():
     ap.add_argument("--tag", default="", help="profile: suffix of the JSON file's name")
     ap.add_argument("--data", default=None, choices=["storms", "birds", "diamonds"],
                     help="issue 61: run --run on this set (appends to --work/<data>.jsonl)")
-    ap.add_argument("--run", default="laplace", choices=["laplace", "dense", "ep", "gold", "svgp", "logistic", "select"])
+    ap.add_argument("--run", default="laplace", choices=["laplace", "dense", "ep", "gold", "svgp", "logistic", "select", "ep-timing"])
     ap.add_argument("--shared", action="store_true", help="issue 61: one ARD kernel shared by the classes")
     ap.add_argument("--amplitudes", action="store_true",
                     help="issue 61: lengthscales shared, amplitudes per class (per_class='amplitudes')")
@@ -914,8 +963,16 @@ def report61(work):
                   f"Classes {', '.join(data.classes)}; test class counts {np.bincount(data.y_test).tolist()}.", "",
                   "| method | n train | predictive | test error | test log p | train log p | CPU s | iterations |",
                   "|---|---|---|---|---|---|---|---|"]
-        for r in sorted((r for r in rows if r["run"] != "gold"), key=lambda r: r["n"]):
+        for r in sorted((r for r in rows if r["run"] not in ("gold", "ep-timing")), key=lambda r: r["n"]):
             lines += _row61(r)
+        for r in (r for r in rows if r["run"] == "ep-timing"):
+            lines += ["", f"Nested EP at n = {r['n']}, c = {r['c']}: {r['method'].replace(', prior N(-3.0, 3.0)', '')} "
+                          "(``ep_timing``; CPU seconds of one solve with its gradient, and of its parts):", "",
+                      "| start | tol | outer sweeps | CPU s | site covariances | forming A | gradient's pass | log Z |",
+                      "|---|---|---|---|---|---|---|---|"]
+            lines += [f"| {s_['start']} | {s_['tol']:g} | {s_['sweeps']} | {s_['cpu']:.1f} | "
+                      f"{s_.get('_site_blocks', 0.0):.1f} | {s_.get('_precision', 0.0):.1f} | "
+                      f"{s_.get('_column_pass', 0.0):.1f} | {s_['log_z']:.3f} |" for s_ in r["solves"]]
         for r in (r for r in rows if r["run"] == "gold"):
             lines += ["", f"Gold standard: at the hyperparameters of {r['of'].replace(', prior N(-3.0, 3.0)', '')} "
                           f"(n = 2,000), the first {r['n']} training rows with dense kernels, the first "
