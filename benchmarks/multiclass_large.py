@@ -391,6 +391,7 @@ def load_set(name, n_train, seed=0):
         raise ValueError(f"{name} has {len(train)} training rows, fewer than n_train = {n_train}")
     split = Split(name, X[train], y[train], X[test], y[test], features, classes)
     split.groups_train = col["storm"][train] if name == "storms" else None
+    split.groups_test = col["storm"][test] if name == "storms" else np.arange(len(test))
     return split
 
 
@@ -564,6 +565,47 @@ def ep_timing(data, m, fit, seed=0):
             "solves": rows, "test": {}}
 
 
+def _test_log_p_rows(data, fit):
+    """Each test row's log p under a fit's plug-in predictive (SVGP: its own predictive), from
+    the row's record or, for the package's fits, predicted again at its point and inducing inputs."""
+    if "test_log_p_rows" in fit:
+        return np.asarray(fit["test_log_p_rows"])
+    import pymc_gpc
+
+    model, gp = pymc_gpc.ard_classifier(data.X_train, data.y_train, approximation="laplace",
+                                        inducing=np.asarray(fit["Xu"]), per_class=fit["per_class"],
+                                        prior=tuple(fit["prior"]))
+    point = {**model.initial_point(), **{k: np.asarray(v) for k, v in fit["point"].items()}}
+    return np.asarray(_log_p_rows(gp.likelihood, *_latent(gp, data.X_test, point), data.y_test))
+
+
+def test_margins(data, fits):
+    """The test margins between the 10^4 fits of one set, against the validation-chosen one
+    (the last ``select`` row): each other fit's mean test log p minus the chosen one's, its
+    standard error over the test storms (rows, for birds; ``grouped_se``), and the share of the
+    margin that its largest single storm (row) carries, with that storm's rows and classes."""
+    chosen = [f for f in fits if f["run"] == "select"][-1]
+    base = _test_log_p_rows(data, chosen)
+    out = []
+    for f in fits:
+        if f is chosen or f["run"] not in ("laplace", "svgp", "select") or f["n"] != len(data.y_train):
+            continue
+        if f["run"] == "svgp" and "test_log_p_rows" not in f:
+            continue
+        d = _test_log_p_rows(data, f) - base
+        _, idx = np.unique(data.groups_test, return_inverse=True)
+        sums = np.bincount(idx, weights=d)
+        top = int(np.argmax(np.abs(sums)))
+        rows_top = idx == top
+        out.append({"method": f["method"], "margin": float(d.mean()), "se": grouped_se(d, data.groups_test),
+                    "groups": int(len(sums)), "top_share": float(sums[top] / d.sum()),
+                    "top_rows": int(rows_top.sum()),
+                    "top_classes": np.bincount(data.y_test[rows_top], minlength=len(data.classes)).tolist()})
+        print(json.dumps(out[-1]), flush=True)
+    return {"method": f"test margins against: {chosen['method']}", "n": len(data.y_train), "margins": out,
+            "test": {}}
+
+
 def _mixed_ard(A, B, log_w, log_v0, log_v1):
     """(c, len(A), len(B)) per-class ``MixedARD`` kernels v0 exp(-sum_m w_m (a_m - b_m)^2 / 2) + v1."""
     out = []
@@ -722,6 +764,10 @@ def issue61(args):
                and f["per_class"] == (not args.shared) and f["prior"] == list(prior)][-1]
         row = (gold_at(data, fit, n_sub=args.gold_rows, n_iter=args.gold_iter) if args.run == "gold"
                else reference_at(data, fit))
+    elif args.run == "margins":
+        fits = [json.loads(line) for line in (work / f"{args.data}.jsonl").read_text().splitlines()]
+        fits += [json.loads(line) for path in args.also for line in pathlib.Path(path).read_text().splitlines()]
+        row = test_margins(data, fits)
     elif args.run == "ep-timing":
         fits = [json.loads(line) for line in (work / f"{args.data}.jsonl").read_text().splitlines()]
         row = ep_timing(data, args.m, [f for f in fits if f["run"] == "ep" and f.get("point")][-1])
@@ -752,7 +798,9 @@ def main():
     ap.add_argument("--tag", default="", help="profile: suffix of the JSON file's name")
     ap.add_argument("--data", default=None, choices=["storms", "birds", "diamonds"],
                     help="issue 61: run --run on this set (appends to --work/<data>.jsonl)")
-    ap.add_argument("--run", default="laplace", choices=["laplace", "dense", "ep", "gold", "svgp", "logistic", "select", "ep-timing"])
+    ap.add_argument("--run", default="laplace", choices=["laplace", "dense", "ep", "gold", "svgp", "logistic", "select", "ep-timing", "margins"])
+    ap.add_argument("--also", nargs="*", default=[],
+                    help="issue 61, --run margins: more JSON-line files of fits on the same set (e.g. an SVGP run)")
     ap.add_argument("--shared", action="store_true", help="issue 61: one ARD kernel shared by the classes")
     ap.add_argument("--amplitudes", action="store_true",
                     help="issue 61: lengthscales shared, amplitudes per class (per_class='amplitudes')")
@@ -963,8 +1011,17 @@ def report61(work):
                   f"Classes {', '.join(data.classes)}; test class counts {np.bincount(data.y_test).tolist()}.", "",
                   "| method | n train | predictive | test error | test log p | train log p | CPU s | iterations |",
                   "|---|---|---|---|---|---|---|---|"]
-        for r in sorted((r for r in rows if r["run"] not in ("gold", "ep-timing")), key=lambda r: r["n"]):
+        for r in sorted((r for r in rows if r["run"] not in ("gold", "ep-timing", "margins")), key=lambda r: r["n"]):
             lines += _row61(r)
+        for r in (r for r in rows if r["run"] == "margins"):
+            unit = "storms" if name == "storms" else "rows"
+            lines += ["", f"Test margins at 10^4 rows against the validation-chosen fit ({r['method'].split(': ', 1)[1]}"
+                          f"; ``test_margins``): mean test log p minus the chosen fit's, its standard error over the "
+                          f"test {unit}, and the share of the margin in the single {unit[:-1]} that carries most of it:", "",
+                      f"| method | margin | standard error | {unit} | largest {unit[:-1]}'s share | its rows (classes) |",
+                      "|---|---|---|---|---|---|"]
+            lines += [f"| {g['method'].replace(', prior N(-3.0, 3.0)', '')} | {g['margin']:+.4f} | {g['se']:.4f} | "
+                      f"{g['groups']} | {g['top_share']:.2f} | {g['top_rows']} ({g['top_classes']}) |" for g in r["margins"]]
         for r in (r for r in rows if r["run"] == "ep-timing"):
             lines += ["", f"Nested EP at n = {r['n']}, c = {r['c']}: {r['method'].replace(', prior N(-3.0, 3.0)', '')} "
                           "(``ep_timing``; CPU seconds of one solve with its gradient, and of its parts):", "",
