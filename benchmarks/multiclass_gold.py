@@ -53,7 +53,7 @@ import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-from tests import gold_sampler as gs  # noqa: E402
+from tests.reference import gold_sampler as gs  # noqa: E402
 
 import pymc_gpc  # noqa: E402
 from pymc_gpc import multinomial_probit_ep, softmax_laplace  # noqa: E402
@@ -546,6 +546,37 @@ def binary(n_iter=10000):
     return lines
 
 
+def _blocks(text):
+    """The blocks of printed markdown: each from a heading ('#' line) to the end of the first
+    table after it, as (heading, lines)."""
+    out, lines = [], text.splitlines()
+    for i, line in enumerate(lines):
+        if not line.startswith("#"):
+            continue
+        j, in_table = i + 1, False
+        while j < len(lines) and not lines[j].startswith("#"):
+            if lines[j].startswith("|"):
+                in_table = True
+            elif in_table:
+                break
+            j += 1
+        out.append((line, lines[i:j]))
+    return out
+
+
+def replace_blocks(body, section):
+    """``body`` with each block of ``section`` (``_blocks``) put in place of the block with the
+    same heading; a heading ``body`` lacks is a ValueError."""
+    lines = body.splitlines()
+    for heading, new in _blocks(section):
+        if heading not in lines:
+            raise ValueError(f"the results file has no heading {heading!r} to replace")
+        i = lines.index(heading)
+        old = dict(_blocks("\n".join(lines[i:])))[heading]
+        lines[i:i + len(old)] = new
+    return "\n".join(lines) + "\n"
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("task", nargs="+", choices=["gold", "heldout", "binary", "profile", "profile-fit", "diagnose"])
@@ -554,6 +585,10 @@ if __name__ == "__main__":
     parser.add_argument("--out", default=None,
                         help="also write what the tasks print to this results file (in benchmarks/results), "
                              "after the provenance header")
+    parser.add_argument("--replace", default=None,
+                        help="in this results file (in benchmarks/results), replace each block the tasks print "
+                             "(from its heading to the end of its first table) by the new one; the rest of the "
+                             "file is kept, under a new provenance header")
     args = parser.parse_args()
     warnings.simplefilter("ignore")
     sections = []
@@ -571,8 +606,18 @@ if __name__ == "__main__":
         elif task == "diagnose":
             sections.append("\n".join(diagnose(args.only or ("wine", "glass"), args.n_iter)))
         print(sections[-1], flush=True)
-    if args.out:
-        sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-        from _provenance import write_results  # benchmarks/_provenance.py
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+    from _provenance import write_results  # benchmarks/_provenance.py
 
+    if args.out:
         write_results(RESULTS / args.out, "\n\n".join(sections) + "\n", peers=("scikit-learn",))
+    if args.replace:
+        old = (RESULTS / args.replace).read_text()
+        body = old[old.index("\n# "):] if old.startswith("<!--") else old
+        for section in sections:
+            body = replace_blocks(body, section)
+        previous = "; ".join(line[2:].replace("**", "") for line in old[:old.index("\n# ")].splitlines()
+                             if line.startswith(("- **command**", "- **commit**", "- **date**", "- **note**")))
+        note = (f"only the blocks this command prints were re-run; the rest of the file is from the runs of "
+                f"the previous header ({previous})")
+        write_results(RESULTS / args.replace, body, peers=("scikit-learn",), note=note)

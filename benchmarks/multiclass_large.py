@@ -53,7 +53,8 @@ latent predictive; ``--run ep``: the same with nested EP (multinomial probit, MA
 ``--run dense``: the dense softmax Laplace at the softmax fit's hyperparameters; ``--run gold``:
 the exact posterior predictive there on 300 of the training rows (``gold_at``); ``--run select``:
 the package's configuration chosen on validation rows carved from the training rows, then
-refitted on all of them (``select_fit``, ``validation_split``). SVGP (``--run svgp``, in an
+refitted on all of them (``select_fit``, ``validation_split``: for storms whole storms, as the
+test split is drawn; the three kernels ``per_class`` offers as candidates). SVGP (``--run svgp``, in an
 environment with torch and gpytorch; float32, mini-batches, a plateau schedule on the ELBO and
 an epoch cap): ``svgp_fit``'s docstring. CPU seconds (``time.process_time``) from the k-means
 to the fitted point; one BLAS / torch thread.
@@ -390,6 +391,7 @@ def load_set(name, n_train, seed=0):
         raise ValueError(f"{name} has {len(train)} training rows, fewer than n_train = {n_train}")
     split = Split(name, X[train], y[train], X[test], y[test], features, classes)
     split.groups_train = col["storm"][train] if name == "storms" else None
+    split.groups_test = col["storm"][test] if name == "storms" else np.arange(len(test))
     return split
 
 
@@ -404,8 +406,11 @@ def validation_split(data, share=0.2, seed=1):
     else:
         is_val = np.zeros(len(data.y_train), bool)
         is_val[rng.permutation(len(data.y_train))[: int(round(share * len(data.y_train)))]] = True
-    return Split(data.name, data.X_train[~is_val], data.y_train[~is_val], data.X_train[is_val],
-                 data.y_train[is_val], data.features, data.classes)
+    split = Split(data.name, data.X_train[~is_val], data.y_train[~is_val], data.X_train[is_val],
+                  data.y_train[is_val], data.features, data.classes)
+    groups = data.groups_train if getattr(data, "groups_train", None) is not None else np.arange(len(is_val))
+    split.groups_train, split.groups_test = groups[~is_val], groups[is_val]
+    return split
 
 
 def _predictive_metrics(lik, mean, cov, y):
@@ -436,23 +441,43 @@ def package_fit(data, m, per_class, prior, maxiter, learn=False, n_train_eval=20
     res = pymc_gpc.fit(model, method="map", maxiter=maxiter, progressbar=False)
     cpu_fit, wall_fit = time.process_time() - c0, time.perf_counter() - t0
     c1 = time.process_time()
-    test = _predictive_metrics(gp.likelihood, *_latent(gp, data.X_test, res), data.y_test)
+    latent = _latent(gp, data.X_test, res)
+    test = _predictive_metrics(gp.likelihood, *latent, data.y_test)
     cpu_pred = time.process_time() - c1
     k = min(n_train_eval, len(data.y_train))
     train = _predictive_metrics(gp.likelihood, *_latent(gp, data.X_train[:k], res), data.y_train[:k]) if k else {}
     point = {k_: np.asarray(v).tolist() for k_, v in res.point.items() if k_.startswith("log_")}
     label = "softmax Laplace" if approximation == "laplace" else "nested EP (multinomial probit)"
-    kernels = {True: "per-class ARD", False: "shared ARD", "amplitudes": "shared lengthscales, per-class amplitudes"}
-    return {"method": f"FITC {label}, m = {m}, {kernels[per_class]}, "
+    return {"method": f"FITC {label}, m = {m}, {KERNEL_NAMES[per_class]}, "
                       f"prior N{tuple(prior)}" + (", Xu learned" if learn else ""),
             "n": len(data.y_train), "m": m, "cpu_fit": cpu_fit, "wall_fit": wall_fit, "cpu_predict": cpu_pred,
             "n_iter": int(res.n_iter), "converged": bool(res.converged), "log_evidence": float(res.log_evidence),
             "test": test, "train": train, "point": point, "Xu": Xu.tolist(), "per_class": per_class,
-            "prior": list(prior)}
+            "prior": list(prior), "test_log_p_rows": _log_p_rows(gp.likelihood, *latent, data.y_test)}
 
 
-# the package's candidates for ``select_fit``: ard_classifier's per_class
-SELECT_CANDIDATES = (True, "amplitudes")
+def _log_p_rows(lik, mean, cov, y):
+    """Each test row's log predictive probability of its class under the plug-in predictive."""
+    p = np.clip(lik.predict(mean, cov, predictive="mean"), 1e-300, None)
+    return np.log(p[np.arange(len(y)), y]).tolist()
+
+
+def grouped_se(diff, groups):
+    """Standard error of the mean of per-row differences ``diff`` when rows of one group (one
+    storm) are not independent: the cluster-robust (ratio) estimate over the groups,
+    sqrt(G / (G - 1) sum_g (S_g - dbar n_g)^2) / n, S_g and n_g the group's sum and count."""
+    diff = np.asarray(diff, dtype=float)
+    _, idx = np.unique(groups, return_inverse=True)
+    sums, counts = np.bincount(idx, weights=diff), np.bincount(idx)
+    G, dbar = len(sums), diff.mean()
+    return float(np.sqrt(G / (G - 1) * np.sum((sums - dbar * counts) ** 2)) / len(diff))
+
+
+# the package's candidates for ``select_fit``: every kernel ard_classifier's per_class offers (the
+# three of the diagnosis tables: per-class ARD, shared lengthscales with per-class amplitudes,
+# one shared ARD kernel)
+SELECT_CANDIDATES = (True, "amplitudes", False)
+KERNEL_NAMES = {True: "per-class ARD", False: "shared ARD", "amplitudes": "shared lengthscales, per-class amplitudes"}
 
 
 def select_fit(data, m, prior, maxiter):
@@ -460,16 +485,24 @@ def select_fit(data, m, prior, maxiter):
     (softmax Laplace FITC, m k-means inducing inputs, MAP-II) fitted on the fitting rows of
     ``validation_split``, the one with the highest mean validation log p under the plug-in
     predictive (the default) refitted on all the training rows; the refit's row, with the
-    validation figures and the selection's CPU seconds."""
+    validation figures (each candidate's margin to the chosen one, and that margin's standard
+    error over the validation storms or rows, ``grouped_se``) and the selection's CPU seconds."""
     val = validation_split(data)
-    candidates = []
+    candidates, rows = [], []
     for per_class in SELECT_CANDIDATES:
         r = package_fit(val, m, per_class, prior, maxiter, n_train_eval=0)
+        rows.append(np.asarray(r["test_log_p_rows"]))
         candidates.append({"per_class": per_class, "n_fit": len(val.y_train), "n_val": len(val.y_test),
+                           "groups_val": int(len(np.unique(val.groups_test))),
                            "val_log_p": r["test"]["mean"]["mean_log_p"], "val_error": r["test"]["mean"]["error"],
                            "cpu": r["cpu_fit"] + r["cpu_predict"], "n_iter": r["n_iter"]})
         print(json.dumps(candidates[-1]), flush=True)
-    best = max(candidates, key=lambda c_: c_["val_log_p"])
+    i_best = int(np.argmax([c_["val_log_p"] for c_ in candidates]))
+    best = candidates[i_best]
+    for c_, lp in zip(candidates, rows):
+        # the margin to the chosen candidate and its standard error over the validation groups
+        c_["gap_to_best"] = float(np.mean(rows[i_best] - lp))
+        c_["gap_se"] = grouped_se(rows[i_best] - lp, val.groups_test) if c_ is not best else 0.0
     row = package_fit(data, m, best["per_class"], prior, maxiter)
     row.update(selection=candidates, cpu_selection=sum(c_["cpu"] for c_ in candidates))
     row["method"] += " (chosen on validation rows)"
@@ -488,6 +521,89 @@ def reference_at(data, fit):
     test = _predictive_metrics(gp.likelihood, *_latent(gp, data.X_test, point), data.y_test)
     return {"method": "dense softmax Laplace at the fit's hyperparameters", "of": fit["method"],
             "n": len(data.y_train), "cpu": time.process_time() - c0, "wall": time.perf_counter() - t0, "test": test}
+
+
+def ep_timing(data, m, fit, seed=0):
+    """Nested EP (``multinomial_probit_ep``) on the FITC prior of all the training rows with m
+    seeded k-means inducing inputs, at three points near a fit's per-class hyperparameters
+    (log hyperparameters moved by N(0, 0.02^2)): a cold solve, then warm solves (from the cold
+    one's sites) at the fit's coarse tolerance (1e-4, ``coarse_fit_defaults``) and at the
+    engine's (1e-8); per solve the outer sweeps and CPU seconds, and the CPU seconds in the
+    site covariances S_i = P_i A^{-1} P_i^T (``_site_blocks``), in forming A (``_precision``)
+    and in the gradient's column pass (``_column_pass``)."""
+    from pymc_gpc.approximations.multinomial_probit_ep import multinomial_probit_ep
+    from pymc_gpc.gp.models import kmeans_centres
+    from pymc_gpc.structures import multiclass_fitc
+
+    X, y = data.X_train, data.y_train
+    Xu = kmeans_centres(m, X, seed=0)
+    pt_ = {k: np.asarray(v) for k, v in fit["point"].items()}
+    rng = np.random.default_rng(seed)
+
+    def prior():
+        lw, lv0, lv1 = (pt_[k] + 0.02 * rng.normal(size=pt_[k].shape) for k in ("log_w", "log_v0", "log_v1"))
+        kd = (np.exp(lv0) + np.exp(lv1))[:, None] + 1e-6 + np.zeros((len(lv0), len(X)))
+        return multiclass_fitc.MulticlassFITCPrior(_mixed_ard(Xu, Xu, lw, lv0, lv1) + 1e-6 * np.eye(m),
+                                                   _mixed_ard(Xu, X, lw, lv0, lv1), kd)
+
+    clock = _Clock()
+    clock.wrap(multiclass_fitc.MulticlassFITCPosterior, "_site_blocks")
+    clock.wrap(multiclass_fitc.MulticlassFITCPosterior, "_column_pass")
+    clock.wrap(multiclass_fitc, "_precision")
+    rows, state = [], None
+    for label, tol in (("cold", 1e-8), ("warm", 1e-4), ("warm", 1e-8)):
+        K = prior()
+        clock.totals.clear()
+        c0 = time.process_time()
+        res = multinomial_probit_ep(K, y, state=state if label == "warm" else None, tol=tol, with_loo=False)
+        rows.append({"start": label, "tol": tol, "sweeps": int(res.n_iter), "cpu": time.process_time() - c0,
+                     "log_z": float(res.log_z), **{k: v["cpu"] for k, v in clock.totals.items()}})
+        state = res.state if label == "cold" else state
+        print(json.dumps(rows[-1]), flush=True)
+    return {"method": f"nested EP (multinomial probit) solves, FITC m = {m}, per-class ARD, at the point of: "
+                      f"{fit['method']} (n = {fit['n']})", "n": len(y), "m": m, "c": int(y.max()) + 1,
+            "solves": rows, "test": {}}
+
+
+def _test_log_p_rows(data, fit):
+    """Each test row's log p under a fit's plug-in predictive (SVGP: its own predictive), from
+    the row's record or, for the package's fits, predicted again at its point and inducing inputs."""
+    if "test_log_p_rows" in fit:
+        return np.asarray(fit["test_log_p_rows"])
+    import pymc_gpc
+
+    model, gp = pymc_gpc.ard_classifier(data.X_train, data.y_train, approximation="laplace",
+                                        inducing=np.asarray(fit["Xu"]), per_class=fit["per_class"],
+                                        prior=tuple(fit["prior"]))
+    point = {**model.initial_point(), **{k: np.asarray(v) for k, v in fit["point"].items()}}
+    return np.asarray(_log_p_rows(gp.likelihood, *_latent(gp, data.X_test, point), data.y_test))
+
+
+def test_margins(data, fits):
+    """The test margins between the 10^4 fits of one set, against the validation-chosen one
+    (the last ``select`` row): each other fit's mean test log p minus the chosen one's, its
+    standard error over the test storms (rows, for birds; ``grouped_se``), and the share of the
+    margin that its largest single storm (row) carries, with that storm's rows and classes."""
+    chosen = [f for f in fits if f["run"] == "select"][-1]
+    base = _test_log_p_rows(data, chosen)
+    out = []
+    for f in fits:
+        if f is chosen or f["run"] not in ("laplace", "svgp", "select") or f["n"] != len(data.y_train):
+            continue
+        if f["run"] == "svgp" and "test_log_p_rows" not in f:
+            continue
+        d = _test_log_p_rows(data, f) - base
+        _, idx = np.unique(data.groups_test, return_inverse=True)
+        sums = np.bincount(idx, weights=d)
+        top = int(np.argmax(np.abs(sums)))
+        rows_top = idx == top
+        out.append({"method": f["method"], "margin": float(d.mean()), "se": grouped_se(d, data.groups_test),
+                    "groups": int(len(sums)), "top_share": float(sums[top] / d.sum()),
+                    "top_rows": int(rows_top.sum()),
+                    "top_classes": np.bincount(data.y_test[rows_top], minlength=len(data.classes)).tolist()})
+        print(json.dumps(out[-1]), flush=True)
+    return {"method": f"test margins against: {chosen['method']}", "n": len(data.y_train), "margins": out,
+            "test": {}}
 
 
 def _mixed_ard(A, B, log_w, log_v0, log_v1):
@@ -613,11 +729,13 @@ def svgp_fit(data, m, dtype="float32", seed=0, lr=None, max_epochs=None, patienc
         return torch.cat(out).double().numpy()
 
     k = min(2000, len(data.y_train))
+    p_test = probs(data.X_test)
     return {"method": f"SVGP (GPyTorch), m = {m} learned, per-class ARD, softmax, {dtype}, Adam lr {lr}, "
                       f"batch {SVGP_BATCH}, plateau patience {patience}, at most {max_epochs} epochs",
             "n": len(data.y_train), "m": m, "cpu_fit": cpu_fit, "wall_fit": wall_fit, "steps": steps,
             "epochs": len(epochs), "max_epochs": max_epochs, "patience": patience, "stop": stop, "decays": int(decays), "lr": lr,
-            "rounds": epochs, "test": {"integrate": metrics(probs(data.X_test), data.y_test)},
+            "rounds": epochs, "test": {"integrate": metrics(p_test, data.y_test)},
+            "test_log_p_rows": np.log(np.clip(p_test[np.arange(len(data.y_test)), data.y_test], 1e-300, None)).tolist(),
             "train": {"integrate": metrics(probs(data.X_train[:k]), data.y_train[:k])}}
 
 
@@ -646,6 +764,13 @@ def issue61(args):
                and f["per_class"] == (not args.shared) and f["prior"] == list(prior)][-1]
         row = (gold_at(data, fit, n_sub=args.gold_rows, n_iter=args.gold_iter) if args.run == "gold"
                else reference_at(data, fit))
+    elif args.run == "margins":
+        fits = [json.loads(line) for line in (work / f"{args.data}.jsonl").read_text().splitlines()]
+        fits += [json.loads(line) for path in args.also for line in pathlib.Path(path).read_text().splitlines()]
+        row = test_margins(data, fits)
+    elif args.run == "ep-timing":
+        fits = [json.loads(line) for line in (work / f"{args.data}.jsonl").read_text().splitlines()]
+        row = ep_timing(data, args.m, [f for f in fits if f["run"] == "ep" and f.get("point")][-1])
     elif args.run == "select":
         row = select_fit(data, args.m, prior, args.maxiter)
     elif args.run == "svgp":
@@ -673,7 +798,9 @@ def main():
     ap.add_argument("--tag", default="", help="profile: suffix of the JSON file's name")
     ap.add_argument("--data", default=None, choices=["storms", "birds", "diamonds"],
                     help="issue 61: run --run on this set (appends to --work/<data>.jsonl)")
-    ap.add_argument("--run", default="laplace", choices=["laplace", "dense", "ep", "gold", "svgp", "logistic", "select"])
+    ap.add_argument("--run", default="laplace", choices=["laplace", "dense", "ep", "gold", "svgp", "logistic", "select", "ep-timing", "margins"])
+    ap.add_argument("--also", nargs="*", default=[],
+                    help="issue 61, --run margins: more JSON-line files of fits on the same set (e.g. an SVGP run)")
     ap.add_argument("--shared", action="store_true", help="issue 61: one ARD kernel shared by the classes")
     ap.add_argument("--amplitudes", action="store_true",
                     help="issue 61: lengthscales shared, amplitudes per class (per_class='amplitudes')")
@@ -856,8 +983,9 @@ def _comparison61(work):
             total = r["cpu_fit"] + r.get("cpu_selection", 0.0)
             how = (_cost61(r) if r["run"] == "svgp" else
                    f"{r['n_iter']} L-BFGS-B iterations; chosen: " + ", ".join(
-                       f"{'per-class ARD' if c_['per_class'] is True else 'shared lengthscales'} validation log p "
-                       f"{c_['val_log_p']:.4f}" for c_ in r["selection"]))
+                       f"{KERNEL_NAMES[c_['per_class']]} validation log p {c_['val_log_p']:.4f}"
+                       + (f" (gap {c_['gap_to_best']:.4f} +- {c_['gap_se']:.4f})" if c_.get("gap_se") else "")
+                       for c_ in r["selection"]))
             lines.append(f"| {name} | {r['method'].replace(', prior N(-3.0, 3.0)', '')} ({pred}) | {t['error']:.4f} | "
                          f"{t['mean_log_p']:.4f} | {r['cpu_fit']:.0f} | {total:.0f} | {how} |")
     return lines + [""]
@@ -883,8 +1011,25 @@ def report61(work):
                   f"Classes {', '.join(data.classes)}; test class counts {np.bincount(data.y_test).tolist()}.", "",
                   "| method | n train | predictive | test error | test log p | train log p | CPU s | iterations |",
                   "|---|---|---|---|---|---|---|---|"]
-        for r in sorted((r for r in rows if r["run"] != "gold"), key=lambda r: r["n"]):
+        for r in sorted((r for r in rows if r["run"] not in ("gold", "ep-timing", "margins")), key=lambda r: r["n"]):
             lines += _row61(r)
+        for r in (r for r in rows if r["run"] == "margins"):
+            unit = "storms" if name == "storms" else "rows"
+            lines += ["", f"Test margins at 10^4 rows against the validation-chosen fit ({r['method'].split(': ', 1)[1]}"
+                          f"; ``test_margins``): mean test log p minus the chosen fit's, its standard error over the "
+                          f"test {unit}, and the share of the margin in the single {unit[:-1]} that carries most of it:", "",
+                      f"| method | margin | standard error | {unit} | largest {unit[:-1]}'s share | its rows (classes) |",
+                      "|---|---|---|---|---|---|"]
+            lines += [f"| {g['method'].replace(', prior N(-3.0, 3.0)', '')} | {g['margin']:+.4f} | {g['se']:.4f} | "
+                      f"{g['groups']} | {g['top_share']:.2f} | {g['top_rows']} ({g['top_classes']}) |" for g in r["margins"]]
+        for r in (r for r in rows if r["run"] == "ep-timing"):
+            lines += ["", f"Nested EP at n = {r['n']}, c = {r['c']}: {r['method'].replace(', prior N(-3.0, 3.0)', '')} "
+                          "(``ep_timing``; CPU seconds of one solve with its gradient, and of its parts):", "",
+                      "| start | tol | outer sweeps | CPU s | site covariances | forming A | gradient's pass | log Z |",
+                      "|---|---|---|---|---|---|---|---|"]
+            lines += [f"| {s_['start']} | {s_['tol']:g} | {s_['sweeps']} | {s_['cpu']:.1f} | "
+                      f"{s_.get('_site_blocks', 0.0):.1f} | {s_.get('_precision', 0.0):.1f} | "
+                      f"{s_.get('_column_pass', 0.0):.1f} | {s_['log_z']:.3f} |" for s_ in r["solves"]]
         for r in (r for r in rows if r["run"] == "gold"):
             lines += ["", f"Gold standard: at the hyperparameters of {r['of'].replace(', prior N(-3.0, 3.0)', '')} "
                           f"(n = 2,000), the first {r['n']} training rows with dense kernels, the first "
