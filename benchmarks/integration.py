@@ -403,12 +403,15 @@ def evaluation_cost(model, point, steps=12, step=0.05, seed=0):
 # Where ``evaluation_breakdown`` looks: (label, module path suffix, function), each the
 # cumulative CPU of that function; the evidence Op's own parts are nested in its row.
 BREAKDOWN = (
-    ("the evidence Op (EP, FITC prior, gradient in K_uu, K_uf, diag K)", "ops/marginal.py", "evaluate"),
-    ("of which the FITC prior: V = L_uu^-1 K_uf (dtrmm, m^2 n flops)", "structures/select.py", "prior_from"),
-    ("of which EP (warm-started sweeps)", "approximations/solve.py", "solve_with_retries"),
-    ("of which, in EP, A = I + V D V^T (dsyrk, m^2 n flops each)", "structures/fitc.py", "_inducing_precision"),
-    ("of which, in EP, E = A^-1 V (dgemm, 2 m^2 n flops each)", "structures/fitc.py", "_precision_columns"),
-    ("of which the gradient in K_uu, K_uf, diag K (dtrmm and dsyrk, 2 m^2 n flops)", "structures/fitc.py", "ep_gradient"),
+    ("the evidence Op (the FITC prior, EP, the gradient in K_uu, K_uf, diag K)", "ops/marginal.py", "evaluate"),
+    ("- the FITC prior: V = L_uu^-1 K_uf (dtrmm, m^2 n flops)", "structures/select.py", "prior_from"),
+    ("- EP, its gradient included (warm-started sweeps)", "approximations/solve.py", "solve_with_retries"),
+    ("-- each sweep's A = I + V D V^T (dsyrk, m^2 n flops; a rough sweep's in single precision)",
+     "structures/fitc.py", "_inducing_precision"),
+    ("-- each exact sweep's E = A^-1 V (dgemm, 2 m^2 n flops; a rough sweep's L_A^-1 V in single precision)",
+     "structures/fitc.py", "_precision_columns"),
+    ("-- the gradient in K_uu, K_uf, diag K (dtrmm and dsyrk, 2 m^2 n flops, single precision at the "
+     "sampler's tolerance)", "structures/fitc.py", "ep_gradient"),
 )
 
 
@@ -458,11 +461,13 @@ def breakdown_note(b):
     lines = ["", f"Where one evaluation's CPU goes (`evaluation_breakdown`: the same path under `cProfile`, "
              f"{b['total']:.2f} CPU s an evaluation with the profiler on; one m x m by m x n dgemm, "
              f"2 m^2 n = {2 * LARGE_M**2 * LARGE_TRAIN:.1e} flops, costs {b['gemm']:.3f} CPU s here):", "",
-             "| part | calls an evaluation | CPU s an evaluation |", "|---|---|---|"]
+             "| part (a dash: within the row above with one dash less) | calls an evaluation | CPU s an evaluation |",
+             "|---|---|---|"]
     op = b["parts"][0][2]
     for label, calls, seconds in b["parts"]:
         lines.append(f"| {label} | {calls:.2f} | {seconds:.3f} |")
-    lines.append(f"| the rest: the compiled graph (K_uu, K_uf and their pullback, priors) | 1 | {b['total'] - op:.3f} |")
+    lines.append("| the rest: the compiled graph (K_uu, K_uf by `ARDKernelOp`, their pullbacks) and the Op's "
+                 f"warm-start bookkeeping | 1 | {b['total'] - op:.3f} |")
     return "\n".join(lines) + "\n"
 
 
