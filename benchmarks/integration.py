@@ -64,7 +64,9 @@ that search, which the MAP-II row reports), then a short NUTS run
 a step and steps a draw project the CPU of 2 x (500 + 500), stated as a projection. Writes
 ``benchmarks/results/integration_large.md``. ``large --cost-only``: MAP-II, then the CPU of
 one log posterior and gradient as NUTS makes it (``evaluation_cost``) and the projection from
-it and the steps a draw measured by ``peers`` and ``public``; writes
+it and the steps a draw measured by ``peers`` and ``public``, and where that CPU goes
+(``evaluation_breakdown``: the evidence Op's FITC prior, EP and gradient, and the compiled
+kernel graph, against the CPU of one dgemm of the O(n m^2) products' size); writes
 ``benchmarks/results/integration_large_cost.md``.
 
 CPU accounting (``cpu``): PyMC's chains run in processes started by a fork server, whose
@@ -359,7 +361,9 @@ def main_large(no_nuts, tune, draws, cost_only=False):
     res = {"map": with_load(run_map, model, gp, X_test, y_test)}
     if cost_only:
         cost = evaluation_cost(model, res["map"]["point"])
-        write_results(OUT_LARGE_COST, INTRO_LARGE + large_table(len(y), len(y_test), build, res) + cost_note(cost))
+        breakdown = evaluation_breakdown(model, res["map"]["point"])
+        write_results(OUT_LARGE_COST, INTRO_LARGE + large_table(len(y), len(y_test), build, res) + cost_note(cost)
+                      + breakdown_note(breakdown))
         return
 
     def record():
@@ -394,6 +398,77 @@ def evaluation_cost(model, point, steps=12, step=0.05, seed=0):
     for k in range(1, steps + 1):
         fn(x0 + k * step * direction)
     return (cpu() - c) / steps
+
+
+# Where ``evaluation_breakdown`` looks: (label, module path suffix, function), each the
+# cumulative CPU of that function; the evidence Op's own parts are nested in its row.
+BREAKDOWN = (
+    ("the evidence Op (the FITC prior, EP, the gradient in K_uu, K_uf, diag K)", "ops/marginal.py", "evaluate"),
+    ("- the FITC prior: V = L_uu^-1 K_uf (dtrmm, m^2 n flops)", "structures/select.py", "prior_from"),
+    ("- EP, its gradient included (warm-started sweeps)", "approximations/solve.py", "solve_with_retries"),
+    ("-- each sweep's A = I + V D V^T (dsyrk, m^2 n flops; a rough sweep's in single precision)",
+     "structures/fitc.py", "_inducing_precision"),
+    ("-- each exact sweep's E = A^-1 V (dgemm, 2 m^2 n flops; a rough sweep's L_A^-1 V in single precision)",
+     "structures/fitc.py", "_precision_columns"),
+    ("-- the gradient in K_uu, K_uf, diag K (dtrmm and dsyrk, 2 m^2 n flops, single precision at the "
+     "sampler's tolerance)", "structures/fitc.py", "ep_gradient"),
+)
+
+
+def evaluation_breakdown(model, point, steps=12, step=0.05, seed=0):
+    """``evaluation_cost``'s path profiled (``cProfile`` on the process's CPU clock): per
+    evaluation, the CPU of the whole and of each ``BREAKDOWN`` function with its number of
+    calls, the rest (the compiled kernel graph: K_uu, K_uf, their pullback, the priors) the
+    whole minus the evidence Op; and the CPU of one m x m by m x n dgemm (2 m^2 n flops) at
+    the model's sizes, the unit the O(n m^2) parts are counted in."""
+    import cProfile
+    import pstats
+
+    from pymc.blocking import DictToArrayBijection
+    from pymc_gpc.ops.rewrites import sampling_tolerance
+
+    with sampling_tolerance():
+        fn = model.logp_dlogp_function(ravel_inputs=True)
+    fn.set_extra_values({})
+    x0 = DictToArrayBijection.map({v.name: point[v.name] for v in model.continuous_value_vars}).data
+    direction = np.random.default_rng(seed).standard_normal(x0.size)
+    direction /= np.linalg.norm(direction)
+    fn(x0)
+    profile = cProfile.Profile(timer=time.process_time)
+    c = time.process_time()
+    profile.enable()
+    for k in range(1, steps + 1):
+        fn(x0 + k * step * direction)
+    profile.disable()
+    total = (time.process_time() - c) / steps
+    stats = pstats.Stats(profile).stats
+    parts = []
+    for label, path, name in BREAKDOWN:
+        hits = [(v[1], v[3]) for (f, _, fname), v in stats.items() if fname == name and f.endswith(path)]
+        parts.append((label, sum(h[0] for h in hits) / steps, sum(h[1] for h in hits) / steps))
+    m, n = LARGE_M, LARGE_TRAIN
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((m, m)), np.asfortranarray(rng.standard_normal((m, n)))
+    a @ b
+    c = time.process_time()
+    for _ in range(5):
+        a @ b
+    return dict(total=total, parts=parts, gemm=(time.process_time() - c) / 5)
+
+
+def breakdown_note(b):
+    """``large --cost-only``'s table of ``evaluation_breakdown``."""
+    lines = ["", f"Where one evaluation's CPU goes (`evaluation_breakdown`: the same path under `cProfile`, "
+             f"{b['total']:.2f} CPU s an evaluation with the profiler on; one m x m by m x n dgemm, "
+             f"2 m^2 n = {2 * LARGE_M**2 * LARGE_TRAIN:.1e} flops, costs {b['gemm']:.3f} CPU s here):", "",
+             "| part (a dash: within the row above with one dash less) | calls an evaluation | CPU s an evaluation |",
+             "|---|---|---|"]
+    op = b["parts"][0][2]
+    for label, calls, seconds in b["parts"]:
+        lines.append(f"| {label} | {calls:.2f} | {seconds:.3f} |")
+    lines.append("| the rest: the compiled graph (K_uu, K_uf by `ARDKernelOp`, their pullbacks) and the Op's "
+                 f"warm-start bookkeeping | 1 | {b['total'] - op:.3f} |")
+    return "\n".join(lines) + "\n"
 
 
 def cost_note(cost, steps_per_draw=(5.0, 6.9)):

@@ -320,6 +320,82 @@ class ARDKernelPullbackOp(Op):
         return [grad_not_implemented(self, i, v, "second derivatives of the kernel") for i, v in enumerate(inputs)]
 
 
+@njit(nogil=True, cache=True)
+def matern52_kernel(X, Xs, l, v0, v1, v2, discrete, symmetric):
+    r"""(K, F, P) of the ARD Matern 5/2 form: with r^2 = D = sum_m l_m d_m and s = sqrt(5 D),
+    F = (1 + s + s^2/3) e^{-s}, K = v0 F + v1 (+ v2 I when ``symmetric``) and
+    P = (1 + s) e^{-s}, so that dF/dD = -(5/6) P (the pullback's weight)."""
+    if symmetric and X.shape[0] != Xs.shape[0]:
+        raise ValueError("ARD kernel: a symmetric kernel needs Xs = X")
+    F = weighted_distance(X, Xs, 5.0 * l, discrete)  # s^2
+    n, m = F.shape
+    P = np.empty((n, m))
+    K = np.empty((n, m))
+    for i in range(n):
+        f, p, k = F[i], P[i], K[i]
+        for j in range(m):
+            f[j] = np.sqrt(max(f[j], 0.0))  # s
+            p[j] = -f[j]
+        exp_inplace(p)  # e^{-s}
+        for j in range(m):
+            sj, e = f[j], p[j]
+            f[j] = (1.0 + sj + sj * sj / 3.0) * e
+            p[j] = (1.0 + sj) * e
+            k[j] = v0 * f[j] + v1
+        if symmetric:
+            K[i, i] += v2
+    return K, F, P
+
+
+class ARDMatern52Op(Op):
+    r"""(K, F, P) from (X, Xs, l, v0, v1, v2): the ARD Matern 5/2 kernel
+    :math:`v_0 (1 + s + s^2/3) e^{-s} + v_1 + v_2 \delta(i, j)`, :math:`s^2 = 5 \sum_m l_m d_m`
+    (``matern52_kernel``; Rasmussen & Williams eq. 4.17 with ARD lengthscales l_m^{-1/2}),
+    the Matern counterpart of ``ARDKernelOp``. Only K has a gradient; its pullback is
+    ``ARDKernelPullbackOp``'s sums with P in E's place: with G a cotangent of K,
+    :math:`\bar l_m = -\tfrac56 v_0 \langle G \circ P, d_m\rangle`, :math:`\bar v_0 = \langle G, F\rangle`.
+    """
+
+    __props__ = ("discrete", "symmetric")
+
+    def __init__(self, discrete, symmetric):
+        self.discrete = tuple(bool(v) for v in discrete)
+        self.symmetric = bool(symmetric)
+
+    def make_node(self, X, Xs, l, v0, v1, v2):
+        ins = [pt.as_tensor_variable(v).astype("float64") for v in (X, Xs, l, v0, v1, v2)]
+        for name, v, ndim in zip(("X", "Xs", "l", "v0", "v1", "v2"), ins, (2, 2, 1, 0, 0, 0)):
+            if v.ndim != ndim:
+                raise ValueError(f"ARD kernel: {name} must have {ndim} dimension(s), got {v.ndim}")
+        return Apply(self, ins, [pt.dmatrix(), pt.dmatrix(), pt.dmatrix()])
+
+    def perform(self, node, inputs, output_storage):
+        X, Xs, l, v0, v1, v2 = inputs
+        outs = matern52_kernel(X, Xs, l, float(v0), float(v1), float(v2), np.array(self.discrete), self.symmetric)
+        for k, v in enumerate(outs):
+            output_storage[k][0] = v
+
+    def pullback(self, inputs, outputs, cotangents):
+        """The class docstring's sums for l, v0, v1, v2, and for the continuous columns of X
+        and Xs, with A = v0 G o P: X_bar = -(5/3) l (X rowsum(A) - A Xs),
+        Xs_bar = (5/3) l (A^T X - Xs colsum(A))."""
+        X, Xs, l, v0, v1, v2 = inputs
+        F, P = outputs[1], outputs[2]
+        g_K, g_F, g_P = (None if isinstance(g.type, DisconnectedType) else g for g in cotangents)
+        if g_F is not None or g_P is not None:
+            return [grad_not_implemented(self, i, v, "the gradient of the Matern kernel's F and P outputs")
+                    for i, v in enumerate(inputs)]
+        if g_K is None:
+            return [pt.zeros_like(v) for v in inputs]
+        s, _, d_v1, trace = ARDKernelPullbackOp(self.discrete)(g_K, P, X, Xs)
+        d_v2 = trace if self.symmetric else pt.zeros_like(v2)
+        A = v0 * g_K * P
+        lc = l * (1.0 - np.array(self.discrete, dtype=float))  # Hamming columns: zero gradient
+        d_X = -(5.0 / 3.0) * lc * (X * A.sum(axis=1)[:, None] - A @ Xs)
+        d_Xs = (5.0 / 3.0) * lc * (A.T @ X - Xs * A.sum(axis=0)[:, None])
+        return [d_X, d_Xs, -(5.0 / 6.0) * v0 * s, pt.sum(g_K * F), d_v1, d_v2]
+
+
 def _register_numba():
     """Compiled versions of the two Ops, in nopython mode (no Python, no GIL, per call)."""
     try:
@@ -350,6 +426,16 @@ def _register_numba():
 
         return ard_kernel_pullback, cache_key("ARDKernelPullbackOp", op.discrete)
 
+    @register_funcify_and_cache_key(ARDMatern52Op)
+    def funcify_matern52(op, node, **kwargs):
+        discrete, symmetric = np.array(op.discrete), op.symmetric
+
+        @numba_njit
+        def ard_matern52(X, Xs, l, v0, v1, v2):
+            return matern52_kernel(X, Xs, l, v0[()], v1[()], v2[()], discrete, symmetric)
+
+        return ard_matern52, cache_key("ARDMatern52Op", op.discrete, op.symmetric)
+
 
 _register_numba()
 
@@ -365,6 +451,11 @@ class MixedARD(Covariance):
     l : inverse squared lengthscales, one per column (length ``input_dim``) or one shared.
     discrete : indices (or a boolean mask) of the discrete columns; the rest are continuous.
     active_dims : as for every ``pm.gp.cov`` kernel.
+    form : "se" (the default: the exponential below, ``ARDKernelOp``) or "matern52", the
+        Matern 5/2 form v0 (1 + s + s^2/3) exp(-s) + v1 + v2 delta(x, x') with
+        s^2 = 5 sum_m l_m d_m (``ARDMatern52Op``; with no discrete column and v2 = 0 it is
+        ``v0 * pm.gp.cov.Matern52(d, ls=l**-0.5) + v1``, as one Op instead of PyTensor's
+        elementwise graph).
 
     Notes
     -----
@@ -386,8 +477,13 @@ class MixedARD(Covariance):
     ...     cov = pymc_gpc.kernels.MixedARD(4, v0=pt.exp(log_v0), l=pt.exp(log_l), discrete=[3])
     """
 
-    def __init__(self, input_dim, *, v0, l, v1=0.0, v2=0.0, discrete=(), active_dims=None):
+    FORMS = ("se", "matern52")
+
+    def __init__(self, input_dim, *, v0, l, v1=0.0, v2=0.0, discrete=(), active_dims=None, form="se"):
+        if form not in self.FORMS:
+            raise ValueError(f"form must be one of {self.FORMS}, got {form!r}")
         super().__init__(input_dim, active_dims)
+        self.form = form
         mask = np.zeros(self.n_dims, dtype=bool)
         disc = np.asarray(discrete)
         if disc.dtype == bool:
@@ -406,7 +502,7 @@ class MixedARD(Covariance):
         X, Xs_ = self._slice(X, Xs)
         same = Xs_ is None
         l = pt.broadcast_to(self.l, (self.n_dims,)) if self.l.ndim == 0 else self.l
-        op = ARDKernelOp(self.discrete, symmetric=same)
+        op = (ARDKernelOp if self.form == "se" else ARDMatern52Op)(self.discrete, symmetric=same)
         return op(X, X if same else Xs_, l, self.v0, self.v1, self.v2)[0]
 
     def diag(self, X):

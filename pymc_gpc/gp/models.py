@@ -269,7 +269,7 @@ def _binary_kernel(d, kernel, linear, bias, mu, sd, spectral=False):
     if kernel == "se":
         cov = MixedARD(d, v0=pt.exp(log_v0), l=pt.exp(log_w), v1=v1)  # = v0 ExpQuad(ls=w^-1/2) + v1
     else:
-        cov = pt.exp(log_v0) * pm.gp.cov.Matern52(d, ls=pt.exp(-0.5 * log_w)) + v1
+        cov = MixedARD(d, v0=pt.exp(log_v0), l=pt.exp(log_w), v1=v1, form="matern52")  # = v0 Matern52(ls=w^-1/2) + v1
     if linear:
         root_a = pt.exp(0.5 * pm.Normal("log_a", mu, sd, dims="feature"))
         cov = cov + pm.gp.cov.WarpedInput(d, pm.gp.cov.Linear(d, c=0.0), lambda X, s: X * s, args=(root_a,))
