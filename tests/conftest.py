@@ -73,6 +73,7 @@ SLOW_FILES = (
     "integration/test_robustness.py",
     "integration/test_new_user.py",
     "approximations/test_loo_ground_truth.py",
+    "ops/test_compilation.py",
     "test_sklearn.py",
     "test_fuzz_invariants.py",
 )
