@@ -58,12 +58,15 @@ LONGEST_FIRST = (
 
 # Marked ``slow`` (``bash scripts/test.sh -m "not slow"`` leaves them out between edits;
 # CI runs everything): whole files whose tests compile JAX programs, build the docs, run
-# notebooks, sample with NUTS against gold standards or start other processes.
+# notebooks, sample with NUTS against gold standards, start other processes or compile every
+# combination's graph with numba (``test_combinations``; ``ops/test_ops.py`` keeps the
+# numba-compiled Ops in the fast tier).
 SLOW_FILES = (
     "integration/test_docs_site.py",
     "backends/test_jax.py",
     "backends/test_jax_fitc.py",
     "backends/test_jax_multiclass.py",
+    "backends/test_jax_multiclass_fitc.py",
     "backends/test_jax_ordinal.py",
     "backends/test_jax_hsgp.py",
     "backends/test_jax_distributed.py",
@@ -74,6 +77,7 @@ SLOW_FILES = (
     "integration/test_new_user.py",
     "approximations/test_loo_ground_truth.py",
     "ops/test_compilation.py",
+    "integration/test_combinations.py",
     "test_sklearn.py",
     "test_fuzz_invariants.py",
 )
