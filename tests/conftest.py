@@ -12,7 +12,17 @@ import pathlib
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
+# JAX's persistent compilation cache, in the repository's ignored build/ folder: shared by
+# the xdist workers and by the processes the tests start (they inherit the environment),
+# and kept between runs. PyTensor's compiled graphs (its compiledir, ~/.pytensor) and the
+# package's numba kernels (__pycache__ next to their modules, keyed by the package's
+# contents: ``pymc_gpc._numba_cache``) are on disk and shared by the workers already.
+os.environ.setdefault(
+    "JAX_COMPILATION_CACHE_DIR", str(pathlib.Path(__file__).resolve().parents[1] / "build" / "jax-cache"))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.1")
+
 import numpy as np
+import pytensor
 import pytest
 from scipy import integrate, special, stats
 
@@ -48,12 +58,15 @@ LONGEST_FIRST = (
 
 # Marked ``slow`` (``bash scripts/test.sh -m "not slow"`` leaves them out between edits;
 # CI runs everything): whole files whose tests compile JAX programs, build the docs, run
-# notebooks, sample with NUTS against gold standards or start other processes.
+# notebooks, sample with NUTS against gold standards, start other processes or compile every
+# combination's graph with numba (``test_combinations``; ``ops/test_ops.py`` keeps the
+# numba-compiled Ops in the fast tier).
 SLOW_FILES = (
     "integration/test_docs_site.py",
     "backends/test_jax.py",
     "backends/test_jax_fitc.py",
     "backends/test_jax_multiclass.py",
+    "backends/test_jax_multiclass_fitc.py",
     "backends/test_jax_ordinal.py",
     "backends/test_jax_hsgp.py",
     "backends/test_jax_distributed.py",
@@ -63,9 +76,65 @@ SLOW_FILES = (
     "integration/test_robustness.py",
     "integration/test_new_user.py",
     "approximations/test_loo_ground_truth.py",
+    "ops/test_compilation.py",
+    "integration/test_combinations.py",
     "test_sklearn.py",
     "test_fuzz_invariants.py",
 )
+
+
+# Compiled in PyTensor's default mode (the numba linker), as a user's model is: the files whose
+# subject is the compiled graph (the Ops' numba implementations and the compiled EP path, the
+# JAX backend checked against them, every combination a user can write, the README and the
+# notebooks as written) and every file that a seeded fault of ``scripts/mutation.py`` names
+# (``tests/integration/test_mutation_list.py`` holds the list to that), so that the faults are
+# killed through the code users run. The other test files compile with FAST_COMPILE (the
+# Python linker: each node's ``perform``, the package's numba kernels inside it, no numba
+# compilation of the model's graph), which computes the same numbers at a fraction of the CPU
+# time of compiling each model's graph.
+DEFAULT_MODE_FILES = (
+    "ops/test_ops.py",
+    "ops/test_ops_inputs.py",
+    "ops/test_compilation.py",
+    "backends/test_jax.py",
+    "backends/test_jax_distributed.py",
+    "backends/test_jax_fallback.py",
+    "backends/test_jax_fitc.py",
+    "backends/test_jax_hsgp.py",
+    "backends/test_jax_multiclass.py",
+    "backends/test_jax_multiclass_fitc.py",
+    "backends/test_jax_ordinal.py",
+    "integration/test_combinations.py",
+    "integration/test_new_user.py",
+    "integration/test_notebook.py",
+    "integration/test_docs.py",
+    "integration/test_docs_site.py",
+    # the files of the mutation list
+    "approximations/test_ep_schedules.py",
+    "approximations/test_loo_ground_truth.py",
+    "approximations/test_multiclass.py",
+    "approximations/test_multiclass_ground_truth.py",
+    "gp/test_gp_label_coding.py",
+    "likelihoods/test_ordered_logit_large_variance.py",
+    "likelihoods/test_ordinal_labels.py",
+    "structures/test_fitc.py",
+    "test_idata_coords.py",
+)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _compile_mode(request):
+    """FAST_COMPILE for the graphs of a test file outside ``DEFAULT_MODE_FILES`` (a graph
+    compiled with an explicit ``mode=`` keeps it)."""
+    try:
+        name = pathlib.Path(request.path).relative_to(pathlib.Path(__file__).parent).as_posix()
+    except ValueError:  # a test outside tests/
+        name = None
+    if name is None or name in DEFAULT_MODE_FILES:
+        yield
+        return
+    with pytensor.config.change_flags(mode="FAST_COMPILE"):
+        yield
 
 
 def pytest_collection_modifyitems(config, items):

@@ -33,3 +33,12 @@ def test_fault_snippet_occurs_exactly_once(fault):
     assert count == 1, f"fault {fault.name}: {fault.old!r} occurs {count} times in {fault.path}: update FAULTS"
     assert fault.new != fault.old
     assert fault.tests and (ROOT / fault.tests[0]).is_file(), fault.tests
+
+
+def test_every_file_the_faults_name_compiles_in_the_default_mode():
+    """The faults are killed through the graphs users compile: ``tests/conftest.py`` runs
+    the files outside its ``DEFAULT_MODE_FILES`` with FAST_COMPILE."""
+    from ..conftest import DEFAULT_MODE_FILES
+
+    named = {arg.removeprefix("tests/") for fault in FAULTS for arg in fault.tests if arg.endswith(".py")}
+    assert named <= set(DEFAULT_MODE_FILES), sorted(named - set(DEFAULT_MODE_FILES))
