@@ -78,6 +78,7 @@ SLOW_FILES = (
     "approximations/test_loo_ground_truth.py",
     "ops/test_compilation.py",
     "integration/test_combinations.py",
+    "likelihoods/test_ordinal_nuts.py",
     "test_sklearn.py",
     "test_fuzz_invariants.py",
 )

@@ -132,6 +132,7 @@ def test_pymc_sampling_writes_plain_lines_to_a_log(small_model, capsys):
     assert "divergences" in lines[-1]
 
 
+@pytest.mark.slow  # a sampling run: CI only, not the between-edits tier
 def test_nutpie_is_not_silent_in_a_log(small_model, capsys):
     pytest.importorskip("nutpie")
     pymc_gpc.sample(draws=15, tune=15, chains=2, nuts_sampler="nutpie", random_seed=1,

@@ -100,6 +100,7 @@ def test_predict_and_conditional_match_the_engine():
     np.testing.assert_allclose(np.diag(cov_v), v + 1e-6, atol=1e-8)
 
 
+@pytest.mark.slow  # an EM-EP fit to 1e-9: CI only, not the between-edits tier
 def test_type2_fit_reaches_a_stationary_point():
     X, y, Xu = data(4, n=60, m=10)
     model, gp = build(X, y, Xu, tol=1e-10)

@@ -180,6 +180,7 @@ def test_sample_hides_only_the_dense_adaptation_warning(monkeypatch):
     assert [str(w.message) for w in caught] == ["another warning"]
 
 
+@pytest.mark.slow  # a sampling run: CI only, not the between-edits tier
 def test_nutpie_samples_the_same_model():
     """nutpie (numba backend, chains as threads) runs the Op with per-thread warm starts."""
     rng = np.random.default_rng(10)

@@ -284,6 +284,7 @@ def test_confusion_matrix_and_report_count_by_hand():
         "- test labels not seen in training: ['z'] (counted as errors)"]
 
 
+@pytest.mark.slow  # a sampling run: CI only, not the between-edits tier
 def test_nuts_recovers_the_grid_posterior():
     """NUTS over (log lengthscale, log amplitude) of a softmax-Laplace model against the
     exact posterior of the same potential, by quadrature on a 2-D grid (a reference with

@@ -64,6 +64,7 @@ def _sample(monkeypatch, model):
         S.sample(model=model, progressbar=False, nuts_sampler="pymc", chains=1)
 
 
+@pytest.mark.slow  # a sampling run: CI only, not the between-edits tier
 def test_sampling_a_large_dense_model_warns_once_naming_fitc_and_ccd(monkeypatch):
     monkeypatch.setattr(S, "_dense_warned", [])
     X, y = _data(M.DENSE_MAX_ROWS + 1)

@@ -133,6 +133,7 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+@pytest.mark.slow  # a sampling run: CI only, not the between-edits tier
 @pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads a process's CPU time from /proc")
 def test_ctrl_c_during_the_draws(tmp_path):
     """SIGINT while NUTS draws (sent once the sampler has used 8 CPU seconds: thousands of

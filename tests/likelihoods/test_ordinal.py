@@ -242,6 +242,7 @@ def test_extreme_proposals_give_minus_inf_with_a_finite_gradient(compiled):
 # -- a short NUTS run ---------------------------------------------------------------------
 
 
+@pytest.mark.slow  # a sampling run: CI only, not the between-edits tier
 def test_nuts_recovers_the_cutpoints():
     """30 points drawn from the model (ls 1, amplitude 1, cutpoints -0.7, 0.6, probit noise 0.3):
     no divergences, both true cutpoints inside the 95 % intervals, and az.loo runs."""
