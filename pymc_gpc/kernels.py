@@ -246,6 +246,15 @@ def _assemble(E, v0, v1, v2, symmetric):
     return K
 
 
+def _ard_inputs(X, Xs, l, v0, v1, v2):
+    """The ARD kernel Ops' inputs as float64 tensors, each checked for its number of dimensions."""
+    ins = [pt.as_tensor_variable(v).astype("float64") for v in (X, Xs, l, v0, v1, v2)]
+    for name, v, ndim in zip(("X", "Xs", "l", "v0", "v1", "v2"), ins, (2, 2, 1, 0, 0, 0)):
+        if v.ndim != ndim:
+            raise ValueError(f"ARD kernel: {name} must have {ndim} dimension(s), got {v.ndim}")
+    return ins
+
+
 class ARDKernelOp(Op):
     """(K, E) from (X, Xs, l, v0, v1, v2): Kim & Ghahramani's eq. 10 and E = exp(-D/2).
 
@@ -260,11 +269,7 @@ class ARDKernelOp(Op):
         self.symmetric = bool(symmetric)
 
     def make_node(self, X, Xs, l, v0, v1, v2):
-        ins = [pt.as_tensor_variable(v).astype("float64") for v in (X, Xs, l, v0, v1, v2)]
-        for name, v, ndim in zip(("X", "Xs", "l", "v0", "v1", "v2"), ins, (2, 2, 1, 0, 0, 0)):
-            if v.ndim != ndim:
-                raise ValueError(f"ARD kernel: {name} must have {ndim} dimension(s), got {v.ndim}")
-        return Apply(self, ins, [pt.dmatrix(), pt.dmatrix()])
+        return Apply(self, _ard_inputs(X, Xs, l, v0, v1, v2), [pt.dmatrix(), pt.dmatrix()])
 
     def perform(self, node, inputs, output_storage):
         X, Xs, l, v0, v1, v2 = inputs
@@ -363,11 +368,7 @@ class ARDMatern52Op(Op):
         self.symmetric = bool(symmetric)
 
     def make_node(self, X, Xs, l, v0, v1, v2):
-        ins = [pt.as_tensor_variable(v).astype("float64") for v in (X, Xs, l, v0, v1, v2)]
-        for name, v, ndim in zip(("X", "Xs", "l", "v0", "v1", "v2"), ins, (2, 2, 1, 0, 0, 0)):
-            if v.ndim != ndim:
-                raise ValueError(f"ARD kernel: {name} must have {ndim} dimension(s), got {v.ndim}")
-        return Apply(self, ins, [pt.dmatrix(), pt.dmatrix(), pt.dmatrix()])
+        return Apply(self, _ard_inputs(X, Xs, l, v0, v1, v2), [pt.dmatrix(), pt.dmatrix(), pt.dmatrix()])
 
     def perform(self, node, inputs, output_storage):
         X, Xs, l, v0, v1, v2 = inputs
