@@ -378,12 +378,10 @@ def main_large(no_nuts, tune, draws, cost_only=False):
     print(large_table(len(y), len(y_test), build, res), flush=True)
 
 
-def evaluation_cost(model, point, steps=12, step=0.05, seed=0):
-    """CPU seconds of one log posterior and gradient as NUTS evaluates it (compiled at the
-    sampling tolerance, ``ops.rewrites.sampling_tolerance``; EP warm-started from the
-    previous evaluation): the mean over a straight path of ``steps`` points ``step`` apart
-    in a random unit direction from ``point``, as along a leapfrog trajectory; the first
-    (cold) evaluation is left out."""
+def _warm_walk(model, point, seed):
+    """(fn, x0, direction): the model's logp + gradient as NUTS compiles it (the sampler's
+    tolerance), ``point`` raveled and a random unit direction from it; fn has been called
+    once at x0, so that the cold evaluation is spent."""
     from pymc.blocking import DictToArrayBijection
     from pymc_gpc.ops.rewrites import sampling_tolerance
 
@@ -394,6 +392,16 @@ def evaluation_cost(model, point, steps=12, step=0.05, seed=0):
     direction = np.random.default_rng(seed).standard_normal(x0.size)
     direction /= np.linalg.norm(direction)
     fn(x0)
+    return fn, x0, direction
+
+
+def evaluation_cost(model, point, steps=12, step=0.05, seed=0):
+    """CPU seconds of one log posterior and gradient as NUTS evaluates it (compiled at the
+    sampling tolerance, ``ops.rewrites.sampling_tolerance``; EP warm-started from the
+    previous evaluation): the mean over a straight path of ``steps`` points ``step`` apart
+    in a random unit direction from ``point``, as along a leapfrog trajectory; the first
+    (cold) evaluation is left out."""
+    fn, x0, direction = _warm_walk(model, point, seed)
     c = cpu()
     for k in range(1, steps + 1):
         fn(x0 + k * step * direction)
@@ -424,16 +432,7 @@ def evaluation_breakdown(model, point, steps=12, step=0.05, seed=0):
     import cProfile
     import pstats
 
-    from pymc.blocking import DictToArrayBijection
-    from pymc_gpc.ops.rewrites import sampling_tolerance
-
-    with sampling_tolerance():
-        fn = model.logp_dlogp_function(ravel_inputs=True)
-    fn.set_extra_values({})
-    x0 = DictToArrayBijection.map({v.name: point[v.name] for v in model.continuous_value_vars}).data
-    direction = np.random.default_rng(seed).standard_normal(x0.size)
-    direction /= np.linalg.norm(direction)
-    fn(x0)
+    fn, x0, direction = _warm_walk(model, point, seed)
     profile = cProfile.Profile(timer=time.process_time)
     c = time.process_time()
     profile.enable()
