@@ -109,7 +109,7 @@ class Objective:
         with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"), trusted_kernel():
             result, _ = solve_with_retries(node.op.approximation, K, self.labels[j], node.op.likelihood, theta,
                                             self.states[j], options,
-                                            self.structures[j].retry_schedule(node.op.approximation, options))
+                                            node.op.retry_schedule(options))
         if np.isfinite(result.log_z):
             self.states[j] = result.state
         return result

@@ -237,9 +237,9 @@ class ApproxMarginalOp(Op):
         return self.structure.n_kernel_inputs + 2
 
     def retry_schedule(self, options):
-        """The option sets tried after a non-converged run: the structure's schedule for this
-        Op's approximation."""
-        return self.structure.retry_schedule(self.approximation, options)
+        """The option sets tried after a non-converged run: the registry's schedule for this
+        Op's approximation under its structure (one lookup)."""
+        return registry.get(self.approximation).retry_schedule(options, self.structure.name)
 
     def _start_fresh(self):
         """No warm starts, zero counts, listed for ``reset_warm_starts`` (new or unpickled)."""

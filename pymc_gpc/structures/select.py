@@ -17,9 +17,10 @@ The evidence and predictive Ops (``ops.marginal.ApproxMarginalOp``,
 ``ops.predictive.LatentPredictiveOp``) are one class each, with the structure among their
 ``__props__``: they take the structure's ``n_kernel_inputs`` kernel tensors first, then
 theta, y and the optional hyperparameter vector, and ask the structure for the prior
-(``prior_from``), the gradient in each kernel input (``kernel_cotangents``), the retry
-schedule and the predictive's outputs. This module imports no Op: a structure is data the
-Ops read, not a map to Op types.
+(``prior_from``), the gradient in each kernel input (``kernel_cotangents``) and the
+predictive's outputs; the retry schedule is the approximation registry's for the
+structure's ``name`` (``ApproxMarginalOp.retry_schedule``). This module imports neither an
+Op nor the registry: a structure is data the layers above read, not a map to their types.
 
 Adding a structure (e.g. HSGP bases): write a class with the attributes and methods of
 ``PriorStructure``, give ``select_structure`` the one condition that chooses it, and list
@@ -36,7 +37,6 @@ import pytensor.tensor as pt
 from pytensor.raise_op import Assert
 from scipy.linalg import solve_triangular
 
-from ..approximations import registry
 from ..likelihoods.multiclass import MulticlassLikelihood
 from ..validation import check_inputs
 from .em_bounds import FITCCovariance, covariance_bound, fitc_covariance_bound
@@ -134,10 +134,6 @@ class PriorStructure(Protocol):
         """The solver result's gradient of log q in each kernel input, as a tuple of
         ``n_kernel_inputs`` arrays (shaped as the inputs)."""
 
-    def retry_schedule(self, approximation, options):
-        """The option dicts tried, in order, after a non-converged run of ``approximation``
-        with ``options`` (``approximations.solve.solve_with_retries``)."""
-
     def not_converged_message(self, approximation, point, kernels, result, retries):
         """The evidence Op's ``ApproximationFailedWarning`` after the retries, naming the point."""
 
@@ -227,10 +223,6 @@ class DenseBinary:
 
     def kernel_cotangents(self, result):
         return (result.dlog_z_dK,)
-
-    def retry_schedule(self, approximation, options):
-        """The registry's schedule for ``approximation`` under this structure (one lookup)."""
-        return registry.get(approximation).retry_schedule(options, self.name)
 
     def not_converged_message(self, approximation, point, kernels, result, retries):
         K = kernels[0]
