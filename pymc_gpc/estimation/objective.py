@@ -171,6 +171,17 @@ def marginal_nodes(model):
     return nodes
 
 
+def check_gradient(model, needs, remedy):
+    """ValueError, before any heavy work, where an evidence term of ``model`` has no gradient
+    (the registry's ``has_gradient``: ADF): "``needs`` the evidence's gradient, which ADF does
+    not provide; ``remedy``"."""
+    gradient_free = [n.op.approximation for n in marginal_nodes(model)
+                     if not registry.get(n.op.approximation).has_gradient]
+    if gradient_free:
+        raise ValueError(f"{needs} the evidence's gradient, which {gradient_free[0].upper()} does not provide; "
+                         f"{remedy}")
+
+
 def other_terms(model, include_priors):
     """Model terms besides the GP potentials: observed variables, other potentials, priors."""
     ours = []
