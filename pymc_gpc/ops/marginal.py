@@ -94,7 +94,7 @@ class ApproximationFailedWarning(RuntimeWarning):
 
 
 def check_structure(structure, approximation, likelihood_type):
-    """ValueError unless ``structure`` (a ``structures.select.PriorStructure``) takes the
+    """ValueError unless ``structure`` (a ``structures.base.PriorStructure``) takes the
     family of ``likelihood_type`` (several classes or one latent GP) and is served by
     ``approximation`` (``registry.check_structure``, naming the approximations that are)."""
     if not hasattr(structure, "n_kernel_inputs") or not hasattr(structure, "prior_from"):
