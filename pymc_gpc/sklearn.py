@@ -159,6 +159,14 @@ class _GPClassifierBase(ClassifierMixin, BaseEstimator):
             model=self._model, draws=self.draws, chains=self.chains, random_seed=seed,
             progressbar=bool(self.verbose), **nuts, **SAMPLING_METHODS[self.method])
 
+    def _keep_params(self, params):
+        """The constructor's arguments ``params`` (its ``locals()``) kept unchanged as attributes
+        of the same names, scikit-learn's convention (``get_params`` reads them back; checks
+        wait for ``fit``)."""
+        for name, value in params.items():
+            if name != "self":
+                setattr(self, name, value)
+
     def _check_params(self):
         """ValueError for a parameter no model takes, before any data is touched."""
         _one_of("method", self.method, METHODS)
@@ -248,21 +256,7 @@ class GaussianProcessClassifier(_GPClassifierBase):
     def __init__(self, kernel="se", approximation="ep", likelihood=None, method="map", inducing=None,
                  per_class_kernels=True, prior=(-3.0, 3.0), draws=500, tune=500, chains=2, n_jobs=1,
                  max_draws=100, maxiter=None, random_state=None, verbose=False):
-        self.kernel = kernel
-        self.approximation = approximation
-        self.likelihood = likelihood
-        self.method = method
-        self.inducing = inducing
-        self.per_class_kernels = per_class_kernels
-        self.prior = prior
-        self.draws = draws
-        self.tune = tune
-        self.chains = chains
-        self.n_jobs = n_jobs
-        self.max_draws = max_draws
-        self.maxiter = maxiter
-        self.random_state = random_state
-        self.verbose = verbose
+        self._keep_params(locals())
 
     def _check_params(self):
         super()._check_params()
@@ -307,21 +301,7 @@ class GaussianProcessOrdinalClassifier(_GPClassifierBase):
     def __init__(self, classes=None, link="probit", kernel="se", approximation="ep", method="map", inducing=None,
                  prior=(-3.0, 3.0), draws=500, tune=500, chains=2, n_jobs=1, max_draws=100, maxiter=None,
                  random_state=None, verbose=False):
-        self.classes = classes
-        self.link = link
-        self.kernel = kernel
-        self.approximation = approximation
-        self.method = method
-        self.inducing = inducing
-        self.prior = prior
-        self.draws = draws
-        self.tune = tune
-        self.chains = chains
-        self.n_jobs = n_jobs
-        self.max_draws = max_draws
-        self.maxiter = maxiter
-        self.random_state = random_state
-        self.verbose = verbose
+        self._keep_params(locals())
 
     def _check_params(self):
         super()._check_params()

@@ -19,9 +19,8 @@ import pytensor.tensor as pt
 import scipy.optimize
 from pymc.pytensorf import compile as compile_fn
 
-from ..approximations import registry
 from ..structures.fitc import NonFiniteKernelError
-from .objective import FIT_MODE, marginal_nodes, objective_for, other_terms, ravel, unravel
+from .objective import FIT_MODE, check_gradient, objective_for, other_terms, ravel, unravel
 
 __all__ = ["LogPosterior", "find_mode", "hessian", "HESSIAN_STEP"]
 
@@ -49,11 +48,7 @@ class LogPosterior:
         if model.discrete_value_vars:
             raise ValueError("deterministic integration serves continuous hyperparameters only; the model has "
                              f"discrete ones: {[v.name for v in model.discrete_value_vars]}")
-        no_grad = [n.op.approximation for n in marginal_nodes(model)
-                   if not registry.get(n.op.approximation).has_gradient]
-        if no_grad:
-            raise ValueError(f"the integration's mode and Hessian need the evidence's gradient, which "
-                             f"{no_grad[0].upper()} does not provide; use EP or Laplace")
+        check_gradient(model, "the integration's mode and Hessian need", "use EP or Laplace")
         self.model = model
         self.objective = objective_for(model, other_terms(model, include_priors=True), model.continuous_value_vars)
         self.free = self.objective.free

@@ -109,7 +109,7 @@ class Objective:
         with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"), trusted_kernel():
             result, _ = solve_with_retries(node.op.approximation, K, self.labels[j], node.op.likelihood, theta,
                                             self.states[j], options,
-                                            self.structures[j].retry_schedule(node.op.approximation, options))
+                                            node.op.retry_schedule(options))
         if np.isfinite(result.log_z):
             self.states[j] = result.state
         return result
@@ -169,6 +169,17 @@ def marginal_nodes(model):
             "or MarginalLaplace(...).marginal_likelihood inside it first"
         )
     return nodes
+
+
+def check_gradient(model, needs, remedy):
+    """ValueError, before any heavy work, where an evidence term of ``model`` has no gradient
+    (the registry's ``has_gradient``: ADF): "``needs`` the evidence's gradient, which ADF does
+    not provide; ``remedy``"."""
+    gradient_free = [n.op.approximation for n in marginal_nodes(model)
+                     if not registry.get(n.op.approximation).has_gradient]
+    if gradient_free:
+        raise ValueError(f"{needs} the evidence's gradient, which {gradient_free[0].upper()} does not provide; "
+                         f"{remedy}")
 
 
 def other_terms(model, include_priors):

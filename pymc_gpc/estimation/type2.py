@@ -7,9 +7,8 @@ import warnings
 import numpy as np
 import scipy.optimize
 
-from ..approximations import registry
 from ..progress import Iterations
-from .objective import all_values, marginal_nodes, objective_for, other_terms, ravel, unravel
+from .objective import all_values, check_gradient, objective_for, other_terms, ravel, unravel
 from .result import FitResult, FitStartError, RunawayHyperparameterWarning, fitted_states
 
 __all__ = ["maximise", "RUNAWAY_LIMIT", "RUNAWAY_STEP", "RUNAWAY_TOL", "RUNAWAY_EFFECT",
@@ -59,11 +58,7 @@ def maximise(model, point, method, maxiter, tol, progressbar, callback=None):
     iteration (of both runs, ``_coarse_stage``) with the iterate, as a point of the model's
     value variables, and the objective and log evidence last evaluated (e.g. a benchmark's
     curve of test log p against time)."""
-    gradient_free = [n.op.approximation for n in marginal_nodes(model)
-                     if not registry.get(n.op.approximation).has_gradient]
-    if gradient_free:
-        raise ValueError(f"{method} needs the evidence's gradient, which {gradient_free[0].upper()} does not "
-                         "provide; use method='em-ep' or another approximation")
+    check_gradient(model, f"{method} needs", "use method='em-ep' or another approximation")
     objective = objective_for(model, other_terms(model, include_priors=method == "map"), model.continuous_value_vars)
     x0 = ravel(point, objective.free)
     evaluate = _Remembered(objective, x0, point)

@@ -80,14 +80,13 @@ from pytensor.graph.traversal import ancestors
 from pytensor.tensor.random.op import RandomVariable
 
 from ..approximations import registry
-from ..estimation.result import FitResult
 from ..ops.training_check import checked_training_tensor
 from ..ops import ApproxMarginalOp, LatentPredictiveOp
 from ..structures.select import select_structure
 from ..validation import check_inputs, check_kernel_columns, check_training_values, data_input
 from .labels import check_label_container, coded_labels, label_tensor
 from .model_terms import add_evidence_terms, as_input_matrix, checked_input_matrix, checked_label_count, label_dims
-from .prediction import KERNEL_MODE, POINT_KERNEL_MODE, latent_predictions
+from .prediction import KERNEL_MODE, POINT_KERNEL_MODE, FittedPoint, latent_predictions
 
 __all__ = ["MarginalEP", "MarginalLaplace", "MarginalMeanField", "MarginalADF"]
 
@@ -412,7 +411,7 @@ class _ApproximateMarginal:
         self._check_training_container()
         model = self._model(model)
         state = None
-        if isinstance(point, FitResult):
+        if isinstance(point, FittedPoint):
             point, state = point.point, self._fitted_state(point)
         fn, names = self._compile_kernels(model, KERNEL_MODE) if idata is not None else self._kernel_function(model)
         points = [point] if point is not None else _posterior_points(idata, names, max_draws)
@@ -427,7 +426,8 @@ class _ApproximateMarginal:
             self.approximation, self.likelihood, {**defaults, **dict(self.solver_options)}, self._labels(),
             functools.partial(fn, Xnew), draws,
             progressbar=progressbar and idata is not None,
-            retry_options=functools.partial(self.structure.retry_schedule, self.approximation), state=state,
+            retry_options=functools.partial(registry.get(self.approximation).retry_schedule,
+                                            structure=self.structure.name), state=state,
         )
         probs = [self._probabilities(m, v, th) for m, v, th in zip(means, vars_, thetas)]
         p = np.mean(probs, axis=0) if weights is None else np.tensordot(weights / np.sum(weights), probs, axes=1)

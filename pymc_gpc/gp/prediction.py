@@ -27,13 +27,15 @@ multi-class result whose ``predict_latent`` returns (m, c) arrays goes through t
 loop (the draws' rows then stack to (S, m, c)).
 """
 
+from typing import Protocol, runtime_checkable
+
 import numpy as np
 from ..approximations.solve import prediction_options, solve_with_retries
 from ..progress import Progress
 from ..backends.python_vm import PYTHON_VM_FORWARD_MODE, PYTHON_VM_MODE
 from ..validation import trusted_kernel
 
-__all__ = ["latent_predictions", "KERNEL_MODE", "POINT_KERNEL_MODE"]
+__all__ = ["latent_predictions", "FittedPoint", "KERNEL_MODE", "POINT_KERNEL_MODE"]
 
 # The kernels' graph is compiled without numba: numba's compilation at the first call
 # takes seconds, PyTensor's Python VM a fraction of one, for a little more time per draw
@@ -43,6 +45,25 @@ KERNEL_MODE = PYTHON_VM_MODE  # see python_vm
 # what counts: the merge and clip rewrites only (``python_vm``). Over many draws FAST_COMPILE's
 # rewrites pay: less time per call for a little more compilation (docs/design/engine_notes.md).
 POINT_KERNEL_MODE = PYTHON_VM_FORWARD_MODE
+
+
+@runtime_checkable
+class FittedPoint(Protocol):
+    """What ``gp.predict(point=...)`` reads of a fit (``pymc_gpc.fit``'s ``FitResult``, a
+    layer above, satisfies it): the point, the model fitted and the solver state each
+    evidence term's last solve reached there.
+
+    Attributes
+    ----------
+    point : dict of the fitted variables' values, as ``pm.find_MAP`` returns them.
+    model : the ``pm.Model`` fitted.
+    """
+
+    point: dict
+    model: object
+
+    def solver_state(self, name):
+        """The state of the evidence term whose potential is named ``name``, or None."""
 
 
 def latent_predictions(approximation, likelihood, options, y, kernel_fn, draws, *, progressbar=False,

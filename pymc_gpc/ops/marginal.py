@@ -94,7 +94,7 @@ class ApproximationFailedWarning(RuntimeWarning):
 
 
 def check_structure(structure, approximation, likelihood_type):
-    """ValueError unless ``structure`` (a ``structures.select.PriorStructure``) takes the
+    """ValueError unless ``structure`` (a ``structures.base.PriorStructure``) takes the
     family of ``likelihood_type`` (several classes or one latent GP) and is served by
     ``approximation`` (``registry.check_structure``, naming the approximations that are)."""
     if not hasattr(structure, "n_kernel_inputs") or not hasattr(structure, "prior_from"):
@@ -237,9 +237,9 @@ class ApproxMarginalOp(Op):
         return self.structure.n_kernel_inputs + 2
 
     def retry_schedule(self, options):
-        """The option sets tried after a non-converged run: the structure's schedule for this
-        Op's approximation."""
-        return self.structure.retry_schedule(self.approximation, options)
+        """The option sets tried after a non-converged run: the registry's schedule for this
+        Op's approximation under its structure (one lookup)."""
+        return registry.get(self.approximation).retry_schedule(options, self.structure.name)
 
     def _start_fresh(self):
         """No warm starts, zero counts, listed for ``reset_warm_starts`` (new or unpickled)."""

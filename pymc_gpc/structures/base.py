@@ -1,5 +1,5 @@
-r"""The contracts of the prior structures as the solvers see them: ``typing.Protocol`` classes
-of the members the approximations, the Ops and ``pymc_gpc.fit`` call (read from their call
+r"""The contracts of the prior structures: ``typing.Protocol`` classes of the members the
+approximations, the Ops, the GP classes and ``pymc_gpc.fit`` call (read from their call
 sites; an implementing class may have more).
 
 ``SolverPrior`` (binary: ``BinarySolverPrior``)
@@ -10,9 +10,12 @@ sites; an implementing class may have more).
     ``dense.LatentPosterior``, ``dense.IndefiniteSitePosterior``, ``fitc.FITCPosterior``;
     several classes: ``multiclass.CoupledBlockPosterior``,
     ``multiclass_fitc.MulticlassFITCPosterior``).
+``PriorStructure``
+    the PyMC side of a structure, as the GP classes, the Ops and ``pymc_gpc.fit`` ask it
+    (``select.DenseBinary`` and its kin, chosen by ``select.select_structure``).
 
-The PyMC side of a structure is ``select.PriorStructure``. ``contracts.conformance_gaps(obj,
-contract)`` lists what an object lacks, member by member and signature by signature.
+``contracts.conformance_gaps(obj, contract)`` lists what an object lacks, member by member
+and signature by signature.
 Notation: Rasmussen & Williams 2006 (R&W): K the prior covariance, W = diag(w) the site
 precisions, B = I + W^{1/2} K W^{1/2}, R = (K + W^{-1})^{-1}, Sigma = (K^{-1} + W)^{-1}.
 """
@@ -20,7 +23,7 @@ precisions, B = I + W^{1/2} K W^{1/2}, R = (K + W^{-1})^{-1}, Sigma = (K^{-1} + 
 from typing import Protocol, runtime_checkable
 
 __all__ = ["SolverPrior", "BinarySolverPrior", "LatentPosterior", "DenseLatentPosterior", "FITCLatentPosterior",
-           "MulticlassPosterior"]
+           "MulticlassPosterior", "PriorStructure"]
 
 
 @runtime_checkable
@@ -162,3 +165,118 @@ class MulticlassPosterior(Protocol):
     def predict(self, a, K_cross, k_star, full_cov=False):
         """Latent predictive mean (c, m) and covariances (m, c, c), or the joint (c m, c m)
         class-major with ``full_cov`` (R&W Alg. 3.4 lines 2-8)."""
+
+
+@runtime_checkable
+class PriorStructure(Protocol):
+    """What a GP classifier and ``pymc_gpc.fit`` ask of a prior structure.
+
+    ``gp`` below is the classifier (``gp.MarginalEP`` and its kin): it offers
+    ``cov_func``, ``jitter``, the inducing inputs ``Xu`` (FITC) and, for several classes,
+    ``class_kernels(X)`` (the (c, n, n) stack, ``gp.marginal``). Arrays are NumPy float64;
+    tensors are PyTensor variables.
+
+    Attributes
+    ----------
+    name : a short name for messages and the approximation registry ("dense", "fitc",
+        "dense-multiclass", "fitc-multiclass", "hsgp", "hsgp-multiclass"); it identifies the structure (equality,
+        hash, ``repr`` and pickling go by it, so an Op holding it in ``__props__`` has
+        the same cache key in every process).
+    multiclass : whether the likelihood has one latent GP per class
+        (``likelihoods.multiclass.MulticlassLikelihood``).
+    dense_kernel : whether each latent GP's prior is a dense n x n kernel, O(n^3) per
+        evaluation (``sampling.warn_dense_size``).
+    n_kernel_inputs : how many tensors ``kernel_inputs`` returns (the Ops' first inputs).
+    kernel_names, kernel_ndims : their names (for messages) and numbers of dimensions; the
+        evidence Op's gradient outputs have the same ranks.
+    point_input : the kernel input whose value, with theta, y and the hyperparameters,
+        identifies an evaluation (the evidence Op's recent results): K, or K_uf for FITC; or a
+        tuple of inputs, whose values together do (HSGP: S, and X, at which the basis is taken).
+    compiled_ep_loop : whether binary EP's compiled dense loop (``approximations.ep.ep_warm``,
+        ``backends.numba.compiled_ep``) solves this structure.
+    predictive_takes_theta : whether the predictive Op takes theta after the kernel inputs
+        (the multi-class likelihoods have no parameters).
+    trusted_prediction : whether the predictive's solve skips the dense kernel's checks
+        (``validation.trusted_kernel``): the FITC prior checks its own inputs.
+    """
+
+    name: str
+    multiclass: bool
+    dense_kernel: bool
+    n_kernel_inputs: int
+    kernel_names: tuple
+    kernel_ndims: tuple
+    point_input: object
+    compiled_ep_loop: bool
+    predictive_takes_theta: bool
+    trusted_prediction: bool
+
+    def prior_options(self, cov_func, m=None, L=None, c=None, drop_first=False, scale=None, boundary=None):
+        """The options of this prior given to the GP's constructor (HSGP's m, L, c, drop_first,
+        boundary as ``pm.gp.HSGP``'s; scale as ``pm.gp.HSGPPeriodic``'s), checked against ``cov_func`` before any heavy work: what the GP
+        keeps as ``gp.prior_options`` (None for a structure without options). ValueError for
+        options this structure does not take, or bad ones."""
+
+    def for_training_inputs(self, gp, X):
+        """The structure of ``gp`` with training inputs X (an (n, d) array): itself, or for a
+        prior fixed by X (HSGP's basis box) a structure holding that as data."""
+
+    def check_inducing(self, Xu, X, n_classes=None):
+        """``Xu`` (inducing inputs given to ``marginal_likelihood``, or None) checked against
+        the training inputs X (an (n, d) array) and, for several classes, their number:
+        what the GP keeps as ``gp.Xu``. ValueError where this structure takes no inducing
+        inputs and some were given, or needs them and they are missing or do not fit X."""
+
+    def kernel_inputs(self, gp, X):
+        """The evidence Op's kernel tensors at the training inputs X (a tensor): dense
+        [K(X, X) + jitter I]; FITC [K_uu + jitter I, K_uf, diag K_ff + jitter];
+        HSGP [S, X]; several classes their (c, ...) stacks."""
+
+    def cross_covariances(self, gp, X, Xnew):
+        """The prior cross-covariances the predictive takes: dense K(X, X*) (n, m); FITC
+        K(Xu, X*) (m_u, m); several classes the (c, n, m) stack."""
+
+    def prior_from(self, *arrays):
+        """What the solvers take as the prior, from the values of the ``n_kernel_inputs``
+        kernel inputs: the matrix K itself, or a structure object (``FITCPrior``)."""
+
+    def prior_function(self, fn):
+        """``fn`` (a compiled function whose outputs start with the ``n_kernel_inputs`` kernel
+        inputs) as a function whose outputs start with ``prior_from`` of them instead: ``fn``
+        itself where the kernel input is the prior (dense), else a wrapper (FITC)."""
+
+    def kernel_cotangents(self, result):
+        """The solver result's gradient of log q in each kernel input, as a tuple of
+        ``n_kernel_inputs`` arrays (shaped as the inputs)."""
+
+    def not_converged_message(self, approximation, point, kernels, result, retries):
+        """The evidence Op's ``ApproximationFailedWarning`` after the retries, naming the point."""
+
+    def training_shapes(self, kernels, cross):
+        """name -> shape of the predictive inputs whose dimensions must all be the number of
+        training labels (``ops.predictive.check_training_sizes``)."""
+
+    def latent_predictive(self, result, cross, star, full_cov):
+        """(mean, variance or covariance) of f* from a solve ``result``, the
+        cross-covariances and the prior (co)variances at the new inputs."""
+
+    def predictive_types(self, full_cov):
+        """The predictive Op's output types (mean, variance or covariance)."""
+
+    def failed_prediction(self, cross, full_cov):
+        """The predictive's NaN outputs where the solve failed, shaped as ``latent_predictive``'s."""
+
+    def q_covariance(self, q):
+        """The covariance A of q(f) in a solver result ``q``, in the form
+        ``covariance_bound`` and ``marginal_variances`` take (EM-EP's E-step)."""
+
+    def marginal_variances(self, A):
+        """diag A, for A from ``q_covariance``."""
+
+    def covariance_bound(self, arrays, h, A):
+        """EM-EP's F_K (Kim & Ghahramani eq. 16-17) at the kernel input values ``arrays``
+        with q(f) = N(h, A) fixed, and its gradient in each kernel input: (value, tuple).
+        Raises ``structures.dense.NotPositiveDefiniteError`` outside K's domain."""
+
+    def log_det_prior(self, arrays, h, A):
+        """log|K| of the prior at ``arrays`` (for EM-EP's recorded bound)."""
