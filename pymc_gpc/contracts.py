@@ -4,7 +4,7 @@ The contracts live next to what they describe: ``likelihoods.base.BinaryLikeliho
 the base classes ``likelihoods.Likelihood``, ``likelihoods.MulticlassLikelihood``),
 ``structures.base`` (``SolverPrior``, ``BinarySolverPrior``, ``LatentPosterior``,
 ``DenseLatentPosterior``, ``FITCLatentPosterior``, ``MulticlassPosterior``),
-``structures.select.PriorStructure`` and ``approximations.base.SolveResult``. A contract is a
+``structures.base.PriorStructure`` and ``approximations.base.SolveResult``. A contract is a
 ``typing.Protocol`` (its declared members) or a base class (its public members, which a
 subclass must keep callable as the base declares them). ``isinstance(obj, protocol)`` checks
 only that the members exist (``typing.runtime_checkable``); ``conformance_gaps`` also checks
