@@ -44,7 +44,8 @@ def _scripts():
 
 
 def test_at_most_twenty_scripts():
-    assert len(set(_scripts()) | PENDING) <= 20, _scripts()
+    """At most 20 Python files in benchmarks/, the runner and the provenance helper included."""
+    assert len(set(_scripts()) | PENDING) + 2 <= 20, _scripts()
 
 
 def test_every_script_is_behind_the_runner_and_every_suite_names_a_known_script(run):
