@@ -651,6 +651,56 @@ def _test_log_p_rows(data, fit):
     return np.asarray(_log_p_rows(gp.likelihood, *_latent(gp, data.X_test, point), data.y_test))
 
 
+def eval_profile(data, m, fit, per_class=True, evaluations=6, seed=0):
+    """One MAP-II evaluation (log density and its gradient, ``Objective.evidence_and_grad``) with
+    the inducing inputs fixed and learned, at points near a fit's hyperparameters (log
+    hyperparameters moved by N(0, 0.02^2), learned Xu by N(0, 0.01^2), cycling three points, each
+    solve warm-started from the previous): CPU seconds of building the objective (PyTensor's
+    compilation) and per evaluation in all and in its parts: the kernel graph's forward pass
+    (``kernels``: K_uu, K_uf, diag K_ff of every class), the solve with its gradient in those
+    (``solve``) and the kernel graph's pullback to the free variables (``pullback``: with Xu
+    free, through K_uu and K_uf to Xu too); medians over ``evaluations`` warm calls."""
+    import pymc_gpc
+    from pymc_gpc.estimation import objective as objective_module
+    from pymc_gpc.gp.models import kmeans_centres
+
+    Xu = kmeans_centres(m, data.X_train, seed=0)
+    rng = np.random.default_rng(seed)
+    rows = []
+    for learn in (False, True):
+        model, _ = pymc_gpc.ard_classifier(data.X_train, data.y_train, approximation="laplace", inducing=Xu,
+                                           per_class=per_class, prior=tuple(fit["prior"]), learn_inducing=learn)
+        clock = _Clock()
+        originals = {name: clock.wrap(objective_module.Objective, name)
+                     for name in ("kernels", "solve", "pullback", "evidence_and_grad")}
+        try:
+            c0 = time.process_time()
+            objective = objective_module.objective_for(
+                model, objective_module.other_terms(model, include_priors=True), model.continuous_value_vars)
+            cpu_build = time.process_time() - c0
+            base = {**model.initial_point(), **{k: np.asarray(v) for k, v in fit["point"].items()}}
+            points = [{k: v + (0.01 if k == "Xu" else 0.02) * rng.normal(size=np.shape(v)) for k, v in base.items()}
+                      for _ in range(3)]
+            c0 = time.process_time()
+            objective.evidence_and_grad(base)  # the cold solve
+            cpu_cold = time.process_time() - c0
+            parts = {k: [] for k in ("kernels", "solve", "pullback", "evidence_and_grad")}
+            for i in range(evaluations):
+                before = {k: clock.totals[k]["cpu"] for k in parts}
+                objective.evidence_and_grad(points[i % 3])
+                for k in parts:
+                    parts[k].append(clock.totals[k]["cpu"] - before[k])
+        finally:
+            for name, fn in originals.items():
+                setattr(objective_module.Objective, name, fn)
+        rows.append({"learn": learn, "free": int(sum(np.size(v) for v in base.values())), "cpu_build": cpu_build,
+                     "cpu_cold": cpu_cold, **{k: float(np.median(v)) for k, v in parts.items()}})
+        print(json.dumps(rows[-1]), flush=True)
+    return {"method": f"one MAP-II evaluation, FITC softmax Laplace, m = {m}, {KERNEL_NAMES[per_class]}, "
+                      f"Xu k-means and learned", "n": len(data.y_train), "c": int(data.y_train.max()) + 1, "m": m,
+            "evaluations": evaluations, "profile": rows, "test": {}}
+
+
 def test_margins(data, fits):
     """The test margins between the 10^4 fits of one set, against the validation-chosen one
     (the last ``select`` row): each other fit's mean test log p minus the chosen one's, its
@@ -845,6 +895,10 @@ def issue61(args):
         row = ep_timing(data, args.m, [f for f in fits if f["run"] == "ep" and f.get("point")][-1])
     elif args.run == "select":
         row = select_fit(data, args.m, prior, args.maxiter)
+    elif args.run == "eval-profile":
+        fits = [json.loads(line) for line in (work / f"{args.data}.jsonl").read_text().splitlines()]
+        row = eval_profile(data, args.m, [f for f in fits if f["run"] in ("laplace", "select") and f.get("point")
+                                          and f["n"] == args.n_train and f["per_class"] is True][-1])
     elif args.run == "svgp":
         row = svgp_fit(data, args.m, args.dtype, lr=args.lr, max_epochs=args.max_epochs, patience=args.patience)
     elif args.run == "logistic":
@@ -870,7 +924,8 @@ def main():
     ap.add_argument("--tag", default="", help="profile: suffix of the JSON file's name")
     ap.add_argument("--data", default=None, choices=["storms", "birds", "diamonds"],
                     help="issue 61: run --run on this set (appends to --work/<data>.jsonl)")
-    ap.add_argument("--run", default="laplace", choices=["laplace", "dense", "ep", "gold", "svgp", "logistic", "select", "ep-timing", "margins"])
+    ap.add_argument("--run", default="laplace", choices=["laplace", "dense", "ep", "gold", "svgp", "logistic", "select", "ep-timing", "margins",
+                             "eval-profile"])
     ap.add_argument("--also", nargs="*", default=[],
                     help="issue 61, --run margins: more JSON-line files of fits on the same set (e.g. an SVGP run)")
     ap.add_argument("--shared", action="store_true", help="issue 61: one ARD kernel shared by the classes")
@@ -1099,7 +1154,8 @@ def report61(work):
                   f"Classes {', '.join(data.classes)}; test class counts {np.bincount(data.y_test).tolist()}.", "",
                   "| method | n train | predictive | test error | test log p | train log p | CPU s | iterations |",
                   "|---|---|---|---|---|---|---|---|"]
-        for r in sorted((r for r in rows if r["run"] not in ("gold", "ep-timing", "margins")), key=lambda r: r["n"]):
+        for r in sorted((r for r in rows if r["run"] not in ("gold", "ep-timing", "margins", "eval-profile")),
+                        key=lambda r: r["n"]):
             lines += _row61(r)
         for r in (r for r in rows if r["run"] == "margins"):
             unit = "storms" if name == "storms" else "rows"
@@ -1118,6 +1174,17 @@ def report61(work):
             lines += [f"| {s_['start']} | {s_['tol']:g} | {s_['sweeps']} | {s_['cpu']:.1f} | "
                       f"{s_.get('_site_blocks', 0.0):.1f} | {s_.get('_precision', 0.0):.1f} | "
                       f"{s_.get('_column_pass', 0.0):.1f} | {s_['log_z']:.3f} |" for s_ in r["solves"]]
+        for r in (r for r in rows if r["run"] == "eval-profile"):
+            lines += ["", f"One MAP-II evaluation at n = {r['n']}, c = {r['c']}, m = {r['m']} ({r['method'].split(', ', 1)[1]}"
+                          f"; ``eval_profile``): CPU seconds of building the objective (PyTensor's compilation), "
+                          f"of the cold first solve, and per warm evaluation (median of {r['evaluations']}) in all "
+                          "and in its parts:", "",
+                      "| inducing inputs | free variables | building | cold solve | evaluation | kernel graph | "
+                      "solve and its gradient | pullback to the free variables |",
+                      "|---|---|---|---|---|---|---|---|"]
+            lines += [f"| {'learned' if q['learn'] else 'k-means (fixed)'} | {q['free']} | {q['cpu_build']:.1f} | "
+                      f"{q['cpu_cold']:.1f} | {q['evidence_and_grad']:.2f} | {q['kernels']:.2f} | {q['solve']:.2f} | "
+                      f"{q['pullback']:.2f} |" for q in r["profile"]]
         for r in (r for r in rows if r["run"] == "gold"):
             lines += ["", f"Gold standard: at the hyperparameters of {r['of'].replace(', prior N(-3.0, 3.0)', '')} "
                           f"(n = 2,000), the first {r['n']} training rows with dense kernels, the first "
