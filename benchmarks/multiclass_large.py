@@ -513,7 +513,7 @@ def package_fit(data, m, per_class, prior, maxiter, learn=False, n_train_eval=20
     if learn:  # both stages: the fixed-Xu fit's CPU and iterations added
         row.update(cpu_fine=cpu_fit, n_iter_fine=row["n_iter"], cpu_fit=cpu_fit + coarse["cpu_fit"],
                    n_iter_coarse=coarse["n_iter"], n_iter=row["n_iter"] + coarse["n_iter"],
-                   capped_coarse=coarse.get("capped", False),
+                   capped_coarse=coarse.get("capped", False), log_evidence_coarse=coarse["log_evidence"],
                    Xu_moved=float(np.sqrt(np.mean((np.asarray(row["Xu"]) - Xu) ** 2))))
     return row
 
