@@ -453,16 +453,22 @@ def _latent(gp, X, point):
 FIT_CPU_CAP, LEARN_MAXITER = 150.0, 100
 
 
-def map_fit(model, maxiter, start=None, cap=FIT_CPU_CAP):
+def map_fit(model, maxiter, start=None, cap=FIT_CPU_CAP, on_iteration=None):
     """MAP-II as ``pymc_gpc.fit(model, method="map", maxiter=maxiter, start=start)`` does it
     (``type2.maximise``, tol 1e-9), stopped after the first L-BFGS-B iteration past ``cap``
-    CPU seconds; (result, whether the cap stopped it)."""
+    CPU seconds (``on_iteration(point, objective, log_evidence)``'s CPU not counted); (result,
+    whether the cap stopped it)."""
     from pymc_gpc.estimation import type2
     from pymc_gpc.estimation.objective import start_point
 
     c0, capped = time.process_time(), []
 
     def cpu_cap(point, value, log_z):
+        nonlocal c0
+        if on_iteration is not None:
+            c1 = time.process_time()
+            on_iteration(point, value, log_z)
+            c0 += time.process_time() - c1
         if time.process_time() - c0 > cap:
             capped.append(True)
             raise StopIteration  # ends the L-BFGS-B run at this iterate (scipy's callback protocol)
@@ -701,6 +707,38 @@ def eval_profile(data, m, fit, per_class=True, evaluations=6, seed=0):
             "evaluations": evaluations, "profile": rows, "test": {}}
 
 
+def learn_curve(data, m, per_class, prior, maxiter, every=10):
+    """How held-out log p moves while the inducing inputs are learned: on ``validation_split``'s
+    fitting rows, the k-means fit, then the learned stage (``package_fit(learn=True)``'s), with the
+    mean validation log p (plug-in) and the log evidence at its start and every ``every``
+    L-BFGS-B iterations. Validation rows only; the test rows are not looked at."""
+    import pymc_gpc
+    from pymc_gpc.gp.models import kmeans_centres
+
+    val = validation_split(data)
+    coarse = package_fit(val, m, per_class, prior, maxiter, n_train_eval=0)
+    Xu = kmeans_centres(m, val.X_train, seed=0)
+    model, gp = pymc_gpc.ard_classifier(val.X_train, val.y_train, approximation="laplace", inducing=Xu,
+                                        per_class=per_class, prior=prior, learn_inducing=True)
+    curve = [{"iteration": 0, "val_log_p": coarse["test"]["mean"]["mean_log_p"],
+              "log_evidence": coarse["log_evidence"]}]
+
+    def record(point, value, log_z):
+        record.count += 1
+        if record.count % every:
+            return
+        p = gp.predict(val.X_test, point=point)
+        curve.append({"iteration": record.count, "val_log_p": metrics(p, val.y_test)["mean_log_p"],
+                      "log_evidence": float(log_z)})
+        print(json.dumps(curve[-1]), flush=True)
+    record.count = 0
+    start = {**{k: np.asarray(v) for k, v in coarse["point"].items()}, "Xu": Xu}
+    res, capped = map_fit(model, LEARN_MAXITER, start=start, on_iteration=record)
+    return {"method": f"validation log p while Xu is learned, FITC softmax Laplace, m = {m}, {KERNEL_NAMES[per_class]}",
+            "n": len(data.y_train), "n_fit": len(val.y_train), "n_val": len(val.y_test), "curve": curve,
+            "n_iter": int(res.n_iter), "capped": capped, "test": {}}
+
+
 def test_margins(data, fits):
     """The test margins between the 10^4 fits of one set, against the validation-chosen one
     (the last ``select`` row): each other fit's mean test log p minus the chosen one's, its
@@ -895,6 +933,9 @@ def issue61(args):
         row = ep_timing(data, args.m, [f for f in fits if f["run"] == "ep" and f.get("point")][-1])
     elif args.run == "select":
         row = select_fit(data, args.m, prior, args.maxiter)
+    elif args.run == "learn-curve":
+        per_class = "amplitudes" if args.amplitudes else not args.shared
+        row = learn_curve(data, args.m, per_class, prior, args.maxiter)
     elif args.run == "eval-profile":
         fits = [json.loads(line) for line in (work / f"{args.data}.jsonl").read_text().splitlines()]
         row = eval_profile(data, args.m, [f for f in fits if f["run"] in ("laplace", "select") and f.get("point")
@@ -925,7 +966,7 @@ def main():
     ap.add_argument("--data", default=None, choices=["storms", "birds", "diamonds"],
                     help="issue 61: run --run on this set (appends to --work/<data>.jsonl)")
     ap.add_argument("--run", default="laplace", choices=["laplace", "dense", "ep", "gold", "svgp", "logistic", "select", "ep-timing", "margins",
-                             "eval-profile"])
+                             "eval-profile", "learn-curve"])
     ap.add_argument("--also", nargs="*", default=[],
                     help="issue 61, --run margins: more JSON-line files of fits on the same set (e.g. an SVGP run)")
     ap.add_argument("--shared", action="store_true", help="issue 61: one ARD kernel shared by the classes")
@@ -1154,7 +1195,7 @@ def report61(work):
                   f"Classes {', '.join(data.classes)}; test class counts {np.bincount(data.y_test).tolist()}.", "",
                   "| method | n train | predictive | test error | test log p | train log p | CPU s | iterations |",
                   "|---|---|---|---|---|---|---|---|"]
-        for r in sorted((r for r in rows if r["run"] not in ("gold", "ep-timing", "margins", "eval-profile")),
+        for r in sorted((r for r in rows if r["run"] not in ("gold", "ep-timing", "margins", "eval-profile", "learn-curve")),
                         key=lambda r: r["n"]):
             lines += _row61(r)
         for r in [r for r in rows if r["run"] == "margins"][-1:]:  # against the current protocol's choice
@@ -1185,6 +1226,20 @@ def report61(work):
             lines += [f"| {'learned' if q['learn'] else 'k-means (fixed)'} | {q['free']} | {q['cpu_build']:.1f} | "
                       f"{q['cpu_cold']:.1f} | {q['evidence_and_grad']:.2f} | {q['kernels']:.2f} | {q['solve']:.2f} | "
                       f"{q['pullback']:.2f} |" for q in r["profile"]]
+        curves = [r for r in rows if r["run"] == "learn-curve"]
+        if curves:
+            lines += ["", f"Validation log p while the inducing inputs are learned (``learn_curve``: on the "
+                          f"{curves[0]['n_fit']} fitting rows of the validation split, the learned stage started "
+                          "at the k-means fit; mean plug-in log p on the validation rows and log evidence, at "
+                          "the k-means fit (iteration 0) and every 10 L-BFGS-B iterations of the learned stage; "
+                          "the test rows not looked at):", "",
+                      "| kernel | " + " | ".join(str(q["iteration"]) for q in curves[0]["curve"]) + " |",
+                      "|---|" + "---|" * len(curves[0]["curve"])]
+            for r in curves:
+                kernel = r["method"].rsplit(", ", 1)[1] if "amplitudes" not in r["method"] else \
+                    "shared lengthscales, per-class amplitudes"
+                lines += [f"| {kernel}: validation log p | " + " | ".join(f"{q['val_log_p']:.4f}" for q in r["curve"]) + " |",
+                          f"| {kernel}: log evidence | " + " | ".join(f"{q['log_evidence']:.1f}" for q in r["curve"]) + " |"]
         for r in (r for r in rows if r["run"] == "gold"):
             lines += ["", f"Gold standard: at the hyperparameters of {r['of'].replace(', prior N(-3.0, 3.0)', '')} "
                           f"(n = 2,000), the first {r['n']} training rows with dense kernels, the first "
