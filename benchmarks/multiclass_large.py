@@ -77,11 +77,15 @@ its runs, the test rows not used to choose):
   stage ``LEARN_MAXITER`` = 100) and ``FIT_CPU_CAP`` = 150 CPU seconds, checked after each
   iteration. "CPU s (fit)" is the refit's (both stages), "with the choice" adds the
   validation fits (a learned candidate's first stage is its k-means candidate, counted once).
+* Beside the choice: ``--run eval-profile`` (one evaluation with Xu fixed and free, in parts),
+  ``--run learn-curve`` (validation log p along the learned stage) and ``--run laplace --learn``
+  at 10^4 rows (a learned fit's test figures, diagnostics only: not used to choose).
 
 Run:  OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/multiclass_large.py --phase all
 Writes benchmarks/results/multiclass_large.md.
-      python benchmarks/multiclass_large.py --data storms --run laplace|dense|ep|svgp|logistic|select \
-          [--n-train 2000] [--m 100] [--shared] [--prior -3,3] [--lr 0.02] [--max-epochs 300] --work W;
+      python benchmarks/multiclass_large.py --data storms --run laplace|dense|ep|svgp|logistic|select|\
+          margins|eval-profile|learn-curve [--n-train 2000] [--m 100] [--shared | --amplitudes] [--learn] \
+          [--prior -3,3] [--lr 0.02] [--max-epochs 300] --work W;
           then --report61 --work W
 Writes benchmarks/results/multiclass_svgp.md.
 """
