@@ -17,6 +17,12 @@ blocks freed once no Op of their key is alive (``release_later``, from a finaliz
 done at the next ``allocate``), so a compiled function must not outlive its Ops (a
 PyTensor function holds its graph's). A full table leaves the Op on its Python state.
 
+Shared rows (thread id ``_SHARED_THREAD``) hold one block per (key, n, p, q) that every
+thread reads, built once in Python (``allocate_shared``): the compiled HSGP path's basis
+tables (``compiled_hsgp``), whose per-thread blocks hold warm starts only (``warm_length``).
+A replaced shared block stays allocated until its key is released, since another thread
+may still be reading it.
+
 Block layout (``_layout``): a header of ``_HEADER`` numbers (warm-start count and
 oldest slot, recent-result count and oldest slot, then the ``TALLIES``), then the
 ``WARM`` warm-start slots (hyperparameters, tau, nu, first change), then the recent

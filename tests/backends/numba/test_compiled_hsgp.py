@@ -166,3 +166,29 @@ def test_periodic_basis_and_other_schedules_stay_on_perform():
                                                        structure=laplacian))
     assert not dispatch.compiles_hsgp(ApproxMarginalOp("laplace", L.Probit, structure=laplacian))
     assert not dispatch.compiles_ep(ApproxMarginalOp("ep", L.Probit, structure=laplacian))
+
+
+def test_shared_blocks_are_found_replaced_and_released():
+    """``thread_state``'s shared rows: found from any thread by (key, n, p, q), a new block
+    replacing the old one's row, both gone once the key is released; warm-only blocks of the
+    compiled path's length."""
+    import threading
+
+    key = "test_shared_blocks"
+    h = thread_state.key_hash(key)
+    first, second = np.arange(5.0), np.arange(7.0) + 10.0
+    assert thread_state.allocate_shared(key, 3, 2, 1, first)
+    np.testing.assert_array_equal(thread_state.find_shared_block(h, 3, 2, 1), first)
+    assert thread_state.find_shared_block(h, 3, 2, 2).size == 0  # another shape
+    seen = []
+    worker = threading.Thread(target=lambda: seen.append(thread_state.find_shared_block(h, 3, 2, 1).copy()))
+    worker.start()
+    worker.join()
+    np.testing.assert_array_equal(seen[0], first)
+    assert thread_state.allocate_shared(key, 3, 2, 1, second)
+    np.testing.assert_array_equal(thread_state.find_shared_block(h, 3, 2, 1), second)
+    thread_state.allocate(key, 3, 2, 1, length=thread_state.warm_length(3, 2, 1))
+    block = thread_state.find_block(h, 3, 2, 1)
+    assert block.size == thread_state.warm_length(3, 2, 1) < thread_state.block_length(3, 2, 1)
+    thread_state.release(key)
+    assert thread_state.find_shared_block(h, 3, 2, 1).size == 0 and thread_state.find_block(h, 3, 2, 1).size == 0
