@@ -792,7 +792,8 @@ def nuts_lines(rows):
     theirs = rows[-1]
     lines.append("")
     for r in rows[:-1]:
-        lines.append(f"{r['method']} over pm.gp.HSGP: {r['ess_s'] / theirs['ess_s']:.2f}x the ESS per wall second,"
+        lines.append(f"{r['method']} ({r['sampler']}) over pm.gp.HSGP: {r['ess_s'] / theirs['ess_s']:.2f}x the ESS"
+                     " per wall second,"
                      f" {r['ess_cpu'] / theirs['ess_cpu']:.2f}x per CPU second.")
     return lines
 
