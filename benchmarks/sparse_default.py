@@ -356,7 +356,7 @@ HSGP_RESULTS = pathlib.Path(__file__).parent / "results" / "hsgp.md"
 STOPS_CSV = pathlib.Path(__file__).parent / "data" / "mpls_stops.csv"
 KM_PER_DEGREE = 111.2  # the mean Earth radius's degree of arc (6371 km x pi / 180)
 STOPS_HYPER = ["log_ls", "log_eta"]
-PARTS = ("map", "resolution", "eval", "ab", "nuts", "nuts_default")
+PARTS = ("map", "resolution", "eval", "ab", "compiled", "nuts", "nuts_default")
 
 
 def cpu_seconds():
@@ -631,6 +631,93 @@ def ab_part(args):
     return "\n".join(lines) + "\n"
 
 
+def compiled_functions(X, y, m, c, sampler_tol):
+    """{variant: logp + gradient function} of one HSGP EP model, compiled by the numba linker
+    (PyMC's default, as NUTS compiles it) with the compiled HSGP EP path
+    (``backends.numba.compiled_hsgp``) and without it (the object-mode ``perform``), at the
+    sampler's tolerance (``sampling_tolerance``: what ``pymc_gpc.sample`` compiles) or the
+    engine's; and the model's initial point as a list."""
+    import pytensor
+
+    from pymc_gpc.backends.numba import dispatch
+    from pymc_gpc.ops.rewrites import sampling_tolerance
+
+    fns = {}
+    for label, compiled in (("compiled HSGP EP", True), ("object mode (perform)", False)):
+        dispatch.COMPILED_EP = compiled
+        model, _ = stops_model(X, y, "HSGP", "ep", m=[m, m], c=c)
+        logp = model.logp(jacobian=False)
+        if sampler_tol:
+            with sampling_tolerance():
+                fns[label] = pytensor.function(model.value_vars, [logp, *pt.grad(logp, model.value_vars)])
+        else:
+            fns[label] = pytensor.function(model.value_vars, [logp, *pt.grad(logp, model.value_vars)])
+    dispatch.COMPILED_EP = True
+    ip = model.initial_point()
+    return fns, [np.asarray(ip[v.name], dtype=float) for v in model.value_vars]
+
+
+def compiled_times(fns, point, rounds):
+    """CPU and wall seconds of a warm logp + gradient per variant, paired as in ``ab_times``
+    (one seeded walk of independent N(0, 0.05^2) steps, the variants taking its calls in turn,
+    medians over ``rounds``); and the largest relative difference of the variants' values
+    (logp, gradient) at the initial point and at the walk's last point, each from zero sites
+    (``reset_warm_starts``), outside the timed calls."""
+    from pymc_gpc.ops.marginal import reset_warm_starts
+
+    rng = np.random.default_rng(3)
+    start = list(point)
+    for fn in fns.values():
+        fn(*point)
+    times = {k: [] for k in fns}
+    for _ in range(rounds):
+        for label, fn in fns.items():
+            point = [a + 0.05 * rng.standard_normal(np.shape(a)) for a in point]
+            times[label].append(timed(lambda: fn(*point))[1:])
+    diff = 0.0
+    for at in (start, point):
+        values = []
+        for fn in fns.values():
+            reset_warm_starts()
+            values.append(np.concatenate([np.ravel(v) for v in fn(*at)]))
+        diff = max(diff, float(np.max(np.abs(values[0] - values[1]) / np.maximum(1.0, np.abs(values[1])))))
+    return {k: np.median(v, axis=0) for k, v in times.items()}, diff
+
+
+def compiled_part(args):
+    """Issue 62's follow-up, step 2: the compiled HSGP EP evaluation against the object-mode
+    ``perform``, paired in one process."""
+    X_tr, y_tr, _, _, X_all, y_all = load_stops(args.n_train, args.n_test)
+    idx = np.random.default_rng(1).integers(0, len(y_all), args.eval_n)
+    settings = [(args.nuts_n, args.nuts_m, X_tr[:args.nuts_n], y_tr[:args.nuts_n], args.ab_rounds[1]),
+                (args.eval_n, args.m, X_all[idx], y_all[idx], args.ab_rounds[0])]
+    lines = ["## The compiled HSGP EP evaluation against the object-mode Op: A/B in one process", "",
+             f"`{args.command}`. A warm logp + gradient of the `nuts` part's model (HSGP EP, probit) through"
+             " one PyTensor function compiled by the numba linker (PyMC's default backend, which NUTS and"
+             " nutpie use), with the compiled path (`backends.numba.compiled_hsgp`: EP's sweeps, the warm"
+             " start and the gradient in one nopython function, no Python and no GIL) and without it (the"
+             " Op's Python `perform` in an object-mode block), at the sampler's EP tolerance (1e-2, as"
+             " `pymc_gpc.sample` compiles it) and the engine's (1e-8). Settings: n = "
+             f"{args.nuts_n} (the `nuts` part's rows), m = {args.nuts_m} x {args.nuts_m}, and n = {args.eval_n}"
+             f" (the `eval` part's rows), m = {args.m} x {args.m}; c = {args.c}. The two variants take the calls"
+             " of one seeded random walk (independent N(0, 0.05^2) steps in every log hyperparameter) in turn,"
+             " each warm-started from its previous call's sites; the medians over the rounds. Values: the"
+             " largest relative difference in logp and gradient of the two from zero sites at the initial"
+             " point and at the walk's last point.", "",
+             "| n | m | EP tol | rounds | variant | CPU (s) | wall (s) | CPU / object mode's | max diff: logp, gradient |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for n, m, X, y, rounds in settings:
+        for sampler_tol, tol in ((True, "1e-2"), (False, "1e-8")):
+            fns, point = compiled_functions(X, y, m, args.c, sampler_tol)
+            times, diff = compiled_times(fns, point, rounds)
+            base = times["object mode (perform)"][1]
+            for label, (wall, cpu) in times.items():
+                lines.append(f"| {n} | {m} x {m} | {tol} | {rounds} | {label} | {cpu:.4f} | {wall:.4f} |"
+                             f" {cpu / base:.2f} | {diff:.1e} |")
+            print(lines[-2:], flush=True)
+    return "\n".join(lines) + "\n"
+
+
 def pm_hsgp_model(X, y, m, c):
     """``stops_model``'s prior and link with ``pm.gp.HSGP`` (non-centred, the coefficients sampled)."""
     with pm.Model() as model:
@@ -653,16 +740,19 @@ def nuts_row(label, sampler, idata, wall, cpu, p, y_test, hyper=STOPS_HYPER):
             "rhat": float(summary["r_hat"].max()), **classification_metrics(p, y_test)}
 
 
-def sample_ours(model, gp, X_test, y_test, sampling, predict_draws, label, hyper):
-    """``pymc_gpc.sample`` (PyMC's NUTS over the hyperparameters) on a model of the package, and
-    its predictive averaged over ``predict_draws`` draws."""
+OUR_SAMPLERS = {"pymc": "PyMC NUTS (pymc_gpc.sample)", "nutpie": "nutpie (pymc_gpc.sample)"}
+
+
+def sample_ours(model, gp, X_test, y_test, sampling, predict_draws, label, hyper, sampler="pymc"):
+    """``pymc_gpc.sample`` (NUTS over the hyperparameters: PyMC's or nutpie, ``sampler``) on a
+    model of the package, and its predictive averaged over ``predict_draws`` draws."""
     def ours():
         with model:
-            return pymc_gpc.sample(**sampling)
+            return pymc_gpc.sample(nuts_sampler=sampler, **sampling)
 
     idata, wall, cpu = timed(ours)
     p = gp.predict(X_test, idata=idata, max_draws=predict_draws)
-    row = nuts_row(label, "PyMC NUTS (pymc_gpc.sample)", idata, wall, cpu, p, y_test, hyper)
+    row = nuts_row(label, OUR_SAMPLERS[sampler], idata, wall, cpu, p, y_test, hyper)
     print(row, flush=True)
     return row
 
@@ -702,7 +792,8 @@ def nuts_lines(rows):
     theirs = rows[-1]
     lines.append("")
     for r in rows[:-1]:
-        lines.append(f"{r['method']} over pm.gp.HSGP: {r['ess_s'] / theirs['ess_s']:.2f}x the ESS per wall second,"
+        lines.append(f"{r['method']} ({r['sampler']}) over pm.gp.HSGP: {r['ess_s'] / theirs['ess_s']:.2f}x the ESS"
+                     " per wall second,"
                      f" {r['ess_cpu'] / theirs['ess_cpu']:.2f}x per CPU second.")
     return lines
 
@@ -715,8 +806,9 @@ def nuts_part(args):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         rows = [sample_ours(*stops_model(X, y, "HSGP", approximation, m=mm, c=args.c), Xt, yt, sampling,
-                            args.predict_draws, f"pymc-gpc HSGP {name}, m = {args.nuts_m} x {args.nuts_m}", STOPS_HYPER)
-                for approximation, name in (("ep", "EP"), ("laplace", "Laplace"))]
+                            args.predict_draws, f"pymc-gpc HSGP {name}, m = {args.nuts_m} x {args.nuts_m}", STOPS_HYPER,
+                            sampler)
+                for approximation, name, sampler in args.nuts_ours]
         rows.append(sample_theirs(*pm_hsgp_model(X, y, args.nuts_m, args.c), Xt, yt, sampling,
                                   f"pm.gp.HSGP + Bernoulli, m = {args.nuts_m} x {args.nuts_m}"
                                   f" ({args.nuts_m ** 2} coefficients)", STOPS_HYPER))
@@ -724,7 +816,9 @@ def nuts_part(args):
              " equal or better test log p)", "",
              f"`{args.command}`. The first {len(y)} training rows; m = {args.nuts_m} x {args.nuts_m}, c = {args.c}"
              f" for all; 2 chains x ({args.tune} tune + {args.draws} draws), seed 1, one chain after the other in"
-             " one process (cores=1), so that CPU seconds count every chain. Wall and CPU seconds include compilation;"
+             " one process (cores=1; nutpie's chains: one thread), so that CPU seconds count every chain. HSGP EP"
+             " under the numba backend (PyMC's default, and nutpie's) runs its compiled path"
+             " (`backends.numba.compiled_hsgp`); HSGP Laplace the Op's Python `perform`. Wall and CPU seconds include compilation;"
              " ESS is the minimum bulk ESS over log_ls (2) and log_eta; steps / draw is the mean number of leapfrog"
              " steps (gradient evaluations) per draw, tuning included; test log p averages the"
              f" probabilities over the draws ({args.predict_draws} draws for HSGP EP and Laplace, whose predictive"
@@ -766,9 +860,10 @@ def nuts_default_part(args):
         warnings.simplefilter("ignore")
         ours, theirs = default_models(data.X_train, data.y_train, m, args.c)
         rows = [sample_ours(*ours, data.X_test, data.y_test, sampling, args.predict_draws,
-                            f"pymc-gpc HSGP EP, m = {label}", DEFAULT_HYPER),
-                sample_theirs(*theirs, data.X_test, data.y_test, sampling,
-                              f"pm.gp.HSGP + Bernoulli, m = {label} ({int(np.prod(m))} coefficients)", DEFAULT_HYPER)]
+                            f"pymc-gpc HSGP EP, m = {label}", DEFAULT_HYPER, sampler)
+                for sampler in args.default_ours]
+        rows.append(sample_theirs(*theirs, data.X_test, data.y_test, sampling,
+                              f"pm.gp.HSGP + Bernoulli, m = {label} ({int(np.prod(m))} coefficients)", DEFAULT_HYPER))
     lines = [f"## NUTS over the hyperparameters on ISLR Default, n = {len(data.y_train)} (the goal of the `nuts` part)",
              "", f"`{args.command}`. A second data set, fixed before the run: ISLR's Default as"
              " `sparse_hsgp.md` used it (`pymc_gpc.datasets.load_default()`: student, balance and income,"
@@ -834,6 +929,9 @@ def hsgp_main():
     * ``ab``: the warm logp + gradient with the basis operator kept and A^{-1} by dpotri
       against the former code (restored in this script), paired in one process, at
       n = ``--eval-n``, m = ``--m`` and at the ``nuts`` part's n and m; the values' differences.
+    * ``compiled``: the warm logp + gradient through the numba-compiled model with the compiled
+      HSGP EP path against the object-mode ``perform``, paired in one process, at the ``ab``
+      part's two settings, at the sampler's and the engine's EP tolerance; the values' differences.
     * ``nuts``: NUTS over the hyperparameters with HSGP EP and HSGP Laplace
       (``pymc_gpc.sample``) against ``pm.gp.HSGP`` + Bernoulli sampled by nutpie,
       m = ``--nuts-m`` per dimension, same c.
@@ -865,15 +963,21 @@ def hsgp_main():
     ap.add_argument("--tune", type=int, default=300)
     ap.add_argument("--predict-draws", type=int, default=200)
     ap.add_argument("--default-m", type=int, nargs="+", default=[3, 15, 6])
+    ap.add_argument("--nuts-ours", nargs="+", default=["ep:nutpie", "ep:pymc"],
+                    help="the nuts part's rows of the package: approximation:sampler (ep or laplace; pymc or nutpie)")
+    ap.add_argument("--default-ours", nargs="+", default=["nutpie", "pymc"], choices=list(OUR_SAMPLERS),
+                    help="the nuts_default part's samplers of HSGP EP")
     args = ap.parse_args(sys.argv[2:])
     args.command = "python benchmarks/sparse_default.py " + " ".join(sys.argv[1:])
+    names = {"ep": "EP", "laplace": "Laplace"}
+    args.nuts_ours = [(a, names[a], sampler) for a, sampler in (v.split(":") for v in args.nuts_ours)]
     import numba
 
     numba.set_num_threads(1)  # one core: the package's numba threads too
     load = os.getloadavg()
     new = {}
     for part in args.parts:
-        text = {"map": map_part, "resolution": resolution_part, "eval": eval_part, "ab": ab_part, "nuts": nuts_part, "nuts_default": nuts_default_part}[part](args)
+        text = {"map": map_part, "resolution": resolution_part, "eval": eval_part, "ab": ab_part, "compiled": compiled_part, "nuts": nuts_part, "nuts_default": nuts_default_part}[part](args)
         new[part] = text + (f"\nLoad average (1, 5, 15 min) at the start: {load[0]:.2f}, {load[1]:.2f}, {load[2]:.2f};"
                             f" at the end: {', '.join(f'{v:.2f}' for v in os.getloadavg())}.\n")
         print(new[part], flush=True)

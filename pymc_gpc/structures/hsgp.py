@@ -66,7 +66,7 @@ import pytensor.tensor as pt
 from pytensor.graph.basic import Constant
 from pytensor.graph.traversal import graph_inputs
 from scipy.linalg import blas, solve_triangular
-from scipy.linalg.lapack import dtrtri
+from scipy.linalg.lapack import dpotri, dtrtri
 
 from ..numerics.product_to_sum import CosineProductBasis
 from .dense import NotPositiveDefiniteError, chol_lower
@@ -570,7 +570,7 @@ class HSGPPosterior:
         A = s[:, None] * self.H * s[None, :]
         A[np.diag_indices_from(A)] += 1.0
         self.L_A = chol_lower(A, overwrite=True)
-        self._var = self._Linv = None
+        self._var = self._Linv = self._A_inv = None
 
     def _A_solve(self, u):
         z = solve_triangular(self.L_A, u, lower=True, check_finite=False)
@@ -606,21 +606,41 @@ class HSGPPosterior:
         return wv - self.w * self.sigma_times(wv)
 
     def var_diag(self):
-        """diag Sigma_ii = ||L_A^{-1} s Phi_i||^2 (``DenseBasis.quad_diag``,
-        ``CosineProductBasis.quad_diag``), floored at a tiny positive value."""
+        """diag Sigma_ii = ||L_A^{-1} s Phi_i||^2, floored at a tiny positive value: by the
+        triangular product over the rows (``DenseBasis.quad_diag``), or for a basis with
+        ``quad_diag_matrix`` (``CosineProductBasis``) as the quadratic forms of
+        s A^{-1} s, with A^{-1} kept for the gradient (``R_projected_diag``)."""
         if self._var is None:
             prior = self.prior
-            var = prior.basis.quad_diag(self.L_A, prior.s)
+            if hasattr(prior.basis, "quad_diag_matrix"):
+                s = prior.s
+                var = prior.basis.quad_diag_matrix(s[:, None] * self._A_inverse() * s[None, :])
+            else:
+                var = prior.basis.quad_diag(self.L_A, prior.s)
             self._var = np.maximum(var, 1e-14 * prior.diag())
         return self._var
 
-    def _L_inverse(self):
+    def _A_inverse(self):
+        """A^{-1} (M, M), symmetric, from L_A by LAPACK's ``dpotri`` (M^3 / 3 + M^3 / 3 flops)."""
+        if self._A_inv is None:
+            A_inv, info = dpotri(self.L_A, lower=1)
+            if info != 0:
+                raise NotPositiveDefiniteError(f"the HSGP posterior's A is singular (dpotri info {info})")
+            self._A_inv = np.tril(A_inv) + np.tril(A_inv, -1).T
+        return self._A_inv
+
+    def _A_inverse_diag(self, columns):
+        """(A^{-1})_jj for the selected j: from the A^{-1} the variances formed where there is one,
+        else the column norms of L_A^{-1} (``dtrtri``, M^3 / 3 flops)."""
+        if self._A_inv is not None:
+            return np.diag(self._A_inv)[columns]
         if self._Linv is None:
             Linv, info = dtrtri(self.L_A, lower=1)
             if info != 0:
                 raise NotPositiveDefiniteError(f"L_A is singular (dtrtri info {info})")
             self._Linv = Linv
-        return self._Linv
+        Linv = self._Linv[:, columns]
+        return np.einsum("ij,ij->j", Linv, Linv)
 
     def R_projected_diag(self):
         """Q_jj = (Phi^T R Phi)_jj, each by the more accurate of its two forms (module docstring)."""
@@ -632,9 +652,7 @@ class HSGPPosterior:
             C = solve_triangular(self.L_A, s[:, None] * H[:, ~by_identity], lower=True, check_finite=False)
             Q[~by_identity] = h[~by_identity] - np.einsum("ij,ij->j", C, C)
         if np.any(by_identity):
-            Linv = self._L_inverse()[:, by_identity]
-            a_inv_diag = np.einsum("ij,ij->j", Linv, Linv)
-            Q[by_identity] = (1.0 - a_inv_diag) / S[by_identity]
+            Q[by_identity] = (1.0 - self._A_inverse_diag(by_identity)) / S[by_identity]
         return Q
 
     def kernel_gradient(self, outer, scale_R, rough=False):
@@ -669,7 +687,11 @@ class HSGPPosterior:
         prior, star = self.prior, as_basis(Phi_star)
         mean = star.matvec(prior.S * prior.basis.rmatvec(np.asarray(a, dtype=float)))
         floor = 1e-14 * np.maximum(star.sq_diag(prior.S), PRIOR_VARIANCE_FLOOR)
-        return mean, np.maximum(star.quad_diag(self.L_A, prior.s), floor)
+        if hasattr(star, "quad_diag_matrix"):  # the A^{-1} of the training variances, if formed
+            var = star.quad_diag_matrix(prior.s[:, None] * self._A_inverse() * prior.s[None, :])
+        else:
+            var = star.quad_diag(self.L_A, prior.s)
+        return mean, np.maximum(var, floor)
 
 
 class HSGPStructure:

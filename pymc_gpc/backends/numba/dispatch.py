@@ -49,6 +49,21 @@ def compiles_ep(op):
             and getattr(op.likelihood_type, "log_concave", True)
             and dict(op.options).keys() <= {"tol", "max_sweeps"})
 
+
+def compiles_hsgp(op):
+    """Whether the numba implementation runs ``op``'s common case compiled (``compiled_hsgp``):
+    where ``COMPILED_EP`` is set, EP on the HSGP prior with the Laplacian basis (the periodic
+    expansion's basis is a dense Phi: ``perform``), with the conditions of ``compiles_ep`` on
+    the likelihood and the options."""
+    structure = op.structure if isinstance(op, ApproxMarginalOp) else None
+    return (COMPILED_EP and structure is not None and structure.name == "hsgp"
+            and getattr(structure, "box", None) is not None and structure.box[0] != "periodic"
+            and registry.solver_for(op.approximation, op.likelihood_type).compiled_loop
+            and op.likelihood_type in LIKELIHOODS + ORDINAL_LIKELIHOODS
+            and getattr(op.likelihood_type, "log_concave", True)
+            and dict(op.options).keys() <= {"tol", "max_sweeps"})
+
+
 # Ops whose numba implementation has been built in this process, by cache key
 # (``_numba_key``), held weakly; the compiled graph names its Op by that key. Equal Ops
 # on equal data share one key: the first one still alive answers (results are the
@@ -164,7 +179,7 @@ def register_numba(op_types=None):
         refs[:] = [r for r in refs if r[0]() is not None]
         if not any(r[0]() is op for r in refs):
             refs.append((weakref.ref(op), len(node.outputs)))
-        compiled = compiles_ep(op)
+        compiled = compiles_ep(op) or compiles_hsgp(op)
         if compiled and op.attach_backend_state(key, thread_state.reset, thread_state.evaluations):
             weakref.finalize(op, _release_if_unused, key)
         for ref, _ in refs:  # any of them may answer the compiled graph (``_perform_registered``)
@@ -174,6 +189,9 @@ def register_numba(op_types=None):
         ret_sig = numba.types.Tuple([get_numba_type(o.type) for o in node.outputs])
         if compiled:
             thread_state.reset(key)
+            if compiles_hsgp(op):
+                from .compiled_hsgp import compiled_function
+                return compiled_function(op, key, numba_njit, ret_sig), key + "_compiled_hsgp"
             return _compiled_ep_function(op, key, numba_njit, ret_sig), key + "_compiled"
 
         @numba_njit

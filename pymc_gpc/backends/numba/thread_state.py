@@ -17,6 +17,12 @@ blocks freed once no Op of their key is alive (``release_later``, from a finaliz
 done at the next ``allocate``), so a compiled function must not outlive its Ops (a
 PyTensor function holds its graph's). A full table leaves the Op on its Python state.
 
+Shared rows (thread id ``_SHARED_THREAD``) hold one block per (key, n, p, q) that every
+thread reads, built once in Python (``allocate_shared``): the compiled HSGP path's basis
+tables (``compiled_hsgp``), whose per-thread blocks hold warm starts only (``warm_length``).
+A replaced shared block stays allocated until its key is released, since another thread
+may still be reading it.
+
 Block layout (``_layout``): a header of ``_HEADER`` numbers (warm-start count and
 oldest slot, recent-result count and oldest slot, then the ``TALLIES``), then the
 ``WARM`` warm-start slots (hyperparameters, tau, nu, first change), then the recent
@@ -147,8 +153,9 @@ def key_hash(key):
     return int(hashlib.sha256(key.encode()).hexdigest()[:15], 16) + 1
 
 
-def allocate(key, n, p, q):
-    """Give this thread a zeroed block for (key, n, p, q), unless the table is full."""
+def allocate(key, n, p, q, length=None):
+    """Give this thread a zeroed block for (key, n, p, q), unless the table is full. ``length``:
+    a shorter block (``warm_length``: warm starts only, no recent results)."""
     h = key_hash(key)
     with _LOCK:
         _release_pending()
@@ -156,14 +163,67 @@ def allocate(key, n, p, q):
         for row, _ in _BLOCKS.get(h, ()):
             if tuple(_TABLE[row, _THREAD:_Q + 1]) == (me, n, p, q):
                 return  # already there
-        free = np.flatnonzero(_TABLE[:, _KEY] <= 0)
-        if free.size == 0:
-            return
-        row = int(free[0])
-        block = np.zeros(block_length(n, p, q))
-        _TABLE[row, _THREAD:_LENGTH + 1] = (me, n, p, q, block.ctypes.data, block.size)
-        _TABLE[row, _KEY] = h  # last: the row is complete when its key is set
-        _BLOCKS.setdefault(h, []).append((row, block))
+        block = np.zeros(block_length(n, p, q) if length is None else int(length))
+        row = _add_row(h, me, n, p, q, block)
+        if row is not None:
+            _BLOCKS.setdefault(h, []).append((row, block))
+
+
+def _add_row(h, thread, n, p, q, block):
+    """Enter ``block`` in the first free row of the table (under ``_LOCK``); its row, or None
+    where the table is full."""
+    free = np.flatnonzero(_TABLE[:, _KEY] <= 0)
+    if free.size == 0:
+        return None
+    row = int(free[0])
+    _TABLE[row, _THREAD:_LENGTH + 1] = (thread, n, p, q, block.ctypes.data, block.size)
+    _TABLE[row, _KEY] = h  # last: the row is complete when its key is set
+    return row
+
+
+def warm_length(n, p, q):
+    """The length of a block holding the header and the warm starts only (the layout's first
+    parts: ``warm_guess`` and ``warm_add`` work on it; ``recent_get`` and ``recent_add`` must not
+    be called on it). The compiled HSGP path's blocks (``compiled_hsgp``), whose point is not an
+    n x n matrix."""
+    return int(_layout(n, p, q)[4])
+
+
+# Shared rows: one block per (key, n, p, q) that every thread reads (their thread id is
+# ``_SHARED_THREAD``), e.g. the compiled HSGP path's basis tables; kept until the key is released.
+_SHARED_THREAD = 0
+_SHARED = {}  # key hash -> [(row, block)], replaced blocks included (a thread may still read one)
+
+
+def allocate_shared(key, n, p, q, block):
+    """Make ``block`` (a float64 array, kept here) the shared block of (key, n, p, q), in place
+    of any earlier one; False where the table is full."""
+    h = key_hash(key)
+    block = np.ascontiguousarray(block, dtype=np.float64)
+    with _LOCK:
+        _release_pending()
+        for row, _ in _SHARED.get(h, ()):
+            if _TABLE[row, _KEY] == h and tuple(_TABLE[row, _N:_Q + 1]) == (n, p, q):
+                _TABLE[row, _KEY] = _FREED
+        row = _add_row(h, _SHARED_THREAD, n, p, q, block)
+        if row is None:
+            return False
+        _SHARED.setdefault(h, []).append((row, block))
+        return True
+
+
+@njit(nogil=True, cache=True)
+def find_shared_block(key, n, p, q):
+    """The shared block of (key, n, p, q) (``allocate_shared``), or an empty array."""
+    table = carray(_table_pointer(), (ROWS, 8))
+    for r in range(ROWS):
+        k = table[r, _KEY]
+        if k == 0:
+            break
+        if (k == key and table[r, _THREAD] == _SHARED_THREAD and table[r, _N] == n and table[r, _P] == p
+                and table[r, _Q] == q):
+            return carray(_float_pointer(table[r, _ADDRESS]), (table[r, _LENGTH],))
+    return np.empty(0)
 
 
 def reset(key):
@@ -215,8 +275,9 @@ def _release_pending():
 
 
 def _drop(h):
-    for row, _ in _BLOCKS.pop(h, ()):
-        _TABLE[row, _KEY] = _FREED
+    for row, _ in list(_BLOCKS.pop(h, ())) + _SHARED.pop(h, []):
+        if _TABLE[row, _KEY] == h:
+            _TABLE[row, _KEY] = _FREED
 
 
 # -- Compiled warm starts (``marginal.WarmStarts``) -------------------------------------
