@@ -122,7 +122,7 @@ def _update_site(kind, y_i, mean_i, var_i, tau_i, nu_i, floor, th, damping):
 
 
 @njit(nogil=True, cache=True)
-def _parallel_update(kind, y, th, var, mean, tau, nu, prior_var, damping):
+def parallel_site_update(kind, y, th, var, mean, tau, nu, prior_var, damping):
     """All sites updated from the same marginals (one parallel EP step).
 
     Returns (tau_g, nu_g, change, tau_c, nu_c, tilted), tilted with rows log Z,
@@ -156,7 +156,7 @@ def _cavities(post, tau, nu, prior=None):
 
 def ep_log_z(post, tau, nu, mean, tau_c, nu_c, log_z_sites):
     """log Z_EP in the stable form of GPML infEP (R&W eq. 3.65 with B = L L^T)."""
-    return float(_log_z(post.half_logdet_B(), tau, nu, mean, tau_c, nu_c, log_z_sites))
+    return float(stable_log_z(post.half_logdet_B(), tau, nu, mean, tau_c, nu_c, log_z_sites))
 
 
 @njit(nogil=True, cache=True)
@@ -165,11 +165,11 @@ def _factored_log_z(L, tau, nu, mean, tau_c, nu_c, log_z_sites):
     half_logdet_B = 0.0
     for i in range(L.shape[0]):
         half_logdet_B += np.log(L[i, i])
-    return _log_z(half_logdet_B, tau, nu, mean, tau_c, nu_c, log_z_sites)
+    return stable_log_z(half_logdet_B, tau, nu, mean, tau_c, nu_c, log_z_sites)
 
 
 @njit(nogil=True, cache=True)
-def _log_z(half_logdet_B, tau, nu, mean, tau_c, nu_c, log_z_sites):
+def stable_log_z(half_logdet_B, tau, nu, mean, tau_c, nu_c, log_z_sites):
     """``ep_log_z`` given (1/2) log|B|: one compiled pass over the sites."""
     total = -half_logdet_B
     for i in range(tau.shape[0]):
@@ -527,7 +527,7 @@ def _parallel(prior, y, likelihood, th, post, tau, nu, damping, tol, max_sweeps,
         var = post.var_diag()
         mean = post.mean_and_weights(nu)[0]
         previous = change
-        tau_g, nu_g, change, *_ = _parallel_update(likelihood.kind, y, th, var, mean, tau, nu, prior.diag(), damping)
+        tau_g, nu_g, change, *_ = parallel_site_update(likelihood.kind, y, th, var, mean, tau, nu, prior.diag(), damping)
         sweeps += 1
         first_change = change if sweeps == 1 else first_change
         if change < tol and not post.rough:
@@ -596,7 +596,7 @@ _SWEEP_LIMIT = 2  # max_sweeps reached; the returned cavities are not at the ret
 
 
 @njit(nogil=True, cache=True)
-def _anderson_mix(dF, dG, count, f, g):
+def anderson_step(dF, dG, count, f, g):
     """g - gamma dG with gamma = argmin ||f - dF^T gamma|| over the first ``count`` rows of
     dF and dG, the stored differences (``Anderson``)."""
     if count == 0:
@@ -651,7 +651,7 @@ def _parallel_compiled(kind, K, y, th, tau, nu, damping, tol, max_sweeps, memory
         b = weights_from_inverse(K, sw, Li, nu)
         mean = K @ b
         previous = change
-        tau_g, nu_g, change, tau_c, nu_c, tilted = _parallel_update(kind, y, th, var, mean, tau, nu, prior_var, damping)
+        tau_g, nu_g, change, tau_c, nu_c, tilted = parallel_site_update(kind, y, th, var, mean, tau, nu, prior_var, damping)
         sweeps += 1
         if sweeps == 1:
             first_change = change
@@ -675,7 +675,7 @@ def _parallel_compiled(kind, K, y, th, tau, nu, damping, tol, max_sweeps, memory
             dG[count] = g - g_prev
             count += 1
         f_prev, g_prev, have_prev = f, g, True
-        x = _anderson_mix(dF, dG, count, f, g) if memory > 0 else g
+        x = anderson_step(dF, dG, count, f, g) if memory > 0 else g
         tau_x, nu_x = x[:n], x[n:]
         if np.min(tau_x) < 0.0 or not np.all(np.isfinite(x)):  # Anderson went astray
             have_prev, count = False, 0

@@ -46,7 +46,7 @@ def _row_blocks(n, width):
     return [slice(i, min(i + step, n)) for i in range(0, n, step)]
 
 
-def _khatri_rao_rows(factors, rows):
+def khatri_rao_rows(factors, rows):
     """Row-wise Kronecker product of the factors' rows (first factor slowest), (rows, prod widths)."""
     out = factors[0][rows]
     for F in factors[1:]:
@@ -104,7 +104,7 @@ class CosineProductBasis:
     def _blocks(self, tables):
         width = int(np.prod([t.shape[1] for t in tables]))
         for rows in _row_blocks(self.n, width):
-            yield rows, _khatri_rao_rows(tables[:-1], rows) if self.d > 1 else np.ones((rows.stop - rows.start, 1))
+            yield rows, khatri_rao_rows(tables[:-1], rows) if self.d > 1 else np.ones((rows.stop - rows.start, 1))
 
     def rmatvec(self, v):
         """Phi^T v, through the factors: (KR(F_<d)^T diag(v) F_d)[grid position of j]."""

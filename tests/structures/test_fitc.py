@@ -311,7 +311,7 @@ def test_loose_tolerance_sweeps_rough_but_returns_an_exact_fixed_point(monkeypat
     var, mean, b, tau_c, nu_c = ep_module._cavities(post, tau, nu, prior)
     tilted = lik.tilted(y, nu_c / tau_c, 1.0 / tau_c, lik.resolve_params(None))
     assert abs(ep_module.ep_log_z(post, tau, nu, mean, tau_c, nu_c, tilted.log_z) - res.log_z) < 1e-9
-    change = ep_module._parallel_update(lik.kind, y, lik.resolve_params(None), var, mean, tau, nu, prior.diag(), 1.0)[2]
+    change = ep_module.parallel_site_update(lik.kind, y, lik.resolve_params(None), var, mean, tau, nu, prior.diag(), 1.0)[2]
     assert change < 1e-2
     # the fixed point is the exact one's: as close to a tight solve as an all-exact run
     monkeypatch.setattr(ep_module, "_ROUGH_TOL", np.inf)

@@ -1,9 +1,9 @@
 r"""The structure-free parts of the JAX EP and Laplace solvers, shared by the dense engine
 (``engine.py``) and the FITC one (``fitc.py``).
 
-The EP sweep (cavities, tilted moments, damped sites: ``ep._parallel_update``), the EP
-evidence (``ep._log_z``, GPML infEP's stable form of R&W eq. 3.65), Anderson acceleration
-(``ep._anderson_mix``, Walker & Ni 2011 eq. 1.3), the parallel-EP loop with its restart
+The EP sweep (cavities, tilted moments, damped sites: ``ep.parallel_site_update``), the EP
+evidence (``ep.stable_log_z``, GPML infEP's stable form of R&W eq. 3.65), Anderson acceleration
+(``ep.anderson_step``, Walker & Ni 2011 eq. 1.3), the parallel-EP loop with its restart
 phase, the Laplace Newton loop with backtracking (R&W Alg. 3.1), and the failure
 convention (``finish_outputs``). They talk to the prior only through a *structure* ``S``:
 
@@ -46,7 +46,7 @@ def factor_ok(F):
 
 def ep_update(kind, y, th, S, F, tau, nu, damping):
     """Cavities, tilted moments and damped new sites from the posterior F at sites (tau, nu)
-    (``ep._parallel_update``). Returns a dict with the map's value (tau_g, nu_g), the
+    (``ep.parallel_site_update``). Returns a dict with the map's value (tau_g, nu_g), the
     scale-free change, and what the evidence needs at (tau, nu)."""
     var = S.var(F)
     mean, b = S.mean_weights(F, nu)
@@ -66,7 +66,7 @@ def ep_update(kind, y, th, S, F, tau, nu, damping):
 
 
 def ep_log_z(half_logdet, tau, nu, u):
-    """log Z_EP in GPML infEP's stable form (``ep._log_z``)."""
+    """log Z_EP in GPML infEP's stable form (``ep.stable_log_z``)."""
     tau_c, nu_c, mean = u["tau_c"], u["nu_c"], u["mean"]
     s = tau + tau_c
     terms = (u["tilted"][0] + 0.5 * nu * mean + 0.5 * nu_c * (tau / tau_c * nu_c - 2.0 * nu) / s
@@ -76,7 +76,7 @@ def ep_log_z(half_logdet, tau, nu, u):
 
 def anderson_mix(hist, f, g, memory):
     """Anderson (type II) step g - dG^T gamma, gamma = argmin |f - dF^T gamma| over the
-    stored differences (``ep._anderson_mix``); unused rows are zero (cut by lstsq)."""
+    stored differences (``ep.anderson_step``); unused rows are zero (cut by lstsq)."""
     dF, dG, count = hist["dF"], hist["dG"], hist["count"]
     rcond = jnp.finfo(f.dtype).eps * f.shape[0]
     gamma = jnp.linalg.lstsq(dF.T, f, rcond=rcond)[0]

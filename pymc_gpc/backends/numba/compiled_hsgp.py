@@ -23,10 +23,10 @@ site precisions w = tau and s = sqrt(S),
   diag(Phi s A^{-1} s Phi^T) by the pairs' scatter and one GEMM
   (``CosineProductBasis.quad_diag``), floored at 1e-14 diag K~;
 * the mean Phi s A^{-1} s Phi^T nu through the basis's factors (dpotrs);
-* the sites by ``ep._parallel_update``, Anderson's step by ``ep._anderson_mix`` with
+* the sites by ``ep.parallel_site_update``, Anderson's step by ``ep.anderson_step`` with
   ``_parallel``'s restarts.
 
-At the fixed point the evidence is R&W eq. 3.65 (``ep._log_z``) and its gradient in S is
+At the fixed point the evidence is R&W eq. 3.65 (``ep.stable_log_z``) and its gradient in S is
 d log Z / dS_j = (Phi^T b)_j^2 / 2 - Q_jj / 2 (``HSGPPosterior.ep_gradient``), Q_jj by the
 more accurate of its two forms, (1 - (A^{-1})_jj) / S_j from the A^{-1} the last sweep
 formed, or H_jj - ||L_A^{-1} s H_j||^2 (dtrsm). One sweep costs O(n P + M^3) flops
@@ -43,12 +43,13 @@ import numba
 import numpy as np
 from numba import carray, cfunc, njit, types
 
-from ...approximations.ep import ANDERSON_MEMORY, EPState, _anderson_mix, _log_z, _parallel_update
+from ...approximations.ep import ANDERSON_MEMORY, EPState, anderson_step, parallel_site_update, stable_log_z
 from ...likelihoods.base import freeze, labels_valid, params_valid, tilted_dparams_sum
 from ...numerics.lapack import inv_lower, lauum_lower, potrf_lower, potrs_lower, triangular_left
-from ...numerics.product_to_sum import _khatri_rao_rows
+from ...numerics.product_to_sum import khatri_rao_rows
 from ...structures.hsgp import PRIOR_VARIANCE_FLOOR
 from . import thread_state as ts
+from .registered import perform_registered, registered_op
 
 SYMBOLS = ("pymc_gpc_compiled_hsgp_evaluate", "pymc_gpc_compiled_hsgp_store")
 # What ``evaluate_at`` returns (FAILED: numba's return value from a cfunc whose code raised).
@@ -98,8 +99,8 @@ def basis_block(X, operator):
     every = slice(0, n)
     d, M = operator.d, operator.M
     ones = np.ones((n, 1))
-    KRc = _khatri_rao_rows(operator.cosines[:-1], every) if d > 1 else ones
-    KRf = _khatri_rao_rows(operator.factors[:-1], every) if d > 1 else ones
+    KRc = khatri_rao_rows(operator.cosines[:-1], every) if d > 1 else ones
+    KRf = khatri_rao_rows(operator.factors[:-1], every) if d > 1 else ones
     Cd, Fd = operator.cosines[-1], operator.factors[-1]
     pairs = np.stack([flat for flat, _ in operator._pairs]).astype(np.int64)
     signs = np.array([sign for _, sign in operator._pairs])
@@ -325,7 +326,7 @@ def ep_hsgp(kind, parts, S, y, th, tau, nu, tol, max_sweeps, n_params):
         var, mean, A_inv, info = _moments(parts, s, L, nu, prior_var)
         if info != 0:
             break
-        tau_g, nu_g, change, tau_c, nu_c, tilted = _parallel_update(kind, y, th, var, mean, tau, nu, prior_var, 1.0)
+        tau_g, nu_g, change, tau_c, nu_c, tilted = parallel_site_update(kind, y, th, var, mean, tau, nu, prior_var, 1.0)
         sweeps += 1
         if sweeps == 1:
             first_change = change
@@ -348,7 +349,7 @@ def ep_hsgp(kind, parts, S, y, th, tau, nu, tol, max_sweeps, n_params):
             dG[count] = g - g_prev
             count += 1
         f_prev, g_prev, have_prev = f, g, True
-        x = _anderson_mix(dF, dG, count, f, g)
+        x = anderson_step(dF, dG, count, f, g)
         tau_x, nu_x = x[:n].copy(), x[n:].copy()
         if np.min(tau_x) < 0.0:  # Anderson went astray: restart it from the map's value
             have_prev, count = False, 0
@@ -368,7 +369,7 @@ def ep_hsgp(kind, parts, S, y, th, tau, nu, tol, max_sweeps, n_params):
     half_logdet = 0.0
     for j in range(M):
         half_logdet += np.log(L[j, j])
-    log_z = _log_z(half_logdet, tau, nu, mean, tau_c, nu_c, tilted[0])
+    log_z = stable_log_z(half_logdet, tau, nu, mean, tau_c, nu_c, tilted[0])
     Q = _projected_R_diag(S, s, H, L, A_inv)
     pb = _rmatvec(KRf, Fd, flat, b)
     for j in range(M):
@@ -473,10 +474,8 @@ def _allocate(key, n, p, q):
 def _build_basis(key, X):
     """The basis block of the Op registered under ``key`` at the training inputs X, shared by
     every thread; False where none can be built (bad X, no Op alive, a full table)."""
-    from .dispatch import _registered_op
-
     try:
-        op = _registered_op(key)
+        op = registered_op(key)
         basis = op.structure.basis
         X = np.array(X, dtype=float)
         block = basis_block(X, basis.at(X))
@@ -490,9 +489,7 @@ def _fallback(key, S, X, params, y, hyper, has_start, tau, nu, first_change):
     """The Python path of an evaluation ``evaluate`` declined, from its warm start. Returns the
     seven outputs as the compiled code declares them, then (whether there is a solution to
     keep, its tau, nu and first change)."""
-    from .dispatch import _registered_op
-
-    op = _registered_op(key)
+    op = registered_op(key)
     storage = [[None] for _ in range(7)]
     guess = EPState(tau.copy(), nu.copy(), first_change) if has_start else None
     with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
@@ -537,8 +534,6 @@ def compiled_function(op, key, numba_njit, ret_sig):
     the thread's block and the basis block when missing, run the Python path from the
     compiled warm start where it declined (its solution stored back by ``store_at``), and the
     Op's ``perform`` where the inputs do not fit or its code raised."""
-    from .dispatch import _perform_registered
-
     evaluate_at, store_at = external()
     h = ts.key_hash(key)
     kind, n_params = op.likelihood.kind, op.likelihood.n_params
@@ -576,7 +571,7 @@ def compiled_function(op, key, numba_njit, ret_sig):
                     store_at(h, n, p, q, hc.ctypes, tau2.ctypes, nu2.ctypes, out.ctypes)
                 return np.asarray(log_z), dS2, dX2, dth2, loo2, np.asarray(n_iter), np.asarray(status)
         with numba.objmode(ret=ret_sig):  # one block: two in one function failed LLVM's verifier
-            ret = _perform_registered(key, (S, X, params, y, hyper))
+            ret = perform_registered(key, (S, X, params, y, hyper))
         return ret
 
     return approx_marginal_hsgp

@@ -20,13 +20,14 @@ import weakref
 import numba
 import numpy as np
 
-from ..._numba_cache import cache_key
 from ...approximations import registry
 from ...approximations.ep import EPState
 from ...likelihoods.binary import LIKELIHOODS
 from ...likelihoods.ordinal import ORDINAL_LIKELIHOODS
 from ...ops import ApproxMarginalOp, LatentPredictiveOp
 from . import thread_state
+from .compiled_hsgp import compiled_function as compiled_hsgp_function
+from .registered import OPS, numba_key, perform_registered, registered_op, release_if_unused
 
 # Whether binary and ordinal EP's numba implementation is the compiled one (``compiled_ep``: no
 # Python, no GIL per evaluation) rather than the object-mode call of ``perform``; read when
@@ -64,46 +65,13 @@ def compiles_hsgp(op):
             and dict(op.options).keys() <= {"tol", "max_sweeps"})
 
 
-# Ops whose numba implementation has been built in this process, by cache key
-# (``_numba_key``), held weakly; the compiled graph names its Op by that key. Equal Ops
-# on equal data share one key: the first one still alive answers (results are the
-# same; its warm starts and ``counts`` are shared).
-_NUMBA_OPS = {}
-
-
-def _numba_key(op, node):
-    """A key for ``op`` at ``node`` that is the same in every process: the Op's props
-    and the data of its constant inputs (the labels, usually), hashed."""
-    import hashlib
-
-    parts = [type(op).__qualname__, [(k, repr(getattr(op, k))) for k in op.__props__]]
-    for v in node.inputs:
-        data = getattr(v, "data", None)
-        if isinstance(data, np.ndarray):
-            parts.append(hashlib.sha256(np.ascontiguousarray(data).tobytes()).hexdigest())
-    return cache_key(*parts)
-
-
-def _perform_registered(key, inputs):
-    """Run the ``perform`` of the Op registered under ``key`` (called from compiled graphs)."""
-    op, n_outputs = next((ref(), k) for ref, k in _NUMBA_OPS[key] if ref() is not None)
-    storage = [[None] for _ in range(n_outputs)]
-    op.perform(None, list(inputs), storage)  # neither Op's perform reads the node
-    return tuple(s[0] for s in storage)
-
-
-def _registered_op(key):
-    """The first Op still alive among those registered under ``key``."""
-    return next(ref() for ref, _ in _NUMBA_OPS[key] if ref() is not None)
-
-
 def _fallback_ep(key, K, params, y, hyper, use_block, has_start, tau, nu, first_change):
     """The Python path of a compiled EP evaluation that ``compiled_ep.evaluate`` left undone,
     from its warm start (tau, nu, first_change where ``has_start``). Returns the six
     outputs as the compiled code declares them, then (whether there is a solution to keep,
     its tau, nu and first change). Without a block (``thread_state``'s table is full) the
     Op's ``perform`` with its Python state."""
-    op = _registered_op(key)
+    op = registered_op(key)
     storage = [[None] for _ in range(6)]
     inputs = [K, params, y, hyper]
     state = None
@@ -141,20 +109,13 @@ def _fallback_block(key, K, params, y, hyper, use_block, has, tau, nu, change):
     return log_z, dK, dth, loo, n_iter, status, stored, tau_out, nu_out, change_out
 
 
-def _release_if_unused(key):
-    """Drop the compiled path's blocks of ``key`` once no Op of that key is alive (a
-    finalizer: the release itself waits for the next block made, ``release_later``)."""
-    if not any(ref() is not None for ref, _ in _NUMBA_OPS.get(key, ())):
-        thread_state.release_later(key)
-
-
 def register_numba(op_types=None):
     """Run the Ops' Python ``perform`` from numba-compiled graphs, without a warning.
 
     The heavy lifting is LAPACK and ``nogil`` numba kernels already, so the object-mode
     call costs microseconds; registering it explicitly replaces PyTensor's fallback,
     which warns at every compilation. The object-mode block calls a module-level
-    function with a string key (``_numba_key``) rather than a closure over the Op, so
+    function with a string key (``numba_key``) rather than a closure over the Op, so
     that numba can cache the whole compiled graph on disk: a model's logp and gradient
     then come from the cache from the second ``pm.sample`` on
     (``docs/design/engine_notes.md``, "Numba compilation").
@@ -174,15 +135,15 @@ def register_numba(op_types=None):
         return
 
     def funcify(op, node, **kwargs):
-        key = _numba_key(op, node)
-        refs = _NUMBA_OPS.setdefault(key, [])
+        key = numba_key(op, node)
+        refs = OPS.setdefault(key, [])
         refs[:] = [r for r in refs if r[0]() is not None]
         if not any(r[0]() is op for r in refs):
             refs.append((weakref.ref(op), len(node.outputs)))
         compiled = compiles_ep(op) or compiles_hsgp(op)
         if compiled and op.attach_backend_state(key, thread_state.reset, thread_state.evaluations):
-            weakref.finalize(op, _release_if_unused, key)
-        for ref, _ in refs:  # any of them may answer the compiled graph (``_perform_registered``)
+            weakref.finalize(op, release_if_unused, key)
+        for ref, _ in refs:  # any of them may answer the compiled graph (``perform_registered``)
             alive = ref()
             if alive is not None and hasattr(alive, "reset_warm_starts"):
                 alive.reset_warm_starts()
@@ -190,14 +151,13 @@ def register_numba(op_types=None):
         if compiled:
             thread_state.reset(key)
             if compiles_hsgp(op):
-                from .compiled_hsgp import compiled_function
-                return compiled_function(op, key, numba_njit, ret_sig), key + "_compiled_hsgp"
+                return compiled_hsgp_function(op, key, numba_njit, ret_sig), key + "_compiled_hsgp"
             return _compiled_ep_function(op, key, numba_njit, ret_sig), key + "_compiled"
 
         @numba_njit
         def perform(*inputs):
             with numba.objmode(ret=ret_sig):
-                ret = _perform_registered(key, inputs)
+                ret = perform_registered(key, inputs)
             return ret
 
         return perform, key
@@ -246,7 +206,7 @@ def _compiled_ep_function(op, key, numba_njit, ret_sig):
                              loo2.ctypes, out.ctypes, tau2.ctypes, nu2.ctypes)
                 return np.asarray(log_z), dK2, dth2, loo2, np.asarray(n_iter), np.asarray(status)
         with numba.objmode(ret=ret_sig):  # one block: two in one function failed LLVM's verifier
-            ret = _perform_registered(key, (K, params, y, hyper))
+            ret = perform_registered(key, (K, params, y, hyper))
         return ret
 
     return approx_marginal_ep

@@ -1,6 +1,6 @@
 r"""Per-thread warm starts and recent results that compiled code reaches without Python.
 
-The compiled EP Op (``compiled_ep``) keeps, for each Op key (``dispatch._numba_key``)
+The compiled EP Op (``compiled_ep``) keeps, for each Op key (``registered.numba_key``)
 and each OS thread, what ``marginal.WarmStarts`` and ``marginal.RecentResults`` keep
 for the Python path, in one float64 block per (key, thread, n, p, q) (n points, p
 hyperparameters, q likelihood parameters): nutpie's chains are Rust threads, and a
