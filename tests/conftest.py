@@ -20,6 +20,16 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 os.environ.setdefault(
     "JAX_COMPILATION_CACHE_DIR", str(pathlib.Path(__file__).resolve().parents[1] / "build" / "jax-cache"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.1")
+# XLA compiles the tests' JAX programs with its backend (LLVM) optimisation off, as
+# test_jax_multiclass_fitc.py's programs were already: the same operations on problems that
+# run in milliseconds either way, for less compilation time (CONTRIBUTING.md has the
+# figures). Set before jax is imported (XLA
+# reads its flags once); the processes the tests start inherit it, and test_jax_fitc.py's,
+# which sets XLA_FLAGS itself, adds ``XLA_TEST_FLAGS`` (the two-process test of
+# test_jax_distributed.py keeps XLA's default: it measured no cheaper with the flag).
+XLA_TEST_FLAGS = "--xla_backend_optimization_level=0"
+if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {XLA_TEST_FLAGS}".strip()
 
 import numpy as np
 import pytensor
