@@ -20,6 +20,16 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 os.environ.setdefault(
     "JAX_COMPILATION_CACHE_DIR", str(pathlib.Path(__file__).resolve().parents[1] / "build" / "jax-cache"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.1")
+# XLA compiles the tests' JAX programs with its backend (LLVM) optimisation off, as
+# test_jax_multiclass_fitc.py's programs were already: the same operations on problems that
+# run in milliseconds either way, for less compilation time (CONTRIBUTING.md has the
+# figures). Set before jax is imported (XLA reads its flags once); the processes the tests
+# start inherit it, and test_jax_fitc.py's, which sets XLA_FLAGS itself, adds
+# ``XLA_TEST_FLAGS`` (the two-process test of test_jax_distributed.py keeps XLA's default:
+# it measured no cheaper with the flag).
+XLA_TEST_FLAGS = "--xla_backend_optimization_level=0"
+if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {XLA_TEST_FLAGS}".strip()
 
 import numpy as np
 import pytensor
@@ -33,26 +43,36 @@ from pymc_gpc import likelihoods as L
 # collection order, and ``pytest_collection_modifyitems`` puts these first, so that no long
 # file starts near the end of the run while the other worker has nothing left to do
 # (longest-processing-time-first scheduling). Without the reordering xdist would hand out
-# the files with the most tests first, and these few-test files last.
+# the files with the most tests first, and these few-test files last. The figures are each
+# file's CPU-seconds from empty caches (one process, ``-n 0``). The docs site comes second,
+# out of turn: its Sphinx build and browser check call no numba kernel, so while the first
+# worker's test_jax.py compiles the package's kernels into the shared cache, the second
+# worker does not compile them too.
 LONGEST_FIRST = (
-    "integration/test_docs_site.py",
-    "backends/test_jax.py",
-    "backends/test_jax_fitc.py",
-    "backends/test_jax_hsgp.py",
-    "integration/test_bad_input.py",
-    "backends/test_jax_multiclass.py",
-    "integration/test_notebook.py",
-    "integration/test_multiclass_gold.py",
-    "approximations/test_loo_ground_truth.py",
-    "ops/test_ops.py",
-    "backends/test_jax_ordinal.py",
-    "gp/test_multiclass_gp.py",
-    "gp/test_fitc_api.py",
-    "integration/test_robustness.py",
-    "test_pymc_conventions.py",
-    "approximations/test_multiclass.py",
-    "ops/test_compilation.py",
-    "likelihoods/test_ordinal.py",
+    "backends/test_jax.py",                      # 241
+    "integration/test_docs_site.py",             # 82
+    "integration/test_notebook.py",              # 154
+    "backends/test_jax_hsgp.py",                 # 91
+    "backends/test_jax_fitc.py",                 # 70
+    "backends/test_jax_distributed.py",          # 69 in two processes side by side
+    "test_sklearn.py",                           # 61
+    "test_fuzz_invariants.py",                   # 53
+    "ops/test_ops.py",                           # 43
+    "integration/test_combinations.py",          # 41
+    "backends/test_jax_multiclass.py",           # 36
+    "integration/test_posterior_gold.py",        # 36
+    "ops/test_compilation.py",                   # 36
+    "integration/test_multiclass_gold.py",       # 30
+    "gp/test_fitc_api.py",                       # 28
+    "likelihoods/test_adding_a_likelihood.py",   # 27
+    "gp/test_multiclass_gp.py",                  # 27
+    "structures/test_hsgp.py",                   # 24
+    "likelihoods/test_ordinal.py",               # 20
+    "approximations/test_accuracy.py",           # 20
+    "backends/test_jax_ordinal.py",              # 19
+    "approximations/test_multiclass.py",         # 18
+    "gp/test_structure_auto.py",                 # 18
+    "test_pymc_conventions.py",                  # 18
 )
 
 

@@ -30,7 +30,7 @@ from pymc_gpc import likelihoods as L  # noqa: E402
 from pymc_gpc.backends.jax import fitc as jax_fitc  # noqa: E402
 from pymc_gpc.structures import FITCPrior  # noqa: E402
 
-from ..conftest import random_problem  # noqa: E402
+from ..conftest import XLA_TEST_FLAGS, random_problem  # noqa: E402
 
 LIKS = [(L.Probit, []), (L.ProbitBias, [0.4]), (L.ProbitNoise, [0.6]), (L.StepLabelNoise, [0.1]), (L.Logistic, [])]
 PAIRS = [(a, lik, th) for lik, th in LIKS for a in ("ep", "laplace") if lik.supports_laplace or a == "ep"]
@@ -275,7 +275,7 @@ def test_sharded_rows_give_the_single_device_numbers():
     """In a process with 4 host devices: the rows split over 2 and 4 devices (with a
     collective sum in the compiled program) give one device's evidence, gradients and LOO
     to 1e-10 (EP, probit; Laplace shares the structure and was checked the same way by hand)."""
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
+    env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count=4 {XLA_TEST_FLAGS}",
            "PYTHONPATH": os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")]))}
     out = subprocess.run([sys.executable, "-c", _SHARDED], capture_output=True, text=True, env=env, timeout=600)
     assert out.returncode == 0 and out.stdout.split()[-1:] == ["ok"], out.stderr[-3000:]
