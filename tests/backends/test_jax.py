@@ -188,20 +188,23 @@ def test_import_does_not_import_jax_until_pytensor_jax_is_used():
     assert out.stdout.split() == ["False", "True"]
 
 
-def test_importing_a_backend_module_first_registers_every_op():
-    """A direct import of ``backends.jax.multiclass`` before PyTensor's JAX dispatch (whose
-    import runs the registration hook mid-import) registers the evidence and predictive Ops
-    with an implementation for each prior structure the registry says JAX serves (dense,
-    FITC, their multi-class forms and HSGP), and raises no circular ImportError."""
-    code = ("import pymc_gpc.backends.jax.multiclass; import pytensor.link.jax.dispatch as d; "
+@pytest.mark.parametrize("first", ["multiclass", "multiclass_fitc", "multiclass_hsgp", "hsgp"])
+def test_importing_a_backend_module_first_registers_every_op(first):
+    """A direct import of one backend module before PyTensor's JAX dispatch (whose import
+    runs the registration hook mid-import) raises no circular ImportError, and the evidence
+    and predictive Ops find an implementation for each prior structure the registry says
+    JAX serves (dense, FITC, HSGP and their multi-class forms) through the lookup
+    ``jax_funcify`` uses. (Importing ``multiclass_fitc`` first raised an ImportError from
+    ``multiclass_hsgp``, which subclasses one of its classes.)"""
+    code = (f"import pymc_gpc.backends.jax.{first}; import pytensor.link.jax.dispatch as d; "
             "from pymc_gpc.ops import ApproxMarginalOp, LatentPredictiveOp; "
-            "from pymc_gpc.backends.jax.dispatch import _IMPLEMENTATIONS; "
+            "from pymc_gpc.backends.jax.dispatch import implementation; "
             "from pymc_gpc.approximations.registry import BACKEND_STRUCTURES; "
             "ops = (ApproxMarginalOp, LatentPredictiveOp); "
             "served = set(BACKEND_STRUCTURES['jax']); "
             "print(all(op in d.jax_funcify.registry for op in ops) and "
-            "served >= {'dense', 'fitc', 'dense-multiclass', 'fitc-multiclass', 'hsgp'} and "
-            "all((op, s) in _IMPLEMENTATIONS for op in ops for s in served))")
+            "served >= {'dense', 'fitc', 'dense-multiclass', 'fitc-multiclass', 'hsgp', 'hsgp-multiclass'} and "
+            "all(callable(implementation(op, s)) for op in ops for s in served))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["True"]

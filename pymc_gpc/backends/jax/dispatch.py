@@ -82,7 +82,17 @@ def implements(op_type, structure_name):
 def jax_funcify_structured(op, node=None, **kwargs):
     """The implementation registered for the Op's structure (``implements``)."""
     check_supported(op)
-    return _IMPLEMENTATIONS[(type(op), op.structure.name)](op, node=node, **kwargs)
+    return implementation(type(op), op.structure.name)(op, node=node, **kwargs)
+
+
+def implementation(op_type, structure_name):
+    """The funcify ``implements`` registered for ``op_type`` on ``structure_name``. A module
+    that a registration made during a user's direct import of another backend module had to
+    skip (``registration._register``) is imported here, on first use."""
+    if (op_type, structure_name) not in _IMPLEMENTATIONS:
+        from .registration import _register
+        _register()
+    return _IMPLEMENTATIONS[(op_type, structure_name)]
 
 
 # PyTensor's JAX dispatch is imported here, after what the other backend modules import from

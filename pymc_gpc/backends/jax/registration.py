@@ -56,9 +56,21 @@ class _RegisterAfterImport(importlib.abc.MetaPathFinder):
         return spec
 
 
+def _half_made():
+    """Whether one of ``_MODULES`` is being imported right now (its body has not finished)."""
+    return any(getattr(getattr(sys.modules.get(m), "__spec__", None), "_initializing", False) for m in _MODULES)
+
+
 def _register():
+    """Import ``_MODULES``. Where a user's direct import of one of them is what loaded PyTensor's
+    JAX dispatch, that module is half made here and a module importing from it fails: it is
+    left for ``dispatch.jax_funcify_structured``, which registers again on first use."""
     for module in _MODULES:
-        importlib.import_module(module)
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            if not _half_made():
+                raise
 
 
 def install():
