@@ -607,6 +607,20 @@ def anderson_step(dF, dG, count, f, g):
 
 
 @njit(nogil=True, cache=True)
+def anderson_record(dF, dG, count, f, g, f_prev, g_prev):
+    """Store the differences f - f_prev and g - g_prev as the next rows of Anderson's history
+    (dF, dG), dropping the oldest row where all are in use; returns the new count
+    (``Anderson.step``'s history, in arrays)."""
+    if count == dF.shape[0]:
+        dF[:-1] = dF[1:].copy()
+        dG[:-1] = dG[1:].copy()
+        count -= 1
+    dF[count] = f - f_prev
+    dG[count] = g - g_prev
+    return count + 1
+
+
+@njit(nogil=True, cache=True)
 def _parallel_compiled(kind, K, y, th, tau, nu, damping, tol, max_sweeps, memory, forecast=np.inf, rough_ok=True):
     """``_parallel`` for non-negative sites, compiled: whole sweeps without Python.
 
@@ -667,13 +681,7 @@ def _parallel_compiled(kind, K, y, th, tau, nu, damping, tol, max_sweeps, memory
         g = np.concatenate((tau_g, nu_g))
         f = np.concatenate((var, np.sqrt(var))) * (g - np.concatenate((tau, nu)))
         if memory > 0 and have_prev:
-            if count == memory:  # drop the oldest row
-                dF[:-1] = dF[1:].copy()
-                dG[:-1] = dG[1:].copy()
-                count -= 1
-            dF[count] = f - f_prev
-            dG[count] = g - g_prev
-            count += 1
+            count = anderson_record(dF, dG, count, f, g, f_prev, g_prev)
         f_prev, g_prev, have_prev = f, g, True
         x = anderson_step(dF, dG, count, f, g) if memory > 0 else g
         tau_x, nu_x = x[:n], x[n:]

@@ -43,7 +43,8 @@ import numba
 import numpy as np
 from numba import carray, cfunc, njit, types
 
-from ...approximations.ep import ANDERSON_MEMORY, EPState, anderson_step, parallel_site_update, stable_log_z
+from ...approximations.ep import (ANDERSON_MEMORY, EPState, anderson_record, anderson_step, parallel_site_update,
+                                  stable_log_z)
 from ...likelihoods.base import freeze, labels_valid, params_valid, tilted_dparams_sum
 from ...numerics.lapack import inv_lower, lauum_lower, potrf_lower, potrs_lower, triangular_left
 from ...numerics.product_to_sum import khatri_rao_rows
@@ -341,13 +342,7 @@ def ep_hsgp(kind, parts, S, y, th, tau, nu, tol, max_sweeps, n_params):
         g = np.concatenate((tau_g, nu_g))
         f = np.concatenate((var, np.sqrt(var))) * (g - np.concatenate((tau, nu)))
         if have_prev:
-            if count == memory:  # drop the oldest row
-                dF[:-1] = dF[1:].copy()
-                dG[:-1] = dG[1:].copy()
-                count -= 1
-            dF[count] = f - f_prev
-            dG[count] = g - g_prev
-            count += 1
+            count = anderson_record(dF, dG, count, f, g, f_prev, g_prev)
         f_prev, g_prev, have_prev = f, g, True
         x = anderson_step(dF, dG, count, f, g)
         tau_x, nu_x = x[:n].copy(), x[n:].copy()
