@@ -379,7 +379,7 @@ class Split:
 
     def __init__(self, name, X_train, y_train, X_test, y_test, features, classes):
         mean, sd = X_train.mean(axis=0), X_train.std(axis=0)
-        self.name, self.features, self.classes = name, features, classes
+        self.name, self.features, self.classes, self.mean, self.sd = name, features, classes, mean, sd
         self.X_train, self.X_test = (X_train - mean) / sd, (X_test - mean) / sd
         self.y_train, self.y_test = y_train.astype(int), y_test.astype(int)
 
@@ -500,8 +500,8 @@ def package_fit(data, m, per_class, prior, maxiter, learn=False, n_train_eval=20
         coarse = package_fit(data, m, per_class, prior, maxiter, n_train_eval=0, approximation=approximation)
     t0, c0 = time.perf_counter(), time.process_time()
     Xu = kmeans_centres(m, data.X_train, seed=0)
-    model, gp = pymc_gpc.ard_classifier(data.X_train, data.y_train, approximation=approximation, inducing=Xu,
-                                        per_class=per_class, prior=prior, learn_inducing=learn)
+    model, gp = classifier(data.X_train, data.y_train, per_class, prior, inducing=Xu, approximation=approximation,
+                           learn_inducing=learn)
     start = {**{k: np.asarray(v) for k, v in coarse["point"].items()}, "Xu": Xu} if learn else None
     res, capped = map_fit(model, LEARN_MAXITER if learn else maxiter, start=start)
     cpu_fit, wall_fit = time.process_time() - c0, time.perf_counter() - t0
@@ -513,7 +513,7 @@ def package_fit(data, m, per_class, prior, maxiter, learn=False, n_train_eval=20
     train = _predictive_metrics(gp.likelihood, *_latent(gp, data.X_train[:k], res), data.y_train[:k]) if k else {}
     point = {k_: np.asarray(v).tolist() for k_, v in res.point.items() if k_.startswith("log_")}
     label = "softmax Laplace" if approximation == "laplace" else "nested EP (multinomial probit)"
-    row = {"method": f"FITC {label}, m = {m}, {KERNEL_NAMES[per_class]}, "
+    row = {"method": f"FITC {label}, m = {m}, {kernel_name(per_class)}, "
                      f"prior N{tuple(prior)}" + (", Xu learned" if learn else ""),
            "n": len(data.y_train), "m": m, "cpu_fit": cpu_fit, "wall_fit": wall_fit, "cpu_predict": cpu_pred,
            "n_iter": int(res.n_iter), "converged": bool(res.converged), "capped": capped,
@@ -545,19 +545,70 @@ def grouped_se(diff, groups):
     return float(np.sqrt(G / (G - 1) * np.sum((sums - dbar * counts) ** 2)) / len(diff))
 
 
+# the benchmark's fourth kernel: per-class ARD with the hierarchical prior of ``shrink_lengthscales``,
+# written per_class = "shrunk:<tau>"
+SHRUNK = "shrunk:"
 # the package's candidates for ``select_fit`` as (per_class, learn): every kernel ard_classifier's
 # per_class offers (the three of the diagnosis tables: per-class ARD, shared lengthscales with
-# per-class amplitudes, one shared ARD kernel) with the k-means inducing inputs, and the first two
-# with the inducing inputs learned (coarse to fine from the k-means fit of the same kernel)
-SELECT_CANDIDATES = ((True, False), ("amplitudes", False), (False, False), (True, True), ("amplitudes", True))
+# per-class amplitudes, one shared ARD kernel) and per-class ARD with its log lengthscales shrunk
+# toward a shared value (``shrink_lengthscales``, tau = 1: between per-class ARD, tau infinite,
+# and the shared lengthscales, tau = 0; tau = 0.5 held out no better on storms' validation rows
+# and tied on birds'), all with the k-means inducing inputs. The
+# learned inducing inputs, candidates of the earlier rule (SELECT_CANDIDATES_LEARNED), are left
+# out: on validation rows they lost by 0.15-0.23 on storms and tied on birds, at twice the CPU.
+SELECT_CANDIDATES = ((True, False), ("amplitudes", False), (False, False), (SHRUNK + "1", False))
+SELECT_CANDIDATES_LEARNED = ((True, False), ("amplitudes", False), (False, False), (True, True), ("amplitudes", True))
 KERNEL_NAMES = {True: "per-class ARD", False: "shared ARD", "amplitudes": "shared lengthscales, per-class amplitudes"}
 
 
+def kernel_name(per_class):
+    if isinstance(per_class, str) and per_class.startswith(SHRUNK):
+        return f"per-class ARD, log lengthscales shrunk (tau = {float(per_class[len(SHRUNK):]):g})"
+    return KERNEL_NAMES[per_class]
+
+
 def candidate_name(per_class, learn=False):
-    return KERNEL_NAMES[per_class] + (", Xu learned" if learn else "")
+    return kernel_name(per_class) + (", Xu learned" if learn else "")
 
 
-def select_fit(data, m, prior, maxiter):
+def shrink_lengthscales(model, tau, prior):
+    r"""Give the per-class log inverse squared lengthscales ``log_w`` (c, d) of an
+    ``ard_classifier(per_class=True)`` model the hierarchical prior log w_kj ~ N(mu_j, tau^2),
+    mu_j ~ N(mean, sd^2) (``prior``), with each shared mean mu_j integrated out: every column
+    log w_.j ~ N(mean 1, tau^2 I + sd^2 1 1^T), whose inverse and determinant are closed
+    (Sherman-Morrison): quadratic form (|x|^2 - sd^2 (1^T x)^2 / (tau^2 + c sd^2)) / tau^2,
+    log det = c log tau^2 + log(1 + c sd^2 / tau^2), x = log w_.j - mean. The classes'
+    lengthscales are drawn toward a common value, per input, by a factor of about e^tau (in
+    w; e^(tau / 2) in the lengthscale) at one sd, while their common value keeps the model's
+    wide prior. Added to the model as the potential ``log_w_shrinkage``: this density minus
+    the independent N(mean, sd^2) the model already puts on each log w_kj."""
+    import pymc as pm
+    import pytensor.tensor as pt
+
+    mean, sd = prior
+    c = int(model["log_w"].shape.eval()[0])
+    s2, t2 = sd ** 2, tau ** 2
+    with model:
+        x = model["log_w"] - mean
+        quad = (pt.sum(x ** 2, axis=0) - s2 * pt.sum(x, axis=0) ** 2 / (t2 + c * s2)) / t2
+        log_det = c * np.log(t2) + np.log1p(c * s2 / t2)
+        independent = pt.sum(x ** 2, axis=0) / s2 + c * np.log(s2)
+        pm.Potential("log_w_shrinkage", -0.5 * pt.sum(quad + log_det - independent))
+    return model
+
+
+def classifier(X, y, per_class, prior, **options):
+    """``pymc_gpc.ard_classifier(X, y, per_class=..., prior=prior, **options)``; per_class
+    "shrunk:<tau>": per-class ARD with ``shrink_lengthscales``' prior."""
+    import pymc_gpc
+
+    tau = float(per_class[len(SHRUNK):]) if isinstance(per_class, str) and per_class.startswith(SHRUNK) else None
+    model, gp = pymc_gpc.ard_classifier(X, y, per_class=True if tau is not None else per_class, prior=prior,
+                                        **options)
+    return (shrink_lengthscales(model, tau, prior) if tau is not None else model), gp
+
+
+def select_fit(data, m, prior, maxiter, candidate_list=SELECT_CANDIDATES):
     """The package's configuration chosen without the test set: each of ``SELECT_CANDIDATES``
     (softmax Laplace FITC, m inducing inputs, k-means or learned, MAP-II under ``map_fit``'s caps)
     fitted on the fitting rows of ``validation_split``, the one with the highest mean validation
@@ -568,7 +619,7 @@ def select_fit(data, m, prior, maxiter):
     counted once)."""
     val = validation_split(data)
     candidates, rows, coarse = [], [], {}
-    for per_class, learn in SELECT_CANDIDATES:
+    for per_class, learn in candidate_list:
         r = package_fit(val, m, per_class, prior, maxiter, learn=learn, n_train_eval=0, coarse=coarse.get(per_class))
         if not learn:
             coarse[per_class] = r
@@ -587,7 +638,8 @@ def select_fit(data, m, prior, maxiter):
         c_["gap_se"] = grouped_se(rows[i_best] - lp, val.groups_test) if c_ is not best else 0.0
     row = package_fit(data, m, best["per_class"], prior, maxiter, learn=best["learn"])
     row.update(selection=candidates, cpu_selection=sum(c_["cpu"] for c_ in candidates))
-    row["method"] += f" (chosen on validation rows among {len(candidates)}: Xu k-means or learned)"
+    inputs = "Xu k-means or learned" if any(learn for _, learn in candidate_list) else "Xu k-means"
+    row["method"] += f" (chosen on validation rows among {len(candidates)}: {inputs})"
     return row
 
 
@@ -597,8 +649,8 @@ def reference_at(data, fit):
     import pymc_gpc
 
     t0, c0 = time.perf_counter(), time.process_time()
-    model, gp = pymc_gpc.ard_classifier(data.X_train, data.y_train, approximation="laplace", inducing=None,
-                                        per_class=fit["per_class"], prior=tuple(fit["prior"]))
+    model, gp = classifier(data.X_train, data.y_train, fit["per_class"], tuple(fit["prior"]), approximation="laplace",
+                           inducing=None)
     point = {**model.initial_point(), **{k: np.asarray(v) for k, v in fit["point"].items()}}
     test = _predictive_metrics(gp.likelihood, *_latent(gp, data.X_test, point), data.y_test)
     return {"method": "dense softmax Laplace at the fit's hyperparameters", "of": fit["method"],
@@ -654,9 +706,8 @@ def _test_log_p_rows(data, fit):
         return np.asarray(fit["test_log_p_rows"])
     import pymc_gpc
 
-    model, gp = pymc_gpc.ard_classifier(data.X_train, data.y_train, approximation="laplace",
-                                        inducing=np.asarray(fit["Xu"]), per_class=fit["per_class"],
-                                        prior=tuple(fit["prior"]))
+    model, gp = classifier(data.X_train, data.y_train, fit["per_class"], tuple(fit["prior"]), approximation="laplace",
+                           inducing=np.asarray(fit["Xu"]))
     point = {**model.initial_point(), **{k: np.asarray(v) for k, v in fit["point"].items()}}
     return np.asarray(_log_p_rows(gp.likelihood, *_latent(gp, data.X_test, point), data.y_test))
 
@@ -706,7 +757,7 @@ def eval_profile(data, m, fit, per_class=True, evaluations=6, seed=0):
         rows.append({"learn": learn, "free": int(sum(np.size(v) for v in base.values())), "cpu_build": cpu_build,
                      "cpu_cold": cpu_cold, **{k: float(np.median(v)) for k, v in parts.items()}})
         print(json.dumps(rows[-1]), flush=True)
-    return {"method": f"one MAP-II evaluation, FITC softmax Laplace, m = {m}, {KERNEL_NAMES[per_class]}, "
+    return {"method": f"one MAP-II evaluation, FITC softmax Laplace, m = {m}, {kernel_name(per_class)}, "
                       f"Xu k-means and learned", "n": len(data.y_train), "c": int(data.y_train.max()) + 1, "m": m,
             "evaluations": evaluations, "profile": rows, "test": {}}
 
@@ -738,7 +789,7 @@ def learn_curve(data, m, per_class, prior, maxiter, every=10):
     record.count = 0
     start = {**{k: np.asarray(v) for k, v in coarse["point"].items()}, "Xu": Xu}
     res, capped = map_fit(model, LEARN_MAXITER, start=start, on_iteration=record)
-    return {"method": f"validation log p while Xu is learned, FITC softmax Laplace, m = {m}, {KERNEL_NAMES[per_class]}",
+    return {"method": f"validation log p while Xu is learned, FITC softmax Laplace, m = {m}, {kernel_name(per_class)}",
             "n": len(data.y_train), "n_fit": len(val.y_train), "n_val": len(val.y_test), "curve": curve,
             "n_iter": int(res.n_iter), "capped": capped, "test": {}}
 
@@ -768,6 +819,58 @@ def test_margins(data, fits):
         print(json.dumps(out[-1]), flush=True)
     return {"method": f"test margins against: {chosen['method']}", "n": len(data.y_train), "margins": out,
             "test": {}}
+
+
+# breakdown's bins: storms' wind (knots) at the status thresholds (tropical storm from 34,
+# hurricane from 64), and the test rows' distance to their nearest training row by its quantiles
+WIND_BANDS = (0.0, 34.0, 64.0, np.inf)
+DISTANCE_QUANTILES = (0.0, 0.5, 0.9, 0.99, 1.0)
+
+
+def breakdown(data, fits):
+    """Where the chosen fit (the last ``select`` row) loses test log p to SVGP with m = 100 (its
+    last run with per-row values): the per-row margin (SVGP's log p minus the chosen fit's)
+    summed by true class, by wind band (storms; ``WIND_BANDS``, the raw knots), by the test row's
+    distance to its nearest training row in the standardised inputs both methods see (bins at
+    ``DISTANCE_QUANTILES`` of the test rows'), and in the storms that carry most of it; and the
+    same distance for ``validation_split``'s validation rows to their fitting rows (does the
+    validation set hold rows as far out as the test set's?)."""
+    from scipy.spatial import cKDTree
+
+    chosen = [f for f in fits if f["run"] == "select"][-1]
+    svgp = [f for f in fits if f["run"] == "svgp" and f.get("m") == 100 and "test_log_p_rows" in f][-1]
+    a, b, y = np.asarray(chosen["test_log_p_rows"]), np.asarray(svgp["test_log_p_rows"]), data.y_test
+    d = b - a
+
+    def part(label, mask):
+        return {"part": label, "rows": int(mask.sum()), "chosen": float(a[mask].mean()), "svgp": float(b[mask].mean()),
+                "sum": float(d[mask].sum()), "share": float(d[mask].sum() / d.sum())}
+    parts = {"class": [part(name, y == k) for k, name in enumerate(data.classes)]}
+    if "wind" in data.features:
+        j = data.features.index("wind")
+        wind = data.X_test[:, j] * data.sd[j] + data.mean[j]
+        parts["wind (kt)"] = [part(f"[{lo:g}, {hi:g})", (wind >= lo) & (wind < hi))
+                              for lo, hi in zip(WIND_BANDS[:-1], WIND_BANDS[1:])]
+    dist = cKDTree(data.X_train).query(data.X_test)[0]
+    edges = np.quantile(dist, DISTANCE_QUANTILES)
+    parts["distance to the nearest training row"] = [
+        part(f"{q0:.0%}-{q1:.0%} ({lo:.2f}-{hi:.2f})", (dist >= lo) & ((dist < hi) | (q1 == 1.0)))
+        for q0, q1, lo, hi in zip(DISTANCE_QUANTILES[:-1], DISTANCE_QUANTILES[1:], edges[:-1], edges[1:])]
+    out = {"method": f"breakdown of {svgp['method']} minus {chosen['method']}", "n": len(data.y_train),
+           "margin": float(d.mean()), "se": grouped_se(d, data.groups_test), "parts": parts,
+           "test_distance": np.quantile(dist, DISTANCE_QUANTILES).tolist(), "test": {}}
+    if data.name == "storms":
+        _, idx = np.unique(data.groups_test, return_inverse=True)
+        sums = np.bincount(idx, weights=d)
+        top = np.argsort(-np.abs(sums))[:3]
+        out["storms"] = [{"rows": int((idx == g).sum()), "sum": float(sums[g]), "share": float(sums[g] / d.sum()),
+                          "classes": np.bincount(y[idx == g], minlength=len(data.classes)).tolist(),
+                          "nearest": float(dist[idx == g].mean())} for g in top]
+        val = validation_split(data)
+        out["validation_distance"] = np.quantile(cKDTree(val.X_train).query(val.X_test)[0],
+                                                 DISTANCE_QUANTILES).tolist()
+    print(json.dumps(out), flush=True)
+    return out
 
 
 def _mixed_ard(A, B, log_w, log_v0, log_v1):
@@ -932,6 +1035,8 @@ def issue61(args):
         fits = [json.loads(line) for line in (work / f"{args.data}.jsonl").read_text().splitlines()]
         fits += [json.loads(line) for path in args.also for line in pathlib.Path(path).read_text().splitlines()]
         row = test_margins(data, fits)
+    elif args.run == "breakdown":
+        row = breakdown(data, [json.loads(line) for line in (work / f"{args.data}.jsonl").read_text().splitlines()])
     elif args.run == "ep-timing":
         fits = [json.loads(line) for line in (work / f"{args.data}.jsonl").read_text().splitlines()]
         row = ep_timing(data, args.m, [f for f in fits if f["run"] == "ep" and f.get("point")][-1])
@@ -970,7 +1075,7 @@ def main():
     ap.add_argument("--data", default=None, choices=["storms", "birds", "diamonds"],
                     help="issue 61: run --run on this set (appends to --work/<data>.jsonl)")
     ap.add_argument("--run", default="laplace", choices=["laplace", "dense", "ep", "gold", "svgp", "logistic", "select", "ep-timing", "margins",
-                             "eval-profile", "learn-curve"])
+                             "eval-profile", "learn-curve", "breakdown"])
     ap.add_argument("--also", nargs="*", default=[],
                     help="issue 61, --run margins: more JSON-line files of fits on the same set (e.g. an SVGP run)")
     ap.add_argument("--shared", action="store_true", help="issue 61: one ARD kernel shared by the classes")
@@ -1179,6 +1284,31 @@ def _iterations61(r):
     return f"{r['n_iter']}{cap(r.get('capped'))} L-BFGS-B iterations"
 
 
+def _breakdown_lines(rows):
+    """The tables of ``breakdown`` (each recorded breakdown, in order)."""
+    lines = []
+    for r in (r for r in rows if r["run"] == "breakdown"):
+        svgp, chosen = r["method"].removeprefix("breakdown of ").split(" minus ")
+        lines += ["", f"Where the test log p goes (``breakdown``): per test row, {svgp.split(',')[0]} with "
+                      f"m = 100 minus the chosen fit ({chosen.replace(', prior N(-3.0, 3.0)', '')}); margin "
+                      f"{r['margin']:+.4f} a row (standard error over the test storms {r['se']:.4f}), its sum "
+                      "split by the row's true class, wind band and distance to the nearest training row "
+                      "(standardised inputs; bins at quantiles of the test rows'):", "",
+                  "| split | part | rows | chosen fit's log p | SVGP's log p | margin (sum) | share |",
+                  "|---|---|---|---|---|---|---|"]
+        for split, parts in r["parts"].items():
+            lines += [f"| {split} | {q['part']} | {q['rows']} | {q['chosen']:.4f} | {q['svgp']:.4f} | "
+                      f"{q['sum']:+.1f} | {q['share']:.2f} |" for q in parts]
+        if "storms" in r:
+            lines += ["", "The three test storms with the largest margins: " + "; ".join(
+                f"{g['rows']} rows (classes {g['classes']}), {g['sum']:+.1f} nats ({g['share']:.0%}), mean distance "
+                f"to the nearest training row {g['nearest']:.2f}" for g in r["storms"]) + ". Distance to the nearest "
+                "training (fitting) row at the quantiles " + "/".join(f"{q:.0%}" for q in DISTANCE_QUANTILES)
+                + ": test rows " + " / ".join(f"{v:.2f}" for v in r["test_distance"]) + ", validation rows "
+                + " / ".join(f"{v:.2f}" for v in r["validation_distance"]) + "."]
+    return lines
+
+
 def report61(work):
     """benchmarks/results/multiclass_svgp.md from the JSON lines of --work/<data>.jsonl and --work/notes61.md."""
     lines = ["# Several classes at 10^4 rows: multi-class FITC against GPyTorch's SVGP (issue 61)", "",
@@ -1199,7 +1329,8 @@ def report61(work):
                   f"Classes {', '.join(data.classes)}; test class counts {np.bincount(data.y_test).tolist()}.", "",
                   "| method | n train | predictive | test error | test log p | train log p | CPU s | iterations |",
                   "|---|---|---|---|---|---|---|---|"]
-        for r in sorted((r for r in rows if r["run"] not in ("gold", "ep-timing", "margins", "eval-profile", "learn-curve")),
+        for r in sorted((r for r in rows if r["run"] not in ("gold", "ep-timing", "margins", "eval-profile", "learn-curve",
+                                                             "breakdown")),
                         key=lambda r: r["n"]):
             lines += _row61(r)
         for r in [r for r in rows if r["run"] == "margins"][-1:]:  # against the current protocol's choice
@@ -1211,6 +1342,7 @@ def report61(work):
                       "|---|---|---|---|---|---|"]
             lines += [f"| {g['method'].replace(', prior N(-3.0, 3.0)', '')} | {g['margin']:+.4f} | {g['se']:.4f} | "
                       f"{g['groups']} | {g['top_share']:.2f} | {g['top_rows']} ({g['top_classes']}) |" for g in r["margins"]]
+        lines += _breakdown_lines(rows)
         for r in (r for r in rows if r["run"] == "ep-timing"):
             lines += ["", f"Nested EP at n = {r['n']}, c = {r['c']}: {r['method'].replace(', prior N(-3.0, 3.0)', '')} "
                           "(``ep_timing``; CPU seconds of one solve with its gradient, and of its parts):", "",
