@@ -384,17 +384,35 @@ class Split:
         self.y_train, self.y_test = y_train.astype(int), y_test.astype(int)
 
 
+# a set's name with this suffix: the day of the year as a point on the circle (``periodic_day``)
+PERIODIC = "-periodic"
+
+
+def periodic_day(X, features):
+    """The inputs with the day-of-the-year column ``doy`` replaced by (cos, sin)(2 pi doy / 365.25):
+    the season as a circle, so that 31 December and 1 January are neighbours (the raw day puts
+    them a year apart, the farthest any two days can be)."""
+    j = features.index("doy")
+    angle = 2.0 * np.pi * X[:, j] / 365.25
+    return (np.column_stack([X[:, :j], np.cos(angle), np.sin(angle), X[:, j + 1:]]),
+            (*features[:j], "doy_cos", "doy_sin", *features[j + 1:]))
+
+
 def load_set(name, n_train, seed=0):
-    """``storms`` or ``birds`` (the protocol in the module docstring); ``diamonds`` as in issue 43."""
+    """``storms`` or ``birds`` (the protocol in the module docstring), each with the suffix
+    ``PERIODIC`` for the day of the year on the circle (``periodic_day``); ``diamonds`` as in
+    issue 43."""
+    periodic = name.endswith(PERIODIC)
+    base = name.removesuffix(PERIODIC)
     if name == "diamonds":
         from pymc_gpc.datasets import load_diamonds
 
         d = load_diamonds(n_train=n_train, n_test=5000, seed=seed)
         return Split("diamonds", d.X_train, d.y_train, d.X_test, d.y_test, d.feature_names, d.class_names)
-    header, data = _read(name)
+    header, data = _read(base)
     col = {h: data[:, i] for i, h in enumerate(header)}
     rng = np.random.default_rng(seed)
-    if name == "storms":
+    if base == "storms":
         X, y = np.column_stack([col[f] for f in STORMS_FEATURES]), col["status_code"]
         storms = rng.permutation(np.unique(col["storm"]))
         test_storms = storms[: len(storms) // 3]
@@ -402,7 +420,7 @@ def load_set(name, n_train, seed=0):
         train_pool, test_pool = rng.permutation(np.flatnonzero(~is_test)), rng.permutation(np.flatnonzero(is_test))
         train, test = train_pool[:n_train], test_pool[:STORMS_TEST]
         features, classes = STORMS_FEATURES, STORMS_CLASSES
-    elif name == "birds":
+    elif base == "birds":
         col["log1p_height"], col["log1p_speed"] = np.log1p(col["height"]), np.log1p(col["speed"])
         X, y = np.column_stack([col[f] for f in BIRDS_FEATURES]), col["phase_code"]
         order = rng.permutation(len(y))
@@ -412,9 +430,11 @@ def load_set(name, n_train, seed=0):
         raise ValueError(f"unknown data set {name!r}: storms, birds or diamonds")
     if len(train) < n_train:
         raise ValueError(f"{name} has {len(train)} training rows, fewer than n_train = {n_train}")
+    if periodic:
+        X, features = periodic_day(X, features)
     split = Split(name, X[train], y[train], X[test], y[test], features, classes)
-    split.groups_train = col["storm"][train] if name == "storms" else None
-    split.groups_test = col["storm"][test] if name == "storms" else np.arange(len(test))
+    split.groups_train = col["storm"][train] if base == "storms" else None
+    split.groups_test = col["storm"][test] if base == "storms" else np.arange(len(test))
     return split
 
 
@@ -859,7 +879,7 @@ def breakdown(data, fits):
     out = {"method": f"breakdown of {svgp['method']} minus {chosen['method']}", "n": len(data.y_train),
            "margin": float(d.mean()), "se": grouped_se(d, data.groups_test), "parts": parts,
            "test_distance": np.quantile(dist, DISTANCE_QUANTILES).tolist(), "test": {}}
-    if data.name == "storms":
+    if data.name.startswith("storms"):
         _, idx = np.unique(data.groups_test, return_inverse=True)
         sums = np.bincount(idx, weights=d)
         top = np.argsort(-np.abs(sums))[:3]
@@ -1072,7 +1092,7 @@ def main():
     ap.add_argument("--gpc-budget", type=float, default=180.0)
     ap.add_argument("--work", default="/tmp/multiclass_large")
     ap.add_argument("--tag", default="", help="profile: suffix of the JSON file's name")
-    ap.add_argument("--data", default=None, choices=["storms", "birds", "diamonds"],
+    ap.add_argument("--data", default=None, choices=["storms", "birds", "storms" + PERIODIC, "birds" + PERIODIC, "diamonds"],
                     help="issue 61: run --run on this set (appends to --work/<data>.jsonl)")
     ap.add_argument("--run", default="laplace", choices=["laplace", "dense", "ep", "gold", "svgp", "logistic", "select", "ep-timing", "margins",
                              "eval-profile", "learn-curve", "breakdown"])
