@@ -77,6 +77,14 @@ its runs, the test rows not used to choose):
   stage ``LEARN_MAXITER`` = 100) and ``FIT_CPU_CAP`` = 150 CPU seconds, checked after each
   iteration. "CPU s (fit)" is the refit's (both stages), "with the choice" adds the
   validation fits (a learned candidate's first stage is its k-means candidate, counted once).
+* The current rule (issue 61's storms gap; ``SELECT_CANDIDATES``, fixed before its runs): the
+  first three candidates above and per-class ARD with its log lengthscales shrunk toward a shared
+  value per input (``ard_classifier(lengthscale_spread=1)``), all with k-means inducing inputs
+  (the learned ones, ``SELECT_CANDIDATES_LEARNED``, are out: they lost or tied on the validation
+  rows at twice the CPU). ``--run breakdown``: the chosen fit's per-row test log p against SVGP
+  with m = 100, by class, wind band and distance to the nearest training row, and the storms
+  that carry it. ``--data storms-periodic | birds-periodic``: the same sets with the day of the
+  year as (cos, sin) on the circle (``periodic_day``), for the package and SVGP alike.
 * Beside the choice: ``--run eval-profile`` (one evaluation with Xu fixed and free, in parts),
   ``--run learn-curve`` (validation log p along the learned stage) and ``--run laplace --learn``
   at 10^4 rows (a learned fit's test figures, diagnostics only: not used to choose).
@@ -84,7 +92,7 @@ its runs, the test rows not used to choose):
 Run:  OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/multiclass_large.py --phase all
 Writes benchmarks/results/multiclass_large.md.
       python benchmarks/multiclass_large.py --data storms --run laplace|dense|ep|svgp|logistic|select|\
-          margins|eval-profile|learn-curve [--n-train 2000] [--m 100] [--shared | --amplitudes] [--learn] \
+          margins|eval-profile|learn-curve|breakdown [--n-train 2000] [--m 100] [--shared | --amplitudes] [--learn] \
           [--prior -3,3] [--lr 0.02] [--max-epochs 300] --work W;
           then --report61 --work W
 Writes benchmarks/results/multiclass_svgp.md.
