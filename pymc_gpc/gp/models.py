@@ -48,7 +48,7 @@ def multiclass_likelihood(approximation):
 
 def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.0),
                    feature_names=None, bias=True, name="y", inducing="auto", learn_inducing=False, per_class=None,
-                   levels=None, kernel="se", linear=False, hsgp=None, **solver_options):
+                   lengthscale_spread=None, levels=None, kernel="se", linear=False, hsgp=None, **solver_options):
     """Build ``pm.Model`` + GP with an ARD kernel (``kernel``, ``linear``), for two classes or more.
 
     Parameters
@@ -74,6 +74,12 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
         the binary model's variables), or ``"amplitudes"``: the lengthscales shared
         (``log_w`` dims ``"feature"``), ``log_v0`` and ``log_v1`` per class
         (``ard_kernels(shared="lengthscales")``). Not for a binary likelihood.
+    lengthscale_spread : with one ARD kernel per class, a number tau > 0: the classes' log
+        inverse squared lengthscales are drawn toward a common value per input, log w_kj ~
+        N(mu_j, tau^2) with mu_j ~ N(``prior``), mu_j integrated out
+        (``lengthscale_shrinkage``: the potential ``log_w_shrinkage``). Between one kernel per
+        class (tau infinite) and ``per_class="amplitudes"`` (tau = 0); tau = 1 lets a class's
+        lengthscale differ from the common one by a factor of about e^(1/2) at one sd.
     prior : (mean, sd) of the Normal prior on every log-hyperparameter.
     feature_names : names for the ``feature`` coordinate of ``log_w``.
     bias : include the constant term v1 (not with ``hsgp``: a constant kernel has no
@@ -114,7 +120,8 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
     ValueError
         For an unknown ``approximation``, a ``prior`` that is not a finite (mean, sd > 0)
         pair, bad inputs, ``inducing`` with mean field or ADF, or ``per_class`` with a
-        binary likelihood, or ``learn_inducing`` without ``inducing``, or ``approx=`` (use
+        binary likelihood, ``lengthscale_spread`` that is not a number > 0 or without one
+        kernel per class, or ``learn_inducing`` without ``inducing``, or ``approx=`` (use
         ``inducing`` or ``hsgp``), or ``hsgp`` that is not a pair (m >= 1, c > 1), with
         more than ``HSGP_MAX_DIMS`` input columns, with inducing inputs, with several classes
         or with ``linear``; the combination is checked by ``approximations.registry.check``.
@@ -187,6 +194,8 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
     if isinstance(likelihood, MulticlassLikelihood) and hsgp is not None:
         raise ValueError("hsgp serves a target with two classes or ordered ones (ordinal likelihoods); for "
                          "several classes use inducing= (FITC) or the dense prior")
+    if lengthscale_spread is not None:
+        _check_spread(lengthscale_spread, per_class, isinstance(likelihood, MulticlassLikelihood))
     if isinstance(likelihood, MulticlassLikelihood):
         classes = as_class_codes(y, n_classes=likelihood.n_classes, warn=False)[1]
         with pm.Model(coords={"feature": names}) as model:
@@ -195,6 +204,8 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
             shared = {False: True, "amplitudes": "lengthscales"}.get(per_class, False)
             cov = ard_kernels(d, classes, prior=prior, bias=bias, shared=shared,
                               feature_names=names, log_v0_start=LOG_V0_START)
+            if lengthscale_spread is not None:
+                pm.Potential("log_w_shrinkage", lengthscale_shrinkage(model["log_w"], lengthscale_spread, (mu, sd)))
             gp = APPROXIMATIONS[approximation](cov_func=cov, likelihood=likelihood, approx=approx, **solver_options)
             if inducing is None:
                 gp.marginal_likelihood(name, X=X, y=y)
@@ -215,6 +226,42 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
         else:
             gp.marginal_likelihood(name, X=X, y=y, Xu=_inducing_inputs(inducing, X, learn_inducing))
     return model, gp
+
+
+def lengthscale_shrinkage(log_w, spread, prior):
+    r"""Log density of the hierarchical prior on per-class log inverse squared lengthscales,
+    less the independent N(mean, sd^2) that ``ard_kernels`` puts on each (``ard_classifier``'s
+    ``lengthscale_spread``): log w_kj ~ N(mu_j, tau^2), mu_j ~ N(mean, sd^2), each input's
+    mu_j integrated out, so that the column log w_.j ~ N(mean 1, tau^2 I + sd^2 1 1^T) over
+    the c classes; by Sherman-Morrison its quadratic form is
+    (|x|^2 - sd^2 (1^T x)^2 / (tau^2 + c sd^2)) / tau^2 and its log determinant
+    c log tau^2 + log(1 + c sd^2 / tau^2), x = log w_.j - mean.
+
+    Parameters
+    ----------
+    log_w : (c, d) tensor, the classes' log inverse squared lengthscales.
+    spread : tau > 0.
+    prior : (mean, sd) of the log-hyperparameters' Normal prior.
+    """
+    mean, sd = prior
+    c = pt.cast(log_w.shape[0], "float64")
+    s2, t2 = float(sd) ** 2, float(spread) ** 2
+    x = log_w - mean
+    square = pt.sum(x ** 2, axis=0)
+    quad = (square - s2 * pt.sum(x, axis=0) ** 2 / (t2 + c * s2)) / t2
+    log_det = c * np.log(t2) + pt.log1p(c * s2 / t2)
+    return -0.5 * pt.sum(quad + log_det - square / s2 - c * np.log(s2))
+
+
+def _check_spread(spread, per_class, several):
+    """``ard_classifier``'s ``lengthscale_spread``: a finite number > 0, with one ARD kernel per class."""
+    if isinstance(spread, bool) or not isinstance(spread, (int, float, np.number)) or not (
+            np.isfinite(spread) and spread > 0):
+        raise ValueError(f"lengthscale_spread must be a finite number > 0 (tau of log w_kj ~ N(mu_j, tau^2)), "
+                         f"got {spread!r}")
+    if not several or per_class not in (None, True):
+        raise ValueError("lengthscale_spread shrinks the classes' own lengthscales: it needs several classes and "
+                         f"one ARD kernel per class (per_class=True), got per_class={per_class!r}")
 
 
 # Above this many training rows ``ard_classifier`` (``inducing="auto"``) builds a FITC prior.
