@@ -102,6 +102,11 @@ def _parser():
         help="more than two classes: one ARD kernel shared by all classes instead of one per class",
     )
     p.add_argument(
+        "--lengthscale-spread", type=float, metavar="TAU",
+        help="more than two classes, one kernel per class: the classes' log lengthscales drawn toward a shared "
+             "value per input with sd TAU (ard_classifier's lengthscale_spread)",
+    )
+    p.add_argument(
         "--inducing", type=_inducing_option, default="auto", metavar="M",
         help="FITC prior with M inducing inputs placed by k-means (ep or laplace): O(n M^2) per evaluation, "
              "O(c^2 n M^2) with c > 2 classes; 'auto': dense up to 1,200 training rows, FITC with "
@@ -410,6 +415,9 @@ def _model_for(args, data):
         likelihood = LIKELIHOODS[args.likelihood or "probit"]()
     if args.shared_kernel and (not multiclass or args.ordinal):
         raise ValueError("--shared-kernel serves a target with more than two classes (a binary model has one kernel)")
+    if args.lengthscale_spread is not None and (not multiclass or args.ordinal or args.shared_kernel):
+        raise ValueError("--lengthscale-spread serves a target with more than two classes and one kernel per class "
+                         "(not with --shared-kernel)")
     if args.hsgp is not None:
         _check_hsgp_inputs(data, multiclass and not args.ordinal)
     approximation, _, variant = args.approximation.partition("-")
@@ -418,6 +426,7 @@ def _model_for(args, data):
         feature_names=data.feature_names, **({"variant": variant} if variant else {}),
         **({"inducing": args.inducing} if args.hsgp is None else {"hsgp": args.hsgp}),
         **({"per_class": not args.shared_kernel} if multiclass and not args.ordinal else {}),
+        **({"lengthscale_spread": args.lengthscale_spread} if args.lengthscale_spread is not None else {}),
         **({"levels": levels} if args.ordinal else {}),
     )
     return model, gp, likelihood, multiclass
@@ -497,7 +506,9 @@ def _fit_and_write(args, built, data, classes, y_test_labels, out):
         f"- training points: {len(data.y_train)}, inputs: {data.X_train.shape[1]}"
         + (f", classes: {len(gp.classes)}, "
            + (f"ordered ({', '.join(map(str, gp.classes))}), free cutpoints" if args.ordinal else
-              'one ARD kernel shared by the classes' if args.shared_kernel else 'one ARD kernel per class')
+              'one ARD kernel shared by the classes' if args.shared_kernel else 'one ARD kernel per class'
+              + (f" (log lengthscales shrunk toward a shared value, sd {args.lengthscale_spread:g})"
+                 if args.lengthscale_spread is not None else ""))
            if multiclass else "")
         + _prior_line(args, len(data.y_train)),
     ]

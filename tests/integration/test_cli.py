@@ -63,6 +63,13 @@ def test_multiclass_shared_kernel_and_likelihood_check(tmp_path, capsys):
     assert main(args + ["--shared-kernel", "--out", str(tmp_path / "out")]) == 0
     report = (tmp_path / "out" / "report.md").read_text()
     assert "classes: 3, one ARD kernel shared by the classes" in report
+    assert main(args + ["--lengthscale-spread", "1", "--out", str(tmp_path / "spread")]) == 0
+    assert "one ARD kernel per class (log lengthscales shrunk toward a shared value, sd 1)" in (
+        tmp_path / "spread" / "report.md").read_text()
+    assert main(args + ["--shared-kernel", "--lengthscale-spread", "1", "--out", str(tmp_path / "both")]) == 2
+    assert "--lengthscale-spread serves" in capsys.readouterr().err
+    assert main(args + ["--lengthscale-spread", "-1", "--out", str(tmp_path / "neg")]) == 2
+    assert "lengthscale_spread must be a finite number > 0" in capsys.readouterr().err
     assert main(args + ["--likelihood", "logistic", "--out", str(tmp_path / "bad")]) == 2
     assert "--likelihood logistic does not fit it" in capsys.readouterr().err
 
