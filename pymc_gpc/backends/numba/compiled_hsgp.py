@@ -43,6 +43,7 @@ import numba
 import numpy as np
 from numba import carray, cfunc, njit, types
 
+from ...approximations import registry
 from ...approximations.ep import (ANDERSON_MEMORY, EPState, anderson_record, anderson_step, parallel_site_update,
                                   stable_log_z)
 from ...likelihoods.base import freeze, labels_valid, params_valid, tilted_dparams_sum
@@ -61,10 +62,10 @@ OUT, HAS_START, FIRST_CHANGE = 5, 3, 4
 _HEADER = 9  # the basis block's: n, D, d, M, widths of KR(C_<d), C_d, KR(F_<d), F_d, 2^d
 _P = types.CPointer(types.float64)
 _I = types.int64
-# evaluate_at: key hash, likelihood kind, n_params, tol, max_sweeps, n, p, q, M, D; then the
+# evaluate_at: key hash, likelihood kind, n_params, tol, cold tol, max_sweeps, n, p, q, M, D; then the
 # C-contiguous arrays S (M,), X (n, D), params (q,), y (n,), hyper (p,), dlog_z/dS (M,),
 # dlog_z/dtheta (q,), loo (n,), out (OUT,), tau (n,), nu (n,).
-_EVALUATE = (_I, _I, _I, types.float64, _I, _I, _I, _I, _I, _I)
+_EVALUATE = (_I, _I, _I, types.float64, types.float64, _I, _I, _I, _I, _I, _I)
 _N_EVALUATE_ARRAYS = 11
 # store_at: key hash, n, p, q; hyper (p,), tau (n,), nu (n,), out (OUT,).
 _STORE = (_I, _I, _I, _I)
@@ -387,8 +388,30 @@ def _fast_case(kind, S, y, tau, params, n_params):
 
 
 @njit(nogil=True, cache=True)
-def evaluate(block, basis, kind, n_params, tol, max_sweeps, S, X, params, y, hyper, dS, dth, loo, out, tau, nu):
+def solve_tolerance(has_start, tol, cold_tol):
+    """The site-change tolerance of a solve: ``tol`` from a warm start, the smaller of ``tol`` and
+    ``cold_tol`` from zero sites.
+
+    The site change max(|d tau| Sigma_ii, |d nu| sqrt(Sigma_ii)) bounds EP's error only as well
+    as the parallel map contracts. From a warm start (a neighbouring point's solution) the
+    first changes are small and the sampler's tolerance (1e-2) leaves log Z within a few
+    hundredths of a nat of its fixed point; from zero sites, where the map contracts slowly
+    (a large amplitude, a lengthscale beyond the basis's box), the change falls below 1e-2
+    while log Z is still far off: on ISLR Default (n = 8,000, m = 3 x 15 x 6) at a chain's
+    point near the HSGP wall, 51 nats and a gradient 6 times too large at 1e-2, 0.007 nats at
+    3e-3 (``benchmarks/results/hsgp.md``, "Divergences"). The cold solve, once a chain, is the
+    warm start of every later one, so it runs to the engine's tolerance.
+    """
+    return tol if has_start else min(tol, cold_tol)
+
+
+@njit(nogil=True, cache=True)
+def evaluate(block, basis, kind, n_params, tol, cold_tol, max_sweeps, S, X, params, y, hyper, dS, dth, loo, out, tau,
+             nu):
     """One evaluation from this thread's warm-start ``block`` and the shared ``basis`` block.
+
+    A solve from zero sites (no warm start in the block) runs to ``cold_tol`` (the engine's
+    tolerance, ``solve_tolerance``), a warm-started one to ``tol``.
 
     Returns (done, has_start, first_change). Done: a converged compiled solve, stored, with
     dlog_z/dS, dlog_z/dtheta, loo and (log_z, n_iter, status) written. Otherwise the warm start
@@ -400,7 +423,8 @@ def evaluate(block, basis, kind, n_params, tol, max_sweeps, S, X, params, y, hyp
     if not _fast_case(kind, S, y, tau, params, n_params):
         return False, has, first_change
     ok, log_z, dS_v, dth_v, loo_v, sweeps, tau_new, nu_new, change = ep_hsgp(
-        kind, basis_parts(basis), S, y, params.copy(), tau.copy(), nu.copy(), tol, max_sweeps, params.shape[0])
+        kind, basis_parts(basis), S, y, params.copy(), tau.copy(), nu.copy(), solve_tolerance(has, tol, cold_tol),
+        max_sweeps, params.shape[0])
     if not ok:
         return False, has, first_change
     dS[:] = dS_v
@@ -425,8 +449,8 @@ def _same_inputs(basis, X):
     return True
 
 
-def _evaluate_at(h, kind, n_params, tol, max_sweeps, n, p, q, M, D, S_, X_, params_, y_, hyper_, dS_, dth_, loo_,
-                 out_, tau_, nu_):
+def _evaluate_at(h, kind, n_params, tol, cold_tol, max_sweeps, n, p, q, M, D, S_, X_, params_, y_, hyper_, dS_,
+                 dth_, loo_, out_, tau_, nu_):
     """``evaluate`` on this thread's block of the Op with key hash ``h``: DONE with the outputs
     written, DECLINED with the warm start for the Python path written (tau, nu, out[HAS_START],
     out[FIRST_CHANGE]), NO_BLOCK or NO_BASIS (the caller makes the thread's block or the basis
@@ -443,8 +467,8 @@ def _evaluate_at(h, kind, n_params, tol, max_sweeps, n, p, q, M, D, S_, X_, para
     tau, nu = carray(tau_, (n,)), carray(nu_, (n,))
     tau[:] = 0.0
     nu[:] = 0.0
-    done, has, change = evaluate(block, basis, kind, n_params, tol, max_sweeps, S, X, params, y, hyper, dS, dth, loo,
-                                 out, tau, nu)
+    done, has, change = evaluate(block, basis, kind, n_params, tol, cold_tol, max_sweeps, S, X, params, y, hyper, dS,
+                                 dth, loo, out, tau, nu)
     out[HAS_START], out[FIRST_CHANGE] = has, change
     return DONE if done else DECLINED
 
@@ -534,6 +558,8 @@ def compiled_function(op, key, numba_njit, ret_sig):
     kind, n_params = op.likelihood.kind, op.likelihood.n_params
     options = op.solver_options()
     tol, max_sweeps = float(options["tol"]), int(options.get("max_sweeps", 300))
+    cold_tol = float({**registry.solver_for(op.approximation, op.likelihood_type).engine_defaults,
+                      **dict(op.options)}["tol"])  # the engine's, under the user's (``solve_tolerance``)
 
     @numba_njit
     def approx_marginal_hsgp(S, X, params, y, hyper):
@@ -545,7 +571,7 @@ def compiled_function(op, key, numba_njit, ret_sig):
             tau, nu = np.empty(n), np.empty(n)
             code = NO_BLOCK
             for _ in range(3):  # at most: the thread's block, then the basis block
-                code = evaluate_at(h, kind, n_params, tol, max_sweeps, n, p, q, M, D, Sc.ctypes, Xc.ctypes,
+                code = evaluate_at(h, kind, n_params, tol, cold_tol, max_sweeps, n, p, q, M, D, Sc.ctypes, Xc.ctypes,
                                    pc.ctypes, yc.ctypes, hc.ctypes, dS.ctypes, dth.ctypes, loo.ctypes, out.ctypes,
                                    tau.ctypes, nu.ctypes)
                 if code == NO_BLOCK:
