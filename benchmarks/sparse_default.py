@@ -746,13 +746,19 @@ OUR_SAMPLERS = {"pymc": "PyMC NUTS (pymc_gpc.sample)", "nutpie": "nutpie (pymc_g
 def sample_ours(model, gp, X_test, y_test, sampling, predict_draws, label, hyper, sampler="pymc"):
     """``pymc_gpc.sample`` (NUTS over the hyperparameters: PyMC's or nutpie, ``sampler``) on a
     model of the package, and its predictive averaged over ``predict_draws`` draws."""
+    from pymc_gpc.backends.numba import thread_state
+
     def ours():
         with model:
             return pymc_gpc.sample(nuts_sampler=sampler, **sampling)
 
+    before = thread_state.tallies()
     idata, wall, cpu = timed(ours)
+    after = thread_state.tallies()
     p = gp.predict(X_test, idata=idata, max_draws=predict_draws)
     row = nuts_row(label, OUR_SAMPLERS[sampler], idata, wall, cpu, p, y_test, hyper)
+    row["tallies"] = {k: after[k] - before[k] for k in after}
+    row["draws_all"] = sampling["chains"] * (sampling["tune"] + sampling["draws"])
     print(row, flush=True)
     return row
 
@@ -774,6 +780,7 @@ def sample_theirs(model, gp, X_test, y_test, sampling, label, hyper, offset=None
         f = f + np.asarray(pp.posterior_predictive[offset])[..., None]
     p = ndtr(f).reshape(-1, f.shape[-1]).mean(axis=0)
     row = nuts_row(label, "nutpie (pm.sample)", idata, wall, cpu, p, y_test, hyper)
+    row["draws_all"] = sampling["chains"] * (sampling["tune"] + sampling["draws"])
     print(row, flush=True)
     return row
 
@@ -790,6 +797,15 @@ def nuts_lines(rows):
                      f"{r['ess_s']:.3f} | {r['ess_cpu']:.3f} | {r['div']} | {r['rhat']:.3f} | {r['steps']:.1f} | "
                      f"{r['errors']} / {r['n']} | {r['mean_log_pred']:.4f} |")
     theirs = rows[-1]
+    lines.append("")
+    for r in rows:
+        evaluations = r["steps"] * r["draws_all"]
+        t = r.get("tallies")
+        ep = (f"; the compiled HSGP EP path: {t['calls']} calls, {t['solves']} compiled solves ({t['cold']} from"
+              f" zero sites), {t['sweeps'] / max(t['solves'], 1):.2f} EP sweeps a solve") if t else ""
+        lines.append(f"{r['method']} ({r['sampler']}): about {evaluations:.0f} gradient evaluations (steps a draw"
+                     " times all draws, tuning's included),"
+                     f" {1e3 * r['cpu'] / evaluations:.2f} ms of CPU each (sampler and compilation included){ep}.")
     lines.append("")
     for r in rows[:-1]:
         lines.append(f"{r['method']} ({r['sampler']}) over pm.gp.HSGP: {r['ess_s'] / theirs['ess_s']:.2f}x the ESS"
