@@ -387,6 +387,63 @@ def _fast_case(kind, S, y, tau, params, n_params):
     return np.min(tau) >= 0.0
 
 
+# -- The last result: PyMC's NUTS evaluates each draw's starting point again -----------------
+
+
+@njit(nogil=True, cache=True)
+def recent_length(n, p, q, M, D):
+    """The length of a thread block's last-result slot, at the block's end: its own length and a
+    validity flag, the inputs (hyperparameters, S, likelihood parameters, labels, training
+    inputs X) and the outputs (log Z, sweeps, dlog Z/dS, dlog Z/dtheta, LOO terms)."""
+    return 2 + p + M + q + n + n * D + 2 + M + q + n
+
+
+@njit(nogil=True, cache=True)
+def _recent_start(block, n, p, q, M, D):
+    """Where the block's last-result slot begins, or -1 where the block has none."""
+    length = recent_length(n, p, q, M, D)
+    start = block.shape[0] - length
+    return start if start >= 0 and block[start] == length else -1
+
+
+@njit(nogil=True, cache=True)
+def recent_get(block, S, X, params, y, hyper, dS, dth, loo, out):
+    """Write the last result's outputs where the inputs equal its inputs exactly (the solve
+    would repeat itself: its warm start is the point's own stored sites, which the first sweep
+    accepts); whether they did."""
+    n, p, q, M, D = y.shape[0], hyper.shape[0], params.shape[0], S.shape[0], X.shape[1]
+    o = _recent_start(block, n, p, q, M, D)
+    if o < 0 or block[o + 1] != 1.0:
+        return False
+    o += 2
+    for a in (hyper, S, params, y, X.reshape(-1)):
+        for i in range(a.shape[0]):
+            if block[o + i] != a[i]:
+                return False
+        o += a.shape[0]
+    out[0], out[1], out[2] = block[o], block[o + 1], 0.0
+    o += 2
+    dS[:] = block[o:o + M]
+    dth[:] = block[o + M:o + M + q]
+    loo[:] = block[o + M + q:o + M + q + n]
+    return True
+
+
+@njit(nogil=True, cache=True)
+def recent_put(block, S, X, params, y, hyper, dS, dth, loo, out):
+    """Keep a converged compiled result as the block's last result (where it has the slot)."""
+    n, p, q, M, D = y.shape[0], hyper.shape[0], params.shape[0], S.shape[0], X.shape[1]
+    start = _recent_start(block, n, p, q, M, D)
+    if start < 0:
+        return
+    block[start + 1] = 0.0
+    o = start + 2
+    for a in (hyper, S, params, y, X.reshape(-1), out[:2], dS, dth, loo):
+        block[o:o + a.shape[0]] = a
+        o += a.shape[0]
+    block[start + 1] = 1.0
+
+
 @njit(nogil=True, cache=True)
 def solve_tolerance(has_start, tol, cold_tol):
     """The site-change tolerance of a solve: ``tol`` from a warm start, the smaller of ``tol`` and
@@ -408,7 +465,8 @@ def solve_tolerance(has_start, tol, cold_tol):
 @njit(nogil=True, cache=True)
 def evaluate(block, basis, kind, n_params, tol, cold_tol, max_sweeps, S, X, params, y, hyper, dS, dth, loo, out, tau,
              nu):
-    """One evaluation from this thread's warm-start ``block`` and the shared ``basis`` block.
+    """One evaluation from this thread's warm-start ``block`` and the shared ``basis`` block:
+    the block's last result where the inputs are its inputs (``recent_get``), else a solve.
 
     A solve from zero sites (no warm start in the block) runs to ``cold_tol`` (the engine's
     tolerance, ``solve_tolerance``), a warm-started one to ``tol``.
@@ -419,6 +477,8 @@ def evaluate(block, basis, kind, n_params, tol, cold_tol, max_sweeps, S, X, para
     """
     n, p = y.shape[0], hyper.shape[0]
     ts.count_call(block)
+    if recent_get(block, S, X, params, y, hyper, dS, dth, loo, out):
+        return True, True, 0.0
     has, first_change = ts.warm_guess(block, n, p, params.shape[0], hyper, tau, nu)
     if not _fast_case(kind, S, y, tau, params, n_params):
         return False, has, first_change
@@ -431,6 +491,7 @@ def evaluate(block, basis, kind, n_params, tol, cold_tol, max_sweeps, S, X, para
     dth[:] = dth_v
     loo[:] = loo_v
     out[0], out[1], out[2] = log_z, sweeps, 0
+    recent_put(block, S, X, params, y, hyper, dS, dth, loo, out)
     ts.count_solve(block, not has, sweeps)
     ts.warm_add(block, n, p, params.shape[0], hyper, tau_new, nu_new, change)
     return True, has, change
@@ -485,9 +546,15 @@ def _store_at(h, n, p, q, hyper_, tau_, nu_, out_):
 # -- Python's side: the object-mode steps ---------------------------------------------------
 
 
-def _allocate(key, n, p, q):
-    """This thread's warm-start block (no recent results: ``thread_state.warm_length``)."""
-    ts.allocate(key, n, p, q, length=ts.warm_length(n, p, q))
+def _allocate(key, n, p, q, M, D):
+    """This thread's block: the warm starts (``thread_state.warm_length``; not
+    ``thread_state``'s recent results, which hold an n x n K) and the last result
+    (``recent_length``)."""
+    extra = recent_length(n, p, q, M, D)
+    ts.allocate(key, n, p, q, length=ts.warm_length(n, p, q) + extra)
+    block = ts.find_block(ts.key_hash(key), n, p, q)
+    if block.size == ts.warm_length(n, p, q) + extra and block[-extra] == 0.0:
+        block[-extra] = extra  # the slot's mark (``_recent_start``)
 
 
 def _build_basis(key, X):
@@ -525,9 +592,9 @@ def _fallback(key, S, X, params, y, hyper, has_start, tau, nu, first_change):
 
 
 @numba.njit(cache=True)
-def _allocate_block(key, n, p, q):
+def _allocate_block(key, n, p, q, M, D):
     with numba.objmode():
-        _allocate(key, n, p, q)
+        _allocate(key, n, p, q, M, D)
 
 
 @numba.njit(cache=True)
@@ -575,7 +642,7 @@ def compiled_function(op, key, numba_njit, ret_sig):
                                    pc.ctypes, yc.ctypes, hc.ctypes, dS.ctypes, dth.ctypes, loo.ctypes, out.ctypes,
                                    tau.ctypes, nu.ctypes)
                 if code == NO_BLOCK:
-                    _allocate_block(key, n, p, q)
+                    _allocate_block(key, n, p, q, M, D)
                 elif code == NO_BASIS:
                     if not _basis_block(key, Xc):
                         break

@@ -150,6 +150,27 @@ def test_a_cold_solve_at_the_sampler_tolerance_reaches_the_engine_value(compiled
             assert abs(sampler[0] - engine[0]) < 1e-2
 
 
+def test_a_repeated_point_is_answered_from_the_last_result(compiled):
+    """PyMC's NUTS evaluates each draw's start again: the same inputs give the last result's
+    outputs without a solve (the compiled solves stay, the calls count), equal to the Python
+    path's; the same hyperparameters with another S (or labels) are solved anew."""
+    X, y = _problem(2)
+    basis, (f_numba, f_py), (op_numba, _) = _functions(L.Probit, X, y, M_2D)
+    h = np.array([0.1, 0.2])
+    S1, S2 = _variances(basis, 2, 0.1, 0.2), _variances(basis, 2, -0.2, 0.4)
+    first = f_numba(S1, np.zeros(0), h)
+    (key,) = op_numba.backend_state_keys
+    solves, calls = thread_state.evaluations(key), thread_state.tallies(key)["calls"]
+    again = f_numba(S1, np.zeros(0), h)
+    assert thread_state.evaluations(key) == solves and thread_state.tallies(key)["calls"] == calls + 1
+    for a, b in zip(again, first):
+        np.testing.assert_array_equal(a, b)
+    _assert_same(again, f_py(S1, np.zeros(0), h))
+    other = f_numba(S2, np.zeros(0), h)  # same hyper, another S: a solve
+    assert thread_state.evaluations(key) == solves + 1
+    _assert_same(other, f_py(S2, np.zeros(0), h))
+
+
 def test_new_training_inputs_rebuild_the_basis_tables(compiled):
     """X as a graph input: a changed X (``pm.set_data``) gets new tables (the compiled path's
     values follow the Python path's at each X), and a NaN in X fails on both as the Python
