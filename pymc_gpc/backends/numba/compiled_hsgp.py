@@ -9,10 +9,10 @@ undamped parallel loop that converges. The numba implementation of the Op
 nopython mode and without the GIL: the warm-start guess and store (``thread_state``, per OS
 thread), the sweeps and the outputs. A solve from zero sites runs to the engine's tolerance
 (``solve_tolerance``), and the thread's last result answers an evaluation at the same inputs
-(``recent_get``: PyMC's NUTS evaluates each draw's starting point twice). Every other case (a declined point, a loop that does
-not converge or would take a step ``ep._parallel`` handles in Python, a failure) goes to the
-Op's Python path (``ApproxMarginalOp.evaluate``) from the warm start found here, and its
-solution is stored here as well.
+(``recent_get``: PyMC's NUTS evaluates each draw's starting point twice). Every other case (a
+declined point, a loop that does not converge or would take a step ``ep._parallel`` handles in
+Python, a failure) goes to the Op's Python path (``ApproxMarginalOp.evaluate``) from the warm
+start found here, and its solution is stored here as well.
 
 The sweep is ``approximations.ep._parallel`` on ``structures.hsgp.HSGPPosterior`` with the
 basis operator ``CosineProductBasis``, the same arithmetic in one compiled function: with
