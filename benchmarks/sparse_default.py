@@ -356,7 +356,7 @@ HSGP_RESULTS = pathlib.Path(__file__).parent / "results" / "hsgp.md"
 STOPS_CSV = pathlib.Path(__file__).parent / "data" / "mpls_stops.csv"
 KM_PER_DEGREE = 111.2  # the mean Earth radius's degree of arc (6371 km x pi / 180)
 STOPS_HYPER = ["log_ls", "log_eta"]
-PARTS = ("map", "resolution", "eval", "ab", "compiled", "nuts", "nuts_default", "bound")
+PARTS = ("map", "resolution", "eval", "ab", "compiled", "nuts", "nuts_default", "divergences", "bound")
 
 
 def cpu_seconds():
@@ -1060,6 +1060,95 @@ def bound_part(args, new):
     return "\n".join(lines) + "\n"
 
 
+# From a diagnostic rerun of the ``nuts_default`` part's nutpie row with
+# ``nuts_sampler_kwargs={"store_divergences": True}`` (2 divergences; log w (3), log v0): the two
+# divergent steps' starts, a draw on the ridge (chain 1, draw 16), and the draws' mean and
+# standard deviations (the metric nutpie adapts).
+DIVERGENCE_STARTS = [[-1.19982244, -1.20872799, -4.66933004, 6.33273273],
+                     [-1.87733339, -0.86085519, -4.75651129, 7.88383287]]
+RIDGE_DRAW = [-1.297, -0.898, -4.092, 6.403]
+DRAWS_MEAN, DRAWS_SD = [-0.842, -1.096, -3.060, 4.270], [1.314, 0.345, 0.669, 1.210]
+
+
+def divergences_part(args):
+    """Where the Default posterior's divergences come from: EP's logp and gradient at the
+    divergent steps' starts (central differences, the engine's tolerance), EP's error from zero
+    sites at the sampler's tolerance there, the leapfrog's stability limit along the ridge,
+    and the HSGP prior's variance as the income lengthscale grows, Dirichlet against Neumann."""
+    import pytensor
+
+    from pymc_gpc.backends.numba import compiled_hsgp as ch
+    from pymc_gpc.ops.marginal import reset_warm_starts
+    from pymc_gpc.structures.hsgp import LaplacianBasis
+
+    data = load_default()
+    model = default_models(data.X_train, data.y_train, args.default_m, args.c)[0][0]
+    logp = model.logp(jacobian=True)
+    fn = pytensor.function(model.value_vars, [logp, *pt.grad(logp, model.value_vars)])
+
+    def value_grad(x):
+        out = fn(np.asarray(x[:3]), np.asarray(x[3]))
+        return float(out[0]), np.concatenate([np.ravel(o) for o in out[1:]])
+
+    lines = ["## Divergences on ISLR Default: EP's values there and the posterior's curvature", "",
+             f"`{args.command}`. The `nuts_default` part's HSGP EP model at points of a diagnostic rerun of its"
+             " nutpie row with nutpie's `store_divergences` (`DIVERGENCE_STARTS`, `RIDGE_DRAW`, `DRAWS_MEAN`,"
+             " `DRAWS_SD` in the script; coordinates log w (student, balance, income), log v0). Log density"
+             " as NUTS sees it (the Jacobian included) at the engine's EP tolerance.", "",
+             "| point | log w_income | log v0 | logp | max rel. diff, gradient against central differences (h = 1e-4)"
+             " | lambda_max of -D H D (D = the draws' sd) | leapfrog stable for step sizes below |",
+             "|---|---|---|---|---|---|---|"]
+    points = [("the draws' mean", DRAWS_MEAN), ("a draw on the ridge", RIDGE_DRAW),
+              ("divergence 1's start", DIVERGENCE_STARTS[0]), ("divergence 2's start", DIVERGENCE_STARTS[1])]
+    D = np.asarray(DRAWS_SD)
+    for name, x in points:
+        x = np.asarray(x, dtype=float)
+        reset_warm_starts()
+        lp, g = value_grad(x)
+        fd, H = np.empty(4), np.empty((4, 4))
+        for k in range(4):
+            e = np.zeros(4)
+            e[k] = 1e-4
+            fd[k] = (value_grad(x + e)[0] - value_grad(x - e)[0]) / 2e-4
+            e[k] = 1e-3
+            H[:, k] = (value_grad(x + e)[1] - value_grad(x - e)[1]) / 2e-3
+        lam = np.linalg.eigvalsh(-(D[:, None] * 0.5 * (H + H.T) * D[None, :])).max()
+        rel = np.max(np.abs(g - fd) / np.maximum(np.abs(fd), 1.0))
+        lines.append(f"| {name} | {x[2]:.2f} | {x[3]:.2f} | {lp:.2f} | {rel:.1e} | {lam:.1f} |"
+                     f" {2.0 / np.sqrt(lam):.3f} |")
+        print(lines[-1], flush=True)
+    X, y = data.X_train, np.asarray(data.y_train, dtype=float)
+    basis = LaplacianBasis(X, list(args.default_m), c=args.c)
+    parts = ch.basis_parts(ch.basis_block(X, basis.at(X)))
+    x = np.asarray(DIVERGENCE_STARTS[0])
+    cov = np.exp(x[3]) * pm.gp.cov.ExpQuad(3, ls=np.exp(-0.5 * x[:3]))
+    S = np.asarray(basis.variances(cov).eval(), dtype=float)
+    zero, kind = np.zeros(len(y)), GPL.Probit().kind
+    ref = ch.ep_hsgp(kind, parts, S, y, np.zeros(0), zero, zero, 1e-10, 1000, 0)
+    lines += ["", "EP from zero sites at divergence 1's start, stopped at a site change below tol"
+              f" (`compiled_hsgp.ep_hsgp`; log Z at 1e-10: {ref[1]:.3f} after {ref[5]} sweeps):", "",
+              "| tol | sweeps | log Z - log Z(1e-10) | max rel. diff of dlog Z/dS |", "|---|---|---|---|"]
+    for tol in (1e-1, 1e-2, 3e-3, 1e-3):
+        r = ch.ep_hsgp(kind, parts, S, y, np.zeros(0), zero, zero, tol, 1000, 0)
+        gradient = np.abs(r[2] - ref[2]).max() / np.abs(ref[2]).max()
+        lines.append(f"| {tol:g} | {r[5]} | {r[1] - ref[1]:.4f} | {gradient:.2e} |")
+    lines += ["", "The HSGP prior's variance at the training inputs, mean over rows of k~(x, x) / v0 (the exact"
+              " kernel's: 1), as the income lengthscale l = exp(-log w_income / 2) grows, the other two at the"
+              f" draws' mean; m = {' x '.join(map(str, args.default_m))}, c = {args.c}; income's box half-width"
+              f" L = {basis.L[2]:.2f}:", "", "| log w_income | l_income | l / L | Dirichlet (the model's) |"
+              " Neumann on income |", "|---|---|---|---|---|"]
+    neumann = LaplacianBasis(X, list(args.default_m), c=args.c, boundary=["dirichlet", "dirichlet", "neumann"])
+    for lw in (-1.0, -2.0, -3.0, -4.0, -5.0, -6.0):
+        w = np.array([DRAWS_MEAN[0], DRAWS_MEAN[1], lw])
+        ratios = []
+        for b in (basis, neumann):
+            Sb = np.asarray(b.variances(pm.gp.cov.ExpQuad(3, ls=np.exp(-0.5 * w))).eval(), dtype=float)
+            ratios.append(float(np.mean((b(X) ** 2) @ Sb)))
+        ell = np.exp(-0.5 * lw)
+        lines.append(f"| {lw:.0f} | {ell:.2f} | {ell / basis.L[2]:.2f} | {ratios[0]:.2e} | {ratios[1]:.2e} |")
+    return "\n".join(lines) + "\n"
+
+
 def merged_sections(new):
     """The sections of ``hsgp.md`` (by part, between markers), ``new``'s replacing the old, and
     the text after the last section (the reading against the goals) as it was."""
@@ -1117,6 +1206,10 @@ def hsgp_main():
     * ``nuts``: NUTS over the hyperparameters with HSGP EP and HSGP Laplace
       (``pymc_gpc.sample``) against ``pm.gp.HSGP`` + Bernoulli sampled by nutpie,
       m = ``--nuts-m`` per dimension, same c.
+    * ``divergences``: the ``nuts_default`` posterior's divergences: EP's logp and gradient
+      at the divergent steps' starts of a diagnostic run (against central differences), EP's
+      error from zero sites at the sampler's tolerance there, the leapfrog's stability limit
+      along the ridge, and the HSGP prior's variance as the income lengthscale grows.
     * ``bound``: the cost floor of a warm HSGP EP logp + gradient at the ``nuts`` and
       ``nuts_default`` settings (one EP sweep at MAP-II's point, split into its pieces, and the
       Gram matrix by dsyrk for reference), and the best ESS per CPU second it allows against
@@ -1169,7 +1262,8 @@ def hsgp_main():
             text = bound_part(args, new)
         else:
             text = {"map": map_part, "resolution": resolution_part, "eval": eval_part, "ab": ab_part,
-                    "compiled": compiled_part, "nuts": nuts_part, "nuts_default": nuts_default_part}[part](args)
+                    "compiled": compiled_part, "nuts": nuts_part, "nuts_default": nuts_default_part,
+                    "divergences": divergences_part}[part](args)
         new[part] = text + (f"\nLoad average (1, 5, 15 min) at the start: {load[0]:.2f}, {load[1]:.2f}, {load[2]:.2f};"
                             f" at the end: {', '.join(f'{v:.2f}' for v in os.getloadavg())}.\n")
         print(new[part], flush=True)
