@@ -356,7 +356,7 @@ HSGP_RESULTS = pathlib.Path(__file__).parent / "results" / "hsgp.md"
 STOPS_CSV = pathlib.Path(__file__).parent / "data" / "mpls_stops.csv"
 KM_PER_DEGREE = 111.2  # the mean Earth radius's degree of arc (6371 km x pi / 180)
 STOPS_HYPER = ["log_ls", "log_eta"]
-PARTS = ("map", "resolution", "eval", "ab", "compiled", "nuts", "nuts_default")
+PARTS = ("map", "resolution", "eval", "ab", "compiled", "nuts", "nuts_default", "divergences", "bound")
 
 
 def cpu_seconds():
@@ -746,13 +746,19 @@ OUR_SAMPLERS = {"pymc": "PyMC NUTS (pymc_gpc.sample)", "nutpie": "nutpie (pymc_g
 def sample_ours(model, gp, X_test, y_test, sampling, predict_draws, label, hyper, sampler="pymc"):
     """``pymc_gpc.sample`` (NUTS over the hyperparameters: PyMC's or nutpie, ``sampler``) on a
     model of the package, and its predictive averaged over ``predict_draws`` draws."""
+    from pymc_gpc.backends.numba import thread_state
+
     def ours():
         with model:
             return pymc_gpc.sample(nuts_sampler=sampler, **sampling)
 
+    before = thread_state.tallies()
     idata, wall, cpu = timed(ours)
+    after = thread_state.tallies()
     p = gp.predict(X_test, idata=idata, max_draws=predict_draws)
     row = nuts_row(label, OUR_SAMPLERS[sampler], idata, wall, cpu, p, y_test, hyper)
+    row["tallies"] = {k: after[k] - before[k] for k in after}
+    row["draws_all"] = sampling["chains"] * (sampling["tune"] + sampling["draws"])
     print(row, flush=True)
     return row
 
@@ -774,6 +780,7 @@ def sample_theirs(model, gp, X_test, y_test, sampling, label, hyper, offset=None
         f = f + np.asarray(pp.posterior_predictive[offset])[..., None]
     p = ndtr(f).reshape(-1, f.shape[-1]).mean(axis=0)
     row = nuts_row(label, "nutpie (pm.sample)", idata, wall, cpu, p, y_test, hyper)
+    row["draws_all"] = sampling["chains"] * (sampling["tune"] + sampling["draws"])
     print(row, flush=True)
     return row
 
@@ -790,6 +797,15 @@ def nuts_lines(rows):
                      f"{r['ess_s']:.3f} | {r['ess_cpu']:.3f} | {r['div']} | {r['rhat']:.3f} | {r['steps']:.1f} | "
                      f"{r['errors']} / {r['n']} | {r['mean_log_pred']:.4f} |")
     theirs = rows[-1]
+    lines.append("")
+    for r in rows:
+        evaluations = r["steps"] * r["draws_all"]
+        t = r.get("tallies")
+        ep = (f"; the compiled HSGP EP path: {t['calls']} calls, {t['solves']} compiled solves ({t['cold']} from"
+              f" zero sites), {t['sweeps'] / max(t['solves'], 1):.2f} EP sweeps a solve") if t else ""
+        lines.append(f"{r['method']} ({r['sampler']}): about {evaluations:.0f} gradient evaluations (steps a draw"
+                     " times all draws, tuning's included),"
+                     f" {1e3 * r['cpu'] / evaluations:.2f} ms of CPU each (sampler and compilation included){ep}.")
     lines.append("")
     for r in rows[:-1]:
         lines.append(f"{r['method']} ({r['sampler']}) over pm.gp.HSGP: {r['ess_s'] / theirs['ess_s']:.2f}x the ESS"
@@ -878,6 +894,261 @@ def nuts_default_part(args):
     return "\n".join(lines) + "\n"
 
 
+def _median_cpu(fn, repeats):
+    """Median (CPU, wall) seconds of ``fn()`` over ``repeats`` calls, after one untimed call."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        w0, c0 = time.perf_counter(), time.process_time()
+        fn()
+        times.append((time.process_time() - c0, time.perf_counter() - w0))
+    return tuple(np.median(times, axis=0))
+
+
+def _evidence_input(model):
+    """A function of the model's value variables giving the HSGP Op's first input, S."""
+    import pytensor
+    from pytensor.graph.traversal import ancestors
+
+    from pymc_gpc.ops import ApproxMarginalOp
+
+    logp = model.logp(jacobian=False)
+    node = next(v.owner for v in ancestors([logp]) if v.owner is not None and isinstance(v.owner.op, ApproxMarginalOp))
+    return pytensor.function(model.value_vars, node.inputs[0], on_unused_input="ignore")
+
+
+def floor_rows(model, X, y, m, c, repeats):
+    """The cost of one warm HSGP EP logp + gradient at MAP-II's point (``pymc_gpc.fit``), split:
+    the whole compiled function at the sampler's tolerance where the point's sites are stored
+    (one sweep: the floor of a NUTS evaluation), ``compiled_hsgp.ep_hsgp`` alone from the
+    point's own sites, and its pieces (``compiled_hsgp``'s functions on the same arrays), with
+    H = Phi^T W Phi also by dsyrk and by dgemm on the formed Phi for reference. Returns
+    (rows of (label, CPU s, wall s), the point, n, M)."""
+    import pytensor
+    from scipy.linalg.blas import dsyrk
+
+    from pymc_gpc.approximations.ep import parallel_site_update
+    from pymc_gpc.backends.numba import compiled_hsgp as ch
+    from pymc_gpc.ops.rewrites import sampling_tolerance
+    from pymc_gpc.structures.hsgp import PRIOR_VARIANCE_FLOOR, LaplacianBasis
+
+    point = pymc_gpc.fit(model, method="map", progressbar=False).point
+    args = [np.asarray(point[v.name], dtype=float) for v in model.value_vars]
+    S = np.asarray(_evidence_input(model)(*args), dtype=float)
+    logp = model.logp(jacobian=False)
+    with sampling_tolerance():
+        fn = pytensor.function(model.value_vars, [logp, *pt.grad(logp, model.value_vars)])
+    near = [a + 1e-3 for a in args]
+    fn(*args), fn(*near)  # both points' sites stored: each call below starts from its own point's
+    flip = [0]
+
+    def alternate():
+        flip[0] ^= 1
+        return fn(*(args if flip[0] else near))
+
+    basis = LaplacianBasis(X, m, c=c)
+    parts = ch.basis_parts(ch.basis_block(X, basis.at(X)))
+    _, KRc, Cd, KRf, Fd, pref, signs, pairs, flat = parts
+    kind, th, yy, zero = GPL.Probit().kind, np.zeros(0), np.asarray(y, dtype=float), np.zeros(len(y))
+    solved = ch.ep_hsgp(kind, parts, S, yy, th, zero, zero, 1e-10, 1000, 0)
+    if not solved[0]:
+        raise RuntimeError("EP from zero sites did not converge at MAP-II's point")
+    tau, nu, s = solved[6], solved[7], np.sqrt(S)
+    prior_var = np.maximum(ch._grid_product(KRf, Fd, flat, S, True), PRIOR_VARIANCE_FLOOR)
+    H, L, _ = ch._posterior(parts, s, tau)
+    var, mean, A_inv, _ = ch._moments(parts, s, L, nu, prior_var)
+    Sigma = s[:, None] * A_inv * s[None, :]
+    Phi = basis(X)
+    root = np.sqrt(tau)[:, None]
+    rows = [("the compiled logp + gradient (PyTensor function, sampler's tolerance, the point's sites stored)",
+             *_median_cpu(alternate, repeats)),
+            ("  of which ep_hsgp: one sweep, log Z and the gradient in S",
+             *_median_cpu(lambda: ch.ep_hsgp(kind, parts, S, yy, th, tau, nu, 1e-2, 1000, 0), repeats)),
+            ("    H = Phi^T W Phi by the product-to-sum tables (2 n P flops)",
+             *_median_cpu(lambda: ch._gram(KRc, Cd, pairs, signs, pref, tau), repeats)),
+            ("    H and A = I + s H s's Cholesky factor", *_median_cpu(lambda: ch._posterior(parts, s, tau), repeats)),
+            ("    A^{-1} (dtrtri, dlauum)", *_median_cpu(lambda: ch._inverse(L), repeats)),
+            ("    the marginal variances diag(Phi Sigma Phi^T) (2 n P)",
+             *_median_cpu(lambda: ch._quad_diag(KRc, Cd, pairs, signs, pref, Sigma), repeats)),
+            ("    the mean: Phi^T nu and Phi z through the factors",
+             *_median_cpu(lambda: (ch._rmatvec(KRf, Fd, flat, nu), ch._grid_product(KRf, Fd, flat, S, False)),
+                          repeats)),
+            ("    the site updates (n tilted moments)",
+             *_median_cpu(lambda: parallel_site_update(kind, yy, th, var, mean, tau, nu, prior_var, 1.0), repeats)),
+            ("    the gradient's Q_jj and Phi^T b",
+             *_median_cpu(lambda: (ch._projected_R_diag(S, s, H, L, A_inv),
+                                   ch._rmatvec(KRf, Fd, flat, nu - tau * mean)), repeats)),
+            ("  for reference: H by dsyrk on the formed, row-weighted Phi (n M^2 flops)",
+             *_median_cpu(lambda: dsyrk(1.0, np.asfortranarray(root * Phi), trans=1, lower=1), repeats)),
+            ("  for reference: H by dgemm Phi^T (W Phi) (2 n M^2 flops)",
+             *_median_cpu(lambda: Phi.T @ (tau[:, None] * Phi), repeats))]
+    return rows, {v.name: np.round(args[k], 3).tolist() for k, v in enumerate(model.value_vars)}, len(y), S.size
+
+
+def _section_rows(text):
+    """The NUTS table's rows of a part's section: {(method, sampler): (ESS / CPU s, steps / draw)}."""
+    rows = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 12 and cells[0] != "method" and not cells[0].startswith("---"):
+            rows[(cells[0], cells[1])] = (float(cells[6]), float(cells[9]))
+    return rows
+
+
+def bound_part(args, new):
+    """Issue 62's goal against the cost floor: the floor of a warm HSGP EP evaluation at both
+    NUTS settings (``floor_rows``), and the best ESS per CPU second it allows, from the
+    ``nuts`` and ``nuts_default`` sections (of this run, or as ``hsgp.md`` has them)."""
+    target = results_path(HSGP_RESULTS)
+    old = target.read_text() if target.exists() else ""
+
+    def section(part):
+        if part in new:
+            return new[part]
+        start = f"<!-- part {part} -->"
+        return old.split(start, 1)[1].split(f"<!-- end {part} -->", 1)[0] if start in old else ""
+
+    X, y, _, _, _, _ = load_stops(args.n_train, args.n_test)
+    X, y = X[:args.nuts_n], y[:args.nuts_n]
+    data = load_default()
+    settings = [("nuts", f"MplsStops, n = {len(y)}, m = {args.nuts_m} x {args.nuts_m}",
+                 stops_model(X, y, "HSGP", "ep", m=[args.nuts_m] * 2, c=args.c)[0], X, y, [args.nuts_m] * 2,
+                 args.bound_repeats[0]),
+                ("nuts_default", f"ISLR Default, n = {len(data.y_train)}, m = {' x '.join(map(str, args.default_m))}",
+                 default_models(data.X_train, data.y_train, args.default_m, args.c)[0][0], data.X_train,
+                 data.y_train, list(args.default_m), args.bound_repeats[1])]
+    lines = ["## The cost floor of an HSGP EP evaluation, and the best ESS per second it allows", "",
+             f"`{args.command}`. At each NUTS setting, at MAP-II's point: the median CPU and wall seconds of a warm"
+             " logp + gradient where the point's own EP sites are stored, so that EP makes one sweep (the fewest a"
+             " checked evaluation can make: the change of the sites is measured by one), through the PyTensor"
+             " function NUTS compiles (`pymc_gpc.sample`'s tolerance), then `compiled_hsgp.ep_hsgp` alone and"
+             " its pieces on the same arrays; for reference the Gram matrix H = Phi^T W Phi by BLAS on the"
+             " formed Phi (dsyrk, n M^2 flops; dgemm, 2 n M^2) instead of the product-to-sum tables"
+             " (2 n P flops, P the tables' size). One process, one BLAS thread.", ""]
+    bounds = []
+    for part, label, model, X_, y_, m, repeats in settings:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            rows, point, n, M = floor_rows(model, X_, y_, m, args.c, repeats)
+        lines += [f"### {label} (M = {M}); MAP-II point {json.dumps(point)}; {repeats} calls each", "",
+                  "| piece | CPU (ms) | wall (ms) |", "|---|---|---|"]
+        lines += [f"| {name} | {1e3 * cpu:.3f} | {1e3 * wall:.3f} |" for name, cpu, wall in rows]
+        lines.append("")
+        bounds.append((part, label, rows[0][1]))
+        print(lines[-len(rows) - 2:], flush=True)
+    lines += ["### The bound", "",
+              "The best ESS per CPU second HSGP EP could reach with the sampling of the NUTS parts, 2 chains x"
+              " (tune + draws): a minimum bulk ESS equal to the number of draws (600; it is rarely more), the"
+              " fewest steps a draw measured for HSGP EP there (either sampler), and every one of the"
+              " chains' gradient evaluations (tuning's included) at the floor above, with nothing else"
+              " (no compilation, no sampler, no predictive): draws / ((tune + draws) x steps a draw x floor)."
+              " Against pm.gp.HSGP + nutpie's measured ESS per CPU second in the same section.", "",
+              "| setting | floor (ms CPU) | HSGP EP's fewest steps / draw | best ESS / CPU s | pm.gp.HSGP + nutpie:"
+              " ESS / CPU s | best ratio | goal |", "|---|---|---|---|---|---|---|"]
+    for part, label, floor in bounds:
+        rows = _section_rows(section(part))
+        ours = [v for (method, _), v in rows.items() if method.startswith("pymc-gpc HSGP EP")]
+        theirs = [v for (method, _), v in rows.items() if method.startswith("pm.gp.HSGP")]
+        if not ours or not theirs:
+            lines.append(f"| {label} | {1e3 * floor:.3f} | (no `{part}` table) | | | | 30x |")
+            continue
+        steps = min(v[1] for v in ours)
+        best = args.draws / ((args.tune + args.draws) * steps * floor)
+        their = theirs[0][0]
+        lines.append(f"| {label} | {1e3 * floor:.3f} | {steps:.1f} | {best:.1f} | {their:.3f} | {best / their:.1f}x |"
+                     " 30x |")
+    return "\n".join(lines) + "\n"
+
+
+# From a diagnostic rerun of the ``nuts_default`` part's nutpie row with
+# ``nuts_sampler_kwargs={"store_divergences": True}`` (2 divergences; log w (3), log v0): the two
+# divergent steps' starts, a draw on the ridge (chain 1, draw 16), and the draws' mean and
+# standard deviations (the metric nutpie adapts).
+DIVERGENCE_STARTS = [[-1.19982244, -1.20872799, -4.66933004, 6.33273273],
+                     [-1.87733339, -0.86085519, -4.75651129, 7.88383287]]
+RIDGE_DRAW = [-1.297, -0.898, -4.092, 6.403]
+DRAWS_MEAN, DRAWS_SD = [-0.842, -1.096, -3.060, 4.270], [1.314, 0.345, 0.669, 1.210]
+
+
+def divergences_part(args):
+    """Where the Default posterior's divergences come from: EP's logp and gradient at the
+    divergent steps' starts (central differences, the engine's tolerance), EP's error from zero
+    sites at the sampler's tolerance there, the leapfrog's stability limit along the ridge,
+    and the HSGP prior's variance as the income lengthscale grows, Dirichlet against Neumann."""
+    import pytensor
+
+    from pymc_gpc.backends.numba import compiled_hsgp as ch
+    from pymc_gpc.ops.marginal import reset_warm_starts
+    from pymc_gpc.structures.hsgp import LaplacianBasis
+
+    data = load_default()
+    model = default_models(data.X_train, data.y_train, args.default_m, args.c)[0][0]
+    logp = model.logp(jacobian=True)
+    fn = pytensor.function(model.value_vars, [logp, *pt.grad(logp, model.value_vars)])
+
+    def value_grad(x):
+        out = fn(np.asarray(x[:3]), np.asarray(x[3]))
+        return float(out[0]), np.concatenate([np.ravel(o) for o in out[1:]])
+
+    lines = ["## Divergences on ISLR Default: EP's values there and the posterior's curvature", "",
+             f"`{args.command}`. The `nuts_default` part's HSGP EP model at points of a diagnostic rerun of its"
+             " nutpie row with nutpie's `store_divergences` (`DIVERGENCE_STARTS`, `RIDGE_DRAW`, `DRAWS_MEAN`,"
+             " `DRAWS_SD` in the script; coordinates log w (student, balance, income), log v0). Log density"
+             " as NUTS sees it (the Jacobian included) at the engine's EP tolerance.", "",
+             "| point | log w_income | log v0 | logp | max rel. diff, gradient against central differences (h = 1e-4)"
+             " | lambda_max of -D H D (D = the draws' sd) | leapfrog stable for step sizes below |",
+             "|---|---|---|---|---|---|---|"]
+    points = [("the draws' mean", DRAWS_MEAN), ("a draw on the ridge", RIDGE_DRAW),
+              ("divergence 1's start", DIVERGENCE_STARTS[0]), ("divergence 2's start", DIVERGENCE_STARTS[1])]
+    D = np.asarray(DRAWS_SD)
+    for name, x in points:
+        x = np.asarray(x, dtype=float)
+        reset_warm_starts()
+        lp, g = value_grad(x)
+        fd, H = np.empty(4), np.empty((4, 4))
+        for k in range(4):
+            e = np.zeros(4)
+            e[k] = 1e-4
+            fd[k] = (value_grad(x + e)[0] - value_grad(x - e)[0]) / 2e-4
+            e[k] = 1e-3
+            H[:, k] = (value_grad(x + e)[1] - value_grad(x - e)[1]) / 2e-3
+        lam = np.linalg.eigvalsh(-(D[:, None] * 0.5 * (H + H.T) * D[None, :])).max()
+        rel = np.max(np.abs(g - fd) / np.maximum(np.abs(fd), 1.0))
+        lines.append(f"| {name} | {x[2]:.2f} | {x[3]:.2f} | {lp:.2f} | {rel:.1e} | {lam:.1f} |"
+                     f" {2.0 / np.sqrt(lam):.3f} |")
+        print(lines[-1], flush=True)
+    X, y = data.X_train, np.asarray(data.y_train, dtype=float)
+    basis = LaplacianBasis(X, list(args.default_m), c=args.c)
+    parts = ch.basis_parts(ch.basis_block(X, basis.at(X)))
+    x = np.asarray(DIVERGENCE_STARTS[0])
+    cov = np.exp(x[3]) * pm.gp.cov.ExpQuad(3, ls=np.exp(-0.5 * x[:3]))
+    S = np.asarray(basis.variances(cov).eval(), dtype=float)
+    zero, kind = np.zeros(len(y)), GPL.Probit().kind
+    ref = ch.ep_hsgp(kind, parts, S, y, np.zeros(0), zero, zero, 1e-10, 1000, 0)
+    lines += ["", "EP from zero sites at divergence 1's start, stopped at a site change below tol"
+              f" (`compiled_hsgp.ep_hsgp`; log Z at 1e-10: {ref[1]:.3f} after {ref[5]} sweeps):", "",
+              "| tol | sweeps | log Z - log Z(1e-10) | max rel. diff of dlog Z/dS |", "|---|---|---|---|"]
+    for tol in (1e-1, 1e-2, 3e-3, 1e-3):
+        r = ch.ep_hsgp(kind, parts, S, y, np.zeros(0), zero, zero, tol, 1000, 0)
+        gradient = np.abs(r[2] - ref[2]).max() / np.abs(ref[2]).max()
+        lines.append(f"| {tol:g} | {r[5]} | {r[1] - ref[1]:.4f} | {gradient:.2e} |")
+    lines += ["", "The HSGP prior's variance at the training inputs, mean over rows of k~(x, x) / v0 (the exact"
+              " kernel's: 1), as the income lengthscale l = exp(-log w_income / 2) grows, the other two at the"
+              f" draws' mean; m = {' x '.join(map(str, args.default_m))}, c = {args.c}; income's box half-width"
+              f" L = {basis.L[2]:.2f}:", "", "| log w_income | l_income | l / L | Dirichlet (the model's) |"
+              " Neumann on income |", "|---|---|---|---|---|"]
+    neumann = LaplacianBasis(X, list(args.default_m), c=args.c, boundary=["dirichlet", "dirichlet", "neumann"])
+    for lw in (-1.0, -2.0, -3.0, -4.0, -5.0, -6.0):
+        w = np.array([DRAWS_MEAN[0], DRAWS_MEAN[1], lw])
+        ratios = []
+        for b in (basis, neumann):
+            Sb = np.asarray(b.variances(pm.gp.cov.ExpQuad(3, ls=np.exp(-0.5 * w))).eval(), dtype=float)
+            ratios.append(float(np.mean((b(X) ** 2) @ Sb)))
+        ell = np.exp(-0.5 * lw)
+        lines.append(f"| {lw:.0f} | {ell:.2f} | {ell / basis.L[2]:.2f} | {ratios[0]:.2e} | {ratios[1]:.2e} |")
+    return "\n".join(lines) + "\n"
+
+
 def merged_sections(new):
     """The sections of ``hsgp.md`` (by part, between markers), ``new``'s replacing the old, and
     the text after the last section (the reading against the goals) as it was."""
@@ -935,6 +1206,14 @@ def hsgp_main():
     * ``nuts``: NUTS over the hyperparameters with HSGP EP and HSGP Laplace
       (``pymc_gpc.sample``) against ``pm.gp.HSGP`` + Bernoulli sampled by nutpie,
       m = ``--nuts-m`` per dimension, same c.
+    * ``divergences``: the ``nuts_default`` posterior's divergences: EP's logp and gradient
+      at the divergent steps' starts of a diagnostic run (against central differences), EP's
+      error from zero sites at the sampler's tolerance there, the leapfrog's stability limit
+      along the ridge, and the HSGP prior's variance as the income lengthscale grows.
+    * ``bound``: the cost floor of a warm HSGP EP logp + gradient at the ``nuts`` and
+      ``nuts_default`` settings (one EP sweep at MAP-II's point, split into its pieces, and the
+      Gram matrix by dsyrk for reference), and the best ESS per CPU second it allows against
+      pm.gp.HSGP's, from those parts' tables (this run's or ``hsgp.md``'s).
     * ``nuts_default``: the ``nuts`` comparison (HSGP EP against pm.gp.HSGP) on a second data
       set fixed before its run: ISLR Default as ``benchmarks/results/sparse_hsgp.md`` used it
       (``load_default()``, 8,000 training and 2,000 test rows, m = ``--default-m`` = 3 x 15 x 6,
@@ -963,6 +1242,8 @@ def hsgp_main():
     ap.add_argument("--tune", type=int, default=300)
     ap.add_argument("--predict-draws", type=int, default=200)
     ap.add_argument("--default-m", type=int, nargs="+", default=[3, 15, 6])
+    ap.add_argument("--bound-repeats", type=int, nargs=2, default=[200, 20],
+                    help="the bound part's timed calls per piece at the nuts and nuts_default settings")
     ap.add_argument("--nuts-ours", nargs="+", default=["ep:nutpie", "ep:pymc"],
                     help="the nuts part's rows of the package: approximation:sampler (ep or laplace; pymc or nutpie)")
     ap.add_argument("--default-ours", nargs="+", default=["nutpie", "pymc"], choices=list(OUR_SAMPLERS),
@@ -977,7 +1258,12 @@ def hsgp_main():
     load = os.getloadavg()
     new = {}
     for part in args.parts:
-        text = {"map": map_part, "resolution": resolution_part, "eval": eval_part, "ab": ab_part, "compiled": compiled_part, "nuts": nuts_part, "nuts_default": nuts_default_part}[part](args)
+        if part == "bound":
+            text = bound_part(args, new)
+        else:
+            text = {"map": map_part, "resolution": resolution_part, "eval": eval_part, "ab": ab_part,
+                    "compiled": compiled_part, "nuts": nuts_part, "nuts_default": nuts_default_part,
+                    "divergences": divergences_part}[part](args)
         new[part] = text + (f"\nLoad average (1, 5, 15 min) at the start: {load[0]:.2f}, {load[1]:.2f}, {load[2]:.2f};"
                             f" at the end: {', '.join(f'{v:.2f}' for v in os.getloadavg())}.\n")
         print(new[part], flush=True)

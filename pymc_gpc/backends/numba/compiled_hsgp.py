@@ -7,10 +7,12 @@ likelihood parameters, finite non-negative S, a warm start with non-negative sit
 undamped parallel loop that converges. The numba implementation of the Op
 (``compiled_function``, routed by ``dispatch.compiles_hsgp``) runs that case here, in
 nopython mode and without the GIL: the warm-start guess and store (``thread_state``, per OS
-thread), the sweeps and the outputs. Every other case (a declined point, a loop that does
-not converge or would take a step ``ep._parallel`` handles in Python, a failure) goes to the
-Op's Python path (``ApproxMarginalOp.evaluate``) from the warm start found here, and its
-solution is stored here as well.
+thread), the sweeps and the outputs. A solve from zero sites runs to the engine's tolerance
+(``solve_tolerance``), and the thread's last result answers an evaluation at the same inputs
+(``recent_get``: PyMC's NUTS evaluates each draw's starting point twice). Every other case (a
+declined point, a loop that does not converge or would take a step ``ep._parallel`` handles in
+Python, a failure) goes to the Op's Python path (``ApproxMarginalOp.evaluate``) from the warm
+start found here, and its solution is stored here as well.
 
 The sweep is ``approximations.ep._parallel`` on ``structures.hsgp.HSGPPosterior`` with the
 basis operator ``CosineProductBasis``, the same arithmetic in one compiled function: with
@@ -43,6 +45,7 @@ import numba
 import numpy as np
 from numba import carray, cfunc, njit, types
 
+from ...approximations import registry
 from ...approximations.ep import (ANDERSON_MEMORY, EPState, anderson_record, anderson_step, parallel_site_update,
                                   stable_log_z)
 from ...likelihoods.base import freeze, labels_valid, params_valid, tilted_dparams_sum
@@ -61,10 +64,10 @@ OUT, HAS_START, FIRST_CHANGE = 5, 3, 4
 _HEADER = 9  # the basis block's: n, D, d, M, widths of KR(C_<d), C_d, KR(F_<d), F_d, 2^d
 _P = types.CPointer(types.float64)
 _I = types.int64
-# evaluate_at: key hash, likelihood kind, n_params, tol, max_sweeps, n, p, q, M, D; then the
+# evaluate_at: key hash, likelihood kind, n_params, tol, cold tol, max_sweeps, n, p, q, M, D; then the
 # C-contiguous arrays S (M,), X (n, D), params (q,), y (n,), hyper (p,), dlog_z/dS (M,),
 # dlog_z/dtheta (q,), loo (n,), out (OUT,), tau (n,), nu (n,).
-_EVALUATE = (_I, _I, _I, types.float64, _I, _I, _I, _I, _I, _I)
+_EVALUATE = (_I, _I, _I, types.float64, types.float64, _I, _I, _I, _I, _I, _I)
 _N_EVALUATE_ARRAYS = 11
 # store_at: key hash, n, p, q; hyper (p,), tau (n,), nu (n,), out (OUT,).
 _STORE = (_I, _I, _I, _I)
@@ -386,9 +389,89 @@ def _fast_case(kind, S, y, tau, params, n_params):
     return np.min(tau) >= 0.0
 
 
+# -- The last result: PyMC's NUTS evaluates each draw's starting point again -----------------
+
+
 @njit(nogil=True, cache=True)
-def evaluate(block, basis, kind, n_params, tol, max_sweeps, S, X, params, y, hyper, dS, dth, loo, out, tau, nu):
-    """One evaluation from this thread's warm-start ``block`` and the shared ``basis`` block.
+def recent_length(n, p, q, M, D):
+    """The length of a thread block's last-result slot, at the block's end: its own length and a
+    validity flag, the inputs (hyperparameters, S, likelihood parameters, labels, training
+    inputs X) and the outputs (log Z, sweeps, dlog Z/dS, dlog Z/dtheta, LOO terms)."""
+    return 2 + p + M + q + n + n * D + 2 + M + q + n
+
+
+@njit(nogil=True, cache=True)
+def _recent_start(block, n, p, q, M, D):
+    """Where the block's last-result slot begins, or -1 where the block has none."""
+    length = recent_length(n, p, q, M, D)
+    start = block.shape[0] - length
+    return start if start >= 0 and block[start] == length else -1
+
+
+@njit(nogil=True, cache=True)
+def recent_get(block, S, X, params, y, hyper, dS, dth, loo, out):
+    """Write the last result's outputs where the inputs equal its inputs exactly (the solve
+    would repeat itself: its warm start is the point's own stored sites, which the first sweep
+    accepts); whether they did."""
+    n, p, q, M, D = y.shape[0], hyper.shape[0], params.shape[0], S.shape[0], X.shape[1]
+    o = _recent_start(block, n, p, q, M, D)
+    if o < 0 or block[o + 1] != 1.0:
+        return False
+    o += 2
+    for a in (hyper, S, params, y, X.reshape(-1)):
+        for i in range(a.shape[0]):
+            if block[o + i] != a[i]:
+                return False
+        o += a.shape[0]
+    out[0], out[1], out[2] = block[o], block[o + 1], 0.0
+    o += 2
+    dS[:] = block[o:o + M]
+    dth[:] = block[o + M:o + M + q]
+    loo[:] = block[o + M + q:o + M + q + n]
+    return True
+
+
+@njit(nogil=True, cache=True)
+def recent_put(block, S, X, params, y, hyper, dS, dth, loo, out):
+    """Keep a converged compiled result as the block's last result (where it has the slot)."""
+    n, p, q, M, D = y.shape[0], hyper.shape[0], params.shape[0], S.shape[0], X.shape[1]
+    start = _recent_start(block, n, p, q, M, D)
+    if start < 0:
+        return
+    block[start + 1] = 0.0
+    o = start + 2
+    for a in (hyper, S, params, y, X.reshape(-1), out[:2], dS, dth, loo):
+        block[o:o + a.shape[0]] = a
+        o += a.shape[0]
+    block[start + 1] = 1.0
+
+
+@njit(nogil=True, cache=True)
+def solve_tolerance(has_start, tol, cold_tol):
+    """The site-change tolerance of a solve: ``tol`` from a warm start, the smaller of ``tol`` and
+    ``cold_tol`` from zero sites.
+
+    The site change max(|d tau| Sigma_ii, |d nu| sqrt(Sigma_ii)) bounds EP's error only as well
+    as the parallel map contracts. From a warm start (a neighbouring point's solution) the
+    first changes are small and the sampler's tolerance (1e-2) leaves log Z within a few
+    hundredths of a nat of its fixed point; from zero sites, where the map contracts slowly
+    (a large amplitude, a lengthscale beyond the basis's box), the change falls below 1e-2
+    while log Z is still far off: on ISLR Default (n = 8,000, m = 3 x 15 x 6) at a chain's
+    point near the HSGP wall, 51 nats and a gradient 6 times too large at 1e-2, 0.007 nats at
+    3e-3 (``benchmarks/results/hsgp.md``, "Divergences"). The cold solve, once a chain, is the
+    warm start of every later one, so it runs to the engine's tolerance.
+    """
+    return tol if has_start else min(tol, cold_tol)
+
+
+@njit(nogil=True, cache=True)
+def evaluate(block, basis, kind, n_params, tol, cold_tol, max_sweeps, S, X, params, y, hyper, dS, dth, loo, out, tau,
+             nu):
+    """One evaluation from this thread's warm-start ``block`` and the shared ``basis`` block:
+    the block's last result where the inputs are its inputs (``recent_get``), else a solve.
+
+    A solve from zero sites (no warm start in the block) runs to ``cold_tol`` (the engine's
+    tolerance, ``solve_tolerance``), a warm-started one to ``tol``.
 
     Returns (done, has_start, first_change). Done: a converged compiled solve, stored, with
     dlog_z/dS, dlog_z/dtheta, loo and (log_z, n_iter, status) written. Otherwise the warm start
@@ -396,17 +479,21 @@ def evaluate(block, basis, kind, n_params, tol, max_sweeps, S, X, params, y, hyp
     """
     n, p = y.shape[0], hyper.shape[0]
     ts.count_call(block)
+    if recent_get(block, S, X, params, y, hyper, dS, dth, loo, out):
+        return True, True, 0.0
     has, first_change = ts.warm_guess(block, n, p, params.shape[0], hyper, tau, nu)
     if not _fast_case(kind, S, y, tau, params, n_params):
         return False, has, first_change
     ok, log_z, dS_v, dth_v, loo_v, sweeps, tau_new, nu_new, change = ep_hsgp(
-        kind, basis_parts(basis), S, y, params.copy(), tau.copy(), nu.copy(), tol, max_sweeps, params.shape[0])
+        kind, basis_parts(basis), S, y, params.copy(), tau.copy(), nu.copy(), solve_tolerance(has, tol, cold_tol),
+        max_sweeps, params.shape[0])
     if not ok:
         return False, has, first_change
     dS[:] = dS_v
     dth[:] = dth_v
     loo[:] = loo_v
     out[0], out[1], out[2] = log_z, sweeps, 0
+    recent_put(block, S, X, params, y, hyper, dS, dth, loo, out)
     ts.count_solve(block, not has, sweeps)
     ts.warm_add(block, n, p, params.shape[0], hyper, tau_new, nu_new, change)
     return True, has, change
@@ -425,8 +512,8 @@ def _same_inputs(basis, X):
     return True
 
 
-def _evaluate_at(h, kind, n_params, tol, max_sweeps, n, p, q, M, D, S_, X_, params_, y_, hyper_, dS_, dth_, loo_,
-                 out_, tau_, nu_):
+def _evaluate_at(h, kind, n_params, tol, cold_tol, max_sweeps, n, p, q, M, D, S_, X_, params_, y_, hyper_, dS_,
+                 dth_, loo_, out_, tau_, nu_):
     """``evaluate`` on this thread's block of the Op with key hash ``h``: DONE with the outputs
     written, DECLINED with the warm start for the Python path written (tau, nu, out[HAS_START],
     out[FIRST_CHANGE]), NO_BLOCK or NO_BASIS (the caller makes the thread's block or the basis
@@ -443,8 +530,8 @@ def _evaluate_at(h, kind, n_params, tol, max_sweeps, n, p, q, M, D, S_, X_, para
     tau, nu = carray(tau_, (n,)), carray(nu_, (n,))
     tau[:] = 0.0
     nu[:] = 0.0
-    done, has, change = evaluate(block, basis, kind, n_params, tol, max_sweeps, S, X, params, y, hyper, dS, dth, loo,
-                                 out, tau, nu)
+    done, has, change = evaluate(block, basis, kind, n_params, tol, cold_tol, max_sweeps, S, X, params, y, hyper, dS,
+                                 dth, loo, out, tau, nu)
     out[HAS_START], out[FIRST_CHANGE] = has, change
     return DONE if done else DECLINED
 
@@ -461,9 +548,15 @@ def _store_at(h, n, p, q, hyper_, tau_, nu_, out_):
 # -- Python's side: the object-mode steps ---------------------------------------------------
 
 
-def _allocate(key, n, p, q):
-    """This thread's warm-start block (no recent results: ``thread_state.warm_length``)."""
-    ts.allocate(key, n, p, q, length=ts.warm_length(n, p, q))
+def _allocate(key, n, p, q, M, D):
+    """This thread's block: the warm starts (``thread_state.warm_length``; not
+    ``thread_state``'s recent results, which hold an n x n K) and the last result
+    (``recent_length``)."""
+    extra = recent_length(n, p, q, M, D)
+    ts.allocate(key, n, p, q, length=ts.warm_length(n, p, q) + extra)
+    block = ts.find_block(ts.key_hash(key), n, p, q)
+    if block.size == ts.warm_length(n, p, q) + extra and block[-extra] == 0.0:
+        block[-extra] = extra  # the slot's mark (``_recent_start``)
 
 
 def _build_basis(key, X):
@@ -501,9 +594,9 @@ def _fallback(key, S, X, params, y, hyper, has_start, tau, nu, first_change):
 
 
 @numba.njit(cache=True)
-def _allocate_block(key, n, p, q):
+def _allocate_block(key, n, p, q, M, D):
     with numba.objmode():
-        _allocate(key, n, p, q)
+        _allocate(key, n, p, q, M, D)
 
 
 @numba.njit(cache=True)
@@ -534,6 +627,8 @@ def compiled_function(op, key, numba_njit, ret_sig):
     kind, n_params = op.likelihood.kind, op.likelihood.n_params
     options = op.solver_options()
     tol, max_sweeps = float(options["tol"]), int(options.get("max_sweeps", 300))
+    cold_tol = float({**registry.solver_for(op.approximation, op.likelihood_type).engine_defaults,
+                      **dict(op.options)}["tol"])  # the engine's, under the user's (``solve_tolerance``)
 
     @numba_njit
     def approx_marginal_hsgp(S, X, params, y, hyper):
@@ -545,11 +640,11 @@ def compiled_function(op, key, numba_njit, ret_sig):
             tau, nu = np.empty(n), np.empty(n)
             code = NO_BLOCK
             for _ in range(3):  # at most: the thread's block, then the basis block
-                code = evaluate_at(h, kind, n_params, tol, max_sweeps, n, p, q, M, D, Sc.ctypes, Xc.ctypes,
+                code = evaluate_at(h, kind, n_params, tol, cold_tol, max_sweeps, n, p, q, M, D, Sc.ctypes, Xc.ctypes,
                                    pc.ctypes, yc.ctypes, hc.ctypes, dS.ctypes, dth.ctypes, loo.ctypes, out.ctypes,
                                    tau.ctypes, nu.ctypes)
                 if code == NO_BLOCK:
-                    _allocate_block(key, n, p, q)
+                    _allocate_block(key, n, p, q, M, D)
                 elif code == NO_BASIS:
                     if not _basis_block(key, Xc):
                         break

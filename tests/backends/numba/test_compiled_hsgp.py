@@ -120,6 +120,57 @@ def test_evidence_equals_dense_ep_on_the_same_kernel_matrix(compiled):
     np.testing.assert_allclose(out[4], dense.loo_log_p, rtol=1e-7, atol=1e-9)
 
 
+def test_a_cold_solve_at_the_sampler_tolerance_reaches_the_engine_value(compiled):
+    """The sampler's Op (EP tol 1e-2): its first evaluation, from zero sites, equals the
+    engine's value (tol 1e-12) to 1e-6 nats and its gradient to 1e-5 (at a long second
+    lengthscale the parallel map contracts slowly and a 1e-2 site change left log Z 0.05 nats
+    off); a warm-started evaluation a step away is within the sampler's accuracy (1e-2 nats)."""
+    rng = np.random.default_rng(0)
+    n = 200
+    X = rng.uniform(-2.0, 2.0, size=(n, 2))
+    y = np.where(3.0 * X[:, 0] + 0.3 * rng.normal(size=n) > 0, 1.0, -1.0)
+    basis = LaplacianBasis(X, [8, 4], c=1.5)
+    structure = HSGPBinary(basis.description(), 2)
+    S_in, th, hyper = pt.dvector("S"), pt.dvector("theta"), pt.dvector("hyper")
+    fns = []
+    for op in (ApproxMarginalOp("ep", L.Probit, hyper_names=(("h", 2),), structure=structure).sampling_twin(),
+               ApproxMarginalOp("ep", L.Probit, options=(("tol", 1e-12),), hyper_names=(("h", 2),),
+                                structure=structure)):
+        out = op(S_in, pt.as_tensor_variable(X), th, pt.as_tensor_variable(y), hyper)
+        fns.append(pytensor.function([S_in, th, hyper], list(out), mode=pytensor.compile.mode.Mode(linker="numba")))
+    assert fns[0].maker.fgraph.toposort()[-1].op.solver_options()["tol"] == 1e-2
+    for k, h in enumerate(([0.0, 2.0], [0.05, 1.95])):
+        S = basis.variances(np.exp(2.0) * pm.gp.cov.ExpQuad(2, ls=np.exp(np.array(h)))).eval()
+        sampler, engine = (f(S, np.zeros(0), np.array(h)) for f in fns)
+        assert int(sampler[6]) == 0
+        if k == 0:
+            assert abs(sampler[0] - engine[0]) < 1e-6
+            np.testing.assert_allclose(sampler[1], engine[1], rtol=1e-5, atol=1e-5 * np.abs(engine[1]).max())
+        else:
+            assert abs(sampler[0] - engine[0]) < 1e-2
+
+
+def test_a_repeated_point_is_answered_from_the_last_result(compiled):
+    """PyMC's NUTS evaluates each draw's start again: the same inputs give the last result's
+    outputs without a solve (the compiled solves stay, the calls count), equal to the Python
+    path's; the same hyperparameters with another S (or labels) are solved anew."""
+    X, y = _problem(2)
+    basis, (f_numba, f_py), (op_numba, _) = _functions(L.Probit, X, y, M_2D)
+    h = np.array([0.1, 0.2])
+    S1, S2 = _variances(basis, 2, 0.1, 0.2), _variances(basis, 2, -0.2, 0.4)
+    first = f_numba(S1, np.zeros(0), h)
+    (key,) = op_numba.backend_state_keys
+    solves, calls = thread_state.evaluations(key), thread_state.tallies(key)["calls"]
+    again = f_numba(S1, np.zeros(0), h)
+    assert thread_state.evaluations(key) == solves and thread_state.tallies(key)["calls"] == calls + 1
+    for a, b in zip(again, first):
+        np.testing.assert_array_equal(a, b)
+    _assert_same(again, f_py(S1, np.zeros(0), h))
+    other = f_numba(S2, np.zeros(0), h)  # same hyper, another S: a solve
+    assert thread_state.evaluations(key) == solves + 1
+    _assert_same(other, f_py(S2, np.zeros(0), h))
+
+
 def test_new_training_inputs_rebuild_the_basis_tables(compiled):
     """X as a graph input: a changed X (``pm.set_data``) gets new tables (the compiled path's
     values follow the Python path's at each X), and a NaN in X fails on both as the Python
