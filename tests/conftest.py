@@ -44,24 +44,23 @@ from pymc_gpc import likelihoods as L
 # file starts near the end of the run while the other worker has nothing left to do
 # (longest-processing-time-first scheduling). Without the reordering xdist would hand out
 # the files with the most tests first, and these few-test files last. The figures are each
-# file's CPU-seconds from empty caches (one process, ``-n 0``). The docs site comes second,
-# out of turn: its Sphinx build and browser check call no numba kernel, so while the first
-# worker's test_jax.py compiles the package's kernels into the shared cache, the second
-# worker does not compile them too.
+# file's CPU-seconds from empty caches (one process, ``-n 0``). The docs site and the
+# two-process JAX test come second and third, out of turn: they call no numba kernel of the
+# package (Sphinx and Chromium; JAX alone), so while the first worker's test_jax.py compiles
+# the package's kernels into the shared cache, the second worker does not compile them too.
 LONGEST_FIRST = (
-    "backends/test_jax.py",                      # 241
-    "integration/test_docs_site.py",             # 82
+    "backends/test_jax.py",                      # 231
+    "integration/test_docs_site.py",             # 43
+    "backends/test_jax_distributed.py",          # 71 in two processes side by side
     "integration/test_notebook.py",              # 154
     "backends/test_jax_hsgp.py",                 # 91
     "backends/test_jax_fitc.py",                 # 70
-    "backends/test_jax_distributed.py",          # 69 in two processes side by side
     "test_sklearn.py",                           # 61
     "test_fuzz_invariants.py",                   # 53
     "ops/test_ops.py",                           # 43
     "integration/test_combinations.py",          # 41
     "backends/test_jax_multiclass.py",           # 36
     "integration/test_posterior_gold.py",        # 36
-    "ops/test_compilation.py",                   # 36
     "integration/test_multiclass_gold.py",       # 30
     "gp/test_fitc_api.py",                       # 28
     "likelihoods/test_adding_a_likelihood.py",   # 27
@@ -71,7 +70,6 @@ LONGEST_FIRST = (
     "approximations/test_accuracy.py",           # 20
     "backends/test_jax_ordinal.py",              # 19
     "approximations/test_multiclass.py",         # 18
-    "gp/test_structure_auto.py",                 # 18
     "test_pymc_conventions.py",                  # 18
 )
 

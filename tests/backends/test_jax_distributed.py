@@ -51,7 +51,9 @@ _WORKER = textwrap.dedent("""
     hlo = sharded.lower(theta).compile().as_text()
     v2, g2 = sharded(theta)
     evidence = log_evidence(sharding.marginal_fn("ep", L.Probit.kind, devices=jax.devices(), tol=1e-8))
-    mcmc = MCMC(NUTS(potential_fn=lambda t: -(evidence(t) - 0.5 * jnp.sum(t ** 2))),
+    # trees of at most 2**3 - 1 leapfrog steps: every gradient is a round of collective sums
+    # between the processes, and a draw takes up to 2**10 - 1 steps by default
+    mcmc = MCMC(NUTS(potential_fn=lambda t: -(evidence(t) - 0.5 * jnp.sum(t ** 2)), max_tree_depth=3),
                 num_warmup=10, num_samples=10, progress_bar=False)
     mcmc.run(jax.random.PRNGKey(0), init_params=jnp.zeros(2))
     draws = np.asarray(mcmc.get_samples())

@@ -56,15 +56,17 @@ class _Stop(Exception):
 
 
 def _sample(monkeypatch, model):
+    """``pymc_gpc.sample`` up to ``pm.sample`` (which stops it). The warning comes before
+    the chains' start is built: ``init`` given, there is no Laplace start (a MAP-II and a
+    Hessian over the model's rows, most of this file's time otherwise)."""
     def fake_sample(*args, **kw):
         raise _Stop
 
     monkeypatch.setattr(I.pm, "sample", fake_sample)
     with pytest.raises(_Stop):
-        S.sample(model=model, progressbar=False, nuts_sampler="pymc", chains=1)
+        S.sample(model=model, progressbar=False, nuts_sampler="pymc", chains=1, init="adapt_diag")
 
 
-@pytest.mark.slow  # a sampling run: CI only, not the between-edits tier
 def test_sampling_a_large_dense_model_warns_once_naming_fitc_and_ccd(monkeypatch):
     monkeypatch.setattr(S, "_dense_warned", [])
     X, y = _data(M.DENSE_MAX_ROWS + 1)

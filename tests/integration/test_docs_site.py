@@ -112,25 +112,13 @@ def test_site_loads_nothing_from_other_hosts(site):
     assert list((site / "_static" / "mathjax" / "output" / "chtml" / "fonts").rglob("*.woff"))
 
 
-def _browser_problem():
-    """Why the browser check cannot run here, or None."""
-    if importlib.util.find_spec("playwright") is None:
-        return "Playwright is not installed (pip install -e '.[docs]')"
-    from playwright.sync_api import sync_playwright
-
-    try:
-        with sync_playwright() as p:
-            check_site.launch(p).close()
-    except check_site.BrowserUnavailable as err:
-        return str(err)
-    return None
-
-
 def test_site_in_headless_chromium(site):
-    problem = _browser_problem()
-    if problem:
-        pytest.skip(problem)
+    if importlib.util.find_spec("playwright") is None:
+        pytest.skip("Playwright is not installed (pip install -e '.[docs]')")
     pages = check_site.pages_to_check(site)
     assert "index.html" in pages and "user_guide/ordinal.html" in pages and "generated/pymc_gpc.MarginalEP.html" in pages
-    problems = check_site.check_site(site, pages, log=lambda *_: None)
+    try:  # one Chromium start: where none can start, the check is skipped
+        problems = check_site.check_site(site, pages, log=lambda *_: None)
+    except check_site.BrowserUnavailable as err:
+        pytest.skip(str(err))
     assert not problems, "\n".join(problems[:40])
