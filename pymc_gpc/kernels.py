@@ -70,6 +70,9 @@ PRODUCT_MIN_COLUMNS = 8
 # time: a block's distances and accumulators (a few times 4 kB) stay in L1 cache while the
 # n x m arrays are each read or written once.
 BLOCK = 512
+# Rows of a tile of the pullback's pass (``distance_pullback``): TILE_ROWS x BLOCK entries of
+# G and of E stay in L2 cache, whichever way G is ordered.
+TILE_ROWS = 32
 
 
 @njit(nogil=True, cache=True)
@@ -249,13 +252,36 @@ def _product_pullback(A, X, Xs, cols, row_sums, col_sums):
 
 
 @njit(nogil=True, cache=True)
+def _pullback_row(g, e, X, XsT, discrete, loop_cols, i, j0, a, acc_ge, acc_g, acc):
+    """One block of row i of the pullback: a <- g o e, acc_ge += a, acc_g += g and
+    acc[c] += a o d_c(X_i, Xs_{j0:}) for the loop columns c."""
+    w = a.shape[0]
+    for k in range(w):
+        a[k] = g[k] * e[k]
+        acc_ge[k] += a[k]
+        acc_g[k] += g[k]
+    for c in loop_cols:
+        xi, col, out = X[i, c], XsT[c, j0:j0 + w], acc[c]
+        if discrete[c]:
+            for k in range(w):
+                if col[k] != xi:
+                    out[k] += a[k]
+        else:
+            for k in range(w):
+                t = col[k] - xi
+                out[k] += a[k] * t * t
+
+
+@njit(nogil=True, cache=True)
 def distance_pullback(G, E, X, Xs, discrete, min_columns=PRODUCT_MIN_COLUMNS):
     """(s, <G, E>, sum G, tr G) with s_m = <G o E, d_m> (module docstring).
 
-    One pass over G and E, per block of ``BLOCK`` entries of a row: G o E, its sums and the
-    loop columns' weighted distances accumulate in per-position accumulators of one block's
-    length (in cache, vectorised), summed at the end. The continuous columns go through BLAS
-    products where ``weighted_distance`` uses them (``_product_pullback``, on G o E kept whole).
+    One pass over G and E in tiles of ``TILE_ROWS`` rows by ``BLOCK`` columns (in cache
+    whether G is C- or Fortran-ordered: the FITC gradient in K_uf is Fortran), per row of a
+    tile: G o E, its sums and the loop columns' weighted distances accumulate in
+    per-position accumulators of one block's length (vectorised), summed at the end. The
+    continuous columns go through BLAS products where ``weighted_distance`` uses them
+    (``_product_pullback``, on G o E kept whole).
     """
     n, m, d = X.shape[0], Xs.shape[0], X.shape[1]
     if G.shape != (n, m) or E.shape != (n, m) or Xs.shape[1] != d or discrete.shape[0] != d:
@@ -267,28 +293,16 @@ def distance_pullback(G, E, X, Xs, discrete, min_columns=PRODUCT_MIN_COLUMNS):
     a = np.empty(BLOCK)
     tr_g = 0.0
     XsT = np.ascontiguousarray(Xs.T)
-    for i in range(n):
+    for i0 in range(0, n, TILE_ROWS):
         for j0 in range(0, m, BLOCK):
             w = min(BLOCK, m - j0)
-            ab, g, e, sge, sg = a[:w], G[i, j0:j0 + w], E[i, j0:j0 + w], acc_ge[:w], acc_g[:w]
-            for k in range(w):
-                ab[k] = g[k] * e[k]
-                sge[k] += ab[k]
-                sg[k] += g[k]
-            if product:
-                GE[i, j0:j0 + w] = ab
-            for c in loop_cols:
-                xi, col, out = X[i, c], XsT[c, j0:j0 + w], acc[c, :w]
-                if discrete[c]:
-                    for k in range(w):
-                        if col[k] != xi:
-                            out[k] += ab[k]
-                else:
-                    for k in range(w):
-                        t = col[k] - xi
-                        out[k] += ab[k] * t * t
-        if i < m:
-            tr_g += G[i, i]
+            for i in range(i0, min(i0 + TILE_ROWS, n)):
+                _pullback_row(G[i, j0:j0 + w], E[i, j0:j0 + w], X, XsT, discrete, loop_cols, i, j0, a[:w],
+                              acc_ge[:w], acc_g[:w], acc)
+                if product:
+                    GE[i, j0:j0 + w] = a[:w]
+    for i in range(min(n, m)):
+        tr_g += G[i, i]
     s = np.empty(d)
     for c in range(d):
         s[c] = acc[c].sum()
