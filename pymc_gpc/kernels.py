@@ -32,9 +32,11 @@ elementwise graph (whose exponential runs as numba's scalar loop, much slower th
 NumPy's vectorised one) they cost about as much as a sweep of EP; as these two Ops,
 markedly less (figures: ``docs/design/engine_notes.md``, "Figures moved from
 comments"). Both run in numba's nopython mode, the exponential included
-(``numerics.special.exp_inplace``, vectorised), so a compiled logp never enters Python
-here. The pullback has no gradient itself: for Hessian-based tools
-build the kernel from ``pm.gp.cov`` instead.
+(``numerics.special.exp_inplace``, vectorised), each in one pass over its n x m arrays
+(blocks of a row in cache: ``ard_kernel``, ``distance_pullback``); a compiled logp enters
+Python only to take K and E from the pool of large arrays (``_kernel_outputs``). The
+pullback has no gradient itself: for Hessian-based tools build the kernel from
+``pm.gp.cov`` instead.
 
 Several classes: ``ard_kernels(d, classes)`` creates one ARD kernel per class in the
 current model, its hyperparameters random variables with a leading ``class`` dimension
