@@ -32,9 +32,11 @@ elementwise graph (whose exponential runs as numba's scalar loop, much slower th
 NumPy's vectorised one) they cost about as much as a sweep of EP; as these two Ops,
 markedly less (figures: ``docs/design/engine_notes.md``, "Figures moved from
 comments"). Both run in numba's nopython mode, the exponential included
-(``numerics.special.exp_inplace``, vectorised), so a compiled logp never enters Python
-here. The pullback has no gradient itself: for Hessian-based tools
-build the kernel from ``pm.gp.cov`` instead.
+(``numerics.special.exp_inplace``, vectorised), each in one pass over its n x m arrays
+(blocks of a row in cache: ``ard_kernel``, ``distance_pullback``); a compiled logp enters
+Python only to take K and E from the pool of large arrays (``_kernel_outputs``). The
+pullback has no gradient itself: for Hessian-based tools build the kernel from
+``pm.gp.cov`` instead.
 
 Several classes: ``ard_kernels(d, classes)`` creates one ARD kernel per class in the
 current model, its hyperparameters random variables with a leading ``class`` dimension
@@ -44,6 +46,7 @@ take as ``cov_func``; ``per_class(factory, *hyperparameters)`` does the same for
 kernel built from (c, ...) variables.
 """
 
+import numba
 import numpy as np
 import pytensor.tensor as pt
 from numba import njit
@@ -55,6 +58,7 @@ from pytensor.graph.op import Op
 from ._numba_cache import cache_key
 from .numerics import lapack
 from .numerics.special import exp_inplace
+from .numerics.workspace import POOL
 
 
 # From this many continuous columns on, their distances and pullback go through one BLAS
@@ -63,6 +67,14 @@ from .numerics.special import exp_inplace
 # that, so small inputs (Pima's 7, Crabs' 5) keep the loops
 # (benchmarks/results/kernel_products.md; docs/design/engine_notes.md).
 PRODUCT_MIN_COLUMNS = 8
+
+# Entries of a row that the fused passes (``ard_kernel``, ``distance_pullback``) take at a
+# time: a block's distances and accumulators (a few times 4 kB) stay in L1 cache while the
+# n x m arrays are each read or written once.
+BLOCK = 512
+# Rows of a tile of the pullback's pass (``distance_pullback``): TILE_ROWS x BLOCK entries of
+# G and of E stay in L2 cache, whichever way G is ordered.
+TILE_ROWS = 32
 
 
 @njit(nogil=True, cache=True)
@@ -110,13 +122,13 @@ def _centred_columns(X, Xs, cols):
 
 
 @njit(nogil=True, cache=True)
-def _product_distance(X, Xs, l, cols, symmetric):
+def _product_distance(X, Xs, l, cols, symmetric, out):
     r"""sum_{m in cols} l_m (X_im - Xs_jm)^2 = q_i + r_j - 2 (X diag(l) Xs^T)_ij, with
     q_i = sum_m l_m X_im^2 and r_j likewise, by one BLAS product (``lapack.gemm``) on the
     centred columns (``_centred_columns``), C-ordered (n, m). ``symmetric`` (Xs is X): the
     lower triangle is mirrored and the diagonal is zero, so the result is exactly symmetric,
     as the loop's is. Where all l_m have one sign the result is clipped to that sign
-    (rounding can leave a tiny distance of the other)."""
+    (rounding can leave a tiny distance of the other). Written into ``out`` and returned."""
     n, m, k = X.shape[0], Xs.shape[0], cols.shape[0]
     A, B = _centred_columns(X, Xs, cols)
     lc = l[cols]
@@ -127,7 +139,7 @@ def _product_distance(X, Xs, l, cols, symmetric):
             A[i, c] *= lc[c]
         for j in range(m):
             r[j] += lc[c] * B[j, c] * B[j, c]
-    P = np.empty((n, m)).T  # Fortran (m, n): P^T = B (diag(l) A)^T, so P.T is C-ordered (n, m)
+    P = out.T  # Fortran (m, n): P^T = B (diag(l) A)^T, so P.T is C-ordered (n, m)
     lapack.gemm(1.0, B, A, 0.0, P, True)
     D = P.T
     lo, hi = min(lc.min(), 0.0), max(lc.max(), 0.0)
@@ -144,31 +156,81 @@ def _product_distance(X, Xs, l, cols, symmetric):
 
 
 @njit(nogil=True, cache=True)
+def _add_loop_distances(out, X, XsT, h, discrete, loop_cols, i, j0):
+    """out[k] += sum_{c in loop_cols} h_c d_c(X_i^c, Xs_{j0+k}^c) for k < len(out): the column
+    loops' share of one block of row i (``XsT`` is Xs transposed, C-ordered)."""
+    w = out.shape[0]
+    for c in loop_cols:
+        xi, hc, col = X[i, c], h[c], XsT[c, j0:j0 + w]
+        if discrete[c]:
+            for k in range(w):
+                if col[k] != xi:
+                    out[k] += hc
+        else:
+            for k in range(w):
+                t = col[k] - xi
+                out[k] += hc * t * t
+
+
+@njit(nogil=True, cache=True)
+def _distance_start(X, Xs, h, discrete, min_columns, out):
+    """(product, loop_cols, XsT): whether the product form took some columns (then ``out``,
+    C-ordered (n, m), holds their share of sum_m h_m d_m: ``_product_distance``), the columns
+    left to the loops, and Xs transposed for them."""
+    n, m, d = X.shape[0], Xs.shape[0], X.shape[1]
+    if Xs.shape[1] != d or h.shape[0] != d or discrete.shape[0] != d:
+        raise ValueError("ARD kernel: X, Xs, l and the discrete mask must agree on the number of columns")
+    cols, loop_cols = _split_columns(discrete, min_columns, n, m)
+    if cols.shape[0]:
+        _product_distance(X, Xs, h, cols, _same_points(X, Xs), out)
+    return cols.shape[0] > 0, loop_cols, np.ascontiguousarray(Xs.T)
+
+
+@njit(nogil=True, cache=True)
 def weighted_distance(X, Xs, l, discrete, min_columns=PRODUCT_MIN_COLUMNS):
     """D_ij = sum_m l_m d_m(X_i^m, Xs_j^m) (module docstring); exactly symmetric when Xs is X.
 
     The continuous columns go through one BLAS product where there are at least
-    ``min_columns`` of them (``_product_distance``), the rest through a loop (per row, vectorised
-    over j)."""
-    n, m, d = X.shape[0], Xs.shape[0], X.shape[1]
-    if Xs.shape[1] != d or l.shape[0] != d or discrete.shape[0] != d:
-        raise ValueError("ARD kernel: X, Xs, l and the discrete mask must agree on the number of columns")
-    cols, loop_cols = _split_columns(discrete, min_columns, n, m)
-    D = _product_distance(X, Xs, l, cols, _same_points(X, Xs)) if cols.shape[0] else np.zeros((n, m))
-    XsT = np.ascontiguousarray(Xs.T)
+    ``min_columns`` of them (``_product_distance``), the rest through a loop (per block of
+    ``BLOCK`` entries of a row, vectorised over them: ``_add_loop_distances``)."""
+    n, m = X.shape[0], Xs.shape[0]
+    D = np.empty((n, m))
+    product, loop_cols, XsT = _distance_start(X, Xs, l, discrete, min_columns, D)
+    if not product:
+        D[:] = 0.0
     for i in range(n):
-        row = D[i]
-        for c in loop_cols:
-            xi, lc, col = X[i, c], l[c], XsT[c]
-            if discrete[c]:
-                for j in range(m):
-                    if col[j] != xi:
-                        row[j] += lc
-            else:
-                for j in range(m):
-                    t = col[j] - xi
-                    row[j] += lc * t * t
+        for j0 in range(0, m, BLOCK):
+            _add_loop_distances(D[i, j0:min(j0 + BLOCK, m)], X, XsT, l, discrete, loop_cols, i, j0)
     return D
+
+
+@njit(nogil=True, cache=True)
+def ard_kernel(K, E, X, Xs, l, v0, v1, v2, discrete, symmetric, min_columns=PRODUCT_MIN_COLUMNS):
+    """K <- v0 E + v1 (+ v2 I when ``symmetric``) and E <- exp(-D/2) (eq. 10), both C-ordered
+    (n, m), in one pass: per block of ``BLOCK`` entries of a row, the distances
+    (``weighted_distance``'s, with l scaled by -1/2), their exponential (``exp_inplace``)
+    and both outputs, so that no n x m array is read back between the steps."""
+    n, m = X.shape[0], Xs.shape[0]
+    if symmetric and n != m:
+        raise ValueError("ARD kernel: a symmetric kernel needs Xs = X")
+    if K.shape != (n, m) or E.shape != (n, m):
+        raise ValueError("ARD kernel: the outputs K and E must have shape (len(X), len(Xs))")
+    h = -0.5 * l
+    product, loop_cols, XsT = _distance_start(X, Xs, h, discrete, min_columns, E)
+    buf = np.empty(BLOCK)
+    for i in range(n):
+        for j0 in range(0, m, BLOCK):
+            w = min(BLOCK, m - j0)
+            b, e, k = buf[:w], E[i, j0:j0 + w], K[i, j0:j0 + w]
+            for t in range(w):
+                b[t] = e[t] if product else 0.0
+            _add_loop_distances(b, X, XsT, h, discrete, loop_cols, i, j0)  # -D/2
+            exp_inplace(b)
+            for t in range(w):
+                e[t] = b[t]
+                k[t] = v0 * b[t] + v1
+        if symmetric:
+            K[i, i] += v2
 
 
 @njit(nogil=True, cache=True)
@@ -192,58 +254,71 @@ def _product_pullback(A, X, Xs, cols, row_sums, col_sums):
 
 
 @njit(nogil=True, cache=True)
+def _pullback_row(g, e, X, XsT, discrete, loop_cols, i, j0, a, acc_ge, acc_g, acc):
+    """One block of row i of the pullback: a <- g o e, acc_ge += a, acc_g += g and
+    acc[c] += a o d_c(X_i, Xs_{j0:}) for the loop columns c."""
+    w = a.shape[0]
+    for k in range(w):
+        a[k] = g[k] * e[k]
+        acc_ge[k] += a[k]
+        acc_g[k] += g[k]
+    for c in loop_cols:
+        xi, col, out = X[i, c], XsT[c, j0:j0 + w], acc[c]
+        if discrete[c]:
+            for k in range(w):
+                if col[k] != xi:
+                    out[k] += a[k]
+        else:
+            for k in range(w):
+                t = col[k] - xi
+                out[k] += a[k] * t * t
+
+
+@njit(nogil=True, cache=True)
 def distance_pullback(G, E, X, Xs, discrete, min_columns=PRODUCT_MIN_COLUMNS):
     """(s, <G, E>, sum G, tr G) with s_m = <G o E, d_m> (module docstring).
 
-    The continuous columns go through BLAS products where ``weighted_distance`` uses them
-    (``_product_pullback``); the other columns' sums run over i in per-column accumulators
-    (vectorised over j), summed at the end.
+    One pass over G and E in tiles of ``TILE_ROWS`` rows by ``BLOCK`` columns (in cache
+    whether G is C- or Fortran-ordered: the FITC gradient in K_uf is Fortran), per row of a
+    tile: G o E, its sums and the loop columns' weighted distances accumulate in
+    per-position accumulators of one block's length (vectorised), summed at the end. The
+    continuous columns go through BLAS products where ``weighted_distance`` uses them
+    (``_product_pullback``, on G o E kept whole).
     """
     n, m, d = X.shape[0], Xs.shape[0], X.shape[1]
     if G.shape != (n, m) or E.shape != (n, m) or Xs.shape[1] != d or discrete.shape[0] != d:
         raise ValueError("ARD kernel pullback: G, E, X and Xs do not match")
     cols, loop_cols = _split_columns(discrete, min_columns, n, m)
     product = cols.shape[0] > 0
-    GE = np.empty((n if product else 1, m))  # G o E whole for the products, else one row at a time
-    acc_ge, acc_g, acc = np.zeros(m), np.zeros(m), np.zeros((d, m))
+    GE = np.empty((n if product else 0, m))  # G o E whole for the products only
+    acc_ge, acc_g, acc = np.zeros(BLOCK), np.zeros(BLOCK), np.zeros((d, BLOCK))
+    a = np.empty(BLOCK)
     tr_g = 0.0
     XsT = np.ascontiguousarray(Xs.T)
-    for i in range(n):
-        a, g = GE[i if product else 0], G[i]
-        for j in range(m):
-            a[j] = g[j] * E[i, j]
-            acc_ge[j] += a[j]
-            acc_g[j] += g[j]
-        if i < m:
-            tr_g += g[i]
-        for c in loop_cols:
-            xi, col, out = X[i, c], XsT[c], acc[c]
-            if discrete[c]:
-                for j in range(m):
-                    if col[j] != xi:
-                        out[j] += a[j]
-            else:
-                for j in range(m):
-                    t = col[j] - xi
-                    out[j] += a[j] * t * t
+    for i0 in range(0, n, TILE_ROWS):
+        for j0 in range(0, m, BLOCK):
+            w = min(BLOCK, m - j0)
+            for i in range(i0, min(i0 + TILE_ROWS, n)):
+                _pullback_row(G[i, j0:j0 + w], E[i, j0:j0 + w], X, XsT, discrete, loop_cols, i, j0, a[:w],
+                              acc_ge[:w], acc_g[:w], acc)
+                if product:
+                    GE[i, j0:j0 + w] = a[:w]
+    for i in range(min(n, m)):
+        tr_g += G[i, i]
     s = np.empty(d)
     for c in range(d):
         s[c] = acc[c].sum()
     if product:
-        s[cols] = _product_pullback(GE, X, Xs, cols, np.dot(GE, np.ones(m)), acc_ge)
+        s[cols] = _product_pullback(GE, X, Xs, cols, np.dot(GE, np.ones(m)), np.dot(np.ones(n), GE))
     return s, acc_ge.sum(), acc_g.sum(), tr_g
 
 
-@njit(nogil=True, cache=True)
-def _assemble(E, v0, v1, v2, symmetric):
-    """K = v0 E + v1 (+ v2 I when symmetric)."""
-    if symmetric and E.shape[0] != E.shape[1]:
-        raise ValueError("ARD kernel: a symmetric kernel needs Xs = X")
-    K = v0 * E + v1
-    if symmetric:
-        for i in range(K.shape[0]):
-            K[i, i] += v2
-    return K
+def _kernel_outputs(n, m):
+    """Two C-ordered (n, m) arrays for K and E, from the package's pool of large arrays
+    (``numerics.workspace.POOL``): an n x m kernel between the inducing and the training
+    inputs is fresh pages at every evaluation otherwise (numba's allocations are not backed
+    by huge pages), whose faults cost more than the kernel's arithmetic."""
+    return POOL.empty((n, m), order="C"), POOL.empty((n, m), order="C")
 
 
 def _ard_inputs(X, Xs, l, v0, v1, v2):
@@ -273,9 +348,9 @@ class ARDKernelOp(Op):
 
     def perform(self, node, inputs, output_storage):
         X, Xs, l, v0, v1, v2 = inputs
-        E = weighted_distance(X, Xs, -0.5 * l, np.array(self.discrete))  # -D/2
-        exp_inplace(E)
-        output_storage[0][0] = _assemble(E, float(v0), float(v1), float(v2), self.symmetric)
+        K, E = _kernel_outputs(X.shape[0], Xs.shape[0])
+        ard_kernel(K, E, X, Xs, l, float(v0), float(v1), float(v2), np.array(self.discrete), self.symmetric)
+        output_storage[0][0] = K
         output_storage[1][0] = E
 
     def pullback(self, inputs, outputs, cotangents):
@@ -409,12 +484,14 @@ def _register_numba():
         discrete, symmetric = np.array(op.discrete), op.symmetric
 
         @numba_njit
-        def ard_kernel(X, Xs, l, v0, v1, v2):
-            E = weighted_distance(X, Xs, -0.5 * l, discrete)  # -D/2
-            exp_inplace(E)
-            return _assemble(E, v0[()], v1[()], v2[()], symmetric), E
+        def ard_kernel_op(X, Xs, l, v0, v1, v2):
+            n, m = X.shape[0], Xs.shape[0]
+            with numba.objmode(K="float64[:, ::1]", E="float64[:, ::1]"):
+                K, E = _kernel_outputs(n, m)
+            ard_kernel(K, E, X, Xs, l, v0[()], v1[()], v2[()], discrete, symmetric)
+            return K, E
 
-        return ard_kernel, cache_key("ARDKernelOp", op.discrete, op.symmetric)
+        return ard_kernel_op, cache_key("ARDKernelOp", op.discrete, op.symmetric)
 
     @register_funcify_and_cache_key(ARDKernelPullbackOp)
     def funcify_pullback(op, node, **kwargs):
