@@ -397,13 +397,21 @@ class ApproxMarginalOp(Op):
             parts = [f"{n}={v:.4g}" for n, v in zip(self.likelihood.param_names, params)]
         return ", ".join(parts)
 
-    def solver_options(self):
+    def solver_options(self, cold=False):
         """The solver's options (a new dict): the registry's ``sampling_defaults`` (with
         ``sampling``) or ``engine_defaults`` under the Op's, and the LOO deferred where
-        ``defer_loo`` is set. A backend's own solver reads its tolerances here."""
+        ``defer_loo`` is set. A backend's own solver reads its tolerances here.
+
+        ``cold``: for a solve from no warm start, whose ``tol`` is the smaller of the
+        sampler's and the engine's (under the Op's options): a site change below the
+        sampler's 1e-2 bounds EP's error only near its fixed point
+        (``backends.numba.thread_state.solve_tolerance``)."""
         entry = registry.solver_for(self.approximation, self.likelihood_type)
         defaults = entry.sampling_defaults if self.sampling else entry.engine_defaults
         options = {**defaults, **dict(self.options)}
+        engine_tol = {**entry.engine_defaults, **dict(self.options)}.get("tol")
+        if cold and "tol" in options and engine_tol is not None:
+            options["tol"] = min(options["tol"], engine_tol)
         if self.defer_loo:
             options["with_loo"] = "deferred"
         return options
@@ -439,7 +447,7 @@ class ApproxMarginalOp(Op):
         """
         kernels, params, y, hyper = self._split(inputs)
         n = y.shape[0]
-        options = self.solver_options()
+        options = self.solver_options(cold=guess is None)
         self._counts["evaluations"] += 1
         fast = self._fast_ep(kernels[0], params, y, guess, options)
         if fast is not None:

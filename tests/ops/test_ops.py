@@ -718,7 +718,7 @@ def test_where_the_compiled_function_fails_the_op_performs(compiled_ep, monkeypa
     evaluate_at, store_at = C.external()
 
     @cfunc(evaluate_at.sig)
-    def failing(h, kind, n_params, tol, max_sweeps, n, p, q, a, b, c, d, e, f, g, o, t, u):
+    def failing(h, kind, n_params, tol, cold_tol, max_sweeps, n, p, q, a, b, c, d, e, f, g, o, t, u):
         return C.FAILED
 
     llvm.add_symbol("test_failing_compiled_ep", failing.address)
@@ -755,3 +755,35 @@ def test_a_full_thread_state_table_leaves_the_op_on_its_python_state(compiled_ep
             thread_state.release(key)
     assert np.all(np.isfinite(values)) and op._counts["evaluations"] == 3
     assert len(op._warm_starts(20).states) == 3  # the Python path's warm starts
+
+
+@pytest.mark.parametrize("linker", ["numba", "py"])
+def test_a_cold_solve_at_the_sampler_tolerance_reaches_the_engine_value(linker, compiled_ep):
+    """The sampler's Op (EP tol 1e-2): its first evaluation, from zero sites, equals the
+    engine's value (tol 1e-12) to 1e-7 nats and its gradient to 1e-5, on the compiled path
+    and the Python path alike (``thread_state.solve_tolerance``; at a large amplitude a cold
+    solve stopped at a site change of 1e-2 left log Z 3e-3 nats and dlog Z/dK 3 % off, and
+    every later warm start inherits it); a warm-started evaluation a step away stays within
+    the sampler's accuracy."""
+    rng = np.random.default_rng(0)
+    n = 200
+    X = rng.normal(size=(n, 2))
+    y = np.where(X[:, 0] + 0.3 * rng.normal(size=n) > 1.2, 1.0, -1.0)
+    D = (X[:, None, :] - X[None, :, :]) ** 2
+    K_in, th, hyper = pt.dmatrix("K"), pt.dvector("theta"), pt.dvector("hyper")
+    fns = []
+    for op in (ApproxMarginalOp("ep", L.Probit, hyper_names=(("h", 1),)).sampling_twin(),
+               ApproxMarginalOp("ep", L.Probit, options=(("tol", 1e-12),), hyper_names=(("h", 1),))):
+        out = op(K_in, th, y, hyper)
+        fns.append(pytensor.function([K_in, th, hyper], [out[0], out[1], out[5]],
+                                     mode=pytensor.compile.mode.Mode(linker=linker)))
+    assert fns[0].maker.fgraph.toposort()[-1].op.solver_options()["tol"] == 1e-2
+    for k, scale in enumerate((1.0, 1.02)):
+        K = 3000.0 * np.exp(-0.5 * (D / (scale * np.array([10.0, 3.0])) ** 2).sum(-1)) + 3e-5 * np.eye(n)
+        sampler, engine = (f(K, np.zeros(0), np.array([scale])) for f in fns)
+        assert int(sampler[2]) == 0
+        if k == 0:
+            assert abs(sampler[0] - engine[0]) < 1e-7
+            np.testing.assert_allclose(sampler[1], engine[1], rtol=1e-5, atol=1e-5 * np.abs(engine[1]).max())
+        else:
+            assert abs(sampler[0] - engine[0]) < 1e-2

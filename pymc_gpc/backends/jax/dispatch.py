@@ -10,9 +10,10 @@ never automatic differentiation through the EP or Newton loop).
 Registered here:
 
 * ``ApproxMarginalOp`` (EP and Laplace; mean field and ADF raise
-  ``registry.UnsupportedCombinationError``, a ``NotImplementedError``, naming what works), with the options of the numba path (the registry's ``sampling_defaults``: EP's
-  tol is 1e-2 while sampling). The fourth input (hyperparameter values, used by the numba
-  path for warm starts and warnings) is ignored: each evaluation starts cold.
+  ``registry.UnsupportedCombinationError``, a ``NotImplementedError``, naming what works), with the options of the numba path (the registry's ``sampling_defaults``) and the
+  tolerance of a solve from zero sites (``op_options``). The fourth input (hyperparameter
+  values, used by the numba path for warm starts and warnings) is ignored: each evaluation
+  starts cold.
 * ``LatentPredictiveOp`` (prediction, ``conditional``).
 * The same two Ops on the FITC prior (``backends/jax/fitc.py``), with the training points
   split over a device mesh inside ``sharding.shard_rows()``: each Op is one class for every
@@ -49,10 +50,12 @@ from . import sharding
 def op_options(op, sampling):
     """The Op's solver options over the registry's sampling defaults where it samples, less
     ``with_grad`` and ``with_loo`` (the JAX functions always return both); every JAX
-    registration (binary, FITC, multi-class) reads its options here."""
+    registration (binary, FITC, multi-class) reads its options here. A JAX solve always
+    starts from zero sites, so where it samples its ``tol`` is a cold solve's
+    (``ApproxMarginalOp.solver_options(cold=True)``: the engine's, not the sampler's 1e-2)."""
     options = dict(op.options)
     if sampling:
-        options = {**registry.solver_for(op.approximation, op.likelihood_type).sampling_defaults, **options}
+        options = op.solver_options(cold=True)
     options.pop("with_grad", None)
     options.pop("with_loo", None)
     return options

@@ -39,11 +39,11 @@ FAILED, DONE, DECLINED, NO_BLOCK = 0, 1, 2, 3
 OUT, HAS_START, FIRST_CHANGE = 5, 3, 4
 _P = types.CPointer(types.float64)
 _I = types.int64
-# evaluate_at: key hash, likelihood kind, n_params, tol, max_sweeps, n, p, q; then the
+# evaluate_at: key hash, likelihood kind, n_params, tol, cold_tol, max_sweeps, n, p, q; then the
 # C-contiguous arrays K (n, n), params (q,), y (n,), hyper (p,), dlog_z/dK (n, n),
 # dlog_z/dtheta (q,), loo (n,), out (OUT,), tau (n,), nu (n,).
 # store_at: key hash, n, p, q and the same arrays, given.
-_EVALUATE = (_I, _I, _I, types.float64, _I, _I, _I, _I)
+_EVALUATE = (_I, _I, _I, types.float64, types.float64, _I, _I, _I, _I)
 _STORE = (_I, _I, _I, _I)
 _CFUNCS = []
 
@@ -62,7 +62,7 @@ def external():
                  for symbol, scalars in zip(SYMBOLS, (_EVALUATE, _STORE)))
 
 
-def _evaluate_at(h, kind, n_params, tol, max_sweeps, n, p, q, K_, params_, y_, hyper_, dK_, dth_, loo_, out_,
+def _evaluate_at(h, kind, n_params, tol, cold_tol, max_sweeps, n, p, q, K_, params_, y_, hyper_, dK_, dth_, loo_, out_,
                  tau_, nu_):
     """``evaluate`` on this thread's block of the Op with key hash ``h``: DONE with the
     outputs written, DECLINED with the warm start for the Python path written (tau, nu,
@@ -76,7 +76,8 @@ def _evaluate_at(h, kind, n_params, tol, max_sweeps, n, p, q, K_, params_, y_, h
     tau, nu = carray(tau_, (n,)), carray(nu_, (n,))
     tau[:] = 0.0
     nu[:] = 0.0
-    done, has, change = evaluate(block, kind, n_params, tol, max_sweeps, K, params, y, hyper, dK, dth, loo, out, tau, nu)
+    done, has, change = evaluate(block, kind, n_params, tol, cold_tol, max_sweeps, K, params, y, hyper, dK, dth, loo,
+                                 out, tau, nu)
     out[HAS_START], out[FIRST_CHANGE] = has, change
     return DONE if done else DECLINED
 
@@ -106,8 +107,9 @@ def _fast_case(kind, K, y, tau, params):
 
 
 @njit(nogil=True, cache=True)
-def evaluate(block, kind, n_params, tol, max_sweeps, K, params, y, hyper, dK, dth, loo, out, tau, nu):
-    """One evaluation from ``block`` (this thread's ``thread_state`` block).
+def evaluate(block, kind, n_params, tol, cold_tol, max_sweeps, K, params, y, hyper, dK, dth, loo, out, tau, nu):
+    """One evaluation from ``block`` (this thread's ``thread_state`` block); a solve from zero
+    sites runs to ``cold_tol`` (``thread_state.solve_tolerance``), a warm-started one to ``tol``.
 
     Returns (done, has_start, first_change). Done: answered here (a recent result, or a
     converged compiled solve, stored), with dlog_z/dK, dlog_z/dtheta, loo and (log_z,
@@ -126,7 +128,8 @@ def evaluate(block, kind, n_params, tol, max_sweeps, K, params, y, hyper, dK, dt
     # q parameters: a binary kind's params_valid holds q == n_params; an ordinal template's
     # n_params is 0, its cutpoints arrive with th
     ok, log_z, dK_f, dth_s, loo_s, sweeps, tau_new, nu_new, change = ep_warm_compiled(
-        kind, K, y, params.copy(), tau.copy(), nu.copy(), first_change if has else np.inf, tol, max_sweeps, q)
+        kind, K, y, params.copy(), tau.copy(), nu.copy(), first_change if has else np.inf, ts.solve_tolerance(has, tol, cold_tol),
+        max_sweeps, q)
     if not ok:
         return False, has, first_change
     _write(dK, dth, loo, out, dK_f, dth_s, loo_s, log_z, sweeps, 0)  # dK: C order, the Python path's values

@@ -8,7 +8,7 @@ undamped parallel loop that converges. The numba implementation of the Op
 (``compiled_function``, routed by ``dispatch.compiles_hsgp``) runs that case here, in
 nopython mode and without the GIL: the warm-start guess and store (``thread_state``, per OS
 thread), the sweeps and the outputs. A solve from zero sites runs to the engine's tolerance
-(``solve_tolerance``), and the thread's last result answers an evaluation at the same inputs
+(``thread_state.solve_tolerance``), and the thread's last result answers an evaluation at the same inputs
 (``recent_get``: PyMC's NUTS evaluates each draw's starting point twice). Every other case (a
 declined point, a loop that does not converge or would take a step ``ep._parallel`` handles in
 Python, a failure) goes to the Op's Python path (``ApproxMarginalOp.evaluate``) from the warm
@@ -45,7 +45,6 @@ import numba
 import numpy as np
 from numba import carray, cfunc, njit, types
 
-from ...approximations import registry
 from ...approximations.ep import (ANDERSON_MEMORY, EPState, anderson_record, anderson_step, parallel_site_update,
                                   stable_log_z)
 from ...likelihoods.base import freeze, labels_valid, params_valid, tilted_dparams_sum
@@ -447,31 +446,13 @@ def recent_put(block, S, X, params, y, hyper, dS, dth, loo, out):
 
 
 @njit(nogil=True, cache=True)
-def solve_tolerance(has_start, tol, cold_tol):
-    """The site-change tolerance of a solve: ``tol`` from a warm start, the smaller of ``tol`` and
-    ``cold_tol`` from zero sites.
-
-    The site change max(|d tau| Sigma_ii, |d nu| sqrt(Sigma_ii)) bounds EP's error only as well
-    as the parallel map contracts. From a warm start (a neighbouring point's solution) the
-    first changes are small and the sampler's tolerance (1e-2) leaves log Z within a few
-    hundredths of a nat of its fixed point; from zero sites, where the map contracts slowly
-    (a large amplitude, a lengthscale beyond the basis's box), the change falls below 1e-2
-    while log Z is still far off: on ISLR Default (n = 8,000, m = 3 x 15 x 6) at a chain's
-    point near the HSGP wall, 51 nats and a gradient 6 times too large at 1e-2, 0.007 nats at
-    3e-3 (``benchmarks/results/hsgp.md``, "Divergences"). The cold solve, once a chain, is the
-    warm start of every later one, so it runs to the engine's tolerance.
-    """
-    return tol if has_start else min(tol, cold_tol)
-
-
-@njit(nogil=True, cache=True)
 def evaluate(block, basis, kind, n_params, tol, cold_tol, max_sweeps, S, X, params, y, hyper, dS, dth, loo, out, tau,
              nu):
     """One evaluation from this thread's warm-start ``block`` and the shared ``basis`` block:
     the block's last result where the inputs are its inputs (``recent_get``), else a solve.
 
     A solve from zero sites (no warm start in the block) runs to ``cold_tol`` (the engine's
-    tolerance, ``solve_tolerance``), a warm-started one to ``tol``.
+    tolerance, ``thread_state.solve_tolerance``), a warm-started one to ``tol``.
 
     Returns (done, has_start, first_change). Done: a converged compiled solve, stored, with
     dlog_z/dS, dlog_z/dtheta, loo and (log_z, n_iter, status) written. Otherwise the warm start
@@ -485,7 +466,7 @@ def evaluate(block, basis, kind, n_params, tol, cold_tol, max_sweeps, S, X, para
     if not _fast_case(kind, S, y, tau, params, n_params):
         return False, has, first_change
     ok, log_z, dS_v, dth_v, loo_v, sweeps, tau_new, nu_new, change = ep_hsgp(
-        kind, basis_parts(basis), S, y, params.copy(), tau.copy(), nu.copy(), solve_tolerance(has, tol, cold_tol),
+        kind, basis_parts(basis), S, y, params.copy(), tau.copy(), nu.copy(), ts.solve_tolerance(has, tol, cold_tol),
         max_sweeps, params.shape[0])
     if not ok:
         return False, has, first_change
@@ -627,8 +608,7 @@ def compiled_function(op, key, numba_njit, ret_sig):
     kind, n_params = op.likelihood.kind, op.likelihood.n_params
     options = op.solver_options()
     tol, max_sweeps = float(options["tol"]), int(options.get("max_sweeps", 300))
-    cold_tol = float({**registry.solver_for(op.approximation, op.likelihood_type).engine_defaults,
-                      **dict(op.options)}["tol"])  # the engine's, under the user's (``solve_tolerance``)
+    cold_tol = float(op.solver_options(cold=True)["tol"])  # from zero sites (``thread_state.solve_tolerance``)
 
     @numba_njit
     def approx_marginal_hsgp(S, X, params, y, hyper):

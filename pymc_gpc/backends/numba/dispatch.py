@@ -180,6 +180,7 @@ def _compiled_ep_function(op, key, numba_njit, ret_sig):
     kind, n_params = op.likelihood.kind, op.likelihood.n_params
     options = op.solver_options()
     tol, max_sweeps = float(options["tol"]), int(options.get("max_sweeps", 300))
+    cold_tol = float(op.solver_options(cold=True)["tol"])  # from zero sites (``thread_state.solve_tolerance``)
 
     @numba_njit
     def approx_marginal_ep(K, params, y, hyper):
@@ -191,10 +192,10 @@ def _compiled_ep_function(op, key, numba_njit, ret_sig):
             tau, nu = np.empty(n), np.empty(n)
             pointers = (Kc.ctypes, pc.ctypes, yc.ctypes, hc.ctypes, dK.ctypes, dth.ctypes, loo.ctypes, out.ctypes,
                         tau.ctypes, nu.ctypes)
-            code = evaluate_at(h, kind, n_params, tol, max_sweeps, n, p, q, *pointers)
+            code = evaluate_at(h, kind, n_params, tol, cold_tol, max_sweeps, n, p, q, *pointers)
             if code == C.NO_BLOCK:
                 _allocate_block(key, n, p, q)
-                code = evaluate_at(h, kind, n_params, tol, max_sweeps, n, p, q, *pointers)
+                code = evaluate_at(h, kind, n_params, tol, cold_tol, max_sweeps, n, p, q, *pointers)
             if code == C.DONE:
                 return np.asarray(out[0]), dK, dth, loo, np.asarray(np.int64(out[1])), np.asarray(np.int64(out[2]))
             if code != C.FAILED:  # declined, or no block (a full table): the Python path, from the warm start if any
