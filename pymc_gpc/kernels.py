@@ -473,7 +473,9 @@ class ARDMatern52Op(Op):
 
 
 def _register_numba():
-    """Compiled versions of the two Ops, in nopython mode (no Python, no GIL, per call)."""
+    """Compiled versions of the two Ops, in nopython mode (no Python, no GIL, per call) but
+    for the allocation of an ARD kernel's outputs of at least the pool's ``min_bytes`` each
+    (``_kernel_outputs``, one object-mode call)."""
     try:
         from pytensor.link.numba.dispatch.basic import numba_njit, register_funcify_and_cache_key
     except ImportError:  # pragma: no cover - numba backend unavailable
@@ -482,16 +484,20 @@ def _register_numba():
     @register_funcify_and_cache_key(ARDKernelOp)
     def funcify_kernel(op, node, **kwargs):
         discrete, symmetric = np.array(op.discrete), op.symmetric
+        pooled = POOL.min_bytes // 8  # entries from which the outputs come from the pool
 
         @numba_njit
         def ard_kernel_op(X, Xs, l, v0, v1, v2):
             n, m = X.shape[0], Xs.shape[0]
-            with numba.objmode(K="float64[:, ::1]", E="float64[:, ::1]"):
-                K, E = _kernel_outputs(n, m)
+            if n * m >= pooled:
+                with numba.objmode(K="float64[:, ::1]", E="float64[:, ::1]"):
+                    K, E = _kernel_outputs(n, m)
+            else:  # small: numba's allocator, without entering Python
+                K, E = np.empty((n, m)), np.empty((n, m))
             ard_kernel(K, E, X, Xs, l, v0[()], v1[()], v2[()], discrete, symmetric)
             return K, E
 
-        return ard_kernel_op, cache_key("ARDKernelOp", op.discrete, op.symmetric)
+        return ard_kernel_op, cache_key("ARDKernelOp", op.discrete, op.symmetric, pooled)
 
     @register_funcify_and_cache_key(ARDKernelPullbackOp)
     def funcify_pullback(op, node, **kwargs):

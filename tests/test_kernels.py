@@ -456,3 +456,24 @@ def test_blocked_kernel_gradient_matches_finite_differences(tiled_case):
             E = np.zeros_like(A)
             E[i, c] = h
             assert grad[i, c] == pytest.approx(fd(which, E) / h, rel=1e-6)
+
+
+@pytest.mark.parametrize("min_bytes", [0, 1 << 40])
+def test_compiled_kernel_outputs_pooled_or_not_are_the_definition(tiled_case, monkeypatch, min_bytes):
+    """The compiled ARD kernel Op with its outputs from the array pool (every size pooled:
+    ``min_bytes`` 0) and from numba's allocator (none pooled) gives the definition's K and E
+    (rel 1e-12); pooled outputs are held by the caller, so a second call gets other arrays."""
+    from pymc_gpc.kernels import ARDKernelOp
+    from pymc_gpc.numerics.workspace import POOL
+
+    monkeypatch.setattr(POOL, "min_bytes", min_bytes)
+    X0, Xs0, l0, discrete, _ = tiled_case
+    X, Xs = pt.dmatrix("X"), pt.dmatrix("Xs")
+    K, E = ARDKernelOp(tuple(discrete), symmetric=False)(X, Xs, l0, 1.7, 0.3, 0.0)
+    f = pytensor.function([X, Xs], [K, E], mode="NUMBA")
+    E_want = np.exp(-0.5 * _dense_kernel(X0, Xs0, l0, discrete)[0])
+    first = f(X0, Xs0)
+    second = f(X0, Xs0 + 0.1)
+    np.testing.assert_allclose(first[1], E_want, rtol=1e-12)
+    np.testing.assert_allclose(first[0], 1.7 * E_want + 0.3, rtol=1e-12)
+    assert not np.shares_memory(first[0], second[0]) and not np.shares_memory(first[1], second[1])
