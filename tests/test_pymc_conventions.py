@@ -435,11 +435,11 @@ def test_package_sampler_solves_at_the_sampling_tolerance(monkeypatch):
     from pymc_gpc.approximations.registry import APPROXIMATIONS
     from pymc_gpc.ops.marginal import ApproxMarginalOp
 
-    original, tols = ApproxMarginalOp.solver_options, []
+    original, tols, cold_tols = ApproxMarginalOp.solver_options, [], []
 
-    def recording(self):
-        options = original(self)
-        tols.append(options["tol"])
+    def recording(self, cold=False):
+        options = original(self, cold=cold)
+        (cold_tols if cold else tols).append(options["tol"])
         return options
 
     monkeypatch.setattr(ApproxMarginalOp, "solver_options", recording)
@@ -453,6 +453,9 @@ def test_package_sampler_solves_at_the_sampling_tolerance(monkeypatch):
     first = tols.index(sampling_tol)
     assert set(tols[first:]) == {sampling_tol}
     assert set(tols[:first]) <= {APPROXIMATIONS["ep"].engine_defaults["tol"]}
+    # a solve from no warm start (a chain's first) runs to the engine's tolerance
+    assert set(cold_tols) == {APPROXIMATIONS["ep"].engine_defaults["tol"]}
     tols.clear()
+    cold_tols.clear()
     model.compile_dlogp()(model.initial_point())
-    assert tols and set(tols) == {APPROXIMATIONS["ep"].engine_defaults["tol"]}
+    assert tols + cold_tols and set(tols + cold_tols) == {APPROXIMATIONS["ep"].engine_defaults["tol"]}
