@@ -34,7 +34,8 @@ markedly less (figures: ``docs/design/engine_notes.md``, "Figures moved from
 comments"). Both run in numba's nopython mode, the exponential included
 (``numerics.special.exp_inplace``, vectorised), each in one pass over its n x m arrays
 (blocks of a row in cache: ``ard_kernel``, ``distance_pullback``); a compiled logp enters
-Python only to take K and E from the pool of large arrays (``_kernel_outputs``). The
+Python only to take K and E of at least the pool's ``min_bytes`` each from the pool of
+large arrays (``_kernel_outputs``). The
 pullback has no gradient itself: for Hessian-based tools build the kernel from
 ``pm.gp.cov`` instead.
 

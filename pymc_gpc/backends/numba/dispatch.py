@@ -178,9 +178,7 @@ def _compiled_ep_function(op, key, numba_njit, ret_sig):
     evaluate_at, store_at = C.external()
     h = thread_state.key_hash(key)
     kind, n_params = op.likelihood.kind, op.likelihood.n_params
-    options = op.solver_options()
-    tol, max_sweeps = float(options["tol"]), int(options.get("max_sweeps", 300))
-    cold_tol = float(op.solver_options(cold=True)["tol"])  # from zero sites (``thread_state.solve_tolerance``)
+    tol, cold_tol, max_sweeps = thread_state.compiled_tolerances(op)
 
     @numba_njit
     def approx_marginal_ep(K, params, y, hyper):

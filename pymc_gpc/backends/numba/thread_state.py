@@ -289,6 +289,15 @@ def _warm_slot(block, i):
     return (int(block[_WARM_OLDEST]) + i) % WARM
 
 
+def compiled_tolerances(op):
+    """(tol, cold_tol, max_sweeps) of a compiled EP path's solves for ``op`` (an
+    ``ApproxMarginalOp``): its solver options' tolerance from a warm start, a cold solve's
+    (``ApproxMarginalOp.solver_options(cold=True)``, ``solve_tolerance``) and the sweep cap."""
+    options = op.solver_options()
+    return (float(options["tol"]), float(op.solver_options(cold=True)["tol"]),
+            int(options.get("max_sweeps", 300)))
+
+
 @njit(nogil=True, cache=True)
 def solve_tolerance(has_start, tol, cold_tol):
     """The site-change tolerance of a solve: ``tol`` from a warm start, the smaller of ``tol`` and
