@@ -850,6 +850,50 @@ def learn_curve(data, m, per_class, prior, maxiter, every=10):
             "n_iter": int(res.n_iter), "capped": capped, "test": {}}
 
 
+def class_inducing_sets(m, X, y, share, seed=0):
+    """One set of m inducing inputs per class (a (c, m, d) array for ``ard_classifier(inducing=...)``):
+    round(share m) k-means centres (``kmeans_centres``) of the class's own rows and the rest k-means
+    centres of all the rows, shared by the classes (share 0: the shared k-means set for every class)."""
+    from pymc_gpc.gp.models import kmeans_centres
+
+    n_own = int(round(share * m))
+    shared = kmeans_centres(m - n_own, X, seed=seed) if n_own < m else np.empty((0, X.shape[1]))
+    sets = []
+    for k in range(int(y.max()) + 1):
+        Xk = X[y == k]
+        own = kmeans_centres(min(n_own, len(Xk)), Xk, seed=seed) if n_own else np.empty((0, X.shape[1]))
+        short = m - len(shared) - len(own)  # a class with fewer rows than its share: more shared centres
+        sets.append(np.vstack([shared, own] + ([kmeans_centres(short, X, seed=seed + 1)] if short else [])))
+    return np.array(sets)
+
+
+def inducing_per_class(data, m, per_class, prior, maxiter, shares=(0.0, 0.5, 1.0)):
+    """Per-class k-means inducing inputs against the shared ones, on ``validation_split``'s rows
+    only: for each share (``class_inducing_sets``; 0 the shared k-means set) the MAP-II fit
+    (``map_fit``) on the fitting rows and the validation log p under ``scaled_predict`` for each
+    s of ``PREDICTIVE_SCALES``. The test rows are not looked at."""
+    import pymc_gpc  # noqa: F401
+
+    val = validation_split(data)
+    out = []
+    for share in shares:
+        Xu = class_inducing_sets(m, val.X_train, val.y_train, share)
+        model, gp = classifier(val.X_train, val.y_train, per_class, prior, approximation="laplace", inducing=Xu)
+        c0 = time.process_time()
+        res, capped = map_fit(model, maxiter)
+        cpu = time.process_time() - c0
+        mean, cov = _latent(gp, val.X_test, res)
+        out.append({"share": share, "cpu": cpu, "n_iter": int(res.n_iter), "capped": capped,
+                    "log_evidence": float(res.log_evidence),
+                    "val_log_p_scales": [float(np.mean(_log_p_rows(gp.likelihood, mean, cov, val.y_test, s_)))
+                                         for s_ in PREDICTIVE_SCALES],
+                    "val_error": metrics(gp.likelihood.predict(mean, cov, predictive="mean"), val.y_test)["error"]})
+        print(json.dumps(out[-1]), flush=True)
+    return {"method": f"per-class k-means inducing inputs on validation rows, FITC softmax Laplace, m = {m}, "
+                      f"{kernel_name(per_class)}", "n": len(data.y_train), "n_fit": len(val.y_train),
+            "n_val": len(val.y_test), "scales": list(PREDICTIVE_SCALES), "shares": out, "test": {}}
+
+
 def test_margins(data, fits):
     """The test margins between the 10^4 fits of one set, against the validation-chosen one
     (the last ``select`` row): each other fit's mean test log p minus the chosen one's, its
@@ -1125,6 +1169,9 @@ def issue61(args):
     elif args.run == "select":
         row = select_fit(data, args.m, prior, args.maxiter,
                          scales=PREDICTIVE_SCALES if args.select_predictive else (0.0,))
+    elif args.run == "xu-per-class":
+        per_class = "amplitudes" if args.amplitudes else SHRUNK + "1" if args.shrunk else not args.shared
+        row = inducing_per_class(data, args.m, per_class, prior, args.maxiter)
     elif args.run == "learn-curve":
         per_class = "amplitudes" if args.amplitudes else not args.shared
         row = learn_curve(data, args.m, per_class, prior, args.maxiter)
@@ -1157,7 +1204,7 @@ def main():
     ap.add_argument("--tag", default="", help="profile: suffix of the JSON file's name")
     ap.add_argument("--data", default=None, choices=["storms", "birds", "storms" + PERIODIC, "birds" + PERIODIC, "diamonds"],
                     help="issue 61: run --run on this set (appends to --work/<data>.jsonl)")
-    ap.add_argument("--run", default="laplace", choices=["laplace", "dense", "ep", "gold", "svgp", "logistic", "select", "ep-timing", "margins",
+    ap.add_argument("--run", default="laplace", choices=["laplace", "dense", "ep", "gold", "svgp", "logistic", "select", "ep-timing", "margins", "xu-per-class",
                              "eval-profile", "learn-curve", "breakdown"])
     ap.add_argument("--also", nargs="*", default=[],
                     help="issue 61, --run margins: more JSON-line files of fits on the same set (e.g. an SVGP run)")
@@ -1165,6 +1212,7 @@ def main():
     ap.add_argument("--amplitudes", action="store_true",
                     help="issue 61: lengthscales shared, amplitudes per class (per_class='amplitudes')")
     ap.add_argument("--learn", action="store_true", help="issue 61: learn the inducing inputs")
+    ap.add_argument("--shrunk", action="store_true", help="issue 61: per-class ARD with lengthscale_spread=1")
     ap.add_argument("--select-predictive", action="store_true",
                     help="issue 61, --run select: choose the predictive's scale s (PREDICTIVE_SCALES) with the kernel")
     ap.add_argument("--prior", default="-3,3", help="issue 61: mean,sd of the log-hyperparameters' prior")
@@ -1588,6 +1636,15 @@ def _predictive61(work):
                            + " | ".join(f"{v:.4f}" for v in c_["val_log_p_scales"])
                            + f" | {c_['scale']:g} | " + ("chosen" if not c_["gap_to_best"] and not c_["gap_se"]
                                                         else f"{c_['gap_to_best']:.4f} +- {c_['gap_se']:.4f}") + " |")
+        for r in (r for r in rows if r["run"] == "xu-per-class"):
+            details += ["", f"Per-class k-means inducing inputs (``inducing_per_class``, {r['method'].split(', ', 1)[1]}; "
+                            f"fitted on the {r['n_fit']} fitting rows, validation rows only): each class's m inputs, a share "
+                            "of them k-means centres of the class's own rows and the rest shared k-means centres of all "
+                            "rows (share 0: the shared set); validation log p per s:", "",
+                        "| share own | " + " | ".join(f"s = {s_:g}" for s_ in r["scales"]) + " | validation error (plug-in) "
+                        "| log evidence | CPU s |", "|---|" + "---|" * (len(r["scales"]) + 3)]
+            details += [f"| {q['share']:g} | " + " | ".join(f"{v:.4f}" for v in q["val_log_p_scales"])
+                        + f" | {q['val_error']:.4f} | {q['log_evidence']:.1f} | {q['cpu']:.0f} |" for q in r["shares"]]
         preds = [p for p in ("mean", "probit", "integrate", "scaled") if p in chosen["test"]]
         details += ["", "The chosen refit on the test rows under each predictive (scaled: the chosen s): "
                     + "; ".join(f"{p} {chosen['test'][p]['mean_log_p']:.4f} (error {chosen['test'][p]['error']:.4f})"
