@@ -1128,6 +1128,8 @@ def svgp_fit(data, m, dtype="float32", seed=0, lr=None, max_epochs=None, patienc
             "test_log_p_rows": np.log(np.clip(p_test[np.arange(len(data.y_test)), data.y_test], 1e-300, None)).tolist(),
             "test_latent_mean": latent_mean.tolist(), "test_latent_var": latent_var.tolist(),
             "outputscale": model.covar_module.outputscale.detach().double().numpy().tolist(),
+            "versions": {"python": __import__("platform").python_version(), "torch": torch.__version__,
+                         "gpytorch": gpytorch.__version__},
             "constant_mean": model.mean_module.constant.detach().double().numpy().tolist(),
             "train": {"integrate": metrics(probs(data.X_train[:k]), data.y_train[:k])}}
 
@@ -1676,10 +1678,15 @@ def report61_update(work):
     head, _, body = old.partition("\n\n")
     old_header = [line for line in head.splitlines() if line != MARKER]
     title, _, rest = body.partition("\n")
+    versions = set()
+    for path in work.glob("*.jsonl"):
+        versions |= {(v["python"], v["torch"], v["gpytorch"]) for v in
+                     (json.loads(line).get("versions") for line in path.read_text().splitlines() if line.strip()) if v}
+    note = "; ".join(f"SVGP in its own environment: Python {p_}, torch {t_}, gpytorch {g_}" for p_, t_, g_ in sorted(versions))
     lines = [title, "", *_predictive61(work),
              "## Earlier runs (this file's previous content, carried as it was)", "",
              "Their provenance:", "", *old_header, "", rest.strip(), ""]
-    write_results(OUT_SVGP, "\n".join(lines), peers=("scikit-learn", "torch", "gpytorch"),
+    write_results(OUT_SVGP, "\n".join(lines), peers=("scikit-learn",), note=note or None,
                   command="python benchmarks/multiclass_large.py --data D --run select --select-predictive --work W "
                           "and --data D --run svgp --m 100 --work W (in the SVGP environment) for D = storms, "
                           "storms-periodic, birds; then --report61-update --work W")
