@@ -1689,7 +1689,8 @@ def report61_update(work):
     write_results(OUT_SVGP, "\n".join(lines), peers=("scikit-learn",), note=note or None,
                   command="python benchmarks/multiclass_large.py --data D --run select --select-predictive --work W "
                           "and --data D --run svgp --m 100 --work W (in the SVGP environment) for D = storms, "
-                          "storms-periodic, birds; then --report61-update --work W")
+                          "storms-periodic, birds, birds-periodic; --data storms --run xu-per-class --shrunk --work W; "
+                          "then --report61-update --work W")
 
 
 if __name__ == "__main__":
