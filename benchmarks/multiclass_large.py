@@ -85,6 +85,16 @@ its runs, the test rows not used to choose):
   with m = 100, by class, wind band and distance to the nearest training row, and the storms
   that carry it. ``--data storms-periodic | birds-periodic``: the same sets with the day of the
   year as (cos, sin) on the circle (``periodic_day``), for the package and SVGP alike.
+* The predictive chosen with the kernel (``--run select --select-predictive``; issue 61's far
+  test storm, where the plug-in ignored latent variances of 10 to 130): each candidate's
+  validation log p under ``scaled_predict`` (the softmax averaged over N(mean, s cov)) for each s
+  of ``PREDICTIVE_SCALES`` (0: the plug-in, 1: "integrate"), the candidate at its best s
+  competing; the refit predicted with the chosen s. The package's and SVGP's rows keep their
+  test latent means and variances; ``--report61-update`` writes their section (with the far
+  storm's latent predictive beside SVGP's) before the file's earlier content, which it carries
+  as it was. ``--run xu-per-class``: per-class k-means inducing inputs against the shared ones
+  on the validation rows (``inducing_per_class``). SVGP runs in an environment of its own
+  (torch, gpytorch; no pymc needed: ``_kmeans_centres``).
 * Beside the choice: ``--run eval-profile`` (one evaluation with Xu fixed and free, in parts),
   ``--run learn-curve`` (validation log p along the learned stage) and ``--run laplace --learn``
   at 10^4 rows (a learned fit's test figures, diagnostics only: not used to choose).
@@ -92,9 +102,10 @@ its runs, the test rows not used to choose):
 Run:  OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/multiclass_large.py --phase all
 Writes benchmarks/results/multiclass_large.md.
       python benchmarks/multiclass_large.py --data storms --run laplace|dense|ep|svgp|logistic|select|\
-          margins|eval-profile|learn-curve|breakdown [--n-train 2000] [--m 100] [--shared | --amplitudes] [--learn] \
+          margins|eval-profile|learn-curve|breakdown|xu-per-class [--n-train 2000] [--m 100] \
+          [--shared | --amplitudes | --shrunk] [--learn] [--select-predictive] \
           [--prior -3,3] [--lr 0.02] [--max-epochs 300] --work W;
-          then --report61 --work W
+          then --report61 --work W (or --report61-update --work W)
 Writes benchmarks/results/multiclass_svgp.md.
 """
 
