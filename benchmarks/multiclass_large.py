@@ -1679,6 +1679,9 @@ def _predictive61(work):
     return lines + details + ([""] + [notes.read_text().strip()] if notes.exists() else []) + [""]
 
 
+CARRIED61 = "## Earlier runs (this file's previous content, carried as it was)"
+
+
 def report61_update(work):
     """benchmarks/results/multiclass_svgp.md with ``_predictive61``'s section from --work's runs first,
     under a new provenance header, and the file's earlier content after it, carried verbatim under
@@ -1689,13 +1692,17 @@ def report61_update(work):
     head, _, body = old.partition("\n\n")
     old_header = [line for line in head.splitlines() if line != MARKER]
     title, _, rest = body.partition("\n")
+    if CARRIED61 in rest:  # written by this function before: carry what it carried, under its provenance
+        carried = rest.split(CARRIED61, 1)[1].split("Their provenance:\n\n", 1)[1]
+        provenance, _, rest = carried.partition("\n\n")
+        old_header = provenance.splitlines()
     versions = set()
     for path in work.glob("*.jsonl"):
         versions |= {(v["python"], v["torch"], v["gpytorch"]) for v in
                      (json.loads(line).get("versions") for line in path.read_text().splitlines() if line.strip()) if v}
     note = "; ".join(f"SVGP in its own environment: Python {p_}, torch {t_}, gpytorch {g_}" for p_, t_, g_ in sorted(versions))
     lines = [title, "", *_predictive61(work),
-             "## Earlier runs (this file's previous content, carried as it was)", "",
+             CARRIED61, "",
              "Their provenance:", "", *old_header, "", rest.strip(), ""]
     write_results(OUT_SVGP, "\n".join(lines), peers=("scikit-learn",), note=note or None,
                   command="python benchmarks/multiclass_large.py --data D --run select --select-predictive --work W "
