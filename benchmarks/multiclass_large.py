@@ -85,6 +85,16 @@ its runs, the test rows not used to choose):
   with m = 100, by class, wind band and distance to the nearest training row, and the storms
   that carry it. ``--data storms-periodic | birds-periodic``: the same sets with the day of the
   year as (cos, sin) on the circle (``periodic_day``), for the package and SVGP alike.
+* The predictive chosen with the kernel (``--run select --select-predictive``; issue 61's far
+  test storm, where the plug-in ignored latent variances of 10 to 130): each candidate's
+  validation log p under ``scaled_predict`` (the softmax averaged over N(mean, s cov)) for each s
+  of ``PREDICTIVE_SCALES`` (0: the plug-in, 1: "integrate"), the candidate at its best s
+  competing; the refit predicted with the chosen s. The package's and SVGP's rows keep their
+  test latent means and variances; ``--report61-update`` writes their section (with the far
+  storm's latent predictive beside SVGP's) before the file's earlier content, which it carries
+  as it was. ``--run xu-per-class``: per-class k-means inducing inputs against the shared ones
+  on the validation rows (``inducing_per_class``). SVGP runs in an environment of its own
+  (torch, gpytorch; no pymc needed: ``_kmeans_centres``).
 * Beside the choice: ``--run eval-profile`` (one evaluation with Xu fixed and free, in parts),
   ``--run learn-curve`` (validation log p along the learned stage) and ``--run laplace --learn``
   at 10^4 rows (a learned fit's test figures, diagnostics only: not used to choose).
@@ -92,9 +102,10 @@ its runs, the test rows not used to choose):
 Run:  OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/multiclass_large.py --phase all
 Writes benchmarks/results/multiclass_large.md.
       python benchmarks/multiclass_large.py --data storms --run laplace|dense|ep|svgp|logistic|select|\
-          margins|eval-profile|learn-curve|breakdown [--n-train 2000] [--m 100] [--shared | --amplitudes] [--learn] \
+          margins|eval-profile|learn-curve|breakdown|xu-per-class [--n-train 2000] [--m 100] \
+          [--shared | --amplitudes | --shrunk] [--learn] [--select-predictive] \
           [--prior -3,3] [--lr 0.02] [--max-epochs 300] --work W;
-          then --report61 --work W
+          then --report61 --work W (or --report61-update --work W)
 Writes benchmarks/results/multiclass_svgp.md.
 """
 
@@ -509,7 +520,7 @@ def map_fit(model, maxiter, start=None, cap=FIT_CPU_CAP, on_iteration=None):
 
 
 def package_fit(data, m, per_class, prior, maxiter, learn=False, n_train_eval=2000, approximation="laplace",
-                coarse=None):
+                coarse=None, scale=0.0, keep_latent=False):
     """MAP-II of ``ard_classifier(approximation=..., inducing=Xu, per_class=...)`` ("laplace": the
     softmax, "ep": nested EP with the multinomial probit), Xu the seeded k-means centres (``map_fit``:
     at most ``maxiter`` iterations and ``FIT_CPU_CAP`` CPU seconds); train (first ``n_train_eval``
@@ -520,7 +531,11 @@ def package_fit(data, m, per_class, prior, maxiter, learn=False, n_train_eval=20
     then the model with Xu a free variable (``learn_inducing=True``: one set of m inputs shared by
     the classes, as SVGP's) started at that fit's hyperparameters and the k-means Xu, MAP-II of all
     of them together (at most ``LEARN_MAXITER`` iterations, ``FIT_CPU_CAP`` CPU seconds). The CPU
-    seconds and iterations are those of both stages."""
+    seconds and iterations are those of both stages.
+
+    ``scale``: the per-row test log p (``test_log_p_rows``) and the row's "scaled" metrics under
+    ``scaled_predict`` with that s (0: the plug-in). ``keep_latent``: the test rows' latent
+    predictive kept in the row as ``latent`` (mean, cov; not JSON: for ``select_fit``)."""
     import pymc_gpc
     from pymc_gpc.gp.models import kmeans_centres
 
@@ -536,6 +551,8 @@ def package_fit(data, m, per_class, prior, maxiter, learn=False, n_train_eval=20
     c1 = time.process_time()
     latent = _latent(gp, data.X_test, res)
     test = _predictive_metrics(gp.likelihood, *latent, data.y_test)
+    if scale:
+        test["scaled"] = metrics(scaled_predict(gp.likelihood, *latent, scale), data.y_test)
     cpu_pred = time.process_time() - c1
     k = min(n_train_eval, len(data.y_train))
     train = _predictive_metrics(gp.likelihood, *_latent(gp, data.X_train[:k], res), data.y_train[:k]) if k else {}
@@ -547,7 +564,11 @@ def package_fit(data, m, per_class, prior, maxiter, learn=False, n_train_eval=20
            "n_iter": int(res.n_iter), "converged": bool(res.converged), "capped": capped,
            "log_evidence": float(res.log_evidence), "learn": bool(learn),
            "test": test, "train": train, "point": point, "Xu": np.asarray(res.point.get("Xu", Xu)).tolist(),
-           "per_class": per_class, "prior": list(prior), "test_log_p_rows": _log_p_rows(gp.likelihood, *latent, data.y_test)}
+           "per_class": per_class, "prior": list(prior), "scale": scale,
+           "test_log_p_rows": _log_p_rows(gp.likelihood, *latent, data.y_test, scale),
+           "test_latent_mean": latent[0].tolist(), "test_latent_var": np.diagonal(latent[1], axis1=1, axis2=2).tolist()}
+    if keep_latent:
+        row["latent"] = latent
     if learn:  # both stages: the fixed-Xu fit's CPU and iterations added
         row.update(cpu_fine=cpu_fit, n_iter_fine=row["n_iter"], cpu_fit=cpu_fit + coarse["cpu_fit"],
                    n_iter_coarse=coarse["n_iter"], n_iter=row["n_iter"] + coarse["n_iter"],
@@ -556,10 +577,31 @@ def package_fit(data, m, per_class, prior, maxiter, learn=False, n_train_eval=20
     return row
 
 
-def _log_p_rows(lik, mean, cov, y):
-    """Each test row's log predictive probability of its class under the plug-in predictive."""
-    p = np.clip(lik.predict(mean, cov, predictive="mean"), 1e-300, None)
+def _log_p_rows(lik, mean, cov, y, scale=0.0):
+    """Each test row's log predictive probability of its class under ``scaled_predict`` with
+    ``scale`` (0: the plug-in predictive)."""
+    p = np.clip(scaled_predict(lik, mean, cov, scale), 1e-300, None)
     return np.log(p[np.arange(len(y)), y]).tolist()
+
+
+# the predictive's scales s that ``select_fit(scales=...)`` chooses among (``scaled_predict``):
+# 0 the plug-in ("mean", the package's default for the softmax), 1 "integrate"; fixed before
+# their runs (issue 61's far test storm: the plug-in ignores latent variances of 10 to 130
+# there, where SVGP's are 1 to 4)
+PREDICTIVE_SCALES = (0.0, 0.05, 0.1, 0.2, 0.35, 0.5, 1.0)
+
+
+def scaled_predict(lik, mean, cov, scale):
+    """Class probabilities from the latent predictive N(mean, cov) with its covariance scaled by
+    ``scale`` = s: the softmax averaged over N(mean, s cov) (``lik.predict(mean, s * cov,
+    predictive="integrate")``, the package's fixed quasi-random draws); s = 0 is the plug-in
+    ("mean"), s = 1 "integrate". Between the two: Laplace's Gaussian is centred nearer zero than
+    the posterior, so integrating over all of it flattens the probabilities too much where the
+    plug-in, which ignores the spread, is overconfident where the latent variance is large (far
+    from the training rows); s is chosen on validation rows (``select_fit``)."""
+    if not scale:
+        return lik.predict(mean, cov, predictive="mean")
+    return lik.predict(mean, scale * np.asarray(cov, float), predictive="integrate")
 
 
 def grouped_se(diff, groups):
@@ -612,7 +654,7 @@ def classifier(X, y, per_class, prior, **options):
     return pymc_gpc.ard_classifier(X, y, prior=prior, **options)
 
 
-def select_fit(data, m, prior, maxiter, candidate_list=SELECT_CANDIDATES):
+def select_fit(data, m, prior, maxiter, candidate_list=SELECT_CANDIDATES, scales=(0.0,)):
     """The package's configuration chosen without the test set: each of ``SELECT_CANDIDATES``
     (softmax Laplace FITC, m inducing inputs, k-means or learned, MAP-II under ``map_fit``'s caps)
     fitted on the fitting rows of ``validation_split``, the one with the highest mean validation
@@ -620,19 +662,31 @@ def select_fit(data, m, prior, maxiter, candidate_list=SELECT_CANDIDATES):
     refit's row, with the validation figures (each candidate's margin to the chosen one, and that
     margin's standard error over the validation storms or rows, ``grouped_se``) and the
     selection's CPU seconds (a learned candidate's coarse stage is its k-means candidate's fit,
-    counted once)."""
+    counted once).
+
+    ``scales``: the predictive chosen with the kernel: each candidate's validation log p under
+    ``scaled_predict`` for every s in ``scales`` (from the one latent predictive of its fit), the
+    candidate with its best s competing (``PREDICTIVE_SCALES``: ``--select-predictive``); the
+    default (0,) is the plug-in alone, the rule before."""
     val = validation_split(data)
     candidates, rows, coarse = [], [], {}
     for per_class, learn in candidate_list:
-        r = package_fit(val, m, per_class, prior, maxiter, learn=learn, n_train_eval=0, coarse=coarse.get(per_class))
+        r = package_fit(val, m, per_class, prior, maxiter, learn=learn, n_train_eval=0, coarse=coarse.get(per_class),
+                        keep_latent=True)
         if not learn:
             coarse[per_class] = r
-        rows.append(np.asarray(r["test_log_p_rows"]))
+        c1 = time.process_time()
+        by_scale = [np.asarray(_log_p_rows(_softmax(), *r["latent"], val.y_test, s_))
+                    for s_ in scales]
+        i_s = int(np.argmax([lp.mean() for lp in by_scale]))
+        rows.append(by_scale[i_s])
         candidates.append({"per_class": per_class, "learn": learn, "n_fit": len(val.y_train),
                            "n_val": len(val.y_test), "groups_val": int(len(np.unique(val.groups_test))),
-                           "val_log_p": r["test"]["mean"]["mean_log_p"], "val_error": r["test"]["mean"]["error"],
-                           "cpu": r.get("cpu_fine", r["cpu_fit"]) + r["cpu_predict"], "n_iter": r["n_iter"],
-                           "capped": r["capped"]})
+                           "scale": scales[i_s], "val_log_p": float(by_scale[i_s].mean()),
+                           "val_log_p_scales": [float(lp.mean()) for lp in by_scale], "scales": list(scales),
+                           "val_log_p_mean": r["test"]["mean"]["mean_log_p"], "val_error": r["test"]["mean"]["error"],
+                           "cpu": r.get("cpu_fine", r["cpu_fit"]) + r["cpu_predict"] + time.process_time() - c1,
+                           "n_iter": r["n_iter"], "capped": r["capped"]})
         print(json.dumps(candidates[-1]), flush=True)
     i_best = int(np.argmax([c_["val_log_p"] for c_ in candidates]))
     best = candidates[i_best]
@@ -640,11 +694,20 @@ def select_fit(data, m, prior, maxiter, candidate_list=SELECT_CANDIDATES):
         # the margin to the chosen candidate and its standard error over the validation groups
         c_["gap_to_best"] = float(np.mean(rows[i_best] - lp))
         c_["gap_se"] = grouped_se(rows[i_best] - lp, val.groups_test) if c_ is not best else 0.0
-    row = package_fit(data, m, best["per_class"], prior, maxiter, learn=best["learn"])
+    row = package_fit(data, m, best["per_class"], prior, maxiter, learn=best["learn"], scale=best["scale"])
     row.update(selection=candidates, cpu_selection=sum(c_["cpu"] for c_ in candidates))
     inputs = "Xu k-means or learned" if any(learn for _, learn in candidate_list) else "Xu k-means"
-    row["method"] += f" (chosen on validation rows among {len(candidates)}: {inputs})"
+    with_s = f", predictive scale s among {len(scales)}" if len(scales) > 1 else ""
+    row["method"] += f" (chosen on validation rows among {len(candidates)}: {inputs}{with_s})"
+    if len(scales) > 1:
+        row["method"] += f", predictive: integrate over s = {best['scale']:g} x the covariance"
     return row
+
+
+def _softmax():
+    from pymc_gpc.likelihoods import Softmax
+
+    return Softmax()
 
 
 def reference_at(data, fit):
@@ -798,6 +861,50 @@ def learn_curve(data, m, per_class, prior, maxiter, every=10):
             "n_iter": int(res.n_iter), "capped": capped, "test": {}}
 
 
+def class_inducing_sets(m, X, y, share, seed=0):
+    """One set of m inducing inputs per class (a (c, m, d) array for ``ard_classifier(inducing=...)``):
+    round(share m) k-means centres (``kmeans_centres``) of the class's own rows and the rest k-means
+    centres of all the rows, shared by the classes (share 0: the shared k-means set for every class)."""
+    from pymc_gpc.gp.models import kmeans_centres
+
+    n_own = int(round(share * m))
+    shared = kmeans_centres(m - n_own, X, seed=seed) if n_own < m else np.empty((0, X.shape[1]))
+    sets = []
+    for k in range(int(y.max()) + 1):
+        Xk = X[y == k]
+        own = kmeans_centres(min(n_own, len(Xk)), Xk, seed=seed) if n_own else np.empty((0, X.shape[1]))
+        short = m - len(shared) - len(own)  # a class with fewer rows than its share: more shared centres
+        sets.append(np.vstack([shared, own] + ([kmeans_centres(short, X, seed=seed + 1)] if short else [])))
+    return np.array(sets)
+
+
+def inducing_per_class(data, m, per_class, prior, maxiter, shares=(0.0, 0.5, 1.0)):
+    """Per-class k-means inducing inputs against the shared ones, on ``validation_split``'s rows
+    only: for each share (``class_inducing_sets``; 0 the shared k-means set) the MAP-II fit
+    (``map_fit``) on the fitting rows and the validation log p under ``scaled_predict`` for each
+    s of ``PREDICTIVE_SCALES``. The test rows are not looked at."""
+    import pymc_gpc  # noqa: F401
+
+    val = validation_split(data)
+    out = []
+    for share in shares:
+        Xu = class_inducing_sets(m, val.X_train, val.y_train, share)
+        model, gp = classifier(val.X_train, val.y_train, per_class, prior, approximation="laplace", inducing=Xu)
+        c0 = time.process_time()
+        res, capped = map_fit(model, maxiter)
+        cpu = time.process_time() - c0
+        mean, cov = _latent(gp, val.X_test, res)
+        out.append({"share": share, "cpu": cpu, "n_iter": int(res.n_iter), "capped": capped,
+                    "log_evidence": float(res.log_evidence),
+                    "val_log_p_scales": [float(np.mean(_log_p_rows(gp.likelihood, mean, cov, val.y_test, s_)))
+                                         for s_ in PREDICTIVE_SCALES],
+                    "val_error": metrics(gp.likelihood.predict(mean, cov, predictive="mean"), val.y_test)["error"]})
+        print(json.dumps(out[-1]), flush=True)
+    return {"method": f"per-class k-means inducing inputs on validation rows, FITC softmax Laplace, m = {m}, "
+                      f"{kernel_name(per_class)}", "n": len(data.y_train), "n_fit": len(val.y_train),
+            "n_val": len(val.y_test), "scales": list(PREDICTIVE_SCALES), "shares": out, "test": {}}
+
+
 def test_margins(data, fits):
     """The test margins between the 10^4 fits of one set, against the validation-chosen one
     (the last ``select`` row): each other fit's mean test log p minus the chosen one's, its
@@ -922,6 +1029,26 @@ def gold_at(data, fit, n_sub=300, n_test=500, n_iter=10000):
             "test": {k: out[k] for k in out}}
 
 
+def _kmeans_centres():
+    """``pymc_gpc.gp.models.kmeans_centres``; where the package cannot be imported (SVGP's
+    environment: torch and gpytorch, without pymc), the same function and its helpers compiled
+    from the package's source, so that SVGP starts at the package's k-means centres."""
+    try:
+        from pymc_gpc.gp.models import kmeans_centres
+        return kmeans_centres
+    except ImportError:
+        import ast
+
+        path = pathlib.Path(__file__).resolve().parents[1] / "pymc_gpc" / "gp" / "models.py"
+        tree = ast.parse(path.read_text())
+        keep = {"kmeans_centres", "_kmeans_pp_seeds", "_nearest", "_squared_distances", "KMEANS_ROWS", "KMEANS_ITER"}
+        body = [n for n in tree.body if (isinstance(n, ast.FunctionDef) and n.name in keep)
+                or (isinstance(n, ast.Assign) and any(getattr(t, "id", None) in keep for t in n.targets))]
+        namespace = {"np": np}
+        exec(compile(ast.Module(body=body, type_ignores=[]), str(path), "exec"), namespace)
+        return namespace["kmeans_centres"]
+
+
 def svgp_fit(data, m, dtype="float32", seed=0, lr=None, max_epochs=None, patience=None):
     """GPyTorch's multi-class SVGP: per-class ARD RBF kernels (``ScaleKernel``, constant means), m
     inducing inputs shared by the classes and learned (started at the k-means centres), one
@@ -938,8 +1065,7 @@ def svgp_fit(data, m, dtype="float32", seed=0, lr=None, max_epochs=None, patienc
     import gpytorch
     import torch
 
-    from pymc_gpc.gp.models import kmeans_centres
-
+    kmeans_centres = _kmeans_centres()
     lr = SVGP_LR if lr is None else lr
     max_epochs = SVGP_MAX_EPOCHS if max_epochs is None else max_epochs
     patience = SVGP_PATIENCE if patience is None else patience
@@ -1001,12 +1127,21 @@ def svgp_fit(data, m, dtype="float32", seed=0, lr=None, max_epochs=None, patienc
 
     k = min(2000, len(data.y_train))
     p_test = probs(data.X_test)
+    with torch.no_grad():  # the latent predictive at the test rows: per class mean and variance (n*, c)
+        f = [model(torch.tensor(data.X_test[i:i + 500], dtype=tdtype)) for i in range(0, len(data.X_test), 500)]
+        latent_mean = torch.cat([f_.mean for f_ in f]).double().numpy()
+        latent_var = torch.cat([f_.variance for f_ in f]).double().numpy()
     return {"method": f"SVGP (GPyTorch), m = {m} learned, per-class ARD, softmax, {dtype}, Adam lr {lr}, "
                       f"batch {SVGP_BATCH}, plateau patience {patience}, at most {max_epochs} epochs",
             "n": len(data.y_train), "m": m, "cpu_fit": cpu_fit, "wall_fit": wall_fit, "steps": steps,
             "epochs": len(epochs), "max_epochs": max_epochs, "patience": patience, "stop": stop, "decays": int(decays), "lr": lr,
             "rounds": epochs, "test": {"integrate": metrics(p_test, data.y_test)},
             "test_log_p_rows": np.log(np.clip(p_test[np.arange(len(data.y_test)), data.y_test], 1e-300, None)).tolist(),
+            "test_latent_mean": latent_mean.tolist(), "test_latent_var": latent_var.tolist(),
+            "outputscale": model.covar_module.outputscale.detach().double().numpy().tolist(),
+            "versions": {"python": __import__("platform").python_version(), "torch": torch.__version__,
+                         "gpytorch": gpytorch.__version__},
+            "constant_mean": model.mean_module.constant.detach().double().numpy().tolist(),
             "train": {"integrate": metrics(probs(data.X_train[:k]), data.y_train[:k])}}
 
 
@@ -1045,7 +1180,11 @@ def issue61(args):
         fits = [json.loads(line) for line in (work / f"{args.data}.jsonl").read_text().splitlines()]
         row = ep_timing(data, args.m, [f for f in fits if f["run"] == "ep" and f.get("point")][-1])
     elif args.run == "select":
-        row = select_fit(data, args.m, prior, args.maxiter)
+        row = select_fit(data, args.m, prior, args.maxiter,
+                         scales=PREDICTIVE_SCALES if args.select_predictive else (0.0,))
+    elif args.run == "xu-per-class":
+        per_class = "amplitudes" if args.amplitudes else SHRUNK + "1" if args.shrunk else not args.shared
+        row = inducing_per_class(data, args.m, per_class, prior, args.maxiter)
     elif args.run == "learn-curve":
         per_class = "amplitudes" if args.amplitudes else not args.shared
         row = learn_curve(data, args.m, per_class, prior, args.maxiter)
@@ -1058,7 +1197,7 @@ def issue61(args):
     elif args.run == "logistic":
         row = logistic_fit(data)
     row.update(data=args.data, run=args.run, load=os.getloadavg()[0])
-    print(json.dumps({k: v for k, v in row.items() if k not in ("point", "Xu", "rounds")}), flush=True)
+    print(json.dumps({k: v for k, v in row.items() if k not in ("point", "Xu", "rounds", "test_log_p_rows", "test_latent_mean", "test_latent_var")}), flush=True)
     with open(work / f"{args.data}.jsonl", "a") as f:
         f.write(json.dumps(row) + "\n")
 
@@ -1078,7 +1217,7 @@ def main():
     ap.add_argument("--tag", default="", help="profile: suffix of the JSON file's name")
     ap.add_argument("--data", default=None, choices=["storms", "birds", "storms" + PERIODIC, "birds" + PERIODIC, "diamonds"],
                     help="issue 61: run --run on this set (appends to --work/<data>.jsonl)")
-    ap.add_argument("--run", default="laplace", choices=["laplace", "dense", "ep", "gold", "svgp", "logistic", "select", "ep-timing", "margins",
+    ap.add_argument("--run", default="laplace", choices=["laplace", "dense", "ep", "gold", "svgp", "logistic", "select", "ep-timing", "margins", "xu-per-class",
                              "eval-profile", "learn-curve", "breakdown"])
     ap.add_argument("--also", nargs="*", default=[],
                     help="issue 61, --run margins: more JSON-line files of fits on the same set (e.g. an SVGP run)")
@@ -1086,6 +1225,9 @@ def main():
     ap.add_argument("--amplitudes", action="store_true",
                     help="issue 61: lengthscales shared, amplitudes per class (per_class='amplitudes')")
     ap.add_argument("--learn", action="store_true", help="issue 61: learn the inducing inputs")
+    ap.add_argument("--shrunk", action="store_true", help="issue 61: per-class ARD with lengthscale_spread=1")
+    ap.add_argument("--select-predictive", action="store_true",
+                    help="issue 61, --run select: choose the predictive's scale s (PREDICTIVE_SCALES) with the kernel")
     ap.add_argument("--prior", default="-3,3", help="issue 61: mean,sd of the log-hyperparameters' prior")
     ap.add_argument("--dtype", default="float32", help="issue 61: SVGP's float type")
     ap.add_argument("--lr", type=float, default=None, help="issue 61: SVGP's Adam step size")
@@ -1094,9 +1236,13 @@ def main():
     ap.add_argument("--gold-rows", type=int, default=300, help="issue 61: training rows of the gold standard")
     ap.add_argument("--gold-iter", type=int, default=10000, help="issue 61: elliptical slice iterations per chain")
     ap.add_argument("--report61", action="store_true", help="issue 61: write results/multiclass_svgp.md")
+    ap.add_argument("--report61-update", action="store_true",
+                    help="issue 61: results/multiclass_svgp.md with the section of --select-predictive's runs first")
     args = ap.parse_args()
     if args.report61:
         return report61(pathlib.Path(args.work))
+    if args.report61_update:
+        return report61_update(pathlib.Path(args.work))
     if args.data is not None:
         return issue61(args)
     work = pathlib.Path(args.work)
@@ -1199,7 +1345,7 @@ def report(work, data, args):
                   f"log evidence at the optimum {lap['log_evidence']:.1f}.", ""]
     if warm:
         lines += [f"Warm evaluation + gradient (softmax Laplace FITC, n = {warm['n']}, c = {warm['c']}, "
-                  f"m = {warm['m']}): median {warm['median']:.2f} s wall ({warm.get("cpu_median", float("nan")):.2f} s CPU), "
+                  f"m = {warm['m']}): median {warm['median']:.2f} s wall ({warm.get('cpu_median', float('nan')):.2f} s CPU), "
                   f"min {warm['min']:.2f} s over "
                   f"{len(warm['times'])} calls; compiling the function and the first (cold) call "
                   f"{warm['compile_and_first']:.0f} s.", ""]
@@ -1403,6 +1549,166 @@ def report61(work):
     write_results(OUT_SVGP, "\n".join(lines), peers=("scikit-learn", "torch", "gpytorch"),
                   command="python benchmarks/multiclass_large.py --data D --run R ... --work W (runs listed in "
                           "the tables), then --report61 --work W")
+
+
+def _far_storm61(data, chosen, svgp):
+    """The far storm's diagnosis lines (storms): the test storm with the largest margin of SVGP over
+    the chosen fit's plug-in, its inputs, distance to the training rows, and the two methods' latent
+    predictive (per-class means and variances averaged over its rows) and log p."""
+    from scipy.spatial import cKDTree
+
+    mean_c, var_c = np.asarray(chosen["test_latent_mean"]), np.asarray(chosen["test_latent_var"])
+    mean_s, var_s = np.asarray(svgp["test_latent_mean"]), np.asarray(svgp["test_latent_var"])
+    y, n_rows = data.y_test, len(data.y_test)
+    e = np.exp(mean_c - mean_c.max(axis=1, keepdims=True))
+    plug_in = np.log(e[np.arange(n_rows), y] / e.sum(axis=1))
+    chosen_lp, svgp_lp = np.asarray(chosen["test_log_p_rows"]), np.asarray(svgp["test_log_p_rows"])
+    _, idx = np.unique(data.groups_test, return_inverse=True)
+    sums = np.bincount(idx, weights=svgp_lp - plug_in)
+    g = int(np.argmax(sums))
+    rows = idx == g
+    raw = data.X_test[rows] * data.sd + data.mean
+    dist, nearest = cKDTree(data.X_train).query(data.X_test[rows])
+    far_cols = np.abs(data.X_test[rows] - data.X_train[nearest]).mean(axis=0)
+    pt_ = chosen["point"]
+    lines = ["", f"The far storm (the test storm where SVGP gains most over the chosen fit's plug-in predictive): "
+                 f"{int(rows.sum())} rows, classes {np.bincount(y[rows], minlength=len(data.classes)).tolist()}, "
+                 + ", ".join(f"{f} {lo:g} to {hi:g}" for f, lo, hi in zip(data.features, raw.min(0), raw.max(0)))
+                 + f"; standardised distance to the nearest training row {dist.mean():.2f} on average (the other "
+                 f"test rows: {np.median(cKDTree(data.X_train).query(data.X_test[~rows])[0]):.2f} median); mean "
+                 "absolute standardised difference to that row per input: "
+                 + ", ".join(f"{f} {v:.2f}" for f, v in zip(data.features, far_cols))
+                 + f" (the training rows' standardised range: "
+                 + ", ".join(f"{f} {lo:.1f} to {hi:.1f}" for f, lo, hi in zip(data.features, data.X_train.min(0),
+                                                                             data.X_train.max(0))) + ").", "",
+             f"Mean log p on its rows: the chosen fit's plug-in {plug_in[rows].mean():.3f}, with its chosen predictive "
+             f"{chosen_lp[rows].mean():.3f}, SVGP {svgp_lp[rows].mean():.3f}. Its latent predictive, per class "
+             "averaged over the storm's rows (mean / variance), and each method's prior amplitude (the package: "
+             "v0 = exp(log_v0) of the SE term, the bias v1 beside it; SVGP: the ScaleKernel's outputscale, "
+             "its constant mean beside it):", "",
+             "| class | chosen fit: mean | variance | v0 (v1) | SVGP: mean | variance | outputscale (constant mean) |",
+             "|---|---|---|---|---|---|---|"]
+    v0 = np.broadcast_to(np.exp(np.asarray(pt_["log_v0"])), (len(data.classes),))
+    v1 = np.broadcast_to(np.exp(np.asarray(pt_.get("log_v1", -np.inf))), (len(data.classes),))
+    for k, name in enumerate(data.classes):
+        lines.append(f"| {name} | {mean_c[rows, k].mean():+.2f} | {var_c[rows, k].mean():.1f} | {v0[k]:.1f} ({v1[k]:.3f}) | "
+                     f"{mean_s[rows, k].mean():+.2f} | {var_s[rows, k].mean():.2f} | {svgp['outputscale'][k]:.2f} "
+                     f"({svgp['constant_mean'][k]:+.2f}) |")
+    lw = np.asarray(pt_["log_w"])
+    if lw.ndim == 2:
+        lines += ["", "The chosen fit's lengthscales (standardised inputs, exp(-log_w / 2)) per class: "
+                  + "; ".join(f"{name}: " + ", ".join(f"{f} {v:.2f}" for f, v in zip(data.features, np.exp(-0.5 * w)))
+                              for name, w in zip(data.classes, lw)) + "."]
+    lines += ["", f"Median latent variance over all test rows (per class): the chosen fit "
+                  + ", ".join(f"{v:.1f}" for v in np.median(var_c, axis=0)) + "; SVGP "
+                  + ", ".join(f"{v:.2f}" for v in np.median(var_s, axis=0)) + "."]
+    return lines
+
+
+def _predictive61(work):
+    """The section on the predictive chosen with the kernel (``select_fit(scales=PREDICTIVE_SCALES)``):
+    per set the validation log p of every candidate and scale s, the chosen fit against SVGP with
+    m = 100 on the test rows, and the margin's largest storm; for storms the far storm's diagnosis."""
+    lines = ["## The predictive chosen with the kernel (the storms gap)", "",
+             "``--run select --select-predictive``: the rule of ``SELECT_CANDIDATES`` with the predictive's scale s "
+             f"chosen with the kernel on the same validation rows, s in {list(PREDICTIVE_SCALES)} (``scaled_predict``: "
+             "the softmax averaged over the latent predictive N(mean, s cov); s = 0 the plug-in, s = 1 "
+             "\"integrate\"), then the chosen kernel refitted on all 10,000 rows and predicted with the chosen s. "
+             "SVGP: ``svgp_fit`` with m = 100, run again in the same session (torch's version in the header). "
+             "CPU seconds of this session's runs; standard errors of the mean test log p over the test storms "
+             "(storms) or rows (birds).", "",
+             "| set | method | test error | test log p (standard error) | CPU s (fit) | CPU s (with the choice) |",
+             "|---|---|---|---|---|---|"]
+    details = []
+    for name in SETS61[:4]:
+        path = work / f"{name}.jsonl"
+        if not path.exists():
+            continue
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        chosen = [r for r in rows if r["run"] == "select" and "selection" in r and len(r["selection"][0].get("scales", [0])) > 1]
+        svgp = [r for r in rows if r["run"] == "svgp" and r.get("m") == 100 and "test_latent_mean" in r]
+        if not chosen:
+            continue
+        chosen, data = chosen[-1], load_set(name, 10_000)
+        for r, pred in ([(svgp[-1], "integrate")] if svgp else []) + [(chosen, "scaled" if chosen.get("scale") else "mean")]:
+            se = grouped_se(np.asarray(r["test_log_p_rows"]), data.groups_test)
+            choice = f"{r['cpu_fit'] + r['cpu_selection']:.0f}" if "cpu_selection" in r else f"{r['cpu_fit']:.0f}"
+            lines.append(f"| {name} | {r['method'].replace(', prior N(-3.0, 3.0)', '')} | {r['test'][pred]['error']:.4f} | "
+                         f"{r['test'][pred]['mean_log_p']:.4f} ({se:.4f}) | {r['cpu_fit']:.0f} | {choice} |")
+        details += ["", f"### {name}: the choice", "",
+                    "Validation log p (mean over the validation rows) per candidate and scale s, fitted on the "
+                    f"{chosen['selection'][0]['n_fit']} fitting rows; {chosen['selection'][0]['n_val']} validation rows"
+                    + (f" of {chosen['selection'][0]['groups_val']} storms" if name.startswith("storms") else "")
+                    + "; the margin of the chosen candidate (at its best s) and its standard error over the validation "
+                    "storms or rows:", "",
+                    "| kernel | " + " | ".join(f"s = {s_:g}" for s_ in chosen["selection"][0]["scales"])
+                    + " | best s | margin to the chosen |",
+                    "|---|" + "---|" * (len(chosen["selection"][0]["scales"]) + 2)]
+        for c_ in chosen["selection"]:
+            details.append(f"| {candidate_name(c_['per_class'], c_['learn'])} | "
+                           + " | ".join(f"{v:.4f}" for v in c_["val_log_p_scales"])
+                           + f" | {c_['scale']:g} | " + ("chosen" if not c_["gap_to_best"] and not c_["gap_se"]
+                                                        else f"{c_['gap_to_best']:.4f} +- {c_['gap_se']:.4f}") + " |")
+        for r in (r for r in rows if r["run"] == "xu-per-class"):
+            details += ["", f"Per-class k-means inducing inputs (``inducing_per_class``, {r['method'].split(', ', 1)[1]}; "
+                            f"fitted on the {r['n_fit']} fitting rows, validation rows only): each class's m inputs, a share "
+                            "of them k-means centres of the class's own rows and the rest shared k-means centres of all "
+                            "rows (share 0: the shared set); validation log p per s:", "",
+                        "| share own | " + " | ".join(f"s = {s_:g}" for s_ in r["scales"]) + " | validation error (plug-in) "
+                        "| log evidence | CPU s |", "|---|" + "---|" * (len(r["scales"]) + 3)]
+            details += [f"| {q['share']:g} | " + " | ".join(f"{v:.4f}" for v in q["val_log_p_scales"])
+                        + f" | {q['val_error']:.4f} | {q['log_evidence']:.1f} | {q['cpu']:.0f} |" for q in r["shares"]]
+        preds = [p for p in ("mean", "probit", "integrate", "scaled") if p in chosen["test"]]
+        details += ["", "The chosen refit on the test rows under each predictive (scaled: the chosen s): "
+                    + "; ".join(f"{p} {chosen['test'][p]['mean_log_p']:.4f} (error {chosen['test'][p]['error']:.4f})"
+                                for p in preds) + "."]
+        if svgp:
+            d = np.asarray(svgp[-1]["test_log_p_rows"]) - np.asarray(chosen["test_log_p_rows"])
+            _, idx = np.unique(data.groups_test, return_inverse=True)
+            sums = np.bincount(idx, weights=d)
+            top = int(np.argmax(np.abs(sums)))
+            unit = "storm" if name.startswith("storms") else "row"
+            details += ["", f"SVGP's margin over the chosen fit: {d.mean():+.4f} a row (standard error over the test "
+                            f"{unit}s {grouped_se(d, data.groups_test):.4f}); the largest single {unit}: "
+                            f"{int((idx == top).sum())} rows, {sums[top]:+.1f} nats "
+                            f"({sums[top] / d.sum():.0%} of the margin's sum); without it {np.mean(d[idx != top]):+.4f} "
+                            f"({grouped_se(d[idx != top], data.groups_test[idx != top]):.4f})."]
+            if name == "storms":
+                details += _far_storm61(data, chosen, svgp[-1])
+    notes = work / "notes61_predictive.md"
+    return lines + details + ([""] + [notes.read_text().strip()] if notes.exists() else []) + [""]
+
+
+CARRIED61 = "## Earlier runs (this file's previous content, carried as it was)"
+
+
+def report61_update(work):
+    """benchmarks/results/multiclass_svgp.md with ``_predictive61``'s section from --work's runs first,
+    under a new provenance header, and the file's earlier content after it, carried verbatim under
+    its own provenance (whose runs' JSON lines are not in --work)."""
+    from _provenance import MARKER
+
+    old = OUT_SVGP.read_text()
+    head, _, body = old.partition("\n\n")
+    old_header = [line for line in head.splitlines() if line != MARKER]
+    title, _, rest = body.partition("\n")
+    if CARRIED61 in rest:  # written by this function before: carry what it carried, under its provenance
+        carried = rest.split(CARRIED61, 1)[1].split("Their provenance:\n\n", 1)[1]
+        provenance, _, rest = carried.partition("\n\n")
+        old_header = provenance.splitlines()
+    versions = set()
+    for path in work.glob("*.jsonl"):
+        versions |= {(v["python"], v["torch"], v["gpytorch"]) for v in
+                     (json.loads(line).get("versions") for line in path.read_text().splitlines() if line.strip()) if v}
+    note = "; ".join(f"SVGP in its own environment: Python {p_}, torch {t_}, gpytorch {g_}" for p_, t_, g_ in sorted(versions))
+    lines = [title, "", *_predictive61(work),
+             CARRIED61, "",
+             "Their provenance:", "", *old_header, "", rest.strip(), ""]
+    write_results(OUT_SVGP, "\n".join(lines), peers=("scikit-learn",), note=note or None,
+                  command="python benchmarks/multiclass_large.py --data D --run select --select-predictive --work W "
+                          "and --data D --run svgp --m 100 --work W (in the SVGP environment) for D = storms, "
+                          "storms-periodic, birds, birds-periodic; --data storms --run xu-per-class --shrunk --work W; "
+                          "then --report61-update --work W")
 
 
 if __name__ == "__main__":
