@@ -421,8 +421,9 @@ def test_blocked_kernel_and_pullback_match_the_dense_definition(tiled_case, min_
     want = (np.tensordot(d_m, G * E, axes=([1, 2], [0, 1])), np.sum(G * E), G.sum(), np.trace(G[:, :n]))
     for order in ("C", "F"):
         got = distance_pullback(np.asarray(G, order=order), E, X, Xs, discrete, min_columns)
-        for a, b in zip(got, want):
-            np.testing.assert_allclose(a, b, rtol=1e-12)
+        for a, b in zip(got, want):  # a component is a sum with cancellation: its rounding
+            # is relative to the largest component (1.2e-12 relative in one on AVX-512 hosts)
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-13 * np.max(np.abs(b)))
 
 
 def test_blocked_kernel_gradient_matches_finite_differences(tiled_case):

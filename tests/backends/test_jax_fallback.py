@@ -33,6 +33,10 @@ SEED = 20261122
 # it, and numba's value moves by more than |numba - JAX| when K changes by 1e-16 relative
 # (``fuzz.rounding_spread``; benchmarks/results/fuzz.md lists it among the draws that differ).
 RECOVERED = (33, 91, 97)
+# Parallel EP fails there, sequential EP (damping 0.7) converges at every rounding-level change
+# of K tried; not 8, where whether numba's sequential EP converges depends on the host's
+# rounding (AVX-512 or not).
+SEQUENTIAL_POINT = 99
 
 
 def _fuzz():
@@ -54,7 +58,7 @@ def _points(count):
 
 @pytest.fixture(scope="module")
 def points():
-    return _points(max(RECOVERED) + 1)
+    return _points(max(*RECOVERED, SEQUENTIAL_POINT) + 1)
 
 
 def test_retry_schedule_matches_numba(points):
@@ -73,17 +77,33 @@ def test_retry_schedule_matches_numba(points):
 
 
 def test_sequential_ep_matches_numba(points):
-    """At a point where parallel EP fails, both sequential implementations converge to one fixed point."""
+    """At a point where parallel EP fails, both sequential implementations converge to one
+    fixed point. The log evidence there (K's condition number about 1e8: duplicated inputs)
+    is determined in float64 only to its rounding spread: numba's value moves by up to about
+    1e-6 when K changes at the level of its own rounding, so the two implementations' values
+    must agree to that spread (other fixed points lie O(1) away), their gradients to 1e-6."""
     y, pts = points
     from pymc_gpc.backends.jax.engine import _sequential_attempt, _structure
 
     seq = jax.jit(lambda K, th: _sequential_attempt(_structure(K, STEP_LABEL_NOISE), STEP_LABEL_NOISE,
                                                     jnp.asarray(y), th, tol=1e-8, max_sweeps=600, damping=0.7))
-    K, lik, th = pts[8]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        ref = ep(K, y, lik, th, method="sequential", damping=0.7, max_sweeps=600)
+    K, lik, th = pts[SEQUENTIAL_POINT]
+    rng = np.random.default_rng(0)
+
+    def numba_sequential(K):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return ep(K, y, lik, th, method="sequential", damping=0.7, max_sweeps=600)
+
+    ref = numba_sequential(K)
+    assert ref.converged
+    spread = 0.0
+    for _ in range(4):
+        E = rng.normal(size=K.shape)
+        other = numba_sequential(K * (1.0 + 1e-15 * 0.5 * (E + E.T)))
+        assert other.converged
+        spread = max(spread, abs(other.log_z - ref.log_z))
     r = seq(jnp.asarray(K), jnp.asarray(th))
-    assert ref.converged and bool(r["converged"]) and bool(r["ok"])
-    assert abs(float(r["log_z"]) - ref.log_z) <= 1e-8, (float(r["log_z"]), ref.log_z)
+    assert bool(r["converged"]) and bool(r["ok"])
+    assert abs(float(r["log_z"]) - ref.log_z) <= max(1e-8, 4.0 * spread), (float(r["log_z"]), ref.log_z, spread)
     np.testing.assert_allclose(np.asarray(r["dK"]), ref.dlog_z_dK, rtol=1e-6, atol=1e-8)
