@@ -34,12 +34,8 @@ from ..numerics import lapack
 IDENTITY_MIN = 1e-4
 # Floor on Sigma_ii / K_ii against rounding (the exact value is positive).
 _MIN_RELATIVE_VAR = 1e-14
-# Rough (single-precision) factors of B are made only where cond(B) <= 1 + sum_i w_i K_ii
-# (B >= I; the bound is close to lambda_max(B) on smooth kernels) is at most this:
-# B^{-1} then carries relative errors of about 6e-8 x 1e4 = 6e-4, below the sampler's EP
-# tolerance 1e-2. Along NUTS chains the bound stays below this on some benchmark data and
-# exceeds it on others (which then sweep exactly); far above it (very large amplitudes)
-# rough sweeps slowed or stalled parallel EP (figures: docs/design/engine_notes.md).
+# Rough (single-precision) factors of B only where cond(B) <= 1 + sum_i w_i K_ii is at most
+# this: B^{-1} then carries relative errors of about 6e-4, below the sampler's tol 1e-2.
 MAX_COND_ROUGH = 1e4
 
 
