@@ -228,13 +228,9 @@ def default_init(model=None):
     values, PyMC's own default (``"jitter+adapt_diag"``) above that. (With discrete
     variables PyMC builds a compound step and ignores ``init``.)
 
-    A GP classifier's free variables are its few hyperparameters (d + 2 for the ARD
-    kernel), and they are correlated (on Pima, markedly so between the amplitude log v0
-    and the glucose lengthscale log w_2). With a dense metric estimated from the tuning
-    draws the min bulk ESS per gradient evaluation is higher (``benchmarks/results/mass_matrix.md``;
-    figures in ``docs/design/engine_notes.md``, "Figures moved from comments",
-    ``pymc_gpc/idata.py``). With many values (a latent function sampled alongside) the dense
-    estimate from a few hundred tuning draws is poor, so there the diagonal default stays.
+    A GP classifier's few hyperparameters are correlated, which a dense metric follows
+    (more ESS per gradient evaluation: ``benchmarks/results/mass_matrix.md``); with many
+    values a dense estimate from a few hundred tuning draws is poor.
 
     Returns
     -------
@@ -265,12 +261,8 @@ def default_sampler(model=None):
     matrix of ``default_init``, for at most ``PYMC_NUTS_MAX`` sampled values; nutpie above
     that, where it is installed (else PyMC's).
 
-    The boundary is where the ESS per second of the two samplers crossed on benchmark
-    models (``benchmarks/sampling.py hard``; figures in ``benchmarks/results/sampling_hard.md``
-    and ``docs/design/engine_notes.md``, "The default sampler by model size"): with a
-    few hyperparameters PyMC's NUTS with the dense mass matrix gets more ESS per draw; with
-    more, nutpie's cheaper evaluations and fewer steps per draw win. Which of the dimension
-    and the cost of an evaluation decides it is not separated by those data.
+    The boundary is where the two samplers' ESS per second crossed on the benchmark models
+    (``benchmarks/results/sampling_hard.md``).
 
     Returns
     -------

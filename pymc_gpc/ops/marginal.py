@@ -1,55 +1,26 @@
-r"""The PyTensor Op of the approximate marginal likelihood, one class for every prior structure.
+"""The PyTensor Op of the approximate marginal likelihood, one class for every prior structure.
 
-``ApproxMarginalOp`` maps (kernel inputs, theta, y[, hyper]) to
+``ApproxMarginalOp`` maps (kernel inputs, theta, y[, hyper]) to log q(y | K, theta), one
+gradient per kernel input and dlog_z/dtheta (from the solver's fixed point, in the same
+pass), the LOO terms log q(y_i | y_{-i}, theta) (the pointwise term of PSIS-LOO for a
+non-factorising likelihood, Buerkner, Gabry & Vehtari 2021), and ``n_iter`` and ``status``
+(0 converged, 1 not converged, 2 failed). ``pullback`` returns cotangent * gradient, so
+autodiff carries it into any ``pm.gp.cov`` kernel's hyperparameters and into random
+inducing inputs.
 
-* ``log_z``: log q(y | K, theta) by EP, Laplace, mean field (I or II) or online ADF
-  (``approximations.registry``), for the prior structure in its props
-  (``structures.select``: the dense n x n K; FITC's K_uu, K_uf, diag K_ff; a (c, n, n)
-  stack of class kernels; each class's FITC prior), which forms the prior from the
-  kernel inputs, reads the gradient in each of them, and gives the retry schedule,
-* one gradient per kernel input (dense: ``dlog_z_dK`` (n, n); FITC: d/dK_uu, d/dK_uf,
-  d/d diag K_ff, derived in ``structures.fitc``) and ``dlog_z_dtheta`` (p,): computed in
-  the same pass (the solver's fixed point gives both); ADF has none (NaN, and
-  ``pullback`` raises a clear error),
-* ``loo`` (n,): the leave-one-out log predictive log q(y_i | y_{-i}, theta) from the
-  cavity of EP or of Laplace's Gaussian, the pointwise term of PSIS-LOO for a
-  non-factorising likelihood (Buerkner, Gabry & Vehtari 2021),
-* ``n_iter`` and ``status`` diagnostics (0 converged, 1 not converged, 2 failed).
+Failures never reach the sampler as an exception or a NaN: a non-converged run is retried
+along the structure's schedule (``approximations.solve.solve_with_retries``); if the last
+run is still not converged the value is used, status is 1 and an
+``ApproximationFailedWarning`` names the hyperparameter values; if the solver raises or an
+output is not finite, log_z = -inf with a zero gradient and status 2, so NUTS rejects the
+point. The sampler's common case (dense binary EP, default schedule) runs through
+``ep.ep_warm``.
 
-``pullback`` returns cotangent * gradient, so PyTensor's autodiff carries d/dK into
-the hyperparameters of any ``pm.gp.cov`` kernel that built K (one reverse sweep), and
-into the inducing inputs when they are random variables.
-
-Failures never reach the sampler as an exception or a NaN: after a non-converged run the
-Op retries along the structure's schedule (``approximations.solve.solve_with_retries``:
-dense EP damped, then sequential; FITC EP damped 0.5, then 0.25; Newton with more
-iterations); a log evidence above the likelihood's bound (0 for discrete labels) or NaN
-is a failed run there. If the last run
-is still not converged the value is used, status is 1 and an
-``ApproximationFailedWarning`` names the hyperparameter values (from the optional,
-gradient-disconnected fourth input); if the solver raises (K not positive definite,
-an invalid likelihood parameter such as epsilon >= 0.5 drawn by the sampler) or any
-output is not finite, it returns log_z = -inf with a zero gradient and status 2, so
-NUTS rejects the point.
-
-The common case inside a sampler (dense binary EP with the default schedule, labels -1/+1,
-valid likelihood parameters, non-negative warm-start sites) runs through ``ep.ep_warm``,
-the compiled loop and its converged outputs without ``ep``'s checks and result object; all
-else, and every run it declines, goes through ``ep`` and the retries below.
-
-Backends register their implementations of this Op from outside (``pymc_gpc/__init__``:
-``backends.numba.dispatch.register_numba``, the JAX hook); this module imports none. A
-backend that keeps solver state of its own (the compiled EP path's per-thread blocks)
-attaches it with ``attach_backend_state``, so that ``counts`` and ``reset_warm_starts``
-cover it, and runs the Op's Python path through ``evaluate``.
-
-Warm starts: the last few solutions are kept per thread (``PerThread``), so
-process-based chains and nutpie's threads never share state, and the next start is
-extrapolated from them along the sampler's trajectory (``WarmStarts``). The state does
-not change the fixed point, only how fast it is reached, but it moves the returned
-solution within the solver's tolerance; compiling a graph with the Op clears it
-(``reset_warm_starts``), so that every sampling run starts alike and a seeded run
-repeats itself.
+Backends register their implementations from outside (``pymc_gpc/__init__``); a backend
+with solver state of its own attaches it with ``attach_backend_state``. Warm starts are
+kept per thread and extrapolated along the sampler's trajectory (``ops.warm_start``); they
+move the solution only within the solver's tolerance, and compiling a graph with the Op
+clears them (``reset_warm_starts``), so a seeded run repeats itself.
 """
 
 import copy
