@@ -33,11 +33,8 @@ d log Z / dS_j = (Phi^T b)_j^2 / 2 - Q_jj / 2 (``HSGPPosterior.ep_gradient``), Q
 more accurate of its two forms, (1 - (A^{-1})_jj) / S_j from the A^{-1} the last sweep
 formed, or H_jj - ||L_A^{-1} s H_j||^2 (dtrsm). One sweep costs O(n P + M^3) flops
 (P ~ 2^d M the tables' size) and O(n P) memory for the tables, built once per training
-inputs X in Python and kept in a block that every thread reads (``thread_state``'s shared
-rows); a new X (``pm.set_data``) builds it anew.
-
-The work sits behind two C-callable functions (``external``), as in ``compiled_ep``: compiled
-graphs call their symbols rather than linking the engine into their own code.
+inputs X and shared by the threads (``thread_state``). The work sits behind two C-callable
+functions (``external``), as in ``compiled_ep``.
 """
 
 import llvmlite.binding as llvm
