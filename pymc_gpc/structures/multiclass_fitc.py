@@ -31,8 +31,9 @@ Gradient: each class's is ``structures.fitc``'s with G_k the diagonal block of
 dlog Z/dK~. Its only n x n piece has the closed form V_k R_kk = (A^{-1})_{k,:} Y_k, Y_k's
 block l = V_l diag(W~_{lk}), and R_ii = W~_i - W~_i S_i W~_i; one pass of
 F_l = (A^{-1})_{:,l} V_l over column blocks gives the site covariances, diag R and V_k R_kk.
-W~_i has W_i's form with delta = d / (1 + lambda d) (``_effective_precision``), so A - I is
-one dsyrk below the diagonal and one per diagonal block (``_precision``).
+W~_i = diag(delta_i) - q_i q_i^T with delta = d / (1 + lambda d) (``_effective_precision``),
+so A - I = blockdiag(V_k diag(delta_k) V_k^T) - Q Q^T, Q the stacked V_k diag(q_k): one
+dsyrk of Q below the diagonal and one per diagonal block (``_precision``).
 
 Cost O(c^2 m^2 n) time per factorised posterior and O(c m n) memory; never an n x n or
 cn x cn matrix. Softmax Laplace's later Newton steps solve with A by CG preconditioned with
