@@ -557,6 +557,21 @@ def _rough_allowed(tol, predicted, sweeps=0):
     return tol >= _ROUGH_TOL and predicted > tol and sweeps < _ROUGH_SWEEPS
 
 
+@njit(nogil=True, cache=True)
+def anderson_update(dF, dG, count, have_prev, f_prev, g_prev, best, change, tau, nu, tau_g, nu_g, var):
+    """``Anderson.step`` of the parallel EP map in arrays, with ``_parallel``'s restart after a
+    1000-fold growth of the site change: the map's value g = (tau_g, nu_g), the residual
+    f = (var, sqrt(var)) (g - (tau, nu)). Returns (next iterate, count, f, g, best change)."""
+    if change > 1e3 * best:
+        have_prev, count = False, 0
+    best = min(best, change)
+    g = np.concatenate((tau_g, nu_g))
+    f = np.concatenate((var, np.sqrt(var))) * (g - np.concatenate((tau, nu)))
+    if have_prev and dF.shape[0] > 0:
+        count = anderson_record(dF, dG, count, f, g, f_prev, g_prev)
+    return anderson_step(dF, dG, count, f, g), count, f, g, best
+
+
 # Outcomes of ``_parallel_compiled``.
 _DONE = 0  # converged; the fixed-point quantities returned are at the returned sites
 _HANDED_BACK = 1  # a step the compiled loop does not take; _parallel continues from the returned sites
@@ -632,15 +647,9 @@ def _parallel_compiled(kind, K, y, th, tau, nu, damping, tol, max_sweeps, memory
         if change < tol and not rough:
             status = _DONE
             break
-        if change > 1e3 * best:
-            have_prev, count = False, 0
-        best = min(best, change)
-        g = np.concatenate((tau_g, nu_g))
-        f = np.concatenate((var, np.sqrt(var))) * (g - np.concatenate((tau, nu)))
-        if memory > 0 and have_prev:
-            count = anderson_record(dF, dG, count, f, g, f_prev, g_prev)
-        f_prev, g_prev, have_prev = f, g, True
-        x = anderson_step(dF, dG, count, f, g) if memory > 0 else g
+        x, count, f_prev, g_prev, best = anderson_update(dF, dG, count, have_prev, f_prev, g_prev, best, change,
+                                                         tau, nu, tau_g, nu_g, var)
+        have_prev = True
         tau_x, nu_x = x[:n], x[n:]
         if np.min(tau_x) < 0.0 or not np.all(np.isfinite(x)):  # Anderson went astray
             have_prev, count = False, 0

@@ -146,28 +146,19 @@ class ApproxMarginalOp(Op):
     hyper_names : tuple of (name, size) pairs naming the optional last input, a
         vector of the model's hyperparameter values (gradient-disconnected). It is used
         only to name the point in the non-convergence warning.
-    defer_loo : leave the ``loo`` output unfilled (NaN) and keep, with the recent results,
-        a function that computes it; set only by the rewrite ``defer_unused_loo`` on an Op
-        whose ``loo`` output the graph does not use (the logp and gradient a sampler
-        runs), and the copy shares its original's warm starts and recent results, so the
-        deterministics at a draw (``y_loo``) compute the LOO terms from the result NUTS
-        already has.
-    sampling : use the registry's ``sampling_defaults`` under the Op's options; set only by the rewrite
-        ``use_sampling_tolerance`` on graphs compiled within ``sampling_tolerance()``
-        (``pymc_gpc.sample``), on a copy that shares its warm starts with the other
-        sampling copies of the same Op (not with the Op itself, whose recent results
-        are at the engine's accuracy).
+    defer_loo : leave the ``loo`` output NaN and keep a function that computes it with the
+        recent results; set only by the rewrite ``defer_unused_loo`` (on a copy sharing the
+        original's warm starts, so ``y_loo`` at a draw reuses NUTS's result).
+    sampling : use the registry's ``sampling_defaults`` under the Op's options; set only by the
+        rewrite ``use_sampling_tolerance`` within ``sampling_tolerance()``.
     structure : the prior structure (``structures.select``: ``DENSE_BINARY``, the default,
         ``FITC_BINARY``, ``DENSE_MULTICLASS``, ``FITC_MULTICLASS``), as
         ``select_structure`` returns it.
 
     Notes
     -----
-    ``counts`` (not a prop, not pickled) tallies, per Op instance, the evaluations,
-    retries taken, non-converged and failed results since construction (diagnostics:
-    increments from concurrent threads are not locked); its evaluations include those of
-    a backend's own state (``attach_backend_state``: the compiled EP path of
-    ``backends.numba``), which equal Ops on equal data share.
+    ``counts`` (not a prop, not pickled, not locked) tallies per Op the evaluations, retries,
+    non-converged and failed results, those of an attached backend state included.
 
     Examples
     --------
@@ -273,18 +264,12 @@ class ApproxMarginalOp(Op):
         return Apply(self, ins, outputs)
 
     def reset_warm_starts(self):
-        """Forget the warm starts and recent results of every thread: the next evaluation
-        starts cold.
+        """Forget the warm starts and recent results of every thread (and of an attached backend
+        state): the next evaluation starts cold.
 
-        Called whenever a graph holding this Op is compiled (``prepare_node`` for PyTensor's
-        Python and C linkers, the numba ``funcify``: ``backends.numba.dispatch``), so every ``pm.sample`` starts
-        from the same state and a run with a given ``random_seed`` repeats its draws exactly
-        (its process-based chains fork after the compilation; the docs' diagnostics page,
-        "Reproducibility", lists what still depends on history within the tolerance).
-        Otherwise a run's warm starts would come from whatever the process evaluated
-        before, and since warm starts move the solution within the solver's tolerance,
-        the same seed would give different draws. A backend's attached state
-        (``attach_backend_state``) is reset too.
+        Called whenever a graph holding this Op is compiled (``prepare_node``, the numba
+        ``funcify``), so that every ``pm.sample`` starts from the same state and a seeded run
+        repeats its draws (warm starts move the solution within the solver's tolerance).
         """
         self._shared["threads"] = PerThread(new_thread_state)
         for key, (reset, _) in self._shared.get("backend", {}).items():
@@ -369,14 +354,12 @@ class ApproxMarginalOp(Op):
         return ", ".join(parts)
 
     def solver_options(self, cold=False):
-        """The solver's options (a new dict): the registry's ``sampling_defaults`` (with
-        ``sampling``) or ``engine_defaults`` under the Op's, and the LOO deferred where
-        ``defer_loo`` is set. A backend's own solver reads its tolerances here.
+        """The solver's options (a new dict): the registry's ``sampling_defaults`` (with ``sampling``)
+        or ``engine_defaults`` under the Op's, and the LOO deferred where ``defer_loo`` is set.
 
-        ``cold``: for a solve from no warm start, whose ``tol`` is the smaller of the
-        sampler's and the engine's (under the Op's options): a site change below the
-        sampler's 1e-2 bounds EP's error only near its fixed point
-        (``backends.numba.thread_state.solve_tolerance``)."""
+        ``cold``: for a solve from no warm start, ``tol`` is the smaller of the sampler's and the
+        engine's (``backends.numba.thread_state.solve_tolerance``).
+        """
         entry = registry.solver_for(self.approximation, self.likelihood_type)
         defaults = entry.sampling_defaults if self.sampling else entry.engine_defaults
         options = {**defaults, **dict(self.options)}
@@ -404,16 +387,13 @@ class ApproxMarginalOp(Op):
         return loo_later
 
     def evaluate(self, inputs, guess, output_storage):
-        """Solve at ``inputs`` (the Op's input values) from the warm start ``guess`` (a solver
-        state or None) and write the outputs into ``output_storage`` (one ``[None]`` per
-        output), without reading or writing this thread's warm starts or recent results:
-        the Python path that a backend with its own state runs (``backends.numba``'s
-        compiled EP, where its loop declines). Failures are outputs (-inf, status 2), not
-        exceptions.
+        """Solve at ``inputs`` from the warm start ``guess`` (a solver state or None) into
+        ``output_storage``, without touching this thread's warm starts or recent results: the
+        Python path of a backend with its own state. Failures are outputs (-inf, status 2).
 
         Returns
         -------
-        state : the solution's solver state, to keep as a warm start; None after a failure.
+        state : the solution's solver state; None after a failure.
         loo_later : the result's deferred LOO function (None unless ``defer_loo``).
         """
         kernels, params, y, hyper = self._split(inputs)
@@ -462,12 +442,10 @@ class ApproxMarginalOp(Op):
         return result.state, result.loo_later
 
     def _fast_ep(self, K, params, y, state, options):
-        """``ep.ep_warm`` where it applies, else None: EP on a structure that its compiled
-        loop solves (``compiled_ep_loop``: the dense binary one) with the default schedule
-        (only tol / max_sweeps set), labels already -1/+1 in a vector matching an n x n K
-        with finite entries, valid likelihood parameters and non-negative warm-start sites.
-        Anything else, and any run ``ep_warm`` declines or that raises, goes through
-        ``ep`` with its checks and retries (which give the error, or -inf, status 2)."""
+        """``ep.ep_warm`` where it applies (EP on a structure with ``compiled_ep_loop``, the default
+        schedule, labels -1/+1, a finite K, valid parameters, non-negative warm-start sites), else
+        None: everything else, and every run ``ep_warm`` declines, goes through ``ep``.
+        """
         if (not self.structure.compiled_ep_loop
                 or not registry.solver_for(self.approximation, self.likelihood_type).compiled_loop
                 or not options.keys() <= {"tol", "max_sweeps"}):

@@ -265,7 +265,7 @@ def outer_minus_R_into(b, Li, sw, scale, out):
 
 
 class _KernelGradient:
-    """The structure-generic questions (``structures`` package docstring), answered densely."""
+    """The structure-generic questions (``structures.base.LatentPosterior``), answered densely."""
 
     rough = False  # exact unless a posterior says otherwise (``LatentPosterior``)
 
@@ -321,7 +321,7 @@ class LatentPosterior(_KernelGradient):
     w : (n,) non-negative precisions of the Gaussian factors (EP sites or Laplace W).
     L, Li : optionally, the Cholesky factor of B and its inverse, already computed at
         these w (by a compiled solver).
-    rough : allow a rough posterior (``structures`` package docstring): L^{-1} from single
+    rough : allow a rough posterior (``structures.base.SolverPrior.posterior``): L^{-1} from single
         precision (``rough_inverse_factor``), serving ``var_diag`` and ``weights`` only.
         Where B is too ill-conditioned for single precision (``MAX_COND_ROUGH``) or its
         factorisation fails the posterior is exact; ``self.rough`` says which.
@@ -480,7 +480,7 @@ class DensePrior:
     """The dense prior structure: a kernel matrix K (n, n), already checked.
 
     The approximations ask a prior structure for its diagonal, products K v and the
-    posterior at given site precisions (``structures`` package docstring).
+    posterior at given site precisions (``structures.base``).
 
     Parameters
     ----------

@@ -548,7 +548,7 @@ class HSGPPrior:
 class HSGPPosterior:
     r"""q(f) for the HSGP prior at site precisions w, through A = I + s H s = L_A L_A^T.
 
-    The questions of ``structures`` (package docstring), answered in weight space (module
+    The members of ``structures.base.LatentPosterior``, answered in weight space (module
     docstring): O(n M^2) to build (H and the marginal variances), O(n M) per solve.
     Raises ``NotPositiveDefiniteError`` where K~^{-1} + W is not positive definite (A has
     no Cholesky factor; only with negative site precisions).

@@ -25,8 +25,8 @@ site precisions w = tau and s = sqrt(S),
   diag(Phi s A^{-1} s Phi^T) by the pairs' scatter and one GEMM
   (``CosineProductBasis.quad_diag``), floored at 1e-14 diag K~;
 * the mean Phi s A^{-1} s Phi^T nu through the basis's factors (dpotrs);
-* the sites by ``ep.parallel_site_update``, Anderson's step by ``ep.anderson_step`` with
-  ``_parallel``'s restarts.
+* the sites by ``ep.parallel_site_update``, Anderson's step by ``ep.anderson_update`` (with
+  ``_parallel``'s restarts).
 
 At the fixed point the evidence is R&W eq. 3.65 (``ep.stable_log_z``) and its gradient in S is
 d log Z / dS_j = (Phi^T b)_j^2 / 2 - Q_jj / 2 (``HSGPPosterior.ep_gradient``), Q_jj by the
@@ -42,8 +42,7 @@ import numba
 import numpy as np
 from numba import carray, cfunc, njit, types
 
-from ...approximations.ep import (ANDERSON_MEMORY, EPState, anderson_record, anderson_step, parallel_site_update,
-                                  stable_log_z)
+from ...approximations.ep import ANDERSON_MEMORY, EPState, anderson_update, parallel_site_update, stable_log_z
 from ...likelihoods.base import freeze, labels_valid, params_valid, tilted_dparams_sum
 from ...numerics.lapack import inv_lower, lauum_lower, potrf_lower, potrs_lower, triangular_left
 from ...numerics.product_to_sum import khatri_rao_rows
@@ -335,15 +334,9 @@ def ep_hsgp(kind, parts, S, y, th, tau, nu, tol, max_sweeps, n_params):
         if change < tol:
             done = True
             break
-        if change > 1e3 * best:
-            have_prev, count = False, 0
-        best = min(best, change)
-        g = np.concatenate((tau_g, nu_g))
-        f = np.concatenate((var, np.sqrt(var))) * (g - np.concatenate((tau, nu)))
-        if have_prev:
-            count = anderson_record(dF, dG, count, f, g, f_prev, g_prev)
-        f_prev, g_prev, have_prev = f, g, True
-        x = anderson_step(dF, dG, count, f, g)
+        x, count, f_prev, g_prev, best = anderson_update(dF, dG, count, have_prev, f_prev, g_prev, best, change,
+                                                         tau, nu, tau_g, nu_g, var)
+        have_prev = True
         tau_x, nu_x = x[:n].copy(), x[n:].copy()
         if np.min(tau_x) < 0.0:  # Anderson went astray: restart it from the map's value
             have_prev, count = False, 0
