@@ -383,10 +383,7 @@ def loo_design(idata, var_name=None):
     under the weights: a generalised Pareto fit (Zhang & Stephens 2009, with the weak prior
     of Vehtari et al. 2024, weighted as in ArviZ) to the exceedances of the largest ratios,
     down to the one that completes ``TAIL_SHARE`` of the weight (at least ``MIN_TAIL``),
-    over the next below. On the grid of the one-hyperparameter test every k is below 0.5
-    (the design's values there agree with quadrature within 1e-4); on its three-point CCD
-    (errors up to 0.015) up to 0.9. A large
-    k (above 0.7) says the posterior without y_i lies where the design, built around the
+    over the next below. A large k (above 0.7) says the posterior without y_i lies where the design, built around the
     full posterior, has few points; NaN for fewer than three points or two distinct
     exceedances.
 
