@@ -136,13 +136,10 @@ def _single_inverse_factor(K, sw):
 @njit(nogil=True, cache=True)
 def rough_inverse_factor(K, sw):
     """(L^{-1}, info) for B = I + W^1/2 K W^1/2 = L L^T, factorised and inverted in single
-    precision (``_single_inverse_factor``: about half the time of double at n = 200-600 here)
-    and returned in double, lower triangle, Fortran-ordered, for the O(n^2) steps that read
-    it (``marginal_variances``, ``weights_from_inverse``); info as there.
-
-    For EP's rough sweeps (``approximations.ep._parallel_compiled``): the entries of L^{-1}
-    carry relative errors of about 6e-8 cond(L), cond(L)^2 = cond(B) <= 1 + sum_i w_i K_ii
-    (B >= I), and the variances in addition the cancellation of ``marginal_variances``."""
+    precision (``_single_inverse_factor``) and returned in double, lower triangle,
+    Fortran-ordered, for EP's rough sweeps: its entries carry relative errors of about
+    6e-8 cond(L), cond(L)^2 = cond(B) <= 1 + sum_i w_i K_ii.
+    """
     n = K.shape[0]
     single, info = _single_inverse_factor(K, sw)
     Li = np.zeros((n, n)).T  # Fortran-ordered
@@ -411,19 +408,15 @@ class LatentPosterior(_KernelGradient):
 
 
 class IndefiniteSitePosterior(_KernelGradient):
-    r"""q(f) = N(K a, (K^{-1} + S)^{-1}) when some site precisions are negative.
-
-    EP sites of a likelihood that is not log-concave (the step likelihood with label
-    noise) may have tau_i < 0 while K^{-1} + S stays positive definite; B then has no
-    real square root W^{1/2}. This representation goes through K = L_K L_K^T instead:
+    r"""q(f) = N(K a, (K^{-1} + S)^{-1}) when some site precisions are negative (B then has no real
+    W^{1/2}), through K = L_K L_K^T:
 
     .. math::
 
         C = I + L_K^T S L_K = L_C L_C^T, \quad \Sigma = L_K C^{-1} L_K^T, \quad
         |B| = |I + K S| = |C|, \quad (K + S^{-1})^{-1} = S - S \Sigma S.
 
-    It costs about three times ``LatentPosterior`` per sweep, so it is used only when a
-    site is negative (``latent_posterior``). Same interface as ``LatentPosterior``.
+    About three times ``LatentPosterior``'s cost per sweep; same interface.
     """
 
     def __init__(self, K, w):
