@@ -298,17 +298,11 @@ MAX_DEFAULT_CORES = 4
 
 
 def parallel_defaults(kwargs, sampler):
-    """``kwargs`` for ``pm.sample`` with the chains run in parallel on the available cores.
-
-    PyMC's own default is ``cores = min(4, multiprocessing.cpu_count() // 2)`` (it counts
-    half the logical CPUs, taking the rest for hyperthreads), one on a 2-core machine, so
-    two chains ran one after the other ("Sequential sampling (2 chains in 1 job)"), and
-    nutpie, which gets the same ``cores``, ran its chains in sequence too. Here ``cores``
-    defaults to min(chains, the cores available to the process (``available_cores``),
-    ``MAX_DEFAULT_CORES``), and ``chains`` to PyMC's max(2, cores). PyMC's sampler runs
-    parallel chains in processes: they start by ``mp_ctx="forkserver"`` (forking the
-    multi-threaded parent may deadlock), unless ``mp_ctx`` is given; nutpie runs them as
-    threads. Given values are kept. Returns a new dict.
+    """``kwargs`` for ``pm.sample`` with the chains run in parallel on the available cores: ``cores``
+    defaults to min(chains, ``available_cores()``, ``MAX_DEFAULT_CORES``) (PyMC's own default
+    counts half the CPUs: one on a 2-core machine), ``chains`` to PyMC's max(2, cores), and
+    PyMC's process-based chains start by ``mp_ctx="forkserver"`` (forking the multi-threaded
+    parent may deadlock). Given values are kept. Returns a new dict.
     """
     kwargs = dict(kwargs)
     chains = kwargs.get("chains")
