@@ -550,16 +550,13 @@ class MarginalEP(_ApproximateMarginal):
     jitter : added to the diagonal of :math:`K` (with FITC: of :math:`K_{uu}` and
         :math:`\operatorname{diag} K_{ff}`; with several classes: of every class's).
     approx : the sparse approximation of the prior, as in ``pm.gp.MarginalApprox``: None
-        (the dense :math:`n \times n` kernel) or "FITC", the inducing-point prior
-        :math:`K \approx Q + \Lambda` (Snelson & Ghahramani 2006; Naish-Guzman & Holden 2008) in
-        :math:`O(n m^2)` time and :math:`O(n m)` memory; ``marginal_likelihood`` then takes
+        (the dense :math:`n \times n` kernel); "FITC", the inducing-point prior
+        :math:`K \approx Q + \Lambda` (Snelson & Ghahramani 2006; Naish-Guzman & Holden 2008),
+        :math:`O(n m^2)` time and :math:`O(n m)` memory, ``marginal_likelihood`` then taking
         the inducing inputs ``Xu``; or "HSGP", the basis-function prior
         :math:`K \approx \Phi\,\mathrm{diag}(S)\,\Phi^\top` of ``pm.gp.HSGP`` (Solin & Sarkka
-        2020; ``structures.hsgp``; every likelihood, several classes with one coefficient
-        vector per class, ``structures.multiclass_hsgp``; no jitter), with the basis fixed at
-        the training inputs; for a ``pm.gp.cov.Periodic`` kernel the periodic expansion of
-        ``pm.gp.HSGPPeriodic``. Not to be confused with the class attribute
-        ``approximation`` ("ep"), how the latent functions are integrated out.
+        2020; ``structures.hsgp``; no jitter), the basis fixed at the training inputs (for
+        ``pm.gp.cov.Periodic`` the expansion of ``pm.gp.HSGPPeriodic``).
     m, L, c, drop_first, boundary : with ``approx="HSGP"`` only, ``pm.gp.HSGP``'s meanings: m
         the number of basis functions per active input dimension (required), L the box's
         half-widths or c a factor on the inputs' half-range (default c = 1.5), drop_first
@@ -571,11 +568,9 @@ class MarginalEP(_ApproximateMarginal):
         random variable (default 1).
     **solver_options : passed to ``pymc_gpc.ep`` (method, damping, tol, max_sweeps), or for
         several classes to ``pymc_gpc.multinomial_probit_ep`` (tol, damping, max_sweeps,
-        inner_tol); in ``pymc_gpc.sample``'s sampler tol defaults to 1e-2 (several classes:
-        1e-4) (``pymc_gpc.approximations.registry``), while every other use of the model's
-        logp and gradient (``pm.sample``, ``pm.find_MAP``, ``model.compile_dlogp``, ADVI),
-        ``pymc_gpc.fit`` and ``predict`` at a point get the engine's 1e-8 (``predict``
-        over posterior draws 1e-3: ``pymc_gpc.gp.prediction``).
+        inner_tol); unset, tol is the sampler's inside ``pymc_gpc.sample``
+        (``ops.rewrites.sampling_tolerance``), 1e-3 in ``predict`` over posterior draws, and
+        the engine's 1e-8 everywhere else.
 
     Attributes
     ----------
