@@ -203,6 +203,29 @@ def weights_from_inverse(K, sw, Li, v):
 
 
 @njit(nogil=True, cache=True)
+def subtract_scaled_norms(T, solve, M, scale, columns, out):
+    """out[j] = M[j, j] - ||T^{-1} (scale * M[:, j])||^2 for j in ``columns`` (T lower
+    triangular, applied by a solve; with ``solve`` False, T is the inverse factor itself and
+    applied by a product): the direct form of a posterior diagonal where the identity's
+    subtraction would lose digits (``marginal_variances``; the HSGP gradient's Q_jj)."""
+    k = columns.shape[0]
+    if k == 0:
+        return
+    n = M.shape[0]
+    C = np.empty((k, n)).T  # Fortran-ordered (n, k)
+    for c in range(k):
+        j = columns[c]
+        for i in range(n):
+            C[i, c] = scale[i] * M[i, j]
+    lapack.triangular_left(T, C, 1.0, False, solve)
+    for c in range(k):
+        acc = 0.0
+        for i in range(n):
+            acc += C[i, c] * C[i, c]
+        out[columns[c]] = M[columns[c], columns[c]] - acc
+
+
+@njit(nogil=True, cache=True)
 def marginal_variances(K, w, sw, Li):
     """diag((K^{-1} + W)^{-1}) from L^{-1} (module docstring), floored at a tiny positive value."""
     n = K.shape[0]
@@ -218,19 +241,7 @@ def marginal_variances(K, w, sw, Li):
         else:
             direct[n_direct] = j
             n_direct += 1
-    if n_direct:
-        V = np.empty((n_direct, n)).T  # Fortran-ordered (n, n_direct)
-        for c in range(n_direct):
-            j = direct[c]
-            for i in range(n):
-                V[i, c] = sw[i] * K[i, j]
-        lapack.triangular_left(Li, V, 1.0, False, False)
-        for c in range(n_direct):
-            j = direct[c]
-            acc = 0.0
-            for i in range(n):
-                acc += V[i, c] * V[i, c]
-            out[j] = K[j, j] - acc
+    subtract_scaled_norms(Li, False, K, sw, direct[:n_direct], out)
     for j in range(n):
         out[j] = max(out[j], _MIN_RELATIVE_VAR * max(K[j, j], 1e-300))
     return out

@@ -44,8 +44,9 @@ from numba import carray, cfunc, njit, types
 
 from ...approximations.ep import ANDERSON_MEMORY, EPState, anderson_update, parallel_site_update, stable_log_z
 from ...likelihoods.base import freeze, labels_valid, params_valid, tilted_dparams_sum
-from ...numerics.lapack import inv_lower, lauum_lower, potrf_lower, potrs_lower, triangular_left
+from ...numerics.lapack import inv_lower, lauum_lower, potrf_lower, potrs_lower
 from ...numerics.product_to_sum import khatri_rao_rows
+from ...structures.dense import subtract_scaled_norms
 from ...structures.hsgp import PRIOR_VARIANCE_FLOOR
 from . import thread_state as ts
 from .registered import perform_registered, registered_op
@@ -279,19 +280,7 @@ def _projected_R_diag(S, s, H, L, A_inv):
         else:
             direct[k] = j
             k += 1
-    if k > 0:
-        C = np.empty((k, M)).T  # Fortran (M, k)
-        for c in range(k):
-            j = direct[c]
-            for a in range(M):
-                C[a, c] = s[a] * H[a, j]
-        triangular_left(L, C, 1.0, False, True)
-        for c in range(k):
-            j = direct[c]
-            acc = 0.0
-            for a in range(M):
-                acc += C[a, c] * C[a, c]
-            Q[j] = H[j, j] - acc
+    subtract_scaled_norms(L, True, H, s, direct[:k], Q)
     return Q
 
 
