@@ -228,13 +228,9 @@ def default_init(model=None):
     values, PyMC's own default (``"jitter+adapt_diag"``) above that. (With discrete
     variables PyMC builds a compound step and ignores ``init``.)
 
-    A GP classifier's free variables are its few hyperparameters (d + 2 for the ARD
-    kernel), and they are correlated (on Pima, markedly so between the amplitude log v0
-    and the glucose lengthscale log w_2). With a dense metric estimated from the tuning
-    draws the min bulk ESS per gradient evaluation is higher (``benchmarks/results/mass_matrix.md``;
-    figures in ``docs/design/engine_notes.md``, "Figures moved from comments",
-    ``pymc_gpc/idata.py``). With many values (a latent function sampled alongside) the dense
-    estimate from a few hundred tuning draws is poor, so there the diagonal default stays.
+    A GP classifier's few hyperparameters are correlated, which a dense metric follows
+    (more ESS per gradient evaluation: ``benchmarks/results/mass_matrix.md``); with many
+    values a dense estimate from a few hundred tuning draws is poor.
 
     Returns
     -------
@@ -265,12 +261,8 @@ def default_sampler(model=None):
     matrix of ``default_init``, for at most ``PYMC_NUTS_MAX`` sampled values; nutpie above
     that, where it is installed (else PyMC's).
 
-    The boundary is where the ESS per second of the two samplers crossed on benchmark
-    models (``benchmarks/sampling.py hard``; figures in ``benchmarks/results/sampling_hard.md``
-    and ``docs/design/engine_notes.md``, "The default sampler by model size"): with a
-    few hyperparameters PyMC's NUTS with the dense mass matrix gets more ESS per draw; with
-    more, nutpie's cheaper evaluations and fewer steps per draw win. Which of the dimension
-    and the cost of an evaluation decides it is not separated by those data.
+    The boundary is where the two samplers' ESS per second crossed on the benchmark models
+    (``benchmarks/results/sampling_hard.md``).
 
     Returns
     -------
@@ -306,17 +298,11 @@ MAX_DEFAULT_CORES = 4
 
 
 def parallel_defaults(kwargs, sampler):
-    """``kwargs`` for ``pm.sample`` with the chains run in parallel on the available cores.
-
-    PyMC's own default is ``cores = min(4, multiprocessing.cpu_count() // 2)`` (it counts
-    half the logical CPUs, taking the rest for hyperthreads), one on a 2-core machine, so
-    two chains ran one after the other ("Sequential sampling (2 chains in 1 job)"), and
-    nutpie, which gets the same ``cores``, ran its chains in sequence too. Here ``cores``
-    defaults to min(chains, the cores available to the process (``available_cores``),
-    ``MAX_DEFAULT_CORES``), and ``chains`` to PyMC's max(2, cores). PyMC's sampler runs
-    parallel chains in processes: they start by ``mp_ctx="forkserver"`` (forking the
-    multi-threaded parent may deadlock), unless ``mp_ctx`` is given; nutpie runs them as
-    threads. Given values are kept. Returns a new dict.
+    """``kwargs`` for ``pm.sample`` with the chains run in parallel on the available cores: ``cores``
+    defaults to min(chains, ``available_cores()``, ``MAX_DEFAULT_CORES``) (PyMC's own default
+    counts half the CPUs: one on a 2-core machine), ``chains`` to PyMC's max(2, cores), and
+    PyMC's process-based chains start by ``mp_ctx="forkserver"`` (forking the multi-threaded
+    parent may deadlock). Given values are kept. Returns a new dict.
     """
     kwargs = dict(kwargs)
     chains = kwargs.get("chains")

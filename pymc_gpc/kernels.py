@@ -21,30 +21,17 @@ The kernel is one PyTensor Op (``ARDKernelOp``) and so is its pullback
     \bar v_2 = \operatorname{tr} G, \quad
     \bar l_m = -\tfrac12 v_0 \langle G \circ E, d_m\rangle,
 
-each an O(n^2 d) pass without n x n x d temporaries (the gradient with respect to the
-continuous columns of X is also given; the Hamming distance has none). With many
-continuous columns both go through BLAS products instead of loops over the columns,
+each an O(n^2 d) pass in numba's nopython mode without n x n x d temporaries (the gradient
+in the continuous columns of X too; the Hamming distance has none). From
+``PRODUCT_MIN_COLUMNS`` continuous columns on both go through BLAS products,
 D = q 1^T + 1 r^T - 2 X diag(l) Xs^T and
-<A, d_m> = sum_i X_im^2 (A 1)_i + sum_j Xs_jm^2 (A^T 1)_j - 2 (X^T A Xs)_mm for A = G o E
-(``PRODUCT_MIN_COLUMNS``). Sampling
-evaluates K and its pullback once per leapfrog step: composed from PyTensor's
-elementwise graph (whose exponential runs as numba's scalar loop, much slower than
-NumPy's vectorised one) they cost about as much as a sweep of EP; as these two Ops,
-markedly less (figures: ``docs/design/engine_notes.md``, "Figures moved from
-comments"). Both run in numba's nopython mode, the exponential included
-(``numerics.special.exp_inplace``, vectorised), each in one pass over its n x m arrays
-(blocks of a row in cache: ``ard_kernel``, ``distance_pullback``); a compiled logp enters
-Python only to take K and E of at least the pool's ``min_bytes`` each from the pool of
-large arrays (``_kernel_outputs``). The
-pullback has no gradient itself: for Hessian-based tools build the kernel from
-``pm.gp.cov`` instead.
+<A, d_m> = sum_i X_im^2 (A 1)_i + sum_j Xs_jm^2 (A^T 1)_j - 2 (X^T A Xs)_mm for A = G o E.
+Large outputs come from the pool of large arrays (``_kernel_outputs``). The pullback has no
+gradient itself: for Hessian-based tools build the kernel from ``pm.gp.cov``.
 
-Several classes: ``ard_kernels(d, classes)`` creates one ARD kernel per class in the
-current model, its hyperparameters random variables with a leading ``class`` dimension
-(``log_w`` (c, d), ``log_v0`` and ``log_v1`` (c,)), and returns the list of c kernels that
-``MarginalLaplace(likelihood=Softmax())`` and ``MarginalEP(likelihood=MultinomialProbit())``
-take as ``cov_func``; ``per_class(factory, *hyperparameters)`` does the same for any
-kernel built from (c, ...) variables.
+Several classes: ``ard_kernels(d, classes)`` creates one ARD kernel per class (its
+hyperparameters with a leading ``class`` dimension), ``per_class(factory, *hyperparameters)``
+any kernel built from (c, ...) variables.
 """
 
 import numba
@@ -63,10 +50,8 @@ from .numerics.workspace import POOL
 
 
 # From this many continuous columns on, their distances and pullback go through one BLAS
-# product each (``_product_distance``, ``_product_pullback``) instead of O(n^2 d) loops.
-# The products win clearly from about 10 columns and are level with the loops below
-# that, so small inputs (Pima's 7, Crabs' 5) keep the loops
-# (benchmarks/results/kernel_products.md; docs/design/engine_notes.md).
+# product each (``_product_distance``, ``_product_pullback``) instead of O(n^2 d) loops
+# (level below that: benchmarks/results/kernel_products.md).
 PRODUCT_MIN_COLUMNS = 8
 
 # Entries of a row that the fused passes (``ard_kernel``, ``distance_pullback``) take at a

@@ -156,18 +156,14 @@ PYMC_DRAWS, PYMC_TUNE = 1000, 1000
 
 @contextlib.contextmanager
 def sampler_log_lines(args, kwargs, stream=None, every=LOG_EVERY):
-    """``pm.sample``'s keyword arguments (``args``: its positional ones) with plain progress
-    lines (``LogLines``: draws done of chains x (tune + draws), divergences after tuning,
-    elapsed, time left) written to ``stream`` (default ``sys.stderr``) when it is not a
-    terminal and progress is asked for; the rich bar is then turned off (in a log file it
-    stays silent until the end). Yields the keyword arguments to use.
+    """``pm.sample``'s keyword arguments with plain progress lines (``LogLines``: draws done,
+    divergences after tuning, elapsed, time left) written to ``stream`` (default
+    ``sys.stderr``) when it is not a terminal and progress is asked for (the rich bar is then
+    off). Yields the keyword arguments to use.
 
-    PyMC's sampler: through ``pm.sample``'s per-draw ``callback`` (composed with one given).
-    nutpie: ``pm.sample`` gives nutpie's ``progress_callback`` (called from nutpie's thread
-    every ``progress_rate`` ms with each chain's ``ChainProgress``) to its
-    ``NutpieProgressBarManager``; within this block that class is a subclass that also
-    writes the lines (a module attribute swapped for the block, so not thread-safe, like
-    ``warnings.catch_warnings``). Other samplers (numpyro, blackjax): unchanged.
+    PyMC's sampler: through its per-draw ``callback`` (composed with one given). nutpie: a
+    subclass of its ``NutpieProgressBarManager`` swapped in for the block (not thread-safe).
+    Other samplers: unchanged.
     """
     if not log_mode(kwargs.get("progressbar", True), stream) or kwargs.get("nuts_sampler") not in ("pymc", "nutpie"):
         yield kwargs

@@ -1,26 +1,17 @@
 r"""scikit-learn estimators: the package's GP classifiers in pipelines, grid search and
-cross-validation.
+cross-validation (the user guide's scikit-learn page).
 
-``GaussianProcessClassifier`` (two classes or more) and ``GaussianProcessOrdinalClassifier``
-(ordered classes) follow scikit-learn's estimator conventions: parameters stored unchanged
-by ``__init__`` and checked in ``fit``, fitted attributes ending in ``_``, ``classes_``,
-``n_features_in_``, ``predict``, ``predict_proba``, ``predict_log_proba`` and ``score``.
-Each ``fit`` builds the package's own model (``pymc_gpc.ard_classifier``, or a model
-around a kernel you give) and estimates its hyperparameters with ``pymc_gpc.fit``
-(``method="map"`` or ``"type2"``) or integrates over them with ``pymc_gpc.sample``
-(``method="nuts"``, or deterministically: ``"ccd"``, ``"grid"``); the model, the GP and the fit result or ``InferenceData`` stay on
-the estimator (``model_``, ``gp_``, ``fit_result_``, ``idata_``) for ArviZ and for
-``gp_.predict``.
-
-The predictive probability of class k at x* is
+``GaussianProcessClassifier`` and ``GaussianProcessOrdinalClassifier`` follow
+scikit-learn's conventions (parameters checked in ``fit``, fitted attributes ending in
+``_``). Each ``fit`` builds the package's model (``pymc_gpc.ard_classifier``, or one around
+a given kernel) and estimates its hyperparameters with ``pymc_gpc.fit`` or integrates over
+them with ``pymc_gpc.sample``; the probability of class k is
 
 .. math::
 
     p(y_* = k \mid x_*, X, y) \approx \int p(y_* = k \mid f_*)\, q(f_* \mid x_*, X, y, \theta)\, df_*
 
-at the point estimate of the hyperparameters theta, or averaged over posterior draws of theta
-with NUTS (Barber & Williams 1997, eq. 9; Rasmussen & Williams 2006, eq. 3.25 and 3.40).
-
+at the point estimate, or averaged over posterior draws (Barber & Williams 1997, eq. 9).
 Importing this module needs scikit-learn (``pip install "pymc-gpc[sklearn]"``).
 """
 

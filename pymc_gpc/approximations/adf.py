@@ -1,54 +1,39 @@
 r"""The sequential online approximation, ADF (Csato et al. 2000, sec. 5, eq. 10-12).
 
-The posterior process after t examples is approximated by a Gaussian process with
+After t examples the posterior process is the Gaussian process
 
 .. math::
 
     \langle a(x) \rangle_t = \sum_j K(x, x_j)\, \alpha_j, \qquad
     K_t(x, x') = K(x, x') + \sum_{ij} K(x, x_i)\, C_{ij}\, K(x_j, x'),
 
-starting from alpha = 0, C = 0. Including example t+1 with k = K[:, t+1],
-cavity N(mu, s^2), mu = k^T alpha, s^2 = K_{t+1,t+1} + k^T C k, and
-Z = <p(y_{t+1} | a)>_t, g = d log Z / d mu, gamma = d^2 log Z / d mu^2 (eq. 11-12,
-the printed q^(2) garbled; it is the second derivative, as moment matching requires):
+from alpha = 0, C = 0. Including example t+1 with k = K[:, t+1], cavity N(mu, s^2),
+mu = k^T alpha, s^2 = K_{t+1,t+1} + k^T C k, Z = <p(y_{t+1} | a)>_t, g = d log Z / d mu and
+gamma = d^2 log Z / d mu^2 (eq. 11-12; the printed q^(2) is the second derivative):
 
 .. math::
 
     s = C k + e_{t+1}, \qquad \alpha \leftarrow \alpha + g\, s, \qquad
     C \leftarrow C + \gamma\, s s^T.
 
-During the first pass C has t x t non-zero entries, so the pass costs about
-(2/3) n^3 flops and no matrix inversion. The evidence is accumulated as
-log p(D) ~ sum_t log Z_t (the paper's "further approximation"), each factor
-being a one-step-ahead predictive probability.
+The first pass costs about (2/3) n^3 flops; its evidence is log p(D) ~ sum_t log Z_t.
 
-**Repeated sweeps.** Re-including an example that is already in the posterior
-would count it twice; here a revisit first removes the example's Gaussian site
-(tau_i, nu_i) -- the precision and location that its inclusion added -- and then
-re-includes it from the resulting cavity. That is sequential EP (Minka 2001), so
-with repeated sweeps the sites converge to EP's fixed point. The update of a site
-by (d tau, d nu) in the (alpha, C) form, with sigma^2 = K_ii + k^T C k, the
-marginal mean mu_i and c = d tau / (1 + d tau sigma^2), is
+**Repeated sweeps** are sequential EP (Minka 2001): a revisit removes the example's site
+(tau_i, nu_i) and re-includes it from the cavity. A site change (d tau, d nu), with
+sigma^2 = K_ii + k^T C k, marginal mean mu_i and c = d tau / (1 + d tau sigma^2), is
 
 .. math::
 
     \alpha \leftarrow \alpha + s\,[d\nu (1 - c \sigma^2) - c \mu_i], \qquad
     C \leftarrow C - c\, s s^T,
 
-which for a first inclusion (tau_i = nu_i = 0) reduces to eq. 12 (c = -gamma, the
-bracket = g). After more than one sweep the reported evidence is EP's log Z at
-the current sites (``ep.ep_log_z``), not the online sum.
+(eq. 12 for a first inclusion: c = -gamma). After more than one sweep log_z is EP's
+(``ep.ep_log_z``).
 
-Support: all five likelihoods (only ``Likelihood.tilted`` is used), evidence and
-predictions. **No gradient.** The online evidence is not stationary in anything, so
-an exact gradient needs a reverse (adjoint) pass through all n rank-one updates,
-which in turn needs the third and fourth derivatives of log Z_t in the cavity mean
-and the parameter-derivatives of g and gamma; the likelihood contract provides
-neither, and this is not implemented. ``adf`` returns ``dlog_z_dK = None`` and
-``dlog_z_dparams = None``; ``ApproxMarginalOp`` outputs NaN for them and its
-``pullback`` returns pytensor's "not implemented" gradient with a message naming
-ADF, so any use of the gradient raises instead of using a wrong one (``pm.sample``
-then assigns Slice by itself; ``pm.find_MAP`` falls back to Powell with a warning).
+**No gradient**: the online evidence is not stationary, and its adjoint would need third
+and fourth derivatives of log Z_t that the likelihood contract does not provide. ``adf``
+returns ``dlog_z_dK = dlog_z_dparams = None``, and ``ApproxMarginalOp``'s gradient raises
+naming ADF.
 """
 
 import numpy as np
@@ -61,9 +46,8 @@ from .result import ApproximationResult
 
 @njit(nogil=True, fastmath=True, cache=True)
 def _c_times_k(C, K, i, m, s):
-    """s[:m] = C[:m, :m] K[i, :m] (K symmetric, read by rows); returns k^T C k.
-
-    Pure arithmetic on finite numbers, so fastmath (vectorised sums) is safe here.
+    """s[:m] = C[:m, :m] K[i, :m] (K symmetric, read by rows); returns k^T C k (finite
+    arithmetic only, so fastmath is safe).
     """
     quad = 0.0
     for j in range(m):
@@ -77,10 +61,8 @@ def _c_times_k(C, K, i, m, s):
 
 @njit(nogil=True, cache=True)
 def _steps(kind, K, y, th, alpha, C, tau, nu, log_z, start, stop, first):
-    """Include (first pass) or revisit sites start..stop-1 (likelihood ``kind``); returns the site change.
-
-    In the first pass sites >= i have never been included, so C and alpha are zero
-    outside the leading i x i block and only that block is touched.
+    """Include (first pass: C and alpha are zero outside the leading i x i block) or revisit
+    sites start..stop-1 of likelihood ``kind``; returns the site change.
     """
     n = y.shape[0]
     change = 0.0

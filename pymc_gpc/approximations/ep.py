@@ -77,12 +77,8 @@ def cavity_precision(var, tau, prior_var):
 class EPState:
     """Site natural parameters, the whole state of EP: pass back in to warm-start.
 
-    ``first_change``: the site change of the first sweep of the solve that produced the
-    state (inf where unknown). A warm start takes it as the forecast of its own first
-    sweep's change, which decides whether that sweep may run on a rough posterior
-    (``_parallel``, ``_parallel_compiled``): along a sampler's trajectory successive steps
-    are alike. Warm starts keep it as it is (``ops.warm_start.WarmStarts`` extrapolates only
-    the sites).
+    ``first_change``: the site change of the first sweep of the solve that produced the state
+    (inf where unknown), a warm start's forecast of its own first sweep's change (``_rough_allowed``).
 
     Examples
     --------
@@ -246,11 +242,9 @@ def ep(
         ignored (cold start).
     method : "parallel" (default, fastest for n >~ 100) or "sequential" (dense K only).
     damping : initial damping in (0, 1]; 1 is undamped.
-    tol : convergence threshold on the scale-free site change. At tol >= 1e-3 (the sampler's
-        regime) the sweeps predicted not to be the last run on single-precision factors
-        (``_rough_allowed``); the returned posterior and evidence are exact, and so is the
-        gradient but for a FITC prior's, whose m^2 n products are then rounded to single
-        precision (``FITCPosterior.kernel_gradient``: relative effect below 1e-3).
+    tol : convergence threshold on the scale-free site change. At tol >= 1e-3 sweeps
+        predicted not to be the last run in single precision (``_rough_allowed``); the result
+        is exact but for a FITC gradient's rounded products (``FITCPosterior.kernel_gradient``).
     max_sweeps : sweep limit; if reached, the result has ``converged=False``.
     with_grad : compute ``dlog_z_dK`` and ``dlog_z_dparams``.
     with_loo : return ``loo_log_p`` (free here: the tilted normalisers; None otherwise,
@@ -365,15 +359,10 @@ def ep(
 def ep_warm(K, y, likelihood, th, state, tol, max_sweeps=300, rough_ok=True):
     """The sampler's hot path: undamped parallel EP from a warm start, in compiled calls.
 
-    For trusted inputs only (the Op: y already -1/+1 floats, th checked by
-    ``likelihood.check_params``, K from a covariance function, ``state`` with
-    non-negative sites or None). Returns (log_z, dlog_z_dK, dlog_z_dparams, loo, sweeps,
-    EPState) when the compiled loop converged with finite outputs, the same values
-    ``ep`` would return; None otherwise (a step the compiled loop hands back, the sweep
-    limit, a non-finite result, a likelihood that is not log-concave), and the caller then runs ``ep``. Skips what ``ep``
-    adds around the loop (checks, the result object), a fixed cost per evaluation that
-    is noticeable at the sampler's sizes (``docs/design/engine_notes.md``).
-    ``rough_ok=False``: no single-precision sweeps (``_parallel_compiled``).
+    For trusted inputs only (y as -1/+1 floats, th checked, ``state`` with non-negative sites
+    or None). Returns (log_z, dlog_z_dK, dlog_z_dparams, loo, sweeps, EPState), the values
+    ``ep`` would return, when the compiled loop converged with finite outputs; None otherwise
+    (the caller then runs ``ep``). ``rough_ok=False``: no single-precision sweeps.
     """
     if not getattr(likelihood, "log_concave", True):  # every run of the schedule: solve.highest_converged
         return None
@@ -389,10 +378,11 @@ def ep_warm(K, y, likelihood, th, state, tol, max_sweeps=300, rough_ok=True):
 
 @njit(nogil=True, cache=True)
 def ep_warm_compiled(kind, K, y, th, tau, nu, forecast, tol, max_sweeps, n_params, rough_ok=True):
-    """``ep_warm``'s work, callable from compiled code (the compiled Op, ``backends.numba.compiled_ep``):
-    (converged with finite outputs, log_z, dlog_z_dK (Fortran-ordered), dlog_z_dparams (n_params,), the LOO
-    terms, sweeps, tau, nu, first change); tau and nu are the start's sites (overwritten).
-    dlog_z/dK = (b b^T - R) / 2 at the fixed point (the module docstring)."""
+    """``ep_warm``'s work, callable from compiled code (``backends.numba.compiled_ep``).
+
+    Returns (converged with finite outputs, log_z, dlog_z_dK (Fortran-ordered), dlog_z_dparams,
+    the LOO terms, sweeps, tau, nu, first change); tau and nu are overwritten.
+    """
     status, sweeps, _, tau, nu, L, Li, _, mean, b, tau_c, nu_c, tilted, first_change = _parallel_compiled(
         kind, K, y, th, tau, nu, 1.0, tol, max_sweeps, ANDERSON_MEMORY, forecast, rough_ok)
     dth = np.zeros(n_params)
@@ -408,23 +398,18 @@ def ep_warm_compiled(kind, K, y, th, tau, nu, forecast, tol, max_sweeps, n_param
 
 class IndefiniteSitePrior(DensePrior):
     """The dense prior with q(f) always represented through chol(K)
-    (``structures.dense.IndefiniteSitePosterior``), whatever the signs of the sites: ``ep``'s
-    prior for a likelihood that is not log-concave (its sites may turn negative). One
-    representation from the first sweep on, the one the JAX engine uses for such likelihoods
-    (``backends.jax.engine._structure``), so that both iterate on the same K + jitter and
-    reach the same fixed point; switching representations when the first site turns negative
-    changed the iterates, and on these likelihoods' several fixed points, the one reached."""
+    (``structures.dense.IndefiniteSitePosterior``): ``ep``'s prior for a likelihood that is not
+    log-concave, the representation the JAX engine uses too, so that both reach the same fixed
+    point from the first sweep on.
+    """
 
     def posterior(self, w, rough=False):
         return IndefiniteSitePosterior(self.K, w)
 
 
 def checked_inputs(K, y, likelihood, params):
-    """The checked inputs of a solver on a prior structure (``ep``, ``laplace``): (prior, y, th).
-
-    th: the likelihood's parameters (``params``, else its own), checked; y: the labels as the
-    likelihood's solvers take them (``check_labels``); prior: ``_prior_structure(K, n)``.
-    Raises ``ValueError`` naming the bad input, before any factorisation.
+    """(prior structure, labels as ``likelihood.check_labels`` gives them, checked parameters) of a
+    solver on a prior structure (``ep``, ``laplace``); ValueError naming the bad input.
     """
     th = likelihood.check_params(likelihood.resolve_params(params))
     y = likelihood.check_labels(y, th)
@@ -432,9 +417,9 @@ def checked_inputs(K, y, likelihood, params):
 
 
 def checked_dense_inputs(K, y, likelihood, params):
-    """The checked inputs of a solver on a dense K with labels in {-1, +1} (``adf``,
-    ``meanfield``): (K, C-contiguous; y as -1.0 / +1.0, one class allowed; th, the
-    likelihood's parameters, checked). Raises ``ValueError`` naming the bad input."""
+    """(C-contiguous K, y as -1.0 / +1.0 (one class allowed), checked parameters) of a solver on a
+    dense K (``adf``, ``meanfield``); ValueError naming the bad input.
+    """
     y = as_signed_labels(y, require_both=False)
     K = np.ascontiguousarray(check_kernel_matrix(K, y.shape[0]))
     th = likelihood.check_params(likelihood.resolve_params(params))
@@ -498,26 +483,14 @@ def _contiguous(K):
 
 
 def _parallel(prior, y, likelihood, th, post, tau, nu, damping, tol, max_sweeps, memory=ANDERSON_MEMORY):
-    """Parallel EP sweeps, Anderson-accelerated; returns the final posterior and sites.
+    """Parallel EP sweeps on any prior structure, Anderson-accelerated; returns
+    (posterior, tau, nu, sweeps, change, first change).
 
-    Written against a prior structure (``pymc_gpc.structures``): dense or FITC alike.
-
-    The EP map alone converges linearly, at rates near 1 for large kernel amplitudes
-    (many sweeps); Anderson acceleration cuts that severalfold (figures:
-    ``docs/design/engine_notes.md``) and does not move the fixed point. An
-    extrapolated iterate that makes K^{-1} + S indefinite, or introduces negative sites
-    the plain map does not have, or follows a 1000-fold growth of the residual, restarts
-    the acceleration.
-
-    Where the tolerance allows (tol >= ``_ROUGH_TOL``, the sampler's regime), sweeps
-    predicted not to be the last ask the structure for a rough posterior (FITC: the two
-    m^2 n products in single precision; dense: B factorised and inverted in single
-    precision; ``_rough_allowed``, ``_next_change``), as may a
-    first sweep on a rough posterior passed in (``ep`` asks for one unless the warm
-    start's ``EPState.first_change`` forecasts convergence in one sweep). A rough sweep
-    never ends the iteration: the sweep that finds the change below tol, and so the
-    returned posterior, is exact, and the fixed point is the one exact sweeps find. A
-    rough sweep that would have converged costs one more sweep, hence the prediction.
+    Acceleration does not move the fixed point; it restarts after an iterate that makes
+    K^{-1} + S indefinite, introduces negative sites the plain map does not have, or follows a
+    1000-fold growth of the residual. Sweeps predicted not to be the last may run on a rough
+    (single-precision) posterior (``_rough_allowed``); a rough sweep never ends the iteration,
+    so the returned posterior is exact.
     """
     n = tau.shape[0]
     aa = Anderson(memory)
@@ -559,13 +532,10 @@ def _parallel(prior, y, likelihood, th, post, tau, nu, damping, tol, max_sweeps,
     return post, tau, nu, sweeps, change, first_change
 
 
-# Rough (single-precision) posteriors serve sweeps at tolerances this loose or looser,
+# Rough (single-precision) sweeps: at tolerances this loose or looser, within the first
+# _ROUGH_SWEEPS sweeps; _FIRST_RATE is the contraction assumed after a first sweep.
 _ROUGH_TOL = 1e-3
-# and within the first this many sweeps of a solve (most of the sampler's solves end
-# within that many on hard data, ``benchmarks/results/ep_sweeps.md``; docs/design/engine_notes.md),
 _ROUGH_SWEEPS = 10
-# The contraction assumed after a first sweep: about what the FITC benchmark's warm starts
-# showed (docs/design/engine_notes.md), less where EP is harder.
 _FIRST_RATE = 0.1
 
 
@@ -580,13 +550,26 @@ def _next_change(change, previous):
 
 @njit(nogil=True, cache=True)
 def _rough_allowed(tol, predicted, sweeps=0):
-    """Whether a sweep whose change is predicted as ``predicted`` may run on a rough
-    posterior (``_parallel``): where tol >= ``_ROUGH_TOL``, it is not predicted to be
-    the last (a rough sweep cannot end the iteration, so one that would have converged
-    costs another sweep on an exact posterior) and fewer than ``_ROUGH_SWEEPS`` sweeps
-    have run (a solve that has not converged by then goes on exact: rounding cannot hold it
-    up)."""
+    """Whether a sweep whose change is predicted as ``predicted`` may run on a rough posterior:
+    tol >= ``_ROUGH_TOL``, the sweep not predicted to be the last (a rough sweep that would have
+    converged costs another), and fewer than ``_ROUGH_SWEEPS`` sweeps run.
+    """
     return tol >= _ROUGH_TOL and predicted > tol and sweeps < _ROUGH_SWEEPS
+
+
+@njit(nogil=True, cache=True)
+def anderson_update(dF, dG, count, have_prev, f_prev, g_prev, best, change, tau, nu, tau_g, nu_g, var):
+    """``Anderson.step`` of the parallel EP map in arrays, with ``_parallel``'s restart after a
+    1000-fold growth of the site change: the map's value g = (tau_g, nu_g), the residual
+    f = (var, sqrt(var)) (g - (tau, nu)). Returns (next iterate, count, f, g, best change)."""
+    if change > 1e3 * best:
+        have_prev, count = False, 0
+    best = min(best, change)
+    g = np.concatenate((tau_g, nu_g))
+    f = np.concatenate((var, np.sqrt(var))) * (g - np.concatenate((tau, nu)))
+    if have_prev and dF.shape[0] > 0:
+        count = anderson_record(dF, dG, count, f, g, f_prev, g_prev)
+    return anderson_step(dF, dG, count, f, g), count, f, g, best
 
 
 # Outcomes of ``_parallel_compiled``.
@@ -622,27 +605,16 @@ def anderson_record(dF, dG, count, f, g, f_prev, g_prev):
 
 @njit(nogil=True, cache=True)
 def _parallel_compiled(kind, K, y, th, tau, nu, damping, tol, max_sweeps, memory, forecast=np.inf, rough_ok=True):
-    """``_parallel`` for non-negative sites, compiled: whole sweeps without Python.
+    """``_parallel`` for non-negative sites on a dense K, compiled: whole sweeps without Python.
 
-    Every sweep factorises B at the current sites (``structures.dense.factors``), forms the
-    cavities, the tilted moments of likelihood ``kind`` and the new sites, and takes
-    the Anderson step of ``Anderson`` with the same restarts as ``_parallel``. A step
-    ``_parallel`` would handle in Python (an iterate with negative sites, a failed
-    factorisation, a non-finite site change or iterate) ends the loop with status
-    ``_HANDED_BACK`` at the last factorised sites, for ``_parallel`` to continue from;
-    the sweep that found it is not counted, since ``_parallel`` repeats it.
+    A step ``_parallel`` handles in Python (negative sites, a failed factorisation, a non-finite
+    change or iterate) ends the loop with status ``_HANDED_BACK`` at the last factorised sites,
+    uncounted. Rough sweeps as in ``_parallel`` (``forecast``: the first sweep's predicted
+    change); ``rough_ok=False`` runs every sweep exact.
 
-    Rough sweeps as in ``_parallel``: where ``_rough_allowed`` (tol >= ``_ROUGH_TOL`` and the
-    sweep predicted not to be the last; ``forecast`` is the first sweep's predicted change,
-    e.g. a warm start's ``EPState.first_change``), B is factorised and inverted in single
-    precision, about 0.6 of a sweep's LAPACK time at n = 300. A rough sweep never ends the
-    iteration, so the returned factors and fixed point are those of exact sweeps.
-    ``rough_ok=False`` runs every sweep exact (a benchmark's baseline).
-
-    Returns (status, sweeps, change, tau, nu, L, Li, var, mean, b, tau_c, nu_c,
-    tilted, first_change); with status ``_DONE`` var ... tilted are at the returned sites
-    (the fixed-point quantities of ``ep``); L and Li are exact unless status is
-    ``_HANDED_BACK`` (then L may be an empty array, from a rough sweep).
+    Returns (status, sweeps, change, tau, nu, L, Li, var, mean, b, tau_c, nu_c, tilted,
+    first_change); with status ``_DONE`` var ... tilted are at the returned sites; L and Li are
+    exact unless status is ``_HANDED_BACK`` (L may then be empty).
     """
     n = y.shape[0]
     prior_var = np.diag(K).copy()
@@ -675,15 +647,9 @@ def _parallel_compiled(kind, K, y, th, tau, nu, damping, tol, max_sweeps, memory
         if change < tol and not rough:
             status = _DONE
             break
-        if change > 1e3 * best:
-            have_prev, count = False, 0
-        best = min(best, change)
-        g = np.concatenate((tau_g, nu_g))
-        f = np.concatenate((var, np.sqrt(var))) * (g - np.concatenate((tau, nu)))
-        if memory > 0 and have_prev:
-            count = anderson_record(dF, dG, count, f, g, f_prev, g_prev)
-        f_prev, g_prev, have_prev = f, g, True
-        x = anderson_step(dF, dG, count, f, g) if memory > 0 else g
+        x, count, f_prev, g_prev, best = anderson_update(dF, dG, count, have_prev, f_prev, g_prev, best, change,
+                                                         tau, nu, tau_g, nu_g, var)
+        have_prev = True
         tau_x, nu_x = x[:n], x[n:]
         if np.min(tau_x) < 0.0 or not np.all(np.isfinite(x)):  # Anderson went astray
             have_prev, count = False, 0

@@ -1,27 +1,17 @@
 r"""Laplace's approximation for binary GP classification (R&W Alg. 3.1 and 5.1).
 
-Newton's method finds the mode f^ = K a of
-Psi(f) = log p(y|f) - f^T K^{-1} f / 2, with a backtracking line search, from
-``a = 0`` or a warm start; near the mode it continues with chord steps, which reuse the
-last factorisation while they converge fast (``_newton_update``, ``CHORD_MAX_RATE``), and
-B is factorised once more at the mode for the evidence and gradient. A warm start after a
-small move of the hyperparameters thus costs two factorisations of B, one at the last
-mode and one at the new, where Newton steps to convergence took three to five. With W = -d^2 log p / df^2 (diagonal, >= 0 for the
-log-concave likelihoods here) and B = I + W^{1/2} K W^{1/2}:
+Newton's method, with a backtracking line search, finds the mode f^ = K a of
+Psi(f) = log p(y|f) - f^T K^{-1} f / 2; near the mode it takes chord steps that reuse the
+last factorisation (``_newton_update``). With W = -d^2 log p / df^2 and
+B = I + W^{1/2} K W^{1/2} (R&W eq. 3.32):
 
 .. math::
 
     \log q(y) = \log p(y|\hat f) - \tfrac12 a^T \hat f - \tfrac12 \log|B|.
 
-Gradient (derived in the docstring of ``_gradient``): the mode moves with K and with
-theta, and that implicit term is included, in the adjoint form (one vector u), so the
-cost is O(n^3) once, whatever the number of kernel hyperparameters; autodiff then
-carries d log q / dK into them (Margossian et al. 2020).
-
-The iteration talks to the prior only through a prior structure
-(``pymc_gpc.structures``): K~ v products, the posterior at W, and the structure's
-gradient pieces, so the same Newton loop and gradient serve a dense K (O(n^3)) and the
-FITC prior (O(n m^2)).
+The gradient includes the mode's implicit dependence on K and theta in adjoint form
+(``_gradient``; Margossian et al. 2020). The loop sees the prior only through a prior
+structure (``pymc_gpc.structures``), so it serves a dense K and FITC alike.
 """
 
 import functools
@@ -36,10 +26,9 @@ from .result import ApproximationResult, WarmStartMismatch, loo_outputs
 
 @dataclass
 class LaplaceState:
-    """The last mode, to warm-start from: its representer weights a (f^ = K a) and,
-    optionally, its latent values f^. With f^, the next solve's first Newton step is
-    linearised there, not at K a for the new K (``laplace``; the reasoning is in
-    ``softmax_laplace._WARM_START``, the figures in ``docs/design/engine_notes.md``).
+    """The last mode, to warm-start from: its representer weights a (f^ = K a) and, optionally,
+    its latent values f^, at which the next solve's first Newton step is then linearised
+    (see ``softmax_laplace``'s ``_WARM_START``).
 
     Examples
     --------
@@ -64,22 +53,14 @@ _ROUNDING_LEVEL = 1e-6
 
 
 def newton_converged(change, previous, f, tol, full_step=True):
-    """Whether Newton has converged: the largest change in f is below ``tol (1 + max|f|)``,
-    or the next one is predicted to be, or it has stopped shrinking at the rounding level.
+    """Whether Newton has converged: the largest change in f is below ``tol (1 + max|f|)``, or
+    the next one is predicted to be, or it has stopped shrinking at the rounding level.
 
-    The prediction. The iterate's error is about the next change d_{k+1}. Converging
-    quadratically, d_{k+1} ~ C d_k^2 and d_k ~ C d_{k-1}^2, so
-    d_{k+1} ~ d_k r (C d_{k-1}) with r = d_k / d_{k-1}: below d_k r once C d_{k-1} < 1;
-    converging linearly at rate r (an inexact Newton step), about d_k r. So after a full
-    step (no backtracking: a line search shortens the change, which then predicts
-    nothing) with d_k r <= tol (1 + max|f|), the iterate already meets the tolerance, and
-    the step that would only confirm it, a factorisation or a CG solve, is not taken.
-
-    Near the mode Newton's changes shrink quadratically until rounding in the solves sets
-    a floor; with a large kernel amplitude that floor can lie above ``tol``, and the
-    iteration would then run to its limit, and the retry's, for a mode found long before
-    (observed on Forensic Glass: ``docs/design/engine_notes.md``). A change
-    below 1e-6 (1 + max|f|) that is no smaller than half the previous one is that floor.
+    Prediction: after a full step (no backtracking), converging quadratically or linearly at
+    rate r = d_k / d_{k-1}, the next change is about d_k r; where d_k r <= tol (1 + max|f|)
+    the confirming step is not taken. Rounding floor: a change below ``_ROUNDING_LEVEL``
+    (1 + max|f|) no smaller than half the previous one (with a large kernel amplitude the
+    floor can lie above ``tol``).
     """
     scale = 1.0 + np.max(np.abs(f))
     if full_step and np.isfinite(previous) and change < previous and change * (change / previous) <= tol * scale:
@@ -88,24 +69,18 @@ def newton_converged(change, previous, f, tol, full_step=True):
 
 
 # A chord step (``_newton_update``) is followed by another while each shrinks the change
-# in f by at least this factor; otherwise the next step refactorises at the current f. Ten
-# chord steps at this rate gain what one or two Newton steps gain, at O(n^2) each against a
-# factorisation's O(n^3).
+# in f by at least this factor; otherwise the next step refactorises at the current f.
 CHORD_MAX_RATE = 0.1
 
 
 def _newton_update(post, w0, f, out):
-    r"""The next representer weights, :math:`a' = (I + W_0 K)^{-1} (W_0 f + g)`,
-    g = ``out.d1``, ``post`` factorised at W_0 = diag(``w0``): ``post.weights(W_0 f + g)``.
+    """The next representer weights, :math:`a' = (I + W_0 K)^{-1} (W_0 f + g)`,
+    g = ``out.d1``, ``post`` factorised at W_0 = diag(``w0``).
 
-    It solves the stationarity condition a' = g(f') with f' = K a' and g linearised at f
-    with the curvature W_0: g(f') ~ g(f) - W_0 (f' - f). With W_0 = W(f) this is Newton's
-    step (R&W Alg. 3.1); with W_0 the curvature of an earlier iterate, the chord (simplified
-    Newton) step: still an ascent direction of Psi where f = K a (its matrix
-    (K^{-1} + W_0)^{-1} is positive definite), converging linearly at a rate of order
-    |W - W_0|, small near the mode, and costing a solve with the existing factor (O(n^2)
-    for a dense K) instead of a new factorisation. f need not equal K a: the warm start's
-    first step is linearised at the last mode's f.
+    With W_0 = W(f) this is Newton's step (R&W Alg. 3.1); with the curvature of an earlier
+    iterate, the chord step: an ascent direction of Psi, converging linearly at a rate of
+    order |W - W_0|, for a solve with the existing factor. f need not equal K a (a warm
+    start's first step is linearised at the last mode's f).
     """
     return post.weights(w0 * f + out.d1)
 
@@ -237,11 +212,9 @@ def laplace(
 
 
 def _loo_log_p(y, likelihood, th, k_diag, f, var, w, d1):
-    """Laplace leave-one-out predictive log q(y_i | y_-i) (Vehtari et al. 2016, LA-LOO).
-
-    The Laplace posterior is the prior times Gaussian sites with precision W_i and
-    natural location W_i f^_i + d1_i (the Newton fixed point); removing site i gives
-    the cavity, and the likelihood is averaged over it, exactly as for EP.
+    """Laplace leave-one-out log q(y_i | y_-i) (Vehtari et al. 2016, LA-LOO): site i has
+    precision W_i and location W_i f^_i + d1_i; the likelihood is averaged over the cavity, as
+    for EP.
     """
     nu = w * f + d1
     tau_c = cavity_precision(var, w, k_diag)
@@ -250,25 +223,15 @@ def _loo_log_p(y, likelihood, th, k_diag, f, var, w, d1):
 
 
 def _gradient(prior, post, a, var, out):
-    r"""Total derivative of log q(y) in K and theta, the mode's movement included.
+    """Total derivative of log q(y) in K and theta, the mode's movement included.
 
-    With Sigma = (K^{-1} + W)^{-1}, R = (K + W^{-1})^{-1}, g = d log p/df = a at the mode:
+    With Sigma = (K^{-1} + W)^{-1}, R = (K + W^{-1})^{-1}, s2_i = Sigma_ii d3_i / 2
+    (d log q / d f^, R&W eq. 5.23) and the adjoint u = (I + W K)^{-1} s2 = s2 - R K s2:
 
-    * explicit: d(-a^T f^/2) gives a a^T / 2; d(-log|B|/2) gives -R/2 in K and
-      -(1/2) sum_i Sigma_ii dW_ii/dtheta in theta;
-    * the mode: f^ = K g(f^) gives df^ = (I + K W)^{-1} (dK g + K dg/dtheta); only
-      log|B| depends on f^ (Psi is stationary), through dW_ii/df_i = -d3_i, so
-      d log q / d f^ = s2 with s2_i = Sigma_ii d3_i / 2 (R&W eq. 5.23).
-    * adjoint: s2^T (I + K W)^{-1} dK g = u^T dK a with u = (I + W K)^{-1} s2 = s2 - R K s2,
-      and s2^T (I + K W)^{-1} K v = s2^T Sigma v.
-
-    Result (symmetrised in K):
     d/dK = a a^T / 2 - R / 2 + (u a^T + a u^T) / 2,
     d/dtheta = sum_i [dlp_i + Sigma_ii d(d2_i)/2] + s2^T Sigma d(d1)/dtheta.
 
-    K is the prior structure's covariance K~ throughout (the derivation never uses its
-    form); ``kernel_gradient`` carries d/dK~ to the structure's own inputs (FITC: K_uu,
-    K_uf, diag K_ff, ``structures.fitc``).
+    K is the structure's K~ throughout; ``kernel_gradient`` carries d/dK~ to its inputs.
     """
     s2 = 0.5 * var * out.d3
     u = s2 - post.R_times(prior.matvec(s2))

@@ -1,31 +1,20 @@
 r"""Mean-field approximations for binary GP classification (Csato et al. 2000, sec. 3-4).
 
-Both methods reduce the posterior to one-dimensional "tilted" integrals
+Both methods reduce the posterior to one-dimensional tilted integrals
 
 .. math::
 
     Z_i = \int p(y_i \mid a)\, N(a;\ c_i,\ s_i^2)\, da,
     \qquad \alpha_i = \partial \log Z_i / \partial c_i,
 
-which every likelihood provides (``Likelihood.tilted``), so both work with every
-likelihood of the package: the paper's noise-free step (``StepLabelNoise(0)``), the
-step with label noise, probit, probit with bias or latent noise, and logistic. The
-posterior mean of the field is <a(x)> = sum_j K(x, x_j) alpha_j (eq. 3; the paper's
+which every likelihood provides (``Likelihood.tilted``), so both serve every binary
+likelihood. The posterior mean is <a(x)> = sum_j K(x, x_j) alpha_j (eq. 3; the paper's
 alpha_j y_j is our alpha_j).
 
-Support: all five likelihoods, with an exact gradient in K and in the likelihood
-parameter (checked against finite differences in ``tests/approximations/test_meanfield.py``). Mean
-field I needs K^{-1}, so K must be strictly positive definite (a jitter or the
-paper's diagonal term v); with a nearly singular K its bound is valid but very loose
-(the factorised q cannot follow strong posterior correlations: with a tiny jitter in
-``benchmarks/engine.py approximations`` it lies far below EP; ``docs/design/engine_notes.md``).
-
-**Ensemble learning (mean field I).** q(a) = prod_i q_i(a_i) minimises KL(q || p).
-The optimal factor is the likelihood times a Gaussian (eq. 5) with
-Lambda_i = [K^{-1}]_ii, s_i^2 = 1/Lambda_i and c_i = m_i - [K^{-1} m]_i / Lambda_i,
-m = <a>_q. At the fixed point K^{-1} m = alpha, i.e. m = K alpha and
-c = K alpha - alpha / Lambda (eq. 6). The free energy F = E_q log q - E_q log[pi p(D|a)]
-evaluated at any q of the form (5) is (eq. 7, re-derived: the printed eq. 7 is garbled)
+**Ensemble learning (mean field I).** q(a) = prod_i q_i(a_i) minimises KL(q || p); the
+optimal factor (eq. 5) has Lambda_i = [K^{-1}]_ii, s_i^2 = 1/Lambda_i and, at the fixed
+point m = K alpha, c = K alpha - alpha / Lambda (eq. 6). The free energy (eq. 7,
+re-derived: the printed one is garbled), with m_i = c_i + s_i^2 alpha_i,
 
 .. math::
 
@@ -33,53 +22,32 @@ evaluated at any q of the form (5) is (eq. 7, re-derived: the printed eq. 7 is g
          - \tfrac12 m^T K^{-1} m + \tfrac12 \sum_i \Lambda_i (m_i - c_i)^2
     \le \log p(D),
 
-with m_i = c_i + s_i^2 alpha_i the mean of q_i. It is a lower bound on the log
-evidence for any c, converged or not.
+is a lower bound for any c. It holds -KL0, KL0 = KL(prod_i N(0, 1/Lambda_i) || N(0, K)),
+which depends on K alone and grows without bound as K nears singularity: K must be
+strictly positive definite, and with a nearly singular K the bound is valid but loose.
+As s_i^2 -> 0 the fixed point becomes Laplace's mode.
 
-*Derivation, and why the bound is loose.* For q_i = p(y_i|a) N(a; c_i, s_i^2) / Z_i,
-E_q log q_i = E_q log p(y_i|a) - log Z_i - (1/2) log(2 pi s_i^2) - (v_i + (m_i - c_i)^2) / (2 s_i^2),
-and E_q log N(a; 0, K) = -(1/2) log|2 pi K| - (1/2) m^T K^{-1} m - (1/2) sum_i Lambda_i v_i
-(q factorises: E a_i a_j = m_i m_j for i != j). With s_i^2 = 1/Lambda_i the likelihood and
-variance terms cancel and -F above remains. Its terms -(1/2) sum_i log Lambda_i - (1/2) log|K|
-= -KL0, where KL0 = KL(prod_i N(0, 1/Lambda_i) || N(0, K)) >= 0 (Hadamard's inequality), depend
-on K alone: it is what the factorised family loses on the prior itself, zero for a diagonal K
-and unbounded as K nears singularity (smooth kernel, dense inputs, small jitter: then it
-reaches hundreds of nats; ``docs/design/engine_notes.md``).
-As s_i^2 = 1/Lambda_i -> 0, Z_i -> p(y_i|c_i) and
-c -> m, so the fixed point becomes m = K grad log p(y|m), Laplace's mode f^, the site
-precisions below become Laplace's W (the same predictive), and
--F -> log Z_Laplace + (1/2) log|I + W K| - KL0. Checked against a direct optimisation of the
-factorised KL bound in ``tests/approximations/test_meanfield.py``; the gap to the exact
-evidence, compared with KL0, is measured in ``benchmarks/results/binary_gold.md``.
-
-Writing m = K alpha, the fixed point is alpha = alpha(c) with c = (K - diag(s^2)) alpha:
-the naive equations (9) below with K_ii replaced by 1/Lambda_i, as the paper remarks; there, -F equals the naive
-G(alpha) of eq. (10) with that replacement plus (1/2) sum_i log s_i^2 - (1/2) log|K|.
-Both variants are solved by Newton's method on alpha (``_newton``) rather than the
-paper's plain iteration, which needs thousands of sweeps when K is ill-conditioned.
-F is stationary in q at the fixed point, so its gradient is the explicit
-one at fixed q, with S = <a a^T>_q = m m^T + diag(v), v_i the variance of q_i:
+The fixed point alpha = alpha(c), c = (K - diag(s^2)) alpha, is the naive equations (9)
+with K_ii replaced by 1/Lambda_i; both variants are solved by Newton's method on alpha
+(``_newton``). F is stationary in q there, so its gradient is the explicit one, with
+S = <a a^T>_q = m m^T + diag(v):
 
 .. math::
 
     \frac{\partial (-F)}{\partial K} = \tfrac12 K^{-1} S K^{-1} - \tfrac12 K^{-1},
-    \qquad \frac{\partial (-F)}{\partial \theta} = \sum_i E_{q_i}\Big[
-        \frac{\partial \log p(y_i|a_i)}{\partial\theta}\Big]
+    \qquad \frac{\partial (-F)}{\partial \theta}
       = \sum_i \frac{\partial \log Z_i}{\partial \theta}\Big|_{c, s^2}.
 
-**Naive mean field (mean field II).** Eq. (9): the same equations with
-s_i^2 = K_ii and c_i = sum_{j != i} K_ij alpha_j. The approximate log evidence,
-eq. (10) with its sign re-derived (it must match log p(D) to first order in the
-off-diagonal K_ij, which fixes it), is
+**Naive mean field (mean field II).** Eq. (9): s_i^2 = K_ii, c_i = sum_{j != i} K_ij alpha_j,
+and the approximate log evidence (eq. 10, its sign re-derived), not a bound:
 
 .. math::
 
     G(\alpha) = \sum_i \log Z_i(c_i, K_{ii}) - \tfrac12 \alpha^T (K - D) \alpha,
-    \qquad D = \mathrm{diag}(K),
+    \qquad D = \mathrm{diag}(K).
 
-not a bound. dG/dalpha = (K - D)(alpha(c) - alpha) vanishes at the fixed point, so
-again only explicit derivatives remain: with gamma_i = d^2 log Z_i / dc_i^2 and the
-heat equation d log Z / d s^2 = (gamma + alpha^2) / 2,
+dG/dalpha vanishes at the fixed point; with gamma_i = d^2 log Z_i / dc_i^2 and
+d log Z / d s^2 = (gamma + alpha^2) / 2,
 
 .. math::
 
@@ -87,12 +55,9 @@ heat equation d log Z / d s^2 = (gamma + alpha^2) / 2,
     \frac{\partial G}{\partial K_{ii}} = \tfrac12 (\gamma_i + \alpha_i^2), \qquad
     \frac{\partial G}{\partial \theta} = \sum_i \frac{\partial \log Z_i}{\partial\theta}.
 
-**Predictive variance.** The paper gives predictive means only. For class
-probabilities the result carries the Gaussian N(K alpha, (K^{-1} + W)^{-1}) with
-site precisions w_i = -gamma_i / (1 + gamma_i s_i^2) (the precision that turns the
-mean-field cavity into the tilted variance, as in EP), clipped at 0 for
-non-log-concave likelihoods. This is a heuristic of this package, not of the paper.
-``var`` in the result is the variance of the tilted marginal q_i.
+**Predictive variance** (this package's heuristic; the paper gives means only): the
+Gaussian N(K alpha, (K^{-1} + W)^{-1}) with w_i = -gamma_i / (1 + gamma_i s_i^2), clipped at
+0. ``var`` in the result is the variance of the tilted marginal q_i.
 """
 
 from dataclasses import dataclass
@@ -123,20 +88,13 @@ class MeanFieldState:
 
 
 def _newton(K, s2, y, likelihood, th, alpha, tol, max_iter):
-    r"""Solve alpha = alpha(c), c = (K - diag(s2)) alpha, by Newton's method.
+    """Solve alpha = alpha(c), c = (K - diag(s2)) alpha, by Newton's method.
 
-    Both variants have this form (module docstring): s2 = 1/[K^{-1}]_ii (ensemble,
-    where m = K alpha) or s2 = K_ii (naive). With A = K - diag(s2), the residual
-    R = alpha(A alpha) - alpha has Jacobian diag(gamma) A - I, so the step solves
-    (I - diag(gamma) A) d = R (LAPACK gesv). A backtracking line search halves the
-    step until the 2-norm or the max-norm of R * sqrt(diag K) decreases; where the Newton direction fails
-    (possible for likelihoods that are not log-concave) a damped plain step d = R,
-    the paper's iteration, is tried instead. Convergence: max_i |R_i| sqrt(K_ii) < tol.
-    The plain iteration alone needs thousands of sweeps when K is ill-conditioned;
-    Newton needs a handful of steps on the problems of the tests and benchmarks. Known
-    stalls (``converged=False``, value still returned), rare in a stress run: mean field I
-    with the step likelihood with label noise, and naive mean field with the logistic
-    likelihood at very large amplitudes (counts: ``docs/design/engine_notes.md``).
+    s2 = 1/[K^{-1}]_ii (ensemble) or K_ii (naive). With A = K - diag(s2) the residual
+    R = alpha(A alpha) - alpha has Jacobian diag(gamma) A - I. A backtracking line search
+    halves the step until the 2-norm or the max-norm of R * sqrt(diag K) decreases; where the
+    Newton direction fails (likelihoods that are not log-concave) the plain step d = R is
+    tried. Converged when max_i |R_i| sqrt(K_ii) < tol; returns (alpha, steps, that norm).
     """
     A = K - np.diag(s2)
     scale = np.sqrt(np.diag(K))

@@ -6,11 +6,10 @@ Riihimaki, Jylanki & Vehtari (2013), JMLR 14, sec. 3-4. With an auxiliary u_i ~ 
 
     p(y_i = k \mid f_i) = \int N(u_i; 0, 1) \prod_{j \ne k} \Phi(u_i + f_{ki} - f_{ji})\, du_i,
 
-so the tilted distribution of site i is a Gaussian in w = (f_i, u_i) (c + 1 values) times
-c - 1 probit factors Phi(b_j^T w), b_j = e_k - e_j + e_u. An *inner* EP approximates each
-factor by exp(-tau_j t_j^2 / 2 + nu_j t_j), t_j = b_j^T w, and is run to convergence
-(sequential rank-one updates, warm-started from the previous outer sweep). The outer
-site is the u-integral of the inner sites (independent of the cavity):
+so the tilted distribution of site i is a Gaussian in w = (f_i, u_i) times c - 1 probit
+factors Phi(b_j^T w), b_j = e_k - e_j + e_u. An inner EP approximates each factor by
+exp(-tau_j t_j^2 / 2 + nu_j t_j), t_j = b_j^T w (sequential, warm-started from the last
+outer sweep). The outer site is the u-integral of the inner sites:
 
 .. math::
 
@@ -19,38 +18,23 @@ site is the u-integral of the inner sites (independent of the cavity):
         \exp(-\tfrac12 f_i^T T_i f_i + h_i^T f_i),
 
 with s = sum_j tau_j, T_i = diag(d_i) - d_i d_i^T / (1 + s), d_{ki} = 1 at the observed
-class and tau_j elsewhere (derived by completing the square in u; note 1 + s = sum d),
-and h_{ki} = sum(nu)/(1 + s), h_{ji} = -nu_j + tau_j sum(nu)/(1 + s). So the outer
-site keeps every between-class coupling of observation i, and its precision has the
-softmax structure of ``structures.multiclass.CoupledBlockPosterior``: a sweep costs c + 1
-Cholesky factorisations of n x n matrices plus O(c n^3) products.
+class and tau_j elsewhere, h_{ki} = sum(nu)/(1 + s), h_{ji} = -nu_j + tau_j sum(nu)/(1 + s):
+the softmax's block structure (``structures.multiclass.CoupledBlockPosterior``).
 
-The outer updates are parallel (all cavities from one posterior), damped in the inner
-site parameters, and Anderson-accelerated as binary parallel EP is (``ep.Anderson``, on
-the inner sites; an extrapolation with negative site precisions the map does not have is
-replaced by the map's value): fewer sweeps, cold and warm, to the same fixed point. At
-Forensic Glass's amplitudes (mean diag K in the hundreds) the damped map alone oscillates
-and at most points of a MAP-II fit did not converge; accelerated, all converged (figures:
-``docs/design/engine_notes.md``, "Figures moved from comments").
+Outer updates are parallel, damped in the inner site parameters and Anderson-accelerated
+on them (``ep.Anderson``; without it the damped map oscillates at large amplitudes).
+``rough_sweeps`` runs the early sweeps on single-precision posteriors; the last ones are
+exact.
 
-On request (``rough_sweeps=True``), while the sites are far from the fixed point (relative
-changes above 1e-3), the sweeps use posteriors factorised in single precision, as binary
-parallel EP's rough sweeps (``structures.dense``); the sweeps that end the iteration are
-exact, and so the fixed point. Off by default: a single solve took less CPU time with them,
-a whole MAP-II fit on digits did not (benchmarks/results/multiclass_gold.md, "Nested EP at
-ten classes").
-
-The evidence is EP's (the free energy of EP on the (f, u) model, whose fixed point nested
-EP reaches when the inner EP converges):
+The evidence is EP's free energy on the (f, u) model,
 
 .. math::
 
     \log Z_{EP} = \log \int N(f; 0, K) \prod_i g_i(f_i)\, df
         + \sum_{i,j} [\log \hat Z_{ij} - \log \int q_{\setminus ij}(t)\, \tilde g_{ij}(t)\, dt],
 
-g_i the outer sites above with their constants. It is stationary in all site parameters
-at the fixed point, so its gradient in K at fixed sites is the exact gradient:
-dlog Z/dK_k = (b_k b_k^T - R_kk) / 2, b = (K + T^{-1})^{-1} T^{-1} h (as for binary EP).
+stationary in the sites at the fixed point, so dlog Z/dK_k = (b_k b_k^T - R_kk) / 2 with
+b = (K + T^{-1})^{-1} T^{-1} h, as for binary EP.
 """
 
 import math
@@ -68,9 +52,7 @@ from .softmax_laplace import check_multiclass_inputs, coupled_posterior
 
 
 # Early sweeps from single-precision posteriors (``rough_sweeps``) while the sites still move
-# by more than this (relative): the rough map's own changes stall at the level of its
-# rounding (benchmarks/results/multiclass_gold.md, "Rough early sweeps"), so the sweeps turn
-# exact above that level.
+# by more than this (relative; the rough map's changes stall at its rounding level).
 _ROUGH_UNTIL = 1e-3
 # ... or once this many rough sweeps in a row have not set a new smallest change.
 _ROUGH_STALL = 2
@@ -113,13 +95,8 @@ def _rank_one(Sw, mw, Sb, dtau, dnu, v, mt):
 def _inner_ep_site(m, C, k, tau, nu, tol, max_sweeps, Sw, mw, Sb):
     """Inner EP for one site: cavity N(m, C) over f_i, factors Phi(u + f_k - f_j).
 
-    tau, nu (c - 1,) are updated in place; Sw (c + 1, c + 1), mw and Sb (c + 1,) are
-    work buffers (no allocation per site). Returns (sum_j [log Zhat_j - log int q_j g_j],
-    sweeps, largest last change).
-
-    (Written with an array per product and per outer product, the inner EP took a large
-    share of a warm evaluation; without allocation and with Sw b in O(c), a small one:
-    docs/design/engine_notes.md.)
+    tau, nu (c - 1,) are updated in place; Sw (c + 1, c + 1), mw and Sb (c + 1,) are work
+    buffers. Returns (sum_j [log Zhat_j - log int q_j g_j], sweeps, largest last change).
     """
     c = m.shape[0]
     Sw[:c, :c] = C  # posterior covariance of w = (f, u)
@@ -258,23 +235,15 @@ def multinomial_probit_ep(K, y, likelihood=None, params=None, *, state=None, tol
     tol : stop when the largest relative change of an inner site parameter in an outer
         sweep is below tol.
     damping : weight of the new inner sites in each outer sweep (1 = undamped).
-    inner_tol, inner_max_sweeps : the inner EP's convergence within one outer sweep. The
-        inner EP is warm-started from the last sites and the outer sweeps repeat it, so a
-        few inner sweeps suffice: the outer test (no site moves by more than tol) is met
-        only at the inner fixed point too. Against many inner sweeps, a few left the
-        outer sweep counts and log Z unchanged on random 3- to 6-class problems and made
-        an evaluation cheaper, most so with more classes
-        (docs/design/engine_notes.md, "Nested EP's inner EP").
+    inner_tol, inner_max_sweeps : the inner EP's convergence within one outer sweep (warm-started,
+        so a few sweeps suffice: the outer test is met only at the inner fixed point too).
     with_grad : compute dlog Z / dK (``dlog_z_dK``, (c, n, n)).
     with_loo : compute ``loo_log_p`` (None otherwise).
     rough_gradient : form every posterior's H_k = L_M^{-1} E_k in single precision
         (``CoupledBlockPosterior``'s ``rough_gradient``, honoured where L_M is well
         conditioned): the site covariances of every sweep and the gradient carry
         single-precision rounding; the factors, log-determinants and means stay double.
-        For a sampler's tolerances (``ops.marginal.SAMPLING_DEFAULTS``): along leapfrog
-        points of Forensic Glass the sweep counts, log Z errors and the gradient's error
-        were about unchanged, and a solve took a little less time (figures:
-        ``docs/design/engine_notes.md``, "Figures moved from comments").
+        For a sampler's tolerances.
     rough_sweeps : take the sweeps before the sites settle (relative change above
         ``_ROUGH_UNTIL``, while the rough map still makes progress) from single-precision
         posteriors (``CoupledBlockPosterior(rough=True, rough_covariances=True)``); the last

@@ -1,26 +1,15 @@
-r"""One entry per approximation: what it is, which likelihoods it serves, and how it is run.
+"""One entry per approximation: what it is, which likelihoods it serves, and how it is run.
 
-Every table that used to match approximation names as strings (the solvers, which have a
-gradient, the sampler's and the engine's tolerances, prediction's, the retry schedules,
-which LOO terms are deferred, which prior structures and backends each serves) is a field
-of one frozen ``Approximation`` here, looked up by name in ``APPROXIMATIONS``, or of one of
-its ``Solver`` records, one per likelihood family it integrates out ("binary", "ordinal",
-"multiclass": ``family``). Several classes are a property of the likelihood (its c latent
-functions, ``likelihoods.multiclass``, and the approximations it names in
-``likelihood.approximations``), not of the approximation: ``MarginalLaplace`` with
-``Softmax`` is Laplace's entry with its multi-class solver (``softmax_laplace``).
+``APPROXIMATIONS`` maps a name (the GP classes' ``approximation``, the Ops' first argument)
+to a frozen ``Approximation``, with one ``Solver`` per likelihood family it integrates out
+("binary", "ordinal", "multiclass": ``family``): the solver, its retries, its sampler,
+engine, prediction and coarse-fit options. Several classes are a property of the likelihood
+(``likelihood.approximations``): ``MarginalLaplace`` with ``Softmax`` is Laplace's entry with
+its multi-class solver.
 
-``check`` is the one validator of a combination (approximation, likelihood, prior structure,
-backend): the GP classes, ``ard_classifier`` and the command line call it before any heavy
-work. A combination that does not exist (mean field with ``approx="FITC"``, a multi-class
-likelihood with mean field, the JAX backend with mean field) is an
-``UnsupportedCombinationError`` raised here, naming what works.
-
-Names are the ``approximation`` attribute of the GP classes (``gp.MarginalEP.approximation
-== "ep"``) and the first argument of the Ops (``ops.marginal.ApproxMarginalOp``), whose
-likelihood type selects the solver (``solver_for``). The prior structures are named as in
-``structures.select`` ("dense", "fitc", "dense-multiclass", "fitc-multiclass", "hsgp",
-"hsgp-multiclass").
+``check`` is the one validator of (approximation, likelihood, prior structure, backend); a
+combination that does not exist is an ``UnsupportedCombinationError`` naming what works.
+Prior structures are named as in ``structures.select``.
 """
 
 import inspect
@@ -221,16 +210,12 @@ def _one_latent(solve, retries, **defaults):
 
 _EP_ONE_LATENT = _one_latent(
     ep, _dense_and_fitc(ep_dense_retries, ep_fitc_retries, hsgp=True),
-    # the sampler's tolerance: why 1e-2 suffices is in docs/design/engine_notes.md, "Sampler tolerances"
     sampling_defaults=_frozen(tol=1e-2), engine_defaults=_frozen(tol=inspect.signature(ep).parameters["tol"].default),
     prediction_defaults=_frozen(tol=1e-3), coarse_fit_defaults=_frozen(tol=1e-3), compiled_loop=True)
 _NESTED_EP = Solver(
     multinomial_probit_ep, _dense_and_fitc(nested_ep_retries, multiclass=True, hsgp=True),
-    # nested EP's tol is on the inner site parameters; its log Z converges more slowly in
-    # the site change than binary EP's (docs/design/engine_notes.md, "Sampler tolerances")
+    # tol on the inner site parameters, whose log Z converges more slowly than binary EP's
     sampling_defaults=_frozen(tol=1e-4, rough_gradient=True),
-    # the fit's first run at the sampler's site tolerance (multiclass_gold.md, "Nested EP at
-    # ten classes"); its predictions over draws stay exact (prediction_defaults empty)
     coarse_fit_defaults=_frozen(tol=1e-4))
 _SOFTMAX_LAPLACE = Solver(
     softmax_laplace, _dense_and_fitc(newton_retries, multiclass=True, hsgp=True),

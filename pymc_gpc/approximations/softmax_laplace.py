@@ -1,20 +1,17 @@
 r"""Laplace's approximation for multi-class GP classification with the softmax.
 
-Williams & Barber (1998); Rasmussen & Williams (2006), sec. 3.5, Alg. 3.3 (mode and
-evidence) and Alg. 5.2's implicit gradient, generalised to c classes. Newton's method
-on Psi(f) = log p(y|f) - f^T K^{-1} f / 2, in the representer weights a (f = K a), with
-the same backtracking line search as the binary ``laplace``; every step works on the
-block structure of W (``structures.multiclass``): c + 1 Cholesky factorisations of
-n x n matrices, never a cn x cn one. At the mode:
+Williams & Barber (1998); R&W sec. 3.5, Alg. 3.3 (mode and evidence) and Alg. 5.2's
+implicit gradient, for c classes: Newton's method on Psi(f) = log p(y|f) - f^T K^{-1} f / 2
+in the representer weights a (f = K a), on the block structure of W
+(``structures.multiclass``: c + 1 n x n Cholesky factorisations, never a cn x cn one).
+At the mode
 
 .. math::
 
     \log q(y) = \sum_i \log \pi_{y_i}(\hat f_i) - \tfrac12 a^T \hat f
-        - \tfrac12 \log |I + K W|.
+        - \tfrac12 \log |I + K W|,
 
-The gradient with respect to each class's K_k includes the mode's movement (adjoint
-form, Margossian et al. 2020), derived in ``_gradient``: O(c n^3) whatever the number
-of kernel hyperparameters.
+and the gradient in each K_k includes the mode's movement (adjoint form, ``_gradient``).
 """
 
 import functools
@@ -30,43 +27,28 @@ from .laplace import newton_converged
 from .result import ApproximationResult, WarmStartMismatch, loo_outputs
 
 
-# Quasi-random draws for the LA-LOO expectations (computed at every evaluation, also
-# while sampling): fewer than ``predict``'s 4096, at a larger but still small error in
-# log p (measured on random 6-class Gaussians: docs/design/engine_notes.md).
+# Quasi-random draws for the LA-LOO expectations (computed at every evaluation).
 LOO_DRAWS = 512
 
-# Newton steps are solved by conjugate gradients preconditioned with the solve's last
-# factorised posterior (``BlockPreconditioner.solve_other_weights``): to an
-# error in f below _CG_TOL times Newton's own tolerance, or below min(_CG_ETA, the last
-# Newton change) times the step (inexact Newton with a forcing term that keeps the
-# convergence quadratic), in at most _CG_STEPS steps; else the posterior at the current f
-# is factorised, in single precision (``CoupledBlockPosterior(rough=True)``: the step and
-# the next preconditioner need no more; the mode's posterior is exact). A declined CG
-# costs its steps, so the step limit is kept small: more steps made random walks near
-# Forensic Glass's MAP slower, while warm starts that never decline were indifferent to
-# it; the rough posteriors saved time at the cost of a few more Newton steps (figures:
-# docs/design/engine_notes.md, "Figures moved from comments").
+# Newton steps are solved by conjugate gradients preconditioned with the last factorised
+# posterior (``BlockPreconditioner.solve_other_weights``), to an error in f below _CG_TOL
+# times Newton's tolerance or min(_CG_ETA, the last change) times the step (inexact Newton),
+# in at most _CG_STEPS steps; else the posterior at f is factorised in single precision
+# (the mode's posterior is exact).
 _CG_TOL = 0.01
 _CG_ETA = 0.01
 _CG_STEPS = 12
 
-# _WARM_START: a warm start is the last mode's (a, f) (extrapolated along the sampler's
-# trajectory, ``ops.marginal.WarmStarts``), and the first Newton step is linearised at f
-# (W and grad log p there), not at K a for the new K: the mode's f moves far less with the
-# hyperparameters than K a does at fixed a (a kernel amplitude scales K a, not the mode).
-# The first step also factorises (rough), instead of trying CG preconditioned by the last
-# mode's posterior, which nearly every first step declined. Replaying a nutpie chain's
-# evaluations on Forensic Glass, the first step from f landed much nearer the mode than
-# one from the extrapolated K a, and the Newton steps per solve and the time per solve
-# fell, as they did on random walks near the MAP (figures:
-# docs/design/engine_notes.md, "Figures moved from comments").
+# _WARM_START: a warm start is the last mode's (a, f), and its first Newton step is
+# linearised at f, not at K a for the new K (the mode's f moves far less with the
+# hyperparameters than K a does), and factorises rather than tries CG.
 
 
 @dataclass
 class SoftmaxLaplaceState:
-    """The last mode, to warm-start from: its representer weights a (c, n) and, optionally,
-    its latent values f (c, n). With f, the next solve's first Newton step is linearised
-    at f; without, at K a for the new K (``softmax_laplace``, ``_WARM_START``)."""
+    """The last mode, to warm-start from: a (c, n) and optionally f (c, n), at which the next
+    solve's first Newton step is then linearised (``_WARM_START``).
+    """
 
     a: np.ndarray
     f: np.ndarray = None
@@ -76,12 +58,9 @@ class SoftmaxLaplaceState:
 
 
 def check_multiclass_inputs(K, y, n_classes=None):
-    """K as a (c, n, n) float array (a single (n, n) K is shared) and y as codes 0..c-1.
-
-    y may be float codes (the Op passes labels as floats). ``n_classes`` defaults to
-    K's first dimension, else to max(y) + 1. A prior structure with ``c`` and ``n``
-    (``structures.multiclass_fitc.MulticlassFITCPrior``) is returned as it is, its sizes
-    checked against y and ``n_classes``.
+    """K as a (c, n, n) float array (a single (n, n) K is shared) and y as codes 0..c-1 (floats
+    allowed). ``n_classes`` defaults to K's first dimension, else max(y) + 1. A prior
+    structure (``MulticlassFITCPrior``) is returned as it is, its sizes checked.
     """
     if is_structure(K):
         codes = _class_codes(y)
@@ -134,8 +113,9 @@ def _psi(a, f, lp):
 
 
 def _cold_start(likelihood, y, c, n):
-    """a = f = 0 (Psi = -n log c): where a warm start is worse than that at this K, as after
-    a long step of an optimiser (GPML's infLaplace does the same)."""
+    """a = f = 0 (Psi = -n log c): where a warm start is worse than that at this K (as GPML's
+    infLaplace).
+    """
     a, f = np.zeros((c, n)), np.zeros((c, n))
     lp, pi = likelihood.log_lik(y, f)
     return a, f, lp, pi, _psi(a, f, lp)
@@ -274,22 +254,19 @@ def softmax_laplace(K, y, likelihood=None, params=None, *, state=None, tol=1e-10
 
 
 def _line_search(likelihood, y, K_times, a, f, lp, psi, da):
-    r"""Backtracking along a + t da, t = 1, 1/2, ...: the first t at which Psi does not
-    decrease (by more than 1e-12 |Psi|). Returns (t, a_t, f_t, lp_t, pi_t, Psi_t).
+    r"""Backtracking along a + t da, t = 1, 1/2, ...: the first t at which Psi does not decrease
+    (by more than 1e-12 |Psi|). Returns (t, a_t, f_t, lp_t, pi_t, Psi_t).
 
-    With f = K a (``f`` given; None after a warm start from the last mode's f, where
-    Psi(a) is not defined at this K), f_t = f + t K da (one product with K for every t)
-    and the test uses the increment
+    With f = K a given (None after a warm start from f, where Psi(a) is undefined at this K)
+    the test uses the increment
 
     .. math::
 
         \Psi(a + t\,da) - \Psi(a) = \sum_i (\log p_{t,i} - \log p_i)
-            - t\, da^T f - \tfrac{t^2}{2} da^T K da
+            - t\, da^T f - \tfrac{t^2}{2} da^T K da,
 
-    (the quadratic term of Psi expanded; K symmetric), made of the step's own small
-    terms: the difference of two values of Psi, each a sum of n c terms of size up to
-    max|f|, has a rounding error that at a large kernel amplitude exceeds the increase
-    of Newton's last steps, which then fail the test though their direction is exact.
+    whose terms are the step's own: the difference of two values of Psi carries a rounding
+    error that, at a large kernel amplitude, exceeds Newton's last increases.
     """
     Kda = None if f is None else K_times(da)
     quad = None if f is None else (float(np.sum(da * f)), 0.5 * float(np.sum(da * Kda)))
@@ -323,16 +300,10 @@ def _mode_sensitivity(pi, S):
 
 
 def _gradient(post, a, S):
-    r"""d log q / dK_k for each class, the mode's movement included: (c, n, n).
+    """d log q / dK_k for each class, the mode's movement included: (c, n, n).
 
-    With R = (K + W^{-1})^{-1} and Sigma = (K^{-1} + W)^{-1}:
-
-    * explicit: -a^T f/2 = -a^T K a / 2 at fixed a = grad log p gives a_k a_k^T / 2;
-      -log|I + K W| / 2 gives -R_kk / 2 (K is block diagonal, only R's diagonal blocks);
-    * the mode: f = K g(f) gives df = (I + K W)^{-1} dK a; Psi is stationary, so only
-      the log-determinant moves: d log q / d f = s (``_mode_sensitivity``);
-    * adjoint: s^T (I + K W)^{-1} dK a = u^T dK a, u = (I + W K)^{-1} s = s - R K s.
-
+    With R = (K + W^{-1})^{-1}, s = d log q / d f (``_mode_sensitivity``) and the adjoint
+    u = (I + W K)^{-1} s = s - R K s:
     d/dK_k = a_k a_k^T / 2 - R_kk / 2 + (u_k a_k^T + a_k u_k^T) / 2.
     """
     s = _mode_sensitivity(post.d, S)
@@ -341,11 +312,9 @@ def _gradient(post, a, S):
 
 
 def _loo_log_p(y, likelihood, f, pi, g, S):
-    """LA-LOO log q(y_i | y_-i) (Vehtari et al. 2016) with c-variate cavities.
-
-    Site i is Gaussian with precision W_i = diag(pi_i) - pi_i pi_i^T and natural location
-    W_i f_i + g_i (the Newton fixed point); removing it from the marginal N(f_i, S_i)
-    gives the cavity precision S_i^{-1} - W_i, and p(y_i | f_i) is averaged over it.
+    """LA-LOO log q(y_i | y_-i) (Vehtari et al. 2016) with c-variate cavities: site i has
+    precision W_i = diag(pi_i) - pi_i pi_i^T and location W_i f_i + g_i; the cavity precision
+    is S_i^{-1} - W_i.
     """
     P = pi.T
     W = np.einsum("ij,jk->ijk", P, np.eye(P.shape[1])) - np.einsum("ij,ik->ijk", P, P)

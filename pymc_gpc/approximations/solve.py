@@ -38,12 +38,10 @@ def max_log_evidence(lik):
 
 def _bounded(result, lik):
     """``result``, or where its log evidence is NaN or above ``max_log_evidence(lik)`` (0 for
-    discrete labels: p(y) <= 1) a failed copy of it (log_z = -inf, not converged), which the
-    retries replace and the Ops report as status 2. Such values come from runs that did not
-    reach a fixed point: EP sites oscillating with nearly singular K^-1 + S (the step
-    likelihood with label noise on duplicated inputs with conflicting labels gave +5e11).
-    The same holds for one latent GP or several (softmax Laplace, multinomial probit EP;
-    issue 58)."""
+    discrete labels) a failed copy of it (log_z = -inf, not converged: status 2), which the
+    retries replace. Such values come from runs that reached no fixed point (EP sites
+    oscillating with a nearly singular K^-1 + S).
+    """
     bound = max_log_evidence(lik)
     if np.isnan(result.log_z) or result.log_z > bound:
         return dataclasses.replace(result, log_z=-np.inf, converged=False)
@@ -65,18 +63,13 @@ def log_concave(lik):
 
 
 def highest_converged(approximation, K, y, lik, params, options, schedule):
-    """The rule for a likelihood that is not log-concave (``log_concave``): every run of the
-    schedule (``options``, then each retry, all from zero sites), and of the converged runs
-    with a finite value the one with the highest log evidence; if none converged, a failed
-    copy of the last run (log_z = -inf, not converged: status 2).
+    """The rule for a likelihood that is not log-concave: every run of the schedule (``options``,
+    then each retry, all cold), and of the converged runs with a finite value the one with the
+    highest log evidence; if none converged, a failed copy of the last run (status 2).
 
-    Where EP has several fixed points, which one a run reaches depends on its schedule and,
-    from iterates that wander for hundreds of sweeps, on rounding; an unconverged iterate's
-    value is no evidence at all. The highest converged value over a fixed set of cold runs is
-    a rule both backends apply alike (``backends.jax.engine.ep_solve``, ``fitc.ep_solve``), so
-    that they agree wherever both find that fixed point, and report -inf alike where neither
-    converges. A warm start is not used: the fixed point it leads to depends on the path.
-    Returns (result, number of runs after the first).
+    Where EP has several fixed points, which one a run reaches depends on its path; this rule
+    is one both backends apply (``backends.jax.engine.ep_solve``), so they agree. Returns
+    (result, number of runs after the first).
     """
     best, last = None, None
     for run in [options, *schedule]:
@@ -96,16 +89,12 @@ def highest_converged(approximation, K, y, lik, params, options, schedule):
 def solve_with_retries(approximation, K, y, lik, params, state, options, retry_options=None):
     """Solve, falling back on a cold start and then on ``default_retries``.
 
-    A warm start fitted to another K can be invalid at this one (negative EP sites of
-    the step likelihood can make K^-1 + S indefinite), or belong to other data (a fit's
-    state handed to ``predict`` after the data changed): if the warm-started run raises a
-    LinAlgError or ``WarmStartMismatch`` (a state of another size) or gives a non-finite
-    value, the solve is repeated from scratch. After a
-    non-converged run the retry schedule is tried (cold starts); a retry that raises is
-    skipped. Returns (result, number of retries taken); other exceptions, and a cold
-    start's, propagate. ``retry_options``: a schedule replacing ``default_retries`` (a prior
-    structure without sequential EP, ``structures.select.FITC_BINARY``). A likelihood that is
-    not log-concave runs ``highest_converged`` instead (no warm start, every run of the schedule).
+    A warm-started run that raises a LinAlgError or ``WarmStartMismatch`` or gives a non-finite
+    value is repeated cold (a state fitted to another K or other data). After a non-converged
+    run the retry schedule is tried (cold starts; a retry that raises is skipped). Returns
+    (result, number of retries taken); other exceptions, and a cold start's, propagate.
+    ``retry_options``: a schedule replacing ``default_retries``. A likelihood that is not
+    log-concave runs ``highest_converged`` instead.
     """
     schedule = default_retries(approximation, options) if retry_options is None else retry_options
     if not log_concave(lik):

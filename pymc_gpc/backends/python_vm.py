@@ -1,17 +1,12 @@
 r"""The compile mode of the small graphs that ``fit`` and ``predict`` run once per iteration
 or per draw: PyTensor's FAST_COMPILE (Python linker, NumPy per node), plus one rewrite.
 
-Why not numba: numba compiles a graph it has not seen at its first call, seconds to tens
-of seconds for a new model's kernel and pullback graphs, against a fraction of a second
-here (``benchmarks/results/fit_graphs.md``).
+Not numba, which compiles a new graph in seconds (``benchmarks/results/fit_graphs.md``).
 
-The rewrite. The Python linker runs an elementwise node through the NumPy ufunc its scalar
-op names; a scalar op without one goes through a Python-level loop over the elements.
-``Clip`` has none, and every stationary ``pm.gp.cov`` kernel clips its squared distances
-at zero (``Stationary.square_dist``): on Forensic Glass those clips were most of the
-kernel and pullback graphs' time (``benchmarks/results/fit_graphs.md``). ``clip(x, lo, hi)`` is rewritten to
-``minimum(maximum(x, lo), hi)``: the same values, and the same gradient (at a tie x = lo,
-both pass the cotangent to x).
+The rewrite: the Python linker runs a scalar op without a NumPy ufunc, such as ``Clip``
+(every stationary ``pm.gp.cov`` kernel clips its squared distances), as a Python loop over
+the elements. ``clip(x, lo, hi)`` becomes ``minimum(maximum(x, lo), hi)``: the same values
+and gradient (at a tie x = lo, both pass the cotangent to x).
 """
 
 import pytensor.scalar as ps
@@ -46,10 +41,7 @@ if "pymc_gpc_clip_as_maximum_minimum" not in optdb:
 
 PYTHON_VM_MODE = get_mode("FAST_COMPILE").including(_TAG)
 
-# Graphs without a gradient (the kernels that ``fit`` and ``predict`` evaluate): the same
-# linker, with only the merge rewrite (shared subexpressions computed once) and the clip
-# rewrite. FAST_COMPILE's canonicalisation pays where ``pt.grad``'s output needs
-# simplifying (Forensic Glass's pullback graph ran several times slower without it). A
-# forward graph runs about as fast without it and compiles several times faster, which is
-# most of a one-point prediction (figures: docs/design/engine_notes.md).
+# Graphs without a gradient (the kernels ``fit`` and ``predict`` evaluate): the same linker
+# with only the merge and clip rewrites; FAST_COMPILE's canonicalisation pays only where
+# ``pt.grad``'s output needs simplifying.
 PYTHON_VM_FORWARD_MODE = Mode(linker=PYTHON_VM_MODE.linker, optimizer=RewriteDatabaseQuery(include=["merge", _TAG]))

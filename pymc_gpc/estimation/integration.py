@@ -1,31 +1,15 @@
 r"""Deterministic integration over the hyperparameters: ``pymc_gpc.sample(method="ccd")``
-and ``method="grid"``.
+and ``method="grid"`` (Rue, Martino & Chopin 2009; Vanhatalo et al. 2013, GPstuff's
+``gp_ia``; the user guide's "Deterministic integration" page walks through it).
 
-The posterior of the hyperparameters x (the model's free variables in their unconstrained
-space) is represented by a few dozen weighted points around its mode, instead of the
-thousands of gradient evaluations of a NUTS run (Rue, Martino & Chopin 2009; Vanhatalo et
-al. 2013, GPstuff's ``gp_ia``):
-
-1. the mode of :math:`\log p(x \mid y)` (evidence + hyperpriors + log Jacobian, what NUTS
-   targets: ``hyper_posterior.LogPosterior``), from MAP-II's point (``pymc_gpc.fit``, or a
-   MAP-II result the caller already has: ``map_estimate``);
-2. the Hessian there by central differences of the exact gradient;
-3. the points of a central composite design or of a grid in the Hessian's eigenbasis, and
-   their weights (``designs``), each point's log density without the gradient's cost, its
-   solve warm-started from the mode's solver state at the fit's coarse tolerance
-   (``from_mode``);
-4. an ArviZ ``InferenceData``: posterior draws resampled from the weighted points (so that
-   ``gp.predict(Xnew, idata=idata)``, ``az.summary``, ``az.plot_posterior`` and ``az.loo``
-   work unchanged), and the points themselves in the group ``integration``.
-
-Predictions averaged exactly with the weights, :math:`p(y_* \mid y) \approx \sum_k w_k\,
-p(y_* \mid y, \theta_k)`: ``predict(gp, Xnew, idata)`` (the solves warm-started along a
-short path through the points). ``gp.predict(Xnew, idata=idata)``
-averages over the resampled draws instead, a Monte-Carlo version of the same sum.
-
-Leave-one-out over the design: ``loo(idata)`` (``az.loo`` with the design's exact importance
-weights); plain ``az.loo(idata)`` sees resampled duplicates, on which Pareto smoothing
-fails (its docstring).
+The posterior of the hyperparameters x (unconstrained) is represented by a few dozen
+weighted points around the mode of :math:`\log p(x \mid y)` (``hyper_posterior.LogPosterior``),
+placed in the eigenbasis of its Hessian (``designs``), each solve warm-started from the
+mode's state (``from_mode``). The result is an ArviZ ``InferenceData`` of draws resampled
+from the weighted points, with the points in the group ``integration``;
+``predict`` averages exactly with the weights,
+:math:`p(y_* \mid y) \approx \sum_k w_k\, p(y_* \mid y, \theta_k)`, and ``loo`` gives
+``az.loo`` the design's exact importance weights.
 """
 
 import copy
@@ -383,10 +367,7 @@ def loo_design(idata, var_name=None):
     under the weights: a generalised Pareto fit (Zhang & Stephens 2009, with the weak prior
     of Vehtari et al. 2024, weighted as in ArviZ) to the exceedances of the largest ratios,
     down to the one that completes ``TAIL_SHARE`` of the weight (at least ``MIN_TAIL``),
-    over the next below. On the grid of the one-hyperparameter test every k is below 0.5
-    (the design's values there agree with quadrature within 1e-4); on its three-point CCD
-    (errors up to 0.015) up to 0.9. A large
-    k (above 0.7) says the posterior without y_i lies where the design, built around the
+    over the next below. A large k (above 0.7) says the posterior without y_i lies where the design, built around the
     full posterior, has few points; NaN for fewer than three points or two distinct
     exceedances.
 

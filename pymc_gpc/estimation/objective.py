@@ -23,14 +23,9 @@ __all__ = ["Objective", "objective_for", "marginal_nodes", "other_terms", "start
            "all_values", "FIT_MODE", "FIT_FORWARD_MODE"]
 
 
-# The kernel and pullback graphs of ``fit`` are compiled without numba: numba's first call
-# of a new graph compiles it for seconds, which a fit does not win back; an iteration
-# costs somewhat more (``docs/design/engine_notes.md``, "Fit's compile modes"); see
-# ``python_vm`` for the rewrite that keeps it close.
+# The kernel and pullback graphs of ``fit`` on PyTensor's Python VM (``backends.python_vm``:
+# numba's compilation of a new graph is not won back); the kernel graph with fewer rewrites.
 FIT_MODE = PYTHON_VM_MODE
-
-
-# ... and the kernel graph, which has no gradient, with fewer rewrites (``python_vm``)
 FIT_FORWARD_MODE = PYTHON_VM_FORWARD_MODE
 
 
@@ -217,12 +212,9 @@ def unravel(x, layout, point):
 def all_values(model, point, objective=None):
     """Free, transformed and deterministic values at ``point`` (as ``pm.find_MAP`` returns).
 
-    With ``objective`` (an ``Objective`` of the model), the evidence terms'
-    outputs (the ``{name}_loo``, ``_n_iter`` and ``_status`` deterministics) are
-    evaluated by ``_evidence_outputs`` and enter the graph as constants, so the compiled
-    graph holds no kernel and no solve: compiling the model's whole deterministic graph
-    took a noticeable share of a MAP-II fit (docs/design/engine_notes.md, "Fit's compile modes"), and
-    its solve started cold.
+    With ``objective``, the evidence terms' outputs (``{name}_loo``, ``_n_iter``, ``_status``)
+    are evaluated warm-started by ``_evidence_outputs`` and enter the graph as constants, so
+    the compiled graph holds no kernel and no solve.
     """
     outs = model.unobserved_value_vars
     if objective is not None:

@@ -69,9 +69,8 @@ def fit(model=None, method="type2", *, start=None, epsilon_rule="errors", prior=
         "omega" (the exact maximiser of the bound's epsilon term).
     prior : em-ep only: add the hyperpriors to the M-step (MAP-EM).
     accelerate : em-ep only: SQUAREM extrapolation of the EM iterations (``fit_em_ep``).
-        Default: on, except with ADF's one-pass q as the E-step, where plain EM
-        converges but the extrapolations, safeguarded by an evidence that EM does not
-        ascend, were seen running to amplitudes of e^90 on a 40-point problem.
+        Default: on, except with ADF's one-pass q as the E-step (EM does not ascend its
+        evidence, so the extrapolation has no safeguard).
     maxiter : optimiser iterations (type2 / map, default 500) or EM iterations
         (em-ep, default 300).
     tol : convergence tolerance: relative objective change for L-BFGS-B (default

@@ -36,32 +36,21 @@ def sample(*args, model=None, method="nuts", map_estimate=None, **kwargs):
     keyword arguments then) and returns draws resampled from the weighted design points,
     with the points in the group ``integration``.
 
-    The sampler evaluates the evidence at the sampling tolerances
-    (``approximations.registry``'s ``sampling_defaults``: EP's tol 1e-2; ``ops.rewrites.sampling_tolerance``),
-    a speed device measured for NUTS; every other use of the model's logp and gradient
-    (plain ``pm.sample`` included) gets the engine's accuracy.
+    The sampler evaluates the evidence at the sampling tolerances (the registry's
+    ``sampling_defaults``: EP's tol 1e-2; ``ops.rewrites.sampling_tolerance``); every other
+    use of the model's logp and gradient (plain ``pm.sample`` included) gets the engine's.
+    ``nuts_sampler="numpyro"`` or ``"blackjax"`` runs the Ops' JAX implementation (needs
+    ``pip install pymc-gpc[jax]``).
 
-    ``nuts_sampler="numpyro"`` or ``"blackjax"`` runs PyMC's JAX samplers on the Ops' JAX
-    implementation (``backends/jax/dispatch.py``; needs ``pip install pymc-gpc[jax]``).
-
-    Defaults: the sampler measured faster for the model's size (``idata.default_sampler``):
-    PyMC's own NUTS (``nuts_sampler="pymc"``, chains in processes) for at most
-    ``PYMC_NUTS_MAX`` sampled values, nutpie (chains as threads) above, where it is
-    installed. With PyMC's NUTS and no ``step``, ``init`` or ``initvals`` given, the chains
-    start from the Laplace approximation of the hyperparameters' posterior
-    (``laplace_start``: MAP-II's point, then the mode and Hessian of the log posterior NUTS
-    targets, as the CCD finds them; each chain at a draw from that normal, the dense mass
-    matrix at its covariance); where it cannot be built,
-    ``init=idata.default_init(model)``, a dense mass matrix for the usual few hyperparameters.
-    (Plain ``pm.sample`` prefers nutpie whenever it is installed.)
-    Chains run in parallel on the cores available (``idata.parallel_defaults``: PyMC's own
-    default counts half the CPUs and sampled two chains in sequence on 2 cores); when
-    stderr is not a terminal (a log file), progress comes as a plain line every
-    ``progress.LOG_EVERY`` seconds (``progress.sampler_log_lines``). A dense prior over more
-    than ``models.DENSE_MAX_ROWS`` rows gives a ``DenseSamplingWarning`` once a process.
-    PyMC's warning that its dense adaptation is experimental is not shown (a
-    ``warnings.catch_warnings`` block, which is not thread-safe: concurrent calls from
-    several threads may leave the warning filters of one of them in place).
+    Defaults: ``idata.default_sampler`` (PyMC's NUTS for at most ``PYMC_NUTS_MAX`` sampled
+    values, nutpie above where installed). With PyMC's NUTS and no ``step``, ``init`` or
+    ``initvals``, the chains start from the Laplace approximation of the hyperparameters'
+    posterior (``laplace_start``), else ``init=idata.default_init(model)``. Chains run in
+    parallel on the available cores (``idata.parallel_defaults``); without a terminal,
+    progress is a plain line every ``progress.LOG_EVERY`` seconds. A dense prior over more
+    than ``models.DENSE_MAX_ROWS`` rows warns (``DenseSamplingWarning``) once a process.
+    PyMC's warning that dense adaptation is experimental is filtered (``catch_warnings``,
+    not thread-safe).
 
     Parameters
     ----------

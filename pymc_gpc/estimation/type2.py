@@ -118,25 +118,16 @@ def maximise(model, point, method, maxiter, tol, progressbar, callback=None):
 
 
 class _Stall:
-    """The stall rule of ``maximise``'s L-BFGS-B runs: ``check(objective)`` after each
-    iteration raises ``StopIteration`` (which ends the run at that iterate) once the
-    objective has risen by less than ``tol * max(|objective|, 1)`` over the last
-    ``STALL_WINDOW`` iterations, with ``tol = min(STALL_TOL, STALL_RATIO * ftol)`` for the
-    run's L-BFGS-B ``ftol`` (the default ftol 1e-9 gives STALL_TOL; a tighter ftol, a
-    tighter rule).
+    """The stall rule of ``maximise``'s L-BFGS-B runs: ``check(objective)`` after each iteration
+    raises ``StopIteration`` once the objective has risen by less than
+    ``tol * max(|objective|, 1)`` over the last ``STALL_WINDOW`` iterations, with
+    ``tol = min(STALL_TOL, STALL_RATIO * ftol)``.
 
-    L-BFGS-B's own tests look at one iteration (ftol: its change relative to the
-    objective's size) and at the largest gradient element (gtol). On a large data set whose
-    objective has a flat direction, it can creep along that direction for tens of
-    iterations, each gaining more than ftol allows and all together a small fraction of a
-    nat. This rule is ftol over a window of iterations: relative, since the objective's
-    size and its curvature in the hyperparameters both grow with the number of
-    observations, so that the same relative gain means about the same distance from the
-    optimum; and over a window, so that one short step does not end the run. An absolute
-    window rule (0.01 nats over 10 iterations) stopped a 193-point softmax fit on a plateau
-    1.4 nats below its optimum (``benchmarks/results/multiclass_large.md``, "The stopping
-    rule"); the relative rule went on to the optimum. It applies to both runs of
-    ``maximise``, for every model."""
+    L-BFGS-B's own tests look at one iteration, and on a large data set with a flat direction
+    it can creep for tens of iterations; the rule is ftol over a window, relative because the
+    objective's size and curvature grow with n (an absolute rule stopped a softmax fit on a
+    plateau: ``benchmarks/results/multiclass_large.md``, "The stopping rule").
+    """
 
     def __init__(self, ftol=1e-9):
         self.tol = min(STALL_TOL, STALL_RATIO * ftol)
@@ -153,16 +144,12 @@ class _Stall:
 
 def _coarse_stage(objective, lbfgs, x, maxiter, tol):
     """The first of two L-BFGS-B runs: the evidence terms solved at their approximation's
-    ``coarse_fit_defaults`` (``Objective.coarse_options``; EP: site change 1e-3 instead of
-    1e-8; nested EP: 1e-4), to a relative objective change ``COARSE_FTOL``.
-
-    Far from the optimum an evaluation needs only the evidence's trend: EP's warm-started
-    sweeps at tol 1e-8 are spent on digits that the next step discards. The second run
-    starts where this one stopped and converges at the engine's tolerances, so the
-    returned optimum, evidence and history's last entry are those of exact solves (the
-    criterion of the single run before). The inexact objective may stop this run with a
-    failed line search: only its point is kept. Returns (start of the exact run, iterations
-    used). Where no term has coarse options there is one run."""
+    ``coarse_fit_defaults`` (``Objective.coarse_options``; EP: site change 1e-3), to a relative
+    objective change ``COARSE_FTOL``. Far from the optimum only the evidence's trend counts;
+    the second run converges at the engine's tolerances, so the returned optimum is that of
+    exact solves. Returns (start of the exact run, iterations used); one run where no term has
+    coarse options.
+    """
     coarse = objective.coarse_options()
     if not any(coarse) or tol >= COARSE_FTOL:
         return x, 0
@@ -235,17 +222,11 @@ def _element_names(layout, model):
 
 
 def _runaway(objective, x, layout, point, value, model):
-    """Elements of ``x`` beyond ``RUNAWAY_LIMIT`` along which the objective does not fall
-    although the model still changes.
-
-    An optimum of the objective that exists is a point where moving any coordinate
-    further out by ``RUNAWAY_STEP`` lowers it. A coordinate that is already far out,
-    along which the objective still rises (or stays within ``RUNAWAY_TOL``) while the
-    kernel matrices or likelihood parameters still change (relative change above
-    ``RUNAWAY_EFFECT``), is one the optimiser stopped on only because the gains became
-    small (L-BFGS's relative tolerance), not at a maximum: e.g. the amplitude on
-    separable data. A lengthscale gone to infinity (an input switched off, as ARD does
-    for irrelevant inputs) leaves K unchanged further out and is not reported.
+    """Elements of ``x`` beyond ``RUNAWAY_LIMIT`` along which the objective does not fall although
+    the model still changes: moving such a coordinate out by ``RUNAWAY_STEP`` raises the
+    objective (or keeps it within ``RUNAWAY_TOL``) while the kernels or likelihood parameters
+    change by more than ``RUNAWAY_EFFECT`` (e.g. the amplitude on separable data). A
+    lengthscale gone to infinity leaves K unchanged and is not reported.
     """
     names = _element_names(layout, model)
     here = unravel(x, layout, point)

@@ -1,40 +1,24 @@
 r"""GP classifiers for PyMC whose latent functions are integrated out (EP, Laplace, mean field, ADF).
 
-Shaped like ``pm.gp.Marginal``: construct with a covariance function and a
-likelihood, then ``marginal_likelihood(name, X, y)`` adds
+Shaped like ``pm.gp.Marginal``: construct with a covariance function and a likelihood,
+then ``marginal_likelihood(name, X, y)`` adds
 
 .. math::
 
     \log q(y \mid X, \theta) \approx \log \int \prod_i p(y_i \mid f_i)\,
         N(f; 0, K_\theta(X, X))\, df
 
-to the model as a ``pm.Potential``. NUTS then samples the kernel and likelihood
-hyperparameters only (Barber & Williams 1997; Kim & Ghahramani 2003), and
-``predict`` averages p(y* = gp.classes[1]) over the posterior draws (Barber & Williams
-eq. 9).
+to the model as a ``pm.Potential``. NUTS then samples the hyperparameters only (Barber &
+Williams 1997; Kim & Ghahramani 2003), and ``predict`` averages p(y* = gp.classes[1]) over
+the posterior draws (Barber & Williams eq. 9). With a multi-class likelihood the same
+classes integrate out c a priori independent latent GPs, f_k ~ GP(0, k_k), with one
+covariance function shared by the classes or a list of c of them, and ``predict`` gives an
+(m, c) array; the registry (``approximations.registry``) holds each approximation's solver
+per likelihood family and checks every combination.
 
-Several classes are a property of the likelihood, not of the class: with a multi-class
-likelihood (``Softmax`` for ``MarginalLaplace``, ``MultinomialProbit`` for ``MarginalEP``;
-the likelihood names the approximations that serve it) the same classes integrate out c
-latent functions, a priori independent GPs,
-
-.. math::
-
-    f_k \sim GP(0, k_k), \quad k = 1..c, \qquad
-    \log q(y \mid X, \theta) \approx \log \int \prod_i p(y_i \mid f_{1..c}(x_i))
-        \prod_k N(f_k; 0, K_k)\, df,
-
-with one covariance function shared by all classes or a list of c of them (each may
-carry its own random hyperparameters), and ``predict`` gives an (m, c) array whose columns
-follow ``gp.classes``. Laplace with the softmax: Williams & Barber (1998), R&W Alg. 3.3;
-nested EP with the multinomial probit: Riihimaki, Jylanki & Vehtari (2013). The registry
-(``approximations.registry``) holds each approximation's solver per likelihood family and
-checks every combination (``registry.check``).
-
-Two words, two meanings: ``approximation`` (a class attribute: "ep", "laplace", "meanfield",
-"adf") is how the latent functions are integrated out; ``approx`` (a constructor argument, as
-in ``pm.gp.MarginalApprox``) is the sparse approximation of the prior, None (the dense
-kernel) or "FITC" (inducing points, then ``marginal_likelihood(..., Xu=...)``).
+``approximation`` (a class attribute) is how the latent functions are integrated out;
+``approx`` (a constructor argument, as in ``pm.gp.MarginalApprox``) the sparse approximation
+of the prior: None, "FITC" or "HSGP".
 
 Example
 -------
@@ -44,7 +28,7 @@ Example
 ...     cov = pt.exp(log_v0) * pm.gp.cov.ExpQuad(d, ls=pt.exp(-0.5 * log_w))
 ...     gp = pymc_gpc.MarginalEP(cov_func=cov, likelihood=pymc_gpc.likelihoods.Probit())
 ...     gp.marginal_likelihood("y", X=X, y=y)
-...     idata = pymc_gpc.sample()   # NUTS at the sampler's EP tolerance; plain pm.sample is slower
+...     idata = pymc_gpc.sample()   # NUTS at the sampler's EP tolerance
 >>> p = gp.predict(Xnew, idata=idata)
 
 Several classes, one kernel per class:
@@ -54,17 +38,8 @@ Several classes, one kernel per class:
 ...     covs = [pm.gp.cov.ExpQuad(d, ls=pt.exp(log_ls[k])) for k in range(3)]
 ...     gp = pymc_gpc.MarginalLaplace(cov_func=covs, likelihood=pymc_gpc.likelihoods.Softmax())
 ...     gp.marginal_likelihood("y", X=X, y=labels)   # 3 classes: ints, strings, categorical
-...     idata = pymc_gpc.sample()                   # plain pm.sample works, more slowly
+...     idata = pymc_gpc.sample()
 >>> p_classes = gp.predict(Xnew, idata=idata)        # (m, 3); columns follow gp.classes
-
-With ``approx="FITC"`` each class has the FITC prior K~_k = Q_k + Lambda_k
-(``structures.multiclass_fitc``: O(c^2 m^2 n) time and O(c m n) memory per posterior, no
-n x n matrix); ``marginal_likelihood(name, X, y, Xu=...)`` then takes one (m, d) set of
-inducing inputs shared by the classes, or one per class (a list of c of them or a (c, m, d)
-array), arrays or random variables (which get gradients too). The softmax predicts at
-Laplace's latent predictive mean by default (``Softmax(predictive="mean")``; ``"integrate"``
-and ``"probit"`` are the options), the multinomial probit integrates over nested EP's latent
-predictive; the ``{name}_loo`` terms always integrate.
 """
 
 import functools
@@ -383,20 +358,13 @@ class _ApproximateMarginal:
 
         Notes
         -----
-        The kernels of every draw come from one compiled function and each draw's
-        approximation is warm-started from the previous draw's. That function takes Xnew as
-        an input; with ``point=`` it is compiled at the first ``predict`` with a given
-        ``model`` and reused by later calls at any new inputs, reading ``pm.Data``
-        containers at each call (with ``idata=`` it is compiled at each call). Over draws EP stops at
-        a site change of 1e-3, at one point at the engine's 1e-8, unless ``tol`` was
-        given to the constructor (the registry's ``prediction_defaults``, per likelihood
-        family; ``pymc_gpc.gp.prediction``). After ``pymc_gpc.fit``, pass
-        the result (``point=result``) rather than ``result.point``: a cold start at the
-        fitted point repeats the sweeps the fit already made
-        (``benchmarks/results/predict_warm.md``). With several classes the probabilities
-        come from ``self.likelihood.predict`` with the likelihood's own ``predictive``
-        (``Softmax``: the plug-in at Laplace's latent predictive mean unless built with
-        ``predictive="integrate"`` or ``"probit"``; ``MultinomialProbit``: the integral).
+        The kernels of every draw come from one compiled function (with ``point=``, kept
+        for later calls with the same ``model``), and each draw's solve is warm-started
+        from the previous draw's. Over draws EP stops at a site change of 1e-3, at one point
+        at the engine's 1e-8, unless ``tol`` was given to the constructor
+        (``pymc_gpc.gp.prediction``). After ``pymc_gpc.fit`` pass ``point=result``: a cold
+        start at the fitted point repeats the fit's sweeps. With several classes the
+        probabilities come from ``self.likelihood.predict`` with its own ``predictive``.
         """
         if (point is None) == (idata is None):
             raise ValueError("give exactly one of point= or idata=")
@@ -466,14 +434,10 @@ class _ApproximateMarginal:
 
     def _kernel_function(self, model):
         """``_compile_kernels(model, POINT_KERNEL_MODE)``, compiled at the first call for this
-        model and this GP's evidence term, then taken from the GP's cache: the compiled
-        function takes the new inputs as its first argument, so point predictions at other
-        inputs (any number of rows) reuse it, and ``pm.Data`` containers in the graph (shared
-        variables) are read when it is called. ``predict`` over posterior draws compiles its
-        own (``KERNEL_MODE``) at every call and does not keep it: that mode's rewrites fold
-        constants of the training data's size into the function (the jitter's n x n identity
-        of a dense prior), which a kept function would hold for the GP's lifetime, and its
-        compilation is small beside one solve per draw."""
+        model and evidence term, then cached: it takes the new inputs as its first argument and
+        reads ``pm.Data`` containers when called. ``predict`` over draws compiles its own
+        (``KERNEL_MODE``) and does not keep it: that mode folds constants of the training
+        data's size (the jitter's n x n identity) into the function."""
         cache = vars(self).setdefault("_kernel_functions", [])
         owners = self._kernel_graph_owners(model)
         for cached_owners, fn, names in cache:
@@ -586,16 +550,13 @@ class MarginalEP(_ApproximateMarginal):
     jitter : added to the diagonal of :math:`K` (with FITC: of :math:`K_{uu}` and
         :math:`\operatorname{diag} K_{ff}`; with several classes: of every class's).
     approx : the sparse approximation of the prior, as in ``pm.gp.MarginalApprox``: None
-        (the dense :math:`n \times n` kernel) or "FITC", the inducing-point prior
-        :math:`K \approx Q + \Lambda` (Snelson & Ghahramani 2006; Naish-Guzman & Holden 2008) in
-        :math:`O(n m^2)` time and :math:`O(n m)` memory; ``marginal_likelihood`` then takes
+        (the dense :math:`n \times n` kernel); "FITC", the inducing-point prior
+        :math:`K \approx Q + \Lambda` (Snelson & Ghahramani 2006; Naish-Guzman & Holden 2008),
+        :math:`O(n m^2)` time and :math:`O(n m)` memory, ``marginal_likelihood`` then taking
         the inducing inputs ``Xu``; or "HSGP", the basis-function prior
         :math:`K \approx \Phi\,\mathrm{diag}(S)\,\Phi^\top` of ``pm.gp.HSGP`` (Solin & Sarkka
-        2020; ``structures.hsgp``; every likelihood, several classes with one coefficient
-        vector per class, ``structures.multiclass_hsgp``; no jitter), with the basis fixed at
-        the training inputs; for a ``pm.gp.cov.Periodic`` kernel the periodic expansion of
-        ``pm.gp.HSGPPeriodic``. Not to be confused with the class attribute
-        ``approximation`` ("ep"), how the latent functions are integrated out.
+        2020; ``structures.hsgp``; no jitter), the basis fixed at the training inputs (for
+        ``pm.gp.cov.Periodic`` the expansion of ``pm.gp.HSGPPeriodic``).
     m, L, c, drop_first, boundary : with ``approx="HSGP"`` only, ``pm.gp.HSGP``'s meanings: m
         the number of basis functions per active input dimension (required), L the box's
         half-widths or c a factor on the inputs' half-range (default c = 1.5), drop_first
@@ -607,11 +568,9 @@ class MarginalEP(_ApproximateMarginal):
         random variable (default 1).
     **solver_options : passed to ``pymc_gpc.ep`` (method, damping, tol, max_sweeps), or for
         several classes to ``pymc_gpc.multinomial_probit_ep`` (tol, damping, max_sweeps,
-        inner_tol); in ``pymc_gpc.sample``'s sampler tol defaults to 1e-2 (several classes:
-        1e-4) (``pymc_gpc.approximations.registry``), while every other use of the model's
-        logp and gradient (``pm.sample``, ``pm.find_MAP``, ``model.compile_dlogp``, ADVI),
-        ``pymc_gpc.fit`` and ``predict`` at a point get the engine's 1e-8 (``predict``
-        over posterior draws 1e-3: ``pymc_gpc.gp.prediction``).
+        inner_tol); unset, tol is the sampler's inside ``pymc_gpc.sample``
+        (``ops.rewrites.sampling_tolerance``), 1e-3 in ``predict`` over posterior draws, and
+        the engine's 1e-8 everywhere else.
 
     Attributes
     ----------

@@ -1,30 +1,20 @@
 r"""Latent predictions over many hyperparameter draws, batched (used by ``gp.predict``).
 
-Averaging p(y* = +1 | theta) over S posterior draws (Barber & Williams 1997, eq. 9)
-needs one approximation of q(f | y, theta_s) per draw. Calling a compiled graph that
-solves from scratch at every draw costs a cold EP per draw; here the kernels of each
-draw come from one compiled function (``kernel_fn``), and each draw's solve starts from
-the previous draw's converged state: consecutive MCMC draws are close, so EP and
-Newton need a few iterations instead of a cold start's 10-13. Then, for each draw,
+Averaging p(y* = +1 | theta) over S posterior draws (Barber & Williams 1997, eq. 9) needs
+one approximation of q(f | y, theta_s) per draw. The kernels of every draw come from one
+compiled function (``kernel_fn``), and each draw's solve starts from the previous draw's
+state (consecutive draws are close). Then, for each draw (R&W Alg. 3.2 / 3.6,
+``ApproximationResult.predict_latent``),
 
 .. math::
 
     E[f_*] = K_{*}^T a, \qquad
-    V[f_*] = k_{**} - \operatorname{diag}(K_*^T (K + W^{-1})^{-1} K_*)
+    V[f_*] = k_{**} - \operatorname{diag}(K_*^T (K + W^{-1})^{-1} K_*).
 
-(Rasmussen & Williams 2006, Alg. 3.2 / 3.6, through ``ApproximationResult.predict_latent``).
-
-Averaged over draws (``gp.predict(idata=...)``), EP stops at a site change of 1e-3
-(the registry's ``prediction_defaults``; the engine's default, used for one point, is 1e-8): EP's
-posterior mean and variances have an error of the order of the last site change, and
-averaged over posterior draws the probabilities then differ from those at 1e-8 far below
-the Monte Carlo error of the average, in less time (``benchmarks/results/
-prediction.md``; docs/design/engine_notes.md, "Prediction's tolerance"). A ``tol`` given
-to the GP's constructor is used instead.
-
-``latent_predictions`` only asks the solver's result for ``predict_latent``; a
-multi-class result whose ``predict_latent`` returns (m, c) arrays goes through the same
-loop (the draws' rows then stack to (S, m, c)).
+Over draws EP stops at a site change of 1e-3 (the registry's ``prediction_defaults``; one
+point: the engine's 1e-8), whose error in the averaged probabilities lies far below the
+average's Monte Carlo error; a ``tol`` given to the GP's constructor is used instead. A
+multi-class result's (m, c) ``predict_latent`` goes through the same loop.
 """
 
 from typing import Protocol, runtime_checkable
@@ -37,13 +27,10 @@ from ..validation import trusted_kernel
 
 __all__ = ["latent_predictions", "FittedPoint", "KERNEL_MODE", "POINT_KERNEL_MODE"]
 
-# The kernels' graph is compiled without numba: numba's compilation at the first call
-# takes seconds, PyTensor's Python VM a fraction of one, for a little more time per draw
-# (docs/design/engine_notes.md, "Prediction's compile modes").
-KERNEL_MODE = PYTHON_VM_MODE  # see python_vm
-# For one point (``predict(point=...)``) the kernels run once, and their compilation is
-# what counts: the merge and clip rewrites only (``python_vm``). Over many draws FAST_COMPILE's
-# rewrites pay: less time per call for a little more compilation (docs/design/engine_notes.md).
+# The kernels' graph runs on PyTensor's Python VM (numba's first compilation takes seconds);
+# for one point only the merge and clip rewrites (``backends.python_vm``; figures:
+# docs/design/engine_notes.md, "Prediction's compile modes").
+KERNEL_MODE = PYTHON_VM_MODE
 POINT_KERNEL_MODE = PYTHON_VM_FORWARD_MODE
 
 
@@ -103,12 +90,6 @@ def latent_predictions(approximation, likelihood, options, y, kernel_fn, draws, 
     ValueError
         When a draw's likelihood parameters are invalid (``likelihood.check_params``: e.g.
         ordinal cutpoints that are not increasing), naming the draw, before its solve.
-
-    Notes
-    -----
-    Solving contiguous blocks of draws in two threads (the solvers release the GIL) was
-    tried and was slower on a shared 2-core machine (docs/design/engine_notes.md), so the draws are
-    solved in one thread.
     """
     options = prediction_options(options)
     means, variances, thetas = [], [], []

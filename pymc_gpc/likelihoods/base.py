@@ -8,8 +8,7 @@ and the JAX backend (``backends.jax.likelihoods``) take. The dispatch those loop
 (``tilted_site``, ``log_lik_site``, ``params_valid``, ``labels_valid``,
 ``tilted_dparams_sum``) is generated from the registry when numba first compiles a caller
 (``_dispatch_source``): an ``if kind == k`` chain over the registered kernels, inlined into
-those functions (numba's IR inlining: the cost of the hand-written chain it replaced,
-``docs/design/engine_notes.md``) and cached on disk with their callers, so that a new
+those functions and cached on disk with their callers, so that a new
 likelihood touches its own module (and its JAX counterpart) only. ``docs/design/likelihoods.md`` works an example.
 
 Caching. numba's cache of the package is stamped with the package's sources

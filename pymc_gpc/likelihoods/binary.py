@@ -1,23 +1,8 @@
 r"""Observation models p(y | f, theta) for binary GP classification, y in {-1, +1}.
 
-Every likelihood answers one numeric contract (the GPML ``lik/`` convention), so that
-any likelihood works with any approximation:
-
-``tilted(y, mu, s2, params)``
-    EP: log Z_i = log \int p(y_i | f) N(f; mu_i, s2_i) df and its first two derivatives
-    with respect to the cavity mean mu_i, plus d log Z_i / d theta at fixed cavity.
-    (The derivative in the cavity variance is not needed: for any likelihood
-    d^2 Z / d mu^2 = 2 dZ / d s2, the heat equation.)
-``log_lik(y, f, params)``
-    Laplace: log p(y_i | f_i) and its derivatives in f up to third order, plus the
-    theta-derivatives of the first three of those.
-``predict(mu, s2, params)``
-    p(y* = +1) = \int p(+1 | f) N(f; mu, s2) df (Tan, eq. 13).
-
-The compiled kernels work on one site; each class names its kernels in ``site_kernels``,
-and ``base.tilted_map`` / ``base.log_lik_map`` map them over arrays (``base`` holds the
-contract, the result holders and the dispatch). Each binary likelihood has at most one
-parameter, carried as a length-0 or length-1 array.
+Each class names its compiled one-site kernels in ``site_kernels`` (the contract:
+``likelihoods.base``) and has at most one parameter, carried as a length-0 or length-1
+array; ``predict`` is p(y* = +1) = \int p(+1 | f) N(f; mu, s2) df (Tan, eq. 13).
 """
 
 import math
@@ -191,17 +176,14 @@ def _logistic_breakpoints(m, s):
 @njit(nogil=True, cache=True)
 def _logistic_tilted(y, mu, s2, th):
     """Tilted moments of sigma(y f) N(f; mu, s2) by a composite Gauss-Legendre rule around the
-    mode m of the log-integrand g (``_logistic_mode``; the rule of the ordered logit,
-    ``_ordered_logit_tilted_local``, with sigma's one transition at f = 0).
+    mode m of the log-integrand g (``_logistic_mode``; as the ordered logit's,
+    ``_ordered_logit_tilted_local``).
 
-    g'' <= -1/s2, so g(m + t) <= g(m) - t^2 / (2 s2): m +- 9 sqrt(s2) holds all but e^-40 of
-    the mass; the panels (``_logistic_breakpoints``) resolve both the Gaussian's scale
-    sqrt(s2) and the logistic's scale 1 at any cavity variance (accurate to about 1e-13 for
-    cavity means within +-50 and variances from 1e-6 to 1e6,
-    ``tests/likelihoods/test_logistic_extremes.py``). The integrand is written in the offset
-    t and dm = m - mu, never f - mu, so that no digits are lost where s << |mu|. With E, Var
-    under the tilted distribution:
-    d log Z / d mu = (E f - mu) / s2,  d^2 log Z / d mu^2 = (Var f - s2) / s2^2.
+    g'' <= -1/s2, so m +- 9 sqrt(s2) holds all but e^-40 of the mass; the panels
+    (``_logistic_breakpoints``) resolve both the Gaussian's scale sqrt(s2) and the logistic's
+    scale 1 (about 1e-13 for cavity means within +-50 and variances from 1e-6 to 1e6). The
+    integrand is written in the offset t and dm = m - mu, so that no digits are lost where
+    s << |mu|. d log Z / d mu = (E f - mu) / s2, d^2 log Z / d mu^2 = (Var f - s2) / s2^2.
     """
     s = math.sqrt(s2)
     m = _logistic_mode(y, mu, s2)

@@ -98,10 +98,8 @@ def _softmax_expected_prob(y, mean, L, Z):
 def _gaussian_draws(mean, cov, size):
     """Draws of f ~ N(mean[i], cov[i]) for each of m Gaussians, class-major: (c, m, size).
 
-    F[k] = mean[:, k] + L[:, k, :] Z^T, one BLAS product per class. Class-major keeps the
-    likelihoods' reductions over classes elementwise across c contiguous slabs (with the
-    class axis last, numpy's reductions over a few elements were several times slower:
-    docs/design/engine_notes.md)."""
+    F[k] = mean[:, k] + L[:, k, :] Z^T, one BLAS product per class; class-major keeps the
+    reductions over classes elementwise across c contiguous slabs."""
     mean = np.asarray(mean, float)
     c = mean.shape[1]
     L = _cov_factor(cov)
@@ -221,9 +219,7 @@ class MulticlassLikelihood:
         elif predictive == "probit":
             p = pairwise_probit_softmax(mean, np.asarray(cov, float))
         else:
-            # in blocks of rows: the draws (c, rows, s) and the multinomial probit's
-            # u-quadrature (nodes, c - 1, rows, s) stay a few MB (all rows at once grow as
-            # points x classes x draws and reached gigabytes: docs/design/engine_notes.md)
+            # in blocks of rows, so that the draws and the u-quadrature stay a few MB
             p = self._integrated(mean, np.asarray(cov, float), size or self.n_draws)
         return p / p.sum(axis=1, keepdims=True)
 
@@ -254,8 +250,7 @@ class MulticlassLikelihood:
 @njit(nogil=True, cache=True)
 def _softmax_log_lik(y, F):
     """log pi_{y_i}(f_i) (n,) and pi (c, n), column by column with the largest f_k subtracted
-    (log-sum-exp): one compiled pass, called at every Newton step and line-search trial,
-    where scipy's ``log_softmax`` cost far more a call (docs/design/engine_notes.md)."""
+    (log-sum-exp), in one compiled pass (called at every Newton step and line-search trial)."""
     c, n = F.shape
     lp = np.empty(n)
     pi = np.empty((c, n))
@@ -298,9 +293,7 @@ class Softmax(MulticlassLikelihood):
     mean, and its Gaussian is centred there (Kuss & Rasmussen 2005, sec. 7), so integrating
     the softmax over it pulls the probabilities further towards uniform than the exact
     predictive does; the plug-in at the mean ignores the spread, and the two errors partly
-    cancel. Against exact sampling of the latent values at fixed hyperparameters the
-    plug-in was the closest of the three in every setting measured, and of the three it
-    gave the best held-out log-probability on digits, Forensic Glass and wine
+    cancel: against exact sampling it was the closest of the three
     (benchmarks/results/multiclass_gold.md).
 
     Examples

@@ -33,13 +33,6 @@ from ..numerics.logit_tilted import GL_NODES, GL_WEIGHTS, GRADE, N_SD, bracketed
 from ..numerics.special import inv_mills, log_ndtr, log_sigmoid, sigmoid
 from .base import PREDICT_VARIANCE_FLOOR, Likelihood, LogLikDerivatives, SiteKernels, TiltedMoments, _is_symbolic, log_lik_map, tilted_map
 
-# ---------------------------------------------------------------------------------
-# Ordinal: p(y = k | f) = F((b_{k+1} - f)/s) - F((b_k - f)/s) (Chu & Ghahramani 2005,
-# eq. 4), the kernels of ``ordinal.OrderedProbit`` / ``OrderedLogit``. Every derivative
-# comes from the partials of g(u_1, u_2) = log(F(u_1) - F(u_2)) at u_1 = (b_hi - f)/s,
-# u_2 = (b_lo - f)/s, written with the ratios a_j = F'(u_j) / D, D = F(u_1) - F(u_2).
-# ---------------------------------------------------------------------------------
-
 _LN2 = math.log(2.0)
 
 

@@ -1,55 +1,26 @@
-r"""The PyTensor Op of the approximate marginal likelihood, one class for every prior structure.
+"""The PyTensor Op of the approximate marginal likelihood, one class for every prior structure.
 
-``ApproxMarginalOp`` maps (kernel inputs, theta, y[, hyper]) to
+``ApproxMarginalOp`` maps (kernel inputs, theta, y[, hyper]) to log q(y | K, theta), one
+gradient per kernel input and dlog_z/dtheta (from the solver's fixed point, in the same
+pass), the LOO terms log q(y_i | y_{-i}, theta) (the pointwise term of PSIS-LOO for a
+non-factorising likelihood, Buerkner, Gabry & Vehtari 2021), and ``n_iter`` and ``status``
+(0 converged, 1 not converged, 2 failed). ``pullback`` returns cotangent * gradient, so
+autodiff carries it into any ``pm.gp.cov`` kernel's hyperparameters and into random
+inducing inputs.
 
-* ``log_z``: log q(y | K, theta) by EP, Laplace, mean field (I or II) or online ADF
-  (``approximations.registry``), for the prior structure in its props
-  (``structures.select``: the dense n x n K; FITC's K_uu, K_uf, diag K_ff; a (c, n, n)
-  stack of class kernels; each class's FITC prior), which forms the prior from the
-  kernel inputs, reads the gradient in each of them, and gives the retry schedule,
-* one gradient per kernel input (dense: ``dlog_z_dK`` (n, n); FITC: d/dK_uu, d/dK_uf,
-  d/d diag K_ff, derived in ``structures.fitc``) and ``dlog_z_dtheta`` (p,): computed in
-  the same pass (the solver's fixed point gives both); ADF has none (NaN, and
-  ``pullback`` raises a clear error),
-* ``loo`` (n,): the leave-one-out log predictive log q(y_i | y_{-i}, theta) from the
-  cavity of EP or of Laplace's Gaussian, the pointwise term of PSIS-LOO for a
-  non-factorising likelihood (Buerkner, Gabry & Vehtari 2021),
-* ``n_iter`` and ``status`` diagnostics (0 converged, 1 not converged, 2 failed).
+Failures never reach the sampler as an exception or a NaN: a non-converged run is retried
+along the structure's schedule (``approximations.solve.solve_with_retries``); if the last
+run is still not converged the value is used, status is 1 and an
+``ApproximationFailedWarning`` names the hyperparameter values; if the solver raises or an
+output is not finite, log_z = -inf with a zero gradient and status 2, so NUTS rejects the
+point. The sampler's common case (dense binary EP, default schedule) runs through
+``ep.ep_warm``.
 
-``pullback`` returns cotangent * gradient, so PyTensor's autodiff carries d/dK into
-the hyperparameters of any ``pm.gp.cov`` kernel that built K (one reverse sweep), and
-into the inducing inputs when they are random variables.
-
-Failures never reach the sampler as an exception or a NaN: after a non-converged run the
-Op retries along the structure's schedule (``approximations.solve.solve_with_retries``:
-dense EP damped, then sequential; FITC EP damped 0.5, then 0.25; Newton with more
-iterations); a log evidence above the likelihood's bound (0 for discrete labels) or NaN
-is a failed run there. If the last run
-is still not converged the value is used, status is 1 and an
-``ApproximationFailedWarning`` names the hyperparameter values (from the optional,
-gradient-disconnected fourth input); if the solver raises (K not positive definite,
-an invalid likelihood parameter such as epsilon >= 0.5 drawn by the sampler) or any
-output is not finite, it returns log_z = -inf with a zero gradient and status 2, so
-NUTS rejects the point.
-
-The common case inside a sampler (dense binary EP with the default schedule, labels -1/+1,
-valid likelihood parameters, non-negative warm-start sites) runs through ``ep.ep_warm``,
-the compiled loop and its converged outputs without ``ep``'s checks and result object; all
-else, and every run it declines, goes through ``ep`` and the retries below.
-
-Backends register their implementations of this Op from outside (``pymc_gpc/__init__``:
-``backends.numba.dispatch.register_numba``, the JAX hook); this module imports none. A
-backend that keeps solver state of its own (the compiled EP path's per-thread blocks)
-attaches it with ``attach_backend_state``, so that ``counts`` and ``reset_warm_starts``
-cover it, and runs the Op's Python path through ``evaluate``.
-
-Warm starts: the last few solutions are kept per thread (``PerThread``), so
-process-based chains and nutpie's threads never share state, and the next start is
-extrapolated from them along the sampler's trajectory (``WarmStarts``). The state does
-not change the fixed point, only how fast it is reached, but it moves the returned
-solution within the solver's tolerance; compiling a graph with the Op clears it
-(``reset_warm_starts``), so that every sampling run starts alike and a seeded run
-repeats itself.
+Backends register their implementations from outside (``pymc_gpc/__init__``); a backend
+with solver state of its own attaches it with ``attach_backend_state``. Warm starts are
+kept per thread and extrapolated along the sampler's trajectory (``ops.warm_start``); they
+move the solution only within the solver's tolerance, and compiling a graph with the Op
+clears them (``reset_warm_starts``), so a seeded run repeats itself.
 """
 
 import copy
@@ -175,28 +146,19 @@ class ApproxMarginalOp(Op):
     hyper_names : tuple of (name, size) pairs naming the optional last input, a
         vector of the model's hyperparameter values (gradient-disconnected). It is used
         only to name the point in the non-convergence warning.
-    defer_loo : leave the ``loo`` output unfilled (NaN) and keep, with the recent results,
-        a function that computes it; set only by the rewrite ``defer_unused_loo`` on an Op
-        whose ``loo`` output the graph does not use (the logp and gradient a sampler
-        runs), and the copy shares its original's warm starts and recent results, so the
-        deterministics at a draw (``y_loo``) compute the LOO terms from the result NUTS
-        already has.
-    sampling : use the registry's ``sampling_defaults`` under the Op's options; set only by the rewrite
-        ``use_sampling_tolerance`` on graphs compiled within ``sampling_tolerance()``
-        (``pymc_gpc.sample``), on a copy that shares its warm starts with the other
-        sampling copies of the same Op (not with the Op itself, whose recent results
-        are at the engine's accuracy).
+    defer_loo : leave the ``loo`` output NaN and keep a function that computes it with the
+        recent results; set only by the rewrite ``defer_unused_loo`` (on a copy sharing the
+        original's warm starts, so ``y_loo`` at a draw reuses NUTS's result).
+    sampling : use the registry's ``sampling_defaults`` under the Op's options; set only by the
+        rewrite ``use_sampling_tolerance`` within ``sampling_tolerance()``.
     structure : the prior structure (``structures.select``: ``DENSE_BINARY``, the default,
         ``FITC_BINARY``, ``DENSE_MULTICLASS``, ``FITC_MULTICLASS``), as
         ``select_structure`` returns it.
 
     Notes
     -----
-    ``counts`` (not a prop, not pickled) tallies, per Op instance, the evaluations,
-    retries taken, non-converged and failed results since construction (diagnostics:
-    increments from concurrent threads are not locked); its evaluations include those of
-    a backend's own state (``attach_backend_state``: the compiled EP path of
-    ``backends.numba``), which equal Ops on equal data share.
+    ``counts`` (not a prop, not pickled, not locked) tallies per Op the evaluations, retries,
+    non-converged and failed results, those of an attached backend state included.
 
     Examples
     --------
@@ -302,18 +264,12 @@ class ApproxMarginalOp(Op):
         return Apply(self, ins, outputs)
 
     def reset_warm_starts(self):
-        """Forget the warm starts and recent results of every thread: the next evaluation
-        starts cold.
+        """Forget the warm starts and recent results of every thread (and of an attached backend
+        state): the next evaluation starts cold.
 
-        Called whenever a graph holding this Op is compiled (``prepare_node`` for PyTensor's
-        Python and C linkers, the numba ``funcify``: ``backends.numba.dispatch``), so every ``pm.sample`` starts
-        from the same state and a run with a given ``random_seed`` repeats its draws exactly
-        (its process-based chains fork after the compilation; the docs' diagnostics page,
-        "Reproducibility", lists what still depends on history within the tolerance).
-        Otherwise a run's warm starts would come from whatever the process evaluated
-        before, and since warm starts move the solution within the solver's tolerance,
-        the same seed would give different draws. A backend's attached state
-        (``attach_backend_state``) is reset too.
+        Called whenever a graph holding this Op is compiled (``prepare_node``, the numba
+        ``funcify``), so that every ``pm.sample`` starts from the same state and a seeded run
+        repeats its draws (warm starts move the solution within the solver's tolerance).
         """
         self._shared["threads"] = PerThread(new_thread_state)
         for key, (reset, _) in self._shared.get("backend", {}).items():
@@ -398,14 +354,12 @@ class ApproxMarginalOp(Op):
         return ", ".join(parts)
 
     def solver_options(self, cold=False):
-        """The solver's options (a new dict): the registry's ``sampling_defaults`` (with
-        ``sampling``) or ``engine_defaults`` under the Op's, and the LOO deferred where
-        ``defer_loo`` is set. A backend's own solver reads its tolerances here.
+        """The solver's options (a new dict): the registry's ``sampling_defaults`` (with ``sampling``)
+        or ``engine_defaults`` under the Op's, and the LOO deferred where ``defer_loo`` is set.
 
-        ``cold``: for a solve from no warm start, whose ``tol`` is the smaller of the
-        sampler's and the engine's (under the Op's options): a site change below the
-        sampler's 1e-2 bounds EP's error only near its fixed point
-        (``backends.numba.thread_state.solve_tolerance``)."""
+        ``cold``: for a solve from no warm start, ``tol`` is the smaller of the sampler's and the
+        engine's (``backends.numba.thread_state.solve_tolerance``).
+        """
         entry = registry.solver_for(self.approximation, self.likelihood_type)
         defaults = entry.sampling_defaults if self.sampling else entry.engine_defaults
         options = {**defaults, **dict(self.options)}
@@ -433,16 +387,13 @@ class ApproxMarginalOp(Op):
         return loo_later
 
     def evaluate(self, inputs, guess, output_storage):
-        """Solve at ``inputs`` (the Op's input values) from the warm start ``guess`` (a solver
-        state or None) and write the outputs into ``output_storage`` (one ``[None]`` per
-        output), without reading or writing this thread's warm starts or recent results:
-        the Python path that a backend with its own state runs (``backends.numba``'s
-        compiled EP, where its loop declines). Failures are outputs (-inf, status 2), not
-        exceptions.
+        """Solve at ``inputs`` from the warm start ``guess`` (a solver state or None) into
+        ``output_storage``, without touching this thread's warm starts or recent results: the
+        Python path of a backend with its own state. Failures are outputs (-inf, status 2).
 
         Returns
         -------
-        state : the solution's solver state, to keep as a warm start; None after a failure.
+        state : the solution's solver state; None after a failure.
         loo_later : the result's deferred LOO function (None unless ``defer_loo``).
         """
         kernels, params, y, hyper = self._split(inputs)
@@ -491,12 +442,10 @@ class ApproxMarginalOp(Op):
         return result.state, result.loo_later
 
     def _fast_ep(self, K, params, y, state, options):
-        """``ep.ep_warm`` where it applies, else None: EP on a structure that its compiled
-        loop solves (``compiled_ep_loop``: the dense binary one) with the default schedule
-        (only tol / max_sweeps set), labels already -1/+1 in a vector matching an n x n K
-        with finite entries, valid likelihood parameters and non-negative warm-start sites.
-        Anything else, and any run ``ep_warm`` declines or that raises, goes through
-        ``ep`` with its checks and retries (which give the error, or -inf, status 2)."""
+        """``ep.ep_warm`` where it applies (EP on a structure with ``compiled_ep_loop``, the default
+        schedule, labels -1/+1, a finite K, valid parameters, non-negative warm-start sites), else
+        None: everything else, and every run ``ep_warm`` declines, goes through ``ep``.
+        """
         if (not self.structure.compiled_ep_loop
                 or not registry.solver_for(self.approximation, self.likelihood_type).compiled_loop
                 or not options.keys() <= {"tol", "max_sweeps"}):

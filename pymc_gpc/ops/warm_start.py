@@ -30,10 +30,7 @@ class WarmStarts:
 
         s = s_a + t (s_a - s_b), \qquad t = \frac{(x - x_a)^T (x_a - x_b)}{|x_a - x_b|^2},
 
-    used for 0 < t <= 2; otherwise s_a itself. A start error of O(h) becomes O(h^2)
-    for a small step h; NUTS's steps are not small, and the gain over the nearest stored
-    solution is slight (``docs/design/engine_notes.md``, "Warm starts").
-    A state array that is non-negative at s_a (EP's site precisions for log-concave
+    used for 0 < t <= 2; otherwise s_a itself. A state array that is non-negative at s_a (EP's site precisions for log-concave
     likelihoods) but not after extrapolation falls back to s_a. With no
     hyperparameter vector (an Op built without the fourth input), the last solution.
     Points of one store share one length: a point of another length (``pymc_gpc.fit``'s
@@ -95,8 +92,7 @@ class RecentResults:
 
     PyMC evaluates the model once more at every draw it keeps, to record the Op's
     diagnostics (``y_loo``, ``y_n_iter``, ``y_status``), at a point NUTS has just
-    evaluated inside its trajectory; those evaluations (a noticeable share of all:
-    ``docs/design/engine_notes.md``) are answered from here. A result is looked
+    evaluated inside its trajectory; those evaluations are answered from here. A result is looked
     up by the hyperparameter vector, the likelihood parameters and the labels (exact
     bytes), and returned only if K is also equal (a hit costs one comparison of K).
     Without a hyperparameter input nothing is kept. Arrays are copied in and out:
@@ -157,8 +153,7 @@ class PerThread:
 
     Not ``threading.local``: nutpie's chains are Rust threads that enter Python through
     numba's object-mode blocks, and each entry creates and then destroys a Python thread
-    state, taking ``threading.local`` data with it (every evaluation then started cold;
-    ``docs/design/engine_notes.md``, "Warm starts"). The states of the ``size`` most recently used
+    state, taking ``threading.local`` data with it. The states of the ``size`` most recently used
     threads are kept (default: twice the CPU count, at least 32); a finished thread's id
     may be reused, which at worst gives a new thread a warm start from another chain
     (results stay within tolerance). The dict is only changed under the lock; a hit

@@ -34,12 +34,8 @@ from ..numerics import lapack
 IDENTITY_MIN = 1e-4
 # Floor on Sigma_ii / K_ii against rounding (the exact value is positive).
 _MIN_RELATIVE_VAR = 1e-14
-# Rough (single-precision) factors of B are made only where cond(B) <= 1 + sum_i w_i K_ii
-# (B >= I; the bound is close to lambda_max(B) on smooth kernels) is at most this:
-# B^{-1} then carries relative errors of about 6e-8 x 1e4 = 6e-4, below the sampler's EP
-# tolerance 1e-2. Along NUTS chains the bound stays below this on some benchmark data and
-# exceeds it on others (which then sweep exactly); far above it (very large amplitudes)
-# rough sweeps slowed or stalled parallel EP (figures: docs/design/engine_notes.md).
+# Rough (single-precision) factors of B only where cond(B) <= 1 + sum_i w_i K_ii is at most
+# this: B^{-1} then carries relative errors of about 6e-4, below the sampler's tol 1e-2.
 MAX_COND_ROUGH = 1e4
 
 
@@ -140,13 +136,10 @@ def _single_inverse_factor(K, sw):
 @njit(nogil=True, cache=True)
 def rough_inverse_factor(K, sw):
     """(L^{-1}, info) for B = I + W^1/2 K W^1/2 = L L^T, factorised and inverted in single
-    precision (``_single_inverse_factor``: about half the time of double at n = 200-600 here)
-    and returned in double, lower triangle, Fortran-ordered, for the O(n^2) steps that read
-    it (``marginal_variances``, ``weights_from_inverse``); info as there.
-
-    For EP's rough sweeps (``approximations.ep._parallel_compiled``): the entries of L^{-1}
-    carry relative errors of about 6e-8 cond(L), cond(L)^2 = cond(B) <= 1 + sum_i w_i K_ii
-    (B >= I), and the variances in addition the cancellation of ``marginal_variances``."""
+    precision (``_single_inverse_factor``) and returned in double, lower triangle,
+    Fortran-ordered, for EP's rough sweeps: its entries carry relative errors of about
+    6e-8 cond(L), cond(L)^2 = cond(B) <= 1 + sum_i w_i K_ii.
+    """
     n = K.shape[0]
     single, info = _single_inverse_factor(K, sw)
     Li = np.zeros((n, n)).T  # Fortran-ordered
@@ -210,6 +203,29 @@ def weights_from_inverse(K, sw, Li, v):
 
 
 @njit(nogil=True, cache=True)
+def subtract_scaled_norms(T, solve, M, scale, columns, out):
+    """out[j] = M[j, j] - ||T^{-1} (scale * M[:, j])||^2 for j in ``columns`` (T lower
+    triangular, applied by a solve; with ``solve`` False, T is the inverse factor itself and
+    applied by a product): the direct form of a posterior diagonal where the identity's
+    subtraction would lose digits (``marginal_variances``; the HSGP gradient's Q_jj)."""
+    k = columns.shape[0]
+    if k == 0:
+        return
+    n = M.shape[0]
+    C = np.empty((k, n)).T  # Fortran-ordered (n, k)
+    for c in range(k):
+        j = columns[c]
+        for i in range(n):
+            C[i, c] = scale[i] * M[i, j]
+    lapack.triangular_left(T, C, 1.0, False, solve)
+    for c in range(k):
+        acc = 0.0
+        for i in range(n):
+            acc += C[i, c] * C[i, c]
+        out[columns[c]] = M[columns[c], columns[c]] - acc
+
+
+@njit(nogil=True, cache=True)
 def marginal_variances(K, w, sw, Li):
     """diag((K^{-1} + W)^{-1}) from L^{-1} (module docstring), floored at a tiny positive value."""
     n = K.shape[0]
@@ -225,19 +241,7 @@ def marginal_variances(K, w, sw, Li):
         else:
             direct[n_direct] = j
             n_direct += 1
-    if n_direct:
-        V = np.empty((n_direct, n)).T  # Fortran-ordered (n, n_direct)
-        for c in range(n_direct):
-            j = direct[c]
-            for i in range(n):
-                V[i, c] = sw[i] * K[i, j]
-        lapack.triangular_left(Li, V, 1.0, False, False)
-        for c in range(n_direct):
-            j = direct[c]
-            acc = 0.0
-            for i in range(n):
-                acc += V[i, c] * V[i, c]
-            out[j] = K[j, j] - acc
+    subtract_scaled_norms(Li, False, K, sw, direct[:n_direct], out)
     for j in range(n):
         out[j] = max(out[j], _MIN_RELATIVE_VAR * max(K[j, j], 1e-300))
     return out
@@ -269,7 +273,7 @@ def outer_minus_R_into(b, Li, sw, scale, out):
 
 
 class _KernelGradient:
-    """The structure-generic questions (``structures`` package docstring), answered densely."""
+    """The structure-generic questions (``structures.base.LatentPosterior``), answered densely."""
 
     rough = False  # exact unless a posterior says otherwise (``LatentPosterior``)
 
@@ -325,7 +329,7 @@ class LatentPosterior(_KernelGradient):
     w : (n,) non-negative precisions of the Gaussian factors (EP sites or Laplace W).
     L, Li : optionally, the Cholesky factor of B and its inverse, already computed at
         these w (by a compiled solver).
-    rough : allow a rough posterior (``structures`` package docstring): L^{-1} from single
+    rough : allow a rough posterior (``structures.base.SolverPrior.posterior``): L^{-1} from single
         precision (``rough_inverse_factor``), serving ``var_diag`` and ``weights`` only.
         Where B is too ill-conditioned for single precision (``MAX_COND_ROUGH``) or its
         factorisation fails the posterior is exact; ``self.rough`` says which.
@@ -415,19 +419,15 @@ class LatentPosterior(_KernelGradient):
 
 
 class IndefiniteSitePosterior(_KernelGradient):
-    r"""q(f) = N(K a, (K^{-1} + S)^{-1}) when some site precisions are negative.
-
-    EP sites of a likelihood that is not log-concave (the step likelihood with label
-    noise) may have tau_i < 0 while K^{-1} + S stays positive definite; B then has no
-    real square root W^{1/2}. This representation goes through K = L_K L_K^T instead:
+    r"""q(f) = N(K a, (K^{-1} + S)^{-1}) when some site precisions are negative (B then has no real
+    W^{1/2}), through K = L_K L_K^T:
 
     .. math::
 
         C = I + L_K^T S L_K = L_C L_C^T, \quad \Sigma = L_K C^{-1} L_K^T, \quad
         |B| = |I + K S| = |C|, \quad (K + S^{-1})^{-1} = S - S \Sigma S.
 
-    It costs about three times ``LatentPosterior`` per sweep, so it is used only when a
-    site is negative (``latent_posterior``). Same interface as ``LatentPosterior``.
+    About three times ``LatentPosterior``'s cost per sweep; same interface.
     """
 
     def __init__(self, K, w):
@@ -484,7 +484,7 @@ class DensePrior:
     """The dense prior structure: a kernel matrix K (n, n), already checked.
 
     The approximations ask a prior structure for its diagonal, products K v and the
-    posterior at given site precisions (``structures`` package docstring).
+    posterior at given site precisions (``structures.base``).
 
     Parameters
     ----------

@@ -43,12 +43,9 @@ with Bu = K_uu^{-1} K_uf and G' = G - diag(diag G) (diag Q cancels in K~'s diago
 a sum of a few outer products and a multiple of R, so Bu G' costs O(n m^2). Where
 Lambda_i is clipped at zero (k_ff,i < Q_ii by rounding), K~_ii = Q_ii and d/dk_ff,i = 0.
 
-Ill-conditioned K_uu: the Cholesky factorisation is retried with a jitter of
-1e-10, 1e-8, ..., 1e-2 times the mean of diag(K_uu) added to its diagonal (the
-documented fallback; ``FITCPrior.jitter`` records what was added). A constant on the
-diagonal does not change the gradient's form, so the gradient is exact for the
-jittered K_uu. Beyond 1e-2 the factorisation error propagates (a ``LinAlgError``: the
-Op turns it into -inf and status 2).
+Ill-conditioned K_uu: the Cholesky factorisation is retried with a jitter of 1e-10, ...,
+1e-2 times mean diag(K_uu) (``FITCPrior.jitter``); the gradient is exact for the jittered
+K_uu. Beyond 1e-2 the ``LinAlgError`` propagates (the Op: -inf, status 2).
 """
 
 from collections import namedtuple
@@ -97,13 +94,10 @@ def _chol_with_jitter(Kuu):
 class _TriangularFactor:
     """A lower-triangular factor L applied as L^{-1} B or L^{-T} B to many right-hand sides.
 
-    Where L is well conditioned (LAPACK's estimate of its 1-norm condition number at most
-    ``MAX_COND``), L^{-1} is formed once (m^3/3 flops) and applied as a product: dtrmm runs
-    faster than the solve dtrsm with many right-hand sides (``docs/design/engine_notes.md``, "FITC
-    structure"), and its rounding error, about cond(L) times the unit roundoff, stays below
-    1e-10 relative. Otherwise (a K_uu factorised without jitter, an A near singular from
-    negative site precisions) it is a triangular solve. A float32 B (a rough posterior's
-    sweep) is handled in single precision.
+    Where L is well conditioned (LAPACK's 1-norm condition estimate <= ``MAX_COND``) L^{-1} is
+    formed once and applied by dtrmm, faster than dtrsm with many right-hand sides, with a
+    rounding error of about cond(L) times the unit roundoff; otherwise by triangular solves.
+    A float32 B is handled in single precision.
     """
 
     MAX_COND = 1e6
@@ -125,10 +119,9 @@ class _TriangularFactor:
         return self._inv
 
     def solve(self, B, trans=0, alpha=1.0):
-        """alpha L^{-1} B (alpha L^{-T} B with trans=1); B is overwritten where it is a
-        Fortran-ordered float64 or float32 array (or a block of columns of one), else a
-        Fortran-ordered float64 copy is. BLAS dtrmm with L^{-1} or dtrsm with L (strmm /
-        strsm for float32), from numba with the GIL released (``numerics.lapack``)."""
+        """alpha L^{-1} B (alpha L^{-T} B with trans=1), in place where B is a Fortran-ordered float64
+        or float32 array (or a block of columns of one), else on a Fortran-ordered float64 copy.
+        """
         if B.dtype == np.float32:
             if self._single is None:
                 self._single = np.asfortranarray(self.inverse() if self.by_inverse else self.L, dtype=np.float32)
@@ -143,11 +136,8 @@ class _TriangularFactor:
 
 
 def _column_blocks(m, n):
-    """Slices of about 1 MB of columns of an m x n array.
-
-    The O(n m^2) products run over column blocks so that no m x n temporary is made: a
-    fresh array of that size is served by a new mapping whose first touch can cost more
-    than the arithmetic of a product (``docs/design/engine_notes.md``, "FITC structure").
+    """Slices of about 1 MB of columns of an m x n array: the O(n m^2) products run over them so
+    that no m x n temporary (a fresh mapping, costly to first touch) is made.
     """
     step = max(256, (1 << 17) // max(m, 1))
     return [slice(j, min(j + step, n)) for j in range(0, n, step)]
@@ -291,37 +281,26 @@ class FITCPrior:
 
 
 class FITCPosterior:
-    r"""q(f) = N(K~ a, (K~^{-1} + diag(w))^{-1}) for the FITC prior, through A = I + V diag(d) V^T.
+    """q(f) = N(K~ a, (K~^{-1} + diag(w))^{-1}) for the FITC prior, through A = I + V diag(d) V^T.
 
-    The same questions as ``structures.dense.LatentPosterior`` (module docstring for
-    the formulas): O(n m^2) for the factorisation, O(n m) per solve.
+    The members of ``structures.base.LatentPosterior`` (formulas: module docstring), O(n m^2)
+    for the factorisation and O(n m) per solve. An exact posterior takes the marginal
+    variances from E = A^{-1} V (``_precision_columns``), which the gradient reuses.
 
-    The marginal variances need ||L_A^{-1} V_i||^2 = V_i^T A^{-1} V_i for every i, an
-    m^2 n product. An exact posterior takes them from E = A^{-1} V (``_precision_columns``),
-    which the gradient reuses, so that each exact sweep pays one product with n
-    right-hand sides and the gradient one fewer.
-
-    ``rough=True`` (honoured where every site precision is >= 0 and cond(L_A) <=
-    ``MAX_COND_ROUGH``) forms A and C = L_A^{-1} V,
-    the two m^2 n products, in single precision (``docs/design/engine_notes.md``, "FITC structure"):
-    the marginal variances then carry relative errors of about 1e-7 cond(L_A), and the
-    means and weights are exact for the rounded A. It serves EP sweeps whose sites are
-    only a step towards the fixed point (``approximations.ep._parallel``); it refuses the
-    gradient.
+    ``rough=True`` (where every site precision is >= 0 and cond(L_A) <= ``MAX_COND_ROUGH``)
+    forms A and L_A^{-1} V in single precision: the variances carry relative errors of about
+    1e-7 cond(L_A), the means and weights are exact for the rounded A; no gradient. For EP
+    sweeps that do not end the iteration (``approximations.ep._parallel``).
     """
 
-    # E = A^{-1} V is a product with the explicit A^{-1} (dgemm) where L_A's estimated
-    # condition number is at most this (cond A <= 1e8: relative error below 1e-8),
-    # else two triangular solves
+    # E = A^{-1} V by dgemm with the explicit A^{-1} where cond(L_A) is at most this
+    # (cond A <= 1e8: relative error below 1e-8), else two triangular solves
     MAX_COND_INVERSE = 1e4
-    # A rough posterior is kept only where cond(L_A) is at most this, else it is made exact:
-    # single-precision rounding bounds the variances' relative error by about 6e-8 cond(L_A),
-    # 6e-3 at the limit, below the sampler's tol 1e-2 (``docs/design/engine_notes.md``, "FITC structure")
+    # Rough posteriors where cond(L_A) is at most this: the variances' relative error is
+    # then at most about 6e-3, below the sampler's tol 1e-2
     MAX_COND_ROUGH = 1e5
-    # The gradient's products are rounded to single precision (``kernel_gradient(rough=True)``)
-    # only where LAPACK's estimate of cond(L_uu) is at most this (the largest measured, where
-    # the rounding stayed below EP's own error at the sampler's tolerance: ``docs/design/engine_notes.md``,
-    # "FITC structure"); beyond it the solves with L_uu would carry about 6e-8 cond(L_uu)
+    # Rough gradients where cond(L_uu) is at most this (figures for the three limits:
+    # docs/design/engine_notes.md, "FITC structure")
     MAX_COND_ROUGH_GRADIENT = 1e6
 
     def __init__(self, prior, w, rough=False):
@@ -350,16 +329,12 @@ class FITCPosterior:
         self._last_v = self._last_mw = None
 
     def _precision_columns(self):
-        """||L_A^{-1} V_i||^2 for every i, and (exact posteriors) E = A^{-1} V.
+        """||L_A^{-1} V_i||^2 for every i, and (exact posteriors) E = A^{-1} V, over column blocks.
 
-        Rough: the column norms of C = L_A^{-1} V in single precision (``_solve_columns``;
-        C itself is not kept). Exact: E = A^{-1} V over column blocks, by dgemm with A^{-1} where
-        cond(L_A) <= ``MAX_COND_INVERSE`` (one product, dearer than a triangular product,
-        but the gradient's L_A^{-T} (C D) is then E D for free),
-        else as L_A^{-T} (L_A^{-1} V_b); the norms are V_i . E_i, taken while the block is
-        in cache. A = I + V D V^T has every eigenvalue >= 1 where every site precision is
-        >= 0, so cond(A) stays moderate; negative sites (the step likelihood's EP) may
-        bring A close to singular, where the solves serve."""
+        Rough: the column norms of L_A^{-1} V in single precision. Exact: E by dgemm with A^{-1}
+        where cond(L_A) <= ``MAX_COND_INVERSE``, else by two triangular solves (negative sites can
+        bring A near singular); the norms are V_i . E_i.
+        """
         if self.rough:
             self._c_sq_cached = _solve_columns(self.A_factor, self.prior.V_single(), keep=False)[1]
             return
@@ -457,29 +432,18 @@ class FITCPosterior:
             P = s A^{-1} V D + \sum_k \tfrac{c_k}{2} (V x_k y_k^T + V y_k x_k^T) - V \mathrm{diag}(g'),
 
         (s = scale_R, D = diag(d), g' = diag G where Lambda is unclipped, else 0), since
-        Bu R = L_uu^{-T} A^{-1} V D (V D V^T = A - I). A^{-1} V D = E D reuses E = A^{-1} V
-        from the marginal variances (``_precision_columns``), and P V^T needs a product
-        over the n points only for its last term, as A^{-1} V D V^T = I - A^{-1}:
+        Bu R = L_uu^{-T} A^{-1} V D. As A^{-1} V D V^T = I - A^{-1},
 
         .. math::
 
             P V^T = s (I - A^{-1}) + \sum_k \tfrac{c_k}{2} (V x_k (V y_k)^T + V y_k (V x_k)^T)
                     - V \mathrm{diag}(g') V^T,
 
-        so dK_uu = -L_uu^{-T} (P V^T) L_uu^{-1}. About 2 m^2 n flops (a product with
-        L_uu^{-T} with n right-hand sides, and V diag(g') V^T = s (A - I) + V diag(h) V^T
-        with h = g' - s d, one dsyrk where h >= 0 as for EP, h = (d^2 ||C_i||^2 + b^2)/2,
-        and one per sign otherwise), column block by column block (``_column_blocks``),
-        P formed in one pass in dK_uf (``_gradient_block_terms``), the only m x n array
-        made (rather than 5 m^2 n with three m x n temporaries, as a direct transcription
-        would take; ``docs/design/engine_notes.md``, "FITC structure").
+        and dK_uu = -L_uu^{-T} (P V^T) L_uu^{-1}. About 2 m^2 n flops over column blocks, P formed
+        in one pass (``_gradient_block_terms``), the only m x n array made.
 
-        ``rough=True`` runs those two m^2 n products (L_uu^{-T} P and the dsyrk) in single
-        precision, P formed in double and rounded once; honoured where cond(L_uu) <=
-        ``MAX_COND_ROUGH_GRADIENT``, else the gradient is double. The rounding moves a
-        hyperparameter's gradient by less than stopping EP at the sampler's tol 1e-2 does
-        (``docs/design/engine_notes.md``, "FITC structure"; ``benchmarks/sparse.py --gradient``): for EP
-        solves at the sampler's tolerances only (``approximations.ep``).
+        ``rough=True`` runs the two m^2 n products in single precision where cond(L_uu) <=
+        ``MAX_COND_ROUGH_GRADIENT`` (else double): for EP solves at the sampler's tolerances.
         """
         if self.rough:  # (``rough=True`` here rounds an exact posterior's gradient)
             raise RuntimeError("a rough (single-precision) FITC posterior has no gradient")

@@ -38,8 +38,7 @@ Each evaluation costs two products over the n points (H, and L_A^{-1} s Phi^T fo
 variances), 2 n M^2 flops with Phi held as an array (``DenseBasis``, any basis), an M^3/3
 Cholesky, and O(n M) memory: no n x n matrix. The Laplacian bases have an operator
 (``LaplacianBasis.at``, ``numerics.product_to_sum``) that forms H and the variances in
-O(n P), P ~ 2^d M, without Phi: at n = 1e5, d = 2, m = 30 x 30 an EP evaluation with its
-gradient takes 1.9 s of one core from zero sites (10 sweeps).
+O(n P), P ~ 2^d M, without Phi.
 
 Gradient. Given the gradient of an evidence in K~ as G = sum_k c_k (x_k y_k^T + y_k x_k^T)/2
 + r R (EP: (b b^T - R)/2; Laplace: its implicit term added, ``approximations.laplace``),
@@ -84,14 +83,9 @@ BOUNDARIES = ("dirichlet", "neumann", "dirichlet-neumann", "neumann-dirichlet")
 # (first index j0, trigonometric function) of each boundary condition: lambda_j =
 # (pi j / (2 L))^2 for j = j0, ..., j0 + m - 1, phi_j(x) = trig(sqrt(lambda_j) (x + L)) / sqrt(L)
 # (``pymc.gp.hsgp_approx``'s table; the constant Neumann mode is 1 / sqrt(2 L))
-# The floor of the prior variances diag K~_i as the solvers read them (``HSGPPrior.diag``: EP's
-# cavity floor 1 / K~_ii, the marginal variances' floor 1e-14 K~_ii, LA-LOO's cavity). Where
-# every S_j whose phi_j is non-zero at x_i vanishes (the spectral density underflows at extreme
-# hyperparameters), f_i = 0 under the prior and K~_ii = 0, which those divide by. With the floor
-# the cavity variances stay at or above about 1e-26, where every likelihood's tilted moments are
-# accurate; the site is then EP's and Newton's limit of a vanishing prior variance and the
-# evidence sum_i log p(y_i | 0) to rounding: coefficients with S_j = 0 contribute nothing. A
-# floor is a bound only: posterior variances, means and Phi diag(S) Phi^T itself are unchanged.
+# The floor of diag K~_i as the solvers read it (``HSGPPrior.diag``; EP's cavity floor divides
+# by it): where every S_j with phi_j(x_i) != 0 underflows, K~_ii = 0. The floor bounds only;
+# posterior variances, means and Phi diag(S) Phi^T itself are unchanged.
 PRIOR_VARIANCE_FLOOR = 1e-12
 _BOUNDARY_TABLE = {"dirichlet": (1.0, np.sin), "neumann": (0.0, np.cos),
                    "dirichlet-neumann": (0.5, np.sin), "neumann-dirichlet": (0.5, np.cos)}
@@ -554,7 +548,7 @@ class HSGPPrior:
 class HSGPPosterior:
     r"""q(f) for the HSGP prior at site precisions w, through A = I + s H s = L_A L_A^T.
 
-    The questions of ``structures`` (package docstring), answered in weight space (module
+    The members of ``structures.base.LatentPosterior``, answered in weight space (module
     docstring): O(n M^2) to build (H and the marginal variances), O(n M) per solve.
     Raises ``NotPositiveDefiniteError`` where K~^{-1} + W is not positive definite (A has
     no Cholesky factor; only with negative site precisions).

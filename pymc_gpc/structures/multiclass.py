@@ -205,24 +205,16 @@ class BlockPreconditioner:
         return _R_times(self.E, self.LM, np.asarray(v, dtype=float))
 
     def solve_other_weights(self, K_times, d, v, q, eps, eta=0.0, max_iter=20):
-        r"""Newton's update (I + W K)^{-1} v for a prior K (``K_times``: a ``BlockKernel``) and
-        weights d other than this posterior's, by conjugate gradients preconditioned with
-        it (compiled: ``_cg_newton``); None if that takes more than ``max_iter`` steps.
+        """Newton's update (I + W K)^{-1} v for a prior K (``K_times``: a ``BlockKernel``) and weights
+        d other than this posterior's, by conjugate gradients preconditioned with it (compiled:
+        ``_cg_newton``); None if that takes more than ``max_iter`` steps.
 
-        Solves (I + W K) q = v as the SPD system (K^{-1} + W) x = v in x = K q,
-        preconditioned by P = K - K R_0 K with this posterior's R_0 = (K_0 + W_0^{-1})^{-1}
-        (at K_0 = K, P = (K^{-1} + W_0)^{-1}). P r = K (r - R_0 K r) has a factored form,
-        so K^{-1} is never needed: the iterates are kept as q and K q. Each step costs
-        four stacked n x n mat-vecs instead of the c + 1 Cholesky factorisations of a new
-        posterior; where d is close to this posterior's (the later Newton steps of a solve)
-        a few steps suffice. (``softmax_laplace`` uses it at K = K_0 only: the last mode's
-        posterior preconditioned a warm start's first step too rarely to pay,
-        ``_WARM_START`` there. At K != K_0, P can be indefinite in directions of negligible
-        prior variance; the iteration is the same, only r^T P r = 0 stops it.)
-
-        ``q`` is the start (the current a; K q the current f). Stops when P r, the
-        estimate of the remaining error in x, is at most max(eps, eta |x - x_start|) in
-        the max norm: eta is an inexact-Newton forcing term.
+        Solves (K^{-1} + W) x = v in x = K q, preconditioned by P = K - K R_0 K with this
+        posterior's R_0 = (K_0 + W_0^{-1})^{-1} (at K_0 = K, P = (K^{-1} + W_0)^{-1}); P r has a
+        factored form, so K^{-1} is never needed. Each step costs four stacked n x n mat-vecs
+        instead of c + 1 Cholesky factorisations. ``q`` is the start (K q the current f). Stops
+        when P r, the estimate of the remaining error in x, is at most max(eps, eta |x - x_start|)
+        in the max norm (eta: an inexact-Newton forcing term).
         """
         q, ok = _cg_newton(K_times.K, K_times.shared, self.E, self.LM, d, d.sum(axis=0),
                            np.asarray(v, dtype=float), np.array(q, dtype=float), eps, eta, max_iter)
@@ -283,9 +275,7 @@ class CoupledBlockPosterior(BlockPreconditioner):
     rough_covariances : with ``rough``, a rough posterior that also serves
         ``site_covariances`` (nested EP's early sweeps): each class's own marginal variances
         from its single-precision factor (``_rough_block_into``) and the H_k in single
-        precision whatever cond(L_M) (their errors, about 6e-8 cond(L_M) relative to |E_k|,
-        are far below the sites' changes while the sweeps that use them last); L_M stays
-        double.
+        precision whatever cond(L_M); L_M stays double.
     """
 
     # where a rough gradient's products are formed in single precision (``H``)

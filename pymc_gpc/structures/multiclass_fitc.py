@@ -7,79 +7,38 @@ Each class k has its own FITC prior (``structures.fitc``) with m inducing inputs
     \tilde K_k = Q_k + \Lambda_k, \quad Q_k = V_k^T V_k, \quad V_k = L_{uu,k}^{-1} K_{uf,k},
     \quad \Lambda_k = \mathrm{diag}(k_{ff,k} - \mathrm{diag}\, Q_k),
 
-so f = P z + e with z = (z_1, ..., z_c) ~ N(0, I_{cm}), e ~ N(0, Lambda) and
-P = blockdiag(V_1^T, ..., V_c^T) (cn x cm). The likelihood's curvature (softmax Laplace)
-or the outer sites (nested EP) couple the c latent values of one observation,
-W_i = diag(d_i) - d_i d_i^T / s_i (``structures.multiclass``). Integrating e out, observation
-i acts on z through the c x c effective precision
+so f = P z + e with z ~ N(0, I_{cm}), e ~ N(0, Lambda) and P = blockdiag(V_1^T, ..., V_c^T).
+The likelihood couples the c latent values of one observation,
+W_i = diag(d_i) - d_i d_i^T / s_i (``structures.multiclass``). Integrating e out,
+observation i acts on z through
 
 .. math::
 
     \tilde W_i = W_i (I + \Lambda_i W_i)^{-1} = (W_i^{-1} + \Lambda_i)^{-1}, \qquad
     A = I_{cm} + P^T \tilde W P = L_A L_A^T,
 
-A the posterior precision of z (every eigenvalue >= 1), whose block (k, l) is
-V_k diag(W~_{kl}) V_l^T. Then (Woodbury; T_i = (I + Lambda_i W_i)^{-1} = I - Lambda_i W~_i):
+A the posterior precision of z, with blocks V_k diag(W~_{kl}) V_l^T. Then (Woodbury;
+T_i = (I + Lambda_i W_i)^{-1}):
 
 * R = (K~ + W^{-1})^{-1} = W~ - W~ P A^{-1} P^T W~;
 * (I + W K~)^{-1} v = v - R K~ v (Newton's next a; EP's b);
-* \tfrac12 \log|I + \tilde K W| = \tfrac12 \sum_i \log|I + \Lambda_i W_i| + \log|L_A|
-  (|I + K~W| = |I + Lambda W| |I + P^T W~ P|);
-* the posterior covariance of f_i (c x c): Sigma_i = T_i Lambda_i + T_i S_i T_i^T with
-  S_i = P_i A^{-1} P_i^T (f = T P z + an independent part given the sites);
-* the predictive at new inputs, with V_*k = L_uu,k^{-1} K_u*,k (the binary FITC convention,
-  ``FITCPosterior.predict``): mean_k = V_*k^T V_k a_k, covariance of (f_*1..f_*c) at a point
-  diag(k_**,k - |V_*k|^2) + P_* A^{-1} P_*^T (Cov(z | y) = A^{-1}).
+* \tfrac12 \log|I + \tilde K W| = \tfrac12 \sum_i \log|I + \Lambda_i W_i| + \log|L_A|;
+* Sigma_i = T_i Lambda_i + T_i S_i T_i^T with S_i = P_i A^{-1} P_i^T;
+* the predictive, with V_*k = L_uu,k^{-1} K_u*,k: mean_k = V_*k^T V_k a_k, covariance
+  diag(k_**,k - |V_*k|^2) + P_* A^{-1} P_*^T.
 
-Gradient. Given dlog Z/dK~ = G with blocks G_k = sum_t c_t (x_tk y_tk^T + y_tk x_tk^T)/2
-+ scale_R R_kk (only R's diagonal blocks: K~ is block diagonal), each class's gradient in
-(K_uu,k, K_uf,k, diag K_ff,k) is ``structures.fitc``'s: with G'_k = G_k - diag(diag G_k)
-(unclipped Lambda only), dK_uf = 2 L_uu^{-T} V_k G'_k, dK_uu = -L_uu^{-T} (V_k G'_k V_k^T) L_uu^{-1},
-d k_ff = diag G_k. The only n x n piece, V_k R_kk, has the closed form
-V_k R_kk = (A^{-1})_{k,:} Y_k with Y_k's block l = V_l diag(W~_{lk}) (since the block row k of
-A - I is V_k Y_k^T, and (A - I) A^{-1} = I - A^{-1}); diag R_kk comes from
-R_ii = W~_i - W~_i S_i W~_i. So one pass of products F_l = (A^{-1})_{:,l} V_l over column
-blocks gives the site covariances, diag R and V_k R_kk together.
+Gradient: each class's is ``structures.fitc``'s with G_k the diagonal block of
+dlog Z/dK~. Its only n x n piece has the closed form V_k R_kk = (A^{-1})_{k,:} Y_k, Y_k's
+block l = V_l diag(W~_{lk}), and R_ii = W~_i - W~_i S_i W~_i; one pass of
+F_l = (A^{-1})_{:,l} V_l over column blocks gives the site covariances, diag R and V_k R_kk.
+W~_i = diag(delta_i) - q_i q_i^T with delta = d / (1 + lambda d) (``_effective_precision``),
+so A - I = blockdiag(V_k diag(delta_k) V_k^T) - Q Q^T, Q the stacked V_k diag(q_k): one
+dsyrk of Q below the diagonal and one per diagonal block (``_precision``).
 
-W~_i has W_i's form, diag(delta_i) - delta_i delta_i^T / sum delta_i with delta = d / (1 + lambda d)
-(``_effective_precision``), so A - I = blockdiag(V_k diag(delta_k) V_k^T) - Q Q^T with Q the
-stacked V_k diag(q_k): one dsyrk of Q below the diagonal and a dsyrk per diagonal block
-(``_precision``).
-
-Cost and memory (n observations, c classes, m inducing inputs per class): A in
-(c^2 + c) m^2 n flops (the dsyrk of Q c^2 m^2 n, the diagonal blocks c m^2 n), its factorisation
-(c m)^3 / 3, the pass of F 2 c^2 m^2 n (its elementwise part compiled, ``_pass_columns``):
-O(c^2 m^2 n) time per factorised posterior. Memory O(c m n): the c V_k, V_k R_kk (c, m, n)
-and the gradient in K_uf (c, m, n); the F_l (c m x n each, c^2 m n together) exist only
-over column blocks; never a cn x cn or n x n matrix. The capacitance is the (c m) x (c m) A, factorised
-exactly, so the log-determinant is exact. Newton steps of the softmax Laplace after the
-first solve A x = b at the new weights by conjugate gradients preconditioned with the last
-factorised A (``FITCNewtonPreconditioner``, O(c m n + c^2 m^2) a step), so that a warm
-evaluation forms A twice (its first step's and the mode's) instead of once per step; the
-solve's right-hand side is free of K~ (``_newton_weights``), so that the CG's relative
-residual bounds the step's error also at large kernel amplitudes; nested
-EP forms A and its site covariances at every sweep, the latter by triangular products in
-c (c + 1) m^2 n (``_site_blocks``), the gradient's pass once at the end. Below
-O(c^2 m^2 n) per evaluation an exact scheme was not found: the mode's log|A| and the
-site covariances need A's factor and the pass.
-
-Interface (what ``approximations.softmax_laplace`` and ``multinomial_probit_ep`` ask of a
-multi-class prior, as of ``CoupledBlockPosterior``):
-
-``MulticlassFITCPrior(Kuu (c, m, m), Kuf (c, m, n), k_diag (c, n))``: ``c, n, m``; ``diag()``
-(c, n); ``matvec(v)`` / ``__call__(v)``: K~ v for v (c, n); ``posterior(d, rough=False,
-rough_gradient=False)``: a ``MulticlassFITCPosterior`` at weights d (c, n) (the rough flags
-are accepted and ignored: always exact); ``dense()``: the (c, n, n) K~ (tests only);
-``cross(Kus)``: the V_*k.
-
-``MulticlassFITCPosterior``: ``d``, ``rough`` (False); ``half_logdet_B()``; ``K_times(v)``;
-``R_times(v)``; ``weights(v)``; ``mean_and_weights(v)``; ``preconditioner()`` (a
-``FITCNewtonPreconditioner``: Newton steps at other weights by CG in z, O(c m n) a step);
-``site_covariances()`` (n, c, c); ``expect_gradient()`` (optional: a hint that the
-gradient will be asked, so that one pass serves both); ``kernel_gradient(outer, scale_R)`` ->
-``MulticlassFITCGradient(Kuu (c, m, m), Kuf (c, m, n), k_diag (c, n))``;
-``predict(a, Kus (c, m, n*), k_star (c, n*) or (c, n*, n*), full_cov=False)`` -> mean (c, n*)
-and covariances (n*, c, c), or the class-major (c n*, c n*) with ``full_cov``.
+Cost O(c^2 m^2 n) time per factorised posterior and O(c m n) memory; never an n x n or
+cn x cn matrix. Softmax Laplace's later Newton steps solve with A by CG preconditioned with
+the last factorised A (``FITCNewtonPreconditioner``). The members are those of
+``structures.base``'s ``SolverPrior`` and ``MulticlassPosterior``.
 """
 
 from collections import namedtuple

@@ -7,45 +7,28 @@ Each class k has its own HSGP prior (``structures.hsgp``) on M basis functions,
     \tilde K_k = \Phi_k \,\mathrm{diag}(S_k)\, \Phi_k^T = V_k^T V_k, \qquad
     V_k = \mathrm{diag}(s_k) \Phi_k^T, \quad s_k = \sqrt{S_k},
 
-so f = P z with z = (z_1, ..., z_c) ~ N(0, I_{cM}) and P = blockdiag(V_1^T, ..., V_c^T):
-the multi-class FITC prior of ``structures.multiclass_fitc`` with Lambda = 0 and V_k in
-place of L_uu^{-1} K_uf. Every question the solvers ask (the Woodbury solves, the site
-covariances, the Newton steps by preconditioned CG) is answered there; what differs is
+so f = P z with z ~ N(0, I_{cM}), P = blockdiag(V_1^T, ..., V_c^T): the multi-class FITC
+prior of ``structures.multiclass_fitc`` with Lambda = 0, which answers the Woodbury solves,
+site covariances and CG Newton steps. What differs:
 
-* the capacitance. The likelihood couples the classes through
-  W_i = diag(d_i) - d_i d_i^T / s_i (softmax Laplace's pi; nested EP's outer sites), so
-  A = I + P^T W P has the blocks s_l H_lk s_k with H_lk = Phi_l^T diag(W_lk) Phi_k
-  (W_lk the n-vector of the (l, k) entries of the W_i), A = L_A L_A^T. The H_lk are kept:
-  the gradient takes them (below).
-* the gradient, in S_k rather than in (K_uu, K_uf). Given the gradient of an evidence in
-  K~ as G with blocks G_k = sum_t c_t (x_tk y_tk^T + y_tk x_tk^T)/2 + r R_kk (only the
-  diagonal blocks: K~ is block diagonal), and K~_k = sum_j S_kj phi_kj phi_kj^T,
+* the capacitance A = I + P^T W P has blocks s_l H_lk s_k, H_lk = Phi_l^T diag(W_lk) Phi_k
+  (kept for the gradient);
+* the gradient is in S_k: with G_k the diagonal block of dlog Z/dK~,
 
   .. math::
 
       \frac{\partial \log Z}{\partial S_{kj}} = \phi_{kj}^T G_k \phi_{kj}
       = \sum_t c_t (\Phi_k^T x_{tk})_j (\Phi_k^T y_{tk})_j + r\, (Q_k)_{jj}, \qquad
-      Q_k = \Phi_k^T R_{kk} \Phi_k.
+      Q_k = \Phi_k^T R_{kk} \Phi_k,
 
-  With R = (K~ + W^{-1})^{-1} = W - W P A^{-1} P^T W and the column block k of P^T W
-  times Phi_k equal to Y_k = [s_l H_lk]_l (cM x M), Q_k = H_kk - Y_k^T A^{-1} Y_k, whose
-  diagonal is H_kk,jj - ||L_A^{-1} Y_k e_j||^2. Since Y_k s_k is the column block k of
-  A - I, s_k Q_k s_k = [(A - I) - (A - I) A^{-1} (A - I)]_kk = [I - A^{-1}]_kk, the second
-  form (Q_k)_jj = (1 - (A^{-1})_{kj,kj}) / S_kj; as for one class (``structures.hsgp``), the
-  first is used where S_kj |H_kk,jj| <= 1, the second elsewhere.
-* the predictive: f*_k = Phi*_k s_k z_k exactly (no diagonal correction), mean
-  Phi*_k S_k Phi_k^T a_k and covariances B*_i A^{-1} B*_i^T with B*_i's block k
-  s_k Phi*_k,i.
+  (Q_k)_jj = H_kk,jj - ||L_A^{-1} Y_k e_j||^2 (Y_k = [s_l H_lk]_l) where S_kj |H_kk,jj| <= 1,
+  else (1 - (A^{-1})_{kj,kj}) / S_kj, the two forms of ``structures.hsgp``;
+* the predictive: mean Phi*_k S_k Phi_k^T a_k, covariances B*_i A^{-1} B*_i^T with B*_i's
+  block k s_k Phi*_k,i.
 
-Cost (n observations, c classes, M basis functions each): the H_lk in c (c + 1) n M^2 / 2
-flops with one basis shared by the classes (rank-n updates only), c^2 n M^2 with a basis
-per class, A's factor (cM)^3 / 3, the gradient's extra
-c (cM)^2 M; memory O(c n M) (the V_k), never an n x n matrix.
-
-Interface: that of ``structures.multiclass_fitc`` (``MulticlassHSGPPrior`` as
-``MulticlassFITCPrior``; ``MulticlassHSGPPosterior`` as ``MulticlassFITCPosterior``), with
-``kernel_gradient`` returning a ``MulticlassHSGPGradient`` and ``predict`` taking the
-basis at the new inputs.
+Cost: the H_lk in c (c + 1) n M^2 / 2 flops with one shared basis (c^2 n M^2 otherwise),
+A's factor (cM)^3 / 3; memory O(c n M). The members are ``multiclass_fitc``'s, with
+``kernel_gradient`` returning a ``MulticlassHSGPGradient``.
 """
 
 from collections import namedtuple

@@ -1,30 +1,20 @@
-r"""The prior structure of a GP classifier, chosen in one place: ``select_structure``.
+"""The prior structure of a GP classifier, chosen in one place: ``select_structure``.
 
-A GP classifier's prior covariance takes one of a few forms (a *prior structure*): the
-dense n x n kernel, the inducing-point prior of FITC (Snelson & Ghahramani 2006), or the
-(c, n, n) stack of c independent class GPs. Everything that differs between them, from
-the PyTensor graph the classifier builds to the numbers ``pymc_gpc.fit`` hands the
-solvers, is asked of one object satisfying ``PriorStructure``; the classifier
-(``gp``), the point estimates (``point_estimates``) and prediction never branch on the
-structure themselves. This is GPflow's ``get_posterior_class`` (one dispatcher) and
-GPML 4's ``apx.m`` (the prior's operations chosen once, at the top of ``infEP.m``).
+A prior covariance takes one of a few forms: the dense n x n kernel, FITC's inducing-point
+prior, HSGP's basis-function prior, or a (c, ...) stack of class GPs. Whatever differs
+between them, from the PyTensor graph the classifier builds to the numbers
+``pymc_gpc.fit`` hands the solvers, is asked of one object satisfying
+``structures.base.PriorStructure`` (as GPflow's ``get_posterior_class`` or GPML 4's
+``apx.m``); the classifier, the point estimates and prediction never branch on it. The
+numeric linear algebra is in each structure's own module.
 
-The numeric linear algebra of each structure (``posterior``, ``matvec``...) is in its own
-module (``structures.dense``, ``structures.fitc``, ``structures.multiclass``); the objects
-here wire it to the PyMC and PyTensor side.
+The evidence and predictive Ops hold the structure in their ``__props__``: they take its
+``n_kernel_inputs`` kernel tensors, then theta, y and the optional hyperparameter vector,
+and ask it for the prior (``prior_from``), the kernel cotangents and the predictive's
+outputs. This module imports neither an Op nor the registry.
 
-The evidence and predictive Ops (``ops.marginal.ApproxMarginalOp``,
-``ops.predictive.LatentPredictiveOp``) are one class each, with the structure among their
-``__props__``: they take the structure's ``n_kernel_inputs`` kernel tensors first, then
-theta, y and the optional hyperparameter vector, and ask the structure for the prior
-(``prior_from``), the gradient in each kernel input (``kernel_cotangents``) and the
-predictive's outputs; the retry schedule is the approximation registry's for the
-structure's ``name`` (``ApproxMarginalOp.retry_schedule``). This module imports neither an
-Op nor the registry: a structure is data the layers above read, not a map to their types.
-
-Adding a structure (e.g. HSGP bases): write a class with the attributes and methods of
-``PriorStructure`` (``structures.base``), give ``select_structure`` the one condition that
-chooses it, and list it in ``STRUCTURES``.
+Adding a structure: a class with the members of ``PriorStructure``, its condition in
+``select_structure``, and an entry in ``STRUCTURES``.
 """
 
 import numbers

@@ -11,15 +11,11 @@ outputs. Every other case (a point ``evaluate`` declines, a non-converged loop, 
 failure) goes to the Op's Python path with the warm start found here, and its result is
 stored here as well (``store``), so the two paths share one state.
 
-This module's work sits behind two C-callable functions (``external``: numba cfuncs
-cached on disk, their addresses registered with LLVM under fixed symbols, as
-``numerics.lapack`` does for LAPACK). Compiled graphs call those symbols rather than
-linking the engine into their own code: nutpie builds an uncached cfunc around a model's
-logp at every compilation, and with the engine linked in, LLVM re-optimised all of it
-each time (``docs/design/engine_notes.md``, "Numba compilation"). Neither function
-enters Python: the object-mode steps (making a thread's block, the Python path) are the
-caller's, because numba's object-mode blocks inside a cfunc failed when the cfunc was
-loaded from the disk cache ("_python_path expected 14 arguments, got 0", numba 0.63).
+The work sits behind two C-callable functions (``external``: numba cfuncs cached on disk,
+registered with LLVM under fixed symbols, as ``numerics.lapack`` does). Compiled graphs call
+those symbols rather than linking the engine in, which LLVM would re-optimise at every
+nutpie compilation. Neither function enters Python: the object-mode steps are the caller's
+(object-mode blocks in a cfunc fail when it is loaded from the disk cache, numba 0.63).
 """
 
 import llvmlite.binding as llvm

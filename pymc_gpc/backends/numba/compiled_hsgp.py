@@ -25,19 +25,16 @@ site precisions w = tau and s = sqrt(S),
   diag(Phi s A^{-1} s Phi^T) by the pairs' scatter and one GEMM
   (``CosineProductBasis.quad_diag``), floored at 1e-14 diag K~;
 * the mean Phi s A^{-1} s Phi^T nu through the basis's factors (dpotrs);
-* the sites by ``ep.parallel_site_update``, Anderson's step by ``ep.anderson_step`` with
-  ``_parallel``'s restarts.
+* the sites by ``ep.parallel_site_update``, Anderson's step by ``ep.anderson_update`` (with
+  ``_parallel``'s restarts).
 
 At the fixed point the evidence is R&W eq. 3.65 (``ep.stable_log_z``) and its gradient in S is
 d log Z / dS_j = (Phi^T b)_j^2 / 2 - Q_jj / 2 (``HSGPPosterior.ep_gradient``), Q_jj by the
 more accurate of its two forms, (1 - (A^{-1})_jj) / S_j from the A^{-1} the last sweep
 formed, or H_jj - ||L_A^{-1} s H_j||^2 (dtrsm). One sweep costs O(n P + M^3) flops
 (P ~ 2^d M the tables' size) and O(n P) memory for the tables, built once per training
-inputs X in Python and kept in a block that every thread reads (``thread_state``'s shared
-rows); a new X (``pm.set_data``) builds it anew.
-
-The work sits behind two C-callable functions (``external``), as in ``compiled_ep``: compiled
-graphs call their symbols rather than linking the engine into their own code.
+inputs X and shared by the threads (``thread_state``). The work sits behind two C-callable
+functions (``external``), as in ``compiled_ep``.
 """
 
 import llvmlite.binding as llvm
@@ -45,11 +42,11 @@ import numba
 import numpy as np
 from numba import carray, cfunc, njit, types
 
-from ...approximations.ep import (ANDERSON_MEMORY, EPState, anderson_record, anderson_step, parallel_site_update,
-                                  stable_log_z)
+from ...approximations.ep import ANDERSON_MEMORY, EPState, anderson_update, parallel_site_update, stable_log_z
 from ...likelihoods.base import freeze, labels_valid, params_valid, tilted_dparams_sum
-from ...numerics.lapack import inv_lower, lauum_lower, potrf_lower, potrs_lower, triangular_left
+from ...numerics.lapack import inv_lower, lauum_lower, potrf_lower, potrs_lower
 from ...numerics.product_to_sum import khatri_rao_rows
+from ...structures.dense import subtract_scaled_norms
 from ...structures.hsgp import PRIOR_VARIANCE_FLOOR
 from . import thread_state as ts
 from .registered import perform_registered, registered_op
@@ -283,19 +280,7 @@ def _projected_R_diag(S, s, H, L, A_inv):
         else:
             direct[k] = j
             k += 1
-    if k > 0:
-        C = np.empty((k, M)).T  # Fortran (M, k)
-        for c in range(k):
-            j = direct[c]
-            for a in range(M):
-                C[a, c] = s[a] * H[a, j]
-        triangular_left(L, C, 1.0, False, True)
-        for c in range(k):
-            j = direct[c]
-            acc = 0.0
-            for a in range(M):
-                acc += C[a, c] * C[a, c]
-            Q[j] = H[j, j] - acc
+    subtract_scaled_norms(L, True, H, s, direct[:k], Q)
     return Q
 
 
@@ -338,15 +323,9 @@ def ep_hsgp(kind, parts, S, y, th, tau, nu, tol, max_sweeps, n_params):
         if change < tol:
             done = True
             break
-        if change > 1e3 * best:
-            have_prev, count = False, 0
-        best = min(best, change)
-        g = np.concatenate((tau_g, nu_g))
-        f = np.concatenate((var, np.sqrt(var))) * (g - np.concatenate((tau, nu)))
-        if have_prev:
-            count = anderson_record(dF, dG, count, f, g, f_prev, g_prev)
-        f_prev, g_prev, have_prev = f, g, True
-        x = anderson_step(dF, dG, count, f, g)
+        x, count, f_prev, g_prev, best = anderson_update(dF, dG, count, have_prev, f_prev, g_prev, best, change,
+                                                         tau, nu, tau_g, nu_g, var)
+        have_prev = True
         tau_x, nu_x = x[:n].copy(), x[n:].copy()
         if np.min(tau_x) < 0.0:  # Anderson went astray: restart it from the map's value
             have_prev, count = False, 0

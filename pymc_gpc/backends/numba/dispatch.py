@@ -32,9 +32,7 @@ from .registered import OPS, numba_key, perform_registered, registered_op, relea
 # Whether binary and ordinal EP's numba implementation is the compiled one (``compiled_ep``: no
 # Python, no GIL per evaluation) rather than the object-mode call of ``perform``; read when
 # a graph is compiled (environment variable PYMC_GPC_COMPILED_EP=0 switches it off, or set
-# this). It is faster per evaluation than the object-mode Op, with one thread and
-# markedly with two (no GIL to share), and compiles as fast, since the engine is reached
-# through a symbol (docs/design/engine_notes.md).
+# this).
 COMPILED_EP = os.environ.get("PYMC_GPC_COMPILED_EP", "1") == "1"
 
 
@@ -90,9 +88,8 @@ def _fallback_ep(key, K, params, y, hyper, use_block, has_start, tau, nu, first_
             np.ascontiguousarray(state.nu, dtype=float), float(state.first_change))
 
 
-# The two object-mode steps of the compiled function, module-level and cached on disk
-# (closures calling closures made PyTensor's cache of the whole graph miss: the graph was
-# compiled again at every ``pm.sample``; docs/design/engine_notes.md, "Numba compilation").
+# The two object-mode steps of the compiled function, module-level so that PyTensor's cache
+# of the whole graph hits (closures calling closures made it miss).
 @numba.njit(cache=True)
 def _allocate_block(key, n, p, q):
     with numba.objmode():
@@ -112,13 +109,9 @@ def _fallback_block(key, K, params, y, hyper, use_block, has, tau, nu, change):
 def register_numba(op_types=None):
     """Run the Ops' Python ``perform`` from numba-compiled graphs, without a warning.
 
-    The heavy lifting is LAPACK and ``nogil`` numba kernels already, so the object-mode
-    call costs microseconds; registering it explicitly replaces PyTensor's fallback,
-    which warns at every compilation. The object-mode block calls a module-level
-    function with a string key (``numba_key``) rather than a closure over the Op, so
-    that numba can cache the whole compiled graph on disk: a model's logp and gradient
-    then come from the cache from the second ``pm.sample`` on
-    (``docs/design/engine_notes.md``, "Numba compilation").
+    Registering replaces PyTensor's fallback, which warns at every compilation. The
+    object-mode block calls a module-level function with a string key (``numba_key``), not
+    a closure over the Op, so that numba caches the whole compiled graph on disk.
 
     An Op for which ``compiles_ep`` holds (binary or ordinal EP, by default) gets
     ``_compiled_ep_function`` instead: its common case runs without Python

@@ -303,17 +303,11 @@ def solve_tolerance(has_start, tol, cold_tol):
     """The site-change tolerance of a solve: ``tol`` from a warm start, the smaller of ``tol`` and
     ``cold_tol`` from zero sites.
 
-    The site change max(|d tau| Sigma_ii, |d nu| sqrt(Sigma_ii)) bounds EP's error only as well
-    as the parallel map contracts. From a warm start (a neighbouring point's solution) the
-    first changes are small and the sampler's tolerance (1e-2) leaves log Z within a few
-    hundredths of a nat of its fixed point; from zero sites, where the map contracts slowly
-    (a large amplitude, a lengthscale beyond the basis's box), the change falls below 1e-2
-    while log Z is still far off: on ISLR Default (n = 8,000, m = 3 x 15 x 6) at a chain's
-    point near the HSGP wall, 51 nats and a gradient 6 times too large at 1e-2, 0.007 nats at
-    3e-3 (``benchmarks/results/hsgp.md``, "Divergences"); with a dense prior on 200 rows at a
-    large amplitude, 3e-3 nats and the gradient 3 % off. The cold solve, once a chain, is the
+    The site change bounds EP's error only as well as the parallel map contracts: from zero
+    sites, where it contracts slowly, a change below the sampler's 1e-2 can leave log Z far
+    off (``benchmarks/results/hsgp.md``, "Divergences"). The cold solve, once a chain, is the
     warm start of every later one, so it runs to the engine's tolerance
-    (``ApproxMarginalOp.solver_options(cold=True)``, which the Python path uses too).
+    (``ApproxMarginalOp.solver_options(cold=True)``, as the Python path does).
     """
     return tol if has_start else min(tol, cold_tol)
 
