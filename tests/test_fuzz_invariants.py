@@ -155,8 +155,9 @@ def test_step_ep_takes_the_highest_converged_run():
             runs = [solve("ep", DensePrior(K), y, lik, th, None, o) for o in [opts, *schedule]]
             got, _ = solve_with_retries("ep", DensePrior(K), y, lik, th, None, opts)
         converged = [r.log_z for r in runs if r.converged and np.isfinite(r.log_z) and r.log_z <= 0.0]
-        if d == 8:  # three converged runs, two fixed points
-            assert len(converged) == 3 and max(converged) - min(converged) > 0.1
+        if d == 8:  # converged runs at two fixed points (three runs converge on some hosts, two
+            # on others: the sequential run's fate there turns on the host's rounding)
+            assert len(converged) >= 2 and max(converged) - min(converged) > 0.1, converged
         assert got.log_z == (max(converged) if converged else -np.inf), (d, got.log_z, converged)
 
 
