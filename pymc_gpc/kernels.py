@@ -658,7 +658,7 @@ def prior_pairs(prior, names, default=DEFAULT_PRIOR):
 
 
 def _prior_pair(pair, what):
-    """(mean, sd) as two floats: ValueError naming ``what`` unless two finite numbers, sd > 0."""
+    """(mean, sd) as two float64s: ValueError naming ``what`` unless two finite numbers, sd > 0."""
     if isinstance(pair, (str, bytes)):
         raise ValueError(f"{what} must be a pair (mean, sd) of numbers, got {pair!r}")
     try:
@@ -667,7 +667,9 @@ def _prior_pair(pair, what):
         raise ValueError(f"{what} must be a pair (mean, sd) of numbers, got {pair!r}") from None
     if not (np.isfinite(mu) and np.isfinite(sd) and sd > 0):
         raise ValueError(f"{what} needs a finite mean and a finite sd > 0, got (mean, sd) = ({mu}, {sd})")
-    return mu, sd
+    # float64 scalars: PyTensor makes a Python float that float32 holds exactly (2.0, 1.5) a
+    # float32 constant, and the Normal's log sd is then rounded to float32 (1e-8 in the log prior)
+    return np.float64(mu), np.float64(sd)
 
 
 def ard_kernels(input_dim, classes, *, prior=(-3.0, 3.0), bias=True, shared=False,
