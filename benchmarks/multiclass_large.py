@@ -721,7 +721,7 @@ def select_fit(data, m, prior, maxiter, candidate_list=SELECT_CANDIDATES, scales
     row = package_fit(data, m, best["per_class"], with_amplitude_prior(prior, best["amplitude_prior"]), maxiter,
                       learn=best["learn"], scale=best["scale"])
     row.update(selection=candidates, cpu_selection=sum(c_["cpu"] for c_ in candidates))
-    inputs = "Xu k-means or learned" if any(learn for _, learn in candidate_list) else "Xu k-means"
+    inputs = "Xu k-means or learned" if any(c_[1] for c_ in candidate_list) else "Xu k-means"
     with_s = f", predictive scale s among {len(scales)}" if len(scales) > 1 else ""
     row["method"] += f" (chosen on validation rows among {len(candidates)}: {inputs}{with_s})"
     if len(scales) > 1:
