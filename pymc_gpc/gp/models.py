@@ -125,10 +125,10 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=DEFAULT_P
     ValueError
         For an unknown ``approximation``, a ``prior`` that is not a finite (mean, sd > 0)
         pair or a dict of such pairs keyed by the model's variable names (naming the unknown
-        name or the bad pair), bad inputs, ``inducing`` with mean field or ADF, or ``per_class`` with a
-        binary likelihood, ``lengthscale_spread`` that is not a number > 0 or without one
-        kernel per class, or ``learn_inducing`` without ``inducing``, or ``approx=`` (use
-        ``inducing`` or ``hsgp``), or ``hsgp`` that is not a pair (m >= 1, c > 1), with
+        name or the bad pair), bad inputs, ``inducing`` with mean field or ADF, or
+        ``per_class`` with a binary likelihood, ``lengthscale_spread`` that is not a number
+        > 0 or without one kernel per class, or ``learn_inducing`` without ``inducing``, or
+        ``approx=`` (use ``inducing`` or ``hsgp``), or ``hsgp`` that is not a pair (m >= 1, c > 1), with
         more than ``HSGP_MAX_DIMS`` input columns, with inducing inputs, with several classes
         or with ``linear``; the combination is checked by ``approximations.registry.check``.
 
@@ -204,10 +204,10 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=DEFAULT_P
                 raise ValueError(f"per_class must be True, False or 'amplitudes', got {per_class!r}")
             shared = {False: True, "amplitudes": "lengthscales"}.get(per_class, False)
             cov = ard_kernels(d, classes, prior={k: pairs[k] for k in pairs if k != "log_a"}, bias=bias,
-                              shared=shared,
-                              feature_names=names, log_v0_start=LOG_V0_START)
+                              shared=shared, feature_names=names, log_v0_start=LOG_V0_START)
             if lengthscale_spread is not None:
-                pm.Potential("log_w_shrinkage", lengthscale_shrinkage(model["log_w"], lengthscale_spread, pairs["log_w"]))
+                pm.Potential("log_w_shrinkage",
+                             lengthscale_shrinkage(model["log_w"], lengthscale_spread, pairs["log_w"]))
             gp = APPROXIMATIONS[approximation](cov_func=cov, likelihood=likelihood, approx=approx, **solver_options)
             if inducing is None:
                 gp.marginal_likelihood(name, X=X, y=y)
