@@ -559,12 +559,13 @@ def package_fit(data, m, per_class, prior, maxiter, learn=False, n_train_eval=20
     point = {k_: np.asarray(v).tolist() for k_, v in res.point.items() if k_.startswith("log_")}
     label = "softmax Laplace" if approximation == "laplace" else "nested EP (multinomial probit)"
     row = {"method": f"FITC {label}, m = {m}, {kernel_name(per_class)}, "
-                     f"prior N{tuple(prior)}" + (", Xu learned" if learn else ""),
+                     f"prior {prior_label(prior)}" + (", Xu learned" if learn else ""),
            "n": len(data.y_train), "m": m, "cpu_fit": cpu_fit, "wall_fit": wall_fit, "cpu_predict": cpu_pred,
            "n_iter": int(res.n_iter), "converged": bool(res.converged), "capped": capped,
            "log_evidence": float(res.log_evidence), "learn": bool(learn),
            "test": test, "train": train, "point": point, "Xu": np.asarray(res.point.get("Xu", Xu)).tolist(),
-           "per_class": per_class, "prior": list(prior), "scale": scale,
+           "per_class": per_class, "scale": scale,
+           "prior": {k: list(v) for k, v in prior.items()} if isinstance(prior, dict) else list(prior),
            "test_log_p_rows": _log_p_rows(gp.likelihood, *latent, data.y_test, scale),
            "test_latent_mean": latent[0].tolist(), "test_latent_var": np.diagonal(latent[1], axis1=1, axis2=2).tolist()}
     if keep_latent:
@@ -637,8 +638,25 @@ def kernel_name(per_class):
     return KERNEL_NAMES[per_class]
 
 
-def candidate_name(per_class, learn=False):
-    return kernel_name(per_class) + (", Xu learned" if learn else "")
+def candidate_name(per_class, learn=False, amplitude_prior=None):
+    return (kernel_name(per_class) + (", Xu learned" if learn else "")
+            + (f", log v0 ~ N({amplitude_prior[0]:g}, {amplitude_prior[1]:g}^2)" if amplitude_prior else ""))
+
+
+def with_amplitude_prior(prior, amplitude_prior):
+    """``ard_classifier``'s ``prior`` with log v0 ~ N(``amplitude_prior``) and ``prior`` (a
+    (mean, sd) pair) on the other log-hyperparameters (the dict form of ``prior``); ``prior``
+    itself without ``amplitude_prior``."""
+    if not amplitude_prior:
+        return prior
+    return {"log_w": tuple(prior), "log_v0": tuple(amplitude_prior), "log_v1": tuple(prior)}
+
+
+def prior_label(prior):
+    """The method's words for ``prior``: N(mean, sd) for a pair, one N per variable for a dict."""
+    if isinstance(prior, dict):
+        return ", ".join(f"{k} N{tuple(v)}" for k, v in prior.items())
+    return f"N{tuple(prior)}"
 
 
 def classifier(X, y, per_class, prior, **options):
@@ -667,20 +685,26 @@ def select_fit(data, m, prior, maxiter, candidate_list=SELECT_CANDIDATES, scales
     ``scales``: the predictive chosen with the kernel: each candidate's validation log p under
     ``scaled_predict`` for every s in ``scales`` (from the one latent predictive of its fit), the
     candidate with its best s competing (``PREDICTIVE_SCALES``: ``--select-predictive``); the
-    default (0,) is the plug-in alone, the rule before."""
+    default (0,) is the plug-in alone, the rule before.
+
+    A candidate (per_class, learn, (mean, sd)): that kernel with log v0 ~ N(mean, sd^2) and
+    ``prior`` on the other log-hyperparameters (``with_amplitude_prior``; issue 61's
+    ``--amplitude-prior``)."""
     val = validation_split(data)
     candidates, rows, coarse = [], [], {}
-    for per_class, learn in candidate_list:
-        r = package_fit(val, m, per_class, prior, maxiter, learn=learn, n_train_eval=0, coarse=coarse.get(per_class),
-                        keep_latent=True)
+    for per_class, learn, *amplitude in candidate_list:
+        amplitude = tuple(amplitude[0]) if amplitude and amplitude[0] else None
+        r = package_fit(val, m, per_class, with_amplitude_prior(prior, amplitude), maxiter, learn=learn,
+                        n_train_eval=0, coarse=coarse.get((per_class, amplitude)), keep_latent=True)
         if not learn:
-            coarse[per_class] = r
+            coarse[(per_class, amplitude)] = r
         c1 = time.process_time()
         by_scale = [np.asarray(_log_p_rows(_softmax(), *r["latent"], val.y_test, s_))
                     for s_ in scales]
         i_s = int(np.argmax([lp.mean() for lp in by_scale]))
         rows.append(by_scale[i_s])
-        candidates.append({"per_class": per_class, "learn": learn, "n_fit": len(val.y_train),
+        candidates.append({"per_class": per_class, "learn": learn, "amplitude_prior": amplitude,
+                           "n_fit": len(val.y_train),
                            "n_val": len(val.y_test), "groups_val": int(len(np.unique(val.groups_test))),
                            "scale": scales[i_s], "val_log_p": float(by_scale[i_s].mean()),
                            "val_log_p_scales": [float(lp.mean()) for lp in by_scale], "scales": list(scales),
@@ -694,9 +718,10 @@ def select_fit(data, m, prior, maxiter, candidate_list=SELECT_CANDIDATES, scales
         # the margin to the chosen candidate and its standard error over the validation groups
         c_["gap_to_best"] = float(np.mean(rows[i_best] - lp))
         c_["gap_se"] = grouped_se(rows[i_best] - lp, val.groups_test) if c_ is not best else 0.0
-    row = package_fit(data, m, best["per_class"], prior, maxiter, learn=best["learn"], scale=best["scale"])
+    row = package_fit(data, m, best["per_class"], with_amplitude_prior(prior, best["amplitude_prior"]), maxiter,
+                      learn=best["learn"], scale=best["scale"])
     row.update(selection=candidates, cpu_selection=sum(c_["cpu"] for c_ in candidates))
-    inputs = "Xu k-means or learned" if any(learn for _, learn in candidate_list) else "Xu k-means"
+    inputs = "Xu k-means or learned" if any(c_[1] for c_ in candidate_list) else "Xu k-means"
     with_s = f", predictive scale s among {len(scales)}" if len(scales) > 1 else ""
     row["method"] += f" (chosen on validation rows among {len(candidates)}: {inputs}{with_s})"
     if len(scales) > 1:
@@ -1180,7 +1205,8 @@ def issue61(args):
         fits = [json.loads(line) for line in (work / f"{args.data}.jsonl").read_text().splitlines()]
         row = ep_timing(data, args.m, [f for f in fits if f["run"] == "ep" and f.get("point")][-1])
     elif args.run == "select":
-        row = select_fit(data, args.m, prior, args.maxiter,
+        extra = tuple((SHRUNK + "1", False, tuple(a)) for a in args.amplitude_prior or ())
+        row = select_fit(data, args.m, prior, args.maxiter, candidate_list=SELECT_CANDIDATES + extra,
                          scales=PREDICTIVE_SCALES if args.select_predictive else (0.0,))
     elif args.run == "xu-per-class":
         per_class = "amplitudes" if args.amplitudes else SHRUNK + "1" if args.shrunk else not args.shared
@@ -1229,6 +1255,9 @@ def main():
     ap.add_argument("--select-predictive", action="store_true",
                     help="issue 61, --run select: choose the predictive's scale s (PREDICTIVE_SCALES) with the kernel")
     ap.add_argument("--prior", default="-3,3", help="issue 61: mean,sd of the log-hyperparameters' prior")
+    ap.add_argument("--amplitude-prior", nargs=2, type=float, action="append", metavar=("MEAN", "SD"),
+                    help="issue 61, --run select: one more candidate, per-class ARD with lengthscale_spread=1 "
+                         "and log v0 ~ N(MEAN, SD^2) (--prior on the others); repeatable")
     ap.add_argument("--dtype", default="float32", help="issue 61: SVGP's float type")
     ap.add_argument("--lr", type=float, default=None, help="issue 61: SVGP's Adam step size")
     ap.add_argument("--max-epochs", type=int, default=None, help="issue 61: SVGP's hard epoch cap")
@@ -1420,7 +1449,7 @@ def _comparison61(work):
                   else "")
             how = (_cost61(r) if r["run"] == "svgp" else
                    f"{_iterations61(r)}; chosen: " + ", ".join(
-                       f"{candidate_name(c_['per_class'], c_.get('learn', False))} validation log p "
+                       f"{candidate_name(c_['per_class'], c_.get('learn', False), c_.get('amplitude_prior'))} validation log p "
                        f"{c_['val_log_p']:.4f}"
                        + (f" (gap {c_['gap_to_best']:.4f} +- {c_['gap_se']:.4f})" if c_.get("gap_se") else "")
                        for c_ in r["selection"]))
@@ -1645,7 +1674,7 @@ def _predictive61(work):
                     + " | best s | margin to the chosen |",
                     "|---|" + "---|" * (len(chosen["selection"][0]["scales"]) + 2)]
         for c_ in chosen["selection"]:
-            details.append(f"| {candidate_name(c_['per_class'], c_['learn'])} | "
+            details.append(f"| {candidate_name(c_['per_class'], c_['learn'], c_.get('amplitude_prior'))} | "
                            + " | ".join(f"{v:.4f}" for v in c_["val_log_p_scales"])
                            + f" | {c_['scale']:g} | " + ("chosen" if not c_["gap_to_best"] and not c_["gap_se"]
                                                         else f"{c_['gap_to_best']:.4f} +- {c_['gap_se']:.4f}") + " |")

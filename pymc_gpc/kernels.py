@@ -622,6 +622,41 @@ def per_class(factory, *hyperparameters):
     return [factory(*(t[k] for t in tensors)) for k in range(c)]
 
 
+# The default Normal on a log-hyperparameter (Barber & Williams, sec. 5): ``ard_kernels``'s
+# and ``pymc_gpc.ard_classifier``'s ``prior`` for each name a dict leaves out.
+DEFAULT_PRIOR = (-3.0, 3.0)
+
+
+def prior_pairs(prior, names, default=DEFAULT_PRIOR):
+    """``prior`` as {name: (mean, sd)} for the model's log-hyperparameters ``names``: one
+    (mean, sd) pair for all of them, or a dict from some of ``names`` to pairs (the others
+    ``default``). ValueError, naming the culprit, for a name not in ``names`` or a pair that
+    is not two finite numbers with sd > 0."""
+    if isinstance(prior, dict):
+        unknown = [k for k in prior if k not in names]
+        if unknown:
+            raise ValueError(f"prior names {unknown!r}, which this model does not have: its log-hyperparameters "
+                             f"are {list(names)!r}")
+        return {k: _prior_pair(prior.get(k, default), f"prior[{k!r}]") for k in names}
+    pair = _prior_pair(prior, "prior")
+    return {k: pair for k in names}
+
+
+def _prior_pair(pair, what):
+    """(mean, sd) as two float64s: ValueError naming ``what`` unless two finite numbers, sd > 0."""
+    if isinstance(pair, (str, bytes)):
+        raise ValueError(f"{what} must be a pair (mean, sd) of numbers, got {pair!r}")
+    try:
+        mu, sd = (float(v) for v in pair)
+    except (TypeError, ValueError):
+        raise ValueError(f"{what} must be a pair (mean, sd) of numbers, got {pair!r}") from None
+    if not (np.isfinite(mu) and np.isfinite(sd) and sd > 0):
+        raise ValueError(f"{what} needs a finite mean and a finite sd > 0, got (mean, sd) = ({mu}, {sd})")
+    # float64 scalars: PyTensor makes a Python float that float32 holds exactly (2.0, 1.5) a
+    # float32 constant, and the Normal's log sd is then rounded to float32 (1e-8 in the log prior)
+    return np.float64(mu), np.float64(sd)
+
+
 def ard_kernels(input_dim, classes, *, prior=(-3.0, 3.0), bias=True, shared=False,
                 feature_names=None, log_v0_start=0.0):
     r"""Barber & Williams' ARD kernel for several classes: one per class (default) or shared.
@@ -648,7 +683,9 @@ def ard_kernels(input_dim, classes, *, prior=(-3.0, 3.0), bias=True, shared=Fals
     input_dim : number of input columns d.
     classes : the number of classes c, or the class labels in column order (e.g.
         ``gp.classes`` or ``np.unique(y)``; they become the ``class`` coordinate).
-    prior : (mean, sd) of the Normal prior on every log-hyperparameter.
+    prior : (mean, sd) of the Normal prior on every log-hyperparameter, or a dict from
+        variable names (``"log_w"``, ``"log_v0"``, ``"log_v1"``) to (mean, sd) pairs, the
+        names not given N(-3, 3^2) (``prior_pairs``).
     bias : include the bias variance v1.
     shared : False (one kernel per class), True (one kernel for all classes) or
         ``"lengthscales"`` (the inverse squared lengthscales shared, amplitudes and bias
@@ -684,9 +721,7 @@ def ard_kernels(input_dim, classes, *, prior=(-3.0, 3.0), bias=True, shared=Fals
     """
     import pymc as pm
 
-    mu, sd = (float(v) for v in prior)
-    if not (np.isfinite(mu) and np.isfinite(sd) and sd > 0):
-        raise ValueError(f"prior needs a finite mean and a finite sd > 0, got (mean, sd) = ({mu}, {sd})")
+    pairs = prior_pairs(prior, ("log_w", "log_v0", "log_v1") if bias else ("log_w", "log_v0"))
     if not (shared is True or shared is False or shared == "lengthscales"):
         raise ValueError(f"shared must be True, False or 'lengthscales', got {shared!r}")
     one_kernel = shared is True
@@ -707,23 +742,24 @@ def ard_kernels(input_dim, classes, *, prior=(-3.0, 3.0), bias=True, shared=Fals
         elif len(model.coords[dim]) != len(values):
             raise ValueError(f"the model's {dim!r} coordinate has {len(model.coords[dim])} values, "
                              f"not the {len(values)} given")
-    start = float(np.clip(log_v0_start, mu - sd, mu + sd))
+    mu0, sd0 = pairs["log_v0"]
+    start = float(np.clip(log_v0_start, mu0 - sd0, mu0 + sd0))
     if one_kernel:
-        log_w = pm.Normal("log_w", mu, sd, dims="feature")
-        log_v0 = pm.Normal("log_v0", mu, sd, initval=start)
-        v1 = pt.exp(pm.Normal("log_v1", mu, sd)) if bias else 0.0
+        log_w = pm.Normal("log_w", *pairs["log_w"], dims="feature")
+        log_v0 = pm.Normal("log_v0", mu0, sd0, initval=start)
+        v1 = pt.exp(pm.Normal("log_v1", *pairs["log_v1"])) if bias else 0.0
         return MixedARD(d, v0=pt.exp(log_v0), l=pt.exp(log_w), v1=v1)
     if shared == "lengthscales":
-        w = pt.exp(pm.Normal("log_w", mu, sd, dims="feature"))
-        log_v0 = pm.Normal("log_v0", mu, sd, dims="class", initval=np.full(c, start))
+        w = pt.exp(pm.Normal("log_w", *pairs["log_w"], dims="feature"))
+        log_v0 = pm.Normal("log_v0", mu0, sd0, dims="class", initval=np.full(c, start))
         if bias:
-            log_v1 = pm.Normal("log_v1", mu, sd, dims="class")
+            log_v1 = pm.Normal("log_v1", *pairs["log_v1"], dims="class")
             return per_class(lambda v0, v1: MixedARD(d, v0=pt.exp(v0), l=w, v1=pt.exp(v1)), log_v0, log_v1)
         return per_class(lambda v0: MixedARD(d, v0=pt.exp(v0), l=w), log_v0)
-    log_w = pm.Normal("log_w", mu, sd, dims=("class", "feature"))
-    log_v0 = pm.Normal("log_v0", mu, sd, dims="class", initval=np.full(c, start))
+    log_w = pm.Normal("log_w", *pairs["log_w"], dims=("class", "feature"))
+    log_v0 = pm.Normal("log_v0", mu0, sd0, dims="class", initval=np.full(c, start))
     if bias:
-        log_v1 = pm.Normal("log_v1", mu, sd, dims="class")
+        log_v1 = pm.Normal("log_v1", *pairs["log_v1"], dims="class")
         return per_class(lambda w, v0, v1: MixedARD(d, v0=pt.exp(v0), l=pt.exp(w), v1=pt.exp(v1)),
                          log_w, log_v0, log_v1)
     return per_class(lambda w, v0: MixedARD(d, v0=pt.exp(v0), l=pt.exp(w)), log_w, log_v0)

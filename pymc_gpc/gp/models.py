@@ -16,7 +16,7 @@ import pymc as pm
 import pytensor.tensor as pt
 
 from .marginal import MarginalADF, MarginalEP, MarginalLaplace, MarginalMeanField
-from ..kernels import MixedARD, ard_kernels
+from ..kernels import DEFAULT_PRIOR, MixedARD, ard_kernels, prior_pairs
 from ..approximations import registry
 from ..likelihoods.binary import Probit
 from ..likelihoods.multiclass import MULTICLASS_LIKELIHOODS, MulticlassLikelihood
@@ -46,7 +46,7 @@ def multiclass_likelihood(approximation):
     raise ValueError(f"y holds more than two classes: use approximation={pairs}, not {approximation!r}")
 
 
-def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.0),
+def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=DEFAULT_PRIOR,
                    feature_names=None, bias=True, name="y", inducing="auto", learn_inducing=False, per_class=None,
                    lengthscale_spread=None, levels=None, kernel="se", linear=False, hsgp=None, **solver_options):
     """Build ``pm.Model`` + GP with an ARD kernel (``kernel``, ``linear``), for two classes or more.
@@ -80,7 +80,12 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
         (``lengthscale_shrinkage``: the potential ``log_w_shrinkage``). Between one kernel per
         class (tau infinite) and ``per_class="amplitudes"`` (tau = 0); tau = 1 lets a class's
         lengthscale differ from the common one by a factor of about e^(1/2) at one sd.
-    prior : (mean, sd) of the Normal prior on every log-hyperparameter.
+    prior : (mean, sd) of the Normal prior on every log-hyperparameter, or a dict from the
+        model's variable names to (mean, sd) pairs, one Normal per group, the names not
+        given N(-3, 3^2): ``"log_w"``, ``"log_v0"``, ``"log_v1"`` (with ``bias``, not with
+        ``hsgp``) and ``"log_a"`` (with ``linear``); e.g. ``{"log_v0": (0.0, 1.0)}`` keeps
+        the class amplitudes near 1 and leaves the other priors as they are. With
+        ``lengthscale_spread``, ``"log_w"``'s pair is the mean and sd of mu_j.
     feature_names : names for the ``feature`` coordinate of ``log_w``.
     bias : include the constant term v1 (not with ``hsgp``: a constant kernel has no
         spectral density, so that model has no ``log_v1``; the basis' lowest frequencies
@@ -119,10 +124,11 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
     ------
     ValueError
         For an unknown ``approximation``, a ``prior`` that is not a finite (mean, sd > 0)
-        pair, bad inputs, ``inducing`` with mean field or ADF, or ``per_class`` with a
-        binary likelihood, ``lengthscale_spread`` that is not a number > 0 or without one
-        kernel per class, or ``learn_inducing`` without ``inducing``, or ``approx=`` (use
-        ``inducing`` or ``hsgp``), or ``hsgp`` that is not a pair (m >= 1, c > 1), with
+        pair or a dict of such pairs keyed by the model's variable names (naming the unknown
+        name or the bad pair), bad inputs, ``inducing`` with mean field or ADF, or
+        ``per_class`` with a binary likelihood, ``lengthscale_spread`` that is not a number
+        > 0 or without one kernel per class, or ``learn_inducing`` without ``inducing``, or
+        ``approx=`` (use ``inducing`` or ``hsgp``), or ``hsgp`` that is not a pair (m >= 1, c > 1), with
         more than ``HSGP_MAX_DIMS`` input columns, with inducing inputs, with several classes
         or with ``linear``; the combination is checked by ``approximations.registry.check``.
 
@@ -167,12 +173,7 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
         raise ValueError("learn_inducing=True needs inducing= (a number m of inducing inputs or an (m, d) array)")
     if approximation not in APPROXIMATIONS:
         raise ValueError(f"approximation must be one of {sorted(APPROXIMATIONS)}, got {approximation!r}")
-    try:
-        mu, sd = (float(v) for v in prior)
-    except (TypeError, ValueError):
-        raise ValueError(f"prior must be a pair (mean, sd) of numbers, got {prior!r}") from None
-    if not (np.isfinite(mu) and np.isfinite(sd) and sd > 0):
-        raise ValueError(f"prior needs a finite mean and a finite sd > 0, got (mean, sd) = ({mu}, {sd})")
+    pairs = prior_pairs(prior, _prior_names(bias and hsgp is None, linear))
     d = X.shape[1]
     names = list(feature_names) if feature_names is not None else [f"x{m}" for m in range(d)]
     if len(names) != d:
@@ -189,7 +190,7 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
         raise ValueError("kernel= and linear= serve a binary likelihood; multi-class and ordinal models use "
                          "the ARD squared exponential")
     if isinstance(likelihood, type) and issubclass(likelihood, OrdinalLikelihood):
-        return _ordinal_classifier(X, y, likelihood, approximation, (mu, sd), names, bias, name, inducing,
+        return _ordinal_classifier(X, y, likelihood, approximation, pairs, names, bias, name, inducing,
                                    learn_inducing, levels, solver_options, hsgp=hsgp)
     if isinstance(likelihood, MulticlassLikelihood) and hsgp is not None:
         raise ValueError("hsgp serves a target with two classes or ordered ones (ordinal likelihoods); for "
@@ -202,10 +203,11 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
             if not (per_class is None or per_class is True or per_class is False or per_class == "amplitudes"):
                 raise ValueError(f"per_class must be True, False or 'amplitudes', got {per_class!r}")
             shared = {False: True, "amplitudes": "lengthscales"}.get(per_class, False)
-            cov = ard_kernels(d, classes, prior=prior, bias=bias, shared=shared,
-                              feature_names=names, log_v0_start=LOG_V0_START)
+            cov = ard_kernels(d, classes, prior={k: pairs[k] for k in pairs if k != "log_a"}, bias=bias,
+                              shared=shared, feature_names=names, log_v0_start=LOG_V0_START)
             if lengthscale_spread is not None:
-                pm.Potential("log_w_shrinkage", lengthscale_shrinkage(model["log_w"], lengthscale_spread, (mu, sd)))
+                pm.Potential("log_w_shrinkage",
+                             lengthscale_shrinkage(model["log_w"], lengthscale_spread, pairs["log_w"]))
             gp = APPROXIMATIONS[approximation](cov_func=cov, likelihood=likelihood, approx=approx, **solver_options)
             if inducing is None:
                 gp.marginal_likelihood(name, X=X, y=y)
@@ -218,7 +220,7 @@ def ard_classifier(X, y, *, approximation="ep", likelihood=None, prior=(-3.0, 3.
     if kernel not in BINARY_KERNELS:
         raise ValueError(f"kernel must be one of {BINARY_KERNELS}, got {kernel!r}")
     with pm.Model(coords={"feature": names}) as model:
-        cov = _binary_kernel(d, kernel, linear, bias, mu, sd, spectral=hsgp is not None)
+        cov = _binary_kernel(d, kernel, linear, bias, pairs, spectral=hsgp is not None)
         gp = APPROXIMATIONS[approximation](cov_func=cov, likelihood=likelihood, approx=approx, **(hsgp or {}),
                                            **solver_options)
         if inducing is None:
@@ -302,39 +304,51 @@ def auto_inducing(n, approximation="ep"):
 BINARY_KERNELS = ("se", "matern52")
 
 
-def _binary_kernel(d, kernel, linear, bias, mu, sd, spectral=False):
+def _prior_names(bias, linear):
+    """``ard_classifier``'s log-hyperparameters, the names a ``prior`` dict may give."""
+    return ("log_w", "log_v0") + (("log_v1",) if bias else ()) + (("log_a",) if linear else ())
+
+
+def _log_v0(pairs, **dims):
+    """The model's ``log_v0``, N(``pairs["log_v0"]``), starting at ``LOG_V0_START`` clipped to
+    within one sd of its mean (see ``ard_classifier``'s docstring)."""
+    mu, sd = pairs["log_v0"]
+    return pm.Normal("log_v0", mu, sd, initval=float(np.clip(LOG_V0_START, mu - sd, mu + sd)), **dims)
+
+
+def _binary_kernel(d, kernel, linear, bias, pairs, spectral=False):
     """The binary model's covariance and its variables, in the model on the context stack:
-    v0 k_w(x, x') (+ v1) (+ sum_m a_m x_m x'_m), every log-hyperparameter N(mu, sd^2)
+    v0 k_w(x, x') (+ v1) (+ sum_m a_m x_m x'_m), each log-hyperparameter N(``pairs[name]``)
     (``ard_classifier``'s ``kernel`` and ``linear``). ``spectral``: a kernel with a spectral
     density (``ard_classifier``'s ``hsgp``): v0 k_w alone, k_w ``pm.gp.cov.ExpQuad`` for "se"."""
-    log_w = pm.Normal("log_w", mu, sd, dims="feature")
-    log_v0 = pm.Normal("log_v0", mu, sd, initval=float(np.clip(LOG_V0_START, mu - sd, mu + sd)))  # see the docstring
+    log_w = pm.Normal("log_w", *pairs["log_w"], dims="feature")
+    log_v0 = _log_v0(pairs)
     if spectral:
         base = pm.gp.cov.ExpQuad if kernel == "se" else pm.gp.cov.Matern52
         return pt.exp(log_v0) * base(d, ls=pt.exp(-0.5 * log_w))
-    v1 = pt.exp(pm.Normal("log_v1", mu, sd)) if bias else 0.0
+    v1 = pt.exp(pm.Normal("log_v1", *pairs["log_v1"])) if bias else 0.0
     if kernel == "se":
         cov = MixedARD(d, v0=pt.exp(log_v0), l=pt.exp(log_w), v1=v1)  # = v0 ExpQuad(ls=w^-1/2) + v1
     else:
         cov = MixedARD(d, v0=pt.exp(log_v0), l=pt.exp(log_w), v1=v1, form="matern52")  # = v0 Matern52(ls=w^-1/2) + v1
     if linear:
-        root_a = pt.exp(0.5 * pm.Normal("log_a", mu, sd, dims="feature"))
+        root_a = pt.exp(0.5 * pm.Normal("log_a", *pairs["log_a"], dims="feature"))
         cov = cov + pm.gp.cov.WarpedInput(d, pm.gp.cov.Linear(d, c=0.0), lambda X, s: X * s, args=(root_a,))
     return cov
 
 
-def _ordinal_classifier(X, y, likelihood_class, approximation, prior, names, bias, name, inducing, learn_inducing,
+def _ordinal_classifier(X, y, likelihood_class, approximation, pairs, names, bias, name, inducing, learn_inducing,
                         levels, solver_options, hsgp=None):
     """``ard_classifier``'s ordinal model: the binary model's ARD kernel and free ordered cutpoints
-    (with ``hsgp``, the HSGP options: the ARD ExpQuad kernel without v1, as ``_binary_kernel``)."""
+    (with ``hsgp``, the HSGP options: the ARD ExpQuad kernel without v1, as ``_binary_kernel``);
+    ``pairs``: each log-hyperparameter's (mean, sd) (``kernels.prior_pairs``)."""
     n_levels = _ordinal_level_count(y, levels)
     codes, classes = as_ordinal_codes(y, n_levels, levels)  # checked before the model is built
-    mu, sd = prior
     with pm.Model(coords={"feature": names, "cutpoint": [f"{a}|{b}" for a, b in zip(classes[:-1], classes[1:])]}) \
             as model:
-        log_w = pm.Normal("log_w", mu, sd, dims="feature")
-        log_v0 = pm.Normal("log_v0", mu, sd, initval=float(np.clip(LOG_V0_START, mu - sd, mu + sd)))
-        v1 = pt.exp(pm.Normal("log_v1", mu, sd)) if bias and hsgp is None else 0.0
+        log_w = pm.Normal("log_w", *pairs["log_w"], dims="feature")
+        log_v0 = _log_v0(pairs)
+        v1 = pt.exp(pm.Normal("log_v1", *pairs["log_v1"])) if bias and hsgp is None else 0.0
         cut = pm.Normal("cutpoints", 0.0, 3.0, dims="cutpoint", transform=pm.distributions.transforms.ordered,
                         initval=np.linspace(-1.0, 1.0, n_levels - 1))
         if hsgp is not None:  # a kernel with a spectral density, no v1 (the cutpoints carry the offset)
