@@ -175,12 +175,21 @@ class MulticlassLikelihood:
     predictives = ("integrate", "mean")  # what ``predict`` can return (its docstring)
     predictive = "integrate"  # the default (set per subclass, by the measurements there)
 
-    def __init__(self, n_classes=None, predictive=None):
+    cov_scale = 1.0  # the latent predictive covariance's factor in ``predict`` (its docstring)
+
+    def __init__(self, n_classes=None, predictive=None, cov_scale=1.0):
         if n_classes is not None and (int(n_classes) != n_classes or n_classes < 2):
             raise ValueError(f"n_classes must be an integer >= 2, got {n_classes!r}")
         self.n_classes = None if n_classes is None else int(n_classes)
         if predictive is not None:
             self.predictive = self._check_predictive(predictive)
+        try:
+            scale = float(cov_scale)
+        except (TypeError, ValueError):
+            raise ValueError(f"cov_scale must be a number >= 0, got {cov_scale!r}") from None
+        if not (np.isfinite(scale) and scale >= 0.0):
+            raise ValueError(f"cov_scale must be a finite number >= 0, got {cov_scale!r}")
+        self.cov_scale = scale
 
     def params_tensor(self):
         """No parameters: an empty PyTensor vector (the Op's parameter input)."""
@@ -211,7 +220,16 @@ class MulticlassLikelihood:
         * "probit" (softmax only): the probit-style approximation of the Gaussian-softmax
           integral on the pairwise differences (``pairwise_probit_softmax``), invariant to a
           shift common to all classes as the softmax is.
+
+        "integrate" and "probit" use :math:`s \Sigma_i`, s the likelihood's ``cov_scale``
+        (default 1): s = 0 gives the plug-in, and an s between 0 and 1, chosen on held-out
+        rows, tempers a latent variance that MAP-II's large amplitudes inflate.
         """
+        cov = np.asarray(cov, float)
+        return self._predict(mean, cov * self.cov_scale if self.cov_scale != 1.0 else cov, size, predictive)
+
+    def _predict(self, mean, cov, size, predictive):
+        """``predict`` with the covariance as given (no ``cov_scale``)."""
         predictive = self._check_predictive(predictive)
         mean = np.asarray(mean, float)
         if predictive == "mean":
@@ -239,12 +257,13 @@ class MulticlassLikelihood:
 
     def expected_prob(self, y, mean, cov, size=None):
         r""":math:`E[p(y_i \mid f_i)]` under :math:`f_i \sim N(\mu_i, \Sigma_i)` (``mean[i]``, ``cov[i]``): (m,)."""
-        p = self.predict(mean, cov, size, predictive="integrate")
+        p = self._predict(mean, np.asarray(cov, float), size, "integrate")  # the cavity's own covariance
         return p[np.arange(p.shape[0]), np.asarray(y, dtype=int)]
 
     def __repr__(self):
-        own = self.predictive != type(self).predictive
-        return f"{type(self).__name__}({f'predictive={self.predictive!r}' if own else ''})"
+        own = [f"predictive={self.predictive!r}"] if self.predictive != type(self).predictive else []
+        own += [f"cov_scale={self.cov_scale!r}"] if self.cov_scale != 1.0 else []
+        return f"{type(self).__name__}({', '.join(own)})"
 
 
 @njit(nogil=True, cache=True)
@@ -286,6 +305,11 @@ class Softmax(MulticlassLikelihood):
         predictive mean, :math:`\pi(E_q[f_*])`; the average of the softmax over Laplace's latent
         predictive Gaussian (R&W 2006, sec. 3.5); or the probit-style approximation of
         that average on the classes' pairwise differences (``pairwise_probit_softmax``).
+    cov_scale : float >= 0, optional
+        The factor s on the latent predictive covariance for ``"integrate"`` and ``"probit"``
+        (default 1): the softmax averaged over :math:`N(\mu_*, s \Sigma_*)`, between the
+        plug-in (s = 0) and the full average (s = 1); choose it on held-out rows
+        (docs: "Large data", several classes).
 
     Notes
     -----
@@ -448,6 +472,9 @@ class MultinomialProbit(MulticlassLikelihood):
         nested EP's latent predictive Gaussian, which is close to the exact one, or the
         plug-in at its mean (further from exact sampling;
         benchmarks/results/multiclass_gold.md).
+    cov_scale : float >= 0, optional
+        The factor on the latent predictive covariance for ``"integrate"`` (default 1), as
+        ``Softmax``'s.
 
     Examples
     --------
