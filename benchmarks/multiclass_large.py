@@ -594,15 +594,12 @@ PREDICTIVE_SCALES = (0.0, 0.05, 0.1, 0.2, 0.35, 0.5, 1.0)
 
 def scaled_predict(lik, mean, cov, scale):
     """Class probabilities from the latent predictive N(mean, cov) with its covariance scaled by
-    ``scale`` = s: the softmax averaged over N(mean, s cov) (``lik.predict(mean, s * cov,
-    predictive="integrate")``, the package's fixed quasi-random draws); s = 0 is the plug-in
-    ("mean"), s = 1 "integrate". Between the two: Laplace's Gaussian is centred nearer zero than
-    the posterior, so integrating over all of it flattens the probabilities too much where the
-    plug-in, which ignores the spread, is overconfident where the latent variance is large (far
-    from the training rows); s is chosen on validation rows (``select_fit``)."""
+    ``scale`` = s: the package's ``cov_scale`` (``likelihoods.multiclass``), the softmax averaged
+    over N(mean, s cov) by its fixed quasi-random draws; s = 0 is the plug-in ("mean", exactly),
+    s = 1 "integrate". s is chosen on validation rows (``select_fit``)."""
     if not scale:
         return lik.predict(mean, cov, predictive="mean")
-    return lik.predict(mean, scale * np.asarray(cov, float), predictive="integrate")
+    return type(lik)(predictive="integrate", cov_scale=scale).predict(mean, cov)
 
 
 def grouped_se(diff, groups):
