@@ -311,7 +311,7 @@ def ep(
     if status == _HANDED_BACK:
         compiled_first_change = first_change
         try:
-            post = prior.posterior(tau, rough=method == "parallel" and _rough_allowed(tol, forecast))
+            post = _posterior(prior, tau, method == "parallel" and _rough_allowed(tol, forecast), tol)
         except NotPositiveDefiniteError:
             if state is None:
                 raise
@@ -523,13 +523,23 @@ def _parallel(prior, y, likelihood, th, post, tau, nu, damping, tol, max_sweeps,
         try:
             # the returned posterior (the sweep limit's included) is exact
             rough = sweeps < max_sweeps and _rough_allowed(tol, _next_change(change, previous), sweeps)
-            post, tau, nu = prior.posterior(tau_x, rough=rough), tau_x, nu_x
+            post, tau, nu = _posterior(prior, tau_x, rough, tol), tau_x, nu_x
         except NotPositiveDefiniteError:
             aa.reset()
             post, tau, nu = _proper_posterior(prior, tau, nu, tau_g, nu_g)
     if post.rough:  # max_sweeps = 0 after a rough start
-        post = prior.posterior(tau)
+        post = _posterior(prior, tau, False, tol)
     return post, tau, nu, sweeps, change, first_change
+
+
+def _posterior(prior, tau, rough, tol):
+    """q(f) at sites tau: rough (single precision, never the last sweep's) where ``rough``,
+    else exact; at the sampler's tolerances (tol >= ``_ROUGH_TOL``) an exact posterior's
+    products in single precision where the structure has them (``single_posteriors``: FITC),
+    rounded as its gradient is (``post.ep_gradient(b, rough=True)``)."""
+    if not rough and tol >= _ROUGH_TOL and getattr(prior, "single_posteriors", False):
+        return prior.posterior(tau, single=True)
+    return prior.posterior(tau, rough=rough)
 
 
 # Rough (single-precision) sweeps: at tolerances this loose or looser, within the first

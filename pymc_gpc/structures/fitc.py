@@ -184,16 +184,21 @@ def _solve_columns(factor, B, keep=True):
     return (X if keep else None), col_sq
 
 
-def _inducing_precision(V, d):
+def _inducing_precision(V, d, blockwise=False):
     """A = I + V diag(d) V^T (lower triangle, Fortran-ordered, in V's precision),
     accumulated over column blocks (syrk where d >= 0, else a product with the signed
-    weights)."""
+    weights). ``blockwise`` (a float32 V, d >= 0): each block's syrk in single precision,
+    their sum in double (a float64 A)."""
     m, n = V.shape
-    A = np.asfortranarray(np.eye(m, dtype=V.dtype))
+    A = np.asfortranarray(np.eye(m, dtype=np.float64 if blockwise else V.dtype))
+    block = np.zeros((m, m), dtype=V.dtype, order="F") if blockwise else None
     d = d.astype(V.dtype, copy=False)
     for cols in _column_blocks(m, n):
         Vb, db = np.asfortranarray(V[:, cols]), d[cols]
-        if np.min(db, initial=0.0) >= 0.0:
+        if block is not None:
+            lapack.syrk_lower(1.0, np.asfortranarray(Vb * np.sqrt(db)), 0.0, block, False)
+            A += block
+        elif np.min(db, initial=0.0) >= 0.0:
             lapack.syrk_lower(1.0, np.asfortranarray(Vb * np.sqrt(db)), 1.0, A, False)
         else:
             lapack.gemm(1.0, np.asfortranarray(Vb * db), Vb, 1.0, A, True)
@@ -228,6 +233,7 @@ class FITCPrior:
     """
 
     sequential = False  # no rank-one sequential EP sweeps (they need the dense Sigma)
+    single_posteriors = True  # ``posterior(w, single=True)`` (``FITCPosterior``)
 
     def __init__(self, Kuu, Kuf, k_diag):
         Kuu, Kuf, k_diag = (np.asarray(a, dtype=float) for a in (Kuu, Kuf, k_diag))
@@ -256,9 +262,9 @@ class FITCPrior:
         r""":math:`\tilde K v`."""
         return self.lam * v + self.V.T @ (self.V @ v)
 
-    def posterior(self, w, rough=False):
-        """q(f) at site precisions w (``FITCPosterior``); ``rough``: see there."""
-        return FITCPosterior(self, w, rough=rough)
+    def posterior(self, w, rough=False, single=False):
+        """q(f) at site precisions w (``FITCPosterior``); ``rough`` and ``single``: see there."""
+        return FITCPosterior(self, w, rough=rough, single=single)
 
     def V_single(self):
         """V in float32 (computed once; rough posteriors)."""
@@ -291,6 +297,13 @@ class FITCPosterior:
     forms A and L_A^{-1} V in single precision: the variances carry relative errors of about
     1e-7 cond(L_A), the means and weights are exact for the rounded A; no gradient. For EP
     sweeps that do not end the iteration (``approximations.ep._parallel``).
+
+    ``single=True`` (every site precision >= 0, cond(L_A) <= ``MAX_COND_SINGLE``) is an exact
+    posterior whose two m^2 n products run in single precision: each column block's syrk of A
+    summed in double, and E = A^{-1} V by sgemm with A^{-1} rounded to single. A's Cholesky
+    factor, the means, weights and log-determinant are double; the variances carry absolute
+    errors of about 1e-7 ||V_i||^2 <= 1e-7 k_ii. For EP at the sampler's tolerance, whose
+    gradient is rounded alike (``kernel_gradient``'s ``rough``).
     """
 
     # E = A^{-1} V by dgemm with the explicit A^{-1} where cond(L_A) is at most this
@@ -302,8 +315,10 @@ class FITCPosterior:
     # Rough gradients where cond(L_uu) is at most this (figures for the three limits:
     # docs/design/engine_notes.md, "FITC structure")
     MAX_COND_ROUGH_GRADIENT = 1e6
+    # single-precision exact posteriors where cond(L_A) is at most this
+    MAX_COND_SINGLE = 1e3
 
-    def __init__(self, prior, w, rough=False):
+    def __init__(self, prior, w, rough=False, single=False):
         self.prior = prior
         self.w = np.asarray(w, dtype=float)
         denom = 1.0 + self.w * prior.lam
@@ -313,6 +328,7 @@ class FITCPosterior:
         self.d = self.w * self.g
         self._log_denom = np.log(denom)
         self.rough = bool(rough) and np.min(self.w, initial=0.0) >= 0.0
+        self.single = bool(single) and not rough and np.min(self.w, initial=0.0) >= 0.0
         if self.rough:
             try:
                 self.L_A = chol_lower(_inducing_precision(prior.V_single(), self.d).astype(float), overwrite=True)
@@ -320,7 +336,15 @@ class FITCPosterior:
                 self.rough = self.A_factor.rcond * self.MAX_COND_ROUGH >= 1.0
             except NotPositiveDefiniteError:  # rounding beyond A's unit eigenvalue floor
                 self.rough = False
-        if not self.rough:
+        if self.single:
+            try:
+                self._A = _inducing_precision(prior.V_single(), self.d, blockwise=True)
+                self.L_A = chol_lower(self._A.copy(order="F"), overwrite=True)
+                self.A_factor = _TriangularFactor(self.L_A)
+                self.single = self.A_factor.rcond * self.MAX_COND_SINGLE >= 1.0
+            except NotPositiveDefiniteError:  # rounding beyond A's unit eigenvalue floor
+                self.single = False
+        if not (self.rough or self.single):
             self._A = _inducing_precision(prior.V, self.d)  # lower triangle (the gradient's A - I)
             self.L_A = chol_lower(self._A.copy(order="F"), overwrite=True)
             # (NotPositiveDefiniteError exactly when K~^-1 + W is indefinite)
@@ -333,15 +357,18 @@ class FITCPosterior:
 
         Rough: the column norms of L_A^{-1} V in single precision. Exact: E by dgemm with A^{-1}
         where cond(L_A) <= ``MAX_COND_INVERSE``, else by two triangular solves (negative sites can
-        bring A near singular); the norms are V_i . E_i.
+        bring A near singular); the norms are V_i . E_i. Single: E in float32 by sgemm with
+        A^{-1} rounded to single.
         """
         if self.rough:
             self._c_sq_cached = _solve_columns(self.A_factor, self.prior.V_single(), keep=False)[1]
             return
-        V = self.prior.V
-        E, c_sq = POOL.empty(V.shape), np.empty(V.shape[1])
+        V = self.prior.V_single() if self.single else self.prior.V
+        E, c_sq = POOL.empty(V.shape, V.dtype), np.empty(V.shape[1])
         rcond = self.A_factor.rcond
-        A_inv = self._A_inverse() if rcond * self.MAX_COND_INVERSE >= 1.0 else None
+        A_inv = self._A_inverse() if self.single or rcond * self.MAX_COND_INVERSE >= 1.0 else None
+        if self.single:
+            A_inv = np.asfortranarray(A_inv, dtype=np.float32)
         for cols in _column_blocks(*V.shape):
             Vb, Eb = V[:, cols], E[:, cols]
             if A_inv is not None:

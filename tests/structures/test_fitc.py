@@ -16,6 +16,7 @@ import pytest
 
 from pymc_gpc import ep, laplace
 from pymc_gpc.structures import FITCPrior
+from pymc_gpc.structures.fitc import FITCPosterior
 
 from ..conftest import LIKELIHOOD_CASES, ard_kernel, lik_id, random_problem
 
@@ -269,15 +270,44 @@ def test_rough_posterior_is_single_precision_and_has_no_gradient():
     assert not prior.posterior(w_neg, rough=True).rough
 
 
+def test_single_posterior_rounds_only_its_two_products():
+    """``posterior(w, single=True)``: A's column blocks and E = A^{-1} V in float32, the rest in
+    double. Against the double posterior: variances within 1e-6 of the prior variance (the
+    bound is about 1e-7 ||V_i||^2), the log-determinant, means and weights to float32 rounding,
+    the (rough) gradient as close as the double posterior's own rough gradient allows; negative
+    sites or an ill-conditioned A fall back to double."""
+    X, y, Xu = problem(8, 300, 30)
+    prior = FITCPrior(*fitc_parts(X, Xu, np.log([0.8, 1.3]), np.log(3.0)))
+    w = np.random.default_rng(8).gamma(1.0, 2.0, size=300)
+    nu = np.random.default_rng(9).normal(size=300)
+    exact, single = prior.posterior(w), prior.posterior(w, single=True)
+    assert single.single and not single.rough and not exact.single
+    var_gap = np.abs(single.var_diag() - exact.var_diag()) / prior.diag()
+    assert 1e-13 < np.max(var_gap) < 1e-6  # rounded in float32, and only that
+    assert single._E.dtype == np.float32 and exact._E.dtype == np.float64
+    np.testing.assert_allclose(single.half_logdet_B(), exact.half_logdet_B(), rtol=1e-6)
+    mean_s, b_s = single.mean_and_weights(nu)
+    mean_e, b_e = exact.mean_and_weights(nu)
+    np.testing.assert_allclose(mean_s, mean_e, rtol=1e-5, atol=1e-6 * np.max(np.abs(mean_e)))
+    for got, want in zip(single.ep_gradient(b_s, rough=True), exact.ep_gradient(b_e, rough=False)):
+        np.testing.assert_allclose(got, want, atol=1e-4 * np.max(np.abs(want)))
+    w_neg = w.copy()
+    w_neg[:5] = -0.05
+    assert not prior.posterior(w_neg, single=True).single
+    stiff = prior.posterior(1e6 * w, single=True)  # cond(L_A) far above MAX_COND_SINGLE
+    assert stiff.A_factor.rcond * FITCPosterior.MAX_COND_SINGLE < 1.0 and not stiff.single
+    np.testing.assert_allclose(stiff.var_diag(), prior.posterior(1e6 * w).var_diag(), rtol=1e-9)
+
+
 def record_rough(monkeypatch, cls, method):
     """The ``rough`` flag of every call of ``cls.method(self, x, rough=...)``, in order, while
     the test runs."""
     asked = []
     original = getattr(cls, method)
 
-    def recording(self, x, rough=False):
+    def recording(self, x, rough=False, **options):
         asked.append(rough)
-        return original(self, x, rough=rough)
+        return original(self, x, rough=rough, **options)
 
     monkeypatch.setattr(cls, method, recording)
     return asked
@@ -291,9 +321,9 @@ def rough_requests(monkeypatch):
 
 def test_loose_tolerance_sweeps_rough_but_returns_an_exact_fixed_point(monkeypatch, rough_requests):
     """At the sampler's tolerance a warm start's first sweep runs on a rough posterior;
-    the returned posterior is exact and its sites pass an exact convergence check: the
-    evidence equals the one recomputed exactly at the returned sites, and one more exact
-    sweep moves them by less than tol. At the engine's tolerance no rough posterior is
+    the returned posterior is exact but for its products' single precision, and its sites pass
+    an exact convergence check: the evidence is the one recomputed in double at the returned
+    sites to float32 rounding, and one more exact sweep moves them by less than tol. At the engine's tolerance no rough posterior is
     asked for."""
     from pymc_gpc.approximations import ep as ep_module
     from pymc_gpc.likelihoods import Probit
@@ -310,7 +340,11 @@ def test_loose_tolerance_sweeps_rough_but_returns_an_exact_fixed_point(monkeypat
     post = prior.posterior(tau)
     var, mean, b, tau_c, nu_c = ep_module._cavities(post, tau, nu, prior)
     tilted = lik.tilted(y, nu_c / tau_c, 1.0 / tau_c, lik.resolve_params(None))
-    assert abs(ep_module.ep_log_z(post, tau, nu, mean, tau_c, nu_c, tilted.log_z) - res.log_z) < 1e-9
+    exact_log_z = ep_module.ep_log_z(post, tau, nu, mean, tau_c, nu_c, tilted.log_z)
+    # the last posterior's two m^2 n products in single precision: its evidence is the exact
+    # one at the returned sites but for float32 rounding
+    assert res.posterior.single and not post.single
+    assert 0.0 < abs(exact_log_z - res.log_z) < 1e-6 * abs(exact_log_z)
     change = ep_module.parallel_site_update(lik.kind, y, lik.resolve_params(None), var, mean, tau, nu, prior.diag(), 1.0)[2]
     assert change < 1e-2
     # the fixed point is the exact one's: as close to a tight solve as an all-exact run
