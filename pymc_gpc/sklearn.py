@@ -170,6 +170,9 @@ class _GPClassifierBase(ClassifierMixin, BaseEstimator):
         for name in ("max_draws", "maxiter", "inducing"):  # None: every draw / the default / dense
             if getattr(self, name) is not None:
                 _positive_int(name, getattr(self, name))
+        if callable(self.kernel) and not _is_default_prior(self.prior):
+            raise ValueError(f"prior={self.prior!r} sets the named kernels' priors; a callable kernel sets the "
+                             "priors of the variables it creates: leave prior at its default")
 
     # -- the model ----------------------------------------------------------------------
 
@@ -182,7 +185,7 @@ class _GPClassifierBase(ClassifierMixin, BaseEstimator):
         names = _feature_names(self, X.shape[1])
         if callable(self.kernel):
             return _custom_model(self.kernel, X, codes, n_classes, likelihood, self.approximation, inducing,
-                                 getattr(self, "per_class_kernels", True), names, self.prior)
+                                 getattr(self, "per_class_kernels", True), names)
         options = {"per_class": self.per_class_kernels} if getattr(self, "per_class_kernels", None) is not None \
             and n_classes > 2 and not _is_ordinal(likelihood) else {}
         if n_classes > 2 and not _is_ordinal(likelihood) and self.kernel != "se":
@@ -229,7 +232,10 @@ class GaussianProcessClassifier(_GPClassifierBase):
         ``method``; predictions averaged exactly with the design's weights).
     inducing : None (dense) or a number m of inducing inputs (FITC, k-means placed).
     per_class_kernels : several classes: one kernel per class (True) or one shared.
-    prior : (mean, sd) of the Normal prior on every log-hyperparameter.
+    prior : (mean, sd) of the Normal prior on every log-hyperparameter, or a dict of such
+        pairs by group, the others keeping (-3, 3) (``ard_classifier``'s ``prior``, e.g.
+        ``{"log_v0": (0.0, 1.0)}``). For the named kernels: a callable kernel sets the
+        priors of the variables it creates (any other ``prior`` is then a ValueError).
     draws, tune, chains, n_jobs : NUTS settings (``n_jobs`` chains in parallel).
     max_draws : NUTS: at most this many posterior draws (evenly thinned) in ``predict_proba``; None: all.
     maxiter : point methods: optimiser iterations (None: ``pymc_gpc.fit``'s default).
@@ -323,7 +329,7 @@ class GaussianProcessOrdinalClassifier(_GPClassifierBase):
 # -- helpers ------------------------------------------------------------------------------
 
 
-def _custom_model(kernel, X, codes, n_classes, likelihood, approximation, inducing, per_class, names, prior):
+def _custom_model(kernel, X, codes, n_classes, likelihood, approximation, inducing, per_class, names):
     """``ard_classifier``'s structure around a user's ``kernel(d)``: binary, multi-class
     (one kernel per class, each in a sub-model ``class<k>``, or one shared) or ordinal (free
     ordered cutpoints, N(0, 3^2), as ``ard_classifier``'s)."""
@@ -345,6 +351,14 @@ def _custom_model(kernel, X, codes, n_classes, likelihood, approximation, induci
         gp = APPROXIMATIONS[approximation](cov_func=cov, likelihood=likelihood, **fitc)
         gp.marginal_likelihood("y", X=X, y=codes, **data)
     return model, gp
+
+
+def _is_default_prior(prior):
+    """Whether ``prior`` is the estimators' default pair (-3, 3)."""
+    try:
+        return not isinstance(prior, dict) and tuple(float(v) for v in prior) == (-3.0, 3.0)
+    except (TypeError, ValueError):
+        return False
 
 
 def _is_ordinal(likelihood):
