@@ -54,6 +54,10 @@ def _blas():
     return f"{name} ({threads})"
 
 
+# the 1-minute load when the script imported this module (its start), not when it writes
+_START_LOAD = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+
+
 def _machine():
     cpu = platform.processor() or platform.machine()
     try:
@@ -63,9 +67,7 @@ def _machine():
                 break
     except OSError:
         pass
-    load = ""
-    if hasattr(os, "getloadavg"):
-        load = f", load {os.getloadavg()[0]:.1f} at the start"
+    load = "" if _START_LOAD is None else f", load {_START_LOAD:.1f} at the start"
     return f"{platform.node()}: {cpu}, {os.cpu_count()} logical cores{load}; {platform.system()} {platform.release()}"
 
 
@@ -82,7 +84,8 @@ def header(peers=(), command=None, note=None):
         argv = [os.path.relpath(sys.argv[0], ROOT) if sys.argv and sys.argv[0] else "python", *sys.argv[1:]]
         command = "python " + " ".join(shlex.quote(a) for a in argv)
     commit = _git("rev-parse", "--short", "HEAD") or "unknown"
-    if _git("status", "--porcelain", "--untracked-files=no", "--", "pymc_gpc", "benchmarks"):
+    # the results files themselves are left out: a script rewrites its own file as it goes
+    if _git("status", "--porcelain", "--untracked-files=no", "--", "pymc_gpc", "benchmarks", ":(exclude)benchmarks/results"):
         commit += " (with uncommitted changes)"
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     versions = ", ".join(f"{d} {v}" for d in CORE if (v := _version(d)))
