@@ -330,20 +330,9 @@ class FITCPosterior:
         self.rough = bool(rough) and np.min(self.w, initial=0.0) >= 0.0
         self.single = bool(single) and not rough and np.min(self.w, initial=0.0) >= 0.0
         if self.rough:
-            try:
-                self.L_A = chol_lower(_inducing_precision(prior.V_single(), self.d).astype(float), overwrite=True)
-                self.A_factor = _TriangularFactor(self.L_A)
-                self.rough = self.A_factor.rcond * self.MAX_COND_ROUGH >= 1.0
-            except NotPositiveDefiniteError:  # rounding beyond A's unit eigenvalue floor
-                self.rough = False
+            self.rough = self._factor_single(blockwise=False, max_cond=self.MAX_COND_ROUGH)
         if self.single:
-            try:
-                self._A = _inducing_precision(prior.V_single(), self.d, blockwise=True)
-                self.L_A = chol_lower(self._A.copy(order="F"), overwrite=True)
-                self.A_factor = _TriangularFactor(self.L_A)
-                self.single = self.A_factor.rcond * self.MAX_COND_SINGLE >= 1.0
-            except NotPositiveDefiniteError:  # rounding beyond A's unit eigenvalue floor
-                self.single = False
+            self.single = self._factor_single(blockwise=True, max_cond=self.MAX_COND_SINGLE)
         if not (self.rough or self.single):
             self._A = _inducing_precision(prior.V, self.d)  # lower triangle (the gradient's A - I)
             self.L_A = chol_lower(self._A.copy(order="F"), overwrite=True)
@@ -351,6 +340,20 @@ class FITCPosterior:
             self.A_factor = _TriangularFactor(self.L_A)
         self._E = self._c_sq_cached = self._A_inv = None
         self._last_v = self._last_mw = None
+
+    def _factor_single(self, blockwise, max_cond):
+        """Factorise A formed from V in single precision (``_inducing_precision``: summed in
+        single, or per block in double with ``blockwise``, then kept as the gradient's A);
+        whether that succeeded with cond(L_A) <= ``max_cond``, else the caller forms A in double."""
+        try:
+            A = _inducing_precision(self.prior.V_single(), self.d, blockwise=blockwise)
+            if blockwise:
+                self._A = A
+            self.L_A = chol_lower(A.astype(float) if not blockwise else A.copy(order="F"), overwrite=True)
+        except NotPositiveDefiniteError:  # rounding beyond A's unit eigenvalue floor
+            return False
+        self.A_factor = _TriangularFactor(self.L_A)
+        return self.A_factor.rcond * max_cond >= 1.0
 
     def _precision_columns(self):
         """||L_A^{-1} V_i||^2 for every i, and (exact posteriors) E = A^{-1} V, over column blocks.
