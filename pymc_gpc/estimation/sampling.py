@@ -20,7 +20,8 @@ from ..gp.models import DENSE_MAX_ROWS
 from ..ops.marginal import ApproxMarginalOp
 from ..ops.rewrites import sampling_tolerance
 
-__all__ = ["sample", "laplace_start", "LAPLACE_WEIGHT", "DenseSamplingWarning", "warn_dense_size"]
+__all__ = ["sample", "laplace_start", "nuts_options", "NUTS_OPTIONS", "LAPLACE_WEIGHT", "DenseSamplingWarning",
+           "warn_dense_size"]
 
 METHODS = ("nuts", "ccd", "grid")
 
@@ -45,7 +46,8 @@ def sample(*args, model=None, method="nuts", map_estimate=None, **kwargs):
     Defaults: ``idata.default_sampler`` (PyMC's NUTS for at most ``PYMC_NUTS_MAX`` sampled
     values, nutpie above where installed). With PyMC's NUTS and no ``step``, ``init`` or
     ``initvals``, the chains start from the Laplace approximation of the hyperparameters'
-    posterior (``laplace_start``), else ``init=idata.default_init(model)``. Chains run in
+    posterior (``laplace_start``; NUTS's own options, ``target_accept=0.9``, ``max_treedepth``
+    or ``nuts={...}``, reach the step it builds), else ``init=idata.default_init(model)``. Chains run in
     parallel on the available cores (``idata.parallel_defaults``); without a terminal,
     progress is a plain line every ``progress.LOG_EVERY`` seconds. A dense prior over more
     than ``models.DENSE_MAX_ROWS`` rows warns (``DenseSamplingWarning``) once a process.
@@ -94,9 +96,38 @@ def sample(*args, model=None, method="nuts", map_estimate=None, **kwargs):
     model = pm.modelcontext(model)
     warn_dense_size(model)
     if _laplace_applies(model, kwargs):
-        kwargs = {**kwargs, **laplace_start(model, parallel_defaults(kwargs, "pymc")["chains"],
-                                            kwargs.get("random_seed"), map_estimate=map_estimate)}
+        rest, options = nuts_options(kwargs)
+        start = laplace_start(model, parallel_defaults(kwargs, "pymc")["chains"], kwargs.get("random_seed"),
+                              map_estimate=map_estimate, **options)
+        if start:  # else PyMC's own start, which takes the options as given
+            kwargs = {**rest, **start}
     return sample_nuts(*args, model=model, **kwargs)
+
+
+# ``pm.NUTS``'s own arguments that ``pm.sample`` takes at the top level (``target_accept=0.9``)
+# or in ``nuts={...}``: they reach the step it builds, which the Laplace start builds instead.
+NUTS_OPTIONS = ("target_accept", "max_treedepth", "early_max_treedepth", "step_scale", "adapt_step_size",
+                "Emax", "gamma", "k", "t0")
+
+
+def nuts_options(kwargs):
+    """Split ``pm.sample``'s keyword arguments into the rest and the options of the NUTS
+    step (``NUTS_OPTIONS`` given at the top level, and the ``nuts`` dict), for a step built
+    here: ``pm.sample`` given a ``step`` rejects them.
+
+    Raises
+    ------
+    ValueError
+        For an option given both at the top level and in ``nuts`` (as ``pm.sample`` does).
+    """
+    rest = dict(kwargs)
+    options = dict(rest.pop("nuts", None) or {})
+    for key in NUTS_OPTIONS:
+        if key in rest:
+            if key in options:
+                raise ValueError(f"{key!r} was given twice: as a keyword argument and in nuts={{...}}")
+            options[key] = rest.pop(key)
+    return rest, options
 
 
 # The weight, in draws, of the Laplace covariance in the mass matrix's running estimate
@@ -114,7 +145,7 @@ def _laplace_applies(model, kwargs):
     return (kwargs.get("nuts_sampler") or default_sampler(model)) == "pymc"
 
 
-def laplace_start(model, chains, random_seed=None, map_estimate=None):
+def laplace_start(model, chains, random_seed=None, map_estimate=None, **nuts_options):
     r"""NUTS's start from the Laplace approximation of the hyperparameters' posterior,
     :math:`x \sim N(\hat x, (-H)^{-1})` in the unconstrained space: the mode
     :math:`\hat x` of the log posterior NUTS targets and its Hessian H there
@@ -126,6 +157,9 @@ def laplace_start(model, chains, random_seed=None, map_estimate=None):
     adaptation's running estimate, where PyMC's ``jitter+adapt_full`` starts at the unit
     matrix from jittered initial values: the first adaptation window then already moves in
     the posterior's scales and correlations instead of spending its draws finding them.
+
+    ``nuts_options`` (``target_accept``, ``max_treedepth``, ...; ``NUTS_OPTIONS``) go to the
+    ``pm.NUTS`` step.
 
     Returns
     -------
@@ -154,7 +188,7 @@ def laplace_start(model, chains, random_seed=None, map_estimate=None):
         warnings.filterwarnings("ignore", message="QuadPotentialFullAdapt is an experimental feature")
         potential = QuadPotentialFullAdapt(mode.size, mode, cov, LAPLACE_WEIGHT, rng=rng)
         with model, sampling_tolerance():  # the step compiles its logp and gradient here
-            step = pm.NUTS(vars=target.free, potential=potential)
+            step = pm.NUTS(vars=target.free, potential=potential, **nuts_options)
     return {"step": step, "initvals": starts}
 
 

@@ -74,3 +74,31 @@ def test_no_start_without_a_gradient():
         gp = pymc_gpc.MarginalADF(cov_func=pm.gp.cov.ExpQuad(2, ls=ls), likelihood=L.Probit())
         gp.marginal_likelihood("y", X=X, y=Y)
     assert sampling.laplace_start(model, chains=2) == {}
+
+
+def test_nuts_options_are_taken_out_of_pm_samples_arguments():
+    """``target_accept`` and the rest of ``NUTS_OPTIONS``, at the top level or in ``nuts``,
+    go to the step; given twice they are a ValueError, as ``pm.sample`` makes them."""
+    rest, options = sampling.nuts_options({"draws": 10, "target_accept": 0.9, "nuts": {"max_treedepth": 5}})
+    assert rest == {"draws": 10} and options == {"target_accept": 0.9, "max_treedepth": 5}
+    assert sampling.nuts_options({"tune": 3}) == ({"tune": 3}, {})
+    with pytest.raises(ValueError, match="'target_accept' was given twice"):
+        sampling.nuts_options({"target_accept": 0.9, "nuts": {"target_accept": 0.95}})
+
+
+def test_nuts_options_reach_the_laplace_step(gaussian_model):
+    """``pymc_gpc.sample(target_accept=...)``, the remedy PyMC's divergence warning names:
+    ``pm.sample`` rejected it beside the Laplace start's step (``Invalid key found in
+    step_kwargs: {'nuts'}``). Now it reaches the step: the step size adapts to a higher
+    acceptance at 0.99 than at 0.6, and no tree grows past ``max_treedepth``."""
+    step = sampling.laplace_start(gaussian_model, chains=1, random_seed=0, target_accept=0.93, max_treedepth=4)["step"]
+    assert step.target_accept == 0.93 and step.max_treedepth == 4
+    accept, size = {}, {}
+    for target in (0.6, 0.99):
+        with gaussian_model:
+            idata = pymc_gpc.sample(draws=60, tune=100, chains=1, cores=1, random_seed=2, progressbar=False,
+                                    target_accept=target, nuts={"max_treedepth": 3})
+        stats = idata["sample_stats"]
+        assert int(np.max(stats["tree_depth"])) <= 3
+        accept[target], size[target] = float(np.mean(stats["acceptance_rate"])), float(np.mean(stats["step_size"]))
+    assert accept[0.99] > 0.9 > 0.8 > accept[0.6] and size[0.99] < 0.5 * size[0.6]
