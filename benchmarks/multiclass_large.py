@@ -95,6 +95,21 @@ its runs, the test rows not used to choose):
   as it was. ``--run xu-per-class``: per-class k-means inducing inputs against the shared ones
   on the validation rows (``inducing_per_class``). SVGP runs in an environment of its own
   (torch, gpytorch; no pymc needed: ``_kmeans_centres``).
+* The classes' offsets (``--bias-prior MEAN SD``, repeatable; candidates fixed before their runs):
+  at MAP-II the bias variances v1 of every class sat at their prior's mean e^-3 (offset sd 0.22;
+  the evidence is flat in log v1 there, and fits started at log v1 = 0 or 1 return to -3), while
+  the SE amplitudes v0 grew to 13-230 (SVGP: outputscales 1.8-3.7 beside a constant mean per
+  class of -1.2 to +1.1). Each ``--bias-prior`` adds two candidates to ``--run select``:
+  per-class ARD with its log lengthscales shrunk (tau = 1) and per-class ARD, both with
+  log v1 ~ N(MEAN, SD^2) (starting at MEAN) and ``--prior`` on the other log-hyperparameters.
+  The runs: ``--bias-prior 0 1 --bias-prior 1 0.5`` (offset sd about 1 and 1.6) beside the four
+  candidates of ``SELECT_CANDIDATES``, with ``--select-predictive``; chosen on the validation
+  rows as before, the test rows not used to choose. Outcome: not chosen on storms (the shrunk
+  kernel without it ahead by 0.0001 and 0.0002, standard errors 0.0003) nor storms-periodic;
+  chosen on birds by 0.0003 (0.0005) with N(1, 0.5). With v1 at 1 or 2.7 (storms' fitting
+  rows) the amplitudes v0 moved by under 15 % and the validation rows' median latent variances
+  stayed 5.5 to 72 (5.1 to 92 without): the amplitudes do not carry the offsets. Not in
+  ``SELECT_CANDIDATES``.
 * Beside the choice: ``--run eval-profile`` (one evaluation with Xu fixed and free, in parts),
   ``--run learn-curve`` (validation log p along the learned stage) and ``--run laplace --learn``
   at 10^4 rows (a learned fit's test figures, diagnostics only: not used to choose).
@@ -104,7 +119,7 @@ Writes benchmarks/results/multiclass_large.md.
       python benchmarks/multiclass_large.py --data storms --run laplace|dense|ep|svgp|logistic|select|\
           margins|eval-profile|learn-curve|breakdown|xu-per-class [--n-train 2000] [--m 100] \
           [--shared | --amplitudes | --shrunk] [--learn] [--select-predictive] \
-          [--prior -3,3] [--lr 0.02] [--max-epochs 300] --work W;
+          [--prior -3,3] [--amplitude-prior MEAN SD] [--bias-prior MEAN SD] [--lr 0.02] [--max-epochs 300] --work W;
           then --report61 --work W (or --report61-update --work W)
 Writes benchmarks/results/multiclass_svgp.md.
 """
@@ -635,18 +650,20 @@ def kernel_name(per_class):
     return KERNEL_NAMES[per_class]
 
 
-def candidate_name(per_class, learn=False, amplitude_prior=None):
+def candidate_name(per_class, learn=False, amplitude_prior=None, bias_prior=None):
     return (kernel_name(per_class) + (", Xu learned" if learn else "")
-            + (f", log v0 ~ N({amplitude_prior[0]:g}, {amplitude_prior[1]:g}^2)" if amplitude_prior else ""))
+            + (f", log v0 ~ N({amplitude_prior[0]:g}, {amplitude_prior[1]:g}^2)" if amplitude_prior else "")
+            + (f", log v1 ~ N({bias_prior[0]:g}, {bias_prior[1]:g}^2)" if bias_prior else ""))
 
 
-def with_amplitude_prior(prior, amplitude_prior):
-    """``ard_classifier``'s ``prior`` with log v0 ~ N(``amplitude_prior``) and ``prior`` (a
+def with_amplitude_prior(prior, amplitude_prior, bias_prior=None):
+    """``ard_classifier``'s ``prior`` with log v0 ~ N(``amplitude_prior``), log v1 ~ N(``bias_prior``)
+    (the bias variance of each class's kernel, its offset's prior variance) and ``prior`` (a
     (mean, sd) pair) on the other log-hyperparameters (the dict form of ``prior``); ``prior``
-    itself without ``amplitude_prior``."""
-    if not amplitude_prior:
+    itself without either. log v1 starts at its prior's mean (PyMC's initial point of a Normal)."""
+    if not amplitude_prior and not bias_prior:
         return prior
-    return {"log_w": tuple(prior), "log_v0": tuple(amplitude_prior), "log_v1": tuple(prior)}
+    return {"log_w": tuple(prior), "log_v0": tuple(amplitude_prior or prior), "log_v1": tuple(bias_prior or prior)}
 
 
 def prior_label(prior):
@@ -686,21 +703,23 @@ def select_fit(data, m, prior, maxiter, candidate_list=SELECT_CANDIDATES, scales
 
     A candidate (per_class, learn, (mean, sd)): that kernel with log v0 ~ N(mean, sd^2) and
     ``prior`` on the other log-hyperparameters (``with_amplitude_prior``; issue 61's
-    ``--amplitude-prior``)."""
+    ``--amplitude-prior``); (per_class, learn, amplitude or None, (mean, sd)): with log v1 ~
+    N(mean, sd^2) (``--bias-prior``)."""
     val = validation_split(data)
     candidates, rows, coarse = [], [], {}
-    for per_class, learn, *amplitude in candidate_list:
-        amplitude = tuple(amplitude[0]) if amplitude and amplitude[0] else None
-        r = package_fit(val, m, per_class, with_amplitude_prior(prior, amplitude), maxiter, learn=learn,
-                        n_train_eval=0, coarse=coarse.get((per_class, amplitude)), keep_latent=True)
+    for per_class, learn, *priors in candidate_list:
+        amplitude = tuple(priors[0]) if priors and priors[0] else None
+        bias = tuple(priors[1]) if len(priors) > 1 and priors[1] else None
+        r = package_fit(val, m, per_class, with_amplitude_prior(prior, amplitude, bias), maxiter, learn=learn,
+                        n_train_eval=0, coarse=coarse.get((per_class, amplitude, bias)), keep_latent=True)
         if not learn:
-            coarse[(per_class, amplitude)] = r
+            coarse[(per_class, amplitude, bias)] = r
         c1 = time.process_time()
         by_scale = [np.asarray(_log_p_rows(_softmax(), *r["latent"], val.y_test, s_))
                     for s_ in scales]
         i_s = int(np.argmax([lp.mean() for lp in by_scale]))
         rows.append(by_scale[i_s])
-        candidates.append({"per_class": per_class, "learn": learn, "amplitude_prior": amplitude,
+        candidates.append({"per_class": per_class, "learn": learn, "amplitude_prior": amplitude, "bias_prior": bias,
                            "n_fit": len(val.y_train),
                            "n_val": len(val.y_test), "groups_val": int(len(np.unique(val.groups_test))),
                            "scale": scales[i_s], "val_log_p": float(by_scale[i_s].mean()),
@@ -715,7 +734,8 @@ def select_fit(data, m, prior, maxiter, candidate_list=SELECT_CANDIDATES, scales
         # the margin to the chosen candidate and its standard error over the validation groups
         c_["gap_to_best"] = float(np.mean(rows[i_best] - lp))
         c_["gap_se"] = grouped_se(rows[i_best] - lp, val.groups_test) if c_ is not best else 0.0
-    row = package_fit(data, m, best["per_class"], with_amplitude_prior(prior, best["amplitude_prior"]), maxiter,
+    row = package_fit(data, m, best["per_class"],
+                      with_amplitude_prior(prior, best["amplitude_prior"], best.get("bias_prior")), maxiter,
                       learn=best["learn"], scale=best["scale"])
     row.update(selection=candidates, cpu_selection=sum(c_["cpu"] for c_ in candidates))
     inputs = "Xu k-means or learned" if any(c_[1] for c_ in candidate_list) else "Xu k-means"
@@ -1203,6 +1223,8 @@ def issue61(args):
         row = ep_timing(data, args.m, [f for f in fits if f["run"] == "ep" and f.get("point")][-1])
     elif args.run == "select":
         extra = tuple((SHRUNK + "1", False, tuple(a)) for a in args.amplitude_prior or ())
+        # each --bias-prior: the current best kernel (shrunk per-class ARD) and per-class ARD with it
+        extra += tuple((kernel, False, None, tuple(b)) for b in args.bias_prior or () for kernel in (SHRUNK + "1", True))
         row = select_fit(data, args.m, prior, args.maxiter, candidate_list=SELECT_CANDIDATES + extra,
                          scales=PREDICTIVE_SCALES if args.select_predictive else (0.0,))
     elif args.run == "xu-per-class":
@@ -1255,6 +1277,10 @@ def main():
     ap.add_argument("--amplitude-prior", nargs=2, type=float, action="append", metavar=("MEAN", "SD"),
                     help="issue 61, --run select: one more candidate, per-class ARD with lengthscale_spread=1 "
                          "and log v0 ~ N(MEAN, SD^2) (--prior on the others); repeatable")
+    ap.add_argument("--bias-prior", nargs=2, type=float, action="append", metavar=("MEAN", "SD"),
+                    help="issue 61, --run select: two more candidates, per-class ARD with lengthscale_spread=1 and "
+                         "per-class ARD, each with log v1 ~ N(MEAN, SD^2) (the classes' bias variances; --prior on "
+                         "the others); repeatable")
     ap.add_argument("--dtype", default="float32", help="issue 61: SVGP's float type")
     ap.add_argument("--lr", type=float, default=None, help="issue 61: SVGP's Adam step size")
     ap.add_argument("--max-epochs", type=int, default=None, help="issue 61: SVGP's hard epoch cap")
@@ -1446,7 +1472,7 @@ def _comparison61(work):
                   else "")
             how = (_cost61(r) if r["run"] == "svgp" else
                    f"{_iterations61(r)}; chosen: " + ", ".join(
-                       f"{candidate_name(c_['per_class'], c_.get('learn', False), c_.get('amplitude_prior'))} validation log p "
+                       f"{candidate_name(c_['per_class'], c_.get('learn', False), c_.get('amplitude_prior'), c_.get('bias_prior'))} validation log p "
                        f"{c_['val_log_p']:.4f}"
                        + (f" (gap {c_['gap_to_best']:.4f} +- {c_['gap_se']:.4f})" if c_.get("gap_se") else "")
                        for c_ in r["selection"]))
@@ -1671,7 +1697,7 @@ def _predictive61(work):
                     + " | best s | margin to the chosen |",
                     "|---|" + "---|" * (len(chosen["selection"][0]["scales"]) + 2)]
         for c_ in chosen["selection"]:
-            details.append(f"| {candidate_name(c_['per_class'], c_['learn'], c_.get('amplitude_prior'))} | "
+            details.append(f"| {candidate_name(c_['per_class'], c_['learn'], c_.get('amplitude_prior'), c_.get('bias_prior'))} | "
                            + " | ".join(f"{v:.4f}" for v in c_["val_log_p_scales"])
                            + f" | {c_['scale']:g} | " + ("chosen" if not c_["gap_to_best"] and not c_["gap_se"]
                                                         else f"{c_['gap_to_best']:.4f} +- {c_['gap_se']:.4f}") + " |")
