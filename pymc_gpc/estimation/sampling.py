@@ -20,8 +20,8 @@ from ..gp.models import DENSE_MAX_ROWS
 from ..ops.marginal import ApproxMarginalOp
 from ..ops.rewrites import sampling_tolerance
 
-__all__ = ["sample", "laplace_start", "nuts_options", "NUTS_OPTIONS", "LAPLACE_WEIGHT", "DenseSamplingWarning",
-           "warn_dense_size"]
+__all__ = ["sample", "laplace_start", "nuts_options", "TrajectoryCache", "NUTS_OPTIONS", "LAPLACE_WEIGHT",
+           "LAPLACE_TARGET_ACCEPT", "DenseSamplingWarning", "warn_dense_size"]
 
 METHODS = ("nuts", "ccd", "grid")
 
@@ -46,8 +46,10 @@ def sample(*args, model=None, method="nuts", map_estimate=None, **kwargs):
     Defaults: ``idata.default_sampler`` (PyMC's NUTS for at most ``PYMC_NUTS_MAX`` sampled
     values, nutpie above where installed). With PyMC's NUTS and no ``step``, ``init`` or
     ``initvals``, the chains start from the Laplace approximation of the hyperparameters'
-    posterior (``laplace_start``; NUTS's own options, ``target_accept=0.9``, ``max_treedepth``
-    or ``nuts={...}``, reach the step it builds), else ``init=idata.default_init(model)``. Chains run in
+    posterior (``laplace_start``; its step size targets an acceptance of 0.65, where PyMC's
+    default is 0.8: ``LAPLACE_TARGET_ACCEPT``; NUTS's own options, ``target_accept=0.9``,
+    ``max_treedepth`` or ``nuts={...}``, reach the step it builds), else
+    ``init=idata.default_init(model)``. Chains run in
     parallel on the available cores (``idata.parallel_defaults``); without a terminal,
     progress is a plain line every ``progress.LOG_EVERY`` seconds. A dense prior over more
     than ``models.DENSE_MAX_ROWS`` rows warns (``DenseSamplingWarning``) once a process.
@@ -134,6 +136,13 @@ def nuts_options(kwargs):
 # (PyMC's own ``jitter+adapt_full`` gives its unit matrix a weight of 10).
 LAPLACE_WEIGHT = 10
 
+# The step size's target acceptance from the Laplace start (PyMC's and Stan's default: 0.8).
+# The mass matrix starts at the posterior covariance, so in NUTS's metric the target is close
+# to a standard normal, where 0.651 is the optimal acceptance of HMC (Beskos et al. 2013,
+# Bernoulli 19(5A)); NUTS's cost moves in doublings of the trajectory, and the larger step
+# often saves one (``benchmarks/integration.py acceptance``: ESS per gradient evaluation).
+LAPLACE_TARGET_ACCEPT = 0.65
+
 
 def _laplace_applies(model, kwargs):
     """Whether ``sample`` starts PyMC's NUTS from the Laplace approximation: PyMC's sampler
@@ -159,7 +168,7 @@ def laplace_start(model, chains, random_seed=None, map_estimate=None, **nuts_opt
     the posterior's scales and correlations instead of spending its draws finding them.
 
     ``nuts_options`` (``target_accept``, ``max_treedepth``, ...; ``NUTS_OPTIONS``) go to the
-    ``pm.NUTS`` step.
+    ``pm.NUTS`` step; ``target_accept`` defaults to ``LAPLACE_TARGET_ACCEPT`` (0.65).
 
     Returns
     -------
@@ -188,8 +197,35 @@ def laplace_start(model, chains, random_seed=None, map_estimate=None, **nuts_opt
         warnings.filterwarnings("ignore", message="QuadPotentialFullAdapt is an experimental feature")
         potential = QuadPotentialFullAdapt(mode.size, mode, cov, LAPLACE_WEIGHT, rng=rng)
         with model, sampling_tolerance():  # the step compiles its logp and gradient here
-            step = pm.NUTS(vars=target.free, potential=potential, **nuts_options)
+            step = pm.NUTS(vars=target.free, potential=potential,
+                           **{"target_accept": LAPLACE_TARGET_ACCEPT, **nuts_options})
+    step.integrator._logp_dlogp_func = TrajectoryCache(step.integrator._logp_dlogp_func)
     return {"step": step, "initvals": starts}
+
+
+class TrajectoryCache:
+    """The log posterior and gradient of the last ``size`` positions, by value, in front of a
+    NUTS integrator's function.
+
+    PyMC's NUTS starts each iteration by evaluating the model at its position
+    (``BaseHMC.astep``'s ``compute_state``), a point its last trajectory already evaluated:
+    one full evidence solve an iteration, about one in eight of the sampler's evaluations
+    at 50,000 rows. Here it is a lookup. A trajectory has at most 2^10 points (PyMC's
+    ``max_treedepth``), so 2,048 positions hold the last one; each costs two small arrays.
+    """
+
+    def __init__(self, func, size=2048):
+        self.func, self.size, self.entries = func, size, {}
+
+    def __call__(self, q, point_map_info):
+        key = q.tobytes()
+        hit = self.entries.get(key)
+        if hit is None:
+            logp, grad = self.func(q, point_map_info)
+            hit = self.entries[key] = (np.array(logp, copy=True), np.array(grad, copy=True))
+            if len(self.entries) > self.size:
+                self.entries.pop(next(iter(self.entries)))  # the oldest (dicts keep order)
+        return hit[0].copy(), hit[1].copy()
 
 
 def _constrained(model, point):

@@ -24,6 +24,7 @@ clears them (``reset_warm_starts``), so a seeded run repeats itself.
 """
 
 import copy
+import uuid
 import warnings
 import weakref
 
@@ -99,6 +100,30 @@ def _loo_or_placeholder(result, n):
 # Every ApproxMarginalOp alive in this process, by id, for ``reset_warm_starts`` (not a
 # WeakSet: Ops with equal props are equal and hash alike, and a set would keep one of them).
 _LIVE_OPS = weakref.WeakValueDictionary()
+
+
+class _SharedState(dict):
+    """The warm starts, recent results and backend state that the copies of one Op share
+    (a dict that a ``WeakValueDictionary`` can hold)."""
+
+
+# Each Op lineage's shared state in this process, by (lineage, sampling): an Op, its
+# ``deferring_loo`` and ``sampling_twin`` copies and the copies that pickling makes share
+# one. PyMC gives each chain its own copy of the sampler's compiled function and compiles
+# the trace's deterministics (the Op's ``loo``, ``n_iter``, ``status``) apart; with one state,
+# the draw's evaluation for the trace finds the trajectory's solutions (a warm start at or
+# next to its point, or its result), not the previous draw's.
+_SHARED_STATES = weakref.WeakValueDictionary()
+
+
+def _shared_state(lineage, sampling):
+    """(the shared state of ``lineage`` at ``sampling``, whether it is new)."""
+    key = (lineage, bool(sampling))
+    state = _SHARED_STATES.get(key)
+    if state is not None:
+        return state, False
+    state = _SHARED_STATES[key] = _SharedState()
+    return state, True
 
 
 def reset_warm_starts():
@@ -185,6 +210,7 @@ class ApproxMarginalOp(Op):
         self.defer_loo = bool(defer_loo)
         self.sampling = bool(sampling)
         self.likelihood = likelihood_type()
+        self._lineage = uuid.uuid4().hex  # kept by copies and pickles: ``_shared_state``
         self._start_fresh()
 
     @property
@@ -204,9 +230,12 @@ class ApproxMarginalOp(Op):
         return registry.get(self.approximation).retry_schedule(options, self.structure.name)
 
     def _start_fresh(self):
-        """No warm starts, zero counts, listed for ``reset_warm_starts`` (new or unpickled)."""
-        self._shared = {}  # the per-thread state; one dict for an Op and its ``deferring_loo`` copies
-        self.reset_warm_starts()
+        """Zero counts, listed for ``reset_warm_starts`` (new or unpickled); the lineage's
+        shared state (``_shared_state``), with no warm starts where it is new."""
+        self.__dict__.setdefault("_lineage", uuid.uuid4().hex)  # an Op pickled before lineages
+        self._shared, fresh = _shared_state(self._lineage, self.sampling)
+        if fresh:
+            self.reset_warm_starts()
         self._counts = _new_counts()
         _LIVE_OPS[id(self)] = self
 
@@ -291,9 +320,7 @@ class ApproxMarginalOp(Op):
         ``deferring_loo`` copies) share their warm starts and recent results."""
         twin = copy.copy(self)
         twin.sampling = True
-        shared = self._shared.setdefault("sampling_shared", {})
-        fresh = "threads" not in shared
-        twin._shared = shared
+        twin._shared, fresh = _shared_state(self._lineage, True)
         if fresh:
             twin.reset_warm_starts()
         return twin

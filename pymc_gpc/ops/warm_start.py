@@ -35,10 +35,12 @@ class WarmStarts:
     hyperparameter vector (an Op built without the fourth input), the last solution.
     Points of one store share one length: a point of another length (``pymc_gpc.fit``'s
     handed-over solution has none) is guessed from the last solution and replaces the
-    store when added.
+    store when added. ``size`` covers a typical trajectory (up to 16 points) with the draw's
+    evaluation for the trace: that draw is one of the trajectory's points, and its own
+    solution (t = 0) makes its solve one sweep.
     """
 
-    def __init__(self, size=6):
+    def __init__(self, size=16):
         self.size = size
         self.points, self.states = [], []
 

@@ -449,6 +449,27 @@ def test_op_evaluates_a_repeated_point_once():
     assert op.counts["evaluations"] == 2
 
 
+def test_copies_of_an_op_share_its_warm_starts_and_recent_results():
+    """PyMC gives each chain a pickled copy of the sampler's function and compiles the
+    trace's deterministics apart: the copies of one Op (pickled, ``deferring_loo``) share one
+    state, its ``sampling_twin``s another, so a point one copy solved is answered by the
+    other; an Op built anew with equal props keeps its own."""
+    X, y = random_problem(np.random.default_rng(4), 20)
+    K, hyper = pt.dmatrix("K"), pt.dvector("hyper")
+    op = ApproxMarginalOp("ep", L.Probit, (("tol", 1e-6),), hyper_names=(("h", 1),))
+    copy_ = cloudpickle.loads(cloudpickle.dumps(op))
+    other = ApproxMarginalOp("ep", L.Probit, (("tol", 1e-6),), hyper_names=(("h", 1),))
+    assert copy_ == op == other
+    assert copy_._shared is op._shared is op.deferring_loo()._shared and other._shared is not op._shared
+    assert op.sampling_twin()._shared is copy_.sampling_twin()._shared is not op._shared
+    py = pytensor.compile.mode.Mode(linker="py")  # each Op answers its own graph (numba: the first)
+    fns = [pytensor.function([K, hyper], o(K, pt.zeros(0), y, hyper)[0], mode=py) for o in (op, copy_, other)]
+    Kv = np.exp(-0.5 * ((X[:, None] - X[None]) ** 2).sum(-1)) + 1e-6 * np.eye(20)
+    values = [float(f(Kv, np.array([0.5]))) for f in fns]
+    assert [o.counts["evaluations"] for o in (op, copy_, other)] == [1, 0, 1]
+    assert values[1] == values[0] == pytest.approx(values[2], abs=1e-6)
+
+
 def test_recent_results_compute_deferred_loo_terms_once_and_only_when_asked():
     from pymc_gpc.ops.warm_start import RecentResults
 
@@ -648,8 +669,9 @@ def test_thread_state_blocks_keep_warm_starts_and_recent_results_exactly():
     block = thread_state.find_block(thread_state.key_hash(key), n, p, q)
     assert block.size == thread_state.block_length(n, p, q)
     python = WarmStarts()
+    assert python.size == thread_state.WARM
     x = np.zeros(p)
-    for step in range(9):  # more than the 6 slots: the oldest is dropped in both
+    for step in range(thread_state.WARM + 3):  # more than the slots: the oldest is dropped in both
         x = x + rng.normal(size=p) * 0.3
         guess_tau, guess_nu = np.empty(n), np.empty(n)
         has, first = thread_state.warm_guess(block, n, p, q, x, guess_tau, guess_nu)
@@ -674,7 +696,7 @@ def test_thread_state_blocks_keep_warm_starts_and_recent_results_exactly():
     K2[1, 2] += 1e-15
     for args in [(K2, params, y, x), (K, params + 1e-12, y, x), (K, params, -y, x), (K, params, y, x + 1e-12)]:
         assert not thread_state.recent_get(block, n, p, q, *args)[0]
-    assert thread_state.stored(key) == (6, 1)
+    assert thread_state.stored(key) == (thread_state.WARM, 1)
     thread_state.reset(key)
     assert thread_state.stored(key) == (0, 0)
     assert not thread_state.recent_get(block, n, p, q, K, params, y, x)[0]

@@ -54,7 +54,7 @@ else:  # threading.get_ident() is pthread_self() on POSIX
 llvm.add_symbol("pymc_gpc_thread_self", ctypes.cast(_thread_function, ctypes.c_void_p).value)
 _thread_self = types.ExternalFunction("pymc_gpc_thread_self", types.uintp())
 
-WARM = 6  # warm-start slots, as ``marginal.WarmStarts``
+WARM = 16  # warm-start slots, as ``marginal.WarmStarts``
 _HEADER = 8
 _WARM_COUNT, _WARM_OLDEST, _RECENT_COUNT, _RECENT_OLDEST = range(4)
 # tallies (diagnostics, never reset): calls of the compiled function (recent results and
