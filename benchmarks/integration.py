@@ -70,6 +70,18 @@ it and the steps a draw measured by ``peers`` and ``public``, and where that CPU
 kernel graph, against the CPU of one dgemm of the O(n m^2) products' size); writes
 ``benchmarks/results/integration_large_cost.md``.
 
+``integration.py acceptance`` asks which acceptance NUTS's step size should target where it
+starts from the Laplace approximation (``pymc_gpc.sample``'s default route, whose mass matrix
+starts at the posterior covariance). Protocol (fixed before its first run): Crabs, Pima and
+``public``'s two sets (2,000 training rows, FITC), ``ard_classifier`` with its defaults, one
+MAP-II a set given to every run as ``map_estimate``;
+``pymc_gpc.sample(draws=500, tune=500, chains=2, cores=2, random_seed=seed, target_accept=t)``
+for t in 0.8 (PyMC's default) and 0.65 (``ACCEPTANCE_TARGETS``) and seeds 1 and 2. Reported: the
+mean step size, steps a draw, divergences, the smallest bulk and tail ESS over the
+hyperparameters' components per 1,000 leapfrog steps of the whole run (tuning included: each
+step one logp and gradient), max r-hat, test log p (200 thinned draws) and CPU s; medians over
+the seeds. Writes ``benchmarks/results/integration_acceptance.md``.
+
 CPU accounting (``cpu``): PyMC's chains run in processes started by a fork server, whose
 CPU ``getrusage(RUSAGE_CHILDREN)`` misses; ``cpu`` adds the living descendants' times from
 ``/proc``. Checked against a subreaper (``prctl(PR_SET_CHILD_SUBREAPER)``) that waits for
@@ -102,6 +114,7 @@ OUT_PUBLIC = pathlib.Path(__file__).parent / "results" / "integration_public.md"
 OUT_START = pathlib.Path(__file__).parent / "results" / "integration_start.md"  # public --compare-init
 OUT_LARGE = pathlib.Path(__file__).parent / "results" / "integration_large.md"
 OUT_LARGE_COST = pathlib.Path(__file__).parent / "results" / "integration_large_cost.md"
+OUT_ACCEPTANCE = pathlib.Path(__file__).parent / "results" / "integration_acceptance.md"
 LARGE_TRAIN, LARGE_TEST, LARGE_M = 50_000, 10_000, 200
 # (R package, data set, outcome column, positive value, inputs) of ``public``'s sets
 PUBLIC = {
@@ -215,16 +228,17 @@ def run_ccd(model, gp, X_test, y_test, map_estimate=None):
                 evaluations=int(group.attrs["n_evaluations"]), design_cpu=design_cpu, predict_cpu=used - design_cpu)
 
 
-def run_nuts(model, gp, X_test, y_test, draws=500, tune=500, **kwargs):
+def run_nuts(model, gp, X_test, y_test, draws=500, tune=500, seed=1, **kwargs):
     """``pymc_gpc.sample`` (NUTS, 2 chains on 2 cores; ``kwargs`` over the defaults), then
     predictions over 200 thinned draws; the sampler's CPU (this process and the chains:
     ``cpu``) and wall apart from the prediction's, and the cost per evaluation: the chains'
-    CPU over their leapfrog steps, tuning included (each step one logp and gradient)."""
+    CPU over their leapfrog steps, tuning included (each step one logp and gradient); the
+    smallest bulk and tail ESS over the hyperparameters (``_min_ess``)."""
     load = os.getloadavg()
     t, c = time.time(), cpu()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        idata = pymc_gpc.sample(model=model, draws=draws, tune=tune, chains=2, cores=2, random_seed=1,
+        idata = pymc_gpc.sample(model=model, draws=draws, tune=tune, chains=2, cores=2, random_seed=seed,
                                 progressbar=False, discard_tuned_samples=False, **kwargs)
     wall, used = time.time() - t, cpu() - c
     t2, c2 = time.time(), cpu()
@@ -241,7 +255,17 @@ def run_nuts(model, gp, X_test, y_test, draws=500, tune=500, **kwargs):
                 divergences=int(np.asarray(stats["diverging"]).sum()),
                 steps_per_draw=float(np.asarray(stats["n_steps"]).mean()),
                 tree_depth=float(np.asarray(stats["tree_depth"]).mean()),
-                steps=steps, cpu_per_step=used / steps, rhat=_max_rhat(idata, model))
+                steps=steps, cpu_per_step=used / steps, rhat=_max_rhat(idata, model),
+                step_size=float(np.asarray(stats["step_size"]).mean()), **_min_ess(idata, model))
+
+
+def _min_ess(idata, model):
+    """The smallest bulk and tail ESS over the hyperparameters' components."""
+    import arviz as az
+
+    names = [rv.name for rv in model.free_RVs]
+    return {f"ess_{method}": float(min(np.min(np.asarray(az.ess(idata, var_names=names, method=method)[v]))
+                                       for v in names)) for method in ("bulk", "tail")}
 
 
 def _max_rhat(idata, model):
@@ -518,6 +542,61 @@ def large_table(n_train, n_test, build, res):
     return "\n".join(lines) + "\n"
 
 
+# ``acceptance``'s protocol (fixed before its first run): PyMC's default target and the Laplace
+# start's (``estimation.sampling.LAPLACE_TARGET_ACCEPT``), two seeds, 2 x (500 + 500).
+ACCEPTANCE_TARGETS, ACCEPTANCE_SEEDS = (0.8, 0.65), (1, 2)
+
+
+def acceptance_data(name):
+    """``acceptance``'s sets: Pima and Crabs (bundled) and ``public``'s two, as (X, y, X_test, y_test)."""
+    if name in PUBLIC:
+        return load_public(name)
+    split = load(name)
+    return split.X_train, split.y_train, split.X_test, np.asarray(split.y_test) > 0
+
+
+def main_acceptance(sets):
+    """``acceptance``: NUTS from the Laplace start at each target acceptance and seed, on each
+    set (one MAP-II, shared by the runs), reported as ESS per 1,000 gradient evaluations."""
+    rows = []
+    for name in sets:
+        X, y, X_test, y_test = acceptance_data(name)
+        model, gp = pymc_gpc.ard_classifier(X, y)
+        result = pymc_gpc.fit(model, method="map", progressbar=False)
+        for seed in ACCEPTANCE_SEEDS:
+            for target in ACCEPTANCE_TARGETS:
+                r = run_nuts(model, gp, X_test, y_test, seed=seed, target_accept=target, map_estimate=result)
+                rows.append({**r, "set": name, "n": len(y), "seed": seed, "target": target})
+                write_results(OUT_ACCEPTANCE, INTRO_ACCEPTANCE + acceptance_table(rows))
+    print(acceptance_table(rows), flush=True)
+
+
+def acceptance_table(rows):
+    """Medians over the seeds per set and target, then every run."""
+    def per_k(r, method):
+        return 1e3 * r[f"ess_{method}"] / r["steps"]
+
+    head = ("| set (n) | target | step size | steps a draw | divergences | min bulk ESS per 1,000 evaluations | "
+            "min tail ESS per 1,000 | max r-hat | test log p | CPU s |\n|---|---|---|---|---|---|---|---|---|---|")
+    lines = ["Medians over the seeds (divergences: the sum):", "", head]
+    groups = {}
+    for r in rows:
+        groups.setdefault((r["set"], r["n"], r["target"]), []).append(r)
+    for (name, n, target), rs in groups.items():
+        med = lambda f: float(np.median([f(r) for r in rs]))  # noqa: E731
+        lines.append(f"| {name} ({n}) | {target:g} | {med(lambda r: r['step_size']):.3f} | "
+                     f"{med(lambda r: r['steps_per_draw']):.2f} | {sum(r['divergences'] for r in rs)} | "
+                     f"{med(lambda r: per_k(r, 'bulk')):.1f} | {med(lambda r: per_k(r, 'tail')):.1f} | "
+                     f"{max(r['rhat'] for r in rs):.3f} | {med(lambda r: r['log_p']):.4f} | {med(lambda r: r['cpu']):.1f} |")
+    lines += ["", "Every run:", "", head.replace("| set (n) | target |", "| set (n) | target | seed |")
+              .replace("|---|---|", "|---|---|---|", 1)]
+    for r in rows:
+        lines.append(f"| {r['set']} ({r['n']}) | {r['target']:g} | {r['seed']} | {r['step_size']:.3f} | "
+                     f"{r['steps_per_draw']:.2f} | {r['divergences']} | {per_k(r, 'bulk'):.1f} | "
+                     f"{per_k(r, 'tail'):.1f} | {r['rhat']:.3f} | {r['log_p']:.4f} | {r['cpu']:.1f} |")
+    return "\n".join(lines) + "\n"
+
+
 def _full_length(nuts):
     """Whether a NUTS run is the issue's 2 x (500 + 500), measured rather than projected."""
     return nuts["tune"] >= 500 and nuts["draws"] >= 500
@@ -525,9 +604,10 @@ def _full_length(nuts):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("what", nargs="?", choices=["peers", "public", "large"], default="peers",
+    parser.add_argument("what", nargs="?", choices=["peers", "public", "large", "acceptance"], default="peers",
                         help="peers: Pima, Crabs, HMDA (integration.md); public: R data sets at n = 2,000 "
-                             "(integration_public.md); large: 50,000 flights, FITC m = 200 (integration_large.md)")
+                             "(integration_public.md); large: 50,000 flights, FITC m = 200 (integration_large.md); "
+                             "acceptance: NUTS's target acceptance (integration_acceptance.md)")
     parser.add_argument("--draws", type=int, default=1000, help="public's NUTS draws a chain")
     parser.add_argument("--tune", type=int, default=1000, help="public's NUTS tuning draws a chain")
     parser.add_argument("--compare-init", action="store_true", help="public: NUTS from PyMC's own start too")
@@ -537,10 +617,15 @@ def main():
                         help="large: MAP-II and the CPU of one evaluation as NUTS makes it (integration_large_cost.md)")
     parser.add_argument("--no-nuts", action="store_true", help="leave NUTS out")
     parser.add_argument("--nuts-on", default="pima,crabs", help="data sets on which NUTS runs")
-    parser.add_argument("--sets", nargs="+", default=list(PUBLIC), choices=list(PUBLIC), help="public's data sets")
+    parser.add_argument("--sets", nargs="+", default=None, choices=["pima", "crabs", *PUBLIC],
+                        help="public's data sets (default: its two) or acceptance's (default: all four)")
     args = parser.parse_args()
+    if args.what == "acceptance":
+        return main_acceptance(args.sets or ["crabs", "pima", *PUBLIC])
+    if args.sets and not set(args.sets) <= set(PUBLIC):
+        parser.error(f"public's --sets are {', '.join(PUBLIC)}")
     if args.what == "public":
-        return main_public(args.no_nuts, args.sets, args.draws, args.tune, args.compare_init)
+        return main_public(args.no_nuts, args.sets or list(PUBLIC), args.draws, args.tune, args.compare_init)
     if args.what == "large":
         return main_large(args.no_nuts, *args.nuts_short, cost_only=args.cost_only)
     sections = []
@@ -571,6 +656,13 @@ INTRO_PUBLIC = ("# Deterministic integration (CCD) on public data sets not tuned
                 "Protocol: `benchmarks/integration.py`'s docstring (`public`). The machine was shared (2 cores, "
                 "six engineers): read the CPU seconds; wall times are indicative, with the load average "
                 "before each run.\n\n")
+
+
+INTRO_ACCEPTANCE = ("# NUTS's target acceptance from the Laplace start\n\n"
+                    "Protocol: `benchmarks/integration.py`'s docstring (`acceptance`). ESS: the smallest over the "
+                    "hyperparameters' components, per 1,000 leapfrog steps (gradient evaluations) of the whole "
+                    "run, tuning included. CPU s: this process and the chains, the prediction apart; the "
+                    "machine may have been shared, so compare steps and ESS, not seconds.\n\n")
 
 
 if __name__ == "__main__":
