@@ -71,8 +71,9 @@ SUITES = [
        "softmax Laplace and nested EP against c binary evaluations"),
     _s("multiclass-fitc", "suite", "multiclass_fitc.py", [[]], [["--quick"]],
        "multi-class FITC evidence + gradient: time and memory"),
-    _s("integration", "suite", "integration.py", [[], ["public"]], [["--no-nuts"]],
-       "CCD over the hyperparameters against NUTS and MAP-II (Pima, Crabs, HMDA; R's Default and spam7)"),
+    _s("integration", "suite", "integration.py", [[], ["public"], ["acceptance"]], [["--no-nuts"]],
+       "CCD over the hyperparameters against NUTS and MAP-II (Pima, Crabs, HMDA; R's Default and spam7); "
+       "NUTS's target acceptance"),
     _s("jax", "suite", "jax_backend.py", [["fitc", "--cpu", "--walk"], ["multiclass"]],
        [["fitc", "--cpu", "--sizes", "2000", "--repeats", "1"],
         ["multiclass", "--sizes", "200", "--classes", "3", "--repeats", "1", "--no-sampler",
