@@ -310,9 +310,8 @@ class ApproxMarginalOp(Op):
 
     def deferring_loo(self):
         """This Op with ``defer_loo`` set, sharing its warm starts and recent results."""
-        twin = copy.copy(self)  # through __getstate__ / __setstate__: fresh counts
+        twin = copy.copy(self)  # through __getstate__ / __setstate__: fresh counts, this lineage's state
         twin.defer_loo = True
-        twin._shared = self._shared
         return twin
 
     def sampling_twin(self):
@@ -320,9 +319,7 @@ class ApproxMarginalOp(Op):
         ``deferring_loo`` copies) share their warm starts and recent results."""
         twin = copy.copy(self)
         twin.sampling = True
-        twin._shared, fresh = _shared_state(self._lineage, True)
-        if fresh:
-            twin.reset_warm_starts()
+        twin._start_fresh()  # the lineage's sampling state
         return twin
 
     def prepare_node(self, node, storage_map, compute_map, impl):
