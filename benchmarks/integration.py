@@ -199,11 +199,21 @@ def load_public(name):
     return (X[tr] - mu) / sd, y[tr].astype(int), (X[te] - mu) / sd, y[te]
 
 
+def load_set(name):
+    """One data set as (X, y, X_test, y_test), y_test True for the positive class: Pima and
+    Crabs (bundled, their fixed splits), HMDA, or one of ``public``'s R data sets."""
+    if name in PUBLIC:
+        return load_public(name)
+    if name == "hmda":
+        return load_hmda()
+    split = load(name)
+    return split.X_train, split.y_train, split.X_test, np.asarray(split.y_test) > 0
+
+
 def datasets():
-    for name in ("pima", "crabs"):
-        split = load(name)
-        yield name, split.X_train, split.y_train, split.X_test, np.asarray(split.y_test) > 0
-    yield "hmda", *load_hmda()
+    """``peers``'s sets: Pima, Crabs and HMDA, as (name, X, y, X_test, y_test)."""
+    for name in ("pima", "crabs", "hmda"):
+        yield name, *load_set(name)
 
 
 def unconstrained_names(model):
@@ -547,20 +557,12 @@ def large_table(n_train, n_test, build, res):
 ACCEPTANCE_TARGETS, ACCEPTANCE_SEEDS = (0.8, 0.65), (1, 2)
 
 
-def acceptance_data(name):
-    """``acceptance``'s sets: Pima and Crabs (bundled) and ``public``'s two, as (X, y, X_test, y_test)."""
-    if name in PUBLIC:
-        return load_public(name)
-    split = load(name)
-    return split.X_train, split.y_train, split.X_test, np.asarray(split.y_test) > 0
-
-
 def main_acceptance(sets):
     """``acceptance``: NUTS from the Laplace start at each target acceptance and seed, on each
     set (one MAP-II, shared by the runs), reported as ESS per 1,000 gradient evaluations."""
     rows = []
     for name in sets:
-        X, y, X_test, y_test = acceptance_data(name)
+        X, y, X_test, y_test = load_set(name)
         model, gp = pymc_gpc.ard_classifier(X, y)
         result = pymc_gpc.fit(model, method="map", progressbar=False)
         for seed in ACCEPTANCE_SEEDS:

@@ -341,7 +341,10 @@ def test_gradients_in_every_hyperparameter_match_finite_differences(lik, approx,
     theta, cov = hyper_graph(d, matern)
     S_graph = basis.variances(cov)
     S_of = pytensor.function([theta], S_graph)
-    J_of = pytensor.function([theta], pytensor.gradient.jacobian(S_graph, theta))
+    # vectorize=True: the rows of the Jacobian as one vectorised graph, not a Scan (whose inner
+    # function PyTensor links with C thunks even under FAST_COMPILE: some 40 C modules to
+    # compile, 16 CPU-s of g++ on an empty compiledir)
+    J_of = pytensor.function([theta], pytensor.gradient.jacobian(S_graph, theta, vectorize=True))
     params0 = np.asarray(lik.params, float)
 
     def log_z(th, p):
