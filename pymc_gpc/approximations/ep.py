@@ -77,6 +77,11 @@ def cavity_precision(var, tau, prior_var):
 class EPState:
     """Site natural parameters, the whole state of EP: pass back in to warm-start.
 
+    A converged parallel solve's state holds the sites of its last sweep's map, one sweep
+    nearer the fixed point than the sites of the returned posterior (within ``tol`` of them):
+    the better warm start, as a trajectory's warm starts extrapolate the stored states and
+    with them their error (``ops.warm_start.WarmStarts``).
+
     ``first_change``: the site change of the first sweep of the solve that produced the state
     (inf where unknown), a warm start's forecast of its own first sweep's change (``_rough_allowed``).
 
@@ -293,6 +298,7 @@ def ep(
             raise WarmStartMismatch(f"warm-start state has {tau.shape[0]} sites, data has {n}")
 
     done, status, fixed, first_change = 0, _HANDED_BACK, None, np.inf
+    warm = None  # the warm start's sites where not the returned ones (``_parallel``)
     forecast = np.inf if state is None else state.first_change
     dense = isinstance(prior, DensePrior)
     K = prior.K if dense else None
@@ -301,11 +307,11 @@ def ep(
         prior = IndefiniteSitePrior(K)
     if dense and concave and method == "parallel" and np.min(tau, initial=0.0) >= 0.0:
         # the compiled loop; it hands back to _parallel only at steps it does not take
-        status, done, change, tau, nu, L, Li, *fixed, first_change = _parallel_compiled(
+        status, done, change, tau, nu, L, Li, *fixed, first_change, warm_tau, warm_nu = _parallel_compiled(
             likelihood.kind, _contiguous(K), y, th, tau, nu, damping, tol, max_sweeps, ANDERSON_MEMORY, forecast
         )
         if status != _HANDED_BACK:
-            post, sweeps = LatentPosterior(K, tau, L, Li), done
+            post, sweeps, warm = LatentPosterior(K, tau, L, Li), done, (warm_tau, warm_nu)
         if status != _DONE:
             fixed = None
     if status == _HANDED_BACK:
@@ -320,8 +326,8 @@ def ep(
             tau, nu = np.zeros(n), np.zeros(n)
             post = prior.posterior(tau)
         run = _parallel if method == "parallel" else _sequential
-        post, tau, nu, sweeps, change, first_change = run(prior, y, likelihood, th, post, tau, nu, damping, tol,
-                                                          max_sweeps - done)
+        post, tau, nu, sweeps, change, first_change, warm = run(prior, y, likelihood, th, post, tau, nu, damping,
+                                                                tol, max_sweeps - done)
         if done:  # the first sweep was the compiled loop's
             first_change = compiled_first_change
         sweeps += done
@@ -348,7 +354,7 @@ def ep(
         posterior=post,
         mean=mean,
         var=var,
-        state=EPState(tau, nu, first_change),
+        state=EPState(*(warm or (tau, nu)), first_change),
         n_iter=sweeps,
         converged=change < tol,
         max_change=change,
@@ -381,10 +387,10 @@ def ep_warm_compiled(kind, K, y, th, tau, nu, forecast, tol, max_sweeps, n_param
     """``ep_warm``'s work, callable from compiled code (``backends.numba.compiled_ep``).
 
     Returns (converged with finite outputs, log_z, dlog_z_dK (Fortran-ordered), dlog_z_dparams,
-    the LOO terms, sweeps, tau, nu, first change); tau and nu are overwritten.
+    the LOO terms, sweeps, the warm start's tau and nu, first change).
     """
-    status, sweeps, _, tau, nu, L, Li, _, mean, b, tau_c, nu_c, tilted, first_change = _parallel_compiled(
-        kind, K, y, th, tau, nu, 1.0, tol, max_sweeps, ANDERSON_MEMORY, forecast, rough_ok)
+    status, sweeps, _, tau, nu, L, Li, _, mean, b, tau_c, nu_c, tilted, first_change, warm_tau, warm_nu = (
+        _parallel_compiled(kind, K, y, th, tau, nu, 1.0, tol, max_sweeps, ANDERSON_MEMORY, forecast, rough_ok))
     dth = np.zeros(n_params)
     if status != _DONE:
         return False, np.nan, np.empty((0, 0)).T, dth, tilted[0].copy(), sweeps, tau, nu, first_change
@@ -393,7 +399,7 @@ def ep_warm_compiled(kind, K, y, th, tau, nu, forecast, tol, max_sweeps, n_param
     tilted_dparams_sum(kind, y, nu_c / tau_c, 1.0 / tau_c, th, tilted[3], dth)
     # log_z <= 0: every kind here has discrete labels (``Likelihood.max_log_evidence``)
     ok = np.isfinite(log_z) and log_z <= 0.0 and np.isfinite(dK.sum()) and np.all(np.isfinite(dth))
-    return ok, log_z, dK, dth, tilted[0].copy(), sweeps, tau, nu, first_change
+    return ok, log_z, dK, dth, tilted[0].copy(), sweeps, warm_tau, warm_nu, first_change
 
 
 class IndefiniteSitePrior(DensePrior):
@@ -495,6 +501,7 @@ def _parallel(prior, y, likelihood, th, post, tau, nu, damping, tol, max_sweeps,
     n = tau.shape[0]
     aa = Anderson(memory)
     change, best, first_change = np.inf, np.inf, np.inf
+    warm = None
     sweeps = 0
     while sweeps < max_sweeps:
         var = post.var_diag()
@@ -505,7 +512,10 @@ def _parallel(prior, y, likelihood, th, post, tau, nu, damping, tol, max_sweeps,
         first_change = change if sweeps == 1 else first_change
         if change < tol and not post.rough:
             # converged: the sites already factorised are within tol of the map's
-            # value, so keep them rather than pay one more Cholesky and inverse
+            # value, so keep them rather than pay one more Cholesky and inverse; the map's
+            # value, a sweep nearer the fixed point, is the warm start
+            if np.min(tau_g) >= 0.0 or np.min(tau) < 0.0:
+                warm = (tau_g, nu_g)
             break
         if not np.isfinite(change):
             post, tau, nu = _proper_posterior(prior, tau, nu, tau_g, nu_g)
@@ -529,7 +539,7 @@ def _parallel(prior, y, likelihood, th, post, tau, nu, damping, tol, max_sweeps,
             post, tau, nu = _proper_posterior(prior, tau, nu, tau_g, nu_g)
     if post.rough:  # max_sweeps = 0 after a rough start
         post = _posterior(prior, tau, False, tol)
-    return post, tau, nu, sweeps, change, first_change
+    return post, tau, nu, sweeps, change, first_change, warm or (tau, nu)
 
 
 def _posterior(prior, tau, rough, tol):
@@ -623,8 +633,10 @@ def _parallel_compiled(kind, K, y, th, tau, nu, damping, tol, max_sweeps, memory
     change); ``rough_ok=False`` runs every sweep exact.
 
     Returns (status, sweeps, change, tau, nu, L, Li, var, mean, b, tau_c, nu_c, tilted,
-    first_change); with status ``_DONE`` var ... tilted are at the returned sites; L and Li are
-    exact unless status is ``_HANDED_BACK`` (L may then be empty).
+    first_change, warm_tau, warm_nu); with status ``_DONE`` var ... tilted are at the returned
+    sites, and the warm sites (the warm start for a later solve) are the map's value at them,
+    a sweep nearer the fixed point (else the returned sites); L and Li are exact unless status
+    is ``_HANDED_BACK`` (L may then be empty).
     """
     n = y.shape[0]
     prior_var = np.diag(K).copy()
@@ -641,7 +653,8 @@ def _parallel_compiled(kind, K, y, th, tau, nu, damping, tol, max_sweeps, memory
     tau_c, nu_c = np.empty(n), np.empty(n)
     var, b, mean = prior_var.copy(), np.zeros(n), np.zeros(n)
     if info != 0:
-        return _HANDED_BACK, sweeps, change, tau, nu, L, Li, var, mean, b, tau_c, nu_c, tilted, first_change
+        return _HANDED_BACK, sweeps, change, tau, nu, L, Li, var, mean, b, tau_c, nu_c, tilted, first_change, tau, nu
+    warm_tau, warm_nu = tau, nu
     while sweeps < max_sweeps:
         var = marginal_variances(K, tau, sw, Li)
         b = weights_from_inverse(K, sw, Li, nu)
@@ -656,6 +669,8 @@ def _parallel_compiled(kind, K, y, th, tau, nu, damping, tol, max_sweeps, memory
             break
         if change < tol and not rough:
             status = _DONE
+            if np.min(tau_g) >= 0.0:
+                warm_tau, warm_nu = tau_g, nu_g
             break
         x, count, f_prev, g_prev, best = anderson_update(dF, dG, count, have_prev, f_prev, g_prev, best, change,
                                                          tau, nu, tau_g, nu_g, var)
@@ -679,7 +694,9 @@ def _parallel_compiled(kind, K, y, th, tau, nu, damping, tol, max_sweeps, memory
         L, Li, info, rough = factors(K, sw, False)
         if info != 0:
             status = _HANDED_BACK
-    return status, sweeps, change, tau, nu, L, Li, var, mean, b, tau_c, nu_c, tilted, first_change
+    if status != _DONE:
+        warm_tau, warm_nu = tau, nu
+    return status, sweeps, change, tau, nu, L, Li, var, mean, b, tau_c, nu_c, tilted, first_change, warm_tau, warm_nu
 
 
 def _sequential(prior, y, likelihood, th, post, tau, nu, damping, tol, max_sweeps):
@@ -700,4 +717,4 @@ def _sequential(prior, y, likelihood, th, post, tau, nu, damping, tol, max_sweep
         post, tau, nu = _proper_posterior(prior, tau_old, nu_old, tau, nu)
         if change < tol:
             break
-    return post, tau, nu, sweeps, change, first_change
+    return post, tau, nu, sweeps, change, first_change, (tau, nu)

@@ -11,6 +11,7 @@ import threading
 
 import numpy as np
 
+from ..numerics.extrapolation import trajectory_weights
 from ..numerics.workspace import POOL
 
 __all__ = ["WarmStarts", "RecentResults", "PerThread", "new_thread_state"]
@@ -19,25 +20,25 @@ __all__ = ["WarmStarts", "RecentResults", "PerThread", "new_thread_state"]
 class WarmStarts:
     r"""The last few solutions of one thread, and the warm start they suggest for a new point.
 
-    NUTS evaluates the model along leapfrog trajectories: consecutive points are nearly
-    collinear and equally spaced, and a new subtree starts one step beyond a point
-    evaluated a few steps earlier. The guess for hyperparameters x is the stored
-    solution s_a nearest to x, moved along the line to the stored solution s_b nearest
-    to s_a's point (linear extrapolation of the solver state, a smooth function of the
-    hyperparameters):
+    NUTS evaluates the model along leapfrog trajectories that curve and end at a U-turn,
+    and starts each new one in a new direction from a point it has solved. The guess for
+    hyperparameters x is the local linear model of the solver state (a smooth function of
+    the hyperparameters) fitted to the stored points nearest x
+    (``numerics.extrapolation.trajectory_weights``):
 
     .. math::
 
-        s = s_a + t (s_a - s_b), \qquad t = \frac{(x - x_a)^T (x_a - x_b)}{|x_a - x_b|^2},
+        s = s_a + \sum_j w_j (s_j - s_a),
 
-    used for 0 < t <= 2; otherwise s_a itself. A state array that is non-negative at s_a (EP's site precisions for log-concave
+    with s_a the stored solution nearest x, or s_a itself where the weights would be large.
+    A state array that is non-negative at s_a (EP's site precisions for log-concave
     likelihoods) but not after extrapolation falls back to s_a. With no
     hyperparameter vector (an Op built without the fourth input), the last solution.
     Points of one store share one length: a point of another length (``pymc_gpc.fit``'s
     handed-over solution has none) is guessed from the last solution and replaces the
     store when added. ``size`` covers a typical trajectory (up to 16 points) with the draw's
     evaluation for the trace: that draw is one of the trajectory's points, and its own
-    solution (t = 0) makes its solve one sweep.
+    solution makes its solve one sweep.
     """
 
     def __init__(self, size=16):
@@ -59,30 +60,26 @@ class WarmStarts:
             return None
         if x.size == 0 or len(self.states) == 1 or x.shape != self.points[-1].shape:
             return self.states[-1]
-        P = np.array(self.points)
-        a = int(np.argmin(np.sum((P - x) ** 2, axis=1)))
-        to_a = np.sum((P - P[a]) ** 2, axis=1)
-        to_a[a] = np.inf
-        b = int(np.argmin(to_a))
-        d = P[a] - P[b]
-        dd = float(d @ d)
-        t = float((x - P[a]) @ d) / dd if dd > 0.0 else 0.0
-        if not 0.0 < t <= 2.0:
+        a, js, w = trajectory_weights(np.array(self.points), np.asarray(x, dtype=float))
+        if w.size == 0:
             return self.states[a]
-        return _extrapolate(self.states[a], self.states[b], t)
+        return _extrapolate(self.states[a], [self.states[j] for j in js], w)
 
 
-def _extrapolate(sa, sb, t):
-    """sa + t (sa - sb), field by field (sa's where either lacks an optional field), or sa
-    where that would turn a non-negative field negative."""
+def _extrapolate(sa, others, w):
+    """sa + sum_j w_j (others_j - sa), field by field (sa's where any lacks an optional
+    field), or sa where that would turn a non-negative field negative."""
     moved = {}
     for field in dataclasses.fields(sa):
         if not field.metadata.get("extrapolate", True):  # kept from sa (e.g. EP's first_change)
             continue
-        va, vb = getattr(sa, field.name), getattr(sb, field.name)
-        if va is None or vb is None:  # an optional field one of the two lacks: sa's
+        va = getattr(sa, field.name)
+        vs = [getattr(s, field.name) for s in others]
+        if va is None or any(v is None for v in vs):  # an optional field one lacks: sa's
             continue
-        v = va + t * (va - vb)
+        v = np.array(va, dtype=float)
+        for wj, vj in zip(w, vs):
+            v += wj * (vj - va)
         if np.min(va) >= 0.0 > np.min(v):
             return sa
         moved[field.name] = v

@@ -40,6 +40,8 @@ from llvmlite import ir
 from numba import carray, njit, types
 from numba.extending import intrinsic
 
+from ...numerics.extrapolation import trajectory_weights
+
 ROWS = 4096
 _KEY, _THREAD, _N, _P, _Q, _ADDRESS, _LENGTH = range(7)
 _FREED = -1  # a released row's key (a scan goes on past it; 0 ends the scan)
@@ -314,12 +316,11 @@ def solve_tolerance(has_start, tol, cold_tol):
 
 @njit(nogil=True, cache=True)
 def warm_guess(block, n, p, q, x, tau, nu):
-    r"""``WarmStarts.guess`` on the block: writes the start into tau and nu and returns
-    (whether there is one, its first change). The stored solution s_a nearest x, moved
-    along the line to the stored s_b nearest s_a's point, s_a + t (s_a - s_b) with
-    t = (x - x_a)^T (x_a - x_b) / |x_a - x_b|^2 for 0 < t <= 2, else s_a; s_a where a
-    field non-negative at s_a would turn negative; the last solution without
-    hyperparameters or with one stored."""
+    """``WarmStarts.guess`` on the block: writes the start into tau and nu and returns
+    (whether there is one, its first change): the local linear model of the stored
+    solutions (``numerics.extrapolation.trajectory_weights``, on the slots oldest first, as
+    ``WarmStarts`` keeps them); s_a where a field non-negative at s_a would turn negative;
+    the last solution without hyperparameters or with one stored."""
     o = _layout(n, p, q)
     count = int(block[_WARM_COUNT])
     if count == 0:
@@ -333,31 +334,21 @@ def warm_guess(block, n, p, q, x, tau, nu):
         tau[:] = T[a]
         nu[:] = V[a]
         return True, F[a]
-    a, best = -1, np.inf
+    slots = np.empty(count, dtype=np.int64)
     for i in range(count):
-        s = _warm_slot(block, i)
-        d = np.sum((P[s] - x) ** 2)
-        if d < best:
-            a, best = s, d
-    b, best = -1, np.inf
-    for i in range(count):
-        s = _warm_slot(block, i)
-        if s == a:
-            continue
-        d = np.sum((P[s] - P[a]) ** 2)
-        if d < best:
-            b, best = s, d
+        slots[i] = _warm_slot(block, i)
+    a, js, w = trajectory_weights(P[slots], x)
+    a = slots[a]
     tau[:] = T[a]
     nu[:] = V[a]
-    if b < 0:  # the others all infinitely far (NaN or inf points): s_a
+    if w.shape[0] == 0:
         return True, F[a]
-    d = P[a] - P[b]
-    dd = np.sum(d * d)
-    t = np.sum((x - P[a]) * d) / dd if dd > 0.0 else 0.0
-    if not (0.0 < t <= 2.0):
-        return True, F[a]
-    tau_x = T[a] + t * (T[a] - T[b])
-    nu_x = V[a] + t * (V[a] - V[b])
+    tau_x = T[a].copy()
+    nu_x = V[a].copy()
+    for j in range(w.shape[0]):
+        s = slots[js[j]]
+        tau_x += w[j] * (T[s] - T[a])
+        nu_x += w[j] * (V[s] - V[a])
     if (np.min(T[a]) >= 0.0 > np.min(tau_x)) or (np.min(V[a]) >= 0.0 > np.min(nu_x)):
         return True, F[a]
     tau[:] = tau_x
