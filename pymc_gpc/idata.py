@@ -52,14 +52,20 @@ def _drop_unused_coords(ds, keep=("chain", "draw")):
 
 
 def _pointwise_terms(idata, name, model):
-    """``{name}_loo`` draws: from the posterior where PyMC recorded them, else computed."""
+    """``{name}_loo`` draws: from the posterior where PyMC recorded them, else computed at the
+    draws; None (with a warning) where the posterior lacks a free variable."""
     post = _group(idata, "posterior")
     if post is None:
         raise ValueError("idata has no posterior group")
     if f"{name}_loo" in post:
         return post[f"{name}_loo"]
     free = [rv.name for rv in model.free_RVs]
-    computed = pm.compute_deterministics(post[[n for n in free if n in post]], var_names=[f"{name}_loo"],
+    missing = [n for n in free if n not in post]
+    if missing:  # a trace of chosen variables (pm.sample's var_names) without all that the terms need
+        warnings.warn(f"the posterior lacks {missing} (var_names?): no log_likelihood for {name!r}, so az.loo "
+                      f"cannot use it; trace every free variable or {name}_loo", UserWarning, stacklevel=3)
+        return None
+    computed = pm.compute_deterministics(post[free], var_names=[f"{name}_loo"],
                                          model=model, progressbar=False)
     return computed[f"{name}_loo"]
 
@@ -108,12 +114,15 @@ def add_log_likelihood(idata, model=None):
     data = dict(ll.data_vars) if ll is not None else {}
     for name in names:
         if name not in data:
-            data[name] = _pointwise_terms(idata, name, model).rename(name)
+            terms = _pointwise_terms(idata, name, model)
+            if terms is not None:
+                data[name] = terms.rename(name)
     observed = [rv.name for rv in model.observed_RVs if rv.name not in data]
     if observed:  # the model's other observed variables, by PyMC's own elementwise log density
         data.update(pm.compute_log_likelihood(idata, var_names=observed, extend_inferencedata=False, model=model,
                                               progressbar=False).data_vars)
-    idata["log_likelihood"] = xr.Dataset(data)
+    if data:
+        idata["log_likelihood"] = xr.Dataset(data)
     stats = _group(idata, "sample_stats")
     moved = {f"{name}{suffix}": post[f"{name}{suffix}"] for name in names for suffix in DIAGNOSTICS
              if f"{name}{suffix}" in post}
@@ -150,7 +159,10 @@ def _compute_log_density(original):
             data.update(original(idata, var_names=theirs, extend_inferencedata=False, model=model, kind=kind,
                                  **kwargs).data_vars)
         for name in ours:
-            data[name] = _pointwise_terms(idata, name, model).rename(name)
+            terms = _pointwise_terms(idata, name, model)
+            if terms is None:
+                raise ValueError(f"the posterior lacks free variables that {name!r}'s pointwise terms need")
+            data[name] = terms.rename(name)
         dataset = xr.Dataset(data)
         if extend_inferencedata:
             idata["log_likelihood"] = dataset

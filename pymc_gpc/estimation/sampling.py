@@ -13,6 +13,7 @@ import pymc as pm
 from pymc.step_methods.hmc.quadpotential import QuadPotentialFullAdapt
 from pytensor.graph.traversal import ancestors
 
+from .chain_trace import RecordingNUTS, record_in_chains
 from .hyper_posterior import LogPosterior, find_mode
 from .integration import laplace, map_start, sample_integrated
 from ..idata import default_sampler, parallel_defaults, sample_nuts
@@ -103,6 +104,8 @@ def sample(*args, model=None, method="nuts", map_estimate=None, **kwargs):
                               map_estimate=map_estimate, **options)
         if start:  # else PyMC's own start, which takes the options as given
             kwargs = {**rest, **start}
+            if kwargs.get("trace") is None:  # the chains evaluate what is traced (chain_trace)
+                kwargs["trace"] = record_in_chains(start["step"], model, kwargs.get("var_names"))
     return sample_nuts(*args, model=model, **kwargs)
 
 
@@ -197,7 +200,7 @@ def laplace_start(model, chains, random_seed=None, map_estimate=None, **nuts_opt
         warnings.filterwarnings("ignore", message="QuadPotentialFullAdapt is an experimental feature")
         potential = QuadPotentialFullAdapt(mode.size, mode, cov, LAPLACE_WEIGHT, rng=rng)
         with model, sampling_tolerance():  # the step compiles its logp and gradient here
-            step = pm.NUTS(vars=target.free, potential=potential,
+            step = RecordingNUTS(vars=target.free, potential=potential,
                            **{"target_accept": LAPLACE_TARGET_ACCEPT, **nuts_options})
     step.integrator._logp_dlogp_func = TrajectoryCache(step.integrator._logp_dlogp_func)
     return {"step": step, "initvals": starts}
