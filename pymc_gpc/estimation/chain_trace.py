@@ -18,7 +18,10 @@ records in the workers too, but needs zarr and a store on disk.
 import numpy as np
 import pymc as pm
 from pymc.backends.ndarray import NDArray
+from pytensor.graph.replace import graph_replace
+from pytensor.graph.traversal import ancestors
 
+from ..ops.marginal import ApproxMarginalOp
 from ..ops.rewrites import sampling_tolerance
 
 __all__ = ["RecordingNUTS", "ChainTrace", "record_in_chains", "TRACE_PREFIX"]
@@ -40,6 +43,22 @@ def trace_variables(model, var_names=None):
     return model.replace_rvs_by_values(traced)
 
 
+def light_evidence(variables):
+    """``variables`` with each evidence Op whose kernel cotangents they do not use replaced by
+    its ``light_twin``: at a point of the trajectory it answers from the results the
+    sampler's copy stored (every output but the cotangents, O(n) each, a few hundred points),
+    where the full results (the cotangents are m x n under FITC) are kept for one point at
+    50,000 rows, so the draw, any point of the trajectory, was mostly solved again."""
+    variables = list(variables)
+    used = set(ancestors(variables))
+    replace = {}
+    for node in {v.owner for v in used if v.owner is not None and isinstance(v.owner.op, ApproxMarginalOp)}:
+        if any(node.outputs[i] in used for i in node.op.cotangent_outputs):
+            continue
+        replace.update(zip(node.outputs, node.op.light_twin().make_node(*node.inputs).outputs))
+    return graph_replace(variables, replace, strict=False) if replace else variables
+
+
 class RecordingNUTS(pm.NUTS):
     """``pm.NUTS`` that evaluates the traced variables at each new point in its own process
     and returns them as sampler statistics ``trace:<name>`` (``record_in_chains`` sets it up;
@@ -52,8 +71,8 @@ class RecordingNUTS(pm.NUTS):
         function, so that both reach the same solver state) and declare their statistics from
         ``trace``'s shapes and dtypes."""
         with model, sampling_tolerance():
-            self._trace_fn = model.compile_fn(outs=list(variables), inputs=model.value_vars, point_fn=False,
-                                              on_unused_input="ignore")
+            self._trace_fn = model.compile_fn(outs=light_evidence(variables), inputs=model.value_vars,
+                                              point_fn=False, on_unused_input="ignore")
         self._trace_inputs = [v.name for v in model.value_vars]
         self._trace_names = [v.name for v in variables]
         declared = {TRACE_PREFIX + n: (trace.var_dtypes[n], list(trace.var_shapes[n])) for n in self._trace_names}

@@ -176,6 +176,11 @@ class ApproxMarginalOp(Op):
         original's warm starts, so ``y_loo`` at a draw reuses NUTS's result).
     sampling : use the registry's ``sampling_defaults`` under the Op's options; set only by the
         rewrite ``use_sampling_tolerance`` within ``sampling_tolerance()``.
+    light : the kernel cotangent outputs are empty, and a point its lineage has solved in this
+        thread (the same hyperparameters, parameters and labels) is answered from the recent
+        light results without comparing the kernel input; set only on the copies in a
+        chain's trace function (``light_twin``, ``estimation.chain_trace``), which runs within
+        one sampling run, where the data are fixed.
     structure : the prior structure (``structures.select``: ``DENSE_BINARY``, the default,
         ``FITC_BINARY``, ``DENSE_MULTICLASS``, ``FITC_MULTICLASS``), as
         ``select_structure`` returns it.
@@ -197,10 +202,11 @@ class ApproxMarginalOp(Op):
     >>> outputs = fitc(Kuu, Kuf, k_diag, params, y)                                   # doctest: +SKIP
     """
 
-    __props__ = ("structure", "approximation", "likelihood_type", "options", "hyper_names", "defer_loo", "sampling")
+    __props__ = ("structure", "approximation", "likelihood_type", "options", "hyper_names", "defer_loo", "sampling",
+                 "light")
 
     def __init__(self, approximation, likelihood_type, options=(), hyper_names=(), defer_loo=False,
-                 sampling=False, structure=DENSE_BINARY):
+                 sampling=False, structure=DENSE_BINARY, light=False):
         check_structure(structure, approximation, likelihood_type)
         self.structure = structure
         self.approximation = approximation
@@ -209,6 +215,7 @@ class ApproxMarginalOp(Op):
         self.hyper_names = tuple((str(n), int(k)) for n, k in hyper_names)
         self.defer_loo = bool(defer_loo)
         self.sampling = bool(sampling)
+        self.light = bool(light)
         self.likelihood = likelihood_type()
         self._lineage = uuid.uuid4().hex  # kept by copies and pickles: ``_shared_state``
         self._start_fresh()
@@ -314,6 +321,17 @@ class ApproxMarginalOp(Op):
         twin.defer_loo = True
         return twin
 
+    def light_twin(self):
+        """This Op with ``light`` set, sharing its warm starts and recent results."""
+        twin = copy.copy(self)
+        twin.light = True
+        return twin
+
+    @property
+    def cotangent_outputs(self):
+        """The positions of the kernel cotangent outputs (1 to ``n_kernel_inputs``)."""
+        return tuple(range(1, self.structure.n_kernel_inputs + 1))
+
     def sampling_twin(self):
         """This Op with ``sampling`` set; the sampling copies of one Op (and of its
         ``deferring_loo`` copies) share their warm starts and recent results."""
@@ -345,13 +363,19 @@ class ApproxMarginalOp(Op):
     def perform(self, node, inputs, output_storage):
         key = self._recent_key(inputs)
         recent = self._recent()
-        outputs = recent.get(*key, loo_output=None if self.defer_loo else self.loo_output)
+        loo_output = None if self.defer_loo else self.loo_output
+        outputs = recent.get_light(*key[1:], loo_output) if self.light else None
+        if outputs is not None:
+            kernel_ndims = self.structure.kernel_ndims
+            outputs = [np.zeros((0,) * kernel_ndims[i - 1]) if v is None else v for i, v in enumerate(outputs)]
+        else:
+            outputs = recent.get(*key, loo_output=loo_output)
         if outputs is None:
             # Overflow at extreme hyperparameters is expected and handled: the result is
             # checked below and becomes -inf with status "failed", not a NumPy warning.
             with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
                 loo_later = self._perform(inputs, output_storage)
-            recent.add(*key, tuple(s[0] for s in output_storage), loo_later)
+            recent.add(*key, tuple(s[0] for s in output_storage), loo_later, self.cotangent_outputs)
             return
         for storage, value in zip(output_storage, outputs):
             storage[0] = value

@@ -101,10 +101,17 @@ class RecentResults:
     """
 
     MEMORY = 32e6
+    # The light results (every output but the kernel cotangents: O(n) each) of the last
+    # evaluations, for an Op's ``light`` copy, which a chain's trace function holds
+    # (``estimation.chain_trace``): a NUTS trajectory has up to 2^depth points, and its draw
+    # may be any of them. As many as ``LIGHT_MEMORY`` bytes hold, at most ``LIGHT_SIZE``.
+    LIGHT_MEMORY = 64e6
+    LIGHT_SIZE = 256
 
     def __init__(self, size=16):
         self.size = size
         self.entries = {}
+        self.light = {}
 
     @staticmethod
     def _key(params, y, hyper):
@@ -126,15 +133,42 @@ class RecentResults:
             self.entries[key] = (stored, outputs, None)
         return tuple(POOL.copy(v) for v in outputs)
 
-    def add(self, K, params, y, hyper, outputs, loo_later=None):
+    def add(self, K, params, y, hyper, outputs, loo_later=None, cotangents=()):
         """Store the outputs of an evaluation; ``loo_later``: a function computing the LOO
-        output, which ``outputs`` then lacks (its LOO slot is a placeholder)."""
+        output, which ``outputs`` then lacks (its LOO slot is a placeholder). ``cotangents``:
+        the positions of the kernel cotangents, left out of the light results."""
         if hyper.size == 0:
             return
-        size = max(1, min(self.size, int(self.MEMORY // (16 * max(K.size, 1)))))
-        while len(self.entries) >= size:
+        key = self._key(params, y, hyper)
+        full = max(1, min(self.size, int(self.MEMORY // (16 * max(K.size, 1)))))
+        while len(self.entries) >= full:
             self.entries.pop(next(iter(self.entries)))  # the oldest (dicts keep order)
-        self.entries[self._key(params, y, hyper)] = (POOL.copy(K), tuple(POOL.copy(v) for v in outputs), loo_later)
+        self.entries[key] = (POOL.copy(K), tuple(POOL.copy(v) for v in outputs), loo_later)
+        light = tuple(None if i in cotangents else np.array(v, copy=True) for i, v in enumerate(outputs))
+        size = max(1, min(self.LIGHT_SIZE, int(self.LIGHT_MEMORY // sum(8 * np.size(v) + 64 for v in light))))
+        if loo_later is not None:  # it holds the solver's posterior (as large as K): no longer than there
+            size = min(size, full)
+        self.light.pop(key, None)
+        while len(self.light) >= size:
+            self.light.pop(next(iter(self.light)))
+        self.light[key] = (light, loo_later)
+
+    def get_light(self, params, y, hyper, loo_output):
+        """The light results stored for these hyperparameters, parameters and labels (the
+        kernel cotangents None), or None. Not checked against the kernel matrix: only for a
+        function evaluated within one sampling run, where the data are fixed (compiling a
+        graph with the Op clears the results)."""
+        if hyper.size == 0:
+            return None
+        key = self._key(params, y, hyper)
+        entry = self.light.get(key)
+        if entry is None:
+            return None
+        outputs, later = entry
+        if later is not None:
+            outputs = (*outputs[:loo_output], _deferred_loo(later, y.shape[0]), *outputs[loo_output + 1:])
+            self.light[key] = (outputs, None)
+        return tuple(None if v is None else np.array(v, copy=True) for v in outputs)
 
 
 def _deferred_loo(later, n):

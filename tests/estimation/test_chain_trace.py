@@ -71,3 +71,66 @@ def test_a_trace_of_chosen_variables():
         assert list(idata["posterior"].data_vars) == ["log_w"] and "log_likelihood" not in idata.children
         with pytest.raises(ValueError, match="does not have.*'nope'"):
             pymc_gpc.sample(var_names=["log_w", "nope"], **options)
+
+
+def test_the_draw_is_answered_from_the_light_results_when_one_full_result_is_kept(monkeypatch):
+    """At 50,000 rows (FITC, m = 200) the recent full results (with the m x n cotangents) hold
+    one point, and the draw is any point of the trajectory: the trace function's light copy
+    of the Op answers every draw from the light results (no solve), here with the full
+    results cut to one point; with its full copy most draws were solved again."""
+    from pymc_gpc.ops.warm_start import RecentResults
+
+    monkeypatch.setattr(RecentResults, "MEMORY", 1.0)  # one full result kept, at any size
+    model, _ = pymc_gpc.ard_classifier(X, Y, inducing=8)
+    solves, inside = [], []
+    evaluate, record = ApproxMarginalOp.evaluate, chain_trace.RecordingNUTS.record
+
+    def counted(self, *args):
+        solves.append(bool(inside))
+        return evaluate(self, *args)
+
+    def recording(self, *args):  # marks the solves made by the trace function
+        record(self, *args)
+        fn = self._trace_fn
+
+        def traced(*values):
+            inside.append(1)
+            try:
+                return fn(*values)
+            finally:
+                inside.pop()
+
+        self._trace_fn = traced
+
+    monkeypatch.setattr(ApproxMarginalOp, "evaluate", counted)
+    monkeypatch.setattr(chain_trace.RecordingNUTS, "record", recording)
+    runs = {}
+    for light in (True, False):
+        if not light:
+            monkeypatch.setattr(chain_trace, "light_evidence", list)
+        solves.clear()
+        with model:
+            idata = pymc_gpc.sample(draws=15, tune=15, chains=1, cores=1, random_seed=2, progressbar=False,
+                                    compute_convergence_checks=False)
+        runs[light] = (sum(solves), idata["log_likelihood"]["y"].values)
+    assert runs[True][0] == 0 and runs[False][0] >= 10  # solves by the trace function (measured: 0 and 23 of 30 draws)
+    assert np.all(np.isfinite(runs[True][1]))
+
+
+def test_light_results_are_kept_by_point_without_the_cotangents():
+    from pymc_gpc.ops.warm_start import RecentResults
+
+    recent = RecentResults()
+    K, params, y = np.ones((2, 3)), np.zeros(1), np.array([1.0, -1.0, 1.0])
+    outputs = (np.array(-1.5), np.full((2, 3), 7.0), np.zeros(1), np.array([-0.1, -0.2, -0.3]), np.array(3), np.array(0))
+    recent.add(K, params, y, np.array([0.5]), outputs, cotangents=(1,))
+    got = recent.get_light(params, y, np.array([0.5]), loo_output=3)
+    assert got[1] is None and float(got[0]) == -1.5 and np.array_equal(got[3], outputs[3])
+    got[3][:] = 0.0  # a copy
+    assert np.array_equal(recent.get_light(params, y, np.array([0.5]), 3)[3], outputs[3])
+    assert recent.get_light(params, y, np.array([0.6]), 3) is None  # another point
+    assert recent.get_light(params, y, np.zeros(0), 3) is None  # no hyperparameter input: nothing kept
+    size = int(RecentResults.LIGHT_MEMORY // sum(8 * np.size(v) + 64 for i, v in enumerate(outputs) if i != 1))
+    for h in range(min(size, RecentResults.LIGHT_SIZE) + 1):
+        recent.add(K, params, y, np.array([float(h)]), outputs, cotangents=(1,))
+    assert len(recent.light) == RecentResults.LIGHT_SIZE and recent.get_light(params, y, np.array([0.0]), 3) is None
