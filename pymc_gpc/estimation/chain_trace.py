@@ -3,16 +3,18 @@
 With chains in parallel (``cores > 1``), PyMC's workers send back only the sampled values;
 the main process then evaluates every traced variable at each draw (``NDArray.record``). A
 GP classifier's deterministics ``{name}_loo``, ``{name}_n_iter`` and ``{name}_status`` are
-outputs of the evidence Op, so each draw costs the main process an evidence solve, from a
+outputs of the evidence Op, so each draw cost the main process an evidence solve, from a
 warm start that is the previous draw (of either chain), not the trajectory's solutions that
-only the chain's process holds: at 50,000 rows (FITC, m = 200) about 650 of the 4,760 CPU
-seconds of a 2 x (500 + 500) NUTS run, on the cores the chains run on.
+only the chain's process holds, and on the cores the chains run on.
 
 Here the chain evaluates the traced variables at its new point right after its step
-(``RecordingNUTS.step``), where the Op finds the point among its recent results (the
-trajectory evaluated it; ``ops.marginal``'s shared state), and sends the values with its
-sampler statistics; ``ChainTrace`` stores them and evaluates nothing. PyMC's ``ZarrTrace``
-records in the workers too, but needs zarr and a store on disk.
+(``RecordingNUTS.step``) and sends the values with its sampler statistics; ``ChainTrace``
+stores them and evaluates nothing. The draw is a point the trajectory solved, any of its up
+to 2^depth points: the trace function holds the evidence Op's ``light_twin``
+(``light_evidence``), which answers it from the light results the sampler's copy of the Op
+stored (``ops.warm_start.RecentResults``: every output but the kernel cotangents, for a few
+hundred points), where the full results keep one point at 50,000 rows (FITC, m = 200).
+PyMC's ``ZarrTrace`` records in the workers too, but needs zarr and a store on disk.
 """
 
 import numpy as np

@@ -89,9 +89,10 @@ def _extrapolate(sa, others, w):
 class RecentResults:
     """The outputs of the last few evaluations of one thread, by input values.
 
-    PyMC evaluates the model once more at every draw it keeps, to record the Op's
-    diagnostics (``y_loo``, ``y_n_iter``, ``y_status``), at a point NUTS has just
-    evaluated inside its trajectory; those evaluations are answered from here. A result is looked
+    The trace records the Op's diagnostics (``y_loo``, ``y_n_iter``, ``y_status``) at each
+    draw, a point NUTS has just evaluated inside its trajectory; those evaluations are
+    answered from here (by the light results, ``get_light``, for the Op's ``light`` copy in a
+    chain's trace function, ``estimation.chain_trace``). A result is looked
     up by the hyperparameter vector, the likelihood parameters and the labels (exact
     bytes), and returned only if K is also equal (a hit costs one comparison of K).
     Without a hyperparameter input nothing is kept. Arrays are copied in and out:
