@@ -240,6 +240,7 @@ class ApproxMarginalOp(Op):
         """Zero counts, listed for ``reset_warm_starts`` (new or unpickled); the lineage's
         shared state (``_shared_state``), with no warm starts where it is new."""
         self.__dict__.setdefault("_lineage", uuid.uuid4().hex)  # an Op pickled before lineages
+        self.__dict__.setdefault("light", False)  # or before light copies
         self._shared, fresh = _shared_state(self._lineage, self.sampling)
         if fresh:
             self.reset_warm_starts()
