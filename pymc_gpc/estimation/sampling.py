@@ -201,7 +201,7 @@ def laplace_start(model, chains, random_seed=None, map_estimate=None, **nuts_opt
         potential = QuadPotentialFullAdapt(mode.size, mode, cov, LAPLACE_WEIGHT, rng=rng)
         with model, sampling_tolerance():  # the step compiles its logp and gradient here
             step = RecordingNUTS(vars=target.free, potential=potential,
-                           **{"target_accept": LAPLACE_TARGET_ACCEPT, **nuts_options})
+                                 **{"target_accept": LAPLACE_TARGET_ACCEPT, **nuts_options})
     step.integrator._logp_dlogp_func = TrajectoryCache(step.integrator._logp_dlogp_func)
     return {"step": step, "initvals": starts}
 
