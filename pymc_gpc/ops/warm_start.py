@@ -130,7 +130,7 @@ class RecentResults:
             return None
         stored, outputs, later = entry
         if later is not None and loo_output is not None:
-            outputs = (*outputs[:loo_output], _deferred_loo(later, y.shape[0]), *outputs[loo_output + 1:])
+            outputs = _with_loo(outputs, later, loo_output, y.shape[0])
             self.entries[key] = (stored, outputs, None)
         return tuple(POOL.copy(v) for v in outputs)
 
@@ -166,10 +166,15 @@ class RecentResults:
         if entry is None:
             return None
         outputs, later = entry
-        if later is not None:
-            outputs = (*outputs[:loo_output], _deferred_loo(later, y.shape[0]), *outputs[loo_output + 1:])
+        if later is not None and loo_output is not None:
+            outputs = _with_loo(outputs, later, loo_output, y.shape[0])
             self.light[key] = (outputs, None)
         return tuple(None if v is None else np.array(v, copy=True) for v in outputs)
+
+
+def _with_loo(outputs, later, loo_output, n):
+    """``outputs`` with the LOO slot ``loo_output`` filled by the deferred ``later``."""
+    return (*outputs[:loo_output], _deferred_loo(later, n), *outputs[loo_output + 1:])
 
 
 def _deferred_loo(later, n):
