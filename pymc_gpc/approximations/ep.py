@@ -307,8 +307,9 @@ def ep(
         prior = IndefiniteSitePrior(K)
     if dense and concave and method == "parallel" and np.min(tau, initial=0.0) >= 0.0:
         # the compiled loop; it hands back to _parallel only at steps it does not take
-        status, done, change, tau, nu, L, Li, *fixed, first_change, warm_tau, warm_nu = _parallel_compiled(
-            likelihood.kind, _contiguous(K), y, th, tau, nu, damping, tol, max_sweeps, ANDERSON_MEMORY, forecast
+        status, done, change, tau, nu, L, Li, *fixed, first_change, warm_tau, warm_nu = _parallel_compiled_from(
+            likelihood.kind, _contiguous(K), y, th, tau, nu, damping, tol, max_sweeps, ANDERSON_MEMORY, forecast,
+            True, state is not None
         )
         if status != _HANDED_BACK:
             post, sweeps, warm = LatentPosterior(K, tau, L, Li), done, (warm_tau, warm_nu)
@@ -325,9 +326,13 @@ def ep(
             # K^-1 + S indefinite here: the warm start is of no use, start from zero sites
             tau, nu = np.zeros(n), np.zeros(n)
             post = prior.posterior(tau)
-        run = _parallel if method == "parallel" else _sequential
-        post, tau, nu, sweeps, change, first_change, warm = run(prior, y, likelihood, th, post, tau, nu, damping,
-                                                                tol, max_sweeps - done)
+        if method == "sequential":
+            post, tau, nu, sweeps, change, first_change, warm = _sequential(
+                prior, y, likelihood, th, post, tau, nu, damping, tol, max_sweeps - done)
+        else:
+            post, tau, nu, sweeps, change, first_change, warm = _parallel_from(
+                prior, y, likelihood, th, post, tau, nu, damping, tol, max_sweeps - done,
+                state is not None and not done)
         if done:  # the first sweep was the compiled loop's
             first_change = compiled_first_change
         sweeps += done
@@ -376,21 +381,23 @@ def ep_warm(K, y, likelihood, th, state, tol, max_sweeps=300, rough_ok=True):
     tau, nu = (np.zeros(n), np.zeros(n)) if state is None else (state.tau.copy(), state.nu.copy())
     forecast = np.inf if state is None else state.first_change
     ok, log_z, dK, dth, loo, sweeps, tau, nu, first_change = ep_warm_compiled(
-        likelihood.kind, _contiguous(K), y, th, tau, nu, forecast, tol, max_sweeps, th.shape[0], rough_ok)
+        likelihood.kind, _contiguous(K), y, th, tau, nu, forecast, tol, max_sweeps, th.shape[0], rough_ok,
+        state is not None)
     if not ok:
         return None
     return log_z, dK, dth, loo, sweeps, EPState(tau, nu, first_change)
 
 
 @njit(nogil=True, cache=True)
-def ep_warm_compiled(kind, K, y, th, tau, nu, forecast, tol, max_sweeps, n_params, rough_ok=True):
-    """``ep_warm``'s work, callable from compiled code (``backends.numba.compiled_ep``).
+def ep_warm_compiled(kind, K, y, th, tau, nu, forecast, tol, max_sweeps, n_params, rough_ok=True, warm=False):
+    """``ep_warm``'s work, callable from compiled code (``backends.numba.compiled_ep``); ``warm``:
+    (tau, nu) are a warm start (``_parallel_compiled_from``).
 
     Returns (converged with finite outputs, log_z, dlog_z_dK (Fortran-ordered), dlog_z_dparams,
     the LOO terms, sweeps, the warm start's tau and nu, first change).
     """
     status, sweeps, _, tau, nu, L, Li, _, mean, b, tau_c, nu_c, tilted, first_change, warm_tau, warm_nu = (
-        _parallel_compiled(kind, K, y, th, tau, nu, 1.0, tol, max_sweeps, ANDERSON_MEMORY, forecast, rough_ok))
+        _parallel_compiled_from(kind, K, y, th, tau, nu, 1.0, tol, max_sweeps, ANDERSON_MEMORY, forecast, rough_ok, warm))
     dth = np.zeros(n_params)
     if status != _DONE:
         return False, np.nan, np.empty((0, 0)).T, dth, tilted[0].copy(), sweeps, tau, nu, first_change
@@ -488,7 +495,7 @@ def _contiguous(K):
     return K if (K.flags.c_contiguous or K.flags.f_contiguous) else np.ascontiguousarray(K)
 
 
-def _parallel(prior, y, likelihood, th, post, tau, nu, damping, tol, max_sweeps, memory=ANDERSON_MEMORY):
+def _parallel(prior, y, likelihood, th, post, tau, nu, damping, tol, max_sweeps, memory=ANDERSON_MEMORY, give_up=np.inf):
     """Parallel EP sweeps on any prior structure, Anderson-accelerated; returns
     (posterior, tau, nu, sweeps, change, first change).
 
@@ -496,7 +503,8 @@ def _parallel(prior, y, likelihood, th, post, tau, nu, damping, tol, max_sweeps,
     K^{-1} + S indefinite, introduces negative sites the plain map does not have, or follows a
     1000-fold growth of the residual. Sweeps predicted not to be the last may run on a rough
     (single-precision) posterior (``_rough_allowed``); a rough sweep never ends the iteration,
-    so the returned posterior is exact.
+    so the returned posterior is exact. ``give_up``: stop, not converged, after a first sweep
+    whose change exceeds it (a warm start worse than zero sites: ``WARM_GIVE_UP_CHANGE``).
     """
     n = tau.shape[0]
     aa = Anderson(memory)
@@ -510,6 +518,8 @@ def _parallel(prior, y, likelihood, th, post, tau, nu, damping, tol, max_sweeps,
         tau_g, nu_g, change, *_ = parallel_site_update(likelihood.kind, y, th, var, mean, tau, nu, prior.diag(), damping)
         sweeps += 1
         first_change = change if sweeps == 1 else first_change
+        if sweeps == 1 and change > give_up:
+            break
         if change < tol and not post.rough:
             # converged: the sites already factorised are within tol of the map's
             # value, so keep them rather than pay one more Cholesky and inverse; the map's
@@ -542,6 +552,23 @@ def _parallel(prior, y, likelihood, th, post, tau, nu, damping, tol, max_sweeps,
     return post, tau, nu, sweeps, change, first_change, warm or (tau, nu)
 
 
+
+def _parallel_from(prior, y, likelihood, th, post, tau, nu, damping, tol, max_sweeps, warm):
+    """``_parallel`` from sites (tau, nu) and their posterior ``post``; ``warm``: a warm start,
+    abandoned for zero sites (``WARM_GIVE_UP_CHANGE``) where its first sweep shows it worse than
+    them. Returns ``_parallel``'s tuple, the sweeps of both runs counted."""
+    give_up = WARM_GIVE_UP_CHANGE if warm and max_sweeps > 1 else np.inf
+    out = _parallel(prior, y, likelihood, th, post, tau, nu, damping, tol, max_sweeps, give_up=give_up)
+    sweeps, first_change = out[3], out[5]
+    if not (sweeps == 1 and first_change > give_up):
+        return out
+    zeros = np.zeros(tau.shape[0])
+    post = _posterior(prior, zeros, _rough_allowed(tol, np.inf), tol)
+    post, tau, nu, sweeps, change, first_change, warm = _parallel(prior, y, likelihood, th, post, zeros, zeros.copy(),
+                                                                  damping, tol, max_sweeps - 1)
+    return post, tau, nu, sweeps + 1, change, first_change, warm
+
+
 def _posterior(prior, tau, rough, tol):
     """q(f) at sites tau: rough (single precision, never the last sweep's) where ``rough``,
     else exact; at the sampler's tolerances (tol >= ``_ROUGH_TOL``) an exact posterior's
@@ -551,6 +578,14 @@ def _posterior(prior, tau, rough, tol):
         return prior.posterior(tau, single=True)
     return prior.posterior(tau, rough=rough)
 
+
+# A warm start whose first sweep changes a site by more than this (``_parallel``'s scale-free
+# change) is abandoned for zero sites. From zero sites the first change measured 0.16 to 2.2
+# (probit and logistic, amplitudes 0.1 to 1000, lengthscales 0.3 to 5): a larger one says the
+# sites were fitted to a far point, as NUTS reaches in its early trajectories, from which
+# Anderson-accelerated sweeps can take longer than a cold start or not converge at all (at
+# n = 50,000 with FITC: 300 sweeps, 68 CPU s, then 37 from zero sites; docs/design/engine_notes.md).
+WARM_GIVE_UP_CHANGE = 10.0
 
 # Rough (single-precision) sweeps: at tolerances this loose or looser, within the first
 # _ROUGH_SWEEPS sweeps; _FIRST_RATE is the contraction assumed after a first sweep.
@@ -624,13 +659,15 @@ def anderson_record(dF, dG, count, f, g, f_prev, g_prev):
 
 
 @njit(nogil=True, cache=True)
-def _parallel_compiled(kind, K, y, th, tau, nu, damping, tol, max_sweeps, memory, forecast=np.inf, rough_ok=True):
+def _parallel_compiled(kind, K, y, th, tau, nu, damping, tol, max_sweeps, memory, forecast=np.inf, rough_ok=True,
+                       give_up=np.inf):
     """``_parallel`` for non-negative sites on a dense K, compiled: whole sweeps without Python.
 
     A step ``_parallel`` handles in Python (negative sites, a failed factorisation, a non-finite
     change or iterate) ends the loop with status ``_HANDED_BACK`` at the last factorised sites,
     uncounted. Rough sweeps as in ``_parallel`` (``forecast``: the first sweep's predicted
-    change); ``rough_ok=False`` runs every sweep exact.
+    change); ``rough_ok=False`` runs every sweep exact; ``give_up`` as in ``_parallel`` (status
+    ``_SWEEP_LIMIT`` after one sweep).
 
     Returns (status, sweeps, change, tau, nu, L, Li, var, mean, b, tau_c, nu_c, tilted,
     first_change, warm_tau, warm_nu); with status ``_DONE`` var ... tilted are at the returned
@@ -664,6 +701,8 @@ def _parallel_compiled(kind, K, y, th, tau, nu, damping, tol, max_sweeps, memory
         sweeps += 1
         if sweeps == 1:
             first_change = change
+            if change > give_up:
+                break
         if not np.isfinite(change):
             status, sweeps, change = _HANDED_BACK, sweeps - 1, np.nan
             break
@@ -696,6 +735,25 @@ def _parallel_compiled(kind, K, y, th, tau, nu, damping, tol, max_sweeps, memory
             status = _HANDED_BACK
     if status != _DONE:
         warm_tau, warm_nu = tau, nu
+    return status, sweeps, change, tau, nu, L, Li, var, mean, b, tau_c, nu_c, tilted, first_change, warm_tau, warm_nu
+
+
+
+@njit(nogil=True, cache=True)
+def _parallel_compiled_from(kind, K, y, th, tau, nu, damping, tol, max_sweeps, memory, forecast, rough_ok, warm):
+    """``_parallel_compiled`` from sites (tau, nu); ``warm``: a warm start, abandoned for zero
+    sites (``WARM_GIVE_UP_CHANGE``) where its first sweep shows it worse than them. Returns
+    ``_parallel_compiled``'s tuple, the sweeps of both runs counted."""
+    give_up = WARM_GIVE_UP_CHANGE if warm and max_sweeps > 1 else np.inf
+    (status, sweeps, change, tau, nu, L, Li, var, mean, b, tau_c, nu_c, tilted, first_change, warm_tau,
+     warm_nu) = _parallel_compiled(kind, K, y, th, tau, nu, damping, tol, max_sweeps, memory, forecast, rough_ok,
+                                   give_up)
+    if status == _SWEEP_LIMIT and sweeps == 1 and first_change > give_up:
+        n = y.shape[0]
+        (status, sweeps, change, tau, nu, L, Li, var, mean, b, tau_c, nu_c, tilted, first_change, warm_tau,
+         warm_nu) = _parallel_compiled(kind, K, y, th, np.zeros(n), np.zeros(n), damping, tol, max_sweeps - 1,
+                                       memory, np.inf, rough_ok, np.inf)
+        sweeps += 1
     return status, sweeps, change, tau, nu, L, Li, var, mean, b, tau_c, nu_c, tilted, first_change, warm_tau, warm_nu
 
 

@@ -315,8 +315,9 @@ class FITCPosterior:
     # Rough gradients where cond(L_uu) is at most this (figures for the three limits:
     # docs/design/engine_notes.md, "FITC structure")
     MAX_COND_ROUGH_GRADIENT = 1e6
-    # single-precision exact posteriors where cond(L_A) is at most this
-    MAX_COND_SINGLE = 1e3
+    # single-precision exact posteriors where cond(L_A) is at most this (the variances' relative
+    # error measured at most 1e-4 up to cond(L_A) 1.5e4; docs/design/engine_notes.md)
+    MAX_COND_SINGLE = 5e3
 
     def __init__(self, prior, w, rough=False, single=False):
         self.prior = prior

@@ -231,7 +231,7 @@ def _python_only(monkeypatch):
     def handed_back(kind, K, y, th, tau, nu, *rest):
         return (ep_module._HANDED_BACK, 0, np.inf, tau, nu) + (None,) * 8 + (np.inf,)
 
-    monkeypatch.setattr(ep_module, "_parallel_compiled", handed_back)
+    monkeypatch.setattr(ep_module, "_parallel_compiled_from", handed_back)
 
 
 @pytest.mark.parametrize("lik", LIKELIHOOD_CASES, ids=lik_id)
@@ -344,6 +344,53 @@ def test_zero_tolerance_runs_to_the_sweep_limit():
     # not fail when a change is exactly 0
     res = ep(1e3 * np.eye(2), np.ones(2), Probit(), tol=0.0, max_sweeps=20)
     assert not res.converged and res.n_iter == 20 and np.isfinite(res.log_z)
+
+
+
+def _far_warm_start(nu_scale):
+    """(K, y, state): sites solved at a nearby kernel, their nu scaled by ``nu_scale`` (the
+    means far off, as a wild extrapolation of ``WarmStarts`` makes them), and that kernel."""
+    rng = np.random.default_rng(3)
+    X, y = random_problem(rng, 80, d=2)
+    near = ep(ard_kernel(X, np.log([0.5, 0.5]), np.log(2.0))[0], y, Probit()).state
+    K = ard_kernel(X, np.log([0.6, 0.5]), np.log(2.2))[0]
+    return K, y, EPState(near.tau.copy(), nu_scale * near.nu, near.first_change)
+
+
+def _fitc(K, m=20):
+    from pymc_gpc.structures import FITCPrior
+
+    return FITCPrior(K[:m, :m] + 1e-8 * np.eye(m), K[:m], np.diag(K).copy())
+
+
+@pytest.mark.parametrize("path", ["compiled", "python", "fitc", "ep_warm"])
+def test_a_warm_start_worse_than_zero_sites_is_abandoned_after_one_sweep(path, monkeypatch):
+    # A first sweep that changes a site by more than WARM_GIVE_UP_CHANGE (zero sites' first
+    # change is at most about 2) restarts EP from zero sites: the cold solve's result, one
+    # sweep more. At 50,000 rows (FITC) such a start took 300 sweeps without converging.
+    from pymc_gpc.approximations.ep import WARM_GIVE_UP_CHANGE, ep_warm
+
+    K, y, far = _far_warm_start(100.0)
+    if path == "python":
+        _python_only(monkeypatch)
+    prior = _fitc(K) if path == "fitc" else K
+    cold = ep(prior, y, Probit())
+    assert cold.state.first_change < 2.5
+    if path == "ep_warm":  # the sampler's compiled hot path (dense EP in the Op)
+        log_z, dK, _, _, sweeps, state = ep_warm(K, y, Probit(), Probit().resolve_params(None), far, tol=1e-8)
+        assert sweeps == cold.n_iter + 1
+        assert log_z == pytest.approx(cold.log_z, abs=1e-10)
+        np.testing.assert_allclose(dK, cold.dlog_z_dK, atol=1e-10)
+        return
+    warm = ep(prior, y, Probit(), state=far)
+    assert warm.converged and warm.n_iter == cold.n_iter + 1
+    assert warm.log_z == pytest.approx(cold.log_z, abs=1e-10)
+    np.testing.assert_allclose(warm.var, cold.var, atol=1e-10)
+    assert warm.state.first_change == cold.state.first_change  # the restart's, for the next forecast
+    # a start below the limit is kept: its own first change is what the state forecasts
+    near_enough = ep(prior, y, Probit(), state=_far_warm_start(5.0)[2])
+    assert 2.5 < near_enough.state.first_change < WARM_GIVE_UP_CHANGE
+    assert near_enough.log_z == pytest.approx(cold.log_z, abs=1e-7)
 
 
 def test_warm_starts_keep_the_first_change_of_the_nearest_solution():

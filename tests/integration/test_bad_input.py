@@ -339,7 +339,7 @@ def tripwires(monkeypatch):
     monkeypatch.setattr(FITCPrior, "posterior", trip)
     monkeypatch.setattr(HSGPPrior, "posterior", trip)
     monkeypatch.setattr(MulticlassHSGPPrior, "posterior", trip)
-    monkeypatch.setattr(ep_mod, "_parallel_compiled", trip)  # the compiled EP loop
+    monkeypatch.setattr(ep_mod, "_parallel_compiled_from", trip)  # the compiled EP loop
     monkeypatch.setattr(pm, "sample", trip)
     monkeypatch.setattr(pm, "find_MAP", trip)
 

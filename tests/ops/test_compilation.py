@@ -20,7 +20,7 @@ _SCRIPT = textwrap.dedent(
     import numpy as np
     import pymc_gpc
     from pymc_gpc import likelihoods as L
-    from pymc_gpc.approximations.ep import _parallel_compiled, _sequential_sweep
+    from pymc_gpc.approximations.ep import _parallel_compiled_from, _sequential_sweep
     from pymc_gpc.approximations.adf import _steps
     from pymc_gpc.likelihoods.base import log_lik_map
     rng = np.random.default_rng(0)
@@ -31,7 +31,7 @@ _SCRIPT = textwrap.dedent(
     pymc_gpc.laplace(K, y, L.Logistic())
     pymc_gpc.adf(K, y, L.Probit())
     hits = {f.__name__: sum(f.stats.cache_hits.values())
-            for f in (_parallel_compiled, _sequential_sweep, _steps, log_lik_map)}
+            for f in (_parallel_compiled_from, _sequential_sweep, _steps, log_lik_map)}
     json.dump(hits, sys.stdout)
     """
 )

@@ -125,7 +125,7 @@ def evaluate(block, kind, n_params, tol, cold_tol, max_sweeps, K, params, y, hyp
     # n_params is 0, its cutpoints arrive with th
     ok, log_z, dK_f, dth_s, loo_s, sweeps, tau_new, nu_new, change = ep_warm_compiled(
         kind, K, y, params.copy(), tau.copy(), nu.copy(), first_change if has else np.inf, ts.solve_tolerance(has, tol, cold_tol),
-        max_sweeps, q)
+        max_sweeps, q, True, has)
     if not ok:
         return False, has, first_change
     _write(dK, dth, loo, out, dK_f, dth_s, loo_s, log_z, sweeps, 0)  # dK: C order, the Python path's values
