@@ -552,7 +552,6 @@ def _parallel(prior, y, likelihood, th, post, tau, nu, damping, tol, max_sweeps,
     return post, tau, nu, sweeps, change, first_change, warm or (tau, nu)
 
 
-
 def _parallel_from(prior, y, likelihood, th, post, tau, nu, damping, tol, max_sweeps, warm):
     """``_parallel`` from sites (tau, nu) and their posterior ``post``; ``warm``: a warm start,
     abandoned for zero sites (``WARM_GIVE_UP_CHANGE``) where its first sweep shows it worse than
