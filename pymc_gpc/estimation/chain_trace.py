@@ -26,7 +26,7 @@ from pytensor.graph.traversal import ancestors
 from ..ops.marginal import ApproxMarginalOp
 from ..ops.rewrites import sampling_tolerance
 
-__all__ = ["RecordingNUTS", "ChainTrace", "record_in_chains", "TRACE_PREFIX"]
+__all__ = ["RecordingNUTS", "ChainTrace", "LightLookup", "record_in_chains", "TRACE_PREFIX"]
 
 # The sampler statistics that carry the traced values are named "trace:<variable>" (a name
 # that no NUTS statistic has); ``ChainTrace`` takes them out of the statistics.
@@ -70,11 +70,13 @@ class RecordingNUTS(pm.NUTS):
 
     def record(self, model, variables, trace):
         """Compile the traced ``variables`` (under the sampling tolerances, as the step's own
-        function, so that both reach the same solver state) and declare their statistics from
-        ``trace``'s shapes and dtypes."""
+        function, so that both reach the same solver state) and their ``LightLookup``, and
+        declare their statistics from ``trace``'s shapes and dtypes."""
+        light = light_evidence(variables)
         with model, sampling_tolerance():
-            self._trace_fn = model.compile_fn(outs=light_evidence(variables), inputs=model.value_vars,
+            self._trace_fn = model.compile_fn(outs=light, inputs=model.value_vars,
                                               point_fn=False, on_unused_input="ignore")
+            self._lookup = LightLookup(model, light)
         self._trace_inputs = [v.name for v in model.value_vars]
         self._trace_names = [v.name for v in variables]
         declared = {TRACE_PREFIX + n: (trace.var_dtypes[n], list(trace.var_shapes[n])) for n in self._trace_names}
@@ -85,10 +87,52 @@ class RecordingNUTS(pm.NUTS):
         point, stats = super().step(point)
         if self._trace_fn is None:
             return point, stats
-        values = self._trace_fn(*(point[name] for name in self._trace_inputs))
+        at = [point[name] for name in self._trace_inputs]
+        values = self._lookup(at)
+        if values is None:  # a point no light result holds: the evidence Op solves it
+            values = self._trace_fn(*at)
         stats = [dict(stats[0]), *stats[1:]]
         stats[0].update((TRACE_PREFIX + n, np.array(v, copy=True)) for n, v in zip(self._trace_names, values))
         return point, stats
+
+
+class LightLookup:
+    """The traced variables at a point the chain's sampler has solved, without the kernel
+    matrices: each ``light`` evidence Op's outputs are read from its lineage's light results
+    (``ApproxMarginalOp.light_outputs``) and given, with the point, to the traced graph
+    compiled with those outputs as inputs. The trace function proper computes K_uu and K_uf
+    before its Op finds the point (about 66 ms a draw at 50,000 rows, FITC m = 200).
+
+    Calling it returns the traced values, or None where some Op has no light result for the
+    point (``RecordingNUTS.step`` then runs the trace function).
+    """
+
+    def __init__(self, model, variables):
+        nodes = list(dict.fromkeys(v.owner for v in ancestors(variables) if v.owner is not None
+                                   and isinstance(v.owner.op, ApproxMarginalOp) and v.owner.op.light))
+        # the sampler's copy of each Op (``sampling``, as the rewrite makes it) holds the results
+        self.ops = [node.op if node.op.sampling else node.op.sampling_twin() for node in nodes]
+        holders = [[out.type() for out in node.outputs] for node in nodes]
+        replaced = graph_replace(variables, {out: h for node, hs in zip(nodes, holders)
+                                             for out, h in zip(node.outputs, hs)}, strict=False)
+        # (theta, y, hyper) of each Op, computed as the sampler's function computes them
+        keys = [x for node in nodes for x in node.inputs[node.op.n_kernel_inputs:node.op.n_kernel_inputs + 3]]
+        self._keys = model.compile_fn(outs=keys, inputs=model.value_vars, point_fn=False,
+                                      on_unused_input="ignore") if nodes else None
+        self._values = model.compile_fn(outs=replaced, inputs=[*model.value_vars, *(h for hs in holders for h in hs)],
+                                        point_fn=False, on_unused_input="ignore", mode="FAST_COMPILE")
+
+    def __call__(self, at):
+        if self._keys is None:
+            return None
+        keys = self._keys(*at)
+        outputs = []
+        for j, op in enumerate(self.ops):
+            found = op.light_outputs(*keys[3 * j:3 * j + 3])
+            if found is None:
+                return None
+            outputs.extend(found)
+        return self._values(*at, *outputs)
 
 
 class ChainTrace(NDArray):

@@ -98,7 +98,11 @@ class RecentResults:
     Without a hyperparameter input nothing is kept. Arrays are copied in and out:
     PyTensor may overwrite an Op's outputs in place downstream (e.g. the cotangent times
     dlog_z/dK). Each entry holds two n x n arrays, so the number kept shrinks with n (16
-    up to n = 350, within ``MEMORY`` bytes).
+    up to n = 350, within ``MEMORY`` bytes); an entry larger than ``MEMORY`` is not kept
+    (dense n above about 1,400; FITC's m x n cotangent at 50,000 rows and m = 200 is
+    80 MB, whose copy cost 10 ms of a 0.3 s evaluation): NUTS's one repeated point, the
+    start of each iteration, is answered before the Op (``estimation.sampling.TrajectoryCache``).
+    The light results are kept either way.
     """
 
     MEMORY = 32e6
@@ -141,14 +145,16 @@ class RecentResults:
         if hyper.size == 0:
             return
         key = self._key(params, y, hyper)
-        full = max(1, min(self.size, int(self.MEMORY // (16 * max(K.size, 1)))))
-        while len(self.entries) >= full:
+        entry_bytes = 8 * (np.size(K) + sum(np.size(v) for v in outputs))
+        full = min(self.size, int(self.MEMORY // max(entry_bytes, 1)))
+        while self.entries and len(self.entries) >= max(full, 1):
             self.entries.pop(next(iter(self.entries)))  # the oldest (dicts keep order)
-        self.entries[key] = (POOL.copy(K), tuple(POOL.copy(v) for v in outputs), loo_later)
+        if full:
+            self.entries[key] = (POOL.copy(K), tuple(POOL.copy(v) for v in outputs), loo_later)
         light = tuple(None if i in cotangents else np.array(v, copy=True) for i, v in enumerate(outputs))
         size = max(1, min(self.LIGHT_SIZE, int(self.LIGHT_MEMORY // sum(8 * np.size(v) + 64 for v in light))))
         if loo_later is not None:  # it holds the solver's posterior (as large as K): no longer than there
-            size = min(size, full)
+            size = min(size, max(full, 1))
         self.light.pop(key, None)
         while len(self.light) >= size:
             self.light.pop(next(iter(self.light)))

@@ -73,16 +73,17 @@ def test_a_trace_of_chosen_variables():
             pymc_gpc.sample(var_names=["log_w", "nope"], **options)
 
 
-def test_the_draw_is_answered_from_the_light_results_when_one_full_result_is_kept(monkeypatch):
+def test_the_draw_is_answered_from_the_light_results_when_no_full_result_is_kept(monkeypatch):
     """At 50,000 rows (FITC, m = 200) the recent full results (with the m x n cotangents) hold
-    one point, and the draw is any point of the trajectory: the trace function's light copy
-    of the Op answers every draw from the light results (no solve), here with the full
-    results cut to one point; with its full copy most draws were solved again."""
+    no point, and the draw is any point of the trajectory: every draw is answered from the
+    light results (``LightLookup``: no solve, and not even the trace function, which would
+    compute the kernel matrices first), here with the full results cut to none; with the
+    Op's full copy in the trace function most draws were solved again."""
     from pymc_gpc.ops.warm_start import RecentResults
 
-    monkeypatch.setattr(RecentResults, "MEMORY", 1.0)  # one full result kept, at any size
+    monkeypatch.setattr(RecentResults, "MEMORY", 1.0)  # no full result kept, at any size
     model, _ = pymc_gpc.ard_classifier(X, Y, inducing=8)
-    solves, inside = [], []
+    solves, inside, calls = [], [], []
     evaluate, record = ApproxMarginalOp.evaluate, chain_trace.RecordingNUTS.record
 
     def counted(self, *args):
@@ -95,6 +96,7 @@ def test_the_draw_is_answered_from_the_light_results_when_one_full_result_is_kep
 
         def traced(*values):
             inside.append(1)
+            calls.append(1)
             try:
                 return fn(*values)
             finally:
@@ -109,11 +111,13 @@ def test_the_draw_is_answered_from_the_light_results_when_one_full_result_is_kep
         if not light:
             monkeypatch.setattr(chain_trace, "light_evidence", list)
         solves.clear()
+        calls.clear()
         with model:
             idata = pymc_gpc.sample(draws=15, tune=15, chains=1, cores=1, random_seed=2, progressbar=False,
                                     compute_convergence_checks=False)
-        runs[light] = (sum(solves), idata["log_likelihood"]["y"].values)
+        runs[light] = (sum(solves), idata["log_likelihood"]["y"].values, len(calls))
     assert runs[True][0] == 0 and runs[False][0] >= 10  # solves by the trace function (measured: 0 and 23 of 30 draws)
+    assert runs[True][2] == 0 and runs[False][2] == 30  # the trace function's calls: the lookup answered every draw
     assert np.all(np.isfinite(runs[True][1]))
 
 

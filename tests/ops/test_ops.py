@@ -474,6 +474,26 @@ def test_recent_results_answer_repeated_points_exactly_and_only_those():
     assert recent.get(K, params, y, hyper) is None  # the oldest entry was dropped
 
 
+
+def test_recent_results_keep_no_full_entry_larger_than_their_memory(monkeypatch):
+    """An entry above ``MEMORY`` bytes (FITC's m x n cotangent at 50,000 rows) is not copied in:
+    ``get`` misses, while the light results (no cotangents) still answer the point."""
+    from pymc_gpc.ops.warm_start import RecentResults
+
+    K, params, y, hyper = np.ones((2, 3)), np.zeros(1), np.array([1.0, -1.0, 1.0]), np.array([0.5])
+    outputs = (np.array(-1.5), np.full((2, 3), 7.0), np.zeros(1), np.array([-0.1, -0.2, -0.3]), np.array(3),
+               np.array(0))
+    entry_bytes = 8 * (K.size + sum(np.size(v) for v in outputs))
+    recent = RecentResults()
+    monkeypatch.setattr(RecentResults, "MEMORY", entry_bytes)  # one entry fits
+    recent.add(K, params, y, hyper, outputs, cotangents=(1,))
+    assert recent.get(K, params, y, hyper)[0] == -1.5
+    monkeypatch.setattr(RecentResults, "MEMORY", entry_bytes - 1)  # none fits: the stored one goes too
+    recent.add(K, params, y, hyper + 1, outputs, cotangents=(1,))
+    assert not recent.entries and recent.get(K, params, y, hyper + 1) is None
+    for h in (hyper, hyper + 1):
+        np.testing.assert_array_equal(recent.get_light(params, y, h, loo_output=3)[3], outputs[3])
+
 def test_op_evaluates_a_repeated_point_once():
     X, y = random_problem(np.random.default_rng(4), 20)
     K = pt.dmatrix("K")
