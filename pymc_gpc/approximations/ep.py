@@ -737,7 +737,6 @@ def _parallel_compiled(kind, K, y, th, tau, nu, damping, tol, max_sweeps, memory
     return status, sweeps, change, tau, nu, L, Li, var, mean, b, tau_c, nu_c, tilted, first_change, warm_tau, warm_nu
 
 
-
 @njit(nogil=True, cache=True)
 def _parallel_compiled_from(kind, K, y, th, tau, nu, damping, tol, max_sweeps, memory, forecast, rough_ok, warm):
     """``_parallel_compiled`` from sites (tau, nu); ``warm``: a warm start, abandoned for zero

@@ -110,6 +110,9 @@ class LightLookup:
     def __init__(self, model, variables):
         nodes = list(dict.fromkeys(v.owner for v in ancestors(variables) if v.owner is not None
                                    and isinstance(v.owner.op, ApproxMarginalOp) and v.owner.op.light))
+        self.ops, self._keys, self._values = [], None, None
+        if not nodes:  # nothing to look up: the trace function answers every draw
+            return
         # the sampler's copy of each Op (``sampling``, as the rewrite makes it) holds the results
         self.ops = [node.op if node.op.sampling else node.op.sampling_twin() for node in nodes]
         holders = [[out.type() for out in node.outputs] for node in nodes]
@@ -117,8 +120,7 @@ class LightLookup:
                                              for out, h in zip(node.outputs, hs)}, strict=False)
         # (theta, y, hyper) of each Op, computed as the sampler's function computes them
         keys = [x for node in nodes for x in node.inputs[node.op.n_kernel_inputs:node.op.n_kernel_inputs + 3]]
-        self._keys = model.compile_fn(outs=keys, inputs=model.value_vars, point_fn=False,
-                                      on_unused_input="ignore") if nodes else None
+        self._keys = model.compile_fn(outs=keys, inputs=model.value_vars, point_fn=False, on_unused_input="ignore")
         self._values = model.compile_fn(outs=replaced, inputs=[*model.value_vars, *(h for hs in holders for h in hs)],
                                         point_fn=False, on_unused_input="ignore", mode="FAST_COMPILE")
 

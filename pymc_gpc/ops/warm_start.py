@@ -147,7 +147,7 @@ class RecentResults:
         key = self._key(params, y, hyper)
         entry_bytes = 8 * (np.size(K) + sum(np.size(v) for v in outputs))
         full = min(self.size, int(self.MEMORY // max(entry_bytes, 1)))
-        while self.entries and len(self.entries) >= max(full, 1):
+        while len(self.entries) >= max(full, 1):
             self.entries.pop(next(iter(self.entries)))  # the oldest (dicts keep order)
         if full:
             self.entries[key] = (POOL.copy(K), tuple(POOL.copy(v) for v in outputs), loo_later)
