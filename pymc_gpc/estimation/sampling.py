@@ -14,8 +14,9 @@ from pymc.step_methods.hmc.quadpotential import QuadPotentialFullAdapt
 from pytensor.graph.traversal import ancestors
 
 from .chain_trace import RecordingNUTS, record_in_chains
-from .hyper_posterior import LogPosterior, find_mode
-from .integration import laplace, map_start, sample_integrated
+from .hyper_posterior import LogPosterior, start_scale
+from .integration import map_start, sample_integrated
+from .point_estimates import fit
 from ..idata import default_sampler, parallel_defaults, sample_nuts
 from ..gp.models import DENSE_MAX_ROWS
 from ..ops.marginal import ApproxMarginalOp
@@ -160,8 +161,9 @@ def _laplace_applies(model, kwargs):
 def laplace_start(model, chains, random_seed=None, map_estimate=None, **nuts_options):
     r"""NUTS's start from the Laplace approximation of the hyperparameters' posterior,
     :math:`x \sim N(\hat x, (-H)^{-1})` in the unconstrained space: the mode
-    :math:`\hat x` of the log posterior NUTS targets and its Hessian H there
-    (``integration.laplace``, the centre and scale of the CCD), found from MAP-II's point.
+    :math:`\hat x` of the log posterior NUTS targets and its Hessian H there, from MAP-II's
+    point (``hyper_posterior.start_scale``: one Newton step from there where that is within
+    0.1 posterior sd, else the CCD's mode search, ``find_mode``).
 
     Each chain starts at its own draw from that normal (over-dispersed starts would not
     hold more information; draws from it keep R-hat meaningful), and the dense mass matrix
@@ -188,7 +190,9 @@ def laplace_start(model, chains, random_seed=None, map_estimate=None, **nuts_opt
     # a bad map_estimate is the caller's ValueError, raised here rather than read as a failed start
     x0 = None if map_estimate is None else map_start(target, map_estimate)
     try:
-        mode, _, H = laplace(target) if x0 is None else find_mode(target, x0)
+        if x0 is None:  # MAP-II's point, as the CCD's ``integration.laplace`` starts from
+            x0 = map_start(target, fit(model, method="map", progressbar=False))
+        mode, H = start_scale(target, x0)
         cov = np.linalg.inv(-H)
         chol = np.linalg.cholesky(cov)
     except (ValueError, np.linalg.LinAlgError):

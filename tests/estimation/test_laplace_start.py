@@ -56,6 +56,26 @@ def test_a_map_estimate_at_hand_is_searched_from(gaussian_model):
         sampling.laplace_start(gaussian_model, chains=2, map_estimate={"c": MU})
 
 
+def test_a_start_near_the_mode_takes_one_newton_step(gaussian_model, monkeypatch):
+    """``start_scale``: from a point within ``START_WITHIN`` posterior sds of the mode (MAP-II's
+    point), the centre is one Newton step away, with the Hessian there: exact for a Gaussian,
+    in 2d + 1 gradients and no mode search. From 1 away on each axis the search runs."""
+    from pymc_gpc.estimation import hyper_posterior as hp
+
+    searches = []
+    find_mode = hp.find_mode
+    monkeypatch.setattr(hp, "find_mode", lambda *a, **k: searches.append(a[1]) or find_mode(*a, **k))
+    target = hp.LogPosterior(gaussian_model, gaussian_model.initial_point())
+    near = MU + 0.05 * np.linalg.cholesky(COV) @ np.ones(3) / np.sqrt(3)  # 0.05 sd from the mode
+    centre, H = hp.start_scale(target, near)
+    np.testing.assert_allclose(centre, MU, atol=1e-6)
+    np.testing.assert_allclose(np.linalg.inv(-H), COV, atol=1e-6)
+    assert searches == [] and target.n_evaluations == 2 * 3 + 1
+    centre, H = hp.start_scale(target, MU + 1.0)
+    assert len(searches) == 1
+    np.testing.assert_allclose(centre, MU, atol=1e-6)
+
+
 def test_the_start_is_reproducible(gaussian_model):
     a = sampling.laplace_start(gaussian_model, chains=2, random_seed=4)["initvals"]
     b = sampling.laplace_start(gaussian_model, chains=2, random_seed=4)["initvals"]
