@@ -348,7 +348,7 @@ def ep(
     if with_grad:
         # at the sampler's tolerances a structure may round its gradient's products to single
         # precision (FITC: ``FITCPosterior.kernel_gradient``), well inside the tolerance's own error
-        dK = post.ep_gradient(b, rough=tol >= _ROUGH_TOL)
+        dK = post.ep_gradient(b, rough=tol >= ROUGH_TOL)
         dth = tilted.dlog_z_dparams.sum(axis=0)
     return ApproximationResult(
         method=f"ep-{method}",
@@ -570,10 +570,10 @@ def _parallel_from(prior, y, likelihood, th, post, tau, nu, damping, tol, max_sw
 
 def _posterior(prior, tau, rough, tol):
     """q(f) at sites tau: rough (single precision, never the last sweep's) where ``rough``,
-    else exact; at the sampler's tolerances (tol >= ``_ROUGH_TOL``) an exact posterior's
+    else exact; at the sampler's tolerances (tol >= ``ROUGH_TOL``) an exact posterior's
     products in single precision where the structure has them (``single_posteriors``: FITC),
     rounded as its gradient is (``post.ep_gradient(b, rough=True)``)."""
-    if not rough and tol >= _ROUGH_TOL and getattr(prior, "single_posteriors", False):
+    if not rough and tol >= ROUGH_TOL and getattr(prior, "single_posteriors", False):
         return prior.posterior(tau, single=True)
     return prior.posterior(tau, rough=rough)
 
@@ -586,9 +586,10 @@ def _posterior(prior, tau, rough, tol):
 # n = 50,000 with FITC: 300 sweeps, 68 CPU s, then 37 from zero sites; docs/design/engine_notes.md).
 WARM_GIVE_UP_CHANGE = 10.0
 
-# Rough (single-precision) sweeps: at tolerances this loose or looser, within the first
+# Rough (single-precision) sweeps, gradients and priors (``FITCPrior``'s ``single``, asked for by
+# the evidence Op): at tolerances this loose or looser; rough sweeps within the first
 # _ROUGH_SWEEPS sweeps; _FIRST_RATE is the contraction assumed after a first sweep.
-_ROUGH_TOL = 1e-3
+ROUGH_TOL = 1e-3
 _ROUGH_SWEEPS = 10
 _FIRST_RATE = 0.1
 
@@ -605,10 +606,10 @@ def _next_change(change, previous):
 @njit(nogil=True, cache=True)
 def _rough_allowed(tol, predicted, sweeps=0):
     """Whether a sweep whose change is predicted as ``predicted`` may run on a rough posterior:
-    tol >= ``_ROUGH_TOL``, the sweep not predicted to be the last (a rough sweep that would have
+    tol >= ``ROUGH_TOL``, the sweep not predicted to be the last (a rough sweep that would have
     converged costs another), and fewer than ``_ROUGH_SWEEPS`` sweeps run.
     """
-    return tol >= _ROUGH_TOL and predicted > tol and sweeps < _ROUGH_SWEEPS
+    return tol >= ROUGH_TOL and predicted > tol and sweeps < _ROUGH_SWEEPS
 
 
 @njit(nogil=True, cache=True)

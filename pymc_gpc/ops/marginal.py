@@ -35,7 +35,7 @@ from pytensor.graph.basic import Apply
 from pytensor.graph.op import Op
 
 from ..approximations import registry
-from ..approximations.ep import ep_warm
+from ..approximations.ep import ROUGH_TOL, ep_warm
 from ..approximations.solve import solve_with_retries
 from ..likelihoods.multiclass import MulticlassLikelihood
 from ..structures.select import DENSE_BINARY
@@ -464,7 +464,8 @@ class ApproxMarginalOp(Op):
         structure = self.structure
         result, status, retries = None, STATUS_FAILED, 0
         try:  # the solvers (and FITCPrior) reject non-finite or invalid inputs with ValueError
-            prior = structure.prior_from(*kernels)
+            # at the sampler's tolerances a structure may round its prior's products (FITC's V)
+            prior = structure.prior_from(*kernels, rough=options.get("tol", 0.0) >= ROUGH_TOL)
             with trusted_kernel():  # K comes from a covariance function: no extra PSD check
                 result, retries = solve_with_retries(self.approximation, prior, y, self.likelihood, params, guess,
                                                       options, self.retry_schedule(options))

@@ -236,9 +236,11 @@ class PriorStructure(Protocol):
         """The prior cross-covariances the predictive takes: dense K(X, X*) (n, m); FITC
         K(Xu, X*) (m_u, m); several classes the (c, n, m) stack."""
 
-    def prior_from(self, *arrays):
+    def prior_from(self, *arrays, rough=False):
         """What the solvers take as the prior, from the values of the ``n_kernel_inputs``
-        kernel inputs: the matrix K itself, or a structure object (``FITCPrior``)."""
+        kernel inputs: the matrix K itself, or a structure object (``FITCPrior``). ``rough``:
+        for a solve at the sampler's tolerances, where a structure may form its prior's
+        products in single precision (FITC's V; the others ignore it)."""
 
     def prior_function(self, fn):
         """``fn`` (a compiled function whose outputs start with the ``n_kernel_inputs`` kernel

@@ -167,19 +167,27 @@ def _gradient_block_terms(P, E, e, V, g, Vxy, xy, root_h, scaled):
                 P[i, j] += Vxy[i, k] * xkj
 
 
-def _solve_columns(factor, B, keep=True):
+def _solve_columns(factor, B, keep=True, single=None):
     """(L^{-1} B, squared column norms of L^{-1} B) for a ``_TriangularFactor`` L, in one
     pass over column blocks of B (each block's norms taken while it is still in cache).
     With ``keep=False`` only the norms are wanted: L^{-1} B is not kept (None), and the
-    blocks pass through one block-sized buffer."""
+    blocks pass through one block-sized buffer. ``single``: a float32 array of B's shape
+    into which each block of B is rounded and solved in single precision, the result then
+    kept in float64 (the norms of the rounded result, in double)."""
     blocks = _column_blocks(*B.shape)
     width = blocks[0].stop if blocks else 0
-    X = POOL.empty((B.shape[0], B.shape[1]), B.dtype) if keep else np.empty((B.shape[0], width), B.dtype, order="F")
+    dtype = np.float64 if single is not None else B.dtype
+    X = POOL.empty((B.shape[0], B.shape[1]), dtype) if keep else np.empty((B.shape[0], width), dtype, order="F")
     col_sq = np.empty(B.shape[1])
     for cols in blocks:
         Xb = X[:, cols] if keep else X[:, :cols.stop - cols.start]
-        Xb[...] = B[:, cols]
-        Xb = _in_place(Xb, factor.solve(Xb))  # in place (an F-contiguous block)
+        if single is None:
+            Xb[...] = B[:, cols]
+            Xb = _in_place(Xb, factor.solve(Xb))  # in place (an F-contiguous block)
+        else:
+            Sb = single[:, cols]
+            Sb[...] = B[:, cols]
+            Xb[...] = _in_place(Sb, factor.solve(Sb))
         col_sq[cols] = np.einsum("ij,ij->j", Xb, Xb)
     return (X if keep else None), col_sq
 
@@ -218,6 +226,9 @@ class FITCPrior:
     Kuu : (m, m) covariance of the inducing values (any jitter already added).
     Kuf : (m, n) cross-covariance between inducing and training inputs.
     k_diag : (n,) prior variances diag K_ff.
+    single : V = L_uu^{-1} K_uf formed in single precision (then kept in double too) where
+        cond(L_uu) <= ``MAX_COND_SINGLE_V``: for EP at the sampler's tolerances (the evidence
+        Op asks for it there), whose posteriors and gradient round V to single anyway.
 
     Examples
     --------
@@ -235,7 +246,14 @@ class FITCPrior:
     sequential = False  # no rank-one sequential EP sweeps (they need the dense Sigma)
     single_posteriors = True  # ``posterior(w, single=True)`` (``FITCPosterior``)
 
-    def __init__(self, Kuu, Kuf, k_diag):
+    # V in single precision (``single=True``) where cond(L_uu) is at most this (LAPACK's estimate):
+    # V's entries then carry relative errors of about 1e-7 cond(L_uu) or less (measured: 5e-6
+    # at 240). Along a NUTS path at 50,000 rows (cond 4e3 to 1.5e4) the log posterior moved
+    # from 1.5e-3 to 4.6e-3 nats (medians) from a tight solve's, its gradient not at all, for
+    # a tenth of each evaluation's CPU (docs/design/engine_notes.md, "FITC structure")
+    MAX_COND_SINGLE_V = 2e4
+
+    def __init__(self, Kuu, Kuf, k_diag, single=False):
         Kuu, Kuf, k_diag = (np.asarray(a, dtype=float) for a in (Kuu, Kuf, k_diag))
         m, n = Kuf.shape
         if Kuu.shape != (m, m) or k_diag.shape != (n,):
@@ -248,8 +266,10 @@ class FITCPrior:
         self.n, self.m = n, m
         L_uu, self.jitter = _chol_with_jitter(0.5 * (Kuu + Kuu.T))
         self.L_uu = _TriangularFactor(L_uu)
-        self.V, q_diag = _solve_columns(self.L_uu, Kuf)
         self._V_single = None
+        if single and self.L_uu.rcond * self.MAX_COND_SINGLE_V >= 1.0:
+            self._V_single = POOL.empty((m, n), np.float32)
+        self.V, q_diag = _solve_columns(self.L_uu, Kuf, single=self._V_single)
         self.unclipped = k_diag > q_diag
         self.lam = np.where(self.unclipped, k_diag - q_diag, 0.0)
         self._diag = self.lam + q_diag
@@ -290,7 +310,7 @@ class FITCPosterior:
     """q(f) = N(K~ a, (K~^{-1} + diag(w))^{-1}) for the FITC prior, through A = I + V diag(d) V^T.
 
     The members of ``structures.base.LatentPosterior`` (formulas: module docstring), O(n m^2)
-    for the factorisation and O(n m) per solve. An exact posterior takes the marginal
+    for the factorisation and O(n m) per solve. An exact double posterior takes the marginal
     variances from E = A^{-1} V (``_precision_columns``), which the gradient reuses.
 
     ``rough=True`` (where every site precision is >= 0 and cond(L_A) <= ``MAX_COND_ROUGH``)
@@ -299,11 +319,14 @@ class FITCPosterior:
     sweeps that do not end the iteration (``approximations.ep._parallel``).
 
     ``single=True`` (every site precision >= 0, cond(L_A) <= ``MAX_COND_SINGLE``) is an exact
-    posterior whose two m^2 n products run in single precision: each column block's syrk of A
-    summed in double, and E = A^{-1} V by sgemm with A^{-1} rounded to single. A's Cholesky
-    factor, the means, weights and log-determinant are double; the variances carry absolute
-    errors of about 1e-7 ||V_i||^2 <= 1e-7 k_ii. For EP at the sampler's tolerance, whose
-    gradient is rounded alike (``kernel_gradient``'s ``rough``).
+    posterior whose m^2 n products run in single precision: each column block's syrk of A
+    summed in double, W = L_A^{-1} V for the variances, and E = L_A^{-T} W only when the
+    gradient asks (``_precision_E``), with L_A^{-1} rounded to single. Until then it costs what a
+    rough one does, so it serves sweeps that may not be the last as well. A's Cholesky factor,
+    the means, weights and log-determinant are double; the variances carry absolute errors of
+    about 1e-7 ||V_i||^2 <= 1e-7 k_ii. For EP at the sampler's tolerance, whose gradient is
+    rounded alike (``kernel_gradient``'s ``rough``). With both flags: single where cond(L_A)
+    allows, else rough where it allows, else double.
     """
 
     # E = A^{-1} V by dgemm with the explicit A^{-1} where cond(L_A) is at most this
@@ -328,18 +351,16 @@ class FITCPosterior:
         self.g = 1.0 / denom
         self.d = self.w * self.g
         self._log_denom = np.log(denom)
-        self.rough = bool(rough) and np.min(self.w, initial=0.0) >= 0.0
-        self.single = bool(single) and not rough and np.min(self.w, initial=0.0) >= 0.0
-        if self.rough:
-            self.rough = self._factor_single(blockwise=False, max_cond=self.MAX_COND_ROUGH)
-        if self.single:
-            self.single = self._factor_single(blockwise=True, max_cond=self.MAX_COND_SINGLE)
+        nonnegative = np.min(self.w, initial=0.0) >= 0.0
+        self.single = bool(single) and nonnegative and self._factor_single(True, self.MAX_COND_SINGLE)
+        self.rough = (bool(rough) and nonnegative and not self.single
+                      and self._factor_single(False, self.MAX_COND_ROUGH))
         if not (self.rough or self.single):
             self._A = _inducing_precision(prior.V, self.d)  # lower triangle (the gradient's A - I)
             self.L_A = chol_lower(self._A.copy(order="F"), overwrite=True)
             # (NotPositiveDefiniteError exactly when K~^-1 + W is indefinite)
             self.A_factor = _TriangularFactor(self.L_A)
-        self._E = self._c_sq_cached = self._A_inv = None
+        self._E = self._W = self._c_sq_cached = self._A_inv = None
         self._last_v = self._last_mw = None
 
     def _factor_single(self, blockwise, max_cond):
@@ -357,22 +378,22 @@ class FITCPosterior:
         return self.A_factor.rcond * max_cond >= 1.0
 
     def _precision_columns(self):
-        """||L_A^{-1} V_i||^2 for every i, and (exact posteriors) E = A^{-1} V, over column blocks.
+        """||L_A^{-1} V_i||^2 for every i, and (exact double posteriors) E = A^{-1} V, over column
+        blocks.
 
-        Rough: the column norms of L_A^{-1} V in single precision. Exact: E by dgemm with A^{-1}
-        where cond(L_A) <= ``MAX_COND_INVERSE``, else by two triangular solves (negative sites can
-        bring A near singular); the norms are V_i . E_i. Single: E in float32 by sgemm with
-        A^{-1} rounded to single.
+        Rough: the column norms of L_A^{-1} V in single precision. Single: W = L_A^{-1} V in
+        float32 (by ``_TriangularFactor``'s single-precision L_A^{-1}), kept for
+        ``_precision_E``, and its column norms: m^2 n flops, what a rough posterior costs,
+        where E by sgemm would cost 2 m^2 n for a posterior that may not be the last. Exact: E by
+        dgemm with A^{-1} where cond(L_A) <= ``MAX_COND_INVERSE``, else by two triangular solves
+        (negative sites can bring A near singular); the norms are V_i . E_i.
         """
-        if self.rough:
-            self._c_sq_cached = _solve_columns(self.A_factor, self.prior.V_single(), keep=False)[1]
+        if self.rough or self.single:
+            self._W, self._c_sq_cached = _solve_columns(self.A_factor, self.prior.V_single(), keep=self.single)
             return
-        V = self.prior.V_single() if self.single else self.prior.V
+        V = self.prior.V
         E, c_sq = POOL.empty(V.shape, V.dtype), np.empty(V.shape[1])
-        rcond = self.A_factor.rcond
-        A_inv = self._A_inverse() if self.single or rcond * self.MAX_COND_INVERSE >= 1.0 else None
-        if self.single:
-            A_inv = np.asfortranarray(A_inv, dtype=np.float32)
+        A_inv = self._A_inverse() if self.A_factor.rcond * self.MAX_COND_INVERSE >= 1.0 else None
         for cols in _column_blocks(*V.shape):
             Vb, Eb = V[:, cols], E[:, cols]
             if A_inv is not None:
@@ -383,6 +404,18 @@ class FITCPosterior:
                 _in_place(Eb, self.A_factor.solve(Eb, trans=1))
             c_sq[cols] = np.einsum("ij,ij->j", Vb, Eb)
         self._E, self._c_sq_cached = E, c_sq
+
+    def _precision_E(self):
+        """E = A^{-1} V (computed once; the gradient's): a single posterior's as L_A^{-T} W from
+        ``_precision_columns``'s W = L_A^{-1} V, in W's array (m^2 n flops in float32)."""
+        if self._E is None and self._W is None:
+            self._precision_columns()
+        if self._E is None:
+            E, self._W = self._W, None
+            for cols in _column_blocks(*E.shape):
+                _in_place(E[:, cols], self.A_factor.solve(E[:, cols], trans=1))
+            self._E = E
+        return self._E
 
     def _A_inverse(self):
         """A^{-1} (m, m, symmetric; computed once)."""
@@ -491,9 +524,7 @@ class FITCPosterior:
         Vxy = np.column_stack([0.5 * c * v for (x, y, c), vx, vy in zip(outer, Vx, Vy) for v in (vx, vy)]
                               or [np.zeros(m)])
         xy = np.ascontiguousarray(np.vstack([v for x, y, c in outer for v in (y, x)] or [np.zeros(prior.n)]))
-        if self._E is None:
-            self._precision_columns()
-        E, E_d = self._E, scale_R * d
+        E, E_d = self._precision_E(), scale_R * d
         dKuf = POOL.empty((m, prior.n))
         # S = V diag(g') V^T = scale_R (A - I) + V diag(h) V^T (V D V^T = A - I), h = g' - scale_R d:
         # one dsyrk over the n points where h >= 0 (EP's h = (d^2 ||C_i||^2 + b^2)/2), else two

@@ -747,7 +747,7 @@ class HSGPStructure:
             raise RuntimeError("the HSGP basis is fixed by kernel_inputs(cov_func, X) first")
         return self.operator
 
-    def prior_from(self, S):
+    def prior_from(self, S, rough=False):
         """The solvers' prior from the kernel input's value: ``HSGPPrior`` on the held basis."""
         return HSGPPrior(self._bound(), S)
 

@@ -89,7 +89,7 @@ class DenseBinary:
     def cross_covariances(self, gp, X, Xnew):
         return gp.cov_func(X, Xnew)
 
-    def prior_from(self, *arrays):
+    def prior_from(self, *arrays, rough=False):
         (K,) = arrays
         return K
 
@@ -177,9 +177,9 @@ class FITCBinary(DenseBinary):
     def cross_covariances(self, gp, X, Xnew):
         return gp.cov_func(gp.Xu, Xnew)
 
-    def prior_from(self, *arrays):
+    def prior_from(self, *arrays, rough=False):
         Kuu, Kuf, k_diag = arrays
-        return FITCPrior(Kuu, Kuf, k_diag)
+        return FITCPrior(Kuu, Kuf, k_diag, single=rough)
 
     def kernel_cotangents(self, result):
         """d log q / d(K_uu, K_uf, diag K_ff): the solver's ``FITCGradient`` (``structures.fitc``)."""
@@ -304,7 +304,7 @@ class HSGPBinary(FITCBinary):
     def cross_covariances(self, gp, X, Xnew):
         return self.basis.tensor(Xnew)
 
-    def prior_from(self, *arrays):
+    def prior_from(self, *arrays, rough=False):
         S, X = arrays
         return HSGPPrior(self._kept_at(X, self.basis.at), S)
 
@@ -458,7 +458,7 @@ class FITCMulticlass(DenseMulticlass):
     kernel_cotangents = FITCBinary.kernel_cotangents
     not_converged_message = FITCBinary.not_converged_message
 
-    def prior_from(self, *arrays):
+    def prior_from(self, *arrays, rough=False):
         Kuu, Kuf, k_diag = arrays
         return MulticlassFITCPrior(Kuu, Kuf, k_diag)
 
@@ -550,7 +550,7 @@ class HSGPMulticlass(HSGPBinary):
     def cross_covariances(self, gp, X, Xnew):
         return pt.stack([self.basis.tensor(Xnew)] * gp.n_classes)
 
-    def prior_from(self, *arrays):
+    def prior_from(self, *arrays, rough=False):
         S, X = arrays
         return MulticlassHSGPPrior(self._kept_at(X, self.basis), S)
 

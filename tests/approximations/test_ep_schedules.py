@@ -280,7 +280,7 @@ def compiled_loop_factorisations(monkeypatch):
 
 
 def test_compiled_loop_sweeps_rough_at_the_sampler_tolerance_and_ends_exact(compiled_loop_factorisations):
-    # At tol >= _ROUGH_TOL the sweeps predicted not to be the last run on single-precision
+    # At tol >= ROUGH_TOL the sweeps predicted not to be the last run on single-precision
     # factors; the returned factors are the exact ones at the returned sites, and the sweep
     # that ended the loop ran on them.
     from pymc_gpc.likelihoods import Probit

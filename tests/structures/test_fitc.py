@@ -271,11 +271,13 @@ def test_rough_posterior_is_single_precision_and_has_no_gradient():
 
 
 def test_single_posterior_rounds_only_its_two_products():
-    """``posterior(w, single=True)``: A's column blocks and E = A^{-1} V in float32, the rest in
-    double. Against the double posterior: variances within 1e-6 of the prior variance (the
-    bound is about 1e-7 ||V_i||^2), the log-determinant, means and weights to float32 rounding,
-    the (rough) gradient as close as the double posterior's own rough gradient allows; negative
-    sites or an ill-conditioned A fall back to double."""
+    """``posterior(w, single=True)``: A's column blocks, W = L_A^{-1} V and (for the gradient
+    only) E = L_A^{-T} W in float32, the rest in double. Against the double posterior:
+    variances within 1e-6 of the prior variance (the bound is about 1e-7 ||V_i||^2), E to
+    float32 rounding, the log-determinant, means and weights likewise, the (rough) gradient as
+    close as the double posterior's own rough gradient allows; asked for with ``rough`` too it
+    is single; negative sites or an ill-conditioned A fall back to double (to rough, with
+    ``rough``)."""
     X, y, Xu = problem(8, 300, 30)
     prior = FITCPrior(*fitc_parts(X, Xu, np.log([0.8, 1.3]), np.log(3.0)))
     w = np.random.default_rng(8).gamma(1.0, 2.0, size=300)
@@ -284,7 +286,12 @@ def test_single_posterior_rounds_only_its_two_products():
     assert single.single and not single.rough and not exact.single
     var_gap = np.abs(single.var_diag() - exact.var_diag()) / prior.diag()
     assert 1e-13 < np.max(var_gap) < 1e-6  # rounded in float32, and only that
-    assert single._E.dtype == np.float32 and exact._E.dtype == np.float64
+    assert single._E is None and single._W.dtype == np.float32  # E waits for the gradient
+    E = single._precision_E()
+    assert E.dtype == np.float32 and exact._E.dtype == np.float64 and single._W is None
+    np.testing.assert_allclose(E, exact._E, rtol=0, atol=1e-5 * np.max(np.abs(exact._E)))
+    both = prior.posterior(w, rough=True, single=True)
+    assert both.single and not both.rough
     np.testing.assert_allclose(single.half_logdet_B(), exact.half_logdet_B(), rtol=1e-6)
     mean_s, b_s = single.mean_and_weights(nu)
     mean_e, b_e = exact.mean_and_weights(nu)
@@ -303,6 +310,10 @@ def test_single_posterior_rounds_only_its_two_products():
     stiff = prior.posterior(1e9 * w, single=True)  # cond(L_A) far above MAX_COND_SINGLE
     assert stiff.A_factor.rcond * FITCPosterior.MAX_COND_SINGLE < 1.0 and not stiff.single
     np.testing.assert_allclose(stiff.var_diag(), prior.posterior(1e9 * w).var_diag(), rtol=1e-9)
+    between = next(s for s in np.geomspace(1.0, 1e9, 91)  # MAX_COND_SINGLE < cond(L_A) <= MAX_COND_ROUGH
+                   if 1.0 / prior.posterior(s * w).A_factor.rcond > 2 * FITCPosterior.MAX_COND_SINGLE)
+    fallback = prior.posterior(between * w, rough=True, single=True)
+    assert fallback.rough and not fallback.single
 
 
 def record_rough(monkeypatch, cls, method):
@@ -354,7 +365,7 @@ def test_loose_tolerance_sweeps_rough_but_returns_an_exact_fixed_point(monkeypat
     change = ep_module.parallel_site_update(lik.kind, y, lik.resolve_params(None), var, mean, tau, nu, prior.diag(), 1.0)[2]
     assert change < 1e-2
     # the fixed point is the exact one's: as close to a tight solve as an all-exact run
-    monkeypatch.setattr(ep_module, "_ROUGH_TOL", np.inf)
+    monkeypatch.setattr(ep_module, "ROUGH_TOL", np.inf)
     exact_run = ep(prior, y, lik, state=base.state, tol=1e-2)
     tight = ep(prior, y, lik, tol=1e-10)
     assert abs(res.log_z - tight.log_z) <= max(5 * abs(exact_run.log_z - tight.log_z), 1e-4)
@@ -490,3 +501,28 @@ def test_rough_posterior_is_refused_where_A_is_ill_conditioned(monkeypatch):
     assert tame.rough and 1.0 / tame.A_factor.rcond < 100.0
     assert not wild.rough and 1.0 / wild.A_factor.rcond > 100.0
     np.testing.assert_allclose(wild.var_diag(), wild.prior.posterior(w).var_diag(), rtol=1e-12)
+
+
+def test_single_precision_V_for_the_samplers_tolerance():
+    """``FITCPrior(single=True)`` (the evidence Op's prior at the sampler's tolerances): V formed
+    in float32, its entries within 1e-7 cond(L_uu) of the double V's scale, held as V_single
+    without a second rounding, diag K~ still k_diag (Lambda from the rounded V); the EP
+    evidence at tol 1e-2 within 1e-4 relative of the double prior's. Above
+    ``MAX_COND_SINGLE_V`` the prior is the double one."""
+    X, y, Xu = problem(11, 400, 12)
+    parts = fitc_parts(X, Xu, np.log([0.5, 0.8]), np.log(3.0))
+    double, single = FITCPrior(*parts), FITCPrior(*parts, single=True)
+    cond = 1.0 / double.L_uu.rcond
+    assert cond <= FITCPrior.MAX_COND_SINGLE_V
+    gap = np.max(np.abs(single.V - double.V)) / np.max(np.abs(double.V))
+    assert 1e-12 < gap < 1e-7 * cond, (gap, cond)
+    np.testing.assert_array_equal(single.V_single(), single.V.astype(np.float32))
+    np.testing.assert_allclose(single.diag(), double.diag(), rtol=1e-12)
+    from pymc_gpc.likelihoods import Probit
+    a, b = ep(double, y, Probit(), tol=1e-2), ep(single, y, Probit(), tol=1e-2)
+    assert abs(a.log_z - b.log_z) < 1e-4 * abs(a.log_z)
+    Kuu, Kuf, k_diag = parts
+    stiff = FITCPrior(Kuu, Kuf, k_diag, single=True)
+    stiff.MAX_COND_SINGLE_V = 0.5 * cond  # a limit below this K_uu's condition number
+    assert FITCPrior.__init__(stiff, Kuu, Kuf, k_diag, single=True) is None and stiff.V.dtype == np.float64
+    np.testing.assert_array_equal(stiff.V, double.V)
