@@ -548,6 +548,15 @@ def _sample(args, model):
         hits.append(signum)
         raise KeyboardInterrupt
 
+    def stop_after_a_lost_interrupt(trace, draw):
+        # the handler's KeyboardInterrupt is lost where it lands in code whose exceptions Python
+        # ignores (a finalizer, a gc callback): the draws would run on to the end. PyMC's
+        # sampler stops cleanly on one raised here, after the draw, with the draws made so far
+        if hits:
+            raise KeyboardInterrupt
+
+    extra = {"callback": stop_after_a_lost_interrupt} if args.sampler == "pymc" else {}
+
     try:
         previous = signal.signal(signal.SIGINT, note_interrupt)
     except ValueError:  # not the main thread: no handler of ours, PyMC's truncated trace is still caught below
@@ -557,7 +566,7 @@ def _sample(args, model):
             idata = sample(  # pm.sample with the package's defaults, + the log_likelihood group
                 draws=args.draws, tune=args.tune, chains=args.chains, random_seed=args.seed,
                 cores=min(args.chains, os.cpu_count() or 1),
-                progressbar=not args.no_progress, nuts_sampler=args.sampler,
+                progressbar=not args.no_progress, nuts_sampler=args.sampler, **extra,
             )
     except Exception:
         if hits:  # what PyMC made of an interrupted run (e.g. no draws after the tuning)

@@ -226,7 +226,7 @@ class FITCPrior:
     Kuu : (m, m) covariance of the inducing values (any jitter already added).
     Kuf : (m, n) cross-covariance between inducing and training inputs.
     k_diag : (n,) prior variances diag K_ff.
-    single : V = L_uu^{-1} K_uf formed in single precision (then kept in double too) where
+    single : :math:`V = L_{uu}^{-1} K_{uf}` formed in single precision (then kept in double too) where
         cond(L_uu) <= ``MAX_COND_SINGLE_V``: for EP at the sampler's tolerances (the evidence
         Op asks for it there), whose posteriors and gradient round V to single anyway.
 

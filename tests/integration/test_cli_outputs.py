@@ -173,3 +173,45 @@ def test_ctrl_c_during_the_draws(tmp_path):
     assert f"(20 tune + {draws} draws)" in report and "200000 draws)" not in report
     assert "the outputs hold the draws made until then" in stderr
     assert sorted(p.name for p in out.iterdir()) == ["relevance.png", "report.md", "summary.csv", "trace.png"]
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the lost interrupt, printed
+def test_an_interrupt_lost_in_a_finalizer_still_stops_the_draws(monkeypatch):
+    """The SIGINT handler's KeyboardInterrupt, raised inside a finalizer (where Python prints
+    and ignores it), used to leave the draws running to the end, and the report then said
+    "interrupted" beside every draw asked for. Here a finalizer sends SIGINT after draw 40 of
+    2,000: the draws stop after the next one, and the run counts as interrupted."""
+    import types
+
+    import pymc as pm
+    from pymc.sampling import mcmc
+
+    import pymc_gpc
+
+    r = np.random.default_rng(0)
+    X = r.normal(size=(24, 2))
+    y = (X[:, 0] + 0.5 * r.normal(size=24) > 0).astype(int)
+    with pm.Model() as model:
+        ls = pm.LogNormal("ls", 0.0, 0.5)
+        gp = pymc_gpc.MarginalLaplace(cov_func=pm.gp.cov.ExpQuad(2, ls=ls),
+                                      likelihood=pymc_gpc.likelihoods.Logistic())
+        gp.marginal_likelihood("y", X=X, y=y)
+
+    class SendsSigint:
+        def __del__(self):
+            os.kill(os.getpid(), signal.SIGINT)  # the handler runs here, in the finalizer
+
+    calls = []
+    log_warning_stats = mcmc.log_warning_stats
+
+    def after_each_draw(stats):  # called by PyMC's sampling loop after each recorded draw
+        calls.append(1)
+        if len(calls) == 40:
+            SendsSigint()  # made and dropped at once: its finalizer runs now
+        return log_warning_stats(stats)
+
+    monkeypatch.setattr(mcmc, "log_warning_stats", after_each_draw)
+    args = types.SimpleNamespace(draws=2000, tune=20, chains=1, seed=0, no_progress=True, sampler="pymc")
+    idata, interrupted = cli._sample(args, model)
+    kept = int(idata["posterior"].sizes["draw"])
+    assert interrupted and cli.MIN_KEPT_DRAWS <= kept < 30, kept
