@@ -54,6 +54,9 @@ class LogPosterior:
         self.free = self.objective.free
         self.point = dict(point)
         self.layout = ravel(point, self.free)
+        # whether a free variable is sampled through a transform (its log Jacobian is then in
+        # the density, and MAP-II's point, which lacks it, is not this density's mode)
+        self.transformed = any(model.rvs_to_transforms.get(rv) is not None for rv in model.free_RVs)
         jacobian = model.logp(vars=model.free_RVs, jacobian=True) - model.logp(vars=model.free_RVs, jacobian=False)
         self._jacobian = compile_fn(self.free, [jacobian, *pt.grad(jacobian, self.free)], on_unused_input="ignore",
                                     mode=FIT_MODE)
@@ -146,7 +149,12 @@ def start_scale(target, x0):
     gradients and one more, where ``find_mode``'s search to a gradient of 1e-8 and its Newton
     steps add about 25 evaluations at the engine's tolerance (at 50,000 rows with FITC, m = 200:
     about 25 CPU s): NUTS's start needs the posterior's scale, not the mode's last digits
-    (its chains start at draws from the normal, its mass matrix at (-H)^{-1})."""
+    (its chains start at draws from the normal, its mass matrix at (-H)^{-1}). Where the model
+    has transformed variables MAP-II's point lacks the log Jacobian (on Pima with LogNormal
+    and HalfNormal priors the step was above the limit), so ``find_mode`` runs directly."""
+    if target.transformed:
+        mode, _, H = find_mode(target, x0)
+        return mode, H
     H = hessian(target, x0)
     value, grad = target.value_and_grad(x0)
     if grad is not None and np.isfinite(value):

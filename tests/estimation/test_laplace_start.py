@@ -59,7 +59,8 @@ def test_a_map_estimate_at_hand_is_searched_from(gaussian_model):
 def test_a_start_near_the_mode_takes_one_newton_step(gaussian_model, monkeypatch):
     """``start_scale``: from a point within ``START_WITHIN`` posterior sds of the mode (MAP-II's
     point), the centre is one Newton step away, with the Hessian there: exact for a Gaussian,
-    in 2d + 1 gradients and no mode search. From 1 away on each axis the search runs."""
+    in 2d + 1 gradients and no mode search. From 1 away on each axis the search runs, and at
+    once for a model with a transformed variable."""
     from pymc_gpc.estimation import hyper_posterior as hp
 
     searches = []
@@ -74,6 +75,16 @@ def test_a_start_near_the_mode_takes_one_newton_step(gaussian_model, monkeypatch
     centre, H = hp.start_scale(target, MU + 1.0)
     assert len(searches) == 1
     np.testing.assert_allclose(centre, MU, atol=1e-6)
+    # a transformed variable: MAP-II's point lacks the log Jacobian, so the search runs at once
+    with pm.Model() as transformed:
+        pm.LogNormal("s", 0.0, 1.0)
+        gp = pymc_gpc.MarginalLaplace(cov_func=pm.gp.cov.ExpQuad(2, ls=1.0), likelihood=L.Logistic())
+        gp.marginal_likelihood("y", X=X, y=Y)
+    other = hp.LogPosterior(transformed, transformed.initial_point())
+    assert other.transformed and not target.transformed
+    centre, _ = hp.start_scale(other, np.array([0.01]))
+    assert len(searches) == 2 and other.n_evaluations < 2 * 1 + 1 + 30
+    np.testing.assert_allclose(centre, [0.0], atol=1e-5)  # log s ~ N(0, 1) with the Jacobian
 
 
 def test_the_start_is_reproducible(gaussian_model):
