@@ -41,6 +41,7 @@ import numpy as np
 from numba import njit
 
 from ..likelihoods.base import tilted_dparams_sum, tilted_site
+from ..numerics import plain
 from ..structures import DensePrior, is_structure
 from ..structures.dense import (
     IndefiniteSitePosterior,
@@ -308,8 +309,8 @@ def ep(
     if dense and concave and method == "parallel" and np.min(tau, initial=0.0) >= 0.0:
         # the compiled loop; it hands back to _parallel only at steps it does not take
         status, done, change, tau, nu, L, Li, *fixed, first_change, warm_tau, warm_nu = _parallel_compiled_from(
-            likelihood.kind, _contiguous(K), y, th, tau, nu, damping, tol, max_sweeps, ANDERSON_MEMORY, forecast,
-            True, state is not None
+            likelihood.kind, _contiguous(K), plain(y), plain(th), tau, nu, damping, tol, max_sweeps, ANDERSON_MEMORY,
+            forecast, True, state is not None
         )
         if status != _HANDED_BACK:
             post, sweeps, warm = LatentPosterior(K, tau, L, Li), done, (warm_tau, warm_nu)
@@ -381,8 +382,8 @@ def ep_warm(K, y, likelihood, th, state, tol, max_sweeps=300, rough_ok=True):
     tau, nu = (np.zeros(n), np.zeros(n)) if state is None else (state.tau.copy(), state.nu.copy())
     forecast = np.inf if state is None else state.first_change
     ok, log_z, dK, dth, loo, sweeps, tau, nu, first_change = ep_warm_compiled(
-        likelihood.kind, _contiguous(K), y, th, tau, nu, forecast, tol, max_sweeps, th.shape[0], rough_ok,
-        state is not None)
+        likelihood.kind, _contiguous(K), plain(y), plain(th), tau, nu, forecast, tol, max_sweeps, th.shape[0],
+        rough_ok, state is not None)
     if not ok:
         return None
     return log_z, dK, dth, loo, sweeps, EPState(tau, nu, first_change)
