@@ -86,14 +86,13 @@ def test_kernel_pullback_matches_finite_differences(same, linker):
     K, E = ARDKernelOp((False, True, False), symmetric=same)(X, Xs, pt.exp(p[:3]), *(pt.exp(p[k]) for k in (3, 4, 5)))
     target = pt.sum(W * K) + pt.sum(V * E)
     mode = Mode(linker=linker, optimizer="fast_run")
-    f = pytensor.function([p], target, mode=mode)
-    g = pytensor.function([p], pytensor.grad(target, p), mode=mode)
+    fg = pytensor.function([p], [target, pytensor.grad(target, p)], mode=mode)  # one compilation
     x = np.array([0.3, -0.5, 1.1, 0.2, -1.0, -2.0])
     h = 1e-6
-    fd = np.array([(f(x + h * e) - f(x - h * e)) / (2 * h) for e in np.eye(6)])
-    np.testing.assert_allclose(g(x), fd, rtol=1e-6, atol=1e-8)
+    fd = np.array([(fg(x + h * e)[0] - fg(x - h * e)[0]) / (2 * h) for e in np.eye(6)])
+    np.testing.assert_allclose(fg(x)[1], fd, rtol=1e-6, atol=1e-8)
     if not same:
-        assert g(x)[5] == 0.0  # v2 delta(i, j) is only on the training covariance
+        assert fg(x)[1][5] == 0.0  # v2 delta(i, j) is only on the training covariance
 
 
 def test_ard_kernel_is_scaled_expquad_plus_constant():
@@ -314,14 +313,13 @@ def test_matern52_pullback_matches_finite_differences(same, linker):
                  form="matern52")
     target = pt.sum(W * (k(X) if same else k(X, Z)))
     mode = Mode(linker=linker, optimizer="fast_run")
-    f = pytensor.function([p], target, mode=mode)
-    g = pytensor.function([p], pytensor.grad(target, p), mode=mode)
+    fg = pytensor.function([p], [target, pytensor.grad(target, p)], mode=mode)  # one compilation
     x = np.array([0.3, -0.5, 1.1, 0.2, -1.0, -2.0])
     h = 1e-6
-    fd = np.array([(f(x + h * e) - f(x - h * e)) / (2 * h) for e in np.eye(6)])
-    np.testing.assert_allclose(g(x), fd, rtol=1e-6, atol=1e-8)
+    fd = np.array([(fg(x + h * e)[0] - fg(x - h * e)[0]) / (2 * h) for e in np.eye(6)])
+    np.testing.assert_allclose(fg(x)[1], fd, rtol=1e-6, atol=1e-8)
     if not same:
-        assert g(x)[5] == 0.0
+        assert fg(x)[1][5] == 0.0
 
 
 @pytest.mark.parametrize("d", [3, 9])  # the loops, and the BLAS-product distances (PRODUCT_MIN_COLUMNS)
@@ -435,17 +433,17 @@ def test_blocked_kernel_gradient_matches_finite_differences(tiled_case):
     p, X, Xs = pt.dvector("p"), pt.dmatrix("X"), pt.dmatrix("Xs")
     K = ARDKernelOp(tuple(discrete), symmetric=False)(X, Xs, pt.exp(p[:6]), pt.exp(p[6]), pt.exp(p[7]), 0.0)[0]
     target = pt.sum(W * K)
-    f = pytensor.function([p, X, Xs], target, mode="NUMBA")
-    g = pytensor.function([p, X, Xs], pytensor.grad(target, [p, X, Xs]), mode="NUMBA")
+    # value and gradient in one function: one compilation
+    fg = pytensor.function([p, X, Xs], [target, *pytensor.grad(target, [p, X, Xs])], mode="NUMBA")
     x = np.concatenate([np.log(l0), [0.4, -1.2]])
-    gp_, gX, gXs = g(x, X0, Xs0)
+    _, gp_, gX, gXs = fg(x, X0, Xs0)
 
     def fd(which, E):  # the five-point stencil (the sum over 7e4 entries rounds at ~1e-13)
         args = [x, X0, Xs0]
         vals = []
         for k in (1, -1, 2, -2):
             args[which] = (x, X0, Xs0)[which] + k * E
-            vals.append(f(*args))
+            vals.append(fg(*args)[0])
         return (8.0 * (vals[0] - vals[1]) - (vals[2] - vals[3])) / 12.0
 
     h = 1e-4
