@@ -152,21 +152,26 @@ def start_scale(target, x0):
     (its chains start at draws from the normal, its mass matrix at (-H)^{-1}). Where the model
     has transformed variables MAP-II's point lacks the log Jacobian (on Pima with LogNormal
     and HalfNormal priors the step was above the limit), so ``find_mode`` runs directly."""
-    if target.transformed:
-        mode, _, H = find_mode(target, x0)
-        return mode, H
-    H = hessian(target, x0)
-    value, grad = target.value_and_grad(x0)
-    if grad is not None and np.isfinite(value):
-        try:
-            np.linalg.cholesky(-H)
-            step = np.linalg.solve(-H, grad)
-        except np.linalg.LinAlgError:
-            step = None
-        if step is not None and np.sqrt(max(float(grad @ step), 0.0)) <= START_WITHIN:
-            return x0 + step, H
+    near = None if target.transformed else _short_newton_step(target, x0)
+    if near is not None:
+        return near
     mode, _, H = find_mode(target, x0)
     return mode, H
+
+
+def _short_newton_step(target, x0):
+    """(x0 + the Newton step, the Hessian at x0) where -H is positive definite and the step is
+    at most ``START_WITHIN`` posterior sds long; else None."""
+    H = hessian(target, x0)
+    value, grad = target.value_and_grad(x0)
+    if grad is None or not np.isfinite(value):
+        return None
+    try:
+        np.linalg.cholesky(-H)
+        step = np.linalg.solve(-H, grad)
+    except np.linalg.LinAlgError:
+        return None
+    return (x0 + step, H) if np.sqrt(max(float(grad @ step), 0.0)) <= START_WITHIN else None
 
 
 def hessian(target, x, step=HESSIAN_STEP):
