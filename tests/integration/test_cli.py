@@ -3,6 +3,7 @@
 import csv
 
 import numpy as np
+import pytest
 
 from pymc_gpc.cli.command import main
 from pymc_gpc.datasets import load_crabs
@@ -129,3 +130,43 @@ def test_ordinal_target(tmp_path, capsys):
     assert "ordered (1, 2, 10)" in (tmp_path / "o3" / "report.md").read_text()
     assert main(["--data", "crabs", "--ordinal", "--method", "map", "--no-progress", "--out", str(tmp_path / "o4")]) == 2
     assert "binary likelihood" in capsys.readouterr().err
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the lost KeyboardInterrupt
+def test_a_lost_interrupt_stops_the_draws_through_the_samplers_callback(monkeypatch):
+    """The fast sibling of ``test_cli_outputs``'s sampling run: ``_sample`` gives the sampler a
+    callback that raises KeyboardInterrupt after the draw once SIGINT arrived, also when the
+    handler's own KeyboardInterrupt was lost in a finalizer (where Python ignores exceptions).
+    The sampler here is a stand-in with PyMC's contract: the callback after each draw, and on
+    KeyboardInterrupt the draws made so far. Without the callback all 100 draws are made."""
+    import os
+    import signal
+    import types
+
+    import arviz as az
+    import pymc as pm
+
+    from pymc_gpc.cli import command
+    from pymc_gpc.estimation import sampling
+
+    class SendsSigint:
+        def __del__(self):
+            os.kill(os.getpid(), signal.SIGINT)  # the CLI's handler raises here, and it is lost
+
+    def stand_in(draws, callback=None, **kwargs):
+        made = 0
+        try:
+            for draw in range(draws):
+                made += 1
+                if made == 12:
+                    SendsSigint()  # made and dropped at once: its finalizer runs now
+                if callback is not None:
+                    callback(trace=None, draw=None)
+        except KeyboardInterrupt:
+            pass
+        return az.from_dict({"posterior": {"x": np.zeros((1, made))}})
+
+    monkeypatch.setattr(sampling, "sample", stand_in)
+    args = types.SimpleNamespace(draws=100, tune=0, chains=1, seed=0, no_progress=True, sampler="pymc")
+    idata, interrupted = command._sample(args, model=pm.Model())
+    assert interrupted and idata["posterior"].sizes["draw"] == 12
