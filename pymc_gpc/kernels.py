@@ -44,7 +44,7 @@ from pytensor.graph.basic import Apply
 from pytensor.graph.op import Op
 
 from ._numba_cache import cache_key
-from .numerics import lapack, plain
+from .numerics import lapack
 from .numerics.special import exp_inplace
 from .numerics.workspace import POOL
 
@@ -333,8 +333,7 @@ class ARDKernelOp(Op):
         return Apply(self, _ard_inputs(X, Xs, l, v0, v1, v2), [pt.dmatrix(), pt.dmatrix()])
 
     def perform(self, node, inputs, output_storage):
-        X, Xs, l = (plain(a) for a in inputs[:3])
-        v0, v1, v2 = inputs[3:]
+        X, Xs, l, v0, v1, v2 = inputs
         K, E = _kernel_outputs(X.shape[0], Xs.shape[0])
         ard_kernel(K, E, X, Xs, l, float(v0), float(v1), float(v2), np.array(self.discrete), self.symmetric)
         output_storage[0][0] = K
@@ -378,8 +377,7 @@ class ARDKernelPullbackOp(Op):
         return Apply(self, ins, [pt.dvector(), pt.dscalar(), pt.dscalar(), pt.dscalar()])
 
     def perform(self, node, inputs, output_storage):
-        G, E, X, Xs = inputs
-        s, s_ge, s_g, tr_g = distance_pullback(G, E, plain(X), plain(Xs), np.array(self.discrete))
+        s, s_ge, s_g, tr_g = distance_pullback(*inputs, np.array(self.discrete))
         output_storage[0][0] = s
         for k, v in enumerate((s_ge, s_g, tr_g), start=1):
             output_storage[k][0] = np.asarray(v)
@@ -434,8 +432,7 @@ class ARDMatern52Op(Op):
         return Apply(self, _ard_inputs(X, Xs, l, v0, v1, v2), [pt.dmatrix(), pt.dmatrix(), pt.dmatrix()])
 
     def perform(self, node, inputs, output_storage):
-        X, Xs, l = (plain(a) for a in inputs[:3])
-        v0, v1, v2 = inputs[3:]
+        X, Xs, l, v0, v1, v2 = inputs
         outs = matern52_kernel(X, Xs, l, float(v0), float(v1), float(v2), np.array(self.discrete), self.symmetric)
         for k, v in enumerate(outs):
             output_storage[k][0] = v

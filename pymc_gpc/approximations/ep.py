@@ -288,6 +288,7 @@ def ep(
     if not 0.0 < damping <= 1.0:
         raise ValueError(f"damping must be in (0, 1], got {damping}")
     prior, y, th = checked_inputs(K, y, likelihood, params)
+    y, th = plain(y), plain(th)  # PyTensor's constants are read-only: one compiled specialisation
     n = y.shape[0]
     if method == "sequential" and not prior.sequential:
         raise ValueError(f"sequential EP needs a dense K; {type(prior).__name__} runs method='parallel'")
@@ -309,8 +310,8 @@ def ep(
     if dense and concave and method == "parallel" and np.min(tau, initial=0.0) >= 0.0:
         # the compiled loop; it hands back to _parallel only at steps it does not take
         status, done, change, tau, nu, L, Li, *fixed, first_change, warm_tau, warm_nu = _parallel_compiled_from(
-            likelihood.kind, _contiguous(K), plain(y), plain(th), tau, nu, damping, tol, max_sweeps, ANDERSON_MEMORY,
-            forecast, True, state is not None
+            likelihood.kind, _contiguous(K), y, th, tau, nu, damping, tol, max_sweeps, ANDERSON_MEMORY, forecast,
+            True, state is not None
         )
         if status != _HANDED_BACK:
             post, sweeps, warm = LatentPosterior(K, tau, L, Li), done, (warm_tau, warm_nu)

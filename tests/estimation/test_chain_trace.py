@@ -49,10 +49,10 @@ def test_parallel_chains_send_the_values_and_the_main_process_solves_nothing(mon
     subset = post.to_dataset()[free].isel(draw=[0, 14])
     fresh = pm.compute_deterministics(subset, var_names=["y_loo"], model=model, progressbar=False)["y_loo"]
     # EP's sampling tolerance (1e-2 on the sites) moves a term by up to 0.8 % (measured: mean
-    # absolute difference 2e-4); terms near zero (a confident row, log p -5e-4) by up to 6 %
-    # relative but under 4e-4 absolute (a fresh-clone run, with V = L_uu^-1 K_uf in single
-    # precision at that tolerance), hence the absolute part
-    np.testing.assert_allclose(loo[:, [0, 14]], fresh.values, rtol=2e-2, atol=1e-3)
+    # absolute difference 2e-4); small terms by more, relatively (two fresh-clone runs, with
+    # V = L_uu^-1 K_uf in single precision at that tolerance: -5.5e-4 against -5.2e-4, 6 %;
+    # the largest absolute move beyond rtol was 3.4e-4, on -0.0139), hence the absolute part
+    np.testing.assert_allclose(loo[:, [0, 14]], fresh.values, rtol=2e-2, atol=5e-4)
     assert np.mean(np.abs(loo[:, [0, 14]] - fresh.values)) < 2e-3
 
 
