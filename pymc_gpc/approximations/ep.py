@@ -399,7 +399,9 @@ def ep_warm_compiled(kind, K, y, th, tau, nu, forecast, tol, max_sweeps, n_param
     the LOO terms, sweeps, the warm start's tau and nu, first change).
     """
     status, sweeps, _, tau, nu, L, Li, _, mean, b, tau_c, nu_c, tilted, first_change, warm_tau, warm_nu = (
-        _parallel_compiled_from(kind, K, y, th, tau, nu, 1.0, tol, max_sweeps, ANDERSON_MEMORY, forecast, rough_ok, warm))
+        # np.int64: a constant would be typed Literal[int], a specialisation apart from ep()'s
+        _parallel_compiled_from(kind, K, y, th, tau, nu, 1.0, tol, max_sweeps, np.int64(ANDERSON_MEMORY), forecast,
+                                rough_ok, warm))
     dth = np.zeros(n_params)
     if status != _DONE:
         return False, np.nan, np.empty((0, 0)).T, dth, tilted[0].copy(), sweeps, tau, nu, first_change

@@ -3,6 +3,9 @@ arrays, as the compiled EP graph does, so that it runs that graph's specialisati
 compiling another one per layout or read-only flag (PyTensor passes a graph's constants, the
 labels, read-only)."""
 
+import ast
+import inspect
+
 import numpy as np
 
 from pymc_gpc import likelihoods as L
@@ -56,3 +59,32 @@ def test_read_only_labels_reach_the_compiled_ep_loop_plain(monkeypatch):
         _recording(m, ep, "_parallel_compiled_from", seen_ep)
         assert ep.ep(K, y, L.Probit(), th).converged
     assert _all_plain(seen_warm) and _all_plain(seen_ep)
+
+
+def _jitted_calls(module, names):
+    """(caller, call) for each call of ``names`` inside a ``@njit`` function of ``module``."""
+    tree = ast.parse(inspect.getsource(module))
+    for fn in ast.walk(tree):
+        if isinstance(fn, ast.FunctionDef) and any("njit" in ast.unparse(d) for d in fn.decorator_list):
+            for call in ast.walk(fn):
+                if isinstance(call, ast.Call) and getattr(call.func, "id", None) in names:
+                    yield fn.name, call
+
+
+def test_compiled_code_passes_the_ep_loop_no_literal_arguments():
+    """numba types an int or bool constant that compiled code passes (``True``, a module
+    constant such as ``ANDERSON_MEMORY``) as a literal, ``Literal[bool](True)``, and compiles the
+    callee again for it, apart from the specialisation that the Python path (``ep``,
+    ``ep_warm``) uses: the compiled callers of the loop pass ``np.bool_`` / ``np.int64``."""
+    from pymc_gpc.backends.numba import compiled_ep
+
+    found = 0
+    for module in (ep, compiled_ep):
+        constants = {name for name in vars(module) if name.isupper()}
+        for caller, call in _jitted_calls(module, ("ep_warm_compiled", "_parallel_compiled_from")):
+            found += 1
+            for arg in call.args:
+                literal = (isinstance(arg, ast.Constant) and isinstance(arg.value, (bool, int))
+                           or getattr(arg, "id", None) in constants)
+                assert not literal, f"{module.__name__}.{caller} passes a literal to the EP loop"
+    assert found == 2  # compiled_ep.evaluate -> ep_warm_compiled -> _parallel_compiled_from

@@ -122,10 +122,11 @@ def evaluate(block, kind, n_params, tol, cold_tol, max_sweeps, K, params, y, hyp
     if not (_fast_case(kind, K, y, tau, params) and params_valid(kind, params, n_params)):
         return False, has, first_change
     # q parameters: a binary kind's params_valid holds q == n_params; an ordinal template's
-    # n_params is 0, its cutpoints arrive with th
+    # n_params is 0, its cutpoints arrive with th. np.bool_: a constant True would be typed
+    # Literal[bool], a specialisation of the loop apart from the Python path's (ep.ep_warm)
     ok, log_z, dK_f, dth_s, loo_s, sweeps, tau_new, nu_new, change = ep_warm_compiled(
         kind, K, y, params.copy(), tau.copy(), nu.copy(), first_change if has else np.inf, ts.solve_tolerance(has, tol, cold_tol),
-        max_sweeps, q, True, has)
+        max_sweeps, q, np.bool_(True), has)
     if not ok:
         return False, has, first_change
     _write(dK, dth, loo, out, dK_f, dth_s, loo_s, log_z, sweeps, 0)  # dK: C order, the Python path's values
