@@ -685,7 +685,9 @@ def _parallel_compiled(kind, K, y, th, tau, nu, damping, tol, max_sweeps, memory
     dG = np.zeros((memory, 2 * n))
     f_prev = np.zeros(2 * n)
     g_prev = np.zeros(2 * n)
-    have_prev, count = False, 0
+    # np.bool_ / np.int64, not the constants: numba would type the first pass over the loop's
+    # call of anderson_update with Literal[bool] / Literal[int] and compile it twice
+    have_prev, count = np.bool_(False), np.int64(0)
     change, previous, best, sweeps, status = np.inf, np.inf, np.inf, 0, _SWEEP_LIMIT
     first_change = np.inf
     sw = np.sqrt(tau)
