@@ -524,7 +524,7 @@ def _latent(gp, X, point):
 FIT_CPU_CAP, LEARN_MAXITER = 150.0, 100
 
 
-def map_fit(model, maxiter, start=None, cap=FIT_CPU_CAP, on_iteration=None):
+def map_fit(model, maxiter, start=None, cap=None, on_iteration=None):
     """MAP-II as ``pymc_gpc.fit(model, method="map", maxiter=maxiter, start=start)`` does it
     (``type2.maximise``, tol 1e-9), stopped after the first L-BFGS-B iteration past ``cap``
     CPU seconds (``on_iteration(point, objective, log_evidence)``'s CPU not counted); (result,
@@ -533,6 +533,7 @@ def map_fit(model, maxiter, start=None, cap=FIT_CPU_CAP, on_iteration=None):
     from pymc_gpc.estimation.objective import start_point
 
     c0, capped = time.process_time(), []
+    cap = FIT_CPU_CAP if cap is None else cap
 
     def cpu_cap(point, value, log_z):
         nonlocal c0
@@ -777,6 +778,73 @@ def reference_at(data, fit):
     test = _predictive_metrics(gp.likelihood, *_latent(gp, data.X_test, point), data.y_test)
     return {"method": "dense softmax Laplace at the fit's hyperparameters", "of": fit["method"],
             "n": len(data.y_train), "cpu": time.process_time() - c0, "wall": time.perf_counter() - t0, "test": test}
+
+
+def at_svgp(data, svgp, m, fit=None, scales=PREDICTIVE_SCALES, bias=(np.exp(-3.0), 4.0)):
+    """The package's FITC softmax Laplace (per-class ARD + bias, m inducing inputs) at SVGP's
+    learned hyperparameters (``svgp_fit``'s row: per class the outputscale as v0, the RBF
+    lengthscales l as log_w = -2 log l; SVGP's constant mean per class has no counterpart, the
+    bias variance v1 stands in at each value of ``bias``), with the k-means inducing inputs and
+    with SVGP's learned ones: test metrics under ``scaled_predict`` for each s in ``scales``, the
+    log evidence there and the median latent variance per class. Where the test log p reaches
+    SVGP's, the gap lies in the hyperparameters MAP-II finds, not in the posterior approximation
+    at given hyperparameters. ``fit``: a package fit's row (``package_fit``), evaluated as well,
+    and with its amplitudes (v0, v1) and lengthscales swapped in turn for SVGP's (v1 = 4)."""
+    from pymc_gpc.estimation.objective import objective_for, other_terms
+    from pymc_gpc.gp.models import kmeans_centres
+
+    svgp_point = {"log_w": -2.0 * np.log(np.asarray(svgp["lengthscale"])), "log_v0": np.log(np.asarray(svgp["outputscale"]))}
+    c = len(svgp_point["log_v0"])
+    kmeans = kmeans_centres(m, data.X_train, seed=0)
+    cases = [(f"SVGP's, v1 = {v1:.3g}", xu_name, {**svgp_point, "log_v1": np.full(c, np.log(v1))}, Xu)
+             for xu_name, Xu in (("k-means", kmeans), ("SVGP's", np.asarray(svgp["inducing"]))) for v1 in bias]
+    if fit is not None:
+        own = {k: np.asarray(v) for k, v in fit["point"].items() if k in ("log_w", "log_v0", "log_v1")}
+        four = np.full(c, np.log(4.0))
+        cases += [("the package's MAP-II", "k-means", own, kmeans),
+                  ("MAP-II lengthscales, SVGP's amplitudes (v1 = 4)", "k-means",
+                   {**own, "log_v0": svgp_point["log_v0"], "log_v1": four}, kmeans),
+                  ("SVGP's lengthscales, MAP-II amplitudes", "k-means", {**own, "log_w": svgp_point["log_w"]}, kmeans)]
+    rows = []
+    for name, xu_name, values, Xu in cases:
+        c0 = time.process_time()
+        model, gp = classifier(data.X_train, data.y_train, True, (-3.0, 3.0), approximation="laplace", inducing=Xu)
+        point = {**model.initial_point(), **values}
+        objective = objective_for(model, other_terms(model, include_priors=False), model.continuous_value_vars)
+        log_z = float(objective.evidence_and_grad(point)[1])
+        mean, cov = _latent(gp, data.X_test, point)
+        test = {f"s = {s_}": metrics(scaled_predict(gp.likelihood, mean, cov, s_), data.y_test) for s_ in scales}
+        rows.append({"hyperparameters": name, "inducing": xu_name, "log_evidence": log_z, "test": test,
+                     "cpu": time.process_time() - c0,
+                     "v0": np.exp(values["log_v0"]).tolist(), "v1": np.exp(values["log_v1"]).tolist(),
+                     "median_latent_var": np.median(np.diagonal(cov, axis1=1, axis2=2), axis=0).tolist()})
+    return {"method": "FITC softmax Laplace at SVGP's hyperparameters", "of": svgp["method"], "m": m,
+            "n": len(data.y_train), "svgp_test": svgp["test"], "fit": fit and fit["method"], "rows": rows}
+
+
+def subset_fit(data, m, n_fit, prior, maxiter, per_class=SHRUNK + "1", scales=PREDICTIVE_SCALES, seed=1):
+    """MAP-II (``map_fit``) on a seeded random subset of ``n_fit`` training rows, then the
+    posterior on all of them at that point (same k-means inducing inputs, from all the rows):
+    test metrics under ``scaled_predict`` for each s in ``scales``, the CPU seconds of the
+    subset's fit and in all (k-means to the test predictive), and the amplitudes v0. Whether
+    MAP-II's amplitudes come from rows that repeat one another (a storm's rows six hours
+    apart) and what the hyperparameters cost against the rows that inform them."""
+    from pymc_gpc.gp.models import kmeans_centres
+
+    c0 = time.process_time()
+    sub = np.sort(np.random.default_rng(seed).choice(len(data.y_train), n_fit, replace=False))
+    Xu = kmeans_centres(m, data.X_train, seed=0)
+    model_sub, _ = classifier(data.X_train[sub], data.y_train[sub], per_class, prior, approximation="laplace", inducing=Xu)
+    res, capped = map_fit(model_sub, maxiter)
+    cpu_sub = time.process_time() - c0
+    model, gp = classifier(data.X_train, data.y_train, per_class, prior, approximation="laplace", inducing=Xu)
+    point = {**model.initial_point(), **{k: v for k, v in res.point.items() if k in model.initial_point()}}
+    mean, cov = _latent(gp, data.X_test, point)
+    cpu = time.process_time() - c0
+    return {"method": f"FITC softmax Laplace, m = {m}, {kernel_name(per_class)}: MAP-II on {n_fit} of the rows, "
+                      "the posterior on all", "n": len(data.y_train), "n_fit": n_fit, "m": m, "cpu_fit": cpu_sub,
+            "cpu": cpu, "n_iter": int(res.n_iter), "capped": capped, "v0": np.exp(res.point["log_v0"]).tolist(),
+            "test": {f"s = {s_}": metrics(scaled_predict(gp.likelihood, mean, cov, s_), data.y_test) for s_ in scales}}
 
 
 def ep_timing(data, m, fit, seed=0):
@@ -1197,6 +1265,9 @@ def svgp_fit(data, m, dtype="float32", seed=0, lr=None, max_epochs=None, patienc
             "versions": {"python": __import__("platform").python_version(), "torch": torch.__version__,
                          "gpytorch": gpytorch.__version__},
             "constant_mean": model.mean_module.constant.detach().double().numpy().tolist(),
+            "lengthscale": model.covar_module.base_kernel.lengthscale.detach().double().numpy().reshape(c, d).tolist(),
+            "inducing": model.variational_strategy.base_variational_strategy.inducing_points.detach().double()
+            .numpy().tolist(),
             "train": {"integrate": metrics(probs(data.X_train[:k]), data.y_train[:k])}}
 
 
@@ -1216,9 +1287,12 @@ def issue61(args):
     work.mkdir(parents=True, exist_ok=True)
     prior = tuple(float(v) for v in args.prior.split(","))
     if args.run in ("laplace", "ep"):
-        per_class = "amplitudes" if args.amplitudes else not args.shared
+        per_class = "amplitudes" if args.amplitudes else SHRUNK + "1" if args.shrunk else not args.shared
+        # one --amplitude-prior / --bias-prior: that prior on log v0 / log v1 (``with_amplitude_prior``)
+        prior = with_amplitude_prior(prior, (args.amplitude_prior or [None])[0], (args.bias_prior or [None])[0])
         row = package_fit(data, args.m, per_class, prior, args.maxiter, learn=args.learn,
-                          approximation="laplace" if args.run == "laplace" else "ep")
+                          approximation="laplace" if args.run == "laplace" else "ep",
+                          scale=0.2 if args.run == "laplace" else 0.0)
     elif args.run in ("dense", "gold"):
         fits = [json.loads(line) for line in (work / f"{args.data}.jsonl").read_text().splitlines()]
         fit = [f for f in fits if f.get("point") and f["n"] == args.n_train and f["m"] == args.m
@@ -1250,6 +1324,14 @@ def issue61(args):
         fits = [json.loads(line) for line in (work / f"{args.data}.jsonl").read_text().splitlines()]
         row = eval_profile(data, args.m, [f for f in fits if f["run"] in ("laplace", "select") and f.get("point")
                                           and f["n"] == args.n_train and f["per_class"] is True][-1])
+    elif args.run == "subset":
+        row = subset_fit(data, args.m, args.n_fit, prior, args.maxiter)
+    elif args.run == "at-svgp":
+        fits = [json.loads(line) for line in (work / f"{args.data}.jsonl").read_text().splitlines()]
+        own = [f for f in fits if f["run"] == "laplace" and f.get("point") and f["n"] == args.n_train and f["m"] == args.m
+               and f["prior"] == list(prior)]
+        row = at_svgp(data, [f for f in fits if f["run"] == "svgp" and "lengthscale" in f][-1], args.m,
+                      fit=own[-1] if own else None)
     elif args.run == "svgp":
         row = svgp_fit(data, args.m, args.dtype, lr=args.lr, max_epochs=args.max_epochs, patience=args.patience)
     elif args.run == "logistic":
@@ -1266,8 +1348,10 @@ def main():
     ap.add_argument("--warm-m", type=int, default=200)
     ap.add_argument("--n-train", type=int, default=10_000)
     ap.add_argument("--n-test", type=int, default=5000)
+    ap.add_argument("--n-fit", type=int, default=5000, help="issue 61, --run subset: the rows MAP-II sees")
     ap.add_argument("--m", type=int, default=100)
     ap.add_argument("--maxiter", type=int, default=100)
+    ap.add_argument("--cap", type=float, default=None, help="issue 61: CPU seconds per L-BFGS-B run (FIT_CPU_CAP)")
     ap.add_argument("--ep-maxiter", type=int, default=0, help="0: time evaluations only, no fit")
     ap.add_argument("--gpc-sizes", default="500,1000,2000,4000")
     ap.add_argument("--gpc-budget", type=float, default=180.0)
@@ -1275,7 +1359,7 @@ def main():
     ap.add_argument("--tag", default="", help="profile: suffix of the JSON file's name")
     ap.add_argument("--data", default=None, choices=["storms", "birds", "storms" + PERIODIC, "birds" + PERIODIC, "diamonds"],
                     help="issue 61: run --run on this set (appends to --work/<data>.jsonl)")
-    ap.add_argument("--run", default="laplace", choices=["laplace", "dense", "ep", "gold", "svgp", "logistic", "select", "ep-timing", "margins", "xu-per-class",
+    ap.add_argument("--run", default="laplace", choices=["laplace", "dense", "ep", "gold", "svgp", "logistic", "select", "ep-timing", "margins", "xu-per-class", "at-svgp", "subset",
                              "eval-profile", "learn-curve", "breakdown"])
     ap.add_argument("--also", nargs="*", default=[],
                     help="issue 61, --run margins: more JSON-line files of fits on the same set (e.g. an SVGP run)")
@@ -1301,6 +1385,8 @@ def main():
     ap.add_argument("--gold-rows", type=int, default=300, help="issue 61: training rows of the gold standard")
     ap.add_argument("--gold-iter", type=int, default=10000, help="issue 61: elliptical slice iterations per chain")
     ap.add_argument("--report61", action="store_true", help="issue 61: write results/multiclass_svgp.md")
+    ap.add_argument("--report61-hyperparameters", action="store_true",
+                    help="issue 61: results/multiclass_svgp.md with the section of the hyperparameters' runs first")
     ap.add_argument("--report61-update", action="store_true",
                     help="issue 61: results/multiclass_svgp.md with the section of --select-predictive's runs first")
     args = ap.parse_args()
@@ -1308,6 +1394,11 @@ def main():
         return report61(pathlib.Path(args.work))
     if args.report61_update:
         return report61_update(pathlib.Path(args.work))
+    if args.report61_hyperparameters:
+        return report61_hyperparameters(pathlib.Path(args.work))
+    if args.cap is not None:
+        global FIT_CPU_CAP
+        FIT_CPU_CAP = args.cap
     if args.data is not None:
         return issue61(args)
     work = pathlib.Path(args.work)
@@ -1747,9 +1838,9 @@ def _predictive61(work):
 CARRIED61 = "## Earlier runs (this file's previous content, carried as it was)"
 
 
-def report61_update(work):
-    """benchmarks/results/multiclass_svgp.md with ``_predictive61``'s section from --work's runs first,
-    under a new provenance header, and the file's earlier content after it, carried verbatim under
+def _prepend61(work, section, command):
+    """benchmarks/results/multiclass_svgp.md with ``section`` (lines) from --work's runs first, under
+    a new provenance header, and the file's whole earlier content after it, carried verbatim under
     its own provenance (whose runs' JSON lines are not in --work)."""
     from _provenance import MARKER
 
@@ -1757,23 +1848,148 @@ def report61_update(work):
     head, _, body = old.partition("\n\n")
     old_header = [line for line in head.splitlines() if line != MARKER]
     title, _, rest = body.partition("\n")
-    if CARRIED61 in rest:  # written by this function before: carry what it carried, under its provenance
-        carried = rest.split(CARRIED61, 1)[1].split("Their provenance:\n\n", 1)[1]
-        provenance, _, rest = carried.partition("\n\n")
-        old_header = provenance.splitlines()
     versions = set()
     for path in work.glob("*.jsonl"):
         versions |= {(v["python"], v["torch"], v["gpytorch"]) for v in
                      (json.loads(line).get("versions") for line in path.read_text().splitlines() if line.strip()) if v}
     note = "; ".join(f"SVGP in its own environment: Python {p_}, torch {t_}, gpytorch {g_}" for p_, t_, g_ in sorted(versions))
-    lines = [title, "", *_predictive61(work),
-             CARRIED61, "",
-             "Their provenance:", "", *old_header, "", rest.strip(), ""]
-    write_results(OUT_SVGP, "\n".join(lines), peers=("scikit-learn",), note=note or None,
-                  command="python benchmarks/multiclass_large.py --data D --run select --select-predictive --work W "
-                          "and --data D --run svgp --m 100 --work W (in the SVGP environment) for D = storms, "
-                          "storms-periodic, birds, birds-periodic; --data storms --run xu-per-class --shrunk --work W; "
-                          "then --report61-update --work W")
+    lines = [title, "", *section, "", CARRIED61, "", "Their provenance:", "", *old_header, "", rest.strip(), ""]
+    write_results(OUT_SVGP, "\n".join(lines), peers=("scikit-learn",), note=note or None, command=command)
+
+
+def report61_update(work):
+    """``_predictive61``'s section first in benchmarks/results/multiclass_svgp.md (``_prepend61``)."""
+    _prepend61(work, _predictive61(work),
+               "python benchmarks/multiclass_large.py --data D --run select --select-predictive --work W "
+               "and --data D --run svgp --m 100 --work W (in the SVGP environment) for D = storms, "
+               "storms-periodic, birds, birds-periodic; --data storms --run xu-per-class --shrunk --work W; "
+               "then --report61-update --work W")
+
+
+def _v0_range(v0):
+    return f"{min(v0):.1f} to {max(v0):.1f}"
+
+
+def _hyperparameters61(work):
+    """The section on where the storms gap lies (``at_svgp``, nested EP at 10^4 rows, the amplitudes
+    held, ``subset_fit``), from --work's runs of storms and birds."""
+    lines = ["## Where the storms gap lies: the amplitudes MAP-II picks", "",
+             "Runs of one session, one core each (CPU seconds), the test rows as below: ``--run svgp --m 100`` "
+             "(SVGP as below; its lengthscales, outputscales and learned inducing inputs kept), "
+             "``--run laplace --shrunk`` (per-class ARD with its log lengthscales shrunk, tau = 1, the kernel the "
+             "validation rows chose on both sets below, MAP-II on all 10,000 rows, no choice), ``--run at-svgp`` "
+             "(``at_svgp``: the package's FITC softmax Laplace, per-class ARD, at SVGP's hyperparameters, and at "
+             "mixtures of SVGP's and the MAP-II fit's), ``--run ep --shrunk --cap 900`` (nested EP, the multinomial "
+             "probit, MAP-II of its own), ``--run laplace --shrunk --amplitude-prior 1 0.1 --bias-prior 1.386 0.1`` "
+             "(log v0 ~ N(1, 0.1^2) and log v1 ~ N(log 4, 0.1^2): the amplitudes held near e and 4) and "
+             "``--run subset --n-fit N`` (``subset_fit``: MAP-II on N seeded random rows, the posterior on all).", ""]
+    tables, runs = [], {}
+    for name in ("storms", "birds"):
+        path = work / f"{name}.jsonl"
+        if not path.exists():
+            continue
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        runs[name] = rows
+        at = [r for r in rows if r["run"] == "at-svgp" and r.get("fit")]
+        if not at:
+            continue
+        at = at[-1]
+        svgp = [r for r in rows if r["run"] == "svgp" and "lengthscale" in r][-1]
+        tables += ["", f"### {name}: at SVGP's hyperparameters", "",
+                   f"SVGP itself: test error {svgp['test']['integrate']['error']:.4f}, test log p "
+                   f"{svgp['test']['integrate']['mean_log_p']:.4f} (``integrate``), {svgp['cpu_fit']:.0f} CPU s, "
+                   f"outputscales {_v0_range(svgp['outputscale'])}, constant means "
+                   f"{min(svgp['constant_mean']):+.2f} to {max(svgp['constant_mean']):+.2f}. The package's FITC softmax Laplace "
+                   "(m = 100; v1 stands in for SVGP's constant mean) at:", "",
+                   "| hyperparameters | inducing inputs | log evidence | test log p, s = 0 / 0.2 / 1 | test error (s = 0) "
+                   "| v0 | median latent variance per class (test rows) |",
+                   "|---|---|---|---|---|---|---|"]
+        for r in at["rows"]:
+            t = r["test"]
+            tables.append(f"| {r['hyperparameters']} | {r['inducing']} | {r['log_evidence']:.1f} | "
+                          f"{t['s = 0.0']['mean_log_p']:.4f} / {t['s = 0.2']['mean_log_p']:.4f} / {t['s = 1.0']['mean_log_p']:.4f} | "
+                          f"{t['s = 0.0']['error']:.4f} | {_v0_range(r['v0'])} | "
+                          f"{min(r['median_latent_var']):.1f} to {max(r['median_latent_var']):.1f} |")
+    lines += ["| set | method | test error | test log p (plug-in; the other predictive) | CPU s (fit) | iterations | v0 |",
+              "|---|---|---|---|---|---|---|"]
+    for name, rows in runs.items():
+        svgp = [r for r in rows if r["run"] == "svgp" and "lengthscale" in r][-1]
+        lines.append(f"| {name} | {svgp['method']} | {svgp['test']['integrate']['error']:.4f} | "
+                     f"- ; {svgp['test']['integrate']['mean_log_p']:.4f} (integrate) | {svgp['cpu_fit']:.0f} | "
+                     f"{svgp['steps']} Adam steps | {_v0_range(svgp['outputscale'])} |")
+        for r in rows:
+            if r["run"] in ("laplace", "ep") and r.get("n") == 10_000 and r.get("point"):
+                other = ("scaled", "s = 0.2") if "scaled" in r["test"] else ("integrate", "integrate")
+                lines.append(f"| {name} | {r['method'].replace(', prior N(-3.0, 3.0)', '')} | {r['test']['mean']['error']:.4f} | "
+                             f"{r['test']['mean']['mean_log_p']:.4f}; {r['test'][other[0]]['mean_log_p']:.4f} ({other[1]}) | "
+                             f"{r['cpu_fit']:.0f} | {r['n_iter']} | {_v0_range(np.exp(r['point']['log_v0']))} |")
+            elif r["run"] == "subset":
+                t = r["test"]
+                lines.append(f"| {name} | {r['method']} | {t['s = 0.0']['error']:.4f} | {t['s = 0.0']['mean_log_p']:.4f}; "
+                             f"{t['s = 0.2']['mean_log_p']:.4f} (s = 0.2) | {r['cpu_fit']:.0f} ({r['cpu']:.0f} with the "
+                             f"posterior on all rows) | {r['n_iter']} | {_v0_range(r['v0'])} |")
+    return lines + tables + _findings61(runs)
+
+
+def _findings61(runs):
+    """What the hyperparameters' runs show, in words, from their numbers (storms and birds)."""
+    def pick(rows, run, test=lambda r: True):
+        found = [r for r in rows if r["run"] == run and test(r)]
+        return found[-1] if found else None
+
+    out = ["", "### What these runs show", ""]
+    for name, rows in runs.items():
+        svgp, at = pick(rows, "svgp", lambda r: "lengthscale" in r), pick(rows, "at-svgp", lambda r: r.get("fit"))
+        own = pick(rows, "laplace", lambda r: r.get("point") and r["prior"] == [-3.0, 3.0])
+        held = pick(rows, "laplace", lambda r: isinstance(r["prior"], dict))
+        ep = pick(rows, "ep", lambda r: r.get("point"))
+        if not (svgp and at and own):
+            continue
+        by = {(r["hyperparameters"], r["inducing"]): r for r in at["rows"]}
+        svgp_p = svgp["test"]["integrate"]["mean_log_p"]
+        at_svgp = by[("SVGP's, v1 = 4", "k-means")]["test"]["s = 0.0"]["mean_log_p"]
+        mixed = by[("MAP-II lengthscales, SVGP's amplitudes (v1 = 4)", "k-means")]["test"]["s = 0.0"]["mean_log_p"]
+        other = by[("SVGP's lengthscales, MAP-II amplitudes", "k-means")]["test"]["s = 0.2"]["mean_log_p"]
+        gap = by[("the package's MAP-II", "k-means")]["log_evidence"] - by[("SVGP's, v1 = 4", "k-means")]["log_evidence"]
+        text = (f"* **{name}.** At SVGP's hyperparameters (k-means inducing inputs, v1 = 4) the package's FITC softmax "
+                f"Laplace predicts the test rows at {at_svgp:.4f} with the plug-in, against SVGP's own {svgp_p:.4f}; its "
+                f"MAP-II point predicts at {by[('the package' + chr(39) + 's MAP-II', 'k-means')]['test']['s = 0.2']['mean_log_p']:.4f} "
+                f"(s = 0.2), and the package's log "
+                f"evidence prefers that point by {gap:.0f} nats. Swapping in SVGP's amplitudes alone gives {mixed:.4f}, its "
+                f"lengthscales alone {other:.4f} (s = 0.2).")
+        if ep:
+            text += (f" Nested EP's MAP-II (multinomial probit) picks amplitudes of "
+                     f"{_v0_range(np.exp(ep['point']['log_v0']))} and predicts at {ep['test']['integrate']['mean_log_p']:.4f} "
+                     f"(integrate) in {ep['cpu_fit']:.0f} CPU s.")
+        if held:
+            text += (f" With the amplitudes held near e (and v1 near 4) MAP-II of the lengthscales predicts at "
+                     f"{held['test']['mean']['mean_log_p']:.4f} (plug-in; test error {held['test']['mean']['error']:.4f}, "
+                     f"SVGP's {svgp['test']['integrate']['error']:.4f}) in {held['cpu_fit']:.0f} CPU s (SVGP "
+                     f"{svgp['cpu_fit']:.0f}).")
+        out.append(text)
+    out += ["* **Reading.** The posterior approximation at given hyperparameters is not where storms' log probability "
+            "goes: at SVGP's hyperparameters softmax Laplace on the FITC prior with k-means inputs matches SVGP. The "
+            "amplitudes MAP-II picks are: the package's evidence (and nested EP's) prefers amplitudes of 8 to 230 "
+            "that predict the test storms worse, most of it through the amplitudes rather than the lengthscales, "
+            "while on birds the large amplitudes it picks predict better than SVGP's. What keeps SVGP's amplitudes "
+            "small is its training (its bound, Adam to a plateau), not a better approximation at given "
+            "hyperparameters. The subsets show that the large amplitudes are not bought by the storms' near-copies "
+            "of one another (MAP-II on a random quarter of the rows picks them too), and that MAP-II on half the "
+            "rows, then the posterior on all, predicts within 0.001 of the fit on all at about half its CPU (a "
+            "quarter of the rows costs birds 0.01).",
+            "* **Not built here.** A hyperparameter objective that does not reward the amplitudes so (a variational "
+            "bound on the FITC prior, or held-out groups in the objective); the value e for the held amplitudes was "
+            "read off SVGP's fit, so that row is a diagnosis, not a rule."]
+    return out
+
+
+def report61_hyperparameters(work):
+    """``_hyperparameters61``'s section first in benchmarks/results/multiclass_svgp.md (``_prepend61``)."""
+    _prepend61(work, _hyperparameters61(work),
+               "python benchmarks/multiclass_large.py --data D --run R --m 100 --work W for D = storms, birds and R = "
+               "svgp (in the SVGP environment), laplace --shrunk, at-svgp, ep --shrunk --cap 900, laplace --shrunk "
+               "--amplitude-prior 1 0.1 --bias-prior 1.386 0.1, subset --n-fit 2500, subset --n-fit 5000; then "
+               "--report61-hyperparameters --work W")
 
 
 if __name__ == "__main__":
