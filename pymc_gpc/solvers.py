@@ -23,7 +23,8 @@ from .approximations.laplace import LaplaceState, laplace
 from .approximations.meanfield import MeanFieldState, meanfield
 from .approximations.multinomial_probit_ep import multinomial_probit_ep
 from .approximations.result import ApproximationResult
+from .approximations.laplace_bound import softmax_laplace_bound
 from .approximations.softmax_laplace import softmax_laplace
 
-__all__ = ["ep", "laplace", "meanfield", "adf", "softmax_laplace", "multinomial_probit_ep", "ApproximationResult",
-           "EPState", "LaplaceState", "MeanFieldState"]
+__all__ = ["ep", "laplace", "meanfield", "adf", "softmax_laplace", "softmax_laplace_bound", "multinomial_probit_ep",
+           "ApproximationResult", "EPState", "LaplaceState", "MeanFieldState"]

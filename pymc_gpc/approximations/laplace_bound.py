@@ -1,0 +1,74 @@
+r"""The evidence lower bound of Laplace's Gaussian: what the quadratic expansion behind Laplace's evidence leaves out.
+
+Laplace's method replaces the posterior by :math:`q(f) = N(\hat f, \Sigma)`, with
+:math:`\Sigma = (K^{-1} + W)^{-1}` and W the negative Hessian of :math:`\log p(y \mid f)` at
+the mode (Rasmussen & Williams 2006, eqs. 3.20 and 3.32; sec. 3.5 for the softmax), and
+the evidence by
+
+.. math:: \log Z_L = \log p(y \mid \hat f) - \tfrac12 \hat f^\top K^{-1} \hat f - \tfrac12 \log |B|,
+   \qquad |B| = |I + K W|.
+
+The same Gaussian gives a lower bound on the model's evidence, :math:`\log p(y) \ge
+E_q[\log p(y \mid f)] - \mathrm{KL}(q \,\|\, N(0, K))`. Since
+:math:`\log|K| - \log|\Sigma| = \log|B|` and :math:`\operatorname{tr}(K^{-1}\Sigma) = N -
+\operatorname{tr}(W \Sigma)` (:math:`\Sigma = K (I + W K)^{-1}`), the bound is Laplace's
+evidence plus one term per observation:
+
+.. math:: \mathrm{ELBO}(q) = \log Z_L + \sum_i \Big( E_{q_i}[\log p(y_i \mid f_i)] - \log p(y_i \mid \hat f_i)
+   + \tfrac12 \operatorname{tr}(W_i \Sigma_{ii}) \Big),
+
+with :math:`q_i = N(\hat f_i, \Sigma_{ii})` the marginal of observation i (its c latent values
+with several classes) and W block diagonal by observation. Each term is what the second-order
+expansion of :math:`\log p(y_i \mid f_i)` about :math:`\hat f_i` misses under :math:`q_i`: zero
+for a quadratic log likelihood, and very negative where :math:`q_i` spreads far over a
+likelihood that is flat on one side, as with large amplitudes on nearly separable classes.
+The identity holds for any prior covariance, the FITC prior's included (K its
+:math:`Q + \Lambda`), and needs no more than the solver's result: the mode, the marginal
+covariances and :math:`\log Z_L`.
+
+``benchmarks/results/multiclass_svgp.md`` uses it on two public sets with six classes and
+10,000 rows: at MAP-II's hyperparameters the bound lies about 940 and 1,530 nats below
+Laplace's evidence.
+"""
+
+import numpy as np
+
+from ..likelihoods.multiclass import Softmax, standard_draws
+
+__all__ = ["softmax_laplace_bound"]
+
+# rows per block of draws: c x rows x size values at a time
+_BLOCK = 1 << 21
+
+
+def softmax_laplace_bound(result, y, size=4096):
+    r"""(bound, left out): the evidence lower bound of the softmax Laplace Gaussian of
+    ``result`` (``softmax_laplace``'s, on any prior structure) and the sum of the per-observation
+    terms it adds to ``result.log_z`` (module docstring).
+
+    y : (n,) class codes 0..c-1, as given to the solver; size : the fixed quasi-random draws
+    per observation for :math:`E_{q_i}[\log \pi_{y_i}(f_i)]` (``likelihoods.multiclass.standard_draws``).
+    """
+    F_hat = np.asarray(result.mean, dtype=float)  # (c, n)
+    S = np.asarray(result.var, dtype=float)  # (n, c, c)
+    y = np.asarray(y, dtype=np.int64)
+    c, n = F_hat.shape if F_hat.ndim == 2 else (0, 0)
+    if F_hat.ndim != 2 or S.shape != (n, c, c) or y.shape != (n,):
+        raise ValueError(f"softmax_laplace_bound needs a softmax Laplace result (mean (c, n), var (n, c, c)) and n "
+                         f"labels; got mean {F_hat.shape}, var {S.shape}, y {y.shape}")
+    log_p_hat, pi = Softmax().log_lik(y, F_hat)  # (n,), (c, n)
+    # tr(W_i S_ii), W_i = diag(pi_i) - pi_i pi_i^T
+    trace = np.einsum("kn,nkk->n", pi, S) - np.einsum("kn,nkl,ln->n", pi, S, pi)
+    Z = standard_draws(c, size)  # (size, c)
+    jitter = 1e-12 * np.maximum(np.trace(S, axis1=1, axis2=2) / c, 1e-300)
+    L = np.linalg.cholesky(S + jitter[:, None, None] * np.eye(c))  # (n, c, c)
+    expected = np.empty(n)
+    rows = max(1, _BLOCK // (c * size))
+    for r in range(0, n, rows):
+        F = F_hat[:, r:r + rows, None] + np.einsum("nkl,sl->kns", L[r:r + rows], Z)  # (c, rows, size)
+        top = F.max(axis=0)
+        lse = top + np.log(np.exp(F - top).sum(axis=0))
+        picked = np.take_along_axis(F, y[r:r + rows][None, :, None], axis=0)[0]
+        expected[r:r + rows] = (picked - lse).mean(axis=1)
+    left_out = float(np.sum(expected - log_p_hat + 0.5 * trace))
+    return float(result.log_z) + left_out, left_out
