@@ -24,7 +24,12 @@ for a quadratic log likelihood, and very negative where :math:`q_i` spreads far 
 likelihood that is flat on one side, as with large amplitudes on nearly separable classes.
 The identity holds for any prior covariance, the FITC prior's included (K its
 :math:`Q + \Lambda`), and needs no more than the solver's result: the mode, the marginal
-covariances and :math:`\log Z_L`.
+covariances and :math:`\log Z_L`. It does not need :math:`\hat f` to be the exact mode, only
+one W in :math:`\Sigma`, in :math:`|B|` and in the trace, and :math:`a = K^{-1}\hat f`, as
+the solver's result has them. A term can be positive (where the likelihood's curvature grows
+away from :math:`\hat f`), so the bound can lie above :math:`\log Z_L`; it stays below the
+model's evidence. With ``rough_gradient=True`` the solver's covariances carry
+single-precision rounding and the bound with them.
 
 ``benchmarks/results/multiclass_svgp.md`` uses it on two public sets with six classes and
 10,000 rows: at MAP-II's hyperparameters the bound lies about 940 and 1,530 nats below
@@ -47,8 +52,17 @@ def softmax_laplace_bound(result, y, size=4096):
     terms it adds to ``result.log_z`` (module docstring).
 
     y : (n,) class codes 0..c-1, as given to the solver; size : the fixed quasi-random draws
-    per observation for :math:`E_{q_i}[\log \pi_{y_i}(f_i)]` (``likelihoods.multiclass.standard_draws``).
+    per observation for :math:`E_{q_i}[\log \pi_{y_i}(f_i)]` (``likelihoods.multiclass.standard_draws``:
+    antithetic pairs, so an even number; a power of 2 keeps the Sobol sequence balanced).
+
+    Raises ValueError for a result that is not softmax Laplace's (``result.method``), shapes
+    that do not match, or an odd or non-positive ``size``.
     """
+    if getattr(result, "method", None) != "laplace-softmax":
+        raise ValueError(f"softmax_laplace_bound needs a softmax Laplace result (softmax_laplace's), got "
+                         f"method {getattr(result, 'method', None)!r}")
+    if int(size) != size or size < 2 or size % 2:
+        raise ValueError(f"size must be an even number of draws >= 2, got {size!r}")
     F_hat = np.asarray(result.mean, dtype=float)  # (c, n)
     S = np.asarray(result.var, dtype=float)  # (n, c, c)
     y = np.asarray(y, dtype=np.int64)

@@ -13,6 +13,7 @@ from scipy.special import logsumexp
 
 from pymc_gpc.approximations.laplace_bound import softmax_laplace_bound
 from pymc_gpc.approximations.laplace import laplace
+from pymc_gpc.approximations.multinomial_probit_ep import multinomial_probit_ep
 from pymc_gpc.approximations.softmax_laplace import softmax_laplace
 from pymc_gpc.likelihoods import Probit
 from pymc_gpc.structures.multiclass_fitc import MulticlassFITCPrior
@@ -69,7 +70,17 @@ def test_the_bound_equals_its_definition_on_the_joint_gaussian():
     # part alone is about 3, a sign or a factor in it moves the bound far outside the tolerance)
     assert left_out < -0.3
     assert bound == pytest.approx(truth, abs=4 * se + 2e-3)
-    assert bound == pytest.approx(res.log_z + left_out)
+
+
+def test_blocks_of_rows_give_the_same_bound(monkeypatch):
+    """The draws run over blocks of rows; one row a block gives the bound of one block."""
+    import pymc_gpc.approximations.laplace_bound as lb
+
+    K, y = _problem()
+    res = softmax_laplace(K, y, tol=1e-12)
+    whole = softmax_laplace_bound(res, y, size=1024)
+    monkeypatch.setattr(lb, "_BLOCK", 1)
+    assert softmax_laplace_bound(res, y, size=1024) == pytest.approx(whole, rel=1e-12)
 
 
 def test_the_bound_lies_below_the_evidence():
@@ -117,7 +128,13 @@ def test_on_the_fitc_prior_the_bound_is_the_dense_one_on_q_plus_lambda():
 
 
 def test_a_result_that_is_not_a_softmax_laplace_one_is_refused():
-    K, _ = _problem(n=4, c=2)
-    res = laplace(K[0], np.array([-1, 1, -1, 1]), Probit())
-    with pytest.raises(ValueError, match="softmax Laplace result"):
-        softmax_laplace_bound(res, np.array([0, 1, 0, 1]))
+    """A binary Laplace result, and nested EP's, whose mean and covariances have the softmax's
+    shapes; an odd number of draws."""
+    K, y = _problem(n=4, c=2)
+    binary = laplace(K[0], np.array([-1, 1, -1, 1]), Probit())
+    nested = multinomial_probit_ep(K, y)
+    for res in (binary, nested):
+        with pytest.raises(ValueError, match="softmax Laplace result"):
+            softmax_laplace_bound(res, y)
+    with pytest.raises(ValueError, match="even number of draws"):
+        softmax_laplace_bound(softmax_laplace(K, y), y, size=1001)
