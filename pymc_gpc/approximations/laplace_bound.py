@@ -47,16 +47,45 @@ _BLOCK = 1 << 21
 
 
 def softmax_laplace_bound(result, y, size=4096):
-    r"""(bound, left out): the evidence lower bound of the softmax Laplace Gaussian of
-    ``result`` (``softmax_laplace``'s, on any prior structure) and the sum of the per-observation
-    terms it adds to ``result.log_z`` (module docstring).
+    r"""The evidence lower bound of the softmax Laplace Gaussian of ``result`` (module docstring).
 
-    y : (n,) class codes 0..c-1, as given to the solver; size : the fixed quasi-random draws
-    per observation for :math:`E_{q_i}[\log \pi_{y_i}(f_i)]` (``likelihoods.multiclass.standard_draws``:
-    antithetic pairs, so an even number; a power of 2 keeps the Sobol sequence balanced).
+    Parameters
+    ----------
+    result : ApproximationResult
+        ``softmax_laplace``'s result, on any prior structure (dense, FITC, HSGP).
+    y : array of int, shape (n,)
+        The class codes 0..c-1 given to the solver.
+    size : int
+        Quasi-random draws per observation for :math:`E_{q_i}[\log \pi_{y_i}(f_i)]`
+        (``likelihoods.multiclass.standard_draws``: antithetic pairs, so an even number; a
+        power of 2 keeps the Sobol sequence balanced).
 
-    Raises ValueError for a result that is not softmax Laplace's (``result.method``), shapes
-    that do not match, or an odd or non-positive ``size``.
+    Returns
+    -------
+    bound : float
+        :math:`\log Z_L` plus the terms below: a lower bound on the model's log evidence.
+    left_out : float
+        The sum over the observations of what the quadratic expansion behind
+        :math:`\log Z_L` leaves out.
+
+    Raises
+    ------
+    ValueError
+        For a result that is not softmax Laplace's (``result.method``; nested EP's has the
+        same shapes), shapes that do not match, or an odd or non-positive ``size``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from pymc_gpc.solvers import softmax_laplace, softmax_laplace_bound
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.normal(size=(60, 2))
+    >>> y = np.digitize(X[:, 0], [-0.5, 0.5])                      # 3 classes, coded 0..2
+    >>> K = np.exp(-0.5 * ((X[:, None] - X[None]) ** 2).sum(-1)) + 1e-8 * np.eye(60)
+    >>> res = softmax_laplace(np.stack([20.0 * K] * 3), y)
+    >>> bound, left_out = softmax_laplace_bound(res, y)
+    >>> bool(left_out < 0.0)                                          # large amplitudes: far from Gaussian
+    True
     """
     if getattr(result, "method", None) != "laplace-softmax":
         raise ValueError(f"softmax_laplace_bound needs a softmax Laplace result (softmax_laplace's), got "
