@@ -38,7 +38,7 @@ Laplace's evidence.
 
 import numpy as np
 
-from ..likelihoods.multiclass import Softmax, standard_draws
+from ..likelihoods.multiclass import Softmax, gaussian_draws
 
 __all__ = ["softmax_laplace_bound"]
 
@@ -57,8 +57,9 @@ def softmax_laplace_bound(result, y, size=4096):
         The class codes 0..c-1 given to the solver.
     size : int
         Quasi-random draws per observation for :math:`E_{q_i}[\log \pi_{y_i}(f_i)]`
-        (``likelihoods.multiclass.standard_draws``: antithetic pairs, so an even number; a
-        power of 2 keeps the Sobol sequence balanced).
+        (``likelihoods.multiclass.gaussian_draws``, the draws of the softmax's integrated
+        predictive: antithetic pairs, so an even number; a power of 2 keeps the Sobol sequence
+        balanced).
 
     Returns
     -------
@@ -99,19 +100,16 @@ def softmax_laplace_bound(result, y, size=4096):
     if F_hat.ndim != 2 or S.shape != (n, c, c) or y.shape != (n,):
         raise ValueError(f"softmax_laplace_bound needs a softmax Laplace result (mean (c, n), var (n, c, c)) and n "
                          f"labels; got mean {F_hat.shape}, var {S.shape}, y {y.shape}")
-    log_p_hat, pi = Softmax().log_lik(y, F_hat)  # (n,), (c, n)
+    softmax = Softmax()
+    log_p_hat, pi = softmax.log_lik(y, F_hat)  # (n,), (c, n)
     # tr(W_i S_ii), W_i = diag(pi_i) - pi_i pi_i^T
     trace = np.einsum("kn,nkk->n", pi, S) - np.einsum("kn,nkl,ln->n", pi, S, pi)
-    Z = standard_draws(c, size)  # (size, c)
-    jitter = 1e-12 * np.maximum(np.trace(S, axis1=1, axis2=2) / c, 1e-300)
-    L = np.linalg.cholesky(S + jitter[:, None, None] * np.eye(c))  # (n, c, c)
     expected = np.empty(n)
     rows = max(1, _BLOCK // (c * size))
     for r in range(0, n, rows):
-        F = F_hat[:, r:r + rows, None] + np.einsum("nkl,sl->kns", L[r:r + rows], Z)  # (c, rows, size)
-        top = F.max(axis=0)
-        lse = top + np.log(np.exp(F - top).sum(axis=0))
-        picked = np.take_along_axis(F, y[r:r + rows][None, :, None], axis=0)[0]
-        expected[r:r + rows] = (picked - lse).mean(axis=1)
+        F = gaussian_draws(F_hat[:, r:r + rows].T, S[r:r + rows], size)  # (c, rows, size), the predictive's draws
+        block = F.shape[1]
+        log_p = softmax.log_lik(np.repeat(y[r:r + rows], size), F.reshape(c, block * size))[0]
+        expected[r:r + rows] = log_p.reshape(block, size).mean(axis=1)
     left_out = float(np.sum(expected - log_p_hat + 0.5 * trace))
     return float(result.log_z) + left_out, left_out

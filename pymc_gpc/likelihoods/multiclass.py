@@ -95,7 +95,7 @@ def _softmax_expected_prob(y, mean, L, Z):
     return out
 
 
-def _gaussian_draws(mean, cov, size):
+def gaussian_draws(mean, cov, size):
     """Draws of f ~ N(mean[i], cov[i]) for each of m Gaussians, class-major: (c, m, size).
 
     F[k] = mean[:, k] + L[:, k, :] Z^T, one BLAS product per class; class-major keeps the
@@ -244,7 +244,7 @@ class MulticlassLikelihood:
     def _integrated(self, mean, cov, size):
         """(m, c): the mean over the fixed draws f of ``probabilities(f)``, f ~ N(mean[i], cov[i])."""
         rows = max(1, _BLOCK // (mean.shape[1] * size))
-        blocks = [self.probabilities(_gaussian_draws(mean[r:r + rows], cov[r:r + rows], size)).mean(axis=-1).T
+        blocks = [self.probabilities(gaussian_draws(mean[r:r + rows], cov[r:r + rows], size)).mean(axis=-1).T
                   for r in range(0, mean.shape[0], rows)]
         return np.concatenate(blocks or [np.empty((0, mean.shape[1]))])
 
