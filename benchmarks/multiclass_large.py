@@ -799,16 +799,28 @@ def fitc_share(X, Xu, log_w, log_v0, log_v1, jitter=1e-6):
     (k_ii - q_ii) / k_ii with q_ii = k_iu K_uu^{-1} k_ui, for per-class ARD + bias kernels
     (log_w (c, d), log_v0 (c,), log_v1 (c,)): how much of the prior the per-row term that FITC
     adds to the inducing inputs' low-rank part carries."""
+    log_w, log_v0, log_v1 = (np.asarray(a) for a in (log_w, log_v0, log_v1))
+    Kuu, Kuf = _mixed_ard(Xu, Xu, log_w, log_v0, log_v1), _mixed_ard(Xu, X, log_w, log_v0, log_v1)
     out = []
-    for lw, lv0, lv1 in zip(np.asarray(log_w), np.asarray(log_v0), np.asarray(log_v1)):
-        w, v0, v1 = np.exp(lw), np.exp(lv0), np.exp(lv1)
-
-        def kern(A, B_):
-            return v0 * np.exp(-0.5 * (((A[:, None, :] - B_[None, :, :]) ** 2) * w).sum(-1)) + v1
-        L = np.linalg.cholesky(kern(Xu, Xu) + jitter * (v0 + v1) * np.eye(len(Xu)))
-        q = (np.linalg.solve(L, kern(Xu, X)) ** 2).sum(0)
-        out.append(float(np.median((v0 + v1 - q) / (v0 + v1))))
+    for k, prior_var in enumerate(np.exp(log_v0) + np.exp(log_v1)):
+        L = np.linalg.cholesky(Kuu[k] + jitter * prior_var * np.eye(len(Xu)))
+        q = (np.linalg.solve(L, Kuf[k]) ** 2).sum(0)
+        out.append(float(np.median((prior_var - q) / prior_var)))
     return out
+
+
+def _svgp_values(svgp, v1):
+    """SVGP's learned hyperparameters as the package's per-class ARD values: the outputscale as
+    v0, log_w = -2 log l for the RBF lengthscales l, and the bias variance v1 (SVGP's constant
+    mean has no counterpart)."""
+    log_v0 = np.log(np.asarray(svgp["outputscale"]))
+    return {"log_w": -2.0 * np.log(np.asarray(svgp["lengthscale"])), "log_v0": log_v0,
+            "log_v1": np.full(len(log_v0), np.log(v1))}
+
+
+def _kernel_values(fit):
+    """A package fit's per-class ARD values (log_w, log_v0, log_v1) from its row's point."""
+    return {k: np.asarray(fit["point"][k]) for k in ("log_w", "log_v0", "log_v1")}
 
 
 def at_svgp(data, svgp, m, fit=None, scales=PREDICTIVE_SCALES, bias=(np.exp(-3.0), 4.0)):
@@ -824,31 +836,31 @@ def at_svgp(data, svgp, m, fit=None, scales=PREDICTIVE_SCALES, bias=(np.exp(-3.0
     from pymc_gpc.estimation.objective import objective_for, other_terms
     from pymc_gpc.gp.models import kmeans_centres
 
-    svgp_point = {"log_w": -2.0 * np.log(np.asarray(svgp["lengthscale"])), "log_v0": np.log(np.asarray(svgp["outputscale"]))}
-    c = len(svgp_point["log_v0"])
-    kmeans = kmeans_centres(m, data.X_train, seed=0)
-    cases = [(f"SVGP's, v1 = {v1:.3g}", xu_name, {**svgp_point, "log_v1": np.full(c, np.log(v1))}, Xu)
-             for xu_name, Xu in (("k-means", kmeans), ("SVGP's", np.asarray(svgp["inducing"]))) for v1 in bias]
+    inducing = {"k-means": kmeans_centres(m, data.X_train, seed=0), "SVGP's": np.asarray(svgp["inducing"])}
+    cases = [(f"SVGP's, v1 = {v1:.3g}", xu_name, _svgp_values(svgp, v1)) for xu_name in inducing for v1 in bias]
     if fit is not None:
-        own = {k: np.asarray(v) for k, v in fit["point"].items() if k in ("log_w", "log_v0", "log_v1")}
-        four = np.full(c, np.log(4.0))
-        cases += [("the package's MAP-II", "k-means", own, kmeans),
-                  ("MAP-II lengthscales, SVGP's amplitudes (v1 = 4)", "k-means",
-                   {**own, "log_v0": svgp_point["log_v0"], "log_v1": four}, kmeans),
-                  ("SVGP's lengthscales, MAP-II amplitudes", "k-means", {**own, "log_w": svgp_point["log_w"]}, kmeans)]
-    rows = []
-    for name, xu_name, values, Xu in cases:
+        own, theirs = _kernel_values(fit), _svgp_values(svgp, 4.0)
+        cases += [("the package's MAP-II", "k-means", own),
+                  ("MAP-II lengthscales, SVGP's amplitudes (v1 = 4)", "k-means", {**theirs, "log_w": own["log_w"]}),
+                  ("SVGP's lengthscales, MAP-II amplitudes", "k-means", {**own, "log_w": theirs["log_w"]})]
+    models, rows = {}, []  # one model and objective per set of inducing inputs
+    for name, xu_name, values in cases:
         c0 = time.process_time()
-        model, gp = classifier(data.X_train, data.y_train, True, (-3.0, 3.0), approximation="laplace", inducing=Xu)
-        point = {**model.initial_point(), **values}
-        objective = objective_for(model, other_terms(model, include_priors=False), model.continuous_value_vars)
+        if xu_name not in models:
+            model, gp = classifier(data.X_train, data.y_train, True, (-3.0, 3.0), approximation="laplace",
+                                   inducing=inducing[xu_name])
+            models[xu_name] = (model.initial_point(), gp,
+                               objective_for(model, other_terms(model, include_priors=False), model.continuous_value_vars))
+        start, gp, objective = models[xu_name]
+        point = {**start, **values}
         log_z = float(objective.evidence_and_grad(point)[1])
         mean, cov = _latent(gp, data.X_test, point)
         test = {f"s = {s_}": metrics(scaled_predict(gp.likelihood, mean, cov, s_), data.y_test) for s_ in scales}
         rows.append({"hyperparameters": name, "inducing": xu_name, "log_evidence": log_z, "test": test,
                      "cpu": time.process_time() - c0,
                      "v0": np.exp(values["log_v0"]).tolist(), "v1": np.exp(values["log_v1"]).tolist(),
-                     "fitc_share": fitc_share(data.X_train, Xu, values["log_w"], values["log_v0"], values["log_v1"]),
+                     "fitc_share": fitc_share(data.X_train, inducing[xu_name], values["log_w"], values["log_v0"],
+                                              values["log_v1"]),
                      "median_latent_var": np.median(np.diagonal(cov, axis1=1, axis2=2), axis=0).tolist()})
     return {"method": "FITC softmax Laplace at SVGP's hyperparameters", "of": svgp["method"], "m": m,
             "n": len(data.y_train), "svgp_test": svgp["test"], "fit": fit and fit["method"], "rows": rows}
@@ -867,15 +879,12 @@ def laplace_bound(data, svgp, fits, m, draws=4096):
     from pymc_gpc.gp.models import kmeans_centres
     from pymc_gpc.solvers import softmax_laplace_bound
 
-    c = len(svgp["outputscale"])
     Xu = kmeans_centres(m, data.X_train, seed=0)
     model, _ = classifier(data.X_train, data.y_train, True, (-3.0, 3.0), approximation="laplace", inducing=Xu)
     objective = objective_for(model, other_terms(model, include_priors=False), model.continuous_value_vars)
     start = model.initial_point()
-    points = [("SVGP's, v1 = 4", {"log_w": -2.0 * np.log(np.asarray(svgp["lengthscale"])),
-                                  "log_v0": np.log(np.asarray(svgp["outputscale"])), "log_v1": np.full(c, np.log(4.0))})]
-    points += [(f["method"].replace(", prior N(-3.0, 3.0)", ""),
-                {k: np.asarray(f["point"][k]) for k in ("log_w", "log_v0", "log_v1")}) for f in fits]
+    points = [("SVGP's, v1 = 4", _svgp_values(svgp, 4.0))]
+    points += [(f["method"].replace(", prior N(-3.0, 3.0)", ""), _kernel_values(f)) for f in fits]
     rows = []
     for name, values in points:
         c0 = time.process_time()
