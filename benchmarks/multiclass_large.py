@@ -818,6 +818,17 @@ def _svgp_values(svgp, v1):
             "log_v1": np.full(len(log_v0), np.log(v1))}
 
 
+def _point_name(fit):
+    """The name ``laplace_bound`` gives a fit's point: its method without the default prior."""
+    return fit["method"].replace(", prior N(-3.0, 3.0)", "")
+
+
+def _scaled_test_log_p(rows):
+    """{``_point_name``: test log p at s = 0.2} of the ``--run laplace`` rows that have it."""
+    return {_point_name(r): r["test"]["scaled"]["mean_log_p"] for r in rows
+            if r["run"] == "laplace" and "scaled" in r.get("test", {})}
+
+
 def _kernel_values(fit):
     """A package fit's per-class ARD values (log_w, log_v0, log_v1) from its row's point."""
     return {k: np.asarray(fit["point"][k]) for k in ("log_w", "log_v0", "log_v1")}
@@ -884,7 +895,7 @@ def laplace_bound(data, svgp, fits, m, draws=4096):
     objective = objective_for(model, other_terms(model, include_priors=False), model.continuous_value_vars)
     start = model.initial_point()
     points = [("SVGP's, v1 = 4", _svgp_values(svgp, 4.0))]
-    points += [(f["method"].replace(", prior N(-3.0, 3.0)", ""), _kernel_values(f)) for f in fits]
+    points += [(_point_name(f), _kernel_values(f)) for f in fits]
     rows = []
     for name, values in points:
         c0 = time.process_time()
@@ -2025,8 +2036,7 @@ def _hyperparameters61(work):
         bound = [r for r in rows if r["run"] == "elbo"]
         if not bound:
             continue
-        test = {r["method"].replace(", prior N(-3.0, 3.0)", ""): r["test"]["scaled"]["mean_log_p"]
-                for r in rows if r["run"] == "laplace" and "scaled" in r.get("test", {})}
+        test = _scaled_test_log_p(rows)
         at = [r for r in rows if r["run"] == "at-svgp" and r.get("fit")]
         if at:
             test["SVGP's, v1 = 4"] = next(r["test"]["s = 0.2"]["mean_log_p"] for r in at[-1]["rows"]
@@ -2087,8 +2097,7 @@ def _findings61(runs):
                      f"{held['cpu_fit']:.0f} CPU s (SVGP {svgp['cpu_fit']:.0f}).")
         bound = pick(rows, "elbo")
         if bound:
-            tests = {r["method"].replace(", prior N(-3.0, 3.0)", ""): r["test"]["scaled"]["mean_log_p"]
-                     for r in rows if r["run"] == "laplace" and "scaled" in r.get("test", {})}
+            tests = _scaled_test_log_p(rows)
             fitted = [b for b in bound["rows"] if b["point"] in tests]
             best = max(fitted, key=lambda b: b["elbo"])
             free = next(b for b in fitted if "log_v0 N" not in b["point"])  # MAP-II of the amplitudes too
