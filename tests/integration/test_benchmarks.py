@@ -146,3 +146,103 @@ def test_every_script_a_results_file_names_exists_or_is_named_with_its_commit():
             if not (held or re.search(rf"- \*\*made by\*\*:.*benchmarks/{script}", header)):
                 missing.append(f"{path.name}: {script}")
     assert not missing
+
+
+
+def _bound_problem(n=80, m=10, seed=3):
+    """A three-class problem with amplitudes of 10 to 40 (far from Gaussian) for ``_bound_terms``."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 2))
+    y = np.digitize(X[:, 0] + 0.5 * rng.normal(size=n), [-0.5, 0.5])
+    theta = np.concatenate([np.log([[1.0, 0.5], [0.7, 0.3], [1.5, 0.2]]).ravel(), np.log([20.0, 40.0, 10.0]),
+                            np.log([0.5, 0.3, 0.8])])
+    return X, y, X[:m], theta
+
+
+@pytest.mark.parametrize("variational", [False, True], ids=["laplace-fitc", "svgp-type"])
+def test_the_bound_maps_gradient_equals_central_differences_with_the_mode_solved_again(variational):
+    """``multiclass_large.bound_map`` (issue 61) climbs an evidence lower bound with the gradient of
+    ``_bound_terms``: one differentiable Newton step from a mode found outside. Ground truth: central
+    differences of the bound with the mode solved again (the JAX backend's softmax Laplace solver, on
+    the FITC prior or the DTC one) at each displaced point; and log Z_L against that solver's evidence."""
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+    import numpy as np
+
+    from pymc_gpc.backends.jax.multiclass import softmax_laplace_solve
+
+    bench = _module("multiclass_large")
+    X, y, Xu, theta = _bound_problem()
+    c = 3
+    terms = bench._bound_terms(X, Xu, y, c, 256, (-3.0, 3.0), 1.0, variational)
+
+    def solved(th):
+        prior = bench.bound_prior(X, Xu, c, jnp.asarray(th), variational)
+        r = softmax_laplace_solve(prior, jnp.asarray(y))
+        return prior.matvec(r["a"]), float(r["log_z"])
+
+    f_hat, log_z = solved(theta)
+    (_, (log_z_l, left_out, _, f1)), grad = jax.value_and_grad(terms, has_aux=True)(jnp.asarray(theta), f_hat)
+    assert float(jnp.max(jnp.abs(f1 - f_hat))) < 1e-8
+    assert float(log_z_l) == pytest.approx(log_z, rel=1e-10)
+    assert float(left_out) < -1.0  # amplitudes of 10 to 40: the expansion leaves out a visible part
+
+    def bound(th):
+        return float(terms(jnp.asarray(th), solved(th)[0])[0])
+
+    h = 1e-5
+    fd = [(bound(theta + h * e) - bound(theta - h * e)) / (2 * h) for e in np.eye(len(theta))]
+    np.testing.assert_allclose(np.asarray(grad), fd, rtol=1e-5, atol=1e-5)
+
+
+def test_the_svgp_type_bound_equals_its_definition_at_the_dtc_laplace_q_u():
+    """``_bound_terms(variational=True)`` against the bound's definition, sum_i E_q(f_i)[log p(y_i | f_i)]
+    - KL(q(u) || p(u)), formed densely: q(u) = N(m_u, S_u) DTC Laplace's (S_u = (K_uu^-1 + P^T W P)^-1,
+    m_u = K_uu P^T a, P = K_fu K_uu^-1 block diagonal over the classes), q(f_i) = N(P_i m_u, P_i S_u
+    P_i^T + diag(K - Q)_i), the expectation by 400,000 plain Monte Carlo draws a row."""
+    pytest.importorskip("jax")
+    import jax.numpy as jnp
+    import numpy as np
+    from scipy.linalg import block_diag
+    from scipy.special import logsumexp
+
+    from pymc_gpc.backends.jax.multiclass import softmax_laplace_solve
+
+    bench = _module("multiclass_large")
+    X, y, Xu, theta = _bound_problem(n=12, m=4, seed=5)
+    n, m, c, d = len(y), len(Xu), 3, 2
+    terms = bench._bound_terms(X, Xu, y, c, 4096, (-3.0, 3.0), 1.0, True)
+    prior = bench.bound_prior(X, Xu, c, jnp.asarray(theta), True)
+    r = softmax_laplace_solve(prior, jnp.asarray(y))
+    a = np.asarray(r["a"])
+    f_hat = np.asarray(prior.matvec(r["a"]))
+    _, (log_z, left_out, _, _) = terms(jnp.asarray(theta), jnp.asarray(f_hat))
+
+    log_w, log_v0, log_v1 = theta[:c * d].reshape(c, d), theta[c * d:c * d + c], theta[c * d + c:]
+    Kuu = bench._mixed_ard(Xu, Xu, log_w, log_v0, log_v1) + 1e-6 * np.eye(m)
+    Kuf = bench._mixed_ard(Xu, X, log_w, log_v0, log_v1)
+    P = block_diag(*[np.linalg.solve(A, B).T for A, B in zip(Kuu, Kuf)])  # (c n, c m), class-major
+    resid = np.concatenate([np.exp(v0) + np.exp(v1) + 1e-6 - np.sum(B * np.linalg.solve(A, B), axis=0)
+                            for A, B, v0, v1 in zip(Kuu, Kuf, log_v0, log_v1)])
+    Kb = block_diag(*Kuu)
+    pi = np.exp(f_hat - logsumexp(f_hat, axis=0))
+    Pi = np.vstack([np.diag(p) for p in pi])  # (c n, n)
+    W = np.diag(pi.ravel()) - Pi @ Pi.T
+    S_u = np.linalg.inv(np.linalg.inv(Kb) + P.T @ W @ P)
+    m_u = Kb @ P.T @ a.ravel()
+    kl = 0.5 * (np.trace(np.linalg.solve(Kb, S_u)) + m_u @ np.linalg.solve(Kb, m_u) - c * m
+                + np.linalg.slogdet(Kb)[1] - np.linalg.slogdet(S_u)[1])
+    mean, cov = (P @ m_u).reshape(c, n), P @ S_u @ P.T + np.diag(resid)
+    rng = np.random.default_rng(0)
+    expected, se2 = 0.0, 0.0
+    for i in range(n):
+        idx = np.arange(c) * n + i
+        F = rng.multivariate_normal(mean[:, i], cov[np.ix_(idx, idx)], size=400_000)
+        lp = F[:, y[i]] - logsumexp(F, axis=1)
+        expected += lp.mean()
+        se2 += lp.var() / len(lp)
+    definition = expected - kl
+    assert float(log_z + left_out) == pytest.approx(definition, abs=4 * np.sqrt(se2) + 0.01)
+    assert float(left_out) < -1.0  # the widened q(f_i) is visible in the bound
