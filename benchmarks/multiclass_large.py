@@ -1027,7 +1027,6 @@ def bound_map(data, m, maxiter, prior=(-3.0, 3.0), spread=1.0, draws=BOUND_DRAWS
     import jax
     import jax.numpy as jnp
     from pymc.gp.util import JITTER_DEFAULT
-    from scipy.linalg import solve_triangular
     from scipy.optimize import minimize
 
     from pymc_gpc.gp.models import kmeans_centres
@@ -1053,13 +1052,11 @@ def bound_map(data, m, maxiter, prior=(-3.0, 3.0), spread=1.0, draws=BOUND_DRAWS
         v = values_of(x)
         Kuu = _mixed_ard(Xu, Xu, **v) + JITTER_DEFAULT * np.eye(m)
         Kuf = _mixed_ard(Xu, X, **v)
-        if dtc:
-            k_diag = np.array([np.sum(solve_triangular(np.linalg.cholesky(A), B, lower=True) ** 2, axis=0)
-                               for A, B in zip(Kuu, Kuf)]) + JITTER_DEFAULT
-        else:
-            k_diag = np.repeat((np.exp(v["log_v0"]) + np.exp(v["log_v1"]) + JITTER_DEFAULT)[:, None], len(X), axis=1)
-        res = softmax_laplace(MulticlassFITCPrior(Kuu, Kuf, k_diag), labels, state=state.get(dtc), with_grad=False,
-                              with_loo=False)
+        k_diag = np.repeat((np.exp(v["log_v0"]) + np.exp(v["log_v1"]) + JITTER_DEFAULT)[:, None], len(X), axis=1)
+        prior_ = MulticlassFITCPrior(Kuu, Kuf, k_diag)
+        if dtc:  # diag Q = diag K - Lambda (K_uu's jitter fallback as FITC's), Lambda at the jitter
+            prior_ = MulticlassFITCPrior(Kuu, Kuf, k_diag - prior_.lam + JITTER_DEFAULT)
+        res = softmax_laplace(prior_, labels, state=state.get(dtc), with_grad=False, with_loo=False)
         state[dtc] = res.state
         return res
 
