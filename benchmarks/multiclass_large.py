@@ -1033,6 +1033,7 @@ def bound_map(data, m, maxiter, prior=(-3.0, 3.0), spread=1.0, draws=BOUND_DRAWS
     from pymc.gp.util import JITTER_DEFAULT
     from scipy.optimize import minimize
 
+    from pymc_gpc.estimation.objective import objective_for, other_terms
     from pymc_gpc.gp.models import kmeans_centres
     from pymc_gpc.solvers import softmax_laplace, softmax_laplace_bound
     from pymc_gpc.structures.multiclass_fitc import MulticlassFITCPrior
@@ -1042,6 +1043,7 @@ def bound_map(data, m, maxiter, prior=(-3.0, 3.0), spread=1.0, draws=BOUND_DRAWS
     Xu = kmeans_centres(m, X, seed=0)
     model, gp = classifier(X, data.y_train, SHRUNK + str(spread), prior, approximation="laplace", inducing=Xu)
     start = model.initial_point()
+    objective = objective_for(model, other_terms(model, include_priors=False), model.continuous_value_vars)
     labels = data.y_train.astype(int)
     value_and_grad = jax.jit(jax.value_and_grad(_bound_terms(X, Xu, labels, c, draws, prior, spread, variational),
                                                 has_aux=True))
@@ -1052,8 +1054,13 @@ def bound_map(data, m, maxiter, prior=(-3.0, 3.0), spread=1.0, draws=BOUND_DRAWS
     state = {}
 
     def solve(x, dtc=variational):
-        """The package's softmax Laplace on the FITC prior at x (``bound_prior``'s), or on DTC's."""
+        """The package's softmax Laplace on the FITC prior at x (``bound_prior``'s: the model's own solve,
+        whose mode one Newton step leaves within 1e-7), or on DTC's (warm-started; its mode needs a
+        Newton step or two more, ``MODE_POLISH``)."""
         v = values_of(x)
+        if not dtc:
+            (prior_, theta), = objective.kernels({**start, **v})[0]
+            return objective.solve(0, prior_, theta, with_grad=False)
         Kuu = _mixed_ard(Xu, Xu, **v) + JITTER_DEFAULT * np.eye(m)
         Kuf = _mixed_ard(Xu, X, **v)
         k_diag = np.repeat((np.exp(v["log_v0"]) + np.exp(v["log_v1"]) + JITTER_DEFAULT)[:, None], len(X), axis=1)
