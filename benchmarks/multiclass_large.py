@@ -1022,7 +1022,7 @@ def bound_map(data, m, maxiter, prior=(-3.0, 3.0), spread=1.0, draws=BOUND_DRAWS
     package's FITC softmax Laplace (per-class ARD with its log lengthscales shrunk, ``spread``; the
     same hyperprior; k-means Xu) by L-BFGS-B on the bound plus the log hyperprior (``_bound_terms``:
     the value and its exact gradient), from the model's initial point, the mode at each iterate from
-    the package's solver (``solvers.softmax_laplace``, warm-started). The bound: that of Laplace's own
+    the package's solver (``solve``). The bound: that of Laplace's own
     Gaussian on the FITC model, or with ``variational`` the SVGP-type bound on the exact model at the
     DTC Laplace q(u). Then the package's FITC posterior and predictive at that point, as
     ``package_fit``'s row (its log evidence, its Laplace bound with 4096 draws, test metrics under
@@ -1051,24 +1051,21 @@ def bound_map(data, m, maxiter, prior=(-3.0, 3.0), spread=1.0, draws=BOUND_DRAWS
     def values_of(x):
         return {"log_w": x[:c * d].reshape(c, d), "log_v0": x[c * d:c * d + c], "log_v1": x[c * d + c:]}
 
-    state = {}
+    dtc_state = [None]
 
     def solve(x, dtc=variational):
         """The package's softmax Laplace on the FITC prior at x (``bound_prior``'s: the model's own solve,
-        whose mode one Newton step leaves within 1e-7), or on DTC's (warm-started; its mode needs a
-        Newton step or two more, ``MODE_POLISH``)."""
-        v = values_of(x)
+        whose mode one Newton step leaves within 1e-7), or on DTC's (diag Q = diag K - Lambda, K_uu's
+        jitter fallback as FITC's, Lambda at the jitter; warm-started, its mode needs a Newton step or
+        two more, ``MODE_POLISH``)."""
+        (arrays, theta), = objective.kernel_inputs({**start, **values_of(x)})[0]
+        prior_ = objective.structures[0].prior_from(*arrays)
         if not dtc:
-            (prior_, theta), = objective.kernels({**start, **v})[0]
             return objective.solve(0, prior_, theta, with_grad=False)
-        Kuu = _mixed_ard(Xu, Xu, **v) + JITTER_DEFAULT * np.eye(m)
-        Kuf = _mixed_ard(Xu, X, **v)
-        k_diag = np.repeat((np.exp(v["log_v0"]) + np.exp(v["log_v1"]) + JITTER_DEFAULT)[:, None], len(X), axis=1)
-        prior_ = MulticlassFITCPrior(Kuu, Kuf, k_diag)
-        if dtc:  # diag Q = diag K - Lambda (K_uu's jitter fallback as FITC's), Lambda at the jitter
-            prior_ = MulticlassFITCPrior(Kuu, Kuf, k_diag - prior_.lam + JITTER_DEFAULT)
-        res = softmax_laplace(prior_, labels, state=state.get(dtc), with_grad=False, with_loo=False)
-        state[dtc] = res.state
+        Kuu, Kuf, k_diag = arrays
+        dtc_prior = MulticlassFITCPrior(Kuu, Kuf, k_diag - prior_.lam + JITTER_DEFAULT)
+        res = softmax_laplace(dtc_prior, labels, state=dtc_state[0], with_grad=False, with_loo=False)
+        dtc_state[0] = res.state
         return res
 
     trace = []
