@@ -909,56 +909,48 @@ def laplace_bound(data, svgp, fits, m, draws=4096):
             "rows": rows}
 
 
-# ``bound_map``: where one Newton step from the solver's mode moves it by more than MODE_GAP (the
-# gradient assumes the step starts at the mode), up to MODE_POLISH more steps from there
+# ``BoundObjective``: where one Newton step from the solver's mode moves it by more than MODE_GAP (the
+# gradient assumes the step starts at the mode), up to MODE_POLISH more steps from there (a safeguard:
+# with the JAX side in double precision from its first call, the package's mode needs none, FITC or DTC)
 MODE_GAP, MODE_POLISH = 1e-6, 4
 # quasi-random draws per row for the expectation in ``bound_map``'s objective (fixed draws, so a smooth
 # function of the hyperparameters; the reported bound at the end uses ``laplace_bound``'s 4096)
 BOUND_DRAWS = 1024
 
 
-def bound_prior(X, Xu, c, theta, variational=False):
-    """The JAX backend's FITC prior stack (``MulticlassFITCStack``) of the model ``bound_map`` fits: per
-    class ``_mixed_ard``'s kernel at theta = (log_w (c, d), log_v0 (c,), log_v1 (c,)) stacked, K_uu
-    and diag K_ff jittered as the package's GP classes do (``pymc.gp.util.JITTER_DEFAULT``).
-    ``variational``: the DTC prior Q (FITC's Lambda at the jitter), with diag(K - Q) as ``residual``."""
+def bound_stack(arrays, variational=False):
+    """The JAX backend's FITC prior stack (``MulticlassFITCStack``) from the model's own kernel arrays
+    (K_uu (c, m, m), K_uf (c, m, n), diag K_ff (c, n), jittered as the model's graph does:
+    ``Objective.kernel_inputs``). ``variational``: the DTC prior Q instead (FITC's Lambda at the
+    jitter), with what Lambda held, diag(K - Q), kept as ``residual``."""
     import jax.numpy as jnp
     from pymc.gp.util import JITTER_DEFAULT
 
     from pymc_gpc.backends.jax.multiclass_fitc import MulticlassFITCStack
 
-    X, Xu, d = jnp.asarray(X), jnp.asarray(Xu), X.shape[1]
-    w, v0, v1 = jnp.exp(theta[:c * d].reshape(c, d)), jnp.exp(theta[c * d:c * d + c]), jnp.exp(theta[c * d + c:])
-
-    def kernel(A, B):
-        d2 = jnp.einsum("kd,abd->kab", w, (A[:, None, :] - B[None]) ** 2)
-        return v0[:, None, None] * jnp.exp(-0.5 * d2) + v1[:, None, None]
-
-    k_diag = jnp.broadcast_to((v0 + v1 + JITTER_DEFAULT)[:, None], (c, X.shape[0]))
-    stack = MulticlassFITCStack(kernel(Xu, Xu) + JITTER_DEFAULT * jnp.eye(Xu.shape[0]), kernel(Xu, X), k_diag)
-    if variational:  # DTC: Lambda at the jitter; what it held, diag(K - Q), kept as ``residual``
+    stack = MulticlassFITCStack(*(jnp.asarray(a) for a in arrays))
+    if variational:
         stack.residual, stack.lam = stack.lam, jnp.full_like(stack.lam, JITTER_DEFAULT)
     return stack
 
 
-def _bound_terms(X, Xu, y, c, draws, prior, spread, variational=False):
-    """JAX function (theta, f^) -> (the Laplace Gaussian's evidence lower bound of the FITC softmax
-    model (per-class ARD + bias, ``_mixed_ard``'s kernel, Xu fixed) plus the log hyperprior of
-    ``ard_classifier(prior=prior, lengthscale_spread=spread)``, (log Z_L, left out, log prior)).
+def _bound_terms(y, c, draws, variational=False):
+    """JAX function (arrays, f^) -> (the Laplace Gaussian's evidence lower bound of the FITC softmax
+    model, (log Z_L, left out, f1)): arrays the model's kernel arrays (``bound_stack``), so that its
+    gradient in them is pulled back to the model's variables by ``Objective.pullback``.
 
-    theta stacks (log_w (c, d), log_v0 (c,), log_v1 (c,)); f^ (c, n) is the mode at theta, found
-    outside (the package's solver) and held constant. One Newton step from f^ at theta,
-    f1 = K (I + W K)^-1 (W f^ + y - pi), equals f^ in value, and since Newton's map has a zero
-    Jacobian in f at its fixed point, its derivative in theta is the mode's: so the bound
-    evaluated at f1 (log Z_L at f1 with W(f1), and ``solvers.softmax_laplace_bound``'s terms
-    E_q[log p(y_i | f_i)] - log p(y_i | f1_i) + tr(W_i Sigma_ii) / 2 under q_i = N(f1_i, Sigma_ii))
-    has the exact total gradient by reverse mode, the implicit terms through f^ and Sigma_ii
-    included. The posterior algebra is the JAX backend's (``backends.jax.multiclass_fitc``); the
-    expectation over ``draws`` fixed antithetic quasi-random draws (``standard_draws``) of what the
-    quadratic expansion leaves out, its quadratic part exact.
+    f^ (c, n) is the mode at those arrays, found outside (the package's solver) and held constant.
+    One Newton step from f^, f1 = K (I + W K)^-1 (W f^ + y - pi), equals f^ in value, and since
+    Newton's map has a zero Jacobian in f at its fixed point, its derivative in the arrays is the
+    mode's: so the bound evaluated at f1 (log Z_L at f1 with W(f1), and
+    ``solvers.softmax_laplace_bound``'s terms E_q[log p(y_i | f_i)] - log p(y_i | f1_i) +
+    tr(W_i Sigma_ii) / 2 under q_i = N(f1_i, Sigma_ii)) has the exact total gradient by reverse mode,
+    the implicit terms through f^ and Sigma_ii included. The posterior algebra is the JAX backend's
+    (``backends.jax.multiclass_fitc``); the expectation over ``draws`` fixed antithetic quasi-random
+    draws (``standard_draws``) of what the quadratic expansion leaves out, its quadratic part exact.
 
     ``variational``: the bound on the exact GP model's evidence that SVGP's is (Titsias 2009; Hensman
-    et al. 2015), at q(u) the Laplace Gaussian under the DTC prior Q (``bound_prior(variational=True)``):
+    et al. 2015), at q(u) the Laplace Gaussian under the DTC prior Q (``bound_stack(variational=True)``):
     q(f_i) = N(f^_i, Sigma_ii + diag(K - Q)_i), the conditional p(f | u)'s variance added, which no data
     can shrink; its KL is DTC Laplace's (log Z_L under Q and tr(W_i Sigma_ii) / 2), so each row adds
     -E[remainder] - tr(W_i diag(K - Q)_i) / 2 under the wider q(f_i)."""
@@ -966,27 +958,15 @@ def _bound_terms(X, Xu, y, c, draws, prior, spread, variational=False):
     import jax.numpy as jnp
     from jax.scipy.special import logsumexp
 
+    import pymc_gpc.backends.jax.multiclass_fitc  # noqa: F401  (sets jax_enable_x64: before any array below, or
+    # the constants and the first call's arrays are single precision, its mode not the package solver's)
     from pymc_gpc.likelihoods.multiclass import standard_draws
 
-    X, Xu, d = jnp.asarray(X), jnp.asarray(Xu), X.shape[1]
-    Y = (jnp.arange(c)[:, None] == jnp.asarray(y)[None, :]).astype(X.dtype)
+    Y = (jnp.arange(c)[:, None] == jnp.asarray(y)[None, :]).astype(float)
     Z = jnp.asarray(standard_draws(c, draws))
-    mean, sd = prior
-    s2, t2 = sd ** 2, spread ** 2
 
-    def log_prior(log_w, log_v0, log_v1):
-        """N(mean, sd^2) on each, and ``models.lengthscale_shrinkage``'s potential on log_w."""
-        allv = jnp.concatenate([log_w.ravel(), log_v0, log_v1])
-        normal = jnp.sum(-0.5 * ((allv - mean) / sd) ** 2 - jnp.log(sd) - 0.5 * jnp.log(2 * jnp.pi))
-        x = log_w - mean
-        square = jnp.sum(x ** 2, axis=0)
-        quad = (square - s2 * jnp.sum(x, axis=0) ** 2 / (t2 + c * s2)) / t2
-        log_det = c * jnp.log(t2) + jnp.log1p(c * s2 / t2)
-        return normal - 0.5 * jnp.sum(quad + log_det - square / s2 - c * jnp.log(s2))
-
-    def terms(theta, f_hat):
-        log_w, log_v0, log_v1 = theta[:c * d].reshape(c, d), theta[c * d:c * d + c], theta[c * d + c:]
-        stack = bound_prior(X, Xu, c, theta, variational)
+    def terms(arrays, f_hat):
+        stack = bound_stack(arrays, variational)
         f0 = jax.lax.stop_gradient(f_hat)
         pi0 = jax.nn.softmax(f0, axis=0)
         v = pi0 * f0 - pi0 * jnp.sum(pi0 * f0, axis=0) + Y - pi0
@@ -1011,95 +991,121 @@ def _bound_terms(X, Xu, y, c, draws, prior, spread, variational=False):
         quad = jnp.einsum("ik,isk->is", P, D ** 2) - jnp.einsum("ik,isk->is", P, D) ** 2
         rest = logsumexp(f1.T[:, None, :] + D, axis=2) - lse1[:, None] - 0.5 * quad
         left_out = -jnp.sum(jnp.mean(rest, axis=1)) + widen
-        lp = log_prior(log_w, log_v0, log_v1)
-        return log_z + left_out + lp, (log_z, left_out, lp, f1)
+        return log_z + left_out, (log_z, left_out, f1)
 
     return terms
+
+
+class BoundObjective:
+    """The negative of an evidence lower bound plus the model's log hyperprior, and its exact gradient,
+    as a function of the model's free variables raveled (``x``; L-BFGS-B's ``fun`` with ``jac=True``):
+    the mode at x from the package's solver (``solve``), the bound and its gradient in the kernel
+    arrays from ``_bound_terms``, pulled back to the variables with the hyperprior's own gradient
+    (``Objective.pullback``, the model's priors and its shrinkage potential as ``rest``). ``trace``:
+    one dict per evaluation. Used by ``bound_map``; tests/integration/test_benchmarks.py checks the
+    gradient against central differences."""
+
+    def __init__(self, model, labels, draws=BOUND_DRAWS, variational=False, verbose=True):
+        import jax
+
+        from pymc_gpc.estimation.objective import objective_for, other_terms, ravel
+
+        self.model, self.labels, self.variational, self.verbose = model, np.asarray(labels, int), variational, verbose
+        self.objective = objective_for(model, other_terms(model, include_priors=True), model.continuous_value_vars)
+        self.start = model.initial_point()
+        self.layout = ravel(self.start, self.objective.targets)
+        self.x0 = self.layout.data
+        c = int(self.labels.max()) + 1
+        self._value_and_grad = jax.jit(jax.value_and_grad(_bound_terms(self.labels, c, draws, variational),
+                                                          has_aux=True))
+        self._dtc_state = None
+        self.trace = []
+
+    def point(self, x):
+        from pymc_gpc.estimation.objective import unravel
+
+        return unravel(x, self.layout, self.start)
+
+    def solve(self, point, inputs=None, dtc=None):
+        """The package's softmax Laplace at ``point`` on the FITC prior (the model's own solve), or with
+        ``dtc`` (default: ``variational``) on DTC's (diag Q = diag K - Lambda, K_uu's jitter fallback
+        as FITC's, Lambda at the jitter; warm-started from the last DTC solve). ``inputs``: the
+        model's (kernel arrays, theta) at ``point``, where they have been computed."""
+        from pymc.gp.util import JITTER_DEFAULT
+
+        from pymc_gpc.solvers import softmax_laplace
+        from pymc_gpc.structures.multiclass_fitc import MulticlassFITCPrior
+
+        (arrays, theta), = self.objective.kernel_inputs(point)[0] if inputs is None else (inputs,)
+        fitc = self.objective.structures[0].prior_from(*arrays)
+        if not (self.variational if dtc is None else dtc):
+            return self.objective.solve(0, fitc, theta, with_grad=False)
+        Kuu, Kuf, k_diag = arrays
+        dtc_prior = MulticlassFITCPrior(Kuu, Kuf, k_diag - fitc.lam + JITTER_DEFAULT)
+        res = softmax_laplace(dtc_prior, self.labels, state=self._dtc_state, with_grad=False, with_loo=False)
+        self._dtc_state = res.state
+        return res
+
+    def __call__(self, x):
+        import jax.numpy as jnp
+
+        point = self.point(x)
+        pairs, rest = self.objective.kernel_inputs(point)  # rest: the log hyperprior
+        (arrays, theta), = pairs
+        try:
+            f_hat = jnp.asarray(self.solve(point, (arrays, theta)).mean)
+        except (np.linalg.LinAlgError, ValueError, ArithmeticError) as err:  # the package's Cholesky failures among them
+            self.trace.append({"failed": f"{type(err).__name__}: {err}"})  # an iterate past what the solver factorises:
+            return np.inf, np.zeros_like(x)  # L-BFGS-B's line search steps back
+        jax_arrays = tuple(jnp.asarray(a) for a in arrays)
+        for polish in range(MODE_POLISH + 1):  # where the solver's mode is off (an ill-conditioned K_uu), Newton steps on
+            (bound, (log_z, left_out, f1)), cotangents = self._value_and_grad(jax_arrays, f_hat)
+            gap = float(jnp.max(jnp.abs(f1 - f_hat)))
+            if not gap > MODE_GAP:
+                break
+            f_hat = f1
+        self.trace.append({"bound": float(bound), "log_z": float(log_z), "left_out": float(left_out),
+                           "mode_gap": gap, "polish": polish})
+        if self.verbose:
+            print(f"evaluation {len(self.trace)}: bound {float(bound):.2f}, v0 {_v0_range(np.exp(point['log_v0']))}, "
+                  f"mode gap {gap:.1e} after {polish} more steps", file=sys.stderr, flush=True)
+        value = rest + float(bound)
+        if not np.isfinite(value):
+            return np.inf, np.zeros_like(x)
+        grad = self.objective.pullback(point, [(*(np.asarray(g, float) for g in cotangents), np.zeros_like(theta))])
+        return -value, -grad
 
 
 def bound_map(data, m, maxiter, prior=(-3.0, 3.0), spread=1.0, draws=BOUND_DRAWS, scale=0.2, variational=False):
     """MAP of an evidence lower bound in place of Laplace's evidence: the hyperparameters of the
     package's FITC softmax Laplace (per-class ARD with its log lengthscales shrunk, ``spread``; the
-    same hyperprior; k-means Xu) by L-BFGS-B on the bound plus the log hyperprior (``_bound_terms``:
-    the value and its exact gradient), from the model's initial point, the mode at each iterate from
-    the package's solver (``solve``). The bound: that of Laplace's own
-    Gaussian on the FITC model, or with ``variational`` the SVGP-type bound on the exact model at the
-    DTC Laplace q(u). Then the package's FITC posterior and predictive at that point, as
-    ``package_fit``'s row (its log evidence, its Laplace bound with 4096 draws, test metrics under
-    the plug-in, s = ``scale`` and integrate). Issue 61: whether an objective that does not reward
-    large amplitudes as the evidence does closes the storms gap."""
-    import jax
-    import jax.numpy as jnp
-    from pymc.gp.util import JITTER_DEFAULT
+    same hyperprior; k-means Xu) by L-BFGS-B on the bound plus the log hyperprior
+    (``BoundObjective``: the value and its exact gradient), from the model's initial point. The bound:
+    that of Laplace's own Gaussian on the FITC model, or with ``variational`` the SVGP-type bound on
+    the exact model at the DTC Laplace q(u). Then the package's FITC posterior and predictive at that
+    point, as ``package_fit``'s row (its log evidence, its Laplace bound with 4096 draws, test metrics
+    under the plug-in, s = ``scale`` and integrate). Issue 61: whether an objective that does not
+    reward large amplitudes as the evidence does closes the storms gap."""
     from scipy.optimize import minimize
 
-    from pymc_gpc.estimation.objective import objective_for, other_terms
     from pymc_gpc.gp.models import kmeans_centres
-    from pymc_gpc.solvers import softmax_laplace, softmax_laplace_bound
-    from pymc_gpc.structures.multiclass_fitc import MulticlassFITCPrior
+    from pymc_gpc.solvers import softmax_laplace_bound
 
     c0 = time.process_time()
-    X, c, d = data.X_train, len(data.classes), data.X_train.shape[1]
-    Xu = kmeans_centres(m, X, seed=0)
-    model, gp = classifier(X, data.y_train, SHRUNK + str(spread), prior, approximation="laplace", inducing=Xu)
-    start = model.initial_point()
-    objective = objective_for(model, other_terms(model, include_priors=False), model.continuous_value_vars)
+    Xu = kmeans_centres(m, data.X_train, seed=0)
+    model, gp = classifier(data.X_train, data.y_train, SHRUNK + str(spread), prior, approximation="laplace", inducing=Xu)
     labels = data.y_train.astype(int)
-    value_and_grad = jax.jit(jax.value_and_grad(_bound_terms(X, Xu, labels, c, draws, prior, spread, variational),
-                                                has_aux=True))
-
-    def values_of(x):
-        return {"log_w": x[:c * d].reshape(c, d), "log_v0": x[c * d:c * d + c], "log_v1": x[c * d + c:]}
-
-    dtc_state = [None]
-
-    def solve(x, dtc=variational):
-        """The package's softmax Laplace on the FITC prior at x (``bound_prior``'s: the model's own solve,
-        whose mode one Newton step leaves within 1e-7), or on DTC's (diag Q = diag K - Lambda, K_uu's
-        jitter fallback as FITC's, Lambda at the jitter; warm-started, its mode needs a Newton step or
-        two more, ``MODE_POLISH``)."""
-        (arrays, theta), = objective.kernel_inputs({**start, **values_of(x)})[0]
-        prior_ = objective.structures[0].prior_from(*arrays)
-        if not dtc:
-            return objective.solve(0, prior_, theta, with_grad=False)
-        Kuu, Kuf, k_diag = arrays
-        dtc_prior = MulticlassFITCPrior(Kuu, Kuf, k_diag - prior_.lam + JITTER_DEFAULT)
-        res = softmax_laplace(dtc_prior, labels, state=dtc_state[0], with_grad=False, with_loo=False)
-        dtc_state[0] = res.state
-        return res
-
-    trace = []
-
-    def fun(x):
-        try:
-            f_hat = jnp.asarray(solve(x).mean)
-        except (np.linalg.LinAlgError, ValueError, ArithmeticError) as err:  # the package's Cholesky failures among them
-            trace.append({"failed": f"{type(err).__name__}: {err}"})  # an iterate past what the solver factorises:
-            return np.inf, np.zeros_like(x)  # L-BFGS-B's line search steps back
-        for polish in range(MODE_POLISH + 1):  # where the solver's mode is off (an ill-conditioned K_uu), Newton steps on
-            (value, (log_z, left_out, lp, f1)), g = value_and_grad(jnp.asarray(x), f_hat)
-            gap = float(jnp.max(jnp.abs(f1 - f_hat)))
-            if not gap > MODE_GAP:
-                break
-            f_hat = f1
-        trace.append({"bound": float(value - lp), "log_z": float(log_z), "left_out": float(left_out),
-                      "mode_gap": gap, "polish": polish})
-        print(f"evaluation {len(trace)}: bound {float(value - lp):.2f}, v0 {_v0_range(np.exp(values_of(x)['log_v0']))}, "
-              f"mode gap {gap:.1e} after {polish} more steps", file=sys.stderr, flush=True)
-        if not np.isfinite(float(value)):
-            return np.inf, np.zeros_like(x)
-        return -float(value), -np.asarray(g, dtype=float)
-
-    x0 = np.concatenate([np.asarray(start[k], float).ravel() for k in ("log_w", "log_v0", "log_v1")])
-    opt = minimize(fun, x0, jac=True, method="L-BFGS-B", tol=1e-9, options={"maxiter": maxiter})
+    fun = BoundObjective(model, labels, draws, variational)
+    opt = minimize(fun, fun.x0, jac=True, method="L-BFGS-B", tol=1e-9, options={"maxiter": maxiter})
     cpu_fit = time.process_time() - c0
-    point = {**start, **values_of(opt.x)}
-    result = solve(opt.x, dtc=False)
+    point = fun.point(opt.x)
+    result = fun.solve(point, dtc=False)
     bound, left_out = softmax_laplace_bound(result, labels, size=4096)
     mean, cov = _latent(gp, data.X_test, point)
     test = _predictive_metrics(gp.likelihood, mean, cov, data.y_test)
     test["scaled"] = metrics(scaled_predict(gp.likelihood, mean, cov, scale), data.y_test)
     objective = "SVGP-type bound at the DTC Laplace q(u)" if variational else "Laplace Gaussian's bound"
+    trace = fun.trace
     return {"method": f"FITC softmax Laplace, m = {m}, {kernel_name(SHRUNK + str(spread))}, MAP of the {objective} "
                       f"({draws} draws a row)",
             "objective": "variational" if variational else "laplace", "n": len(data.y_train), "m": m,
@@ -1109,8 +1115,9 @@ def bound_map(data, m, maxiter, prior=(-3.0, 3.0), spread=1.0, draws=BOUND_DRAWS
             "max_mode_gap": max(t.get("mode_gap", 0.0) for t in trace), "polished": sum(t.get("polish", 0) > 0 for t in trace),
             "failed": sum("failed" in t for t in trace), "test": test,
             "scale": scale, "per_class": SHRUNK + str(spread), "prior": list(prior),
-            "point": {k: np.asarray(v).tolist() for k, v in values_of(opt.x).items()},
+            "point": {k: np.asarray(point[k]).tolist() for k in ("log_w", "log_v0", "log_v1")},
             "test_log_p_rows": _log_p_rows(gp.likelihood, mean, cov, data.y_test, scale)}
+
 
 def subset_fit(data, m, n_fit, prior, maxiter, per_class=SHRUNK + "1", scales=PREDICTIVE_SCALES, seed=1):
     """MAP-II (``map_fit``) on a seeded random subset of ``n_fit`` training rows, then the

@@ -149,59 +149,57 @@ def test_every_script_a_results_file_names_exists_or_is_named_with_its_commit():
 
 
 
-def _bound_problem(n=80, m=10, seed=3):
-    """A three-class problem with amplitudes of 10 to 40 (far from Gaussian) for ``_bound_terms``."""
+def _bound_problem(n=80, m=10, seed=3, draws=256, variational=False):
+    """A three-class model (``multiclass_large.classifier``: per-class ARD with its log lengthscales
+    shrunk, FITC with m inducing inputs) and its ``BoundObjective``, at a point with amplitudes of 10
+    to 40 (far from Gaussian): (objective, x, y)."""
     import numpy as np
 
+    from pymc_gpc.estimation.objective import ravel
+
+    bench = _module("multiclass_large")
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(n, 2))
     y = np.digitize(X[:, 0] + 0.5 * rng.normal(size=n), [-0.5, 0.5])
-    theta = np.concatenate([np.log([[1.0, 0.5], [0.7, 0.3], [1.5, 0.2]]).ravel(), np.log([20.0, 40.0, 10.0]),
-                            np.log([0.5, 0.3, 0.8])])
-    return X, y, X[:m], theta
+    model, _ = bench.classifier(X, y, bench.SHRUNK + "1", (-3.0, 3.0), approximation="laplace", inducing=X[:m])
+    fun = bench.BoundObjective(model, y, draws, variational, verbose=False)
+    point = {**fun.start, "log_w": np.log([[1.0, 0.5], [0.7, 0.3], [1.5, 0.2]]), "log_v0": np.log([20.0, 40.0, 10.0]),
+             "log_v1": np.log([0.5, 0.3, 0.8])}
+    return fun, ravel(point, fun.objective.targets).data, y
 
 
 @pytest.mark.parametrize("variational", [False, True], ids=["laplace-fitc", "svgp-type"])
 def test_the_bound_maps_gradient_equals_central_differences_with_the_mode_solved_again(variational):
-    """``multiclass_large.bound_map`` (issue 61) climbs an evidence lower bound with the gradient of
-    ``_bound_terms``: one differentiable Newton step from a mode found outside. Ground truth: central
-    differences of the bound with the mode solved again (the JAX backend's softmax Laplace solver, on
-    the FITC prior or the DTC one) at each displaced point; and log Z_L against that solver's evidence."""
-    jax = pytest.importorskip("jax")
-    import jax.numpy as jnp
+    """``multiclass_large.bound_map`` (issue 61) climbs an evidence lower bound plus the model's log
+    hyperprior with ``BoundObjective``'s gradient: ``_bound_terms``' one differentiable Newton step from
+    the package solver's mode, pulled back to the model's variables by ``Objective.pullback``. Ground
+    truth: central differences of the objective with the mode solved again at each displaced point;
+    log Z_L against the solver's evidence (FITC's, or DTC's) and the hyperprior against the model's logp."""
+    pytest.importorskip("jax")
     import numpy as np
 
-    from pymc_gpc.backends.jax.multiclass import softmax_laplace_solve
-
-    bench = _module("multiclass_large")
-    X, y, Xu, theta = _bound_problem()
-    c = 3
-    terms = bench._bound_terms(X, Xu, y, c, 256, (-3.0, 3.0), 1.0, variational)
-
-    def solved(th):
-        prior = bench.bound_prior(X, Xu, c, jnp.asarray(th), variational)
-        r = softmax_laplace_solve(prior, jnp.asarray(y))
-        return prior.matvec(r["a"]), float(r["log_z"])
-
-    f_hat, log_z = solved(theta)
-    (_, (log_z_l, left_out, _, f1)), grad = jax.value_and_grad(terms, has_aux=True)(jnp.asarray(theta), f_hat)
-    assert float(jnp.max(jnp.abs(f1 - f_hat))) < 1e-8
-    assert float(log_z_l) == pytest.approx(log_z, rel=1e-10)
-    assert float(left_out) < -1.0  # amplitudes of 10 to 40: the expansion leaves out a visible part
-
-    def bound(th):
-        return float(terms(jnp.asarray(th), solved(th)[0])[0])
+    fun, x, _ = _bound_problem(variational=variational)
+    value, grad = fun(x)
+    step = fun.trace[-1]
+    point = fun.point(x)
+    assert step["mode_gap"] < 1e-6
+    assert step["log_z"] == pytest.approx(float(fun.solve(point).log_z), rel=1e-9)
+    # the model's logp is the hyperprior plus its evidence potential, FITC Laplace's log Z
+    model_logp = float(fun.model.compile_logp(jacobian=False)(point))
+    assert -value - step["bound"] == pytest.approx(model_logp - float(fun.solve(point, dtc=False).log_z), abs=1e-6)
+    assert step["left_out"] < -1.0  # amplitudes of 10 to 40: the expansion leaves out a visible part
 
     h = 1e-5
-    fd = [(bound(theta + h * e) - bound(theta - h * e)) / (2 * h) for e in np.eye(len(theta))]
-    np.testing.assert_allclose(np.asarray(grad), fd, rtol=1e-5, atol=1e-5)
+    fd = [(fun(x + h * e)[0] - fun(x - h * e)[0]) / (2 * h) for e in np.eye(len(x))]
+    np.testing.assert_allclose(grad, fd, rtol=1e-5, atol=1e-5)
 
 
 def test_the_svgp_type_bound_equals_its_definition_at_the_dtc_laplace_q_u():
     """``_bound_terms(variational=True)`` against the bound's definition, sum_i E_q(f_i)[log p(y_i | f_i)]
-    - KL(q(u) || p(u)), formed densely: q(u) = N(m_u, S_u) DTC Laplace's (S_u = (K_uu^-1 + P^T W P)^-1,
-    m_u = K_uu P^T a, P = K_fu K_uu^-1 block diagonal over the classes), q(f_i) = N(P_i m_u, P_i S_u
-    P_i^T + diag(K - Q)_i), the expectation by 400,000 plain Monte Carlo draws a row."""
+    - KL(q(u) || p(u)), formed densely from the model's kernel arrays: q(u) = N(m_u, S_u) DTC Laplace's
+    (S_u = (K_uu^-1 + P^T W P)^-1, m_u = K_uu P^T a, P = K_fu K_uu^-1 block diagonal over the classes),
+    q(f_i) = N(P_i m_u, P_i S_u P_i^T + diag(K - Q)_i), the expectation by 400,000 plain Monte Carlo
+    draws a row; the DTC mode from the JAX backend's solver."""
     pytest.importorskip("jax")
     import jax.numpy as jnp
     import numpy as np
@@ -211,21 +209,18 @@ def test_the_svgp_type_bound_equals_its_definition_at_the_dtc_laplace_q_u():
     from pymc_gpc.backends.jax.multiclass import softmax_laplace_solve
 
     bench = _module("multiclass_large")
-    X, y, Xu, theta = _bound_problem(n=12, m=4, seed=5)
-    n, m, c, d = len(y), len(Xu), 3, 2
-    terms = bench._bound_terms(X, Xu, y, c, 4096, (-3.0, 3.0), 1.0, True)
-    prior = bench.bound_prior(X, Xu, c, jnp.asarray(theta), True)
-    r = softmax_laplace_solve(prior, jnp.asarray(y))
+    fun, x, y = _bound_problem(n=12, m=4, seed=11, draws=4096, variational=True)
+    (arrays, _), = fun.objective.kernel_inputs(fun.point(x))[0]
+    Kuu, Kuf, k_diag = (np.asarray(a) for a in arrays)
+    (m, n), c = Kuf.shape[1:], 3
+    stack = bench.bound_stack(arrays, True)
+    r = softmax_laplace_solve(stack, jnp.asarray(y))
     a = np.asarray(r["a"])
-    f_hat = np.asarray(prior.matvec(r["a"]))
-    _, (log_z, left_out, _, _) = terms(jnp.asarray(theta), jnp.asarray(f_hat))
+    f_hat = np.asarray(stack.matvec(r["a"]))
+    _, (log_z, left_out, _) = bench._bound_terms(y, c, 4096, True)(arrays, jnp.asarray(f_hat))
 
-    log_w, log_v0, log_v1 = theta[:c * d].reshape(c, d), theta[c * d:c * d + c], theta[c * d + c:]
-    Kuu = bench._mixed_ard(Xu, Xu, log_w, log_v0, log_v1) + 1e-6 * np.eye(m)
-    Kuf = bench._mixed_ard(Xu, X, log_w, log_v0, log_v1)
     P = block_diag(*[np.linalg.solve(A, B).T for A, B in zip(Kuu, Kuf)])  # (c n, c m), class-major
-    resid = np.concatenate([np.exp(v0) + np.exp(v1) + 1e-6 - np.sum(B * np.linalg.solve(A, B), axis=0)
-                            for A, B, v0, v1 in zip(Kuu, Kuf, log_v0, log_v1)])
+    resid = np.concatenate([kd - np.sum(B * np.linalg.solve(A, B), axis=0) for A, B, kd in zip(Kuu, Kuf, k_diag)])
     Kb = block_diag(*Kuu)
     pi = np.exp(f_hat - logsumexp(f_hat, axis=0))
     Pi = np.vstack([np.diag(p) for p in pi])  # (c n, n)
