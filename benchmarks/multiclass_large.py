@@ -2422,12 +2422,16 @@ def _bound_splits61(work):
     predictive chosen for MAP-II; ``grouped_se``) and that of the means under integrate (no per-row
     values kept for it)."""
     lines = ["", "### The SVGP-type bound's MAP on every split", "",
-             "``--run svgp-bound-map --split-seed S`` (``bound_map``, as on split 0 below) beside the rows above. "
-             "Splits 1 to 4 of storms ran commit 271154c's script, as split 0 did: its JAX side formed X and the "
-             "inducing inputs in single precision (``_bound_terms`` ran before x64 was on), so it bounded the "
-             "evidence of inputs rounded to 7 digits, and the package's mode took one more Newton step each "
-             "evaluation, CPU that the fixed objective does not spend (a 600-row run: 9.7 against 17.0 CPU s, the "
-             "same iterates to 3e-4 nats of the bound). Rows with the fixed script say so.", "",
+             "``--run svgp-bound-map --split-seed S`` (``bound_map``, as on split 0 below) beside the rows above, "
+             "nothing tuned again. Rows marked (fixed script) ran ``BoundObjective`` from commit 5613113 on; the others "
+             "the script before it (storms splits 1 to 4: commit 271154c; birds split 0: commits 03dd8bb to 3a0e1a7), "
+             "whose JAX side formed X, the inducing inputs and its first iterate in single precision (``_bound_terms`` "
+             "built them before x64 was on): it bounded the evidence of inputs rounded to 7 digits, and every "
+             "evaluation took one more Newton step (one more JAX pass) from the package's mode than the fixed objective "
+             "does. On a 600-row run the two took the same iterates (the bound to 3e-4 nats, test log p to 1e-7) in "
+             "17.0 and 9.7 CPU s. The SVGP-type bound's test log p is given for all three predictives; the paired "
+             "standard error at s = 0.2, the predictive chosen for MAP-II on split 0's validation rows (the rows keep "
+             "no per-row values for integrate).", "",
              "| set | split | SVGP: test log p / error / CPU s | MAP-II: test log p (s = 0.2) / error | the bound's MAP: "
              "test log p, plug-in / s = 0.2 / integrate / error (plug-in) / CPU s / iterations | difference to SVGP, "
              "s = 0.2 (standard error); integrate |",
@@ -2492,9 +2496,10 @@ def _objectives61(work):
              "on the FITC model (``solvers.softmax_laplace_bound``'s), or the SVGP-type bound on the exact GP model, "
              "the one SVGP maximises, at q(u) the Laplace Gaussian under the DTC prior rather than the best q(u) (each "
              "q(f_i) widened by diag(K - Q)_i, which no data shrink). Value and exact gradient from one differentiable "
-             "Newton step from the solver's mode (``_bound_terms``; tests/integration/test_benchmarks.py checks the "
-             "gradient against central differences with the mode solved again, and the SVGP-type bound against its "
-             f"dense definition), {BOUND_DRAWS} fixed draws a row for what the quadratic expansion leaves out. Then the "
+             "Newton step from the solver's mode (``BoundObjective``: ``_bound_terms`` differentiated in the model's kernel "
+             "arrays, pulled back to its variables by ``Objective.pullback``; tests/integration/test_benchmarks.py "
+             "checks the gradient against central differences with the mode solved again, and the SVGP-type bound "
+             f"against its dense definition; (fixed script): as in the section above), {BOUND_DRAWS} fixed draws a row for what the quadratic expansion leaves out. Then the "
              "package's FITC posterior and predictive at the point. Bound column: the Laplace Gaussian's bound on the "
              "FITC model at each fit alike (4096 draws, ``--run elbo``). Per-class ARD with the log lengthscales shrunk "
              "(tau = 1), k-means Xu, m = 100, at most 100 iterations.", "",
@@ -2518,7 +2523,8 @@ def _objectives61(work):
             r = latest[run]
             bound = elbo.get(_point_name(r))
             lines.append(f"| {name} | {by} | {r['log_evidence']:.1f} | {'-' if bound is None else f'{bound:.1f}'} | "
-                         f"{_test_triple(r['test'])} | {r['test']['mean']['error']:.4f} | {r['cpu_fit']:.0f} | "
+                         f"{_test_triple(r['test'])} | {r['test']['mean']['error']:.4f} | {r['cpu_fit']:.0f}"
+                         f"{' (fixed script)' if r.get('x64_first_call') else ''} | "
                          f"{r['n_iter']}{'' if r['converged'] else ' (the limit)'} | {_v0_range(np.exp(r['point']['log_v0']))} |")
         for sv in svgp:  # its usual setting (the bound at its values, as ``--run elbo`` takes the latest), and any longer one
             bound = elbo.get("SVGP's, v1 = 4") if sv["patience"] == SVGP_PATIENCE else None
@@ -2547,7 +2553,8 @@ def report61_splits(work):
     _prepend61(work, _splits61(work),
                "python benchmarks/multiclass_large.py --data D --run R --m 100 --split-seed S --work W for D = storms, "
                "birds, S = 0 to 4 and R = svgp (in the SVGP environment), laplace --shrunk; --data D --run R --m 100 "
-               "--work W for R = svgp-bound-map, bound-map, then elbo; --data storms --run svgp --m 100 --patience 20 "
+               "--work W for R = svgp-bound-map, bound-map, then elbo; --data D --run svgp-bound-map --m 100 --split-seed S "
+               "--work W for D = storms, birds, S = 1 to 4, and storms S = 0 again; --data storms --run svgp --m 100 --patience 20 "
                "--max-epochs 600 (in the SVGP environment); --data storms --run laplace --shrunk --n-train 2000 --cap 900 "
                "--m M --work W for M = 0, 100; then --report61-splits --work W")
 
