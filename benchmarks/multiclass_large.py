@@ -2605,7 +2605,8 @@ def report61_splits(work):
                "birds, S = 0 to 4 and R = svgp (in the SVGP environment), laplace --shrunk; --data D --run R --m 100 "
                "--work W for R = svgp-bound-map, bound-map, then elbo; --data D --run svgp-bound-map --m 100 --split-seed S "
                "--work W for D = storms, birds, S = 1 to 4, and S = 0 again; --data storms --run svgp-bound-map --m 100 "
-               "--bound-draws 256 and --bound-from-map --work W; --data storms --run svgp --m 100 --patience 20 "
+               "--bound-draws 256 and --bound-from-map --work W; --run svgp-bound-map --m 100 --bound-draws 256 "
+               "--work W on storms split 1 and birds split 0; --data storms --run svgp --m 100 --patience 20 "
                "--max-epochs 600 (in the SVGP environment); --data storms --run laplace --shrunk --n-train 2000 --cap 900 "
                "--m M --work W for M = 0, 100; then --report61-splits --work W")
 
