@@ -1643,9 +1643,8 @@ def issue61(args):
         start = None
         if args.bound_from_map:  # the package's MAP-II fit on this split (--run laplace --shrunk), its latest
             fits = [json.loads(line) for line in (work / f"{args.data}.jsonl").read_text().splitlines()]
-            fits = [f for f in fits if f["run"] == "laplace" and f.get("split_seed", 0) == args.split_seed
-                    and f.get("per_class") == SHRUNK + "1" and f["n"] == args.n_train and f["m"] == args.m
-                    and not f.get("learn") and f.get("prior") == [-3.0, 3.0]]
+            fits = [f for f in fits if _map_ii_fit(f) and f.get("split_seed", 0) == args.split_seed
+                    and f["n"] == args.n_train and f["m"] == args.m]
             if not fits:
                 raise SystemExit(f"--bound-from-map: no --run laplace --shrunk fit with m = {args.m}, n = {args.n_train} "
                                  f"on split {args.split_seed} in {work}: run it first")
@@ -2413,9 +2412,7 @@ def _splits61(work):
         rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
         by_seed = {}
         for r in rows:
-            if r.get("n") == 10_000 and ((r["run"] == "svgp" and r.get("patience") == SVGP_PATIENCE)
-                                         or (r["run"] == "laplace" and r.get("per_class") == SHRUNK + "1" and r.get("m")
-                                             and not r.get("learn") and r.get("prior") == [-3.0, 3.0])):
+            if r.get("n") == 10_000 and (_usual_svgp(r) or _map_ii_fit(r)):
                 by_seed.setdefault(r.get("split_seed", 0), {})[r["run"]] = r  # a run again: its latest row
         diffs, errors, cpu = [], [], []
         for seed in sorted(by_seed):
@@ -2472,9 +2469,7 @@ def _bound_splits61(work):
             continue
         by_seed = {}
         for r in (json.loads(line) for line in path.read_text().splitlines() if line.strip()):
-            if r.get("n") == 10_000 and ((r["run"] == "svgp" and r.get("patience") == SVGP_PATIENCE)
-                                         or (r["run"] == "laplace" and r.get("per_class") == SHRUNK + "1" and r.get("m")
-                                             and not r.get("learn") and r.get("prior") == [-3.0, 3.0])
+            if r.get("n") == 10_000 and (_usual_svgp(r) or _map_ii_fit(r)
                                          or (r["run"] == "svgp-bound-map" and _default_bound(r))):
                 by_seed.setdefault(r.get("split_seed", 0), {})[r["run"]] = r
             elif r["run"] in ("bound-map", "svgp-bound-map") and r.get("n") == 10_000 and not _default_bound(r):
@@ -2517,6 +2512,19 @@ def _bound_splits61(work):
                     f"{'' if r['converged'] else ' (the limit)'} | {_v0_range(np.exp(r['point']['log_v0']))} |"
                     for name, r in variants]
     return lines + ["", *summary] if summary else []
+
+
+def _usual_svgp(row):
+    """Whether a row is SVGP in its usual setting (``--run svgp``, plateau patience ``SVGP_PATIENCE``)."""
+    return row["run"] == "svgp" and row.get("patience") == SVGP_PATIENCE
+
+
+def _map_ii_fit(row):
+    """Whether a row is the package's way on a split (``--run laplace --shrunk``: per-class ARD with its log
+    lengthscales shrunk, FITC with k-means Xu, the default prior N(-3, 3^2)), not a learned-Xu or
+    other-prior variant."""
+    return (row["run"] == "laplace" and row.get("per_class") == SHRUNK + "1" and bool(row.get("m"))
+            and not row.get("learn") and row.get("prior") == [-3.0, 3.0])
 
 
 def _default_bound(row):
