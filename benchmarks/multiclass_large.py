@@ -916,6 +916,9 @@ MODE_GAP, MODE_POLISH = 1e-6, 4
 # quasi-random draws per row for the expectation in ``bound_map``'s objective (fixed draws, so a smooth
 # function of the hyperparameters; the reported bound at the end uses ``laplace_bound``'s 4096)
 BOUND_DRAWS = 1024
+# ``BoundObjective``'s engines: "jax" (``_bound_terms`` by reverse mode, either bound) or "package" (the
+# SVGP-type bound only, ``approximations.variational_bound.softmax_dtc_bound``)
+BOUND_ENGINES = ("jax", "package")
 
 
 def bound_stack(arrays, variational=False):
@@ -1005,20 +1008,25 @@ class BoundObjective:
     one dict per evaluation. Used by ``bound_map``; tests/integration/test_benchmarks.py checks the
     gradient against central differences."""
 
-    def __init__(self, model, labels, draws=BOUND_DRAWS, variational=False, verbose=True):
-        import jax
-
+    def __init__(self, model, labels, draws=BOUND_DRAWS, variational=False, verbose=True, engine="jax"):
         from pymc_gpc.estimation.objective import objective_for, other_terms, ravel
 
+        if engine not in BOUND_ENGINES or (engine == "package" and not variational):
+            raise ValueError(f"engine must be one of {BOUND_ENGINES} ('package' for the SVGP-type bound only), "
+                             f"got {engine!r}")
         self.model, self.labels, self.variational, self.verbose = model, np.asarray(labels, int), variational, verbose
+        self.engine, self.draws = engine, draws
         self.objective = objective_for(model, other_terms(model, include_priors=True), model.continuous_value_vars)
         self.start = model.initial_point()
         self.layout = ravel(self.start, self.objective.targets)
         self.x0 = self.layout.data
-        (arrays, _), = self.objective.kernel_inputs(self.start)[0]
-        c = len(arrays[1])  # the model's classes (K_uf is (c, m, n)), whether or not every one has a label
-        self._value_and_grad = jax.jit(jax.value_and_grad(_bound_terms(self.labels, c, draws, variational),
-                                                          has_aux=True))
+        if engine == "jax":
+            import jax
+
+            (arrays, _), = self.objective.kernel_inputs(self.start)[0]
+            c = len(arrays[1])  # the model's classes (K_uf is (c, m, n)), whether or not every one has a label
+            self._value_and_grad = jax.jit(jax.value_and_grad(_bound_terms(self.labels, c, draws, variational),
+                                                              has_aux=True))
         self._dtc_state = None
         self.trace = []
 
@@ -1048,11 +1056,13 @@ class BoundObjective:
         return res
 
     def __call__(self, x):
-        import jax.numpy as jnp
-
         point = self.point(x)
         pairs, rest = self.objective.kernel_inputs(point)  # rest: the log hyperprior
         (arrays, theta), = pairs
+        if self.engine == "package":
+            return self._package_bound(point, arrays, theta, rest)
+        import jax.numpy as jnp
+
         try:
             f_hat = jnp.asarray(self.solve(point, (arrays, theta)).mean)
         except (np.linalg.LinAlgError, ValueError, ArithmeticError) as err:  # the package's Cholesky failures among them
@@ -1079,9 +1089,35 @@ class BoundObjective:
         grad = self.objective.pullback(point, [(*(np.asarray(g, float) for g in cotangents), np.zeros_like(theta))])
         return -value, -grad
 
+    def _package_bound(self, point, arrays, theta, rest):
+        """``__call__`` with the SVGP-type bound and its gradient from the package
+        (``approximations.variational_bound.softmax_dtc_bound``: the DTC prior with Lambda clipped to
+        zero, the gradient in closed form) instead of JAX's reverse mode; warm-started from the last
+        DTC mode."""
+        from pymc_gpc.approximations.variational_bound import softmax_dtc_bound
+
+        try:
+            b = softmax_dtc_bound(*arrays, self.labels, state=self._dtc_state, draws=self.draws)
+        except (np.linalg.LinAlgError, ValueError, ArithmeticError) as err:
+            self.trace.append({"failed": f"{type(err).__name__}: {err}"})
+            return np.inf, np.zeros(len(self.x0))
+        if not (np.isfinite(b.value) and all(np.all(np.isfinite(g)) for g in b.gradient)):
+            self.trace.append({"failed": "a non-finite bound or gradient"})
+            return np.inf, np.zeros(len(self.x0))
+        self._dtc_state = b.result.state
+        self.trace.append({"bound": b.value, "log_z": b.log_z, "left_out": b.left_out, "mode_gap": 0.0, "polish": 0})
+        if self.verbose:
+            print(f"evaluation {len(self.trace)}: bound {b.value:.2f}, v0 {_v0_range(np.exp(point['log_v0']))}",
+                  file=sys.stderr, flush=True)
+        value = rest + b.value
+        if not np.isfinite(value):
+            return np.inf, np.zeros(len(self.x0))
+        grad = self.objective.pullback(point, [(*b.gradient, np.zeros_like(theta))])
+        return -value, -grad
+
 
 def bound_map(data, m, maxiter, prior=(-3.0, 3.0), spread=1.0, draws=BOUND_DRAWS, scale=0.2, variational=False,
-              start=None):
+              start=None, engine="jax"):
     """MAP of an evidence lower bound in place of Laplace's evidence: the hyperparameters of the
     package's FITC softmax Laplace (per-class ARD with its log lengthscales shrunk, ``spread``; the
     same hyperprior; k-means Xu) by L-BFGS-B on the bound plus the log hyperprior
@@ -1092,7 +1128,7 @@ def bound_map(data, m, maxiter, prior=(-3.0, 3.0), spread=1.0, draws=BOUND_DRAWS
     under the plug-in, s = ``scale`` and integrate). Issue 61: whether an objective that does not
     reward large amplitudes as the evidence does closes the storms gap. ``start``: the log-hyperparameters
     (log_w, log_v0, log_v1) to start from instead (``--bound-from-map``: MAP-II's point); ``draws``:
-    ``--bound-draws``."""
+    ``--bound-draws``; ``engine``: ``--bound-engine`` (``BOUND_ENGINES``)."""
     from scipy.optimize import minimize
 
     from pymc_gpc.estimation.objective import ravel
@@ -1103,7 +1139,7 @@ def bound_map(data, m, maxiter, prior=(-3.0, 3.0), spread=1.0, draws=BOUND_DRAWS
     Xu = kmeans_centres(m, data.X_train, seed=0)
     model, gp = classifier(data.X_train, data.y_train, SHRUNK + str(spread), prior, approximation="laplace", inducing=Xu)
     labels = data.y_train.astype(int)
-    fun = BoundObjective(model, labels, draws, variational)
+    fun = BoundObjective(model, labels, draws, variational, engine=engine)
     x0 = fun.x0 if start is None else ravel({**fun.start, **{k: np.asarray(v) for k, v in start.items()}},
                                             fun.objective.targets).data
     opt = minimize(fun, x0, jac=True, method="L-BFGS-B", tol=1e-9, options={"maxiter": maxiter})
@@ -1117,14 +1153,15 @@ def bound_map(data, m, maxiter, prior=(-3.0, 3.0), spread=1.0, draws=BOUND_DRAWS
     objective = "SVGP-type bound at the DTC Laplace q(u)" if variational else "Laplace Gaussian's bound"
     trace = fun.trace
     return {"method": f"FITC softmax Laplace, m = {m}, {kernel_name(SHRUNK + str(spread))}, MAP of the {objective} "
-                      f"({draws} draws a row{'' if start is None else ', from MAP-II point'})",
+                      f"({draws} draws a row{'' if start is None else ', from MAP-II point'}"
+                      f"{', the package gradient' if engine == 'package' else ''})",
             "objective": "variational" if variational else "laplace", "n": len(data.y_train), "m": m,
             "cpu_fit": cpu_fit, "n_iter": int(opt.nit), "n_eval": int(opt.nfev), "converged": bool(opt.success),
             "message": str(opt.message), "log_evidence": float(result.log_z), "bound": bound, "left_out": left_out,
             "objective_trace": [t for t in trace if "bound" in t][-1],
             "max_mode_gap": max(t.get("mode_gap", 0.0) for t in trace), "polished": sum(t.get("polish", 0) > 0 for t in trace),
             "failed": sum("failed" in t for t in trace), "test": test, "x64_first_call": True, "draws": draws,
-            "start": "initial" if start is None else "map-ii",
+            "start": "initial" if start is None else "map-ii", "engine": engine,
             "scale": scale, "per_class": SHRUNK + str(spread), "prior": list(prior),
             "point": {k: np.asarray(point[k]).tolist() for k in ("log_w", "log_v0", "log_v1")},
             "test_log_p_rows": _log_p_rows(gp.likelihood, mean, cov, data.y_test, scale)}
@@ -1650,7 +1687,7 @@ def issue61(args):
                                  f"on split {args.split_seed} in {work}: run it first")
             start = fits[-1]["point"]
         row = bound_map(data, args.m, args.maxiter, variational=args.run == "svgp-bound-map", draws=args.bound_draws,
-                        start=start)
+                        start=start, engine=args.bound_engine)
     elif args.run == "subset":
         row = subset_fit(data, args.m, args.n_fit, prior, args.maxiter, per_class=per_class)
     elif args.run == "at-svgp":
@@ -1684,6 +1721,9 @@ def main():
                     help="issue 61, --run bound-map | svgp-bound-map: fixed draws a row for the expectation")
     ap.add_argument("--bound-from-map", action="store_true",
                     help="issue 61, --run bound-map | svgp-bound-map: start at the split's MAP-II fit (--run laplace --shrunk)")
+    ap.add_argument("--bound-engine", default="jax", choices=BOUND_ENGINES,
+                    help="issue 61, --run svgp-bound-map: the bound's gradient by JAX's reverse mode or the package's "
+                         "closed form (approximations.variational_bound)")
     ap.add_argument("--cap", type=float, default=None, help="issue 61: CPU seconds per L-BFGS-B run (FIT_CPU_CAP)")
     ap.add_argument("--ep-maxiter", type=int, default=0, help="0: time evaluations only, no fit")
     ap.add_argument("--gpc-sizes", default="500,1000,2000,4000")

@@ -322,7 +322,9 @@ class FITCNewtonPreconditioner:
         return None
 
 
-def _column_blocks(n, c, m):
+def column_blocks(n, c, m):
+    """The column blocks (slices of 0..n) of the passes over the n observations: about
+    ``_BLOCK_FLOATS`` floats in the c products of c m rows each (at least 64 columns)."""
     step = max(64, _BLOCK_FLOATS // max(c * c * m, 1))
     return [slice(j, min(j + step, n)) for j in range(0, n, step)]
 
@@ -499,7 +501,7 @@ class MulticlassFITCPosterior:
             S = np.empty((n, c, c))
             # each VR[k] Fortran-ordered as the V_k, in one reused array (``numerics.workspace``)
             VR = tuple(POOL.empty((c, n, m), order="C").transpose(0, 2, 1))
-            blocks = _column_blocks(n, c, m)
+            blocks = column_blocks(n, c, m)
             F = np.empty((c, blocks[0].stop - blocks[0].start, c * m))  # F[l]'s columns contiguous
             for cols in blocks:
                 width = cols.stop - cols.start
@@ -527,7 +529,7 @@ class MulticlassFITCPosterior:
             c, m, n = prior.c, prior.m, prior.n
             Li, V = inv_lower(self.L_A), prior.V
             S = np.empty((n, c, c))
-            blocks = _column_blocks(n, c, m)
+            blocks = column_blocks(n, c, m)
             C = np.empty((c, blocks[0].stop - blocks[0].start, c * m))  # C_k^T's rows: C_k's columns
             for cols in blocks:
                 width = cols.stop - cols.start
@@ -608,7 +610,7 @@ class MulticlassFITCPosterior:
                 cov[k * ns:(k + 1) * ns, k * ns:(k + 1) * ns] += k_star[k] - Vs[k].T @ Vs[k]
             return mean, 0.5 * (cov + cov.T)
         cov = np.empty((ns, c, c))
-        for cols in _column_blocks(ns, c, m):
+        for cols in column_blocks(ns, c, m):
             F = [Ai[:, l * m:(l + 1) * m] @ Vs[l][:, cols] for l in range(c)]
             for k in range(c):
                 Vk = Vs[k][:, cols]

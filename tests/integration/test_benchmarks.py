@@ -149,7 +149,7 @@ def test_every_script_a_results_file_names_exists_or_is_named_with_its_commit():
 
 
 
-def _bound_problem(n=80, m=10, seed=3, draws=256, variational=False):
+def _bound_problem(n=80, m=10, seed=3, draws=256, variational=False, engine="jax"):
     """A three-class model (``multiclass_large.classifier``: per-class ARD with its log lengthscales
     shrunk, FITC with m inducing inputs) and its ``BoundObjective``, at a point with amplitudes of 10
     to 40 (far from Gaussian): (objective, x, y)."""
@@ -162,7 +162,7 @@ def _bound_problem(n=80, m=10, seed=3, draws=256, variational=False):
     X = rng.normal(size=(n, 2))
     y = np.digitize(X[:, 0] + 0.5 * rng.normal(size=n), [-0.5, 0.5])
     model, _ = bench.classifier(X, y, bench.SHRUNK + "1", (-3.0, 3.0), approximation="laplace", inducing=X[:m])
-    fun = bench.BoundObjective(model, y, draws, variational, verbose=False)
+    fun = bench.BoundObjective(model, y, draws, variational, verbose=False, engine=engine)
     point = {**fun.start, "log_w": np.log([[1.0, 0.5], [0.7, 0.3], [1.5, 0.2]]), "log_v0": np.log([20.0, 40.0, 10.0]),
              "log_v1": np.log([0.5, 0.3, 0.8])}
     return fun, ravel(point, fun.objective.targets).data, y
@@ -195,6 +195,24 @@ def test_the_bound_maps_gradient_equals_central_differences_with_the_mode_solved
     h = 1e-5
     fd = [(fun(x + h * e)[0] - fun(x - h * e)[0]) / (2 * h) for e in np.eye(len(x))]
     np.testing.assert_allclose(grad, fd, rtol=1e-5, atol=1e-5)
+
+
+def test_the_package_engine_gives_the_jax_engines_svgp_type_bound_and_gradient():
+    """``--bound-engine package`` (``approximations.variational_bound``, its own tests against the
+    bound's definition and central differences) against JAX's reverse mode through ``_bound_terms``,
+    whose DTC prior keeps Lambda at the jitter where the package's clips it to zero: the same
+    objective and gradient to that jitter's effect."""
+    pytest.importorskip("jax")
+    import numpy as np
+
+    fun, x, _ = _bound_problem(variational=True)
+    package, _, _ = _bound_problem(variational=True, engine="package")
+    value, grad = fun(x)
+    value_p, grad_p = package(x)
+    assert value_p == pytest.approx(value, rel=1e-6)
+    np.testing.assert_allclose(grad_p, grad, rtol=1e-4, atol=1e-4 * np.max(np.abs(grad)))
+    with pytest.raises(ValueError, match="engine"):
+        _bound_problem(variational=False, engine="package")
 
 
 def test_the_svgp_type_bound_equals_its_definition_at_the_dtc_laplace_q_u():

@@ -347,7 +347,7 @@ def test_site_covariances_pass_and_A_inverse_over_column_blocks_equal_the_dense_
     # against the dense (c n) x (c m) algebra
     from pymc_gpc.structures import multiclass_fitc
 
-    monkeypatch.setattr(multiclass_fitc, "_column_blocks", lambda n, c, m: [slice(j, min(j + 4, n)) for j in range(0, n, 4)])
+    monkeypatch.setattr(multiclass_fitc, "column_blocks", lambda n, c, m: [slice(j, min(j + 4, n)) for j in range(0, n, 4)])
     n, m, c = 22, 5, 3
     X, y, Xu = problem(seed=7, n=n, m=m)
     prior = MulticlassFITCPrior(*fitc_inputs(X, Xu))

@@ -1,0 +1,126 @@
+"""``approximations.variational_bound.softmax_dtc_bound``: the bound SVGP maximises, at the DTC
+prior's softmax Laplace q(u), and its gradient in the kernel arrays.
+
+Ground truth: the bound's definition, sum_i E_q(f_i)[log p(y_i | f_i)] - KL(q(u) || p(u)),
+formed densely in the inducing values (plain Monte Carlo for the expectations); the dense
+softmax Laplace on the stack of Q_k = K_fu K_uu^-1 K_uf for the DTC evidence; central
+differences for the gradient.
+"""
+
+import numpy as np
+import pytest
+from scipy.linalg import block_diag
+from scipy.special import logsumexp
+
+from pymc_gpc.approximations.variational_bound import softmax_dtc_bound
+from pymc_gpc.solvers import softmax_laplace
+from pymc_gpc.structures import multiclass_fitc
+
+
+def _problem(c=3, m=5, n=30, seed=0):
+    """Kernel arrays (K_uu jittered, K_uf, diag K_ff) of c SE kernels of their own, and labels."""
+    rng = np.random.default_rng(seed)
+    X, Xu = rng.normal(size=(n, 2)), rng.normal(size=(m, 2))
+    y = np.argmax(X @ rng.normal(size=(2, c)) + 0.5 * rng.normal(size=(n, c)), axis=1)
+    ls, amp = np.exp(rng.normal(0.0, 0.3, c)), np.exp(rng.normal(1.0, 0.4, c))
+
+    def se(A, B, k):
+        return amp[k] * np.exp(-0.5 * ((A[:, None] - B[None]) ** 2).sum(-1) / ls[k] ** 2)
+
+    Kuu = np.stack([se(Xu, Xu, k) + 1e-6 * np.eye(m) for k in range(c)])
+    Kuf = np.stack([se(Xu, X, k) for k in range(c)])
+    k_diag = np.stack([np.full(n, amp[k] + 1e-6) for k in range(c)])
+    return (Kuu, Kuf, k_diag), y
+
+
+def test_the_dtc_evidence_is_the_dense_softmax_laplace_on_q():
+    (Kuu, Kuf, k_diag), y = _problem()
+    bound = softmax_dtc_bound(Kuu, Kuf, k_diag, y, draws=64)
+    Q = np.stack([B.T @ np.linalg.solve(A, B) for A, B in zip(Kuu, Kuf)])
+    dense = softmax_laplace(Q + 1e-10 * np.eye(Q.shape[1]), y, tol=1e-12)
+    assert bound.log_z == pytest.approx(dense.log_z, abs=1e-6)
+    np.testing.assert_allclose(bound.result.mean, dense.mean, atol=1e-6)
+
+
+def test_the_bound_equals_its_definition_in_the_inducing_values():
+    """sum_i E_q(f_i)[log pi_{y_i}(f_i)] - KL(q(u) || p(u)) with q(u) = N(m_u, S_u) the DTC Laplace
+    Gaussian (S_u = (K_uu^-1 + P^T W P)^-1, m_u = K_uu P^T a, P = K_fu K_uu^-1 block diagonal
+    over the classes) and q(f_i) = N(P_i m_u, P_i S_u P_i^T + diag(K - Q)_i), its expectations by
+    200,000 plain Monte Carlo draws a row."""
+    (Kuu, Kuf, k_diag), y = _problem(n=12, m=4, seed=11)
+    c, m, n = Kuf.shape
+    bound = softmax_dtc_bound(Kuu, Kuf, k_diag, y, draws=4096, with_grad=False)
+    a, f_hat = np.asarray(bound.result.a), np.asarray(bound.result.mean)
+
+    P = block_diag(*[np.linalg.solve(A, B).T for A, B in zip(Kuu, Kuf)])  # (c n, c m), class-major
+    resid = np.concatenate([kd - np.sum(B * np.linalg.solve(A, B), axis=0) for A, B, kd in zip(Kuu, Kuf, k_diag)])
+    Kb = block_diag(*Kuu)
+    pi = np.exp(f_hat - logsumexp(f_hat, axis=0))
+    Pi = np.vstack([np.diag(p) for p in pi])
+    W = np.diag(pi.ravel()) - Pi @ Pi.T
+    S_u = np.linalg.inv(np.linalg.inv(Kb) + P.T @ W @ P)
+    m_u = Kb @ P.T @ a.ravel()
+    kl = 0.5 * (np.trace(np.linalg.solve(Kb, S_u)) + m_u @ np.linalg.solve(Kb, m_u) - c * m
+                + np.linalg.slogdet(Kb)[1] - np.linalg.slogdet(S_u)[1])
+    mean, cov = (P @ m_u).reshape(c, n), P @ S_u @ P.T + np.diag(resid)
+    rng = np.random.default_rng(0)
+    expected, se2 = 0.0, 0.0
+    for i in range(n):
+        idx = np.arange(c) * n + i
+        F = rng.multivariate_normal(mean[:, i], cov[np.ix_(idx, idx)], size=200_000)
+        lp = F[:, y[i]] - logsumexp(F, axis=1)
+        expected += lp.mean()
+        se2 += lp.var() / len(lp)
+    assert bound.value == pytest.approx(expected - kl, abs=4 * np.sqrt(se2) + 0.005)
+    assert bound.left_out < -0.5  # the widened q(f_i) is visible in the bound
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_gradient_equals_central_differences_with_the_mode_solved_again(seed):
+    """Directional derivatives of the bound (its fixed draws; the DTC mode solved again at each
+    side) in random directions of each kernel array, against the gradient."""
+    arrays, y = _problem(seed=seed)
+    bound = softmax_dtc_bound(*arrays, y, draws=64)
+    rng = np.random.default_rng(seed + 10)
+    h = 1e-6
+    for j, (a, g) in enumerate(zip(arrays, bound.gradient)):
+        assert g.shape == a.shape
+        for _ in range(2):
+            v = rng.normal(size=a.shape)
+            if j == 0:
+                v = 0.5 * (v + np.transpose(v, (0, 2, 1)))  # K_uu is symmetric
+            up = softmax_dtc_bound(*[b + h * v if i == j else b for i, b in enumerate(arrays)], y, draws=64,
+                                   with_grad=False).value
+            down = softmax_dtc_bound(*[b - h * v if i == j else b for i, b in enumerate(arrays)], y, draws=64,
+                                     with_grad=False).value
+            fd = (up - down) / (2 * h)
+            assert np.sum(g * v) == pytest.approx(fd, rel=1e-6, abs=1e-6)
+
+
+def test_the_gradient_is_the_same_over_small_column_blocks(monkeypatch):
+    """The pass over the observations in blocks of 7 columns (the boundaries inside the data)
+    gives the gradient of one block."""
+    arrays, y = _problem(seed=3)
+    whole = softmax_dtc_bound(*arrays, y, draws=64)
+    monkeypatch.setattr(multiclass_fitc, "column_blocks", lambda n, c, m: [slice(j, min(j + 7, n)) for j in range(0, n, 7)])
+    blocked = softmax_dtc_bound(*arrays, y, draws=64)
+    for g1, g2 in zip(whole.gradient, blocked.gradient):
+        np.testing.assert_allclose(g1, g2, rtol=1e-10, atol=1e-12)
+
+
+def test_a_warm_start_gives_the_same_bound():
+    arrays, y = _problem(seed=2)
+    cold = softmax_dtc_bound(*arrays, y, draws=64)
+    moved = [1.01 * a for a in arrays]
+    warm = softmax_dtc_bound(*moved, y, state=cold.result.state, draws=64)
+    again = softmax_dtc_bound(*moved, y, draws=64)
+    assert warm.value == pytest.approx(again.value, abs=1e-8)
+    for g1, g2 in zip(warm.gradient, again.gradient):
+        np.testing.assert_allclose(g1, g2, atol=1e-6)
+
+
+@pytest.mark.parametrize("draws", [0, 3, 2.5, -4])
+def test_bad_draws_are_a_value_error(draws):
+    arrays, y = _problem()
+    with pytest.raises(ValueError, match="draws"):
+        softmax_dtc_bound(*arrays, y, draws=draws)
