@@ -2477,7 +2477,7 @@ def _splits61(work):
                            f"{int(np.sum(d >= 0))} of {len(d)}; test error minus SVGP's: mean {np.mean(errors):+.4f} "
                            f"(range {min(errors):+.4f} to {max(errors):+.4f}); the package's fit CPU over SVGP's: median "
                            f"{np.median(cpu):.2f} (range {min(cpu):.2f} to {max(cpu):.2f}).")
-    return lines + ["", *summary] + _bound_splits61(work) + _objectives61(work)
+    return lines + ["", *summary] + _bound_splits61(work) + _package_bound_splits61(work) + _objectives61(work)
 
 
 def _bound_splits61(work):
@@ -2512,7 +2512,8 @@ def _bound_splits61(work):
             if r.get("n") == 10_000 and (_usual_svgp(r) or _map_ii_fit(r)
                                          or (r["run"] == "svgp-bound-map" and _default_bound(r))):
                 by_seed.setdefault(r.get("split_seed", 0), {})[r["run"]] = r
-            elif r["run"] in ("bound-map", "svgp-bound-map") and r.get("n") == 10_000 and not _default_bound(r):
+            elif (r["run"] in ("bound-map", "svgp-bound-map") and r.get("n") == 10_000 and not _default_bound(r)
+                  and r.get("engine", "jax") == "jax"):
                 variants.append((name, r))
         scaled, integrated, gain = [], [], []
         for seed in sorted(by_seed):
@@ -2551,6 +2552,68 @@ def _bound_splits61(work):
                     f"{r['test']['mean']['error']:.4f} | {r['cpu_fit']:.0f} | {r['n_iter']}"
                     f"{'' if r['converged'] else ' (the limit)'} | {_v0_range(np.exp(r['point']['log_v0']))} |"
                     for name, r in variants]
+    return lines + ["", *summary] if summary else []
+
+
+def _package_bound_splits61(work):
+    """Per split: the SVGP-type bound's MAP with the package's gradient (``--bound-engine package``, its
+    draws) beside SVGP, MAP-II and the JAX engine's fit with as many draws where there is one: test log p,
+    the paired difference to SVGP at s = 0.2 and under integrate, and the CPU against SVGP's."""
+    lines = ["", "### The SVGP-type bound's MAP with the package's gradient", "",
+             "``--run svgp-bound-map --bound-engine package --bound-draws 256 --split-seed S``: the same objective as "
+             "above with 256 draws a row, its value and gradient from ``pymc_gpc.solvers.softmax_dtc_bound`` (the DTC "
+             "prior with Lambda clipped to zero; the gradient in closed form, tested against central differences and "
+             "the bound's definition, and against the JAX engine's in tests/integration/test_benchmarks.py) instead of "
+             "JAX's reverse mode through one Newton step. Run at commit 267495c (the package's function as it is now, "
+             "but for the layout of its code), one fit at a time on a core of its own, its numba kernels compiled "
+             "before.", "",
+             "| set | split | SVGP: test log p (integrate) / CPU s | MAP-II: test log p (s = 0.2) / CPU s | the bound's MAP, "
+             "package gradient: test log p, plug-in / s = 0.2 / integrate / error (plug-in) / CPU s / iterations | JAX "
+             "engine, same draws: integrate / CPU s | difference to SVGP, s = 0.2 (standard error); integrate | CPU over "
+             "SVGP's |", "|---|---|---|---|---|---|---|---|"]
+    summary = []
+    for name in ("storms", "birds"):
+        path = work / f"{name}.jsonl"
+        if not path.exists():
+            continue
+        by_seed = {}
+        for r in (json.loads(line) for line in path.read_text().splitlines() if line.strip()):
+            if r.get("n") != 10_000:
+                continue
+            seed = r.get("split_seed", 0)
+            if _usual_svgp(r) or _map_ii_fit(r):
+                by_seed.setdefault(seed, {})[r["run"]] = r
+            elif r["run"] == "svgp-bound-map" and r.get("start", "initial") == "initial" and r.get("draws"):
+                by_seed.setdefault(seed, {})[(r.get("engine", "jax"), r["draws"])] = r
+        scaled, integrated, ratio, gain = [], [], [], []
+        for seed in sorted(by_seed):
+            runs = by_seed[seed]
+            package = [k for k in runs if isinstance(k, tuple) and k[0] == "package"]
+            if not ({"svgp", "laplace"} <= set(runs) and package):
+                continue
+            sv, pk, bm = runs["svgp"], runs["laplace"], runs[package[-1]]
+            jx = runs.get(("jax", bm["draws"]))
+            data = load_set(name, bm["n"], seed=seed)
+            diff = np.asarray(bm["test_log_p_rows"]) - np.asarray(sv["test_log_p_rows"])
+            d_int = bm["test"]["integrate"]["mean_log_p"] - sv["test"]["integrate"]["mean_log_p"]
+            scaled.append(diff.mean())
+            integrated.append(d_int)
+            ratio.append(bm["cpu_fit"] / sv["cpu_fit"])
+            gain.append(bm["test"]["scaled"]["mean_log_p"] - pk["test"]["scaled"]["mean_log_p"])
+            jax_cell = f"{jx['test']['integrate']['mean_log_p']:.4f} / {jx['cpu_fit']:.0f}" if jx else "-"
+            lines.append(f"| {name} | {seed} | {sv['test']['integrate']['mean_log_p']:.4f} / {sv['cpu_fit']:.0f} | "
+                         f"{pk['test']['scaled']['mean_log_p']:.4f} / {pk['cpu_fit']:.0f} | {_test_triple(bm['test'])} / "
+                         f"{bm['test']['mean']['error']:.4f} / {bm['cpu_fit']:.0f} / "
+                         f"{bm['n_iter']}{'' if bm['converged'] else ' (the limit)'} | {jax_cell} | "
+                         f"{diff.mean():+.4f} ({grouped_se(diff, data.groups_test):.4f}); {d_int:+.4f} | "
+                         f"{ratio[-1]:.2f} |")
+        if scaled:
+            sd = (lambda v: f"{np.std(v, ddof=1) / np.sqrt(len(v)):.4f}" if len(v) > 1 else "-")
+            summary.append(f"* **{name}**, {len(scaled)} splits: minus SVGP, mean {np.mean(scaled):+.4f} at s = 0.2 "
+                           f"({sd(scaled)}), {np.mean(integrated):+.4f} under integrate ({sd(integrated)}); at or above "
+                           f"SVGP on {int(np.sum(np.asarray(scaled) >= 0))} / {int(np.sum(np.asarray(integrated) >= 0))} "
+                           f"of {len(scaled)}; minus MAP-II at s = 0.2: mean {np.mean(gain):+.4f} ({sd(gain)}); CPU over "
+                           f"SVGP's: median {np.median(ratio):.2f} (range {min(ratio):.2f} to {max(ratio):.2f}).")
     return lines + ["", *summary] if summary else []
 
 
@@ -2654,7 +2717,9 @@ def report61_splits(work):
                "--work W for R = svgp-bound-map, bound-map, then elbo; --data D --run svgp-bound-map --m 100 --split-seed S "
                "--work W for D = storms, birds, S = 1 to 4, and S = 0 again; --data storms --run svgp-bound-map --m 100 "
                "--bound-draws 256 and --bound-from-map --work W; --run svgp-bound-map --m 100 --bound-draws 256 "
-               "--work W on storms split 1 and birds split 0; --data storms --run svgp --m 100 --patience 20 "
+               "--work W on storms split 1 and birds split 0; --data D --run svgp-bound-map --m 100 --bound-draws 256 "
+               "--bound-engine package --split-seed S --work W for D = storms, birds, S = 0 to 4; "
+               "--data storms --run svgp --m 100 --patience 20 "
                "--max-epochs 600 (in the SVGP environment); --data storms --run laplace --shrunk --n-train 2000 --cap 900 "
                "--m M --work W for M = 0, 100; then --report61-splits --work W")
 

@@ -25,6 +25,8 @@ from .approximations.multinomial_probit_ep import multinomial_probit_ep
 from .approximations.result import ApproximationResult
 from .approximations.laplace_bound import softmax_laplace_bound
 from .approximations.softmax_laplace import softmax_laplace
+from .approximations.variational_bound import softmax_dtc_bound
 
-__all__ = ["ep", "laplace", "meanfield", "adf", "softmax_laplace", "softmax_laplace_bound", "multinomial_probit_ep",
+__all__ = ["ep", "laplace", "meanfield", "adf", "softmax_laplace", "softmax_laplace_bound", "softmax_dtc_bound",
+           "multinomial_probit_ep",
            "ApproximationResult", "EPState", "LaplaceState", "MeanFieldState"]

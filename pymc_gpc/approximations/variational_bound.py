@@ -59,6 +59,7 @@ from .softmax_laplace import softmax_laplace
 
 __all__ = ["softmax_dtc_bound", "DTCBound"]
 
+
 class DTCBound:
     """The bound's value, its gradient (a ``MulticlassFITCGradient``), the DTC solve's result
     (``result``: its ``state`` warm-starts the next) and the parts: ``log_z`` (Laplace's
@@ -78,12 +79,37 @@ def softmax_dtc_bound(Kuu, Kuf, k_diag, y, *, state=None, draws=256, with_grad=T
         model (``structures.select.FITCMulticlass``; K_uu jittered).
     y : (n,) class codes 0..c-1.
     state : a ``SoftmaxLaplaceState`` of an earlier call, to warm-start the DTC solve.
-    draws : quasi-random draws per row for the expectation (an even number).
+    draws : quasi-random draws per row for the expectation (an even number; fixed, so the
+        bound is a smooth function of the kernel arrays).
     with_grad : compute the gradient (else ``gradient`` is None).
 
     Returns
     -------
     DTCBound
+        ``value`` the bound, ``gradient`` its ``MulticlassFITCGradient`` (d/dK_uu, d/dK_uf,
+        d/d diag K_ff), ``result`` the DTC solve (``state`` warm-starts the next call),
+        ``log_z`` and ``left_out`` its two parts.
+
+    Raises
+    ------
+    ValueError
+        For an odd or non-positive ``draws``, or arrays and labels that do not match
+        (``MulticlassFITCPrior``, ``softmax_laplace``).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from pymc_gpc.solvers import softmax_dtc_bound
+    >>> rng = np.random.default_rng(0)
+    >>> X, Xu = rng.normal(size=(80, 2)), rng.normal(size=(8, 2))
+    >>> y = np.digitize(X[:, 0], [-0.5, 0.5])                        # 3 classes, coded 0..2
+    >>> def k(A, B):
+    ...     return 4.0 * np.exp(-0.5 * ((A[:, None] - B[None]) ** 2).sum(-1))
+    >>> Kuu = np.stack([k(Xu, Xu) + 1e-6 * np.eye(8)] * 3)
+    >>> Kuf, k_diag = np.stack([k(Xu, X)] * 3), np.full((3, 80), 4.0 + 1e-6)
+    >>> b = softmax_dtc_bound(Kuu, Kuf, k_diag, y)
+    >>> bool(b.value < b.log_z), b.gradient.Kuf.shape                # the bound lies below the DTC evidence here
+    (True, (3, 8, 80))
     """
     if int(draws) != draws or draws < 2 or draws % 2:
         raise ValueError(f"draws must be an even number >= 2, got {draws!r}")
@@ -242,15 +268,37 @@ def _W_pullback(P, X):
 
 
 def _gradient(prior, result, pi, W, r, unclipped, g_f, Psi, Sigma_bar):
-    """d bound / d(K_uu, K_uf, diag K_ff) (module docstring)."""
+    """d bound / d(K_uu, K_uf, diag K_ff) (module docstring): log Z_L's own gradient (the solver's),
+    the mode's movement under the bound's pull on it (the adjoint u) and the cotangents of the V_k
+    and of r, carried to the kernel arrays."""
     post = result.posterior
-    c, m, n = prior.c, prior.m, prior.n
+    r_bar = np.einsum("ikk->ki", Sigma_bar) - 0.5 * pi * (1.0 - pi)  # through Sigma_i and the widening term
+    V_bar, PNP = _site_covariance_pullback(prior, post, Sigma_bar, W)
+    f_bar = g_f + _W_pullback(pi.T, Psi - 0.5 * (PNP + np.transpose(PNP, (0, 2, 1))))
+    u = f_bar.T - post.R_times(post.K_times(f_bar.T))  # (I + W K~)^{-1} f_bar
+    implicit = post.kernel_gradient([(u, np.asarray(result.a), 1.0)], 0.0)
+    d_lz = result.dlog_z_dK
+    dKuu = np.asarray(d_lz.Kuu) + np.asarray(implicit.Kuu)
+    dKuf = np.asarray(d_lz.Kuf) + np.asarray(implicit.Kuf)
+    dkd = np.where(unclipped, r_bar, 0.0)
     V = prior.V
-    G = Sigma_bar  # S_i's cotangent; r's below
-    r_bar = np.einsum("ikk->ki", Sigma_bar) - 0.5 * pi * (1.0 - pi)
-    Ai = post.A_inv
-    # P^T G P: block (k, l) = V_k diag(G_kl) V_l^T; N = A^{-1} P^T G P A^{-1}
-    H = np.empty((c * m, c * m))
+    for k in range(prior.c):
+        Vb = V_bar[k] - 2.0 * V[k] * dkd[k]  # r = k_diag - diag Q: diag Q's cotangent is -r_bar
+        # V_k = L_uu^{-1} K_uf: as ``MulticlassFITCPosterior.kernel_gradient`` with V_k G'_k = Vb / 2
+        Du = -prior.inducing_weights(k, prior.inducing_weights(k, 0.5 * (Vb @ V[k].T)).T)
+        dKuu[k] += 0.5 * (Du + Du.T)
+        dKuf[k] += prior.classes[k].L_uu.solve(Vb, trans=1)  # in place: Vb is not used again
+    return MulticlassFITCGradient(dKuu, dKuf, dkd)
+
+
+def _site_covariance_pullback(prior, post, G, W):
+    """For sum_i tr(G_i S_i), S_i = P_i A^{-1} P_i^T (module docstring): the cotangents of the V_k
+    with W held ((c, m, n)) and (P N P^T)_ii (n, c, c), N = A^{-1} P^T G P A^{-1}, whose pairing
+    with dW_i is the rest. O(c^2 m^2 n): forming P^T G P as A is formed, then one pass over
+    column blocks with A^{-1} and N (``_bound_columns``)."""
+    c, m, n = prior.c, prior.m, prior.n
+    V, Ai = prior.V, post.A_inv
+    H = np.empty((c * m, c * m))  # P^T G P: block (k, l) = V_k diag(G_kl) V_l^T
     for k in range(c):
         for l in range(k, c):
             block = (V[k] * G[:, k, l]) @ V[l].T
@@ -267,16 +315,4 @@ def _gradient(prior, result, pi, W, r, unclipped, g_f, Psi, Sigma_bar):
             np.matmul(V[l][:, cols].T, Ai[l * m:(l + 1) * m], out=FA[l, :width])
             np.matmul(V[l][:, cols].T, N[l * m:(l + 1) * m], out=FN[l, :width])
         _bound_columns(FA, FN, tuple(V), G, W, cols.start, width, V_bar, PNP)
-    f_bar = g_f + _W_pullback(pi.T, Psi - 0.5 * (PNP + np.transpose(PNP, (0, 2, 1))))
-    u = f_bar.T - post.R_times(post.K_times(f_bar.T))
-    implicit = post.kernel_gradient([(u, np.asarray(result.a), 1.0)], 0.0)
-    d_lz = result.dlog_z_dK
-    dKuu = np.asarray(d_lz.Kuu) + np.asarray(implicit.Kuu)
-    dKuf = np.asarray(d_lz.Kuf) + np.asarray(implicit.Kuf)
-    dkd = np.where(unclipped, r_bar, 0.0)
-    for k in range(c):
-        Vb = V_bar[k] - 2.0 * V[k] * dkd[k]  # r = k_diag - diag Q: diag Q's cotangent is -r_bar
-        Du = -prior.inducing_weights(k, prior.inducing_weights(k, 0.5 * (Vb @ V[k].T)).T)
-        dKuu[k] += 0.5 * (Du + Du.T)
-        dKuf[k] += prior.classes[k].L_uu.solve(Vb, trans=1)  # in place: Vb is not used again
-    return MulticlassFITCGradient(dKuu, dKuf, dkd)
+    return V_bar, PNP
