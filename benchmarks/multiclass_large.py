@@ -2504,11 +2504,8 @@ def _bound_splits61(work):
              "|---|---|---|---|---|---|"]
     summary, variants = [], []
     for name in ("storms", "birds"):
-        path = work / f"{name}.jsonl"
-        if not path.exists():
-            continue
         by_seed = {}
-        for r in (json.loads(line) for line in path.read_text().splitlines() if line.strip()):
+        for r in _work_rows(work, name):
             if r.get("n") == 10_000 and (_usual_svgp(r) or _map_ii_fit(r)
                                          or (r["run"] == "svgp-bound-map" and _default_bound(r))):
                 by_seed.setdefault(r.get("split_seed", 0), {})[r["run"]] = r
@@ -2521,26 +2518,19 @@ def _bound_splits61(work):
             if not {"svgp", "laplace", "svgp-bound-map"} <= set(runs):
                 continue
             sv, pk, bm = runs["svgp"], runs["laplace"], runs["svgp-bound-map"]
-            data = load_set(name, bm["n"], seed=seed)
-            diff = np.asarray(bm["test_log_p_rows"]) - np.asarray(sv["test_log_p_rows"])
-            d_int = bm["test"]["integrate"]["mean_log_p"] - sv["test"]["integrate"]["mean_log_p"]
-            scaled.append(diff.mean())
+            d_scaled, se, d_int, d_map = _bound_against(name, seed, bm, sv, pk)
+            scaled.append(d_scaled)
             integrated.append(d_int)
-            gain.append(bm["test"]["scaled"]["mean_log_p"] - pk["test"]["scaled"]["mean_log_p"])
+            gain.append(d_map)
             fixed = " (fixed script)" if bm.get("x64_first_call") else ""
             lines.append(f"| {name} | {seed} | {sv['test']['integrate']['mean_log_p']:.4f} / "
                          f"{sv['test']['integrate']['error']:.4f} / {sv['cpu_fit']:.0f} | "
                          f"{pk['test']['scaled']['mean_log_p']:.4f} / {pk['test']['mean']['error']:.4f} | "
                          f"{_test_triple(bm['test'])} / {bm['test']['mean']['error']:.4f} / {bm['cpu_fit']:.0f}{fixed} / "
                          f"{bm['n_iter']}{'' if bm['converged'] else ' (the limit)'} | "
-                         f"{diff.mean():+.4f} ({grouped_se(diff, data.groups_test):.4f}); {d_int:+.4f} |")
+                         f"{d_scaled:+.4f} ({se:.4f}); {d_int:+.4f} |")
         if scaled:
-            sd = (lambda v: f"{np.std(v, ddof=1) / np.sqrt(len(v)):.4f}" if len(v) > 1 else "-")
-            summary.append(f"* **{name}**, {len(scaled)} splits: the bound's MAP minus SVGP, mean {np.mean(scaled):+.4f} "
-                           f"at s = 0.2 (standard error across the splits {sd(scaled)}), {np.mean(integrated):+.4f} "
-                           f"under integrate ({sd(integrated)}); at or above SVGP on {int(np.sum(np.asarray(scaled) >= 0))} "
-                           f"/ {int(np.sum(np.asarray(integrated) >= 0))} of {len(scaled)}; minus MAP-II at s = 0.2: mean "
-                           f"{np.mean(gain):+.4f} ({sd(gain)}).")
+            summary.append(f"* **{name}**, {len(scaled)} splits: the bound's MAP {_splits_summary(scaled, integrated, gain)}.")
     if variants:
         summary += ["", "Cheaper forms of the same fit (``--bound-draws N``: N fixed draws a row instead of "
                     f"{BOUND_DRAWS}; ``--bound-from-map``: L-BFGS-B started at the split's MAP-II point, whose CPU is "
@@ -2573,11 +2563,8 @@ def _package_bound_splits61(work):
              "SVGP's |", "|---|---|---|---|---|---|---|---|"]
     summary = []
     for name in ("storms", "birds"):
-        path = work / f"{name}.jsonl"
-        if not path.exists():
-            continue
         by_seed = {}
-        for r in (json.loads(line) for line in path.read_text().splitlines() if line.strip()):
+        for r in _work_rows(work, name):
             if r.get("n") != 10_000:
                 continue
             seed = r.get("split_seed", 0)
@@ -2593,28 +2580,52 @@ def _package_bound_splits61(work):
                 continue
             sv, pk, bm = runs["svgp"], runs["laplace"], runs[package[-1]]
             jx = runs.get(("jax", bm["draws"]))
-            data = load_set(name, bm["n"], seed=seed)
-            diff = np.asarray(bm["test_log_p_rows"]) - np.asarray(sv["test_log_p_rows"])
-            d_int = bm["test"]["integrate"]["mean_log_p"] - sv["test"]["integrate"]["mean_log_p"]
-            scaled.append(diff.mean())
+            d_scaled, se, d_int, d_map = _bound_against(name, seed, bm, sv, pk)
+            scaled.append(d_scaled)
             integrated.append(d_int)
+            gain.append(d_map)
             ratio.append(bm["cpu_fit"] / sv["cpu_fit"])
-            gain.append(bm["test"]["scaled"]["mean_log_p"] - pk["test"]["scaled"]["mean_log_p"])
             jax_cell = f"{jx['test']['integrate']['mean_log_p']:.4f} / {jx['cpu_fit']:.0f}" if jx else "-"
             lines.append(f"| {name} | {seed} | {sv['test']['integrate']['mean_log_p']:.4f} / {sv['cpu_fit']:.0f} | "
                          f"{pk['test']['scaled']['mean_log_p']:.4f} / {pk['cpu_fit']:.0f} | {_test_triple(bm['test'])} / "
                          f"{bm['test']['mean']['error']:.4f} / {bm['cpu_fit']:.0f} / "
                          f"{bm['n_iter']}{'' if bm['converged'] else ' (the limit)'} | {jax_cell} | "
-                         f"{diff.mean():+.4f} ({grouped_se(diff, data.groups_test):.4f}); {d_int:+.4f} | "
-                         f"{ratio[-1]:.2f} |")
+                         f"{d_scaled:+.4f} ({se:.4f}); {d_int:+.4f} | {ratio[-1]:.2f} |")
         if scaled:
-            sd = (lambda v: f"{np.std(v, ddof=1) / np.sqrt(len(v)):.4f}" if len(v) > 1 else "-")
-            summary.append(f"* **{name}**, {len(scaled)} splits: minus SVGP, mean {np.mean(scaled):+.4f} at s = 0.2 "
-                           f"({sd(scaled)}), {np.mean(integrated):+.4f} under integrate ({sd(integrated)}); at or above "
-                           f"SVGP on {int(np.sum(np.asarray(scaled) >= 0))} / {int(np.sum(np.asarray(integrated) >= 0))} "
-                           f"of {len(scaled)}; minus MAP-II at s = 0.2: mean {np.mean(gain):+.4f} ({sd(gain)}); CPU over "
-                           f"SVGP's: median {np.median(ratio):.2f} (range {min(ratio):.2f} to {max(ratio):.2f}).")
+            summary.append(f"* **{name}**, {len(scaled)} splits: the bound's MAP {_splits_summary(scaled, integrated, gain)}; "
+                           f"CPU over SVGP's: median {np.median(ratio):.2f} (range {min(ratio):.2f} to {max(ratio):.2f}).")
     return lines + ["", *summary] if summary else []
+
+
+def _work_rows(work, name):
+    """The rows of ``work``/``name``.jsonl (none where it is missing)."""
+    path = work / f"{name}.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _bound_against(name, seed, bm, sv, pk):
+    """A bound's MAP row (``bm``) on one split against SVGP's (``sv``) and MAP-II's (``pk``): the mean of the
+    per-row differences in test log p at s = 0.2 to SVGP's and its standard error (``grouped_se``), the
+    difference under integrate (the rows keep no per-row values for it) and the gain over MAP-II at s = 0.2."""
+    data = load_set(name, bm["n"], seed=seed)
+    diff = np.asarray(bm["test_log_p_rows"]) - np.asarray(sv["test_log_p_rows"])
+    return (diff.mean(), grouped_se(diff, data.groups_test),
+            bm["test"]["integrate"]["mean_log_p"] - sv["test"]["integrate"]["mean_log_p"],
+            bm["test"]["scaled"]["mean_log_p"] - pk["test"]["scaled"]["mean_log_p"])
+
+
+def _splits_summary(scaled, integrated, gain):
+    """The summary over splits of ``_bound_against``'s differences: means with their standard errors across
+    the splits, and how many splits are at or above SVGP."""
+    def se(v):
+        return f"{np.std(v, ddof=1) / np.sqrt(len(v)):.4f}" if len(v) > 1 else "-"
+
+    return (f"minus SVGP, mean {np.mean(scaled):+.4f} at s = 0.2 (standard error across the splits {se(scaled)}), "
+            f"{np.mean(integrated):+.4f} under integrate ({se(integrated)}); at or above SVGP on "
+            f"{int(np.sum(np.asarray(scaled) >= 0))} / {int(np.sum(np.asarray(integrated) >= 0))} of {len(scaled)}; "
+            f"minus MAP-II at s = 0.2: mean {np.mean(gain):+.4f} ({se(gain)})")
 
 
 def _usual_svgp(row):
