@@ -162,6 +162,7 @@ import pathlib
 import sys
 import time
 import warnings
+from types import SimpleNamespace
 
 from _provenance import write_results  # noqa: E402  (benchmarks/_provenance.py)
 import numpy as np
@@ -916,9 +917,11 @@ MODE_GAP, MODE_POLISH = 1e-6, 4
 # quasi-random draws per row for the expectation in ``bound_map``'s objective (fixed draws, so a smooth
 # function of the hyperparameters; the reported bound at the end uses ``laplace_bound``'s 4096)
 BOUND_DRAWS = 1024
-# ``BoundObjective``'s engines: "jax" (``_bound_terms`` by reverse mode, either bound) or "package" (the
-# SVGP-type bound only, ``approximations.variational_bound.softmax_dtc_bound``)
-BOUND_ENGINES = ("jax", "package")
+# ``bound_map``'s engines: ``BoundObjective``'s "jax" (``_bound_terms`` by reverse mode, either bound) or
+# "package" (the SVGP-type bound only, ``approximations.variational_bound.softmax_dtc_bound``), each under
+# scipy's L-BFGS-B; or "fit": ``pymc_gpc.fit(method="elbo")``, the package's own fit of the latter
+BOUND_ENGINES = ("jax", "package", "fit")
+ENGINE_NAMES = {"jax": "", "package": ", the package gradient", "fit": ", pymc_gpc.fit(method='elbo')"}
 
 
 def bound_stack(arrays, variational=False):
@@ -1011,9 +1014,8 @@ class BoundObjective:
     def __init__(self, model, labels, draws=BOUND_DRAWS, variational=False, verbose=True, engine="jax"):
         from pymc_gpc.estimation.objective import objective_for, other_terms, ravel
 
-        if engine not in BOUND_ENGINES or (engine == "package" and not variational):
-            raise ValueError(f"engine must be one of {BOUND_ENGINES} ('package' for the SVGP-type bound only), "
-                             f"got {engine!r}")
+        if engine not in ("jax", "package") or (engine == "package" and not variational):
+            raise ValueError(f"engine must be 'jax' or 'package' ('package' for the SVGP-type bound only), got {engine!r}")
         self.model, self.labels, self.variational, self.verbose = model, np.asarray(labels, int), variational, verbose
         self.engine, self.draws = engine, draws
         self.objective = objective_for(model, other_terms(model, include_priors=True), model.continuous_value_vars)
@@ -1139,12 +1141,21 @@ def bound_map(data, m, maxiter, prior=(-3.0, 3.0), spread=1.0, draws=BOUND_DRAWS
     Xu = kmeans_centres(m, data.X_train, seed=0)
     model, gp = classifier(data.X_train, data.y_train, SHRUNK + str(spread), prior, approximation="laplace", inducing=Xu)
     labels = data.y_train.astype(int)
-    fun = BoundObjective(model, labels, draws, variational, engine=engine)
-    x0 = fun.x0 if start is None else ravel({**fun.start, **{k: np.asarray(v) for k, v in start.items()}},
-                                            fun.objective.targets).data
-    opt = minimize(fun, x0, jac=True, method="L-BFGS-B", tol=1e-9, options={"maxiter": maxiter})
-    cpu_fit = time.process_time() - c0
-    point = fun.point(opt.x)
+    if engine == "fit":  # what a user runs: pymc_gpc.fit(method="elbo")
+        fitted = _elbo_fit(model, maxiter, draws, variational, start)
+        cpu_fit = time.process_time() - c0
+        fun = BoundObjective(model, labels, draws, variational, engine="package", verbose=False)
+        point = fitted.point
+        opt = SimpleNamespace(nit=fitted.n_iter, nfev=len(fitted.history["objective"]), success=fitted.converged,
+                              message=fitted.message)
+        fun.trace.append({"bound": float(fitted.log_evidence), "mode_gap": 0.0, "polish": 0})
+    else:
+        fun = BoundObjective(model, labels, draws, variational, engine=engine)
+        x0 = fun.x0 if start is None else ravel({**fun.start, **{k: np.asarray(v) for k, v in start.items()}},
+                                                fun.objective.targets).data
+        opt = minimize(fun, x0, jac=True, method="L-BFGS-B", tol=1e-9, options={"maxiter": maxiter})
+        cpu_fit = time.process_time() - c0
+        point = fun.point(opt.x)
     result = fun.solve(point, dtc=False)
     bound, left_out = softmax_laplace_bound(result, labels, size=4096)
     mean, cov = _latent(gp, data.X_test, point)
@@ -1154,9 +1165,10 @@ def bound_map(data, m, maxiter, prior=(-3.0, 3.0), spread=1.0, draws=BOUND_DRAWS
     trace = fun.trace
     return {"method": f"FITC softmax Laplace, m = {m}, {kernel_name(SHRUNK + str(spread))}, MAP of the {objective} "
                       f"({draws} draws a row{'' if start is None else ', from MAP-II point'}"
-                      f"{', the package gradient' if engine == 'package' else ''})",
+                      f"{ENGINE_NAMES[engine]})",
             "objective": "variational" if variational else "laplace", "n": len(data.y_train), "m": m,
-            "cpu_fit": cpu_fit, "n_iter": int(opt.nit), "n_eval": int(opt.nfev), "converged": bool(opt.success),
+            "cpu_fit": cpu_fit, "n_iter": int(opt.nit), "n_eval": int(opt.nfev) if engine != "fit" else None,
+            "converged": bool(opt.success),
             "message": str(opt.message), "log_evidence": float(result.log_z), "bound": bound, "left_out": left_out,
             "objective_trace": [t for t in trace if "bound" in t][-1],
             "max_mode_gap": max(t.get("mode_gap", 0.0) for t in trace), "polished": sum(t.get("polish", 0) > 0 for t in trace),
@@ -1165,6 +1177,20 @@ def bound_map(data, m, maxiter, prior=(-3.0, 3.0), spread=1.0, draws=BOUND_DRAWS
             "scale": scale, "per_class": SHRUNK + str(spread), "prior": list(prior),
             "point": {k: np.asarray(point[k]).tolist() for k in ("log_w", "log_v0", "log_v1")},
             "test_log_p_rows": _log_p_rows(gp.likelihood, mean, cov, data.y_test, scale)}
+
+
+def _elbo_fit(model, maxiter, draws, variational, start):
+    """``pymc_gpc.fit(model, method="elbo", maxiter=maxiter)`` from ``start`` (log-hyperparameters) or the
+    model's initial point: ``bound_map``'s fit with ``--bound-engine fit``, the SVGP-type bound with the
+    package's draws (``estimation.objective.BOUND_DRAWS``)."""
+    import pymc_gpc
+    from pymc_gpc.estimation.objective import BOUND_DRAWS as FIT_DRAWS
+
+    if not variational or draws != FIT_DRAWS:
+        raise SystemExit(f"--bound-engine fit is the SVGP-type bound (--run svgp-bound-map) with --bound-draws "
+                         f"{FIT_DRAWS}, fit(method='elbo')'s")
+    return pymc_gpc.fit(model, method="elbo", maxiter=maxiter, progressbar=False,
+                        start=None if start is None else {k: np.asarray(v) for k, v in start.items()})
 
 
 def subset_fit(data, m, n_fit, prior, maxiter, per_class=SHRUNK + "1", scales=PREDICTIVE_SCALES, seed=1):
@@ -1723,7 +1749,8 @@ def main():
                     help="issue 61, --run bound-map | svgp-bound-map: start at the split's MAP-II fit (--run laplace --shrunk)")
     ap.add_argument("--bound-engine", default="jax", choices=BOUND_ENGINES,
                     help="issue 61, --run svgp-bound-map: the bound's gradient by JAX's reverse mode or the package's "
-                         "closed form (approximations.variational_bound)")
+                         "closed form (approximations.variational_bound) under scipy's L-BFGS-B, or the package's "
+                         "fit(method='elbo') (fit: --bound-draws 256)")
     ap.add_argument("--cap", type=float, default=None, help="issue 61: CPU seconds per L-BFGS-B run (FIT_CPU_CAP)")
     ap.add_argument("--ep-maxiter", type=int, default=0, help="0: time evaluations only, no fit")
     ap.add_argument("--gpc-sizes", default="500,1000,2000,4000")
@@ -2549,16 +2576,17 @@ def _package_bound_splits61(work):
     """Per split: the SVGP-type bound's MAP with the package's gradient (``--bound-engine package``, its
     draws) beside SVGP, MAP-II and the JAX engine's fit with as many draws where there is one: test log p,
     the paired difference to SVGP at s = 0.2 and under integrate, and the CPU against SVGP's."""
-    lines = ["", "### The SVGP-type bound's MAP with the package's gradient", "",
-             "``--run svgp-bound-map --bound-engine package --bound-draws 256 --split-seed S``: the same objective as "
-             "above with 256 draws a row, its value and gradient from ``pymc_gpc.solvers.softmax_dtc_bound`` (the DTC "
-             "prior with Lambda clipped to zero; the gradient in closed form, tested against central differences and "
-             "the bound's definition, and against the JAX engine's in tests/integration/test_benchmarks.py) instead of "
-             "JAX's reverse mode through one Newton step. Run at commit 267495c (the package's function as it is now, "
-             "but for the layout of its code), one fit at a time on a core of its own, its numba kernels compiled "
-             "before.", "",
+    lines = ["", "### The SVGP-type bound's MAP in the package: pymc_gpc.fit(method=\"elbo\")", "",
+             "``--run svgp-bound-map --bound-engine fit --bound-draws 256 --split-seed S``: ``pymc_gpc.fit(model, "
+             "method=\"elbo\", maxiter=100)``, the same objective as above with 256 draws a row, its value and gradient "
+             "from ``pymc_gpc.solvers.softmax_dtc_bound`` (the DTC prior with Lambda clipped to zero; the gradient in "
+             "closed form, tested against central differences and the bound's definition, and against the JAX engine's "
+             "in tests/integration/test_benchmarks.py) instead of JAX's reverse mode through one Newton step, under "
+             "the package's L-BFGS-B runs (their stall rule included). Rows of ``--bound-engine package`` (the same "
+             "function under scipy's L-BFGS-B alone) stand where a split has no such row. One fit at a time on a core "
+             "of its own, its numba kernels compiled before.", "",
              "| set | split | SVGP: test log p (integrate) / CPU s | MAP-II: test log p (s = 0.2) / CPU s | the bound's MAP, "
-             "package gradient: test log p, plug-in / s = 0.2 / integrate / error (plug-in) / CPU s / iterations | JAX "
+             "fit(method=\"elbo\"): test log p, plug-in / s = 0.2 / integrate / error (plug-in) / CPU s / iterations | JAX "
              "engine, same draws: integrate / CPU s | difference to SVGP, s = 0.2 (standard error); integrate | CPU over "
              "SVGP's |", "|---|---|---|---|---|---|---|---|"]
     summary = []
@@ -2575,10 +2603,11 @@ def _package_bound_splits61(work):
         scaled, integrated, ratio, gain = [], [], [], []
         for seed in sorted(by_seed):
             runs = by_seed[seed]
-            package = [k for k in runs if isinstance(k, tuple) and k[0] == "package"]
-            if not ({"svgp", "laplace"} <= set(runs) and package):
+            ours = [k for k in runs if isinstance(k, tuple) and k[0] in ("fit", "package")]
+            ours.sort(key=lambda k: k[0] != "fit")  # pymc_gpc.fit(method="elbo")'s row where there is one
+            if not ({"svgp", "laplace"} <= set(runs) and ours):
                 continue
-            sv, pk, bm = runs["svgp"], runs["laplace"], runs[package[-1]]
+            sv, pk, bm = runs["svgp"], runs["laplace"], runs[ours[0]]
             jx = runs.get(("jax", bm["draws"]))
             d_scaled, se, d_int, d_map = _bound_against(name, seed, bm, sv, pk)
             scaled.append(d_scaled)

@@ -83,11 +83,12 @@ def plot_history(result, ax=None):
     ax = ax or plt.subplots(figsize=(6, 3))[1]
     history = result.history
     it = np.arange(1, len(history["log_evidence"]) + 1)
-    ax.plot(it, history["log_evidence"], label="log evidence")
+    shown = "SVGP-type bound" if result.method == "elbo" else "log evidence"  # what log_evidence holds
+    ax.plot(it, history["log_evidence"], label=shown)
     if "bound" in history:
         ax.plot(it, history["bound"], "--", label="bound F (after the M-step)")
     ax.set_xlabel("iteration")
-    ax.set_ylabel("log evidence")
+    ax.set_ylabel(shown)
     ax.set_title(f"{result.method}: {'converged' if result.converged else 'not converged'}")
     eps = np.asarray(history.get("epsilon", []), float)
     if eps.size and np.any(np.isfinite(eps)):

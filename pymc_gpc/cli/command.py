@@ -78,8 +78,9 @@ def _parser():
     p.add_argument("--test", help="test CSV with the same columns (the label column is optional)")
     p.add_argument("--data", default="pima", choices=["pima", "crabs", "default"], help="bundled data set when no CSV is given")
     p.add_argument(
-        "--method", default="nuts", choices=["nuts", "map", "type2", "em-ep"],
-        help="NUTS over the hyperparameters, or a point estimate: MAP-II, type-II ML or EM-EP",
+        "--method", default="nuts", choices=["nuts", "map", "type2", "elbo", "em-ep"],
+        help="NUTS over the hyperparameters, or a point estimate: MAP-II, type-II ML, MAP of SVGP's bound (elbo: "
+             "several classes, --approximation laplace, --inducing M) or EM-EP",
     )
     p.add_argument(
         "--approximation", default="ep", choices=["ep", "laplace", "meanfield-ensemble", "meanfield-naive", "adf"],
@@ -618,7 +619,7 @@ def _fit_report(args, result, hyper, fit_time, out):
     """The report's lines of a point estimate; writes summary.csv."""
     import arviz as az
 
-    label = {"map": "MAP-II", "type2": "type-II ML", "em-ep": "EM-EP"}[args.method]
+    label = {"map": "MAP-II", "type2": "type-II ML", "elbo": "ELBO MAP", "em-ep": "EM-EP"}[args.method]
     values = {n: np.round(np.asarray(result.point[n]), 3).tolist() for n in hyper}
     summary = az.summary(result.to_inference_data(), var_names=hyper, kind="stats")
     summary[["mean"]].rename(columns={"mean": "estimate"}).to_csv(out / "summary.csv")
@@ -717,10 +718,16 @@ def _plots(result, out, report, feature_names, classes, kernel_vars):
         ax.figure.savefig(out / "history.png")
         plt.close("all")
         report += ["", "Plots: relevance.png (ARD: log inverse squared lengthscale per input, one panel per class), "
-                   "history.png (log evidence per iteration)."]
+                   f"history.png ({_history_name(result)} per iteration)."]
         return
     plot_fit(result, out / "relevance.png", out / "history.png", feature_names=feature_names)
-    report += ["", "Plots: relevance.png (ARD: log inverse squared lengthscale per input), history.png (log evidence per iteration)."]
+    report += ["", "Plots: relevance.png (ARD: log inverse squared lengthscale per input), "
+               f"history.png ({_history_name(result)} per iteration)."]
+
+
+def _history_name(result):
+    """What a fit's history holds per iteration: the log evidence, or with ``method="elbo"`` the bound."""
+    return "the SVGP-type bound" if result.method == "elbo" else "log evidence"
 
 
 def _plot_per_class_relevance(log_w, path, feature_names, classes):

@@ -16,17 +16,24 @@ from ..approximations import registry
 from ..approximations.solve import solve_with_retries
 from ..ops.marginal import ApproxMarginalOp
 from ..backends.python_vm import PYTHON_VM_FORWARD_MODE, PYTHON_VM_MODE
+from ..approximations.softmax_laplace import softmax_laplace
+from ..approximations.variational_bound import softmax_dtc_bound
 from ..structures.fitc import NonFiniteKernelError
+from ..structures.select import FITC_MULTICLASS
 from ..validation import trusted_kernel
 
 __all__ = ["Objective", "objective_for", "marginal_nodes", "other_terms", "start_point", "ravel", "unravel",
-           "all_values", "FIT_MODE", "FIT_FORWARD_MODE"]
+           "all_values", "check_bound_terms", "FIT_MODE", "FIT_FORWARD_MODE", "BOUND_DRAWS"]
 
 
 # The kernel and pullback graphs of ``fit`` on PyTensor's Python VM (``backends.python_vm``:
 # numba's compilation of a new graph is not won back); the kernel graph with fewer rewrites.
 FIT_MODE = PYTHON_VM_MODE
 FIT_FORWARD_MODE = PYTHON_VM_FORWARD_MODE
+
+# fixed quasi-random draws a row in the SVGP-type bound's expectation (``fit(method="elbo")``): at
+# 10^4 rows, 256 predicted as 1,024 did (benchmarks/results/multiclass_svgp.md)
+BOUND_DRAWS = 256
 
 
 class Objective:
@@ -40,13 +47,15 @@ class Objective:
     is what matters.
     """
 
-    def __init__(self, model, rest_terms, targets):
-        self.model = model
+    def __init__(self, model, rest_terms, targets, bound=False):
+        self.model, self.bound = model, bool(bound)
         self.free = list(model.continuous_value_vars)
         if not self.free:
             raise ValueError("the model has no continuous free variables to fit")
         self.nodes = marginal_nodes(model)
         self.structures = [node.op.structure for node in self.nodes]
+        if self.bound:
+            check_bound_terms(self.nodes)
         self.targets = list(targets)
         # a node's inputs: the prior's (K; or K_uu, K_uf, diag K_ff for FITC), theta, y, ...
         self.sizes = [structure.n_kernel_inputs + 1 for structure in self.structures]
@@ -115,37 +124,52 @@ class Objective:
         grads = self.backward(*self._inputs(point), *args)
         return np.concatenate([np.ravel(g) for g in grads]) if grads else np.zeros(0)
 
+    def bound_term(self, j, arrays):
+        """Term j's SVGP-type bound at the kernel input values ``arrays`` (``softmax_dtc_bound``, with
+        ``BOUND_DRAWS`` draws a row), warm-started from its last DTC solve: (value, kernel cotangents)."""
+        b = softmax_dtc_bound(*arrays, self.labels[j], state=self.states[j], draws=BOUND_DRAWS)
+        if np.isfinite(b.value):
+            self.states[j] = b.result.state
+        return b.value, tuple(b.gradient)
+
     def evidence_and_grad(self, point):
-        """objective, log evidence and the objective's gradient in the targets (None if it failed)."""
-        try:
-            pairs, rest = self.kernels(point)
-        except NonFiniteKernelError:  # a prior structure refusing non-finite kernels (FITCPrior); other
-            # ValueErrors (e.g. FITC shapes that do not match) are errors of the model: they propagate
-            return -np.inf, -np.inf, None
+        """objective, log evidence and the objective's gradient in the targets (None if it failed);
+        with ``bound``, each term's SVGP-type bound in place of its log evidence (``bound_term``)."""
+        inputs, rest = self.kernel_inputs(point)
         log_z, cotangents = 0.0, []
-        for j, (K, theta) in enumerate(pairs):
+        for j, (structure, (arrays, theta)) in enumerate(zip(self.structures, inputs)):
             try:
-                result = self.solve(j, K, theta)
-            except (ValueError, np.linalg.LinAlgError):
+                prior = None if self.bound else structure.prior_from(*arrays)
+            except NonFiniteKernelError:  # a prior structure refusing non-finite kernels (FITCPrior); other
+                # ValueErrors (e.g. FITC shapes that do not match) are errors of the model: they propagate
                 return -np.inf, -np.inf, None
-            d_prior = self.structures[j].kernel_cotangents(result)
-            if not (np.isfinite(result.log_z) and all(np.all(np.isfinite(c)) for c in d_prior)):
+            try:
+                if self.bound:
+                    value, d_prior = self.bound_term(j, arrays)
+                    d_theta = np.zeros_like(theta)
+                else:
+                    result = self.solve(j, prior, theta)
+                    value, d_prior = result.log_z, structure.kernel_cotangents(result)
+                    d_theta = np.asarray(result.dlog_z_dparams, float).reshape(theta.shape)
+            except (ValueError, ArithmeticError, np.linalg.LinAlgError):
                 return -np.inf, -np.inf, None
-            log_z += result.log_z
-            cotangents.append((*d_prior, np.asarray(result.dlog_z_dparams, float).reshape(theta.shape)))
+            if not (np.isfinite(value) and all(np.all(np.isfinite(c)) for c in d_prior)):
+                return -np.inf, -np.inf, None
+            log_z += value
+            cotangents.append((*d_prior, d_theta))
         return rest + log_z, log_z, self.pullback(point, cotangents)
 
 
 _compiled = weakref.WeakKeyDictionary()
 
 
-def objective_for(model, rest_terms, targets):
+def objective_for(model, rest_terms, targets, bound=False):
     """A compiled ``Objective``, reused while the model's variables are unchanged."""
     key = (tuple(v.name for v in rest_terms), tuple(v.name for v in targets),
-           tuple(v.name for v in model.value_vars), tuple(v.name for v in model.potentials))
+           tuple(v.name for v in model.value_vars), tuple(v.name for v in model.potentials), bool(bound))
     cache = _compiled.setdefault(model, {})
     if key not in cache:
-        cache[key] = Objective(model, rest_terms, targets)
+        cache[key] = Objective(model, rest_terms, targets, bound)
     objective = cache[key]
     objective.states = [None] * len(objective.nodes)
     objective.set_overrides([{} for _ in objective.nodes])
@@ -164,6 +188,20 @@ def marginal_nodes(model):
             "or MarginalLaplace(...).marginal_likelihood inside it first"
         )
     return nodes
+
+
+def check_bound_terms(nodes):
+    """ValueError, before any heavy work, unless every evidence term (``nodes``) is one the SVGP-type
+    bound serves (``solvers.softmax_dtc_bound``): several classes, the softmax's Laplace approximation
+    (the registry's solver ``softmax_laplace``) and the inducing-point prior."""
+    for node in nodes:
+        solver = registry.solver_for(node.op.approximation, node.op.likelihood_type)
+        if solver.solve is not softmax_laplace or node.op.structure != FITC_MULTICLASS:
+            raise ValueError(
+                f"fit(method='elbo') takes several classes with the softmax's Laplace approximation and "
+                f"approx='FITC' (MarginalLaplace(likelihood=Softmax(), approx='FITC')); this model's term "
+                f"{node.outputs[0].name or ''!r} is {node.op.approximation!r} with {node.op.likelihood!r} on the "
+                f"{node.op.structure.name} prior. Use method='map' for it.")
 
 
 def check_gradient(model, needs, remedy):

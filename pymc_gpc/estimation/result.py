@@ -42,12 +42,13 @@ class FitResult:
 
     Attributes
     ----------
-    method : "type2", "map" or "em-ep".
+    method : "type2", "map", "elbo" or "em-ep".
     point : every free variable (constrained and transformed) and deterministic at the
         optimum, as ``pm.find_MAP`` returns it.
-    log_evidence : the approximate log evidence log q(y | theta) at ``point``.
+    log_evidence : the approximate log evidence log q(y | theta) at ``point`` (elbo: the
+        SVGP-type bound there, which it maximises in its place).
     history : arrays with one entry per iteration: ``log_evidence`` and ``objective``
-        (type2 / map), or ``log_evidence``, ``bound`` (F after the M-step) and
+        (type2 / map / elbo), or ``log_evidence``, ``bound`` (F after the M-step) and
         ``epsilon`` (em-ep, NaN where epsilon is not adapted).
     converged : whether the optimiser (or the EM loop) met its tolerance.
     n_iter : optimiser iterations, or EM iterations.

@@ -46,7 +46,9 @@ STALL_WINDOW = 10
 
 
 def maximise(model, point, method, maxiter, tol, progressbar, callback=None):
-    """L-BFGS-B on the objective of ``method`` over the unconstrained free variables.
+    """L-BFGS-B on the objective of ``method`` over the unconstrained free variables: the log
+    evidence ("type2"), plus the log hyperprior ("map"), or the SVGP-type bound in place of the
+    evidence plus the log hyperprior ("elbo", ``Objective.bound_term``).
 
     A run stops at L-BFGS-B's tests (relative objective change ``tol`` in one iteration,
     largest projected gradient element 1e-6), at ``maxiter`` iterations in all, or by the
@@ -59,7 +61,8 @@ def maximise(model, point, method, maxiter, tol, progressbar, callback=None):
     value variables, and the objective and log evidence last evaluated (e.g. a benchmark's
     curve of test log p against time)."""
     check_gradient(model, f"{method} needs", "use method='em-ep' or another approximation")
-    objective = objective_for(model, other_terms(model, include_priors=method == "map"), model.continuous_value_vars)
+    objective = objective_for(model, other_terms(model, include_priors=method in ("map", "elbo")),
+                              model.continuous_value_vars, bound=method == "elbo")
     x0 = ravel(point, objective.free)
     evaluate = _Remembered(objective, x0, point)
     _check_start(objective, evaluate, x0.data, point, method)
@@ -73,7 +76,7 @@ def maximise(model, point, method, maxiter, tol, progressbar, callback=None):
         last.update(objective=value, log_evidence=log_z)
         return -value, -grad
 
-    label = "type-II ML" if method == "type2" else "MAP-II"
+    label = {"type2": "type-II ML", "map": "MAP-II", "elbo": "ELBO MAP"}[method]
     shown = "log evidence" if method == "type2" else "log posterior"
     with Iterations(label, progressbar) as bar:
         def after_iteration(intermediate_result):
@@ -195,7 +198,7 @@ def _check_start(objective, evaluate, x, point, method):
                "that is not positive definite, a zero or negative lengthscale or amplitude)")
     elif not np.isfinite(value):
         why = ("the other terms of the objective are not finite there"
-               + (" (the hyperpriors: a value outside a prior's support?)" if method == "map" else ""))
+               + (" (the hyperpriors: a value outside a prior's support?)" if method in ("map", "elbo") else ""))
     else:
         why = "the gradient is not finite there"
     raise FitStartError(

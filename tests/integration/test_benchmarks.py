@@ -217,6 +217,32 @@ def test_the_package_engine_gives_the_jax_engines_svgp_type_bound_and_gradient()
         _bound_problem(variational=False, engine="package")
 
 
+def test_the_fit_engine_is_pymc_gpc_fit_with_method_elbo(monkeypatch):
+    """``--bound-engine fit`` runs ``pymc_gpc.fit(model, method="elbo")`` (what a user runs) with the
+    package's draws, and refuses other draws."""
+    import numpy as np
+
+    import pymc_gpc
+
+    bench = _module("multiclass_large")
+    calls = []
+    real = pymc_gpc.fit
+
+    def spy(model, **options):
+        calls.append(options)
+        return real(model, **options)
+
+    monkeypatch.setattr(pymc_gpc, "fit", spy)
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(60, 2))
+    y = np.digitize(X[:, 0] + 0.5 * rng.normal(size=60), [-0.5, 0.5])
+    model, _ = bench.classifier(X, y, bench.SHRUNK + "1", (-3.0, 3.0), approximation="laplace", inducing=X[:6])
+    fitted = bench._elbo_fit(model, 5, 256, True, None)
+    assert calls and calls[0]["method"] == "elbo" and calls[0]["maxiter"] == 5 and fitted.method == "elbo"
+    with pytest.raises(SystemExit, match="--bound-draws 256"):
+        bench._elbo_fit(model, 5, 1024, True, None)
+
+
 def test_the_svgp_type_bound_equals_its_definition_at_the_dtc_laplace_q_u():
     """``_bound_terms(variational=True)`` against the bound's definition, sum_i E_q(f_i)[log p(y_i | f_i)]
     - KL(q(u) || p(u)), formed densely from the model's kernel arrays: q(u) = N(m_u, S_u) DTC Laplace's
