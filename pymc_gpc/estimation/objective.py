@@ -151,7 +151,7 @@ class Objective:
                     result = self.solve(j, prior, theta)
                     value, d_prior = result.log_z, structure.kernel_cotangents(result)
                     d_theta = np.asarray(result.dlog_z_dparams, float).reshape(theta.shape)
-            except (ValueError, ArithmeticError, np.linalg.LinAlgError):
+            except (ValueError, np.linalg.LinAlgError):  # (the bound's too: a prior or a Cholesky refused)
                 return -np.inf, -np.inf, None
             if not (np.isfinite(value) and all(np.all(np.isfinite(c)) for c in d_prior)):
                 return -np.inf, -np.inf, None
