@@ -2583,8 +2583,8 @@ def _package_bound_splits61(work):
              "closed form, tested against central differences and the bound's definition, and against the JAX engine's "
              "in tests/integration/test_benchmarks.py) instead of JAX's reverse mode through one Newton step, under "
              "the package's L-BFGS-B runs (their stall rule included). Rows of ``--bound-engine package`` (the same "
-             "function under scipy's L-BFGS-B alone) stand where a split has no such row. One fit at a time on a core "
-             "of its own, its numba kernels compiled before.", "",
+             "function under scipy's L-BFGS-B alone) stand where a split has no such row. Run at commit e503f4b, one fit at "
+             "a time on a core of its own, its numba kernels compiled before.", "",
              "| set | split | SVGP: test log p (integrate) / CPU s | MAP-II: test log p (s = 0.2) / CPU s | the bound's MAP, "
              "fit(method=\"elbo\"): test log p, plug-in / s = 0.2 / integrate / error (plug-in) / CPU s / iterations | JAX "
              "engine, same draws: integrate / CPU s | difference to SVGP, s = 0.2 (standard error); integrate | CPU over "
