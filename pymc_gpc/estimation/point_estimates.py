@@ -22,7 +22,7 @@ r"""Point estimates of the hyperparameters, on the same ``pm.Model`` that ``pm.s
     Unlike the evidence, the bound does not reward the large amplitudes that MAP-II can fit
     at many rows (``benchmarks/results/multiclass_svgp.md``: on one public set of 10,000 rows
     it predicted better than MAP-II by 0.014 nats per test row, on another 0.003 worse, at
-    about three times MAP-II's CPU). Predictions use the model's own approximation (FITC
+    about twice MAP-II's CPU). Predictions use the model's own approximation (FITC
     Laplace) at the point found; ``FitResult.log_evidence`` holds the bound there.
 ``"em-ep"``
     the EM-EP algorithm of Kim & Ghahramani (2003). E-step: the model's approximation
