@@ -54,10 +54,11 @@ from numba import njit
 
 from ..likelihoods.multiclass import standard_draws
 from ..structures import multiclass_fitc
+from ..structures.fitc import NonFiniteKernelError
 from ..structures.multiclass_fitc import MulticlassFITCGradient, MulticlassFITCPrior
 from .softmax_laplace import softmax_laplace
 
-__all__ = ["softmax_dtc_bound", "DTCBound"]
+__all__ = ["softmax_dtc_bound", "check_dtc_inputs", "DTCBound"]
 
 
 class DTCBound:
@@ -70,7 +71,21 @@ class DTCBound:
         self.log_z, self.left_out = float(result.log_z), left_out
 
 
-def softmax_dtc_bound(Kuu, Kuf, k_diag, y, *, state=None, draws=256, with_grad=True):
+def check_dtc_inputs(Kuu, Kuf, k_diag):
+    """The kernel arrays as float arrays: ValueError where their shapes do not match (c >= 2
+    classes, (c, m, m), (c, m, n), (c, n)); ``NonFiniteKernelError`` (a ValueError) where one holds
+    NaN or inf, as ``structures.fitc.FITCPrior`` refuses them."""
+    Kuu, Kuf, k_diag = (np.asarray(v, dtype=float) for v in (Kuu, Kuf, k_diag))
+    if Kuf.ndim != 3 or Kuu.shape != (Kuf.shape[0], Kuf.shape[1], Kuf.shape[1]) or k_diag.shape != (Kuf.shape[0], Kuf.shape[2]):
+        raise ValueError(f"the SVGP-type bound needs Kuu (c, m, m), Kuf (c, m, n) and k_diag (c, n); got {Kuu.shape}, "
+                         f"{Kuf.shape}, {k_diag.shape}")
+    for name, a in (("Kuu", Kuu), ("Kuf", Kuf), ("k_diag", k_diag)):
+        if not np.all(np.isfinite(a)):
+            raise NonFiniteKernelError(f"{name} contains NaN or inf")
+    return Kuu, Kuf, k_diag
+
+
+def softmax_dtc_bound(Kuu, Kuf, k_diag, y, *, state=None, draws=256, with_grad=True, **solver_options):
     r"""The SVGP-type bound at the DTC prior's softmax Laplace q(u), and its gradient (module docstring).
 
     Parameters
@@ -82,6 +97,7 @@ def softmax_dtc_bound(Kuu, Kuf, k_diag, y, *, state=None, draws=256, with_grad=T
     draws : quasi-random draws per row for the expectation (an even number; fixed, so the
         bound is a smooth function of the kernel arrays).
     with_grad : compute the gradient (else ``gradient`` is None).
+    **solver_options : ``softmax_laplace``'s ``tol`` and ``max_iter`` for the DTC mode.
 
     Returns
     -------
@@ -93,8 +109,11 @@ def softmax_dtc_bound(Kuu, Kuf, k_diag, y, *, state=None, draws=256, with_grad=T
     Raises
     ------
     ValueError
-        For an odd or non-positive ``draws``, or arrays and labels that do not match
-        (``MulticlassFITCPrior``, ``softmax_laplace``).
+        For an odd or non-positive ``draws``, arrays and labels that do not match, or arrays
+        holding NaN or inf (``check_dtc_inputs``).
+    numpy.linalg.LinAlgError
+        Where the DTC mode's Newton iteration does not converge (the gradient assumes the
+        mode), after a cold start where a warm one failed.
 
     Examples
     --------
@@ -113,12 +132,12 @@ def softmax_dtc_bound(Kuu, Kuf, k_diag, y, *, state=None, draws=256, with_grad=T
     """
     if int(draws) != draws or draws < 2 or draws % 2:
         raise ValueError(f"draws must be an even number >= 2, got {draws!r}")
-    Kuu, Kuf, k_diag = (np.asarray(v, dtype=float) for v in (Kuu, Kuf, k_diag))
+    Kuu, Kuf, k_diag = check_dtc_inputs(Kuu, Kuf, k_diag)
     prior = MulticlassFITCPrior(Kuu, Kuf, np.zeros_like(k_diag))  # Lambda clipped to 0: K~_k = Q_k
     q_diag = np.array([np.einsum("rn,rn->n", V, V) for V in prior.V])
     unclipped = k_diag > q_diag
     r = np.where(unclipped, k_diag - q_diag, 0.0)  # (c, n): what p(f | u) adds
-    result = softmax_laplace(prior, y, state=state, with_grad=with_grad, with_loo=False)
+    result = _dtc_mode(prior, y, state, with_grad, solver_options)
     f_hat, S = np.asarray(result.mean), np.asarray(result.var)
     pi = np.exp(f_hat - _lse(f_hat.T)[None, :])
     W = _softmax_W(pi.T)
@@ -128,6 +147,16 @@ def softmax_dtc_bound(Kuu, Kuf, k_diag, y, *, state=None, draws=256, with_grad=T
     if not with_grad:
         return DTCBound(value, None, result, left_out)
     return DTCBound(value, _gradient(prior, result, pi, W, r, unclipped, *parts[1:]), result, left_out)
+
+
+def _dtc_mode(prior, y, state, with_grad, options):
+    """``softmax_laplace`` on the DTC prior, from ``state`` and then, where that does not converge,
+    from a = 0; LinAlgError where neither does."""
+    for start in (state, None) if state is not None else (None,):
+        result = softmax_laplace(prior, y, state=start, with_grad=with_grad, with_loo=False, **options)
+        if result.converged:
+            return result
+    raise np.linalg.LinAlgError(f"the DTC mode's Newton iteration did not converge (last change {result.max_change:.2e})")
 
 
 def _lse(F):

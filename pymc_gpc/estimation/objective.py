@@ -17,7 +17,7 @@ from ..approximations.solve import solve_with_retries
 from ..ops.marginal import ApproxMarginalOp
 from ..backends.python_vm import PYTHON_VM_FORWARD_MODE, PYTHON_VM_MODE
 from ..approximations.softmax_laplace import softmax_laplace
-from ..approximations.variational_bound import softmax_dtc_bound
+from ..approximations.variational_bound import check_dtc_inputs, softmax_dtc_bound
 from ..structures.fitc import NonFiniteKernelError
 from ..structures.select import FITC_MULTICLASS
 from ..validation import trusted_kernel
@@ -126,8 +126,11 @@ class Objective:
 
     def bound_term(self, j, arrays):
         """Term j's SVGP-type bound at the kernel input values ``arrays`` (``softmax_dtc_bound``, with
-        ``BOUND_DRAWS`` draws a row), warm-started from its last DTC solve: (value, kernel cotangents)."""
-        b = softmax_dtc_bound(*arrays, self.labels[j], state=self.states[j], draws=BOUND_DRAWS)
+        ``BOUND_DRAWS`` draws a row and the Op's Newton tol and max_iter), warm-started from its last
+        DTC solve: (value, kernel cotangents). LinAlgError where the mode is not found."""
+        options = {k: v for k, v in dict(self.nodes[j].op.options).items() if k in ("tol", "max_iter")}
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+            b = softmax_dtc_bound(*arrays, self.labels[j], state=self.states[j], draws=BOUND_DRAWS, **options)
         if np.isfinite(b.value):
             self.states[j] = b.result.state
         return b.value, tuple(b.gradient)
@@ -139,20 +142,22 @@ class Objective:
         log_z, cotangents = 0.0, []
         for j, (structure, (arrays, theta)) in enumerate(zip(self.structures, inputs)):
             try:
-                prior = None if self.bound else structure.prior_from(*arrays)
+                prior = check_dtc_inputs(*arrays) if self.bound else structure.prior_from(*arrays)
             except NonFiniteKernelError:  # a prior structure refusing non-finite kernels (FITCPrior); other
                 # ValueErrors (e.g. FITC shapes that do not match) are errors of the model: they propagate
                 return -np.inf, -np.inf, None
             try:
                 if self.bound:
-                    value, d_prior = self.bound_term(j, arrays)
-                    d_theta = np.zeros_like(theta)
+                    value, d_prior = self.bound_term(j, prior)
                 else:
                     result = self.solve(j, prior, theta)
-                    value, d_prior = result.log_z, structure.kernel_cotangents(result)
-                    d_theta = np.asarray(result.dlog_z_dparams, float).reshape(theta.shape)
-            except (ValueError, np.linalg.LinAlgError):  # (the bound's too: a prior or a Cholesky refused)
+            except (ValueError, np.linalg.LinAlgError):
                 return -np.inf, -np.inf, None
+            if self.bound:
+                d_theta = np.zeros_like(theta)
+            else:
+                value, d_prior = result.log_z, structure.kernel_cotangents(result)
+                d_theta = np.asarray(result.dlog_z_dparams, float).reshape(theta.shape)
             if not (np.isfinite(value) and all(np.all(np.isfinite(c)) for c in d_prior)):
                 return -np.inf, -np.inf, None
             log_z += value

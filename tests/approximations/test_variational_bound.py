@@ -13,6 +13,7 @@ import pytest
 from pymc_gpc.approximations.variational_bound import softmax_dtc_bound
 from pymc_gpc.solvers import softmax_laplace
 from pymc_gpc.structures import multiclass_fitc
+from pymc_gpc.structures.fitc import NonFiniteKernelError
 
 from ..reference.multiclass_reference import svgp_bound
 
@@ -53,11 +54,22 @@ def test_the_bound_equals_its_definition_in_the_inducing_values():
     assert bound.left_out < -0.5  # the widened q(f_i) is visible in the bound
 
 
-@pytest.mark.parametrize("seed", [0, 1])
-def test_the_gradient_equals_central_differences_with_the_mode_solved_again(seed):
+@pytest.mark.parametrize("case", ["plain", "plain-2", "clipped rows", "a class without labels"])
+def test_the_gradient_equals_central_differences_with_the_mode_solved_again(case):
     """Directional derivatives of the bound (its fixed draws; the DTC mode solved again at each
-    side) in random directions of each kernel array, against the gradient."""
+    side) in random directions of each kernel array, against the gradient; also where diag K_ff
+    lies below diag Q on some rows (r clipped to 0 there: no gradient in diag K_ff) and where a
+    class has no label."""
+    seed = 1 if case == "plain-2" else 0
     arrays, y = _problem(seed=seed)
+    if case == "clipped rows":
+        Kuu, Kuf, k_diag = arrays
+        q_diag = np.einsum("kmn,kmn->kn", Kuf, np.linalg.solve(Kuu, Kuf))
+        k_diag = k_diag.copy()
+        k_diag[:, :8] = 0.9 * q_diag[:, :8]
+        arrays = (Kuu, Kuf, k_diag)
+    if case == "a class without labels":
+        y = np.where(y == 2, 1, y)
     bound = softmax_dtc_bound(*arrays, y, draws=64)
     rng = np.random.default_rng(seed + 10)
     h = 1e-6
@@ -73,6 +85,8 @@ def test_the_gradient_equals_central_differences_with_the_mode_solved_again(seed
                                      with_grad=False).value
             fd = (up - down) / (2 * h)
             assert np.sum(g * v) == pytest.approx(fd, rel=1e-6, abs=1e-6)
+    if case == "clipped rows":
+        assert not np.any(bound.gradient.k_diag[:, :8]) and np.all(bound.gradient.k_diag[:, 8:] != 0.0)
 
 
 def test_the_gradient_is_the_same_over_small_column_blocks(monkeypatch):
@@ -102,3 +116,25 @@ def test_bad_draws_are_a_value_error(draws):
     arrays, y = _problem()
     with pytest.raises(ValueError, match="draws"):
         softmax_dtc_bound(*arrays, y, draws=draws)
+
+
+def test_non_finite_or_mismatched_arrays_are_value_errors_naming_them():
+    (Kuu, Kuf, k_diag), y = _problem()
+    bad = k_diag.copy()
+    bad[1, 3] = np.nan
+    with pytest.raises(NonFiniteKernelError, match="k_diag contains NaN"):
+        softmax_dtc_bound(Kuu, Kuf, bad, y)
+    with pytest.raises(ValueError, match=r"needs Kuu \(c, m, m\), Kuf \(c, m, n\) and k_diag \(c, n\)"):
+        softmax_dtc_bound(Kuu, Kuf, k_diag[:, :-1], y)
+
+
+def test_a_mode_not_found_is_a_linalg_error_not_a_wrong_gradient():
+    """Where Newton's iteration stops before the mode (here after one step at large amplitudes),
+    the implicit gradient would not hold: LinAlgError, after a cold start from a warm one."""
+    (Kuu, Kuf, k_diag), y = _problem()
+    big = (30.0 * Kuu, 30.0 * Kuf, 30.0 * k_diag)
+    warm = softmax_dtc_bound(*big, y, draws=64).result.state
+    with pytest.raises(np.linalg.LinAlgError, match="did not converge"):
+        softmax_dtc_bound(*big, y, draws=64, max_iter=1)
+    with pytest.raises(np.linalg.LinAlgError, match="did not converge"):
+        softmax_dtc_bound(*[1.5 * a for a in big], y, state=warm, draws=64, max_iter=1)
