@@ -1012,16 +1012,21 @@ class BoundObjective:
     gradient against central differences."""
 
     def __init__(self, model, labels, draws=BOUND_DRAWS, variational=False, verbose=True, engine="jax"):
+        from pymc_gpc.estimation.objective import BOUND_DRAWS as FIT_DRAWS
         from pymc_gpc.estimation.objective import objective_for, other_terms, ravel
 
-        if engine not in ("jax", "package") or (engine == "package" and not variational):
-            raise ValueError(f"engine must be 'jax' or 'package' ('package' for the SVGP-type bound only), got {engine!r}")
+        if engine not in ("jax", "package") or (engine == "package" and not (variational and draws == FIT_DRAWS)):
+            raise ValueError(f"engine must be 'jax' or 'package' ('package' for the SVGP-type bound with {FIT_DRAWS} "
+                             f"draws, fit(method='elbo')'s, only), got {engine!r}")
         self.model, self.labels, self.variational, self.verbose = model, np.asarray(labels, int), variational, verbose
         self.engine, self.draws = engine, draws
         self.objective = objective_for(model, other_terms(model, include_priors=True), model.continuous_value_vars)
         self.start = model.initial_point()
         self.layout = ravel(self.start, self.objective.targets)
         self.x0 = self.layout.data
+        if engine == "package":
+            self._bound_objective = objective_for(model, other_terms(model, include_priors=True),
+                                                  model.continuous_value_vars, bound=True)
         if engine == "jax":
             import jax
 
@@ -1059,11 +1064,12 @@ class BoundObjective:
 
     def __call__(self, x):
         point = self.point(x)
+        if self.engine == "package":
+            return self._package_bound(point)
+        import jax.numpy as jnp
+
         pairs, rest = self.objective.kernel_inputs(point)  # rest: the log hyperprior
         (arrays, theta), = pairs
-        if self.engine == "package":
-            return self._package_bound(point, arrays, theta, rest)
-        import jax.numpy as jnp
 
         try:
             f_hat = jnp.asarray(self.solve(point, (arrays, theta)).mean)
@@ -1091,30 +1097,19 @@ class BoundObjective:
         grad = self.objective.pullback(point, [(*(np.asarray(g, float) for g in cotangents), np.zeros_like(theta))])
         return -value, -grad
 
-    def _package_bound(self, point, arrays, theta, rest):
-        """``__call__`` with the SVGP-type bound and its gradient from the package
-        (``approximations.variational_bound.softmax_dtc_bound``: the DTC prior with Lambda clipped to
-        zero, the gradient in closed form) instead of JAX's reverse mode; warm-started from the last
-        DTC mode."""
-        from pymc_gpc.approximations.variational_bound import softmax_dtc_bound
-
-        try:
-            b = softmax_dtc_bound(*arrays, self.labels, state=self._dtc_state, draws=self.draws)
-        except (np.linalg.LinAlgError, ValueError, ArithmeticError) as err:
-            self.trace.append({"failed": f"{type(err).__name__}: {err}"})
+    def _package_bound(self, point):
+        """``__call__`` with the package's own objective of ``fit(method="elbo")`` (``Objective`` with
+        ``bound``: ``approximations.variational_bound.softmax_dtc_bound``, the DTC prior with Lambda
+        clipped to zero and the gradient in closed form, plus the same hyperprior) instead of JAX's
+        reverse mode; warm-started from its last DTC mode."""
+        value, bound, grad = self._bound_objective.evidence_and_grad(point)
+        if grad is None:
+            self.trace.append({"failed": "the package's bound: -inf (a mode not found or a kernel refused)"})
             return np.inf, np.zeros(len(self.x0))
-        if not (np.isfinite(b.value) and all(np.all(np.isfinite(g)) for g in b.gradient)):
-            self.trace.append({"failed": "a non-finite bound or gradient"})
-            return np.inf, np.zeros(len(self.x0))
-        self._dtc_state = b.result.state
-        self.trace.append({"bound": b.value, "log_z": b.log_z, "left_out": b.left_out, "mode_gap": 0.0, "polish": 0})
+        self.trace.append({"bound": bound, "mode_gap": 0.0, "polish": 0})
         if self.verbose:
-            print(f"evaluation {len(self.trace)}: bound {b.value:.2f}, v0 {_v0_range(np.exp(point['log_v0']))}",
+            print(f"evaluation {len(self.trace)}: bound {bound:.2f}, v0 {_v0_range(np.exp(point['log_v0']))}",
                   file=sys.stderr, flush=True)
-        value = rest + b.value
-        if not np.isfinite(value):
-            return np.inf, np.zeros(len(self.x0))
-        grad = self.objective.pullback(point, [(*b.gradient, np.zeros_like(theta))])
         return -value, -grad
 
 

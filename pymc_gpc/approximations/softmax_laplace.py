@@ -286,17 +286,22 @@ def _line_search(likelihood, y, K_times, a, f, lp, psi, da):
     return step, a_try, f_try, lp_try, pi_try, psi_try
 
 
-def _mode_sensitivity(pi, S):
-    r"""s_{ik} = -\tfrac12 \sum_{jl} \Sigma^{(i)}_{jl} \partial W^{(i)}_{jl} / \partial f_{ik}.
+def softmax_W_pullback(pi, X):
+    r""":math:`\partial \sum_{jl} X^{(i)}_{jl} W^{(i)}_{jl} / \partial f_{ik}` for the softmax's
+    W_i = diag(pi_i) - pi_i pi_i^T at pi = softmax(f), X (n, c, c) symmetric.
 
-    With W = diag(pi) - pi pi^T and d pi_j / d f_k = pi_j (delta_jk - pi_k):
-    sum_jl S_jl dW_jl/df_k = pi_k (v_k - pi . v), v_j = S_jj - 2 (S pi)_j.
-    Returns (c, n).
+    With d pi_j / d f_k = pi_j (delta_jk - pi_k): sum_jl X_jl dW_jl/df_k = pi_k (v_k - pi . v),
+    v_j = X_jj - 2 (X pi)_j. pi (c, n); returns (c, n).
     """
     P = pi.T  # (n, c)
-    v = np.einsum("ijj->ij", S) - 2.0 * np.einsum("ijl,il->ij", S, P)
-    s = -0.5 * P * (v - np.sum(P * v, axis=1, keepdims=True))
-    return s.T
+    v = np.einsum("ijj->ij", X) - 2.0 * np.einsum("ijl,il->ij", X, P)
+    return (P * (v - np.sum(P * v, axis=1, keepdims=True))).T
+
+
+def _mode_sensitivity(pi, S):
+    r"""s_{ik} = -\tfrac12 \sum_{jl} \Sigma^{(i)}_{jl} \partial W^{(i)}_{jl} / \partial f_{ik}
+    (``softmax_W_pullback``), (c, n)."""
+    return -0.5 * softmax_W_pullback(pi, S)
 
 
 def _gradient(post, a, S):

@@ -56,7 +56,7 @@ from ..likelihoods.multiclass import standard_draws
 from ..structures import multiclass_fitc
 from ..structures.fitc import NonFiniteKernelError
 from ..structures.multiclass_fitc import MulticlassFITCGradient, MulticlassFITCPrior
-from .softmax_laplace import softmax_laplace
+from .softmax_laplace import softmax_W_pullback, softmax_laplace
 
 __all__ = ["softmax_dtc_bound", "check_dtc_inputs", "DTCBound"]
 
@@ -139,7 +139,7 @@ def softmax_dtc_bound(Kuu, Kuf, k_diag, y, *, state=None, draws=256, with_grad=T
     r = np.where(unclipped, k_diag - q_diag, 0.0)  # (c, n): what p(f | u) adds
     result = _dtc_mode(prior, y, state, with_grad, solver_options)
     f_hat, S = np.asarray(result.mean), np.asarray(result.var)
-    pi = np.exp(f_hat - _lse(f_hat.T)[None, :])
+    pi = result.posterior.d  # softmax(f_hat): the weights of the mode's posterior
     W = _softmax_W(pi.T)
     parts = _expectation(f_hat.T, pi.T, W, S, r.T, standard_draws(prior.c, int(draws)), with_grad)
     left_out = float(np.sum(parts[0]))
@@ -157,12 +157,6 @@ def _dtc_mode(prior, y, state, with_grad, options):
         if result.converged:
             return result
     raise np.linalg.LinAlgError(f"the DTC mode's Newton iteration did not converge (last change {result.max_change:.2e})")
-
-
-def _lse(F):
-    """log sum exp over the last axis."""
-    top = np.max(F, axis=-1, keepdims=True)
-    return (top + np.log(np.sum(np.exp(F - top), axis=-1, keepdims=True)))[..., 0]
 
 
 def _softmax_W(P):
@@ -288,14 +282,6 @@ def _bound_columns(FA, FN, V, G, W, start, width, V_bar, PNP):
                 PNP[i, k, l] = acc
 
 
-def _W_pullback(P, X):
-    r""":math:`\partial \operatorname{tr}(X_i W_i) / \partial f_i` for W_i = diag(pi_i) - pi_i pi_i^T
-    at pi_i = softmax(f_i), X symmetric (n, c, c): pi_k (v_k - pi . v), v_j = X_jj - 2 (X pi)_j
-    (``softmax_laplace._mode_sensitivity`` with -S/2 for X). Returns (n, c)."""
-    v = np.einsum("ijj->ij", X) - 2.0 * np.einsum("ijl,il->ij", X, P)
-    return P * (v - np.sum(P * v, axis=1, keepdims=True))
-
-
 def _gradient(prior, result, pi, W, r, unclipped, g_f, Psi, Sigma_bar):
     """d bound / d(K_uu, K_uf, diag K_ff) (module docstring): log Z_L's own gradient (the solver's),
     the mode's movement under the bound's pull on it (the adjoint u) and the cotangents of the V_k
@@ -303,7 +289,7 @@ def _gradient(prior, result, pi, W, r, unclipped, g_f, Psi, Sigma_bar):
     post = result.posterior
     r_bar = np.einsum("ikk->ki", Sigma_bar) - 0.5 * pi * (1.0 - pi)  # through Sigma_i and the widening term
     V_bar, PNP = _site_covariance_pullback(prior, post, Sigma_bar, W)
-    f_bar = g_f + _W_pullback(pi.T, Psi - 0.5 * (PNP + np.transpose(PNP, (0, 2, 1))))
+    f_bar = g_f + softmax_W_pullback(pi, Psi - 0.5 * (PNP + np.transpose(PNP, (0, 2, 1)))).T
     u = f_bar.T - post.R_times(post.K_times(f_bar.T))  # (I + W K~)^{-1} f_bar
     implicit = post.kernel_gradient([(u, np.asarray(result.a), 1.0)], 0.0)
     d_lz = result.dlog_z_dK
