@@ -38,8 +38,9 @@ from .estimation.point_estimates import fit as _fit_hyperparameters
 __all__ = ["GaussianProcessClassifier", "GaussianProcessOrdinalClassifier"]
 
 # ``method=`` names: point estimates through ``pymc_gpc.fit``, and integration over the
-# hyperparameters through ``pymc_gpc.sample`` with these extra keywords.
-POINT_METHODS = ("map", "type2")
+# hyperparameters through ``pymc_gpc.sample`` with these extra keywords. ``"elbo"`` (the SVGP-type
+# bound's MAP) serves several classes under softmax Laplace with inducing inputs only (``_check_params``).
+POINT_METHODS = ("map", "type2", "elbo")
 SAMPLING_METHODS = {"nuts": {}, "ccd": {"method": "ccd"}, "grid": {"method": "grid"}}
 INTEGRATION_METHODS = ("ccd", "grid")  # deterministic: a weighted design, no tuning or parallel chains
 METHODS = POINT_METHODS + tuple(SAMPLING_METHODS)
@@ -84,6 +85,9 @@ class _GPClassifierBase(ClassifierMixin, BaseEstimator):
         if len(self.classes_) < 2:
             raise ValueError(f"{type(self).__name__} needs at least two classes; y holds one class "
                              f"({self.classes_.tolist()})")
+        if self.method == "elbo" and len(self.classes_) < 3:
+            raise ValueError(f"method='elbo' is a fit of several classes; y holds two ({self.classes_.tolist()}): "
+                             "use method='map'")
         self._X_train, self._codes = X, codes
         self._model, self._gp = self._build(X, codes)
         self._estimate()
@@ -158,10 +162,16 @@ class _GPClassifierBase(ClassifierMixin, BaseEstimator):
             if name != "self":
                 setattr(self, name, value)
 
+    _methods = METHODS
+
     def _check_params(self):
         """ValueError for a parameter no model takes, before any data is touched."""
-        _one_of("method", self.method, METHODS)
+        _one_of("method", self.method, self._methods)
         _one_of("approximation", self.approximation, tuple(APPROXIMATIONS))
+        if self.method == "elbo" and (self.approximation != "laplace" or self.inducing is None):
+            raise ValueError("method='elbo' (the SVGP-type bound, pymc_gpc.fit's) serves several classes under the "
+                             "softmax with inducing inputs: set approximation='laplace' and inducing=m, got "
+                             f"approximation={self.approximation!r}, inducing={self.inducing!r}")
         if not (callable(self.kernel) or self.kernel in KERNELS):
             raise ValueError(f"kernel must be one of {KERNELS} or a callable taking the input dimension "
                              f"and returning a pm.gp.cov covariance, got {self.kernel!r}")
@@ -226,10 +236,12 @@ class GaussianProcessClassifier(_GPClassifierBase):
         probit, or Laplace with the softmax.
     likelihood : two classes: "probit" (default) or "logistic". Several classes take the
         approximation's likelihood: leave it None.
-    method : "map" (MAP-II, the default), "type2" (type-II maximum likelihood), "nuts"
-        (NUTS over the hyperparameters; predictions averaged over the draws), or "ccd" /
-        "grid" (deterministic integration over the hyperparameters, ``pymc_gpc.sample``'s
-        ``method``; predictions averaged exactly with the design's weights).
+    method : "map" (MAP-II, the default), "type2" (type-II maximum likelihood), "elbo" (MAP
+        of the SVGP-type bound instead of the evidence, ``pymc_gpc.fit``'s: several classes with
+        ``approximation="laplace"`` and ``inducing``), "nuts" (NUTS over the hyperparameters;
+        predictions averaged over the draws), or "ccd" / "grid" (deterministic integration
+        over the hyperparameters, ``pymc_gpc.sample``'s ``method``; predictions averaged
+        exactly with the design's weights).
     inducing : None (dense) or a number m of inducing inputs (FITC, k-means placed).
     per_class_kernels : several classes: one kernel per class (True) or one shared.
     prior : (mean, sd) of the Normal prior on every log-hyperparameter, or a dict of such
@@ -286,7 +298,8 @@ class GaussianProcessOrdinalClassifier(_GPClassifierBase):
     model with that link (the kernel's constant term playing the cutpoint). The other
     parameters (``kernel``, ``approximation``, ``method``, ``inducing``, ``prior``,
     ``draws``, ``tune``, ``chains``, ``n_jobs``, ``max_draws``, ``maxiter``,
-    ``random_state``, ``verbose``) are as ``GaussianProcessClassifier``'s.
+    ``random_state``, ``verbose``) are as ``GaussianProcessClassifier``'s, but for
+    ``method="elbo"``, which serves the softmax only.
 
     Parameters
     ----------
@@ -294,6 +307,8 @@ class GaussianProcessOrdinalClassifier(_GPClassifierBase):
         categories, else the sorted labels). A level need not occur in y.
     link : "probit" or "logit".
     """
+
+    _methods = tuple(m for m in METHODS if m != "elbo")
 
     def __init__(self, classes=None, link="probit", kernel="se", approximation="ep", method="map", inducing=None,
                  prior=(-3.0, 3.0), draws=500, tune=500, chains=2, n_jobs=1, max_draws=100, maxiter=None,

@@ -184,6 +184,35 @@ def test_bad_parameters_raise_before_fitting(params, match):
         GaussianProcessClassifier(**params).fit(X, y)
 
 
+def test_elbo_method_fits_the_bound_of_several_classes():
+    """method="elbo": the estimator's point is pymc_gpc.fit(method="elbo")'s on the model it builds (the
+    bound recomputed there from the model's kernel arrays), not MAP-II's; predictions from that point,
+    also after pickling. Configurations the bound does not serve raise ValueError before fitting."""
+    import pickle
+
+    from pymc_gpc.estimation.objective import objective_for, other_terms
+
+    X, y = _data(n=60, classes=3, seed=4)
+    est = GaussianProcessClassifier(approximation="laplace", inducing=8, method="elbo").fit(X, y)
+    assert est.fit_result_.method == "elbo" and est.fit_result_.converged
+    objective = objective_for(est.model_, other_terms(est.model_, include_priors=True),
+                              est.model_.continuous_value_vars, bound=True)
+    _, bound, _ = objective.evidence_and_grad({**est.model_.initial_point(), **est.point_})
+    assert bound == pytest.approx(est.fit_result_.log_evidence, rel=1e-8)
+    map_ii = GaussianProcessClassifier(approximation="laplace", inducing=8, method="map").fit(X, y)
+    assert np.max(np.abs(est.point_["log_v0"] - map_ii.point_["log_v0"])) > 1e-3
+    p = est.predict_proba(X)
+    np.testing.assert_allclose(p, est.gp_.predict(X, point=est.point_, progressbar=False), rtol=0, atol=1e-10)
+    np.testing.assert_allclose(pickle.loads(pickle.dumps(est)).predict_proba(X), p, rtol=0, atol=1e-10)
+    for params, data, match in [({"approximation": "ep", "inducing": 8}, (X, y), "approximation='laplace'"),
+                                ({"approximation": "laplace"}, (X, y), "inducing=m"),
+                                ({"approximation": "laplace", "inducing": 8}, _data(n=20), "several classes")]:
+        with pytest.raises(ValueError, match=match):
+            GaussianProcessClassifier(method="elbo", **params).fit(*data)
+    with pytest.raises(ValueError, match="method must be one of"):
+        GaussianProcessOrdinalClassifier(approximation="laplace", inducing=8, method="elbo").fit(X, y)
+
+
 def test_bad_data_raise():
     X, y = _data(n=12, classes=3)
     with pytest.raises(ValueError, match="link must be one of"):
