@@ -2834,11 +2834,12 @@ def _optimal_q61(work):
     return lines + ["", *summary, "* **Reading.** At given hyperparameters the q(u) that maximises the bound "
                     "raises it (by 10 to 40 nats here) but predicts the storms test rows no better than Laplace's, and "
                     "the birds rows better by about 0.002 under integrate. The bound with its optimal q still ranks the "
-                    "elbo fit's large amplitudes well above SVGP's point, even with SVGP's own inducing inputs: SVGP ends "
-                    "far below the optimum of the objective it trains on (its Adam run stopped at a plateau; trained "
-                    "longer, its amplitudes grow and it predicts storms worse: the split-0 section below). "
-                    "So a variational q(u) in the package would not close the storms gap: what SVGP has there is an "
-                    "early stop, not a better posterior or a better objective."]
+                    "elbo fit's large amplitudes well above SVGP's point, even with SVGP's own inducing inputs (a bias "
+                    "variance v1 = 4 standing in for SVGP's constant mean): SVGP's training ends well below the optimum of "
+                    "a bound of this kind (its Adam run stopped at a plateau; trained longer, its amplitudes grow and it "
+                    "predicts storms worse: the split-0 section below). So a variational q(u) in the package would not "
+                    "close the storms gap; what SVGP has there looks like the regularisation of an early stop, not a "
+                    "better posterior or a better objective."]
 
 
 def _work_rows(work, name):
