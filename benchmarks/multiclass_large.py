@@ -1259,14 +1259,15 @@ def _q_precision(V, G):
     return A
 
 
-def optimal_q(arrays, y, draws=256):
+def optimal_q(arrays, y, draws=256, tol=Q_TOL, max_steps=Q_ITER):
     """The SVGP-type bound of the model with kernel arrays (K_uu, K_uf, diag K_ff) at two Gaussians q(u): the
     DTC softmax Laplace one (what ``fit(method="elbo")`` takes) and the one that maximises the bound. The
     latter by fixed-point steps on its natural parameters (Opper & Archambeau 2009: at the optimum q(z)'s
     precision is I + sum_i P_i^T (-2 dE_i/dSigma_i) P_i, and its mean solves sum_i P_i^T dE_i/dmu_i = mu_z),
     from the Laplace q, each step a Newton step in the mean with that precision, halved until the bound does
     not fall. Returns both (mean, precision) pairs in z (the whitened inducing values), the bounds, the steps
-    taken and r = diag(K - Q), the variance p(f | u) adds."""
+    taken and r = diag(K - Q), the variance p(f | u) adds. Stops where a step gains less than ``tol``
+    times the bound, or after ``max_steps``."""
     from pymc_gpc.likelihoods.multiclass import standard_draws
     from pymc_gpc.solvers import softmax_laplace
     from pymc_gpc.structures.multiclass_fitc import MulticlassFITCPrior
@@ -1284,7 +1285,7 @@ def optimal_q(arrays, y, draws=256):
     laplace = (mu_z, A)
     value, g_mu, S_bar = _q_bound(V, r, y, Z, mu_z, A)
     start, step, steps = value, 1.0, 0
-    for steps in range(1, Q_ITER + 1):
+    for steps in range(1, max_steps + 1):
         A_new = _q_precision(V, -(S_bar + np.transpose(S_bar, (0, 2, 1))))
         direction = np.linalg.solve(A_new, np.concatenate([V[k] @ g_mu[:, k] for k in range(c)]) - mu_z)
         while True:
@@ -1300,7 +1301,7 @@ def optimal_q(arrays, y, draws=256):
         if new[1] is not None and gain >= 0:
             (mu_z, A), (value, g_mu, S_bar) = trial, new
         step = min(1.0, 2.0 * step)
-        if gain < Q_TOL * abs(value):
+        if gain < tol * abs(value):
             break
     return {"laplace": laplace, "optimal": (mu_z, A), "bound_laplace": start, "bound_optimal": value,
             "steps": steps, "r": r}

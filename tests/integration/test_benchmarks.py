@@ -269,3 +269,40 @@ def test_the_svgp_type_bound_equals_its_definition_at_the_dtc_laplace_q_u():
     definition, se = svgp_bound(Kuu, Kuf, k_diag, y, a, size=400_000)
     assert float(log_z + left_out) == pytest.approx(definition, abs=4 * se + 0.01)
     assert float(left_out) < -1.0  # the widened q(f_i) is visible in the bound
+
+
+def test_optimal_q_reaches_the_bounds_maximum_over_gaussians():
+    """``multiclass_large.optimal_q`` (issue 61, ``--run optimal-q``): its plain-numpy bound at the DTC
+    Laplace q(u) equals the package's ``softmax_dtc_bound`` (two estimators of one bound, each with 4,096
+    draws a row); from there its steps raise the bound to a point where the mean's gradient vanishes, the
+    precision is its own fixed point (I + sum_i P_i^T (-2 dE_i/dSigma_i) P_i), and moving the mean or
+    scaling the precision either way lowers the bound."""
+    import numpy as np
+
+    from pymc_gpc.solvers import softmax_dtc_bound
+
+    bench = _module("multiclass_large")
+    fun, x, y = _bound_problem(n=40, m=6, seed=5, variational=True)
+    (arrays, _), = fun.objective.kernel_inputs(fun.point(x))[0]
+    arrays = [np.asarray(a, dtype=float) for a in arrays]
+    draws = 4096
+    q = bench.optimal_q(arrays, y, draws=draws, tol=1e-14, max_steps=200)
+    package = softmax_dtc_bound(*arrays, y, draws=draws, with_grad=False).value
+    assert q["bound_laplace"] == pytest.approx(package, abs=0.02)
+    assert q["bound_optimal"] > q["bound_laplace"] + 0.1
+    from pymc_gpc.likelihoods.multiclass import standard_draws
+    from pymc_gpc.structures.multiclass_fitc import MulticlassFITCPrior
+
+    V = np.stack(MulticlassFITCPrior(arrays[0], arrays[1], np.zeros_like(arrays[2])).V)
+    c, m, _ = V.shape
+    Z = standard_draws(c, draws)
+    mu_z, A = q["optimal"]
+    value, g_mu, S_bar = bench._q_bound(V, q["r"], y, Z, mu_z, A)
+    assert value == pytest.approx(q["bound_optimal"], rel=1e-12)
+    grad_mean = np.concatenate([V[k] @ g_mu[:, k] for k in range(c)]) - mu_z
+    assert np.max(np.abs(grad_mean)) < 1e-3 * max(1.0, np.max(np.abs(mu_z)))
+    fixed = bench._q_precision(V, -(S_bar + np.transpose(S_bar, (0, 2, 1))))
+    np.testing.assert_allclose(fixed, A, rtol=0, atol=2e-3 * np.max(np.abs(A)))
+    direction = np.random.default_rng(0).normal(size=mu_z.shape)
+    for moved in ((mu_z + 0.05 * direction, A), (mu_z - 0.05 * direction, A), (mu_z, 1.05 * A), (mu_z, A / 1.05)):
+        assert bench._q_bound(V, q["r"], y, Z, *moved)[0] < value
