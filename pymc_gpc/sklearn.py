@@ -168,7 +168,8 @@ class _GPClassifierBase(ClassifierMixin, BaseEstimator):
         """ValueError for a parameter no model takes, before any data is touched."""
         _one_of("method", self.method, self._methods)
         _one_of("approximation", self.approximation, tuple(APPROXIMATIONS))
-        if self.method == "elbo" and (self.approximation != "laplace" or self.inducing is None):
+        laplace = APPROXIMATIONS[self.approximation] is MarginalLaplace
+        if self.method == "elbo" and not (laplace and self.inducing is not None):
             raise ValueError("method='elbo' (the SVGP-type bound, pymc_gpc.fit's) serves several classes under the "
                              "softmax with inducing inputs: set approximation='laplace' and inducing=m, got "
                              f"approximation={self.approximation!r}, inducing={self.inducing!r}")
