@@ -306,3 +306,21 @@ def test_optimal_q_reaches_the_bounds_maximum_over_gaussians():
     direction = np.random.default_rng(0).normal(size=mu_z.shape)
     for moved in ((mu_z + 0.05 * direction, A), (mu_z - 0.05 * direction, A), (mu_z, 1.05 * A), (mu_z, A / 1.05)):
         assert bench._q_bound(V, q["r"], y, Z, *moved)[0] < value
+
+
+def test_optimal_q_summary_reports_the_rows_differences():
+    """``multiclass_large._optimal_q_summary`` (the results file's line per set): the bound's gain, the test
+    log p differences and the margins over SVGP's point, from made-up rows with known answers."""
+    bench = _module("multiclass_large")
+
+    def test(v):
+        return {f"s = {s_}": {"mean_log_p": v + s_} for s_ in (0.0, 0.2, 1.0)}
+
+    runs = [[{"bound_laplace": -100.0, "bound_optimal": -90.0, "test_laplace": test(-0.30), "test_optimal": test(-0.31)},
+             {"bound_optimal": -300.0}, {"bound_optimal": -200.0}],
+            [{"bound_laplace": -50.0, "bound_optimal": -20.0, "test_laplace": test(-0.40), "test_optimal": test(-0.37)},
+             {"bound_optimal": -250.0}, {"bound_optimal": -120.0}]]
+    line = bench._optimal_q_summary("storms", runs)
+    assert "2 splits" in line and "by 10.0 to 30.0 nats" in line
+    assert "integrate +0.0100 (range -0.0100 to +0.0300)" in line
+    assert "above SVGP's by 210 to 230 nats with the k-means inducing inputs, 100 to 110 with SVGP's" in line
