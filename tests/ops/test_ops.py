@@ -227,7 +227,9 @@ def test_compiled_function_pickles_and_runs_after_unpickling():
 
 @pytest.mark.parametrize("compiled", [False, True])
 def test_warm_start_state_is_per_thread(compiled, monkeypatch):
-    """Two threads evaluating the same Op never read each other's sites."""
+    """Two threads evaluating the same Op never read each other's sites. Each thread calls a
+    function of its own, both holding the one Op (a compiled PyTensor function is not safe to
+    call from two threads at once: its input containers are shared)."""
     import threading
 
     from pymc_gpc.backends.numba import dispatch
@@ -237,7 +239,8 @@ def test_warm_start_state_is_per_thread(compiled, monkeypatch):
     X, y = random_problem(rng, 30, d=2)
     op = ApproxMarginalOp("ep", L.Probit, (("tol", 1e-6),))  # tight: compared with ep() below
     K = pt.dmatrix("K")
-    f = pytensor.function([K], op(K, pt.zeros(0), y)[0])
+    log_z = op(K, pt.zeros(0), y)[0]
+    fns = [pytensor.function([K], log_z) for _ in range(2)]
     D = ((X[:, None] - X[None]) ** 2).sum(-1)
     mats = [a * np.exp(-0.5 * D / l) + 1e-6 * np.eye(30) for a, l in [(1.0, 1.0), (50.0, 0.2)]]
     want = [ep(Kk, y, L.Probit()).log_z for Kk in mats]
@@ -246,7 +249,7 @@ def test_warm_start_state_is_per_thread(compiled, monkeypatch):
 
     def work(i):
         both_started.wait()
-        got[i] = [f(mats[i]) for _ in range(20)]
+        got[i] = [fns[i](mats[i]) for _ in range(20)]
 
     threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
     [t.start() for t in threads]
