@@ -140,7 +140,7 @@ def softmax_dtc_bound(Kuu, Kuf, k_diag, y, *, state=None, draws=256, with_grad=T
     result = _dtc_mode(prior, y, state, with_grad, solver_options)
     f_hat, S = np.asarray(result.mean), np.asarray(result.var)
     pi = result.posterior.d  # softmax(f_hat): the weights of the mode's posterior
-    W = _softmax_W(pi.T)
+    W = result.posterior.Wt  # with Lambda = 0 its effective site precision is W_i = diag(pi_i) - pi_i pi_i^T
     parts = _expectation(f_hat.T, pi.T, W, S, r.T, standard_draws(prior.c, int(draws)), with_grad)
     left_out = float(np.sum(parts[0]))
     value = float(result.log_z) + left_out
@@ -157,11 +157,6 @@ def _dtc_mode(prior, y, state, with_grad, options):
         if result.converged:
             return result
     raise np.linalg.LinAlgError(f"the DTC mode's Newton iteration did not converge (last change {result.max_change:.2e})")
-
-
-def _softmax_W(P):
-    """W_i = diag(pi_i) - pi_i pi_i^T, (n, c, c) from P (n, c)."""
-    return P[:, :, None] * np.eye(P.shape[1]) - P[:, :, None] * P[:, None, :]
 
 
 def _expectation(F_hat, P, W, S, R, Z, with_grad):
