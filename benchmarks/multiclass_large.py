@@ -1822,6 +1822,10 @@ def issue61(args):
     work.mkdir(parents=True, exist_ok=True)
     prior = tuple(float(v) for v in args.prior.split(","))
     per_class = "amplitudes" if args.amplitudes else SHRUNK + "1" if args.shrunk else not args.shared
+    if args.lbfgs_memory is not None:  # ``_lbfgs_memory61``'s comparison: not the package's way of a split
+        from pymc_gpc.estimation import type2
+
+        type2.LBFGS_MEMORY = args.lbfgs_memory
     if args.run in ("laplace", "ep"):
         # one --amplitude-prior / --bias-prior: that prior on log v0 / log v1 (``with_amplitude_prior``)
         prior = with_amplitude_prior(prior, (args.amplitude_prior or [None])[0], (args.bias_prior or [None])[0])
@@ -1899,6 +1903,8 @@ def issue61(args):
     elif args.run == "logistic":
         row = logistic_fit(data)
     row.update(data=args.data, run=args.run, load=os.getloadavg()[0], cap=FIT_CPU_CAP, split_seed=args.split_seed)
+    if args.lbfgs_memory is not None:
+        row["lbfgs_memory"] = args.lbfgs_memory
     print(json.dumps({k: v for k, v in row.items() if k not in ("point", "Xu", "rounds", "test_log_p_rows", "test_latent_mean", "test_latent_var")}), flush=True)
     with open(work / f"{args.data}.jsonl", "a") as f:
         f.write(json.dumps(row) + "\n")
@@ -1924,6 +1930,8 @@ def main():
                          "closed form (approximations.variational_bound) under scipy's L-BFGS-B, or the package's "
                          "fit(method='elbo') (fit: --bound-draws 256)")
     ap.add_argument("--cap", type=float, default=None, help="issue 61: CPU seconds per L-BFGS-B run (FIT_CPU_CAP)")
+    ap.add_argument("--lbfgs-memory", type=int, default=None,
+                    help="issue 61, --run laplace: L-BFGS-B's memory (estimation.type2.LBFGS_MEMORY) for this fit")
     ap.add_argument("--ep-maxiter", type=int, default=0, help="0: time evaluations only, no fit")
     ap.add_argument("--gpc-sizes", default="500,1000,2000,4000")
     ap.add_argument("--gpc-budget", type=float, default=180.0)
@@ -2676,7 +2684,7 @@ def _splits61(work):
                            f"{int(np.sum(d >= 0))} of {len(d)}; test error minus SVGP's: mean {np.mean(errors):+.4f} "
                            f"(range {min(errors):+.4f} to {max(errors):+.4f}); the package's fit CPU over SVGP's: median "
                            f"{np.median(cpu):.2f} (range {min(cpu):.2f} to {max(cpu):.2f}).")
-    return lines + ["", *summary] + _bound_splits61(work) + _package_bound_splits61(work) + _optimal_q61(work) + _objectives61(work)
+    return lines + ["", *summary] + _bound_splits61(work) + _package_bound_splits61(work) + _optimal_q61(work) + _lbfgs_memory61(work) + _objectives61(work)
 
 
 def _bound_splits61(work):
@@ -2844,6 +2852,45 @@ def _optimal_q61(work):
                     "there looks like the regularisation of an early stop rather than a better posterior."]
 
 
+def _lbfgs_memory61(work):
+    """Per split: MAP-II (``--run laplace --shrunk``) with L-BFGS-B's memory 10 (scipy's default) and 30
+    (``estimation.type2.LBFGS_MEMORY``), each by ``--lbfgs-memory``: iterations, CPU, the optimum and the test
+    log p at s = 0.2, and the fit's CPU over SVGP's on the split."""
+    lines = ["", "### L-BFGS-B's memory", "",
+             "``--run laplace --shrunk --m 100 --split-seed S --lbfgs-memory K`` for K = 10 (scipy's default, the "
+             "MAP-II rows above) and 30 (``estimation.type2.LBFGS_MEMORY``): the same fit, L-BFGS-B keeping K "
+             "curvature pairs. The two fits of a split ran side by side, one core each.", "",
+             "| set | split | iterations, K = 10 / 30 | CPU s, K = 10 / 30 | log evidence at the end, K = 10 / 30 | "
+             "test log p (s = 0.2), K = 10 / 30 | CPU over SVGP's, K = 10 / 30 |", "|---|---|---|---|---|---|---|"]
+    summary = []
+    for name in ("storms", "birds"):
+        by_seed, svgp = {}, {}
+        for r in _work_rows(work, name):
+            seed = r.get("split_seed", 0)
+            if r["run"] == "laplace" and r.get("lbfgs_memory") in (10, 30) and r.get("n") == 10_000 and r.get("m") == 100:
+                by_seed.setdefault(seed, {})[r["lbfgs_memory"]] = r
+            elif _usual_svgp(r) and r.get("n") == 10_000 and r.get("m") == 100:
+                svgp[seed] = r
+        iters, cpus, ratio = [], [], []
+        for seed in sorted(by_seed):
+            pair = by_seed[seed]
+            if set(pair) != {10, 30} or seed not in svgp:
+                continue
+            a, b, sv = pair[10], pair[30], svgp[seed]
+            iters.append(b["n_iter"] / a["n_iter"])
+            cpus.append(b["cpu_fit"] / a["cpu_fit"])
+            ratio.append(b["cpu_fit"] / sv["cpu_fit"])
+            lines.append(f"| {name} | {seed} | {a['n_iter']} / {b['n_iter']} | {a['cpu_fit']:.0f} / {b['cpu_fit']:.0f} | "
+                         f"{a['log_evidence']:.2f} / {b['log_evidence']:.2f} | {a['test']['scaled']['mean_log_p']:.4f} / "
+                         f"{b['test']['scaled']['mean_log_p']:.4f} | {a['cpu_fit'] / sv['cpu_fit']:.2f} / {ratio[-1]:.2f} |")
+        if iters:
+            summary.append(f"* **{name}**, {len(iters)} splits: with K = 30, iterations {np.median(iters):.2f} times "
+                           f"K = 10's (median; range {min(iters):.2f} to {max(iters):.2f}), CPU {np.median(cpus):.2f} "
+                           f"times ({min(cpus):.2f} to {max(cpus):.2f}); the fit's CPU over SVGP's: median "
+                           f"{np.median(ratio):.2f} (range {min(ratio):.2f} to {max(ratio):.2f}).")
+    return lines + ["", *summary] if summary else []
+
+
 def _optimal_q_summary(name, runs):
     """One set's line of ``_optimal_q61`` from its runs' three rows (the fit's point, SVGP's with k-means Xu,
     SVGP's with its Xu): the optimal q's test log p minus the Laplace q's (integrate, s = 0.2), the bound's
@@ -2907,7 +2954,7 @@ def _map_ii_fit(row):
     lengthscales shrunk, FITC with k-means Xu, the default prior N(-3, 3^2)), not a learned-Xu or
     other-prior variant."""
     return (row["run"] == "laplace" and row.get("per_class") == SHRUNK + "1" and bool(row.get("m"))
-            and not row.get("learn") and row.get("prior") == [-3.0, 3.0])
+            and not row.get("learn") and row.get("prior") == [-3.0, 3.0] and "lbfgs_memory" not in row)
 
 
 def _default_bound(row):
@@ -3000,7 +3047,9 @@ def report61_splits(work):
                "--work W on storms split 1 and birds split 0; --data D --run svgp-bound-map --m 100 --bound-draws 256 "
                "--bound-engine package --split-seed S --work W for D = storms, birds, S = 0 to 4; --data D --run "
                "svgp-bound-map --m 100 --bound-draws 256 --bound-engine fit --split-seed S --work W, then --run optimal-q "
-               "--m 100 --bound-draws 256 --split-seed S --work W, for D = storms, birds, S = 0 to 4; "
+               "--m 100 --bound-draws 256 --split-seed S --work W, for D = storms, birds, S = 0 to 4; --data D --run laplace "
+               "--shrunk --m 100 --split-seed S --lbfgs-memory K --work W for K = 10, 30 (side by side), D = storms, "
+               "birds, S = 0 to 4; "
                "--data storms --run svgp --m 100 --patience 20 "
                "--max-epochs 600 (in the SVGP environment); --data storms --run laplace --shrunk --n-train 2000 --cap 900 "
                "--m M --work W for M = 0, 100; then --report61-splits --work W")

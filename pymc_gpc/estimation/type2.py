@@ -12,7 +12,7 @@ from .objective import all_values, check_gradient, objective_for, other_terms, r
 from .result import FitResult, FitStartError, RunawayHyperparameterWarning, fitted_states
 
 __all__ = ["maximise", "RUNAWAY_LIMIT", "RUNAWAY_STEP", "RUNAWAY_TOL", "RUNAWAY_EFFECT",
-           "STALL_TOL", "STALL_RATIO", "STALL_WINDOW"]
+           "STALL_TOL", "STALL_RATIO", "STALL_WINDOW", "LBFGS_MEMORY"]
 
 
 # type2 / map: an unconstrained value beyond RUNAWAY_LIMIT (e.g. a log-amplitude of 10,
@@ -43,6 +43,13 @@ STALL_RATIO = 1e3
 
 
 STALL_WINDOW = 10
+
+
+# L-BFGS-B's memory (scipy's ``maxcor``, default 10): the curvature pairs its Hessian estimate
+# keeps. With 30, MAP-II of the per-class ARD models of benchmarks/results/multiclass_svgp.md
+# (54 hyperparameters) reached the same optimum in fewer iterations (its section "L-BFGS-B's
+# memory"); each pair costs O(number of hyperparameters), nothing beside an evaluation
+LBFGS_MEMORY = 30
 
 
 def maximise(model, point, method, maxiter, tol, progressbar, callback=None):
@@ -95,7 +102,8 @@ def maximise(model, point, method, maxiter, tol, progressbar, callback=None):
                 stall.check(-float(intermediate_result.fun))
 
             res = scipy.optimize.minimize(negative, x, jac=True, method="L-BFGS-B", callback=step,
-                                          options=dict(maxiter=iterations, ftol=ftol, gtol=1e-6))
+                                          options=dict(maxiter=iterations, ftol=ftol, gtol=1e-6,
+                                                       maxcor=LBFGS_MEMORY))
             res.stall = stall
             return res
 
