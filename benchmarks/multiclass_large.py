@@ -2763,8 +2763,10 @@ def _package_bound_splits61(work):
              "closed form, tested against central differences and the bound's definition, and against the JAX engine's "
              "in tests/integration/test_benchmarks.py) instead of JAX's reverse mode through one Newton step, under "
              "the package's L-BFGS-B runs (their stall rule included). Rows of ``--bound-engine package`` (the same "
-             "function under scipy's L-BFGS-B alone) stand where a split has no such row. Run at commit e503f4b, one fit at "
-             "a time on a core of its own, its numba kernels compiled before.", "",
+             "function under scipy's L-BFGS-B alone) stand where a split has no such row. Run at commit efe7153, L-BFGS-B "
+             "keeping 30 curvature pairs (``estimation.type2.LBFGS_MEMORY``), two fits side by side on the two cores (one "
+             "per set), their numba kernels compiled before; MAP-II's column is its fit with the same 30 pairs (the "
+             "section on L-BFGS-B's memory below).", "",
              "| set | split | SVGP: test log p (integrate) / CPU s | MAP-II: test log p (s = 0.2) / CPU s | the bound's MAP, "
              "fit(method=\"elbo\"): test log p, plug-in / s = 0.2 / integrate / error (plug-in) / CPU s / iterations | JAX "
              "engine, same draws: integrate / CPU s | difference to SVGP, s = 0.2 (standard error); integrate | CPU over "
@@ -2778,6 +2780,8 @@ def _package_bound_splits61(work):
             seed = r.get("split_seed", 0)
             if _usual_svgp(r) or _map_ii_fit(r):
                 by_seed.setdefault(seed, {})[r["run"]] = r
+            elif r["run"] == "laplace" and r.get("lbfgs_memory") == 30 and r.get("m") == 100:
+                by_seed.setdefault(seed, {})["laplace30"] = r  # MAP-II with the package's L-BFGS-B memory
             elif r["run"] == "svgp-bound-map" and r.get("start", "initial") == "initial" and r.get("draws"):
                 by_seed.setdefault(seed, {})[(r.get("engine", "jax"), r["draws"])] = r
         scaled, integrated, ratio, gain = [], [], [], []
@@ -2787,7 +2791,7 @@ def _package_bound_splits61(work):
             ours.sort(key=lambda k: k[0] != "fit")  # pymc_gpc.fit(method="elbo")'s row where there is one
             if not ({"svgp", "laplace"} <= set(runs) and ours):
                 continue
-            sv, pk, bm = runs["svgp"], runs["laplace"], runs[ours[0]]
+            sv, pk, bm = runs["svgp"], runs.get("laplace30", runs["laplace"]), runs[ours[0]]
             jx = runs.get(("jax", bm["draws"]))
             d_scaled, se, d_int, d_map = _bound_against(name, seed, bm, sv, pk)
             scaled.append(d_scaled)
