@@ -2816,7 +2816,8 @@ def _optimal_q61(work):
     set, the summary of those (``_optimal_q_summary``)."""
     lines = ["", "### q(u) optimised for the bound at the fitted hyperparameters", "",
              "``--run optimal-q --bound-draws 256 --split-seed S`` (``optimal_q_at``): at the point "
-             "``fit(method=\"elbo\")`` found on the split (the rows above), the SVGP-type bound at the DTC softmax "
+             "``fit(method=\"elbo\")`` found on the split (its run at commit e503f4b, with scipy's 10 curvature pairs; "
+             "the rows above are its rerun with 30, at nearby points), the SVGP-type bound at the DTC softmax "
              "Laplace q(u) it is taken at and at the Gaussian q(u) that maximises it (``optimal_q``: fixed-point steps "
              "on q's natural parameters, the expectation in plain numpy over the package's 256 draws a row), and the "
              "test log p each q predicts with (the DTC model's predictive, plug-in / s = 0.2 / integrate); then the "
