@@ -2764,8 +2764,8 @@ def _package_bound_splits61(work):
              "in tests/integration/test_benchmarks.py) instead of JAX's reverse mode through one Newton step, under "
              "the package's L-BFGS-B runs (their stall rule included). Rows of ``--bound-engine package`` (the same "
              "function under scipy's L-BFGS-B alone) stand where a split has no such row. Run at commit efe7153, L-BFGS-B "
-             "keeping 30 curvature pairs (``estimation.type2.LBFGS_MEMORY``), two fits side by side on the two cores (one "
-             "per set), their numba kernels compiled before; MAP-II's column is its fit with the same 30 pairs (the "
+             "keeping 30 curvature pairs (``estimation.type2.LBFGS_MEMORY``, the default at that commit), two fits "
+             "side by side on the two cores (one per set), their numba kernels compiled before; MAP-II's column is its fit with the same 30 pairs (the "
              "section on L-BFGS-B's memory below).", "",
              "| set | split | SVGP: test log p (integrate) / CPU s | MAP-II: test log p (s = 0.2) / CPU s | the bound's MAP, "
              "fit(method=\"elbo\"): test log p, plug-in / s = 0.2 / integrate / error (plug-in) / CPU s / iterations | JAX "
@@ -2863,7 +2863,7 @@ def _lbfgs_memory61(work):
     log p at s = 0.2, and the fit's CPU over SVGP's on the split."""
     lines = ["", "### L-BFGS-B's memory", "",
              "``--run laplace --shrunk --m 100 --split-seed S --lbfgs-memory K`` for K = 10 (scipy's default, the "
-             "MAP-II rows above) and 30 (``estimation.type2.LBFGS_MEMORY``): the same fit, L-BFGS-B keeping K "
+             "MAP-II rows above) and 30 (set through ``estimation.type2.LBFGS_MEMORY``): the same fit, L-BFGS-B keeping K "
              "curvature pairs. The two fits of a split ran side by side, one core each.", "",
              "| set | split | iterations, K = 10 / 30 | CPU s, K = 10 / 30 | log evidence at the end, K = 10 / 30 | "
              "test log p (s = 0.2), K = 10 / 30 | CPU over SVGP's, K = 10 / 30 |", "|---|---|---|---|---|---|---|"]

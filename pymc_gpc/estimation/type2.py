@@ -45,11 +45,13 @@ STALL_RATIO = 1e3
 STALL_WINDOW = 10
 
 
-# L-BFGS-B's memory (scipy's ``maxcor``, default 10): the curvature pairs its Hessian estimate
-# keeps. With 30, MAP-II of the per-class ARD models of benchmarks/results/multiclass_svgp.md
-# (54 hyperparameters) reached the same optimum in fewer iterations (its section "L-BFGS-B's
-# memory"); each pair costs O(number of hyperparameters), nothing beside an evaluation
-LBFGS_MEMORY = 30
+# L-BFGS-B's memory (scipy's ``maxcor``): the curvature pairs its Hessian estimate keeps; scipy's
+# default 10. With 30, MAP-II of the per-class ARD models of benchmarks/results/multiclass_svgp.md
+# (54 hyperparameters) reached the same optima in 0.69 to 0.97 of the iterations (its section
+# "L-BFGS-B's memory"), but type-II ML on Crabs then stopped where ``_runaway`` did not report the
+# amplitude's runaway in one fresh-clone test run (tests/integration/test_new_user.py): 10 until
+# that check holds with 30
+LBFGS_MEMORY = 10
 
 
 def maximise(model, point, method, maxiter, tol, progressbar, callback=None):
