@@ -1206,12 +1206,12 @@ def _q_expectation(mu, Sigma, y, Z):
         F = mu[sl, None, :] + np.einsum("ikj,sj->isk", L[sl], Z)  # (b, draws, c)
         top = F.max(axis=2, keepdims=True)
         P = np.exp(F - top)
-        lse = top[..., 0] + np.log(P.sum(axis=2))
-        P /= P.sum(axis=2, keepdims=True)
+        norm = P.sum(axis=2, keepdims=True)
+        P /= norm
         rows = np.arange(sl.start, min(sl.stop, n))
-        total += float(np.sum(F[np.arange(len(rows)), :, y[rows]] - lse)) / Z.shape[0]
-        g_mu[sl] = np.eye(c)[y[rows]] - P.mean(axis=1)
+        total += float(np.sum(F[np.arange(len(rows)), :, y[rows]] - top[..., 0] - np.log(norm[..., 0]))) / Z.shape[0]
         G = np.eye(c)[y[rows]][:, None, :] - P  # d log softmax_y / d f at each draw
+        g_mu[sl] = G.mean(axis=1)
         L_bar = np.tril(np.einsum("isk,sj->ikj", G, Z) / Z.shape[0])
         X = np.transpose(L[sl], (0, 2, 1)) @ L_bar
         X = np.tril(X) - 0.5 * X * np.eye(c)
