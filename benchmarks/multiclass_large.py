@@ -2766,7 +2766,8 @@ def _package_bound_splits61(work):
              "function under scipy's L-BFGS-B alone) stand where a split has no such row. Run at commit e503f4b, one fit at "
              "a time on a core of its own, its numba kernels compiled before, L-BFGS-B keeping scipy's 10 curvature "
              "pairs. The column \"30 pairs\": the same fit rerun at commit efe7153 with L-BFGS-B keeping 30 "
-             "(``estimation.type2.LBFGS_MEMORY``, the default at that commit only), two fits side by side on the two "
+             "(``estimation.type2.LBFGS_MEMORY``, ``fit``'s default then and again once its runaway check was mended), "
+             "two fits side by side on the two "
              "cores (one per set); its test log p under integrate, CPU s and iterations.", "",
              "| set | split | SVGP: test log p (integrate) / CPU s | MAP-II: test log p (s = 0.2) / CPU s | the bound's MAP, "
              "fit(method=\"elbo\"): test log p, plug-in / s = 0.2 / integrate / error (plug-in) / CPU s / iterations | JAX "
@@ -2869,7 +2870,7 @@ def _lbfgs_memory61(work):
     log p at s = 0.2, and the fit's CPU over SVGP's on the split."""
     lines = ["", "### L-BFGS-B's memory", "",
              "``--run laplace --shrunk --m 100 --split-seed S --lbfgs-memory K`` for K = 10 (scipy's default, the "
-             "MAP-II rows above) and 30 (set through ``estimation.type2.LBFGS_MEMORY``): the same fit, L-BFGS-B keeping K "
+             "MAP-II rows above) and 30 (``estimation.type2.LBFGS_MEMORY``, now ``fit``'s default): the same fit, L-BFGS-B keeping K "
              "curvature pairs. The two fits of a split ran side by side, one core each.", "",
              "| set | split | iterations, K = 10 / 30 | CPU s, K = 10 / 30 | log evidence at the end, K = 10 / 30 | "
              "test log p (s = 0.2), K = 10 / 30 | CPU over SVGP's, K = 10 / 30 |", "|---|---|---|---|---|---|---|"]

@@ -90,3 +90,17 @@ def test_maximise_reports_a_stalled_run_as_converged(laplace_model, monkeypatch)
     stalled = pymc_gpc.fit(model, method="map", progressbar=False)
     assert stalled.n_iter == 3 and stalled.converged and "rose by less than" in stalled.message
     assert stalled.log_evidence != pytest.approx(exact.log_evidence, abs=1e-8)
+
+
+def test_the_kernel_change_survives_a_runaway_amplitude():
+    """``_runaway`` asks whether moving a coordinate changes the kernel: with log v0 near 375 (as
+    type-II ML on Crabs reached with 30 L-BFGS-B pairs) the entries are ~1e163 and their squares
+    overflow, so an unscaled Frobenius norm read NaN as no change and the runaway went unreported."""
+    K = np.exp(375.0) * np.array([[1.0, 0.3], [0.3, 1.0]])
+    with np.errstate(over="ignore", invalid="ignore"):
+        assert np.isnan(np.linalg.norm(np.exp(2.0) * K - K) / np.linalg.norm(K))  # the old form's failure
+    assert type2._scaled_change(K, np.exp(2.0) * K) == pytest.approx(np.exp(2.0) - 1.0, rel=1e-12)
+    assert type2._scaled_change(K, K) == 0.0
+    assert type2._scaled_change(K, K * np.inf) == np.inf  # further out the kernel overflows: changed
+    assert type2._scaled_change(np.zeros((2, 2)), np.zeros((2, 2))) == 0.0
+    assert type2._scaled_change(np.zeros((2, 2)), np.eye(2)) == np.inf
