@@ -237,19 +237,25 @@ def _runaway(objective, x, layout, point, value, model):
     the model still changes: moving such a coordinate out by ``RUNAWAY_STEP`` raises the
     objective (or keeps it within ``RUNAWAY_TOL``) while the kernels or likelihood parameters
     change by more than ``RUNAWAY_EFFECT`` (e.g. the amplitude on separable data). A
-    lengthscale gone to infinity leaves K unchanged and is not reported.
+    lengthscale gone to infinity leaves K unchanged and is not reported. Where the objective
+    cannot be evaluated further out (a log amplitude near 709 overflows the kernel), the
+    coordinate is reported if the objective rose over the last ``RUNAWAY_STEP`` on the way in.
     """
     names = _element_names(layout, model)
     here = unravel(x, layout, point)
     drifting = []
     for i in np.flatnonzero(np.abs(x) > RUNAWAY_LIMIT):
-        further = np.array(x, float)
-        further[i] += RUNAWAY_STEP * np.sign(x[i])
-        there = unravel(further, layout, point)
+        step = np.zeros_like(x, dtype=float)
+        step[i] = RUNAWAY_STEP * np.sign(x[i])
+        there = unravel(x + step, layout, point)
         if _relative_change(objective, here, there) < RUNAWAY_EFFECT:
             continue
         beyond, _, _ = objective.evidence_and_grad(there)
-        if np.isfinite(beyond) and beyond >= value - RUNAWAY_TOL:
+        if not np.isfinite(beyond):
+            inward, _, _ = objective.evidence_and_grad(unravel(x - step, layout, point))
+            if np.isfinite(inward) and inward <= value + RUNAWAY_TOL:
+                drifting.append(names[i])
+        elif beyond >= value - RUNAWAY_TOL:
             drifting.append(names[i])
     return drifting
 

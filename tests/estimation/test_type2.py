@@ -104,3 +104,45 @@ def test_the_kernel_change_survives_a_runaway_amplitude():
     assert type2._scaled_change(K, K * np.inf) == np.inf  # further out the kernel overflows: changed
     assert type2._scaled_change(np.zeros((2, 2)), np.zeros((2, 2))) == 0.0
     assert type2._scaled_change(np.zeros((2, 2)), np.eye(2)) == np.inf
+
+
+class _Overflowing:
+    """An objective in one log amplitude: rising towards 0 as it grows, evaluable only below
+    ``edge`` (beyond it the kernel overflows), with the kernel its exponential."""
+
+    def __init__(self, edge, peak=None):
+        self.edge, self.peak = edge, peak
+
+    def kernel_inputs(self, point):
+        with np.errstate(over="ignore"):
+            return [((np.exp(np.array([[float(point["log_amp"])]])),), np.zeros(0))], 0.0
+
+    def evidence_and_grad(self, point):
+        a = float(point["log_amp"])
+        if a >= self.edge:
+            return -np.inf, -np.inf, None
+        value = -np.exp(-a) if self.peak is None else -(a - self.peak) ** 2
+        return value, value, np.zeros(1)
+
+
+def _one_coordinate():
+    import types
+    from pymc_gpc.estimation.objective import ravel
+    variable = types.SimpleNamespace(name="log_amp")
+    point = {"log_amp": np.array(0.0)}
+    model = types.SimpleNamespace(named_vars_to_dims={}, coords={})
+    return ravel(point, [variable]), point, model
+
+
+@pytest.mark.parametrize("objective, at, reported", [
+    (_Overflowing(edge=709.0), 708.0, True),    # rising all the way to where it cannot be evaluated
+    (_Overflowing(edge=np.inf), 40.0, True),    # rising (within RUNAWAY_TOL of flat) further out
+    (_Overflowing(edge=np.inf, peak=40.0), 40.0, False),  # a finite optimum beyond RUNAWAY_LIMIT
+    (_Overflowing(edge=709.0, peak=700.0), 708.0, False),  # unevaluable further out, falling on the way in
+])
+def test_runaway_reports_a_coordinate_rising_to_where_the_model_overflows(objective, at, reported):
+    layout, point, model = _one_coordinate()
+    x = np.array([at])
+    value, _, _ = objective.evidence_and_grad({"log_amp": at})
+    names = type2._runaway(objective, x, layout, point, value, model)
+    assert names == (["log_amp"] if reported else [])
