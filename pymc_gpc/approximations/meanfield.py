@@ -63,6 +63,7 @@ Gaussian N(K alpha, (K^{-1} + W)^{-1}) with w_i = -gamma_i / (1 + gamma_i s_i^2)
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.optimize
 from ..numerics import lapack
 from ..structures.dense import chol_lower, inv_lower, latent_posterior
 from .ep import checked_dense_inputs
@@ -130,6 +131,29 @@ def _newton(K, s2, y, likelihood, th, alpha, tol, max_iter):
         alpha, t, r, merit = alpha + step * d, t_try, r_try, m_try
         change = merit[1]
     return alpha, it, change
+
+
+def _free_energy_ascent(Kinv, s2, y, likelihood, th, c, max_iter):
+    """alpha(c) at a maximum of -F over the cavity means c, by L-BFGS-B from ``c``: where
+    ``_newton`` stalls at a local minimum of its residual's norm rather than a root (the step
+    likelihood with label noise near epsilon = 0.5), the fixed point is a stationary point of
+    -F (eq. 7), which is bounded above by log p(D). With m = c + s2 alpha(c) and
+    gamma = d alpha / dc, the c-dependent part of -F (module docstring, Lambda s2^2 = s2) is
+    sum_i log Z_i - m^T K^{-1} m / 2 + sum_i s2_i alpha_i^2 / 2, with gradient
+    (1 + s2 gamma) (alpha - K^{-1} m): zero where m = K alpha, the fixed point (where
+    1 + s2_i gamma_i != 0). The caller's Newton iteration then polishes alpha(c)."""
+    def negative(c):
+        t = likelihood.tilted(y, c, s2, th)
+        m = c + s2 * t.dlog_z
+        r = Kinv @ m
+        value = np.sum(t.log_z) - 0.5 * m @ r + 0.5 * np.sum(s2 * t.dlog_z ** 2)
+        if not np.isfinite(value):
+            return np.inf, np.zeros_like(c)
+        return -value, -(1.0 + s2 * t.d2log_z) * (t.dlog_z - r)
+
+    res = scipy.optimize.minimize(negative, c, jac=True, method="L-BFGS-B",
+                                  options={"maxiter": 10 * max_iter, "ftol": 1e-15, "gtol": 1e-12})
+    return likelihood.tilted(y, res.x, s2, th).dlog_z
 
 
 def _inverse_and_logdet(K):
@@ -211,6 +235,10 @@ def _ensemble(K, y, likelihood, th, alpha, tol, max_iter, with_grad):
     lam = np.diag(Kinv).copy()
     s2 = 1.0 / lam
     alpha, sweeps, change = _newton(K, s2, y, likelihood, th, alpha, tol, max_iter)
+    if not change < tol and max_iter > 0:  # Newton stalled (a likelihood that is not log-concave)
+        alpha = _free_energy_ascent(Kinv, s2, y, likelihood, th, K @ alpha - s2 * alpha, max_iter)
+        alpha, more, change = _newton(K, s2, y, likelihood, th, alpha, tol, max_iter)
+        sweeps += more
 
     c = K @ alpha - s2 * alpha
     t = likelihood.tilted(y, c, s2, th)
