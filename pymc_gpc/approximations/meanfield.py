@@ -134,9 +134,10 @@ def _newton(K, s2, y, likelihood, th, alpha, tol, max_iter):
 
 
 def _free_energy_ascent(Kinv, s2, y, likelihood, th, c, max_iter):
-    """alpha(c) at a maximum of -F over the cavity means c, by L-BFGS-B from ``c``: where
-    ``_newton`` stalls at a local minimum of its residual's norm rather than a root (the step
-    likelihood with label noise near epsilon = 0.5), the fixed point is a stationary point of
+    """alpha(c) at a maximum of -F over the cavity means c, by L-BFGS-B from ``c`` (at most
+    10 ``max_iter`` iterations): for a likelihood that is not log-concave, where ``_newton``
+    stalls at a local minimum of its residual's norm rather than a root (the step likelihood
+    with label noise near epsilon = 0.5), the fixed point is a stationary point of
     -F (eq. 7), which is bounded above by log p(D). With m = c + s2 alpha(c) and
     gamma = d alpha / dc, the c-dependent part of -F (module docstring, Lambda s2^2 = s2) is
     sum_i log Z_i - m^T K^{-1} m / 2 + sum_i s2_i alpha_i^2 / 2, with gradient
@@ -147,9 +148,10 @@ def _free_energy_ascent(Kinv, s2, y, likelihood, th, c, max_iter):
         m = c + s2 * t.dlog_z
         r = Kinv @ m
         value = np.sum(t.log_z) - 0.5 * m @ r + 0.5 * np.sum(s2 * t.dlog_z ** 2)
-        if not np.isfinite(value):
+        grad = (1.0 + s2 * t.d2log_z) * (t.dlog_z - r)
+        if not (np.isfinite(value) and np.all(np.isfinite(grad))):
             return np.inf, np.zeros_like(c)
-        return -value, -(1.0 + s2 * t.d2log_z) * (t.dlog_z - r)
+        return -value, -grad
 
     res = scipy.optimize.minimize(negative, c, jac=True, method="L-BFGS-B",
                                   options={"maxiter": 10 * max_iter, "ftol": 1e-15, "gtol": 1e-12})
@@ -235,7 +237,8 @@ def _ensemble(K, y, likelihood, th, alpha, tol, max_iter, with_grad):
     lam = np.diag(Kinv).copy()
     s2 = 1.0 / lam
     alpha, sweeps, change = _newton(K, s2, y, likelihood, th, alpha, tol, max_iter)
-    if not change < tol and max_iter > 0:  # Newton stalled (a likelihood that is not log-concave)
+    if not change < tol and max_iter > 0 and not getattr(likelihood, "log_concave", True):
+        # Newton stalled on a likelihood that is not log-concave (its non-converged runs are rejected)
         alpha = _free_energy_ascent(Kinv, s2, y, likelihood, th, K @ alpha - s2 * alpha, max_iter)
         alpha, more, change = _newton(K, s2, y, likelihood, th, alpha, tol, max_iter)
         sweeps += more

@@ -238,8 +238,8 @@ def _runaway(objective, x, layout, point, value, model):
     objective (or keeps it within ``RUNAWAY_TOL``) while the kernels or likelihood parameters
     change by more than ``RUNAWAY_EFFECT`` (e.g. the amplitude on separable data). A
     lengthscale gone to infinity leaves K unchanged and is not reported. Where the objective
-    cannot be evaluated further out (a log amplitude near 709 overflows the kernel), the
-    coordinate is reported if the objective rose over the last ``RUNAWAY_STEP`` on the way in.
+    cannot be evaluated ``RUNAWAY_STEP`` further out (a log amplitude near 709 overflows the
+    kernel), the step is halved, down to ``RUNAWAY_STEP / 64``, until it can.
     """
     names = _element_names(layout, model)
     here = unravel(x, layout, point)
@@ -250,13 +250,14 @@ def _runaway(objective, x, layout, point, value, model):
         there = unravel(x + step, layout, point)
         if _relative_change(objective, here, there) < RUNAWAY_EFFECT:
             continue
-        beyond, _, _ = objective.evidence_and_grad(there)
-        if not np.isfinite(beyond):
-            inward, _, _ = objective.evidence_and_grad(unravel(x - step, layout, point))
-            if np.isfinite(inward) and inward <= value + RUNAWAY_TOL:
-                drifting.append(names[i])
-        elif beyond >= value - RUNAWAY_TOL:
-            drifting.append(names[i])
+        for _ in range(7):
+            beyond, _, _ = objective.evidence_and_grad(there)
+            if np.isfinite(beyond):
+                if beyond >= value - RUNAWAY_TOL:
+                    drifting.append(names[i])
+                break
+            step *= 0.5
+            there = unravel(x + step, layout, point)
     return drifting
 
 

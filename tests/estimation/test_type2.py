@@ -1,6 +1,7 @@
 """``estimation.type2.maximise``: the stall rule (a run ends once the objective has risen by
 less than ``STALL_TOL`` times its size over the last ``STALL_WINDOW`` L-BFGS-B
-iterations), and no point evaluated twice in a row."""
+iterations), no point evaluated twice in a row, and the runaway check (``_runaway``,
+``_scaled_change``) at amplitudes whose kernel overflows."""
 
 import numpy as np
 import pymc as pm
@@ -135,10 +136,11 @@ def _one_coordinate():
 
 
 @pytest.mark.parametrize("objective, at, reported", [
-    (_Overflowing(edge=709.0), 708.0, True),    # rising all the way to where it cannot be evaluated
+    (_Overflowing(edge=709.0), 708.0, True),    # rising up to where it cannot be evaluated (a halved step)
     (_Overflowing(edge=np.inf), 40.0, True),    # rising (within RUNAWAY_TOL of flat) further out
     (_Overflowing(edge=np.inf, peak=40.0), 40.0, False),  # a finite optimum beyond RUNAWAY_LIMIT
-    (_Overflowing(edge=709.0, peak=700.0), 708.0, False),  # unevaluable further out, falling on the way in
+    (_Overflowing(edge=709.0, peak=708.0), 708.0, False),  # a finite optimum just inside the overflow edge
+    (_Overflowing(edge=708.01, peak=None), 708.0, False),  # not evaluable within RUNAWAY_STEP / 64: not reported
 ])
 def test_runaway_reports_a_coordinate_rising_to_where_the_model_overflows(objective, at, reported):
     layout, point, model = _one_coordinate()
