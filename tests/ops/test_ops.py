@@ -792,6 +792,29 @@ def test_compiled_graphs_call_the_ep_engine_through_its_symbols(compiled_ep):
         assert engine not in llvm_ir
 
 
+def test_the_object_mode_steps_are_compiled_once_for_every_model(compiled_ep):
+    """The compiled function's object-mode steps (``dispatch._allocate_block``,
+    ``_fallback_block``) take the model's key as a plain string: the numba functions of two
+    models with different labels (two keys) compile them for one signature, not one more per
+    model (a literal key did: 54 signatures each after one run of the suite, ~0.5 s of
+    compilation per model and an on-disk index that grew with every model)."""
+    import numba
+    from pytensor.link.numba.dispatch.basic import numba_funcify
+
+    from pymc_gpc.backends.numba import dispatch
+
+    rng = np.random.default_rng(27)
+    for _ in range(2):
+        _, y = random_problem(rng, 12, d=2)
+        op = ApproxMarginalOp("ep", L.Probit)
+        node = op(pt.dmatrix("K"), pt.dvector("theta"), y)[0].owner
+        fn = numba_funcify(op, node)
+        fn.compile(tuple(numba.typeof(a) for a in (np.eye(12), np.zeros(0), y, np.zeros(0))))
+    for step in (dispatch._allocate_block, dispatch._fallback_block):
+        assert len(step.signatures) == 1
+        assert not any(isinstance(t, types.Literal) for t in step.signatures[0])
+
+
 def test_where_the_compiled_function_fails_the_op_performs(compiled_ep, monkeypatch):
     """Where ``compiled_ep``'s C function returns FAILED (what numba returns when its code
     raised), the Op's ``perform`` answers: the sampler gets the Python path's values, not

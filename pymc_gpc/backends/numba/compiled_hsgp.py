@@ -49,7 +49,7 @@ from ...numerics.product_to_sum import khatri_rao_rows
 from ...structures.dense import subtract_scaled_norms
 from ...structures.hsgp import PRIOR_VARIANCE_FLOOR
 from . import thread_state as ts
-from .registered import perform_registered, registered_op
+from .registered import perform_registered, registered_op, runtime_key
 
 SYMBOLS = ("pymc_gpc_compiled_hsgp_evaluate", "pymc_gpc_compiled_hsgp_store")
 # What ``evaluate_at`` returns (FAILED: numba's return value from a cfunc whose code raised).
@@ -601,9 +601,9 @@ def compiled_function(op, key, numba_njit, ret_sig):
                                    pc.ctypes, yc.ctypes, hc.ctypes, dS.ctypes, dth.ctypes, loo.ctypes, out.ctypes,
                                    tau.ctypes, nu.ctypes)
                 if code == NO_BLOCK:
-                    _allocate_block(key, n, p, q, M, D)
+                    _allocate_block(runtime_key(key), n, p, q, M, D)
                 elif code == NO_BASIS:
-                    if not _basis_block(key, Xc):
+                    if not _basis_block(runtime_key(key), Xc):
                         break
                 else:
                     break
@@ -612,7 +612,7 @@ def compiled_function(op, key, numba_njit, ret_sig):
                         np.asarray(np.int64(out[2])))
             if code == DECLINED:  # the Python path, from the warm start if any
                 log_z, dS2, dX2, dth2, loo2, n_iter, status, stored, tau2, nu2, change = _fallback_block(
-                    key, Sc, Xc, pc, yc, hc, out[HAS_START] > 0.0, tau, nu, out[FIRST_CHANGE])
+                    runtime_key(key), Sc, Xc, pc, yc, hc, out[HAS_START] > 0.0, tau, nu, out[FIRST_CHANGE])
                 if stored and tau2.size == n and nu2.size == n:
                     out[HAS_START], out[FIRST_CHANGE] = 1.0, change
                     store_at(h, n, p, q, hc.ctypes, tau2.ctypes, nu2.ctypes, out.ctypes)

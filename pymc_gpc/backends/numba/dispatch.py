@@ -27,7 +27,7 @@ from ...likelihoods.ordinal import ORDINAL_LIKELIHOODS
 from ...ops import ApproxMarginalOp, LatentPredictiveOp
 from . import thread_state
 from .compiled_hsgp import compiled_function as compiled_hsgp_function
-from .registered import OPS, numba_key, perform_registered, registered_op, release_if_unused
+from .registered import OPS, numba_key, perform_registered, registered_op, release_if_unused, runtime_key
 
 # Whether binary and ordinal EP's numba implementation is the compiled one (``compiled_ep``: no
 # Python, no GIL per evaluation) rather than the object-mode call of ``perform``; read when
@@ -185,13 +185,13 @@ def _compiled_ep_function(op, key, numba_njit, ret_sig):
                         tau.ctypes, nu.ctypes)
             code = evaluate_at(h, kind, n_params, tol, cold_tol, max_sweeps, n, p, q, *pointers)
             if code == C.NO_BLOCK:
-                _allocate_block(key, n, p, q)
+                _allocate_block(runtime_key(key), n, p, q)
                 code = evaluate_at(h, kind, n_params, tol, cold_tol, max_sweeps, n, p, q, *pointers)
             if code == C.DONE:
                 return np.asarray(out[0]), dK, dth, loo, np.asarray(np.int64(out[1])), np.asarray(np.int64(out[2]))
             if code != C.FAILED:  # declined, or no block (a full table): the Python path, from the warm start if any
                 log_z, dK2, dth2, loo2, n_iter, status, stored, tau2, nu2, change = _fallback_block(
-                    key, Kc, pc, yc, hc, code == C.DECLINED, out[C.HAS_START] > 0.0, tau, nu, out[C.FIRST_CHANGE])
+                    runtime_key(key), Kc, pc, yc, hc, code == C.DECLINED, out[C.HAS_START] > 0.0, tau, nu, out[C.FIRST_CHANGE])
                 if code == C.DECLINED and dK2.shape == (n, n) and dth2.size == q and loo2.size == n:
                     out[0], out[1], out[2], out[C.HAS_START], out[C.FIRST_CHANGE] = log_z, n_iter, status, stored, change
                     store_at(h, n, p, q, Kc.ctypes, pc.ctypes, yc.ctypes, hc.ctypes, dK2.ctypes, dth2.ctypes,

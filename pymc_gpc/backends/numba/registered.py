@@ -10,6 +10,7 @@ compiled-path blocks are released once no Op of its key is alive (``release_if_u
 import hashlib
 
 import numpy as np
+from numba.extending import overload
 
 from ..._numba_cache import cache_key
 from . import thread_state
@@ -50,3 +51,16 @@ def release_if_unused(key):
     finalizer: the release itself waits for the next block made, ``release_later``)."""
     if not any(ref() is not None for ref, _ in OPS.get(key, ())):
         thread_state.release_later(key)
+
+
+def runtime_key(key):
+    """``key`` itself; in compiled code, typed as a plain string rather than as the literal
+    string a closure's key is frozen to, so that the module-level object-mode steps
+    (``dispatch._fallback_block``, ``compiled_hsgp._fallback_block``, ...) are compiled and
+    cached once, not once more for every model's key."""
+    return key
+
+
+@overload(runtime_key)
+def _runtime_key(key):
+    return lambda key: key  # overloads are typed on non-literal arguments first

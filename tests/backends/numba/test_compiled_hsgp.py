@@ -8,6 +8,7 @@ import pymc as pm
 import pytensor
 import pytensor.tensor as pt
 import pytest
+from numba import types
 
 import pymc_gpc
 from pymc_gpc import likelihoods as L
@@ -243,3 +244,19 @@ def test_shared_blocks_are_found_replaced_and_released():
     assert block.size == thread_state.warm_length(3, 2, 1) < thread_state.block_length(3, 2, 1)
     thread_state.release(key)
     assert thread_state.find_shared_block(h, 3, 2, 1).size == 0 and thread_state.find_block(h, 3, 2, 1).size == 0
+
+
+def test_the_object_mode_steps_are_compiled_once_for_every_model(compiled):
+    """The HSGP function's object-mode steps (``compiled_hsgp._allocate_block``,
+    ``_basis_block``, ``_fallback_block``) take the model's key as a plain string: two models
+    with different labels (two keys) compile each of them for one signature, not one more per
+    model (``registered.runtime_key``)."""
+    from pymc_gpc.backends.numba import compiled_hsgp
+
+    X, y = _problem(2)
+    for labels in (y, -y):
+        _, (f_numba, _), _ = _functions(L.Probit, X, labels, M_2D)
+        f_numba(_variances(LaplacianBasis(X, M_2D, c=1.5), 2, 0.0, 0.0), np.zeros(0), np.zeros(2))
+    for step in (compiled_hsgp._allocate_block, compiled_hsgp._basis_block, compiled_hsgp._fallback_block):
+        assert len(step.signatures) == 1
+        assert not any(isinstance(t, types.Literal) for t in step.signatures[0])
