@@ -304,7 +304,7 @@ def ep(
     forecast = np.inf if state is None else state.first_change
     dense = isinstance(prior, DensePrior)
     K = prior.K if dense else None
-    concave = getattr(likelihood, "log_concave", True)
+    concave = likelihood.log_concave
     if dense and not concave:
         prior = IndefiniteSitePrior(K)
     if dense and concave and method == "parallel" and np.min(tau, initial=0.0) >= 0.0:

@@ -237,7 +237,7 @@ def _ensemble(K, y, likelihood, th, alpha, tol, max_iter, with_grad):
     lam = np.diag(Kinv).copy()
     s2 = 1.0 / lam
     alpha, sweeps, change = _newton(K, s2, y, likelihood, th, alpha, tol, max_iter)
-    if not change < tol and max_iter > 0 and not getattr(likelihood, "log_concave", True):
+    if not change < tol and max_iter > 0 and not likelihood.log_concave:
         # Newton stalled on a likelihood that is not log-concave (its non-converged runs are rejected)
         alpha = _free_energy_ascent(Kinv, s2, y, likelihood, th, K @ alpha - s2 * alpha, max_iter)
         alpha, more, change = _newton(K, s2, y, likelihood, th, alpha, tol, max_iter)

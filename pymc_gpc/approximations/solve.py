@@ -12,7 +12,7 @@ import numpy as np
 from .registry import APPROXIMATIONS, get
 from .result import WarmStartMismatch
 
-__all__ = ["solve", "solve_with_retries", "highest_converged", "log_concave", "default_retries", "prediction_options", "max_log_evidence"]
+__all__ = ["solve", "solve_with_retries", "highest_converged", "default_retries", "prediction_options", "max_log_evidence"]
 
 
 def prediction_options(options):
@@ -54,14 +54,6 @@ def default_retries(approximation, options):
     return get(approximation).retry_schedule(options)
 
 
-def log_concave(lik):
-    """Whether ``lik`` is log-concave in f (its ``log_concave``, True unless it says otherwise):
-    then EP's and Laplace's fixed point is unique. The step likelihood with label noise is
-    not; on duplicated inputs with conflicting labels its EP has several fixed points, or
-    none that a schedule reaches (``highest_converged``)."""
-    return getattr(lik, "log_concave", True)
-
-
 def highest_converged(approximation, K, y, lik, params, options, schedule):
     """The rule for a likelihood that is not log-concave: every run of the schedule (``options``,
     then each retry, all cold), and of the converged runs with a finite value the one with the
@@ -97,7 +89,7 @@ def solve_with_retries(approximation, K, y, lik, params, state, options, retry_o
     log-concave runs ``highest_converged`` instead.
     """
     schedule = default_retries(approximation, options) if retry_options is None else retry_options
-    if not log_concave(lik):
+    if not lik.log_concave:
         return highest_converged(approximation, K, y, lik, params, options, schedule)
     retries = 0
     result = None

@@ -337,6 +337,10 @@ class Likelihood:
 
     param_names: tuple = ()
     supports_laplace = True
+    # log p(y | f) concave in f: EP's and Laplace's fixed point is unique. A likelihood that is
+    # not (``StepLabelNoise``) says so, and the solvers take every schedule's run and keep the
+    # converged one with the highest evidence (``approximations.solve.highest_converged``).
+    log_concave = True
     site_kernels = None  # a SiteKernels, set by every concrete likelihood
     kind = None  # set from site_kernels by __init_subclass__
     # p(y | f) <= 1 for discrete labels, so log p(y) <= 0: an approximate log evidence above

@@ -45,7 +45,7 @@ def compiles_ep(op):
     return (COMPILED_EP and isinstance(op, ApproxMarginalOp) and op.structure.compiled_ep_loop
             and registry.solver_for(op.approximation, op.likelihood_type).compiled_loop
             and op.likelihood_type in LIKELIHOODS + ORDINAL_LIKELIHOODS
-            and getattr(op.likelihood_type, "log_concave", True)
+            and op.likelihood_type.log_concave
             and dict(op.options).keys() <= {"tol", "max_sweeps"})
 
 
@@ -59,7 +59,7 @@ def compiles_hsgp(op):
             and getattr(structure, "box", None) is not None and structure.box[0] != "periodic"
             and registry.solver_for(op.approximation, op.likelihood_type).compiled_loop
             and op.likelihood_type in LIKELIHOODS + ORDINAL_LIKELIHOODS
-            and getattr(op.likelihood_type, "log_concave", True)
+            and op.likelihood_type.log_concave
             and dict(op.options).keys() <= {"tol", "max_sweeps"})
 
 
