@@ -44,7 +44,7 @@ from pytensor.graph.basic import Apply
 from pytensor.graph.op import Op
 
 from ._numba_cache import cache_key
-from .numerics import lapack
+from .numerics import lapack, plain
 from .numerics.special import exp_inplace
 from .numerics.workspace import POOL
 
@@ -335,7 +335,8 @@ class ARDKernelOp(Op):
     def perform(self, node, inputs, output_storage):
         X, Xs, l, v0, v1, v2 = inputs
         K, E = _kernel_outputs(X.shape[0], Xs.shape[0])
-        ard_kernel(K, E, X, Xs, l, float(v0), float(v1), float(v2), np.array(self.discrete), self.symmetric)
+        ard_kernel(K, E, plain(X), plain(Xs), plain(l), float(v0), float(v1), float(v2), np.array(self.discrete),
+                   self.symmetric)
         output_storage[0][0] = K
         output_storage[1][0] = E
 
@@ -377,7 +378,7 @@ class ARDKernelPullbackOp(Op):
         return Apply(self, ins, [pt.dvector(), pt.dscalar(), pt.dscalar(), pt.dscalar()])
 
     def perform(self, node, inputs, output_storage):
-        s, s_ge, s_g, tr_g = distance_pullback(*inputs, np.array(self.discrete))
+        s, s_ge, s_g, tr_g = distance_pullback(*(plain(a) for a in inputs), np.array(self.discrete))
         output_storage[0][0] = s
         for k, v in enumerate((s_ge, s_g, tr_g), start=1):
             output_storage[k][0] = np.asarray(v)
@@ -433,7 +434,8 @@ class ARDMatern52Op(Op):
 
     def perform(self, node, inputs, output_storage):
         X, Xs, l, v0, v1, v2 = inputs
-        outs = matern52_kernel(X, Xs, l, float(v0), float(v1), float(v2), np.array(self.discrete), self.symmetric)
+        outs = matern52_kernel(plain(X), plain(Xs), plain(l), float(v0), float(v1), float(v2), np.array(self.discrete),
+                               self.symmetric)
         for k, v in enumerate(outs):
             output_storage[k][0] = v
 
@@ -461,7 +463,10 @@ class ARDMatern52Op(Op):
 def _register_numba():
     """Compiled versions of the two Ops, in nopython mode (no Python, no GIL, per call) but
     for the allocation of an ARD kernel's outputs of at least the pool's ``min_bytes`` each
-    (``_kernel_outputs``, one object-mode call)."""
+    (``_kernel_outputs``, one object-mode call). They hand the kernels the argument types
+    ``perform`` does (C-contiguous, writable arrays, ``numerics.plain``; a plain bool), so that
+    numba compiles each kernel once, not once more for each layout, read-only flag (PyTensor's
+    constants, the closure's mask) or literal ``symmetric``."""
     try:
         from pytensor.link.numba.dispatch.basic import numba_njit, register_funcify_and_cache_key
     except ImportError:  # pragma: no cover - numba backend unavailable
@@ -480,7 +485,8 @@ def _register_numba():
                     K, E = _kernel_outputs(n, m)
             else:  # small: numba's allocator, without entering Python
                 K, E = np.empty((n, m)), np.empty((n, m))
-            ard_kernel(K, E, X, Xs, l, v0[()], v1[()], v2[()], discrete, symmetric)
+            ard_kernel(K, E, np.ascontiguousarray(X), np.ascontiguousarray(Xs), np.ascontiguousarray(l), v0[()],
+                       v1[()], v2[()], np.ascontiguousarray(discrete), np.bool_(symmetric))  # as ``perform``'s types
             return K, E
 
         return ard_kernel_op, cache_key("ARDKernelOp", op.discrete, op.symmetric, pooled)
@@ -491,7 +497,9 @@ def _register_numba():
 
         @numba_njit
         def ard_kernel_pullback(G, E, X, Xs):
-            s, s_ge, s_g, tr_g = distance_pullback(G, E, X, Xs, discrete)
+            s, s_ge, s_g, tr_g = distance_pullback(np.ascontiguousarray(G), np.ascontiguousarray(E),
+                                                   np.ascontiguousarray(X), np.ascontiguousarray(Xs),
+                                                   np.ascontiguousarray(discrete))
             return s, np.asarray(s_ge), np.asarray(s_g), np.asarray(tr_g)
 
         return ard_kernel_pullback, cache_key("ARDKernelPullbackOp", op.discrete)
@@ -502,7 +510,8 @@ def _register_numba():
 
         @numba_njit
         def ard_matern52(X, Xs, l, v0, v1, v2):
-            return matern52_kernel(X, Xs, l, v0[()], v1[()], v2[()], discrete, symmetric)
+            return matern52_kernel(np.ascontiguousarray(X), np.ascontiguousarray(Xs), np.ascontiguousarray(l), v0[()],
+                                   v1[()], v2[()], np.ascontiguousarray(discrete), np.bool_(symmetric))
 
         return ard_matern52, cache_key("ARDMatern52Op", op.discrete, op.symmetric)
 

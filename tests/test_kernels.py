@@ -476,3 +476,35 @@ def test_compiled_kernel_outputs_pooled_or_not_are_the_definition(tiled_case, mo
     np.testing.assert_allclose(first[1], E_want, rtol=1e-12)
     np.testing.assert_allclose(first[0], 1.7 * E_want + 0.3, rtol=1e-12)
     assert not np.shares_memory(first[0], second[0]) and not np.shares_memory(first[1], second[1])
+
+
+def test_both_linkers_compile_each_kernel_for_one_signature():
+    """The ARD Ops hand their numba kernels C-contiguous, writable arrays and a plain bool under
+    the numba and the Python linker alike, whatever the layout and read-only flag of X (a
+    graph constant, in the user's order) and whether the kernel is symmetric: numba compiles
+    ``ard_kernel``, ``distance_pullback`` and ``matern52_kernel`` for these graphs once each
+    (they had 11, 14 and 4 signatures after a run of the suite: PyTensor's read-only
+    constants, transposed inputs, the closure's read-only mask, a literal ``symmetric``)."""
+    from numba import types
+    from pytensor.compile.mode import Mode
+
+    from pymc_gpc import kernels
+
+    rng = np.random.default_rng(31)
+    X = _mixed_data(rng, 9)
+    new = {k: set(getattr(kernels, k).signatures) for k in ("ard_kernel", "distance_pullback", "matern52_kernel")}
+    p = pt.dvector("p")
+    for linker in ("numba", "py"):
+        for data in (X, np.asfortranarray(X)):
+            for form in ("se", "matern52"):
+                k = MixedARD(3, v0=pt.exp(p[3]), l=pt.exp(p[:3]), discrete=[1], form=form)
+                target = pt.sum(k(data)) + pt.sum(k(data, data[:4] * 0.5))
+                f = pytensor.function([p], [target, pytensor.grad(target, p)], mode=Mode(linker=linker))
+                assert np.all(np.isfinite(f(np.array([0.3, -0.5, 1.1, 0.2]))[1]))
+    for name, before in new.items():
+        added = set(getattr(kernels, name).signatures) - before
+        assert len(added) <= 1, (name, added)
+        for sig in added:
+            for t in sig:
+                assert not isinstance(t, types.Literal), (name, sig)
+                assert not isinstance(t, types.Array) or (t.layout == "C" and t.mutable), (name, sig)
