@@ -434,13 +434,14 @@ def checked_inputs(K, y, likelihood, params):
 
 
 def checked_dense_inputs(K, y, likelihood, params):
-    """(C-contiguous K, y as -1.0 / +1.0 (one class allowed), checked parameters) of a solver on a
-    dense K (``adf``, ``meanfield``); ValueError naming the bad input.
+    """(K, y as -1.0 / +1.0 (one class allowed), checked parameters) of a solver on a dense K
+    (``adf``, ``meanfield``), each C-contiguous and writable (``plain``: one compiled
+    specialisation, where PyTensor's constants are read-only); ValueError naming the bad input.
     """
     y = as_signed_labels(y, require_both=False)
-    K = np.ascontiguousarray(check_kernel_matrix(K, y.shape[0]))
+    K = check_kernel_matrix(K, y.shape[0])
     th = likelihood.check_params(likelihood.resolve_params(params))
-    return K, y, th
+    return plain(np.asarray(K, dtype=float)), plain(y), plain(th)
 
 
 def _prior_structure(K, n):

@@ -47,6 +47,8 @@ from numba import njit
 from numba.core.dispatcher import Dispatcher
 from numba.extending import overload
 
+from ..numerics import plain
+
 # Gauss-Hermite rule for expectations of log p(y | f) under a Gaussian (``expected_log_lik``).
 _GH_NODES, _GH_WEIGHTS = np.polynomial.hermite.hermgauss(128)
 
@@ -419,14 +421,16 @@ class Likelihood:
 
     def tilted(self, y, mu, s2, params=None):
         r"""EP tilted moments at cavities :math:`N(\mu_i, s^2_i)`; see the module docstring."""
-        out = tilted_map(self.kind, y, np.asarray(mu, float), np.asarray(s2, float), self.resolve_params(params))
+        out = tilted_map(self.kind, plain(np.asarray(y, float)), plain(np.asarray(mu, float)), plain(np.asarray(s2, float)),
+                         plain(self.resolve_params(params)))  # one compiled specialisation (``plain``)
         return TiltedMoments(out, self.n_params)
 
     def log_lik(self, y, f, params=None):
         r""":math:`\log p(y_i \mid f_i)` with its f-derivatives to third order (Laplace)."""
         if not self.supports_laplace:
             raise ValueError(laplace_unsupported_message(self))
-        out = log_lik_map(self.kind, y, np.asarray(f, float), self.resolve_params(params))
+        out = log_lik_map(self.kind, plain(np.asarray(y, float)), plain(np.asarray(f, float)),
+                          plain(self.resolve_params(params)))
         return LogLikDerivatives(out, self.n_params)
 
     def expected_log_lik(self, y, mu, s2, params=None):

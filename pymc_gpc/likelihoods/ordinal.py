@@ -30,6 +30,7 @@ from numba import njit
 
 from ..numerics.logit_tilted import GL_NODES, GL_WEIGHTS, GRADE, N_SD, bracketed_newton_step
 
+from ..numerics import plain
 from ..numerics.special import inv_mills, log_ndtr, log_sigmoid, sigmoid
 from .base import PREDICT_VARIANCE_FLOOR, Likelihood, LogLikDerivatives, SiteKernels, TiltedMoments, _is_symbolic, log_lik_map, tilted_map
 
@@ -530,8 +531,8 @@ class OrdinalLikelihood(Likelihood):
     def tilted(self, y, mu, s2, params=None):
         r"""EP tilted moments at cavities :math:`N(\mu_i, s^2_i)`, with
         :math:`\partial \log Z_i / \partial \theta` as an (n, p) array."""
-        th = self.resolve_params(params)
-        y, mu, s2 = (np.ascontiguousarray(a, dtype=float).reshape(-1) for a in (y, mu, s2))
+        th = plain(self.resolve_params(params))
+        y, mu, s2 = (plain(np.asarray(a, dtype=float).reshape(-1)) for a in (y, mu, s2))
         out = tilted_map(self.kind, y, mu, s2, th)
         return TiltedMoments(out, th.size, ordinal_tilted_dparams(self.logit, y, mu, s2, th))
 
@@ -544,8 +545,8 @@ class OrdinalLikelihood(Likelihood):
     def log_lik(self, y, f, params=None):
         r""":math:`\log p(y_i \mid f_i)` with its f-derivatives to third order and the
         :math:`\theta`-derivatives of the first three (Laplace)."""
-        th = self.resolve_params(params)
-        y, f = (np.ascontiguousarray(a, dtype=float).reshape(-1) for a in (y, f))
+        th = plain(self.resolve_params(params))
+        y, f = (plain(np.asarray(a, dtype=float).reshape(-1)) for a in (y, f))
         out = log_lik_map(self.kind, y, f, th)
         return LogLikDerivatives(out, th.size, ordinal_log_lik_dparams(self.logit, y, f, th))
 
@@ -553,8 +554,8 @@ class OrdinalLikelihood(Likelihood):
         r"""(n*, K) class probabilities :math:`p(y_* = k \mid \mu_*, s^2_*) = Z_k`, the likelihood
         of class k averaged over :math:`N(\mu_*, s^2_*)` (Chu & Ghahramani 2005, eq. 20); rows
         sum to one."""
-        th = self.resolve_params(params)
-        mu = np.asarray(mu, dtype=float).reshape(-1)
+        th = plain(self.resolve_params(params))
+        mu = plain(np.asarray(mu, dtype=float).reshape(-1))
         s2 = np.maximum(np.asarray(s2, dtype=float).reshape(-1), PREDICT_VARIANCE_FLOOR)
         k = self.n_classes_of(th)
         cols = [np.exp(tilted_map(self.kind, np.full(mu.size, float(c)), mu, s2, th)[0]) for c in range(k)]

@@ -154,7 +154,8 @@ def triangular_left(T, B, alpha, transpose, solve):
     _check_fortran(T)
     _check_fortran(B)
     n, m = B.shape
-    _triangular_times(_L, solve, alpha, T, 0, 0, B, 0, 0, n, m, transpose)
+    zero = np.int64(0)  # typed arguments, not literals: ``_triangular_times`` compiles once per precision
+    _triangular_times(np.uint8(_L), np.bool_(solve), alpha, T, zero, zero, B, zero, zero, n, m, np.bool_(transpose))
 
 
 @njit(nogil=True, cache=True)
@@ -187,8 +188,9 @@ def inv_lower(a):
         jb = min(_INV_BLOCK, n - j)
         rest = n - j - jb
         if rest > 0:
-            _triangular_times(_L, False, 1.0, a, j + jb, j + jb, a, j + jb, j, rest, jb)
-            _triangular_times(_R, True, -1.0, a, j, j, a, j + jb, j, rest, jb)
+            _triangular_times(np.uint8(_L), np.bool_(False), 1.0, a, j + jb, j + jb, a, j + jb, j, rest, jb,
+                              np.bool_(False))
+            _triangular_times(np.uint8(_R), np.bool_(True), -1.0, a, j, j, a, j + jb, j, rest, jb, np.bool_(False))
         nb[0] = jb
         at = a.ctypes.data + a.itemsize * (j + j * n)
         if a.itemsize == 4:

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
+import pymc_gpc
 from pymc_gpc import likelihoods as L
 from pymc_gpc.validation import as_signed_labels
 
@@ -102,3 +103,38 @@ def test_step_has_no_laplace_and_says_so():
     with pytest.raises(ValueError, match="no Laplace approximation"):
         L.StepLabelNoise(0.1).log_lik(np.ones(2), np.zeros(2))
 
+
+
+def test_read_only_inputs_add_no_compiled_specialisation():
+    """PyTensor hands ``perform`` its constants read-only. The likelihoods' site maps, ADF and
+    the mean field pass their array arguments on as C-contiguous, writable arrays
+    (``numerics.plain``), so read-only inputs run the functions numba already compiled for
+    writable ones instead of compiling them again (2 to 5 CPU-s each)."""
+    from pymc_gpc.approximations import adf as adf_module
+    from pymc_gpc.likelihoods import base
+
+    def read_only(a):
+        a = np.array(a, dtype=float)
+        a.setflags(write=False)
+        return a
+
+    rng = np.random.default_rng(41)
+    X = rng.normal(size=(12, 2))
+    K = np.exp(-0.5 * ((X[:, None] - X[None]) ** 2).sum(-1)) + 1e-6 * np.eye(12)
+    y = np.where(X[:, 0] > 0, 1.0, -1.0)
+    mu, s2, f = rng.normal(size=12), rng.uniform(0.5, 2.0, 12), rng.normal(size=12)
+    ordinal, labels = L.OrderedProbit([-0.5, 0.5]), rng.integers(0, 3, 12).astype(float)
+    compiled = (base.tilted_map, base.log_lik_map, adf_module._steps)
+
+    def run(wrap):
+        lik = L.ProbitNoise(wrap([0.7]))
+        lik.tilted(wrap(y), wrap(mu), wrap(s2))
+        lik.log_lik(wrap(y), wrap(f))
+        ordinal.tilted(wrap(labels), wrap(mu), wrap(s2))
+        ordinal.log_lik(wrap(labels), wrap(f))
+        return pymc_gpc.adf(wrap(K), wrap(y), lik).log_z
+
+    writable = run(np.asarray)
+    before = [set(fn.signatures) for fn in compiled]
+    assert run(read_only) == writable
+    assert [set(fn.signatures) for fn in compiled] == before
