@@ -126,7 +126,7 @@ def _product_distance(X, Xs, l, cols, symmetric, out):
         for j in range(m):
             r[j] += lc[c] * B[j, c] * B[j, c]
     P = out.T  # Fortran (m, n): P^T = B (diag(l) A)^T, so P.T is C-ordered (n, m)
-    lapack.gemm(1.0, B, A, 0.0, P, True)
+    lapack.gemm(1.0, B, A, 0.0, P, np.bool_(True))  # typed, not a literal: one compilation of gemm
     D = P.T
     lo, hi = min(lc.min(), 0.0), max(lc.max(), 0.0)
     for i in range(n):
@@ -227,7 +227,7 @@ def _product_pullback(A, X, Xs, cols, row_sums, col_sums):
     k = cols.shape[0]
     Xc, Xsc = _centred_columns(X, Xs, cols)
     N = np.empty((k, Xs.shape[0])).T  # Fortran (m, k)
-    lapack.gemm(1.0, A.T, Xc, 0.0, N, False)  # A.T of the C-ordered A is Fortran-ordered
+    lapack.gemm(1.0, A.T, Xc, 0.0, N, np.bool_(False))  # A.T of the C-ordered A is Fortran-ordered
     s = np.zeros(k)
     for c in range(k):
         acc = 0.0

@@ -217,7 +217,7 @@ def subtract_scaled_norms(T, solve, M, scale, columns, out):
         j = columns[c]
         for i in range(n):
             C[i, c] = scale[i] * M[i, j]
-    lapack.triangular_left(T, C, 1.0, False, solve)
+    lapack.triangular_left(T, C, 1.0, np.bool_(False), solve)  # typed, not a literal
     for c in range(k):
         acc = 0.0
         for i in range(n):
@@ -241,7 +241,7 @@ def marginal_variances(K, w, sw, Li):
         else:
             direct[n_direct] = j
             n_direct += 1
-    subtract_scaled_norms(Li, False, K, sw, direct[:n_direct], out)
+    subtract_scaled_norms(Li, np.bool_(False), K, sw, direct[:n_direct], out)
     for j in range(n):
         out[j] = max(out[j], _MIN_RELATIVE_VAR * max(K[j, j], 1e-300))
     return out

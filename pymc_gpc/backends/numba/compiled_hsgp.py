@@ -280,7 +280,7 @@ def _projected_R_diag(S, s, H, L, A_inv):
         else:
             direct[k] = j
             k += 1
-    subtract_scaled_norms(L, True, H, s, direct[:k], Q)
+    subtract_scaled_norms(L, np.bool_(True), H, s, direct[:k], Q)
     return Q
 
 
