@@ -378,7 +378,9 @@ class ARDKernelPullbackOp(Op):
         return Apply(self, ins, [pt.dvector(), pt.dscalar(), pt.dscalar(), pt.dscalar()])
 
     def perform(self, node, inputs, output_storage):
-        s, s_ge, s_g, tr_g = distance_pullback(*(plain(a) for a in inputs), np.array(self.discrete))
+        G, E, X, Xs = inputs
+        G = G if G.flags.f_contiguous and G.flags.writeable else plain(G)  # read in either order: no copy
+        s, s_ge, s_g, tr_g = distance_pullback(G, plain(E), plain(X), plain(Xs), np.array(self.discrete))
         output_storage[0][0] = s
         for k, v in enumerate((s_ge, s_g, tr_g), start=1):
             output_storage[k][0] = np.asarray(v)

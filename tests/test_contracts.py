@@ -113,7 +113,7 @@ class _NoExpectation(L.Probit):
 class _TiltedWithoutVariance:
     """A duck-typed likelihood whose ``tilted`` drops the cavity variance."""
 
-    kind, param_names, supports_laplace, n_params, params = 0, (), True, 0, np.zeros(0)
+    kind, param_names, supports_laplace, log_concave, n_params, params = 0, (), True, True, 0, np.zeros(0)
 
     def params_tensor(self): ...
     def check_params(self, params): ...

@@ -484,7 +484,11 @@ def test_both_linkers_compile_each_kernel_for_one_signature():
     graph constant, in the user's order) and whether the kernel is symmetric: numba compiles
     ``ard_kernel``, ``distance_pullback`` and ``matern52_kernel`` for these graphs once each
     (they had 11, 14 and 4 signatures after a run of the suite: PyTensor's read-only
-    constants, transposed inputs, the closure's read-only mask, a literal ``symmetric``)."""
+    constants, transposed inputs, the closure's read-only mask, a literal ``symmetric``). The
+    pullback reads a Fortran-ordered cotangent G as it is (the Python linker's usual one), so
+    ``distance_pullback`` may have a second signature, differing in G's layout only. PyTensor's
+    graph cache is off, so that the numba linker compiles (a cached graph calls no kernel
+    through its dispatcher)."""
     from numba import types
     from pytensor.compile.mode import Mode
 
@@ -499,12 +503,14 @@ def test_both_linkers_compile_each_kernel_for_one_signature():
             for form in ("se", "matern52"):
                 k = MixedARD(3, v0=pt.exp(p[3]), l=pt.exp(p[:3]), discrete=[1], form=form)
                 target = pt.sum(k(data)) + pt.sum(k(data, data[:4] * 0.5))
-                f = pytensor.function([p], [target, pytensor.grad(target, p)], mode=Mode(linker=linker))
+                with pytensor.config.change_flags(numba__cache=False):
+                    f = pytensor.function([p], [target, pytensor.grad(target, p)], mode=Mode(linker=linker))
                 assert np.all(np.isfinite(f(np.array([0.3, -0.5, 1.1, 0.2]))[1]))
     for name, before in new.items():
         added = set(getattr(kernels, name).signatures) - before
-        assert len(added) <= 1, (name, added)
+        assert len(added) <= (2 if name == "distance_pullback" else 1), (name, added)
         for sig in added:
-            for t in sig:
+            for k, t in enumerate(sig):
                 assert not isinstance(t, types.Literal), (name, sig)
-                assert not isinstance(t, types.Array) or (t.layout == "C" and t.mutable), (name, sig)
+                layouts = "CF" if name == "distance_pullback" and k == 0 else "C"
+                assert not isinstance(t, types.Array) or (t.layout in layouts and t.mutable), (name, sig)

@@ -377,7 +377,7 @@ def ep_warm(K, y, likelihood, th, state, tol, max_sweeps=300, rough_ok=True):
     ``ep`` would return, when the compiled loop converged with finite outputs; None otherwise
     (the caller then runs ``ep``). ``rough_ok=False``: no single-precision sweeps.
     """
-    if not getattr(likelihood, "log_concave", True):  # every run of the schedule: solve.highest_converged
+    if not likelihood.log_concave:  # every run of the schedule: solve.highest_converged
         return None
     n = y.shape[0]
     tau, nu = (np.zeros(n), np.zeros(n)) if state is None else (state.tau.copy(), state.nu.copy())
@@ -441,7 +441,7 @@ def checked_dense_inputs(K, y, likelihood, params):
     y = as_signed_labels(y, require_both=False)
     K = check_kernel_matrix(K, y.shape[0])
     th = likelihood.check_params(likelihood.resolve_params(params))
-    return plain(np.asarray(K, dtype=float)), plain(y), plain(th)
+    return plain(K), plain(y), plain(th)
 
 
 def _prior_structure(K, n):

@@ -499,11 +499,15 @@ class BinaryLikelihood(Protocol):
     param_names : names of theta's entries (messages; ``n_params`` of them).
     supports_laplace : whether ``log_lik`` exists (False for a likelihood piecewise constant
         in f, whose mode and Hessian Laplace's method needs do not exist).
+    log_concave : whether log p(y | f) is concave in f (``Likelihood.log_concave``); where it
+        is not, the solvers run every schedule cold and keep the converged run of highest
+        evidence (``approximations.solve.highest_converged``).
     """
 
     kind: int
     param_names: tuple
     supports_laplace: bool
+    log_concave: bool
 
     @property
     def n_params(self) -> int:

@@ -171,7 +171,7 @@ class MulticlassLikelihood:
     approximations: tuple = ()
     param_names: tuple = ()
     n_params = 0
-    log_concave = True  # as ``Likelihood.log_concave``: softmax and the multinomial probit are
+    log_concave = True  # as ``Likelihood.log_concave``: softmax and the multinomial probit are log-concave in f
     n_draws = 4096  # draws for Gaussian expectations (``predict``)
     predictives = ("integrate", "mean")  # what ``predict`` can return (its docstring)
     predictive = "integrate"  # the default (set per subclass, by the measurements there)

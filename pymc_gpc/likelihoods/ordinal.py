@@ -28,9 +28,8 @@ import math
 import numpy as np
 from numba import njit
 
-from ..numerics.logit_tilted import GL_NODES, GL_WEIGHTS, GRADE, N_SD, bracketed_newton_step
-
 from ..numerics import plain
+from ..numerics.logit_tilted import GL_NODES, GL_WEIGHTS, GRADE, N_SD, bracketed_newton_step
 from ..numerics.special import inv_mills, log_ndtr, log_sigmoid, sigmoid
 from .base import PREDICT_VARIANCE_FLOOR, Likelihood, LogLikDerivatives, SiteKernels, TiltedMoments, _is_symbolic, log_lik_map, tilted_map
 

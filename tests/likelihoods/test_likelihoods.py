@@ -104,7 +104,6 @@ def test_step_has_no_laplace_and_says_so():
         L.StepLabelNoise(0.1).log_lik(np.ones(2), np.zeros(2))
 
 
-
 def test_read_only_inputs_add_no_compiled_specialisation():
     """PyTensor hands ``perform`` its constants read-only. The likelihoods' site maps, ADF and
     the mean field pass their array arguments on as C-contiguous, writable arrays

@@ -128,13 +128,16 @@ def test_the_triangular_block_product_is_compiled_without_literal_arguments():
     """``triangular_left`` and the blocked ``inv_lower`` call ``_triangular_times`` with typed
     side, flags and offsets, not literals: numba compiles it once per precision and layout,
     not once more for each caller's constants (15 signatures after a run of the suite)."""
+    import numba
     from numba import types
 
+    # fresh, uncached copies of the callers: the cached ones would not type their calls again
+    triangular_left, inv_lower = (numba.njit(f.py_func) for f in (lapack.triangular_left, lapack.inv_lower))
     rng = np.random.default_rng(6)
     for dtype in (np.float64, np.float32):
         T = np.asfortranarray(np.tril(rng.normal(size=(70, 70))) + 9 * np.eye(70), dtype=dtype)
-        lapack.triangular_left(T, np.asfortranarray(rng.normal(size=(70, 3)), dtype=dtype), 1.0, False, True)
-        assert lapack.inv_lower(T.copy(order="F")) == 0  # n > its block: the dtrmm / dtrsm steps
+        triangular_left(T, np.asfortranarray(rng.normal(size=(70, 3)), dtype=dtype), 1.0, False, True)
+        assert inv_lower(T.copy(order="F")) == 0  # n > its block: the dtrmm / dtrsm steps
     assert lapack._triangular_times.signatures
     for sig in lapack._triangular_times.signatures:
         assert not any(isinstance(t, (types.Literal, types.Omitted)) for t in sig), sig
