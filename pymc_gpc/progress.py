@@ -33,7 +33,9 @@ def _clock(seconds):
 class LogLines:
     """Plain progress lines, at most one every ``every`` seconds (and the last one): done /
     total, a note (e.g. divergences so far), the elapsed time and, with a total, the time
-    left at the mean rate so far.
+    left at the mean rate since the first report (so that compilation and start-up before
+    the first step do not count as the time a step takes; no estimate until a step has
+    been reported after the first).
 
     Thread-safe enough for a sampler's callback thread: a line is one ``write`` call.
     """
@@ -44,6 +46,7 @@ class LogLines:
         self.start = time.monotonic()
         self.last = None  # when the last line was written
         self.latest = self.written = None  # (done, note) last reported, last written
+        self.first = None  # (time, done) of the first report: the rate is measured from it
 
     def finish(self):
         """Write the last state reported if its line is not out yet."""
@@ -54,23 +57,33 @@ class LogLines:
         """Report ``done`` steps; writes a line when ``every`` seconds have passed since the
         last, at the first call, when ``done`` reaches the total, or with ``force``."""
         now = time.monotonic()
+        if self.first is None:
+            self.first = (now, done)
         self.latest = (done, note)
         finished = self.total is not None and done >= self.total and self.latest != self.written
         if not (force or finished or self.last is None or now - self.last >= self.every):
             return False
         self.last, self.written = now, self.latest
-        self.stream.write(self.line(done, note, now - self.start) + "\n")
+        self.stream.write(self.line(done, note, now - self.start, self._left(done, now)) + "\n")
         self.stream.flush()
         return True
 
-    def line(self, done, note, elapsed):
+    def _left(self, done, now):
+        """Seconds left at the mean rate since the first report, or None (no total, or no
+        step reported after the first)."""
+        t0, done0 = self.first
+        if self.total is None or not done0 < done < self.total:
+            return None
+        return (now - t0) * (self.total - done) / (done - done0)
+
+    def line(self, done, note, elapsed, left=None):
         """The text of one line."""
         parts = [f"{self.label}: {done}" + (f"/{self.total}" if self.total is not None else "") + f" {self.unit}"]
         if note:
             parts.append(note)
         parts.append(f"elapsed {_clock(elapsed)}")
-        if self.total is not None and 0 < done < self.total:
-            parts.append(f"about {_clock(elapsed * (self.total - done) / done)} left")
+        if left is not None:
+            parts.append(f"about {_clock(left)} left")
         return ", ".join(parts)
 
 

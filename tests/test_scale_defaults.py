@@ -93,6 +93,21 @@ def test_log_lines_every_few_seconds_with_time_left(monkeypatch):
     assert text[-1] == "Sampling: 400/400 draws, 0 divergences, elapsed 0:00:40"
 
 
+def test_time_left_leaves_out_the_start_up_before_the_first_draw(monkeypatch):
+    # a sampler that compiles for 33 s, then draws at 0.1 s a draw: the first line must not
+    # promise 18 hours, and later lines extrapolate the drawing rate, not the compilation
+    clock = _Clock()
+    monkeypatch.setattr(P.time, "monotonic", clock)
+    out = io.StringIO()
+    lines = P.LogLines("Sampling", 2000, every=10.0, stream=out)
+    for done in range(1, 2001):
+        clock.t = 33.0 + done * 0.1
+        lines.update(done, "0 divergences")
+    text = out.getvalue().splitlines()
+    assert text[0] == "Sampling: 1/2000 draws, 0 divergences, elapsed 0:00:33", text[0]
+    assert text[1] == "Sampling: 101/2000 draws, 0 divergences, elapsed 0:00:43, about 0:03:10 left"
+
+
 def test_log_mode_only_off_a_terminal():
     class Tty(io.StringIO):
         def isatty(self):
