@@ -95,7 +95,8 @@ def _newton(K, s2, y, likelihood, th, alpha, tol, max_iter):
     R = alpha(A alpha) - alpha has Jacobian diag(gamma) A - I. A backtracking line search
     halves the step until the 2-norm or the max-norm of R * sqrt(diag K) decreases; where the
     Newton direction fails (likelihoods that are not log-concave) the plain step d = R is
-    tried. Converged when max_i |R_i| sqrt(K_ii) < tol; returns (alpha, steps, that norm).
+    tried. Converged when max_i |R_i| sqrt(K_ii) is below ``tol`` or below the rounding
+    floor of R at alpha (``_rounding_floor``); returns (alpha, steps, that norm, converged).
     """
     A = K - np.diag(s2)
     scale = np.sqrt(np.diag(K))
@@ -105,10 +106,13 @@ def _newton(K, s2, y, likelihood, th, alpha, tol, max_iter):
         r = t.dlog_z - a
         return t, r, (float(np.linalg.norm(r * scale)), float(np.max(np.abs(r) * scale)))
 
+    def converged(a, t, change):
+        return change < tol or change < _rounding_floor(A, a, t.d2log_z, scale)
+
     t, r, merit = residual(alpha)
     change = merit[1]
     it = 0
-    while it < max_iter and not change < tol:
+    while it < max_iter and not converged(alpha, t, change):
         it += 1
         J = -t.d2log_z[:, None] * A
         J[np.diag_indices_from(J)] += 1.0
@@ -130,7 +134,19 @@ def _newton(K, s2, y, likelihood, th, alpha, tol, max_iter):
             break  # no decrease along either direction: report non-convergence
         alpha, t, r, merit = alpha + step * d, t_try, r_try, m_try
         change = merit[1]
-    return alpha, it, change
+    return alpha, it, change, converged(alpha, t, change)
+
+
+def _rounding_floor(A, alpha, gamma, scale):
+    """The size below which max_i |R_i| sqrt(K_ii) cannot be resolved in double precision:
+    a relative change of one unit roundoff u in the entries of alpha (its own rounding, and
+    that of the n-term sums in c = A alpha) moves c_i by up to u (|A| |alpha|)_i and so
+    R_i by up to u (|gamma_i| (|A| |alpha|)_i + |alpha_i|), gamma = d alpha / dc. Above
+    ``tol`` only where K is ill-conditioned and the likelihood steep (the step likelihood at
+    small s2: |gamma| up to 1e4 and more); there Newton's iterates wander at this level
+    and the fixed point is as accurate as the arithmetic allows."""
+    u = np.finfo(float).eps
+    return u * float(np.max(scale * (np.abs(gamma) * (np.abs(A) @ np.abs(alpha)) + np.abs(alpha))))
 
 
 def _free_energy_ascent(Kinv, s2, y, likelihood, th, c, max_iter):
@@ -195,7 +211,10 @@ def meanfield(
     variant : "ensemble" (mean field I, eq. 5-7: log_z is a lower bound on log p(D))
         or "naive" (mean field II, eq. 9-10: an approximation, not a bound).
     state : a ``MeanFieldState`` to warm-start from (either variant's alpha).
-    tol : convergence threshold on ``max_i |alpha_i(c) - alpha_i| sqrt(K_ii)``.
+    tol : convergence threshold on ``max_i |alpha_i(c) - alpha_i| sqrt(K_ii)``; where the
+        rounding of double precision alone keeps that residual above ``tol`` (an
+        ill-conditioned K with a steep likelihood), the residual's rounding floor instead
+        (``_rounding_floor``; ``max_change`` reports the residual reached).
     max_iter : Newton iteration limit; if reached, ``converged=False``.
     with_grad : compute ``dlog_z_dK`` and ``dlog_z_dparams``.
     with_loo : return ``loo_log_p`` (free here; None otherwise).
@@ -236,11 +255,11 @@ def _ensemble(K, y, likelihood, th, alpha, tol, max_iter, with_grad):
     Kinv, logdet_K = _inverse_and_logdet(K)
     lam = np.diag(Kinv).copy()
     s2 = 1.0 / lam
-    alpha, sweeps, change = _newton(K, s2, y, likelihood, th, alpha, tol, max_iter)
-    if not change < tol and max_iter > 0 and not likelihood.log_concave:
+    alpha, sweeps, change, converged = _newton(K, s2, y, likelihood, th, alpha, tol, max_iter)
+    if not converged and max_iter > 0 and not likelihood.log_concave:
         # Newton stalled on a likelihood that is not log-concave (its non-converged runs are rejected)
         alpha = _free_energy_ascent(Kinv, s2, y, likelihood, th, K @ alpha - s2 * alpha, max_iter)
-        alpha, more, change = _newton(K, s2, y, likelihood, th, alpha, tol, max_iter)
+        alpha, more, change, converged = _newton(K, s2, y, likelihood, th, alpha, tol, max_iter)
         sweeps += more
 
     c = K @ alpha - s2 * alpha
@@ -260,13 +279,13 @@ def _ensemble(K, y, likelihood, th, alpha, tol, max_iter, with_grad):
         dK = 0.5 * np.outer(r, r) + 0.5 * (Kinv * v[None, :]) @ Kinv - 0.5 * Kinv
         dK = 0.5 * (dK + dK.T)
         dth = t.dlog_z_dparams.sum(axis=0)
-    return _result("meanfield-ensemble", K, t, s2, m, v, log_z, dK, dth, sweeps, change, tol,
+    return _result("meanfield-ensemble", K, t, s2, m, v, log_z, dK, dth, sweeps, change, converged,
                    MeanFieldState(alpha.copy()))
 
 
 def _naive(K, y, likelihood, th, alpha, tol, max_iter, with_grad):
     kd = np.diag(K).copy()
-    alpha, sweeps, change = _newton(K, kd, y, likelihood, th, alpha, tol, max_iter)
+    alpha, sweeps, change, converged = _newton(K, kd, y, likelihood, th, alpha, tol, max_iter)
 
     c = K @ alpha - kd * alpha
     t = likelihood.tilted(y, c, kd, th)
@@ -279,11 +298,11 @@ def _naive(K, y, likelihood, th, alpha, tol, max_iter, with_grad):
         dth = t.dlog_z_dparams.sum(axis=0)
     v = kd + kd * kd * t.d2log_z
     state = MeanFieldState(alpha.copy())
-    return _result("meanfield-naive", K, t, kd, K @ t.dlog_z, v, log_z, dK, dth, sweeps, change, tol,
+    return _result("meanfield-naive", K, t, kd, K @ t.dlog_z, v, log_z, dK, dth, sweeps, change, converged,
                    state)
 
 
-def _result(method, K, tilted, s2, mean, var, log_z, dK, dth, sweeps, change, tol, state):
+def _result(method, K, tilted, s2, mean, var, log_z, dK, dth, sweeps, change, converged, state):
     post = latent_posterior(K, _site_precisions(tilted.d2log_z, s2))
     return ApproximationResult(
         method=method,
@@ -296,7 +315,7 @@ def _result(method, K, tilted, s2, mean, var, log_z, dK, dth, sweeps, change, to
         var=var,
         state=state,
         n_iter=sweeps,
-        converged=bool(change < tol),
+        converged=bool(converged),
         max_change=float(change),
         loo_log_p=tilted.log_z.copy(),
     )
