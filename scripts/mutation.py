@@ -79,7 +79,7 @@ FAULTS = [
     Fault("meanfield-floor-signed", "pymc_gpc/approximations/meanfield.py",
           "(np.abs(A) @ np.abs(alpha))", "np.abs(A @ alpha)",
           ("tests/approximations/test_meanfield.py", "-k", "rounding_floor"),
-          "mean field: the residual's rounding floor from |A alpha| instead of |A| |alpha|"),
+          "mean field: the residual's rounding floor from abs(A alpha) instead of abs(A) abs(alpha)"),
     Fault("meanfield-floor-unscaled", "pymc_gpc/approximations/meanfield.py",
           "return u * float(", "return float(",
           ("tests/approximations/test_meanfield.py", "-k", "rounding_floor"),
