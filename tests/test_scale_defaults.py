@@ -77,15 +77,21 @@ class _Clock:
         return self.t
 
 
-def test_log_lines_every_few_seconds_with_time_left(monkeypatch):
+def _sampling_log(monkeypatch, total, start_up):
+    """The lines of ``LogLines`` for a sampler that starts after ``start_up`` seconds and
+    then takes 0.1 s a draw, reporting every draw."""
     clock = _Clock()
     monkeypatch.setattr(P.time, "monotonic", clock)
     out = io.StringIO()
-    lines = P.LogLines("Sampling", 400, every=10.0, stream=out)
-    for done in range(1, 401):
-        clock.t = done * 0.1  # 0.1 s a draw
+    lines = P.LogLines("Sampling", total, every=10.0, stream=out)
+    for done in range(1, total + 1):
+        clock.t = start_up + done * 0.1
         lines.update(done, "0 divergences")
-    text = out.getvalue().splitlines()
+    return out.getvalue().splitlines()
+
+
+def test_log_lines_every_few_seconds_with_time_left(monkeypatch):
+    text = _sampling_log(monkeypatch, 400, start_up=0.0)
     # the first call, then one line per 10 s (100 draws), and the last
     assert len(text) == 5, text
     assert text[0].startswith("Sampling: 1/400 draws, 0 divergences, elapsed 0:00:00")
@@ -94,16 +100,9 @@ def test_log_lines_every_few_seconds_with_time_left(monkeypatch):
 
 
 def test_time_left_leaves_out_the_start_up_before_the_first_draw(monkeypatch):
-    # a sampler that compiles for 33 s, then draws at 0.1 s a draw: the first line must not
-    # promise 18 hours, and later lines extrapolate the drawing rate, not the compilation
-    clock = _Clock()
-    monkeypatch.setattr(P.time, "monotonic", clock)
-    out = io.StringIO()
-    lines = P.LogLines("Sampling", 2000, every=10.0, stream=out)
-    for done in range(1, 2001):
-        clock.t = 33.0 + done * 0.1
-        lines.update(done, "0 divergences")
-    text = out.getvalue().splitlines()
+    # compilation for 33 s before the first draw: the first line must not promise 18 hours,
+    # and later lines extrapolate the drawing rate, not the compilation
+    text = _sampling_log(monkeypatch, 2000, start_up=33.0)
     assert text[0] == "Sampling: 1/2000 draws, 0 divergences, elapsed 0:00:33", text[0]
     assert text[1] == "Sampling: 101/2000 draws, 0 divergences, elapsed 0:00:43, about 0:03:10 left"
 
