@@ -148,6 +148,7 @@ DEFAULT_MODE_FILES = (
     # the files of the mutation list
     "approximations/test_ep_schedules.py",
     "approximations/test_loo_ground_truth.py",
+    "approximations/test_meanfield_rounding.py",
     "approximations/test_multiclass.py",
     "approximations/test_multiclass_ground_truth.py",
     "gp/test_gp_label_coding.py",
