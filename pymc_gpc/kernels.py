@@ -37,7 +37,7 @@ any kernel built from (c, ...) variables.
 import numba
 import numpy as np
 import pytensor.tensor as pt
-from numba import njit
+from numba import carray, njit
 from pymc.gp.cov import Covariance
 from pytensor.gradient import DisconnectedType, grad_not_implemented
 from pytensor.graph.basic import Apply
@@ -179,15 +179,21 @@ def weighted_distance(X, Xs, l, discrete, min_columns=PRODUCT_MIN_COLUMNS):
     The continuous columns go through one BLAS product where there are at least
     ``min_columns`` of them (``_product_distance``), the rest through a loop (per block of
     ``BLOCK`` entries of a row, vectorised over them: ``_add_loop_distances``)."""
+    D = np.empty((X.shape[0], Xs.shape[0]))
+    weighted_distance_into(D, X, Xs, l, discrete, min_columns)
+    return D
+
+
+@njit(nogil=True, cache=True)
+def weighted_distance_into(D, X, Xs, l, discrete, min_columns=PRODUCT_MIN_COLUMNS):
+    """``weighted_distance`` written into D, C-ordered (len(X), len(Xs))."""
     n, m = X.shape[0], Xs.shape[0]
-    D = np.empty((n, m))
     product, loop_cols, XsT = _distance_start(X, Xs, l, discrete, min_columns, D)
     if not product:
         D[:] = 0.0
     for i in range(n):
         for j0 in range(0, m, BLOCK):
             _add_loop_distances(D[i, j0:min(j0 + BLOCK, m)], X, XsT, l, discrete, loop_cols, i, j0)
-    return D
 
 
 @njit(nogil=True, cache=True)
@@ -299,6 +305,69 @@ def distance_pullback(G, E, X, Xs, discrete, min_columns=PRODUCT_MIN_COLUMNS):
     return s, acc_ge.sum(), acc_g.sum(), tr_g
 
 
+# C-callable forms of ``ard_kernel``, ``distance_pullback`` and ``matern52_into`` for compiled graphs
+# (``_register_numba``). A graph's numba function that called the two through their
+# dispatchers linked their code into its own, and numba optimised it again in every graph
+# (about 1 s each, measured on a warm cache); the graph calls these fixed symbols instead, as
+# the compiled EP engine's callers do (``backends/numba/compiled_ep.py``). Arrays are passed
+# as pointers to C-contiguous data; the caller allocates the outputs and checks the shapes
+# (a cfunc cannot raise).
+EXTERNAL_SYMBOLS = ("pymc_gpc_ard_kernel", "pymc_gpc_distance_pullback", "pymc_gpc_matern52_kernel")
+_FP = numba.types.CPointer(numba.types.float64)
+_BP = numba.types.CPointer(numba.types.boolean)
+_I64 = numba.types.int64
+# ard_kernel: n, m, d, v0, v1, v2, symmetric; K (n, m), E (n, m), X (n, d), Xs (m, d), l (d,), discrete (d,)
+# matern52_into: the same scalars; K, F, P (n, m), X, Xs, l, discrete
+_ARD_SCALARS = (_I64, _I64, _I64, numba.types.float64, numba.types.float64, numba.types.float64, numba.types.boolean)
+# distance_pullback: n, m, d; G (n, m), E (n, m), X (n, d), Xs (m, d), discrete (d,), s (d,), sums (3,)
+_PULLBACK_SCALARS = (_I64, _I64, _I64)
+_EXTERNAL = []
+
+
+def _ard_kernel_at(n, m, d, v0, v1, v2, symmetric, K_, E_, X_, Xs_, l_, discrete_):
+    """``ard_kernel`` on C-contiguous arrays given by pointer."""
+    ard_kernel(carray(K_, (n, m)), carray(E_, (n, m)), carray(X_, (n, d)), carray(Xs_, (m, d)), carray(l_, (d,)),
+               v0, v1, v2, carray(discrete_, (d,)), symmetric)
+    return 1
+
+
+def _distance_pullback_at(n, m, d, G_, E_, X_, Xs_, discrete_, s_, sums_):
+    """``distance_pullback`` on C-contiguous arrays given by pointer: s into ``s_``, and
+    (<G, E>, sum G, tr G) into ``sums_``."""
+    s, s_ge, s_g, tr_g = distance_pullback(carray(G_, (n, m)), carray(E_, (n, m)), carray(X_, (n, d)),
+                                           carray(Xs_, (m, d)), carray(discrete_, (d,)))
+    out, sums = carray(s_, (d,)), carray(sums_, (3,))
+    out[:] = s
+    sums[0], sums[1], sums[2] = s_ge, s_g, tr_g
+    return 1
+
+
+def _matern52_at(n, m, d, v0, v1, v2, symmetric, K_, F_, P_, X_, Xs_, l_, discrete_):
+    """``matern52_into`` on C-contiguous arrays given by pointer."""
+    matern52_into(carray(K_, (n, m)), carray(F_, (n, m)), carray(P_, (n, m)), carray(X_, (n, d)),
+                  carray(Xs_, (m, d)), carray(l_, (d,)), v0, v1, v2, carray(discrete_, (d,)), symmetric)
+    return 1
+
+
+def external_kernels():
+    """(ard_kernel_at, distance_pullback_at, matern52_at) as numba external functions, compiled or loaded
+    from numba's cache and registered with LLVM on the first call in a process. Arrays are
+    passed as ``arr.ctypes``."""
+    if not _EXTERNAL:
+        import llvmlite.binding as llvm
+
+        for symbol, function, sig in zip(
+                EXTERNAL_SYMBOLS, (_ard_kernel_at, _distance_pullback_at, _matern52_at),
+                ((*_ARD_SCALARS, _FP, _FP, _FP, _FP, _FP, _BP), (*_PULLBACK_SCALARS, _FP, _FP, _FP, _FP, _BP, _FP, _FP),
+                 (*_ARD_SCALARS, _FP, _FP, _FP, _FP, _FP, _FP, _BP))):
+            compiled = numba.cfunc(_I64(*sig), cache=True)(function)
+            llvm.add_symbol(symbol, compiled.address)
+            _EXTERNAL.append((symbol, sig, compiled))  # the cfunc kept alive: LLVM holds its address
+    return tuple(numba.types.ExternalFunction(symbol, _I64(*(t if not isinstance(t, numba.types.CPointer) else
+                                                              numba.types.voidptr for t in sig)))
+                 for symbol, sig, _ in _EXTERNAL)
+
+
 def _kernel_outputs(n, m):
     """Two C-ordered (n, m) arrays for K and E, from the package's pool of large arrays
     (``numerics.workspace.POOL``): an n x m kernel between the inducing and the training
@@ -394,12 +463,19 @@ def matern52_kernel(X, Xs, l, v0, v1, v2, discrete, symmetric):
     r"""(K, F, P) of the ARD Matern 5/2 form: with r^2 = D = sum_m l_m d_m and s = sqrt(5 D),
     F = (1 + s + s^2/3) e^{-s}, K = v0 F + v1 (+ v2 I when ``symmetric``) and
     P = (1 + s) e^{-s}, so that dF/dD = -(5/6) P (the pullback's weight)."""
+    n, m = X.shape[0], Xs.shape[0]
+    K, F, P = np.empty((n, m)), np.empty((n, m)), np.empty((n, m))
+    matern52_into(K, F, P, X, Xs, l, v0, v1, v2, discrete, symmetric)
+    return K, F, P
+
+
+@njit(nogil=True, cache=True)
+def matern52_into(K, F, P, X, Xs, l, v0, v1, v2, discrete, symmetric):
+    """``matern52_kernel`` written into K, F and P, C-ordered (len(X), len(Xs))."""
     if symmetric and X.shape[0] != Xs.shape[0]:
         raise ValueError("ARD kernel: a symmetric kernel needs Xs = X")
-    F = weighted_distance(X, Xs, 5.0 * l, discrete)  # s^2
+    weighted_distance_into(F, X, Xs, 5.0 * l, discrete)  # s^2
     n, m = F.shape
-    P = np.empty((n, m))
-    K = np.empty((n, m))
     for i in range(n):
         f, p, k = F[i], P[i], K[i]
         for j in range(m):
@@ -413,7 +489,6 @@ def matern52_kernel(X, Xs, l, v0, v1, v2, discrete, symmetric):
             k[j] = v0 * f[j] + v1
         if symmetric:
             K[i, i] += v2
-    return K, F, P
 
 
 class ARDMatern52Op(Op):
@@ -462,13 +537,22 @@ class ARDMatern52Op(Op):
         return [d_X, d_Xs, -(5.0 / 6.0) * v0 * s, pt.sum(g_K * F), d_v1, d_v2]
 
 
+@njit(nogil=True, cache=True)
+def _check_kernel_shapes(n, m, d, d_s, d_l, d_mask, symmetric):
+    """``ard_kernel``'s checks, made before its C-callable form is called (which cannot raise)."""
+    if symmetric and n != m:
+        raise ValueError("ARD kernel: a symmetric kernel needs Xs = X")
+    if d_s != d or d_l != d or d_mask != d:
+        raise ValueError("ARD kernel: X, Xs, l and the discrete mask must agree on the number of columns")
+
+
 def _register_numba():
-    """Compiled versions of the two Ops, in nopython mode (no Python, no GIL, per call) but
+    """Compiled versions of the three Ops, in nopython mode (no Python, no GIL, per call) but
     for the allocation of an ARD kernel's outputs of at least the pool's ``min_bytes`` each
-    (``_kernel_outputs``, one object-mode call). They hand the kernels the argument types
-    ``perform`` does (C-contiguous, writable arrays, ``numerics.plain``; a plain bool), so that
-    numba compiles each kernel once, not once more for each layout, read-only flag (PyTensor's
-    constants, the closure's mask) or literal ``symmetric``."""
+    (``_kernel_outputs``, one object-mode call). They call the kernels' C-callable forms
+    (``external_kernels``) on C-contiguous copies where the inputs are not, so that a graph
+    links no kernel code, and each kernel is compiled once, for the argument types
+    ``perform`` hands it (C-contiguous, writable arrays, ``numerics.plain``; a plain bool)."""
     try:
         from pytensor.link.numba.dispatch.basic import numba_njit, register_funcify_and_cache_key
     except ImportError:  # pragma: no cover - numba backend unavailable
@@ -476,46 +560,60 @@ def _register_numba():
 
     @register_funcify_and_cache_key(ARDKernelOp)
     def funcify_kernel(op, node, **kwargs):
-        discrete, symmetric = np.array(op.discrete), op.symmetric
+        discrete, symmetric = np.array(op.discrete), np.bool_(op.symmetric)
         pooled = POOL.min_bytes // 8  # entries from which the outputs come from the pool
+        kernel_at = external_kernels()[0]
 
         @numba_njit
         def ard_kernel_op(X, Xs, l, v0, v1, v2):
-            n, m = X.shape[0], Xs.shape[0]
+            n, m, d = X.shape[0], Xs.shape[0], X.shape[1]
+            _check_kernel_shapes(n, m, d, Xs.shape[1], l.shape[0], discrete.shape[0], symmetric)
             if n * m >= pooled:
                 with numba.objmode(K="float64[:, ::1]", E="float64[:, ::1]"):
                     K, E = _kernel_outputs(n, m)
             else:  # small: numba's allocator, without entering Python
                 K, E = np.empty((n, m)), np.empty((n, m))
-            ard_kernel(K, E, np.ascontiguousarray(X), np.ascontiguousarray(Xs), np.ascontiguousarray(l), v0[()],
-                       v1[()], v2[()], np.ascontiguousarray(discrete), np.bool_(symmetric))  # as ``perform``'s types
+            Xc, Xsc, lc, mask = np.ascontiguousarray(X), np.ascontiguousarray(Xs), np.ascontiguousarray(l), discrete.copy()
+            kernel_at(n, m, d, v0[()], v1[()], v2[()], symmetric, K.ctypes, E.ctypes, Xc.ctypes, Xsc.ctypes,
+                      lc.ctypes, mask.ctypes)
             return K, E
 
-        return ard_kernel_op, cache_key("ARDKernelOp", op.discrete, op.symmetric, pooled)
+        return ard_kernel_op, cache_key("ARDKernelOp", op.discrete, op.symmetric, pooled, EXTERNAL_SYMBOLS[0])
 
     @register_funcify_and_cache_key(ARDKernelPullbackOp)
     def funcify_pullback(op, node, **kwargs):
         discrete = np.array(op.discrete)
+        pullback_at = external_kernels()[1]
 
         @numba_njit
         def ard_kernel_pullback(G, E, X, Xs):
-            s, s_ge, s_g, tr_g = distance_pullback(np.ascontiguousarray(G), np.ascontiguousarray(E),
-                                                   np.ascontiguousarray(X), np.ascontiguousarray(Xs),
-                                                   np.ascontiguousarray(discrete))
-            return s, np.asarray(s_ge), np.asarray(s_g), np.asarray(tr_g)
+            n, m, d = X.shape[0], Xs.shape[0], X.shape[1]
+            if G.shape != (n, m) or E.shape != (n, m) or Xs.shape[1] != d or discrete.shape[0] != d:
+                raise ValueError("ARD kernel pullback: G, E, X and Xs do not match")
+            Gc, Ec, Xc, Xsc, mask = (np.ascontiguousarray(G), np.ascontiguousarray(E), np.ascontiguousarray(X),
+                                     np.ascontiguousarray(Xs), discrete.copy())
+            s, sums = np.empty(d), np.empty(3)
+            pullback_at(n, m, d, Gc.ctypes, Ec.ctypes, Xc.ctypes, Xsc.ctypes, mask.ctypes, s.ctypes, sums.ctypes)
+            return s, np.asarray(sums[0]), np.asarray(sums[1]), np.asarray(sums[2])
 
-        return ard_kernel_pullback, cache_key("ARDKernelPullbackOp", op.discrete)
+        return ard_kernel_pullback, cache_key("ARDKernelPullbackOp", op.discrete, EXTERNAL_SYMBOLS[1])
 
     @register_funcify_and_cache_key(ARDMatern52Op)
     def funcify_matern52(op, node, **kwargs):
-        discrete, symmetric = np.array(op.discrete), op.symmetric
+        discrete, symmetric = np.array(op.discrete), np.bool_(op.symmetric)
+        matern52_at = external_kernels()[2]
 
         @numba_njit
         def ard_matern52(X, Xs, l, v0, v1, v2):
-            return matern52_kernel(np.ascontiguousarray(X), np.ascontiguousarray(Xs), np.ascontiguousarray(l), v0[()],
-                                   v1[()], v2[()], np.ascontiguousarray(discrete), np.bool_(symmetric))
+            n, m, d = X.shape[0], Xs.shape[0], X.shape[1]
+            _check_kernel_shapes(n, m, d, Xs.shape[1], l.shape[0], discrete.shape[0], symmetric)
+            K, F, P = np.empty((n, m)), np.empty((n, m)), np.empty((n, m))
+            Xc, Xsc, lc, mask = np.ascontiguousarray(X), np.ascontiguousarray(Xs), np.ascontiguousarray(l), discrete.copy()
+            matern52_at(n, m, d, v0[()], v1[()], v2[()], symmetric, K.ctypes, F.ctypes, P.ctypes, Xc.ctypes,
+                        Xsc.ctypes, lc.ctypes, mask.ctypes)
+            return K, F, P
 
-        return ard_matern52, cache_key("ARDMatern52Op", op.discrete, op.symmetric)
+        return ard_matern52, cache_key("ARDMatern52Op", op.discrete, op.symmetric, EXTERNAL_SYMBOLS[2])
 
 
 _register_numba()
