@@ -34,6 +34,8 @@ hyperparameters with a leading ``class`` dimension), ``per_class(factory, *hyper
 any kernel built from (c, ...) variables.
 """
 
+import threading
+
 import numba
 import numpy as np
 import pytensor.tensor as pt
@@ -188,6 +190,8 @@ def weighted_distance(X, Xs, l, discrete, min_columns=PRODUCT_MIN_COLUMNS):
 def weighted_distance_into(D, X, Xs, l, discrete, min_columns=PRODUCT_MIN_COLUMNS):
     """``weighted_distance`` written into D, C-ordered (len(X), len(Xs))."""
     n, m = X.shape[0], Xs.shape[0]
+    if D.shape != (n, m):
+        raise ValueError("ARD kernel: the output D must have shape (len(X), len(Xs))")
     product, loop_cols, XsT = _distance_start(X, Xs, l, discrete, min_columns, D)
     if not product:
         D[:] = 0.0
@@ -322,13 +326,15 @@ _ARD_SCALARS = (_I64, _I64, _I64, numba.types.float64, numba.types.float64, numb
 # distance_pullback: n, m, d; G (n, m), E (n, m), X (n, d), Xs (m, d), discrete (d,), s (d,), sums (3,)
 _PULLBACK_SCALARS = (_I64, _I64, _I64)
 _EXTERNAL = []
+_EXTERNAL_LOCK = threading.Lock()
+EXTERNAL_DONE = 1
 
 
 def _ard_kernel_at(n, m, d, v0, v1, v2, symmetric, K_, E_, X_, Xs_, l_, discrete_):
     """``ard_kernel`` on C-contiguous arrays given by pointer."""
     ard_kernel(carray(K_, (n, m)), carray(E_, (n, m)), carray(X_, (n, d)), carray(Xs_, (m, d)), carray(l_, (d,)),
                v0, v1, v2, carray(discrete_, (d,)), symmetric)
-    return 1
+    return EXTERNAL_DONE
 
 
 def _distance_pullback_at(n, m, d, G_, E_, X_, Xs_, discrete_, s_, sums_):
@@ -339,32 +345,37 @@ def _distance_pullback_at(n, m, d, G_, E_, X_, Xs_, discrete_, s_, sums_):
     out, sums = carray(s_, (d,)), carray(sums_, (3,))
     out[:] = s
     sums[0], sums[1], sums[2] = s_ge, s_g, tr_g
-    return 1
+    return EXTERNAL_DONE
 
 
 def _matern52_at(n, m, d, v0, v1, v2, symmetric, K_, F_, P_, X_, Xs_, l_, discrete_):
     """``matern52_into`` on C-contiguous arrays given by pointer."""
     matern52_into(carray(K_, (n, m)), carray(F_, (n, m)), carray(P_, (n, m)), carray(X_, (n, d)),
                   carray(Xs_, (m, d)), carray(l_, (d,)), v0, v1, v2, carray(discrete_, (d,)), symmetric)
-    return 1
+    return EXTERNAL_DONE
 
 
 def external_kernels():
-    """(ard_kernel_at, distance_pullback_at, matern52_at) as numba external functions, compiled or loaded
-    from numba's cache and registered with LLVM on the first call in a process. Arrays are
-    passed as ``arr.ctypes``."""
-    if not _EXTERNAL:
-        import llvmlite.binding as llvm
+    """(ard_kernel_at, distance_pullback_at, matern52_at) as numba external functions,
+    compiled or loaded from numba's cache and registered with LLVM on the first call in a
+    process (under a lock: sampler threads may compile graphs at once). Arrays are passed as
+    ``arr.ctypes``; each returns ``EXTERNAL_DONE``, or 0 where its code raised (numba prints
+    the exception; in practice an allocation that failed)."""
+    with _EXTERNAL_LOCK:
+        if not _EXTERNAL:
+            import llvmlite.binding as llvm
 
-        for symbol, function, sig in zip(
-                EXTERNAL_SYMBOLS, (_ard_kernel_at, _distance_pullback_at, _matern52_at),
-                ((*_ARD_SCALARS, _FP, _FP, _FP, _FP, _FP, _BP), (*_PULLBACK_SCALARS, _FP, _FP, _FP, _FP, _BP, _FP, _FP),
-                 (*_ARD_SCALARS, _FP, _FP, _FP, _FP, _FP, _FP, _BP))):
-            compiled = numba.cfunc(_I64(*sig), cache=True)(function)
-            llvm.add_symbol(symbol, compiled.address)
-            _EXTERNAL.append((symbol, sig, compiled))  # the cfunc kept alive: LLVM holds its address
-    return tuple(numba.types.ExternalFunction(symbol, _I64(*(t if not isinstance(t, numba.types.CPointer) else
-                                                              numba.types.voidptr for t in sig)))
+            signatures = ((*_ARD_SCALARS, _FP, _FP, _FP, _FP, _FP, _BP),
+                          (*_PULLBACK_SCALARS, _FP, _FP, _FP, _FP, _BP, _FP, _FP),
+                          (*_ARD_SCALARS, _FP, _FP, _FP, _FP, _FP, _FP, _BP))
+            functions = (_ard_kernel_at, _distance_pullback_at, _matern52_at)
+            compiled = [numba.cfunc(_I64(*sig), cache=True)(f) for f, sig in zip(functions, signatures)]
+            for symbol, c in zip(EXTERNAL_SYMBOLS, compiled):
+                llvm.add_symbol(symbol, c.address)
+            # the cfuncs kept alive: LLVM holds their addresses
+            _EXTERNAL.extend(zip(EXTERNAL_SYMBOLS, signatures, compiled))
+    return tuple(numba.types.ExternalFunction(symbol, _I64(*(numba.types.voidptr if isinstance(t, numba.types.CPointer)
+                                                              else t for t in sig)))
                  for symbol, sig, _ in _EXTERNAL)
 
 
@@ -474,6 +485,9 @@ def matern52_into(K, F, P, X, Xs, l, v0, v1, v2, discrete, symmetric):
     """``matern52_kernel`` written into K, F and P, C-ordered (len(X), len(Xs))."""
     if symmetric and X.shape[0] != Xs.shape[0]:
         raise ValueError("ARD kernel: a symmetric kernel needs Xs = X")
+    shape = (X.shape[0], Xs.shape[0])
+    if K.shape != shape or F.shape != shape or P.shape != shape:
+        raise ValueError("ARD kernel: the outputs K, F and P must have shape (len(X), len(Xs))")
     weighted_distance_into(F, X, Xs, 5.0 * l, discrete)  # s^2
     n, m = F.shape
     for i in range(n):
@@ -560,7 +574,7 @@ def _register_numba():
 
     @register_funcify_and_cache_key(ARDKernelOp)
     def funcify_kernel(op, node, **kwargs):
-        discrete, symmetric = np.array(op.discrete), np.bool_(op.symmetric)
+        discrete, symmetric = np.array(op.discrete, dtype=np.bool_), np.int64(op.symmetric)
         pooled = POOL.min_bytes // 8  # entries from which the outputs come from the pool
         kernel_at = external_kernels()[0]
 
@@ -573,16 +587,18 @@ def _register_numba():
                     K, E = _kernel_outputs(n, m)
             else:  # small: numba's allocator, without entering Python
                 K, E = np.empty((n, m)), np.empty((n, m))
-            Xc, Xsc, lc, mask = np.ascontiguousarray(X), np.ascontiguousarray(Xs), np.ascontiguousarray(l), discrete.copy()
-            kernel_at(n, m, d, v0[()], v1[()], v2[()], symmetric, K.ctypes, E.ctypes, Xc.ctypes, Xsc.ctypes,
-                      lc.ctypes, mask.ctypes)
+            Xc, Xsc, lc = np.ascontiguousarray(X), np.ascontiguousarray(Xs), np.ascontiguousarray(l)
+            mask = discrete.copy()
+            if kernel_at(n, m, d, v0[()], v1[()], v2[()], symmetric, K.ctypes, E.ctypes, Xc.ctypes, Xsc.ctypes,
+                         lc.ctypes, mask.ctypes) != EXTERNAL_DONE:
+                raise RuntimeError("ARD kernel: the compiled kernel failed (numba printed why)")
             return K, E
 
         return ard_kernel_op, cache_key("ARDKernelOp", op.discrete, op.symmetric, pooled, EXTERNAL_SYMBOLS[0])
 
     @register_funcify_and_cache_key(ARDKernelPullbackOp)
     def funcify_pullback(op, node, **kwargs):
-        discrete = np.array(op.discrete)
+        discrete = np.array(op.discrete, dtype=np.bool_)
         pullback_at = external_kernels()[1]
 
         @numba_njit
@@ -593,14 +609,16 @@ def _register_numba():
             Gc, Ec, Xc, Xsc, mask = (np.ascontiguousarray(G), np.ascontiguousarray(E), np.ascontiguousarray(X),
                                      np.ascontiguousarray(Xs), discrete.copy())
             s, sums = np.empty(d), np.empty(3)
-            pullback_at(n, m, d, Gc.ctypes, Ec.ctypes, Xc.ctypes, Xsc.ctypes, mask.ctypes, s.ctypes, sums.ctypes)
+            if pullback_at(n, m, d, Gc.ctypes, Ec.ctypes, Xc.ctypes, Xsc.ctypes, mask.ctypes, s.ctypes,
+                           sums.ctypes) != EXTERNAL_DONE:
+                raise RuntimeError("ARD kernel pullback: the compiled pullback failed (numba printed why)")
             return s, np.asarray(sums[0]), np.asarray(sums[1]), np.asarray(sums[2])
 
         return ard_kernel_pullback, cache_key("ARDKernelPullbackOp", op.discrete, EXTERNAL_SYMBOLS[1])
 
     @register_funcify_and_cache_key(ARDMatern52Op)
     def funcify_matern52(op, node, **kwargs):
-        discrete, symmetric = np.array(op.discrete), np.bool_(op.symmetric)
+        discrete, symmetric = np.array(op.discrete, dtype=np.bool_), np.int64(op.symmetric)
         matern52_at = external_kernels()[2]
 
         @numba_njit
@@ -608,9 +626,11 @@ def _register_numba():
             n, m, d = X.shape[0], Xs.shape[0], X.shape[1]
             _check_kernel_shapes(n, m, d, Xs.shape[1], l.shape[0], discrete.shape[0], symmetric)
             K, F, P = np.empty((n, m)), np.empty((n, m)), np.empty((n, m))
-            Xc, Xsc, lc, mask = np.ascontiguousarray(X), np.ascontiguousarray(Xs), np.ascontiguousarray(l), discrete.copy()
-            matern52_at(n, m, d, v0[()], v1[()], v2[()], symmetric, K.ctypes, F.ctypes, P.ctypes, Xc.ctypes,
-                        Xsc.ctypes, lc.ctypes, mask.ctypes)
+            Xc, Xsc, lc = np.ascontiguousarray(X), np.ascontiguousarray(Xs), np.ascontiguousarray(l)
+            mask = discrete.copy()
+            if matern52_at(n, m, d, v0[()], v1[()], v2[()], symmetric, K.ctypes, F.ctypes, P.ctypes, Xc.ctypes,
+                           Xsc.ctypes, lc.ctypes, mask.ctypes) != EXTERNAL_DONE:
+                raise RuntimeError("ARD kernel: the compiled Matern kernel failed (numba printed why)")
             return K, F, P
 
         return ard_matern52, cache_key("ARDMatern52Op", op.discrete, op.symmetric, EXTERNAL_SYMBOLS[2])

@@ -482,13 +482,15 @@ def test_both_linkers_compile_each_kernel_for_one_signature():
     """The ARD Ops hand their numba kernels C-contiguous, writable arrays and a plain bool under
     the numba and the Python linker alike, whatever the layout and read-only flag of X (a
     graph constant, in the user's order) and whether the kernel is symmetric: numba compiles
-    ``ard_kernel``, ``distance_pullback`` and ``matern52_kernel`` for these graphs once each
+    ``ard_kernel``, ``distance_pullback`` and ``matern52_into`` for these graphs once each
     (they had 11, 14 and 4 signatures after a run of the suite: PyTensor's read-only
     constants, transposed inputs, the closure's read-only mask, a literal ``symmetric``). The
-    pullback reads a Fortran-ordered cotangent G as it is (the Python linker's usual one), so
-    ``distance_pullback`` may have a second signature, differing in G's layout only. PyTensor's
-    graph cache is off, so that the numba linker compiles (a cached graph calls no kernel
-    through its dispatcher)."""
+    numba linker reaches them through their C-callable forms (``kernels.external_kernels``),
+    compiled once a process or loaded from numba's cache (then adding no signature); the Python
+    linker through ``perform``. The pullback reads a Fortran-ordered cotangent G as it is (the
+    Python linker's usual one), so ``distance_pullback`` may have a second signature,
+    differing in G's layout only. PyTensor's graph cache is off, so that the numba linker
+    compiles."""
     from numba import types
     from pytensor.compile.mode import Mode
 
@@ -496,7 +498,7 @@ def test_both_linkers_compile_each_kernel_for_one_signature():
 
     rng = np.random.default_rng(31)
     X = _mixed_data(rng, 9)
-    new = {k: set(getattr(kernels, k).signatures) for k in ("ard_kernel", "distance_pullback", "matern52_kernel")}
+    new = {k: set(getattr(kernels, k).signatures) for k in ("ard_kernel", "distance_pullback", "matern52_into")}
     p = pt.dvector("p")
     target = 0.0  # one graph of both forms and both layouts: one compilation per linker
     for data, form in ((np.asfortranarray(X), "se"), (X, "matern52"), (X, "se")):
@@ -531,9 +533,9 @@ def test_a_compiled_graph_calls_the_kernels_and_does_not_link_them():
     X = _mixed_data(rng, 12)
     p = pt.dvector("p")
     target = 0.0
-    for form in ("se", "matern52"):
+    for form, data in (("se", X), ("matern52", X), ("se", np.asfortranarray(X))):  # a Fortran-ordered X too
         k = MixedARD(3, v0=pt.exp(p[3]), l=pt.exp(p[:3]), discrete=[1], form=form)
-        target = target + pt.sum(k(X) ** 2) + pt.sum(k(X, X[:4] * 0.5))
+        target = target + pt.sum(k(data) ** 2) + pt.sum(k(data, data[:4] * 0.5))
     outputs = [target, pytensor.grad(target, p)]
     point = np.array([0.3, -0.5, 1.1, 0.2])
     with pytensor.config.change_flags(numba__cache=False):
@@ -549,3 +551,35 @@ def test_a_compiled_graph_calls_the_kernels_and_does_not_link_them():
     assert not kernel_code, kernel_code
     declared = set(re.findall(r"^declare [^@]*@(pymc_gpc_\w+)\(", ir, re.M))
     assert declared == set(kernels.EXTERNAL_SYMBOLS), declared
+
+
+@pytest.mark.parametrize("op_type", ["ARDKernelOp", "ARDMatern52Op"])
+def test_the_compiled_ops_check_shapes_before_calling_the_kernels(op_type):
+    """Under the numba linker the Ops call the kernels' C-callable forms, which read the
+    arrays by pointer and cannot raise: the checks before the call give the Python path's
+    ValueError for a symmetric kernel with Xs other than X, and for X, Xs, l or a cotangent
+    that disagree in shape (symbolic inputs, so that no check runs while compiling)."""
+    from pytensor.compile.mode import Mode
+
+    from pymc_gpc import kernels
+
+    op = getattr(kernels, op_type)
+    X, Xs, l, G = pt.dmatrix("X"), pt.dmatrix("Xs"), pt.dvector("l"), pt.dmatrix("G")
+    v = [pt.dscalar(name) for name in ("v0", "v1", "v2")]
+    mode = Mode(linker="numba")
+    rng = np.random.default_rng(2)
+    A, B, ls, scalars = rng.normal(size=(5, 2)), rng.normal(size=(4, 2)), np.ones(2), (1.0, 0.5, 0.1)
+    symmetric = pytensor.function([X, Xs, l, *v], op((False, True), True)(X, Xs, l, *v)[0], mode=mode)
+    np.testing.assert_allclose(symmetric(A, A, ls, *scalars), symmetric(A, A, ls, *scalars).T)
+    with pytest.raises(ValueError, match="symmetric kernel needs Xs = X"):
+        symmetric(A, B, ls, *scalars)
+    cross = pytensor.function([X, Xs, l, *v], op((False, True), False)(X, Xs, l, *v)[0], mode=mode)
+    assert cross(A, B, ls, *scalars).shape == (5, 4)
+    for bad in ((A, rng.normal(size=(4, 3)), ls), (A, B, np.ones(3)), (A, B, np.ones(1))):
+        with pytest.raises(ValueError, match="agree on the number of columns"):
+            cross(*bad, *scalars)
+    E = pt.dmatrix("E")
+    pull = pytensor.function([G, E, X, Xs], kernels.ARDKernelPullbackOp((False, True))(G, E, X, Xs)[0], mode=mode)
+    assert pull(np.ones((5, 4)), np.ones((5, 4)), A, B).shape == (2,)
+    with pytest.raises(ValueError, match="do not match"):
+        pull(np.ones((5, 3)), np.ones((5, 3)), A, B)

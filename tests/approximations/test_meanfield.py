@@ -372,4 +372,3 @@ def test_ensemble_reaches_the_fixed_point_where_newton_stalls():
     fd = (meanfield(kernel(0.691 + h), y, lik, th, with_loo=False).log_z
           - meanfield(kernel(0.691 - h), y, lik, th, with_loo=False).log_z) / (2 * h)
     np.testing.assert_allclose(np.sum(res.dlog_z_dK * E), fd, rtol=1e-5)
-
