@@ -34,8 +34,6 @@ hyperparameters with a leading ``class`` dimension), ``per_class(factory, *hyper
 any kernel built from (c, ...) variables.
 """
 
-import threading
-
 import numba
 import numpy as np
 import pytensor.tensor as pt
@@ -48,6 +46,7 @@ from pytensor.graph.op import Op
 from ._numba_cache import cache_key
 from .numerics import lapack, plain
 from .numerics.special import exp_inplace
+from .numerics.symbols import register_cfuncs
 from .numerics.workspace import POOL
 
 
@@ -325,8 +324,7 @@ _I64 = numba.types.int64
 _ARD_SCALARS = (_I64, _I64, _I64, numba.types.float64, numba.types.float64, numba.types.float64, numba.types.boolean)
 # distance_pullback: n, m, d; G (n, m), E (n, m), X (n, d), Xs (m, d), discrete (d,), s (d,), sums (3,)
 _PULLBACK_SCALARS = (_I64, _I64, _I64)
-_EXTERNAL = []
-_EXTERNAL_LOCK = threading.Lock()
+_EXTERNAL = []  # the cfuncs, once registered
 EXTERNAL_DONE = 1
 
 
@@ -356,27 +354,15 @@ def _matern52_at(n, m, d, v0, v1, v2, symmetric, K_, F_, P_, X_, Xs_, l_, discre
 
 
 def external_kernels():
-    """(ard_kernel_at, distance_pullback_at, matern52_at) as numba external functions,
-    compiled or loaded from numba's cache and registered with LLVM on the first call in a
-    process (under a lock: sampler threads may compile graphs at once). Arrays are passed as
-    ``arr.ctypes``; each returns ``EXTERNAL_DONE``, or 0 where its code raised (numba prints
-    the exception; in practice an allocation that failed)."""
-    with _EXTERNAL_LOCK:
-        if not _EXTERNAL:
-            import llvmlite.binding as llvm
-
-            signatures = ((*_ARD_SCALARS, _FP, _FP, _FP, _FP, _FP, _BP),
-                          (*_PULLBACK_SCALARS, _FP, _FP, _FP, _FP, _BP, _FP, _FP),
-                          (*_ARD_SCALARS, _FP, _FP, _FP, _FP, _FP, _FP, _BP))
-            functions = (_ard_kernel_at, _distance_pullback_at, _matern52_at)
-            compiled = [numba.cfunc(_I64(*sig), cache=True)(f) for f, sig in zip(functions, signatures)]
-            for symbol, c in zip(EXTERNAL_SYMBOLS, compiled):
-                llvm.add_symbol(symbol, c.address)
-            # the cfuncs kept alive: LLVM holds their addresses
-            _EXTERNAL.extend(zip(EXTERNAL_SYMBOLS, signatures, compiled))
-    return tuple(numba.types.ExternalFunction(symbol, _I64(*(numba.types.voidptr if isinstance(t, numba.types.CPointer)
-                                                              else t for t in sig)))
-                 for symbol, sig, _ in _EXTERNAL)
+    """(ard_kernel_at, distance_pullback_at, matern52_at) as numba external functions
+    (``numerics.symbols.register_cfuncs``). Arrays are passed as ``arr.ctypes``; each returns
+    ``EXTERNAL_DONE``, or 0 where its code raised (numba prints the exception; in practice
+    an allocation that failed)."""
+    signatures = (_I64(*_ARD_SCALARS, _FP, _FP, _FP, _FP, _FP, _BP),
+                  _I64(*_PULLBACK_SCALARS, _FP, _FP, _FP, _FP, _BP, _FP, _FP),
+                  _I64(*_ARD_SCALARS, _FP, _FP, _FP, _FP, _FP, _FP, _BP))
+    functions = (_ard_kernel_at, _distance_pullback_at, _matern52_at)
+    return register_cfuncs(_EXTERNAL, list(zip(EXTERNAL_SYMBOLS, signatures, functions)))
 
 
 def _kernel_outputs(n, m):

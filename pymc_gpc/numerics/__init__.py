@@ -1,7 +1,8 @@
 """Scalar special functions (``special``: log Phi, N/Phi, log sigmoid) and the LAPACK/BLAS
 routines called from compiled code with the GIL released (``lapack``): the only places
 these are computed. ``workspace``: the pool of large work arrays reused across evaluations.
-``plain``: an array argument in the layout the compiled EP loop is compiled for."""
+``plain``: an array argument in the layout the compiled EP loop is compiled for.
+``symbols``: numba cfuncs registered under fixed symbols, for compiled graphs to call."""
 
 import numpy as np
 

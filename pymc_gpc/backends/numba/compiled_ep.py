@@ -18,12 +18,12 @@ nutpie compilation. Neither function enters Python: the object-mode steps are th
 (object-mode blocks in a cfunc fail when it is loaded from the disk cache, numba 0.63).
 """
 
-import llvmlite.binding as llvm
 import numpy as np
-from numba import carray, cfunc, njit, types
+from numba import carray, njit, types
 
 from ...approximations.ep import ep_warm_compiled
 from ...likelihoods.base import freeze, labels_valid, params_valid
+from ...numerics.symbols import register_cfuncs
 from . import thread_state as ts
 
 SYMBOLS = ("pymc_gpc_compiled_ep_evaluate", "pymc_gpc_compiled_ep_store")
@@ -46,16 +46,12 @@ _CFUNCS = []
 
 def external():
     """(evaluate_at, store_at) as numba external functions, compiled or loaded from numba's
-    cache and registered on the first call in a process. Arrays are passed as
-    ``arr.ctypes``."""
+    cache and registered on the first call in a process (``numerics.symbols.register_cfuncs``).
+    Arrays are passed as ``arr.ctypes``."""
     if not _CFUNCS:
         freeze("backends.numba.compiled_ep")  # the cfuncs hold the dispatch of the kinds known now
-        for symbol, function, scalars in zip(SYMBOLS, (_evaluate_at, _store_at), (_EVALUATE, _STORE)):
-            compiled = cfunc(types.int64(*scalars, *(_P,) * 10), cache=True)(function)
-            llvm.add_symbol(symbol, compiled.address)
-            _CFUNCS.append(compiled)
-    return tuple(types.ExternalFunction(symbol, types.int64(*scalars, *(types.voidptr,) * 10))
-                 for symbol, scalars in zip(SYMBOLS, (_EVALUATE, _STORE)))
+    return register_cfuncs(_CFUNCS, [(symbol, types.int64(*scalars, *(_P,) * 10), function) for symbol, function, scalars
+                                     in zip(SYMBOLS, (_evaluate_at, _store_at), (_EVALUATE, _STORE))])
 
 
 def _evaluate_at(h, kind, n_params, tol, cold_tol, max_sweeps, n, p, q, K_, params_, y_, hyper_, dK_, dth_, loo_, out_,

@@ -37,15 +37,15 @@ inputs X and shared by the threads (``thread_state``). The work sits behind two 
 functions (``external``), as in ``compiled_ep``.
 """
 
-import llvmlite.binding as llvm
 import numba
 import numpy as np
-from numba import carray, cfunc, njit, types
+from numba import carray, njit, types
 
 from ...approximations.ep import ANDERSON_MEMORY, EPState, anderson_update, parallel_site_update, stable_log_z
 from ...likelihoods.base import freeze, labels_valid, params_valid, tilted_dparams_sum
 from ...numerics.lapack import inv_lower, lauum_lower, potrf_lower, potrs_lower
 from ...numerics.product_to_sum import khatri_rao_rows
+from ...numerics.symbols import register_cfuncs
 from ...structures.dense import subtract_scaled_norms
 from ...structures.hsgp import PRIOR_VARIANCE_FLOOR
 from . import thread_state as ts
@@ -73,16 +73,14 @@ _CFUNCS = []
 
 def external():
     """(evaluate_at, store_at) as numba external functions, compiled or loaded from numba's
-    cache and registered on the first call in a process. Arrays are passed as ``arr.ctypes``."""
+    cache and registered on the first call in a process (``numerics.symbols.register_cfuncs``).
+    Arrays are passed as ``arr.ctypes``."""
     if not _CFUNCS:
         freeze("backends.numba.compiled_hsgp")  # the cfuncs hold the dispatch of the kinds known now
-        for symbol, function, scalars, k in zip(SYMBOLS, (_evaluate_at, _store_at), (_EVALUATE, _STORE),
-                                                (_N_EVALUATE_ARRAYS, _N_STORE_ARRAYS)):
-            compiled = cfunc(types.int64(*scalars, *(_P,) * k), cache=True)(function)
-            llvm.add_symbol(symbol, compiled.address)
-            _CFUNCS.append(compiled)
-    return tuple(types.ExternalFunction(symbol, types.int64(*scalars, *(types.voidptr,) * k))
-                 for symbol, scalars, k in zip(SYMBOLS, (_EVALUATE, _STORE), (_N_EVALUATE_ARRAYS, _N_STORE_ARRAYS)))
+    return register_cfuncs(_CFUNCS, [(symbol, types.int64(*scalars, *(_P,) * k), function)
+                                     for symbol, function, scalars, k in zip(
+                                         SYMBOLS, (_evaluate_at, _store_at), (_EVALUATE, _STORE),
+                                         (_N_EVALUATE_ARRAYS, _N_STORE_ARRAYS))])
 
 
 # -- The basis block: the product-to-sum tables at the training inputs -----------------------
