@@ -319,9 +319,9 @@ EXTERNAL_SYMBOLS = ("pymc_gpc_ard_kernel", "pymc_gpc_distance_pullback", "pymc_g
 _FP = numba.types.CPointer(numba.types.float64)
 _BP = numba.types.CPointer(numba.types.boolean)
 _I64 = numba.types.int64
-# ard_kernel: n, m, d, v0, v1, v2, symmetric; K (n, m), E (n, m), X (n, d), Xs (m, d), l (d,), discrete (d,)
+# ard_kernel: n, m, d, v0, v1, v2, symmetric (0 or 1); K (n, m), E (n, m), X (n, d), Xs (m, d), l (d,), discrete (d,)
 # matern52_into: the same scalars; K, F, P (n, m), X, Xs, l, discrete
-_ARD_SCALARS = (_I64, _I64, _I64, numba.types.float64, numba.types.float64, numba.types.float64, numba.types.boolean)
+_ARD_SCALARS = (_I64, _I64, _I64, numba.types.float64, numba.types.float64, numba.types.float64, _I64)
 # distance_pullback: n, m, d; G (n, m), E (n, m), X (n, d), Xs (m, d), discrete (d,), s (d,), sums (3,)
 _PULLBACK_SCALARS = (_I64, _I64, _I64)
 _EXTERNAL = []  # the cfuncs, once registered
