@@ -75,7 +75,10 @@ def _free_port():
 
 def test_two_processes_share_the_rows_and_agree_with_one():
     port = _free_port()
+    # JAX's persistent compilation cache off: where the shared cache (tests/conftest.py) already
+    # held this test's programs, from an earlier run, the two processes hung until the timeout
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "", "OMP_NUM_THREADS": "1",
+           "JAX_ENABLE_COMPILATION_CACHE": "false",
            "PYTHONPATH": os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")]))}
     procs = [subprocess.Popen([sys.executable, "-c", _WORKER, str(i), str(port)], env=env, text=True,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE) for i in range(2)]
