@@ -1,5 +1,5 @@
 """The JAX backend (``backends/jax/engine.py``, ``backends/jax/dispatch.py``): values and gradients
-against the numba path, failure semantics, vmap, prediction, the ARD kernel, and PyMC's
+against the CPU path (the package's solvers; graphs on the Python linker, ``tests/conftest.py``), failure semantics, vmap, prediction, the ARD kernel, and PyMC's
 JAX samplers (numpyro, blackjax) against PyMC's NUTS.
 
 Skipped where jax is not installed (``pip install pymc-gpc[jax]``); the ``test`` extra,
@@ -48,18 +48,18 @@ def _graph(approx, lik_type, X, y, options):
 
 
 @pytest.mark.parametrize("approx, lik_type, theta", PAIRS, ids=lambda v: getattr(v, "__name__", str(v)))
-def test_jax_value_and_gradient_equal_the_numba_path(approx, lik_type, theta):
-    """pytensor.function(mode="JAX") against the default (numba) linker: evidence, gradient
+def test_jax_value_and_gradient_equal_the_cpu_path(approx, lik_type, theta):
+    """pytensor.function(mode="JAX") against the CPU linker (the Op's ``perform``): evidence, gradient
     through the kernel's hyperparameters and the likelihood parameter, LOO terms, at a
     small and a large kernel amplitude (EP: 11 and 21 sweeps)."""
     rng = np.random.default_rng(5)
     X, y = random_problem(rng, 25, d=2)
     inputs, outputs, _ = _graph(approx, lik_type, X, y, TIGHT[approx])
-    numba_fn = pytensor.function(inputs, outputs)
+    cpu_fn = pytensor.function(inputs, outputs)
     jax_fn = pytensor.function(inputs, outputs, mode="JAX")
     for amplitude in (1.0, 30.0):
         p = [np.log([0.8, 1.3]), np.log(amplitude), np.array(theta, float)]
-        ref, got = numba_fn(*p), jax_fn(*p)
+        ref, got = cpu_fn(*p), jax_fn(*p)
         assert int(ref[-1]) == 0 and int(got[-1]) == 0
         for r, g in zip(ref[:-1], got[:-1]):
             np.testing.assert_allclose(np.asarray(g), r, rtol=1e-8, atol=1e-8)

@@ -181,16 +181,16 @@ def _model(X, y, Xu, **options):
 
 def test_pytensor_jax_mode_on_a_fitc_model_logp_and_dlogp():
     """A FITC model's logp and dlogp (autodiff through the kernel into log_ls and log_amp)
-    under mode="JAX" against the default (numba) linker."""
+    under mode="JAX" against the CPU linker (the Op's ``perform``)."""
     rng = np.random.default_rng(2)
     X, y = random_problem(rng, 30)
     model = _model(X, y, X[:5] + 0.2, tol=1e-11)
     logp = model.logp()
     outputs = [logp, *pytensor.grad(logp, model.value_vars)]
-    numba_fn = pytensor.function(model.value_vars, outputs)
+    cpu_fn = pytensor.function(model.value_vars, outputs)
     jax_fn = pytensor.function(model.value_vars, outputs, mode="JAX")
     for point in ((0.1, 0.3), (-0.4, 1.5)):
-        ref, got = numba_fn(*map(np.asarray, point)), jax_fn(*map(np.asarray, point))
+        ref, got = cpu_fn(*map(np.asarray, point)), jax_fn(*map(np.asarray, point))
         for r, g in zip(ref, got):
             np.testing.assert_allclose(np.asarray(g), r, rtol=1e-8, atol=1e-8)
 
@@ -219,8 +219,8 @@ def jittered_starts(model, chains, seed):
 
 
 def sample_both(model, seed, draws=300, tune=300):
-    """{"pymc": ..., "numpyro": ...}: ``pymc_gpc.sample`` with PyMC's NUTS (numba Ops, one
-    process) and with numpyro (the Ops' JAX functions; ``jittered_starts``), 2 chains each,
+    """{"pymc": ..., "numpyro": ...}: ``pymc_gpc.sample`` with PyMC's NUTS (the Ops' CPU
+    path, one process) and with numpyro (the Ops' JAX functions; ``jittered_starts``), 2 chains each,
     fixed seeds."""
     out = {}
     for sampler in ("pymc", "numpyro"):
@@ -234,7 +234,7 @@ def sample_both(model, seed, draws=300, tune=300):
 
 
 def test_numpyro_and_pymc_nuts_agree_on_a_tiny_fitc_model():
-    """numpyro (the FITC Op's JAX function) and PyMC's NUTS (the numba Op) on the same FITC
+    """numpyro (the FITC Op's JAX function) and PyMC's NUTS (the Op's CPU path) on the same FITC
     probit model: every evaluation converged, and the posterior means and sds of log_ls and
     log_amp agree within 4 combined Monte Carlo standard errors (``assert_same_posterior``)."""
     rng = np.random.default_rng(0)

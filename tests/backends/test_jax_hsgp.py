@@ -194,25 +194,25 @@ def _model(X, y, **options):
 
 def test_pytensor_jax_mode_on_an_hsgp_model_logp_and_dlogp():
     """An HSGP model's logp and dlogp (autodiff through the spectral density into log_ls and
-    log_amp) under mode="JAX" against the default (numba) linker."""
+    log_amp) under mode="JAX" against the CPU linker (the Op's ``perform``)."""
     rng = np.random.default_rng(2)
     X = rng.uniform(-3.0, 3.0, size=(30, 1))
     y = np.where(np.sin(1.5 * X[:, 0]) + 0.3 * rng.normal(size=30) > 0, 1, -1)
     model = _model(X, y, tol=1e-11)
     logp = model.logp()
     outputs = [logp, *pytensor.grad(logp, model.value_vars)]
-    numba_fn = pytensor.function(model.value_vars, outputs)
+    cpu_fn = pytensor.function(model.value_vars, outputs)
     jax_fn = pytensor.function(model.value_vars, outputs, mode="JAX")
     for point in ((0.1, 0.3), (-0.4, 1.5)):
-        ref, got = numba_fn(*map(np.asarray, point)), jax_fn(*map(np.asarray, point))
+        ref, got = cpu_fn(*map(np.asarray, point)), jax_fn(*map(np.asarray, point))
         for r, g in zip(ref, got):
             np.testing.assert_allclose(np.asarray(g), r, rtol=1e-8, atol=1e-8)
 
 
-def test_periodic_hsgp_model_under_jax_mode_equals_numba():
+def test_periodic_hsgp_model_under_jax_mode_equals_the_cpu_path():
     """The periodic expansion's variances use ``pt.ive`` (no JAX implementation without
     TensorFlow Probability; ``backends/jax/special.py`` supplies SciPy's): logp and dlogp in
-    log_ls and log_scale under mode="JAX" equal the numba linker's, and ``special.ive``
+    log_ls and log_scale under mode="JAX" equal the CPU linker's, and ``special.ive``
     equals SciPy's on a grid."""
     import scipy.special
 
@@ -228,10 +228,10 @@ def test_periodic_hsgp_model_under_jax_mode_equals_numba():
         gp.marginal_likelihood("y", X=X, y=y)
     logp = model.logp()
     outputs = [logp, *pytensor.grad(logp, model.value_vars)]
-    numba_fn = pytensor.function(model.value_vars, outputs)
+    cpu_fn = pytensor.function(model.value_vars, outputs)
     jax_fn = pytensor.function(model.value_vars, outputs, mode="JAX")
     for point in ((-0.2, 0.3), (0.4, -0.5)):
-        ref, got = numba_fn(*map(np.asarray, point)), jax_fn(*map(np.asarray, point))
+        ref, got = cpu_fn(*map(np.asarray, point)), jax_fn(*map(np.asarray, point))
         for r, g in zip(ref, got):
             np.testing.assert_allclose(np.asarray(g), r, rtol=1e-8, atol=1e-8)
     from pymc_gpc.backends.jax import special  # registered by the package already (above)
@@ -242,8 +242,8 @@ def test_periodic_hsgp_model_under_jax_mode_equals_numba():
 
 def test_numpyro_nuts_runs_on_a_tiny_hsgp_model():
     """numpyro NUTS (the HSGP Op's JAX function) takes a few draws: every evaluation
-    converged, the chain moved, and the log density it recorded at each draw is the numba
-    model's (to the sampler's EP tolerance, 1e-2 in the site change)."""
+    converged, the chain moved, and the log density it recorded at each draw is the CPU
+    path's (to the sampler's EP tolerance, 1e-2 in the site change)."""
     rng = np.random.default_rng(0)
     X = rng.uniform(-3.0, 3.0, size=(20, 1))
     y = np.where(np.sin(1.5 * X[:, 0]) > 0, 1, -1)
@@ -258,9 +258,9 @@ def test_numpyro_nuts_runs_on_a_tiny_hsgp_model():
     draws = {name: np.asarray(post[name]).ravel() for name in ("log_ls", "log_amp")}
     assert np.all(np.isfinite(draws["log_ls"])) and np.unique(draws["log_ls"]).size > 1
     logp = model.compile_logp()
-    numba_lp = [logp({name: v[i] for name, v in draws.items()}) for i in range(10)]
+    cpu_lp = [logp({name: v[i] for name, v in draws.items()}) for i in range(10)]
     # PyMC stores numpyro's potential energy, -log density, as "lp"
-    np.testing.assert_allclose(-np.asarray(idata["sample_stats"]["lp"]).ravel(), numba_lp, atol=1e-3)
+    np.testing.assert_allclose(-np.asarray(idata["sample_stats"]["lp"]).ravel(), cpu_lp, atol=1e-3)
 
 
 # --- several classes (``backends/jax/multiclass_hsgp.py``) ---------------------------------------

@@ -138,7 +138,7 @@ def test_extreme_points_give_a_finite_value_or_minus_inf_never_nan(compiled, poi
 
 
 def test_numpyro_and_pymc_nuts_agree_on_a_multiclass_model_and_predict_uses_the_draws(data):
-    """numpyro (the JAX Op) and PyMC's NUTS (the numba Op) on a softmax Laplace model with
+    """numpyro (the JAX Op) and PyMC's NUTS (the Op's CPU path) on a softmax Laplace model with
     per-class kernels: every evaluation converged, the posterior means and sds of log_ls and
     log_amp agree within 4 combined Monte Carlo standard errors, and ``predict`` averages
     over numpyro's draws."""

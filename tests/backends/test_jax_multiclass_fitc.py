@@ -7,7 +7,7 @@ through ``jax.value_and_grad`` (the ``custom_vjp``) and the kernel, the gradient
 log amplitude, the log lengthscale and the inducing inputs, shared by the classes or one
 set per class; the latter against the numba gradient contracted with the kernel's
 analytic derivatives (numpy). The failure convention at extreme points, and a model under
-``pytensor.function(mode="JAX")`` against the default (numba) linker.
+``pytensor.function(mode="JAX")`` against the numba solver and the analytic derivatives.
 
 Skipped where jax is not installed (``pip install pymc-gpc[jax]``). Each JAX function is
 compiled once per module, with XLA's backend optimisation off (``_FAST``: these tiny
