@@ -1,6 +1,7 @@
 """The JAX backend (``backends/jax/engine.py``, ``backends/jax/dispatch.py``): values and gradients
-against the CPU path (the package's solvers; graphs on the Python linker, ``tests/conftest.py``), failure semantics, vmap, prediction, the ARD kernel, and PyMC's
-JAX samplers (numpyro, blackjax) against PyMC's NUTS.
+against the CPU path (the package's solvers; graphs on the Python linker, as
+``tests/conftest.py`` says why), failure semantics, vmap, prediction, the ARD kernel, and
+PyMC's JAX samplers (numpyro, blackjax) against PyMC's NUTS.
 
 Skipped where jax is not installed (``pip install pymc-gpc[jax]``); the ``test`` extra,
 which CI installs, includes it. JAX compiles each new function (a few seconds per Op here).
