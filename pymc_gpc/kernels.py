@@ -160,13 +160,33 @@ def _add_loop_distances(out, X, XsT, h, discrete, loop_cols, i, j0):
 
 
 @njit(nogil=True, cache=True)
+def _check_kernel_shapes(n, m, d, d_s, d_l, d_mask, symmetric):
+    """The input checks of the kernels (``ard_kernel``, ``matern52_into``, ``weighted_distance``),
+    also made by the compiled Ops before they call the kernels' C-callable forms (which cannot
+    raise): n, m rows of X and Xs; d, d_s, d_l, d_mask columns of X and Xs and lengths of l
+    and the discrete mask."""
+    if symmetric and n != m:
+        raise ValueError("ARD kernel: a symmetric kernel needs Xs = X")
+    if d_s != d or d_l != d or d_mask != d:
+        raise ValueError("ARD kernel: X, Xs, l and the discrete mask must agree on the number of columns")
+
+
+@njit(nogil=True, cache=True)
+def _check_pullback_shapes(G, E, X, Xs, discrete):
+    """``distance_pullback``'s input checks, also made by the compiled Op before it calls the
+    C-callable form."""
+    n, m, d = X.shape[0], Xs.shape[0], X.shape[1]
+    if G.shape != (n, m) or E.shape != (n, m) or Xs.shape[1] != d or discrete.shape[0] != d:
+        raise ValueError("ARD kernel pullback: G, E, X and Xs do not match")
+
+
+@njit(nogil=True, cache=True)
 def _distance_start(X, Xs, h, discrete, min_columns, out):
     """(product, loop_cols, XsT): whether the product form took some columns (then ``out``,
     C-ordered (n, m), holds their share of sum_m h_m d_m: ``_product_distance``), the columns
     left to the loops, and Xs transposed for them."""
     n, m, d = X.shape[0], Xs.shape[0], X.shape[1]
-    if Xs.shape[1] != d or h.shape[0] != d or discrete.shape[0] != d:
-        raise ValueError("ARD kernel: X, Xs, l and the discrete mask must agree on the number of columns")
+    _check_kernel_shapes(n, m, d, Xs.shape[1], h.shape[0], discrete.shape[0], False)
     cols, loop_cols = _split_columns(discrete, min_columns, n, m)
     if cols.shape[0]:
         _product_distance(X, Xs, h, cols, _same_points(X, Xs), out)
@@ -206,8 +226,7 @@ def ard_kernel(K, E, X, Xs, l, v0, v1, v2, discrete, symmetric, min_columns=PROD
     (``weighted_distance``'s, with l scaled by -1/2), their exponential (``exp_inplace``)
     and both outputs, so that no n x m array is read back between the steps."""
     n, m = X.shape[0], Xs.shape[0]
-    if symmetric and n != m:
-        raise ValueError("ARD kernel: a symmetric kernel needs Xs = X")
+    _check_kernel_shapes(n, m, X.shape[1], Xs.shape[1], l.shape[0], discrete.shape[0], symmetric)
     if K.shape != (n, m) or E.shape != (n, m):
         raise ValueError("ARD kernel: the outputs K and E must have shape (len(X), len(Xs))")
     h = -0.5 * l
@@ -281,8 +300,7 @@ def distance_pullback(G, E, X, Xs, discrete, min_columns=PRODUCT_MIN_COLUMNS):
     (``_product_pullback``, on G o E kept whole).
     """
     n, m, d = X.shape[0], Xs.shape[0], X.shape[1]
-    if G.shape != (n, m) or E.shape != (n, m) or Xs.shape[1] != d or discrete.shape[0] != d:
-        raise ValueError("ARD kernel pullback: G, E, X and Xs do not match")
+    _check_pullback_shapes(G, E, X, Xs, discrete)
     cols, loop_cols = _split_columns(discrete, min_columns, n, m)
     product = cols.shape[0] > 0
     GE = np.empty((n if product else 0, m))  # G o E whole for the products only
@@ -469,8 +487,7 @@ def matern52_kernel(X, Xs, l, v0, v1, v2, discrete, symmetric):
 @njit(nogil=True, cache=True)
 def matern52_into(K, F, P, X, Xs, l, v0, v1, v2, discrete, symmetric):
     """``matern52_kernel`` written into K, F and P, C-ordered (len(X), len(Xs))."""
-    if symmetric and X.shape[0] != Xs.shape[0]:
-        raise ValueError("ARD kernel: a symmetric kernel needs Xs = X")
+    _check_kernel_shapes(X.shape[0], Xs.shape[0], X.shape[1], Xs.shape[1], l.shape[0], discrete.shape[0], symmetric)
     shape = (X.shape[0], Xs.shape[0])
     if K.shape != shape or F.shape != shape or P.shape != shape:
         raise ValueError("ARD kernel: the outputs K, F and P must have shape (len(X), len(Xs))")
@@ -537,15 +554,6 @@ class ARDMatern52Op(Op):
         return [d_X, d_Xs, -(5.0 / 6.0) * v0 * s, pt.sum(g_K * F), d_v1, d_v2]
 
 
-@njit(nogil=True, cache=True)
-def _check_kernel_shapes(n, m, d, d_s, d_l, d_mask, symmetric):
-    """``ard_kernel``'s checks, made before its C-callable form is called (which cannot raise)."""
-    if symmetric and n != m:
-        raise ValueError("ARD kernel: a symmetric kernel needs Xs = X")
-    if d_s != d or d_l != d or d_mask != d:
-        raise ValueError("ARD kernel: X, Xs, l and the discrete mask must agree on the number of columns")
-
-
 def _register_numba():
     """Compiled versions of the three Ops, in nopython mode (no Python, no GIL, per call) but
     for the allocation of an ARD kernel's outputs of at least the pool's ``min_bytes`` each
@@ -590,8 +598,7 @@ def _register_numba():
         @numba_njit
         def ard_kernel_pullback(G, E, X, Xs):
             n, m, d = X.shape[0], Xs.shape[0], X.shape[1]
-            if G.shape != (n, m) or E.shape != (n, m) or Xs.shape[1] != d or discrete.shape[0] != d:
-                raise ValueError("ARD kernel pullback: G, E, X and Xs do not match")
+            _check_pullback_shapes(G, E, X, Xs, discrete)
             Gc, Ec, Xc, Xsc, mask = (np.ascontiguousarray(G), np.ascontiguousarray(E), np.ascontiguousarray(X),
                                      np.ascontiguousarray(Xs), discrete.copy())
             s, sums = np.empty(d), np.empty(3)
