@@ -171,6 +171,61 @@ def _compile_mode(request):
         yield
 
 
+# The package's three large numba units, compiled (or loaded from numba's on-disk cache) in
+# processes of their own while the xdist workers start and collect, one process per worker;
+# the controller hands out the first tests once they are done. From an empty cache both
+# workers compiled the engines their first tests called, each its own copy, before either had
+# cached them. The dense EP engine is the longest (about 65 CPU-s cold); the HSGP engine shares
+# about 30 s of callees with it, so the second process takes the ARD kernels (15 s) first.
+# With the cache filled, each process only imports the package and loads them (about 4 s).
+WARM_UNITS = (
+    ("pymc_gpc.backends.numba.compiled_ep:external",),
+    ("pymc_gpc.kernels:external_kernels", "pymc_gpc.backends.numba.compiled_hsgp:external"),
+)
+_warming = []  # the controller's (units, process) pairs, until the first worker has collected
+
+
+def _start_warming(groups):
+    """Start each group of ``module:function`` compilations in a process of its own."""
+    import subprocess
+    import sys
+
+    for group in groups:
+        code = "import importlib\n" + "".join(
+            f"importlib.import_module({m!r}).{f}()\n" for m, f in (unit.split(":") for unit in group))
+        _warming.append((group, subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL,
+                                                 stderr=subprocess.PIPE, text=True)))
+
+
+def _finish_warming():
+    """Wait for the processes of ``_start_warming``. One that failed is reported and otherwise
+    ignored: the tests that call its units fail with their own message."""
+    import warnings
+
+    while _warming:
+        group, run = _warming.pop()
+        _, err = run.communicate()
+        if run.returncode:
+            warnings.warn(f"compiling {', '.join(group)} before the tests failed:\n{err[-2000:]}", stacklevel=1)
+
+
+def pytest_configure(config):
+    """In the controller of a run with two or more xdist workers: start ``WARM_UNITS``."""
+    workers = getattr(config.option, "numprocesses", None)
+    if not hasattr(config, "workerinput") and isinstance(workers, int) and workers >= 2:
+        _start_warming(WARM_UNITS[:workers])
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids):
+    """Before xdist schedules the first test: wait for ``WARM_UNITS``."""
+    _finish_warming()
+
+
+def pytest_unconfigure(config):
+    _finish_warming()
+
+
 def pytest_collection_modifyitems(config, items):
     """Stable-sort the tests so that the files of ``LONGEST_FIRST`` come first, in its order,
     and mark the tests of ``SLOW_FILES`` ``slow``."""

@@ -51,6 +51,27 @@ def test_numba_kernels_are_cached_on_disk():
     assert all(hits >= 1 for hits in eval(done.stdout).values()), done.stdout
 
 
+def test_the_units_compiled_before_the_workers_start_are_loaded_from_the_cache():
+    # tests/conftest.py's WARM_UNITS, compiled while the xdist workers start: each names a
+    # function that exists (a renamed one would only warn there), and after a first process
+    # has compiled them a second loads every cfunc they register from disk.
+    import importlib
+
+    from ..conftest import WARM_UNITS
+
+    units = [unit.split(":") for group in WARM_UNITS for unit in group]
+    assert all(callable(getattr(importlib.import_module(m), f)) for m, f in units)
+    code = ("import gc, importlib\nfrom numba.core.ccallback import CFunc\n"
+            + "".join(f"importlib.import_module({m!r}).{f}()\n" for m, f in units)
+            + "print([c.cache_hits for c in gc.get_objects() if isinstance(c, CFunc)])\n")
+    cmd = [sys.executable, "-W", "error::numba.core.errors.NumbaWarning", "-c", code]
+    for run in ("first", "second"):
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, (run, done.stderr[-3000:])
+    hits = eval(done.stdout)
+    assert len(hits) == 7 and all(h == 1 for h in hits), hits  # 2 + 3 + 2 cfuncs, each loaded
+
+
 def _node(op, y):
     K = pt.dmatrix("K")
     if isinstance(op, LatentPredictiveOp):
