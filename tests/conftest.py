@@ -173,11 +173,12 @@ def _compile_mode(request):
 
 # The package's three large numba units, compiled (or loaded from numba's on-disk cache) in
 # processes of their own while the xdist workers start and collect, one process per worker;
-# the controller hands out the first tests once they are done. From an empty cache both
-# workers compiled the engines their first tests called, each its own copy, before either had
-# cached them. The dense EP engine is the longest (about 65 CPU-s cold); the HSGP engine shares
-# about 30 s of callees with it, so the second process takes the ARD kernels (15 s) first.
-# With the cache filled, each process only imports the package and loads them (about 4 s).
+# the controller hands out the first tests once they are done. From an empty cache, every
+# process that called one before it was cached compiled it: the workers' first tests, the
+# notebooks' chain processes (two side by side). The dense EP engine is the longest (about
+# 65 CPU-s cold); the HSGP engine shares about 30 s of callees with it, so the second process
+# takes the ARD kernels (15 s) first. With the cache filled, each process only imports the
+# package and loads them (about 4 s).
 WARM_UNITS = (
     ("pymc_gpc.backends.numba.compiled_ep:external",),
     ("pymc_gpc.kernels:external_kernels", "pymc_gpc.backends.numba.compiled_hsgp:external"),
