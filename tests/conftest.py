@@ -186,15 +186,19 @@ WARM_UNITS = (
 _warming = []  # the controller's (units, process) pairs, until the first worker has collected
 
 
+def unit_calls(units):
+    """Python source that imports each ``module:function`` of ``units`` and calls the function."""
+    return "import importlib\n" + "".join(
+        f"importlib.import_module({m!r}).{f}()\n" for m, f in (unit.split(":") for unit in units))
+
+
 def _start_warming(groups):
     """Start each group of ``module:function`` compilations in a process of its own."""
     import subprocess
     import sys
 
     for group in groups:
-        code = "import importlib\n" + "".join(
-            f"importlib.import_module({m!r}).{f}()\n" for m, f in (unit.split(":") for unit in group))
-        _warming.append((group, subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL,
+        _warming.append((group, subprocess.Popen([sys.executable, "-c", unit_calls(group)], stdout=subprocess.DEVNULL,
                                                  stderr=subprocess.PIPE, text=True)))
 
 

@@ -57,12 +57,11 @@ def test_the_units_compiled_before_the_workers_start_are_loaded_from_the_cache()
     # has compiled them a second loads every cfunc they register from disk.
     import importlib
 
-    from ..conftest import WARM_UNITS
+    from ..conftest import WARM_UNITS, unit_calls
 
-    units = [unit.split(":") for group in WARM_UNITS for unit in group]
-    assert all(callable(getattr(importlib.import_module(m), f)) for m, f in units)
-    code = ("import gc, importlib\nfrom numba.core.ccallback import CFunc\n"
-            + "".join(f"importlib.import_module({m!r}).{f}()\n" for m, f in units)
+    units = [unit for group in WARM_UNITS for unit in group]
+    assert all(callable(getattr(importlib.import_module(m), f)) for m, f in (u.split(":") for u in units))
+    code = (unit_calls(units) + "import gc\nfrom numba.core.ccallback import CFunc\n"
             + "print([c.cache_hits for c in gc.get_objects() if isinstance(c, CFunc)])\n")
     cmd = [sys.executable, "-W", "error::numba.core.errors.NumbaWarning", "-c", code]
     for run in ("first", "second"):
@@ -70,6 +69,28 @@ def test_the_units_compiled_before_the_workers_start_are_loaded_from_the_cache()
         assert done.returncode == 0, (run, done.stderr[-3000:])
     hits = eval(done.stdout)
     assert len(hits) == 7 and all(h == 1 for h in hits), hits  # 2 + 3 + 2 cfuncs, each loaded
+
+
+def test_the_controller_of_two_workers_waits_for_the_units_before_the_first_test(monkeypatch):
+    # tests/conftest.py's hooks: pytest_configure starts one process per worker in the
+    # controller (none in a worker or without xdist), and the hook xdist calls before it
+    # schedules the first test waits for them
+    from types import SimpleNamespace
+
+    from .. import conftest
+
+    started = []
+    monkeypatch.setattr(conftest, "_start_warming", started.append)
+    for option, worker in ((SimpleNamespace(numprocesses=2), False), (SimpleNamespace(numprocesses=2), True),
+                           (SimpleNamespace(numprocesses=0), False), (SimpleNamespace(), False)):
+        config = SimpleNamespace(option=option, **({"workerinput": {}} if worker else {}))
+        conftest.pytest_configure(config)
+    assert started == [conftest.WARM_UNITS]
+    monkeypatch.undo()
+    conftest._start_warming([("pymc_gpc.kernels:external_kernels",)])
+    assert len(conftest._warming) == 1
+    conftest.pytest_xdist_node_collection_finished(node=None, ids=[])
+    assert conftest._warming == []
 
 
 def _node(op, y):
